@@ -1,0 +1,476 @@
+//! Canonical JSON: RFC 8785, the JSON Canonicalization Scheme (JCS).
+//!
+//! Two JSON texts that mean the same thing canonicalize to the same bytes:
+//! object members are sorted by the UTF-16 code units of their names,
+//! insignificant whitespace is dropped, strings use the shortest escapes of
+//! ECMAScript's `JSON.stringify`, and numbers are written as ECMAScript's
+//! `Number.prototype.toString` writes the IEEE-754 double they denote, so
+//! `1`, `1.0` and `1e0` are all `1`.
+//!
+//! JCS treats every number as a double. An integer that a double cannot hold
+//! exactly (beyond ±2^53) would silently become a *different* integer and
+//! could make two different argument sets look equal, so it is refused with
+//! [`CanonicalError::InexactInteger`]; send such values as strings.
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// Why a value has no canonical form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CanonicalError {
+    /// A float was NaN or infinite; JSON cannot express it.
+    #[error("non-finite number at `{path}`: JSON (and RFC 8785) cannot express NaN or infinity")]
+    NonFinite {
+        /// JSON-pointer-like path of the offending value.
+        path: String,
+    },
+    /// An integer outside ±2^53 that an IEEE-754 double cannot hold exactly.
+    #[error("integer {value} at `{path}` cannot be represented exactly in canonical JSON (RFC 8785 numbers are IEEE-754 doubles); send it as a string")]
+    InexactInteger {
+        /// JSON-pointer-like path of the offending value.
+        path: String,
+        /// The integer as written.
+        value: String,
+    },
+    /// The value could not be serialized to JSON at all.
+    #[error("arguments could not be serialized to JSON: {0}")]
+    Serialize(String),
+}
+
+/// Largest integer magnitude every double between 0 and it can represent.
+const MAX_EXACT: u64 = 1 << 53;
+
+/// Canonicalize a JSON value into RFC 8785 bytes (UTF-8).
+pub fn canonicalize(value: &Value) -> Result<String, CanonicalError> {
+    let mut out = String::with_capacity(64);
+    write_value(&mut out, value)?;
+    Ok(out)
+}
+
+/// Serialize `value` with serde and canonicalize it.
+///
+/// Unlike `serde_json::to_value`, which silently turns NaN and infinity into
+/// `null`, this refuses non-finite floats with [`CanonicalError::NonFinite`].
+pub fn to_canonical_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, CanonicalError> {
+    value.serialize(finite::Check).map_err(|e| match e {
+        finite::Error::NonFinite => CanonicalError::NonFinite {
+            path: String::from("(typed arguments)"),
+        },
+        finite::Error::Custom(m) => CanonicalError::Serialize(m),
+    })?;
+    serde_json::to_value(value).map_err(|e| CanonicalError::Serialize(e.to_string()))
+}
+
+fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => write_number(out, n)?,
+        Value::String(s) => write_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_value(out, item).map_err(|e| e.under(&i.to_string()))?;
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut members: Vec<(&String, &Value)> = map.iter().collect();
+            // RFC 8785 §3.2.3: sort by the UTF-16 code units of the names.
+            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            out.push('{');
+            for (i, (name, member)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_string(out, name);
+                out.push(':');
+                write_value(out, member).map_err(|e| e.under(name))?;
+            }
+            out.push('}');
+        }
+    }
+    Ok(())
+}
+
+impl CanonicalError {
+    /// The path is built while the error travels up, so the success path
+    /// pays nothing for it.
+    fn under(mut self, segment: &str) -> Self {
+        if let CanonicalError::NonFinite { path } | CanonicalError::InexactInteger { path, .. } =
+            &mut self
+        {
+            let rest = if path == "/" { "" } else { path.as_str() };
+            *path = format!("/{segment}{rest}");
+        }
+        self
+    }
+}
+
+fn write_number(out: &mut String, n: &serde_json::Number) -> Result<(), CanonicalError> {
+    let double = if let Some(u) = n.as_u64() {
+        if u > MAX_EXACT && (u as f64) as u64 != u {
+            return Err(CanonicalError::InexactInteger {
+                path: "/".to_owned(),
+                value: u.to_string(),
+            });
+        }
+        u as f64
+    } else if let Some(i) = n.as_i64() {
+        if i.unsigned_abs() > MAX_EXACT && (i as f64) as i64 != i {
+            return Err(CanonicalError::InexactInteger {
+                path: "/".to_owned(),
+                value: i.to_string(),
+            });
+        }
+        i as f64
+    } else {
+        n.as_f64().unwrap_or(f64::NAN)
+    };
+    if !double.is_finite() {
+        return Err(CanonicalError::NonFinite {
+            path: "/".to_owned(),
+        });
+    }
+    if double == 0.0 {
+        // ECMAScript prints -0 as "0".
+        out.push('0');
+    } else {
+        out.push_str(ryu_js::Buffer::new().format_finite(double));
+    }
+    Ok(())
+}
+
+fn write_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\u{08}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{0C}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
+            c if (c as u32) < 0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let b = c as u8;
+                out.push_str("\\u00");
+                out.push(HEX[(b >> 4) as usize] as char);
+                out.push(HEX[(b & 0xf) as usize] as char);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// A serializer that produces nothing and fails on the first non-finite
+/// float: the check `serde_json::to_value` does not make.
+mod finite {
+    use serde::ser::{self, Serialize};
+    use std::fmt;
+
+    #[derive(Debug)]
+    pub(super) enum Error {
+        NonFinite,
+        Custom(String),
+    }
+    impl fmt::Display for Error {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            match self {
+                Error::NonFinite => f.write_str("non-finite float"),
+                Error::Custom(m) => f.write_str(m),
+            }
+        }
+    }
+    impl std::error::Error for Error {}
+    impl ser::Error for Error {
+        fn custom<T: fmt::Display>(msg: T) -> Self {
+            Error::Custom(msg.to_string())
+        }
+    }
+
+    pub(super) struct Check;
+
+    type R = Result<(), Error>;
+
+    macro_rules! ok_scalars {
+        ($($m:ident: $t:ty),*) => {$(fn $m(self, _: $t) -> R { Ok(()) })*};
+    }
+
+    impl ser::Serializer for Check {
+        type Ok = ();
+        type Error = Error;
+        type SerializeSeq = Check;
+        type SerializeTuple = Check;
+        type SerializeTupleStruct = Check;
+        type SerializeTupleVariant = Check;
+        type SerializeMap = Check;
+        type SerializeStruct = Check;
+        type SerializeStructVariant = Check;
+
+        ok_scalars!(serialize_bool: bool, serialize_i8: i8, serialize_i16: i16,
+            serialize_i32: i32, serialize_i64: i64, serialize_i128: i128,
+            serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
+            serialize_u64: u64, serialize_u128: u128, serialize_char: char,
+            serialize_str: &str, serialize_bytes: &[u8]);
+
+        fn serialize_f32(self, v: f32) -> R {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(Error::NonFinite)
+            }
+        }
+        fn serialize_f64(self, v: f64) -> R {
+            if v.is_finite() {
+                Ok(())
+            } else {
+                Err(Error::NonFinite)
+            }
+        }
+        fn serialize_none(self) -> R {
+            Ok(())
+        }
+        fn serialize_some<T: ?Sized + Serialize>(self, v: &T) -> R {
+            v.serialize(Check)
+        }
+        fn serialize_unit(self) -> R {
+            Ok(())
+        }
+        fn serialize_unit_struct(self, _: &'static str) -> R {
+            Ok(())
+        }
+        fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> R {
+            Ok(())
+        }
+        fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, v: &T) -> R {
+            v.serialize(Check)
+        }
+        fn serialize_newtype_variant<T: ?Sized + Serialize>(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            v: &T,
+        ) -> R {
+            v.serialize(Check)
+        }
+        fn serialize_seq(self, _: Option<usize>) -> Result<Check, Error> {
+            Ok(Check)
+        }
+        fn serialize_tuple(self, _: usize) -> Result<Check, Error> {
+            Ok(Check)
+        }
+        fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Check, Error> {
+            Ok(Check)
+        }
+        fn serialize_tuple_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Check, Error> {
+            Ok(Check)
+        }
+        fn serialize_map(self, _: Option<usize>) -> Result<Check, Error> {
+            Ok(Check)
+        }
+        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Check, Error> {
+            Ok(Check)
+        }
+        fn serialize_struct_variant(
+            self,
+            _: &'static str,
+            _: u32,
+            _: &'static str,
+            _: usize,
+        ) -> Result<Check, Error> {
+            Ok(Check)
+        }
+    }
+
+    macro_rules! compound {
+        ($($tr:ident :: $m:ident),*) => {$(
+            impl ser::$tr for Check {
+                type Ok = ();
+                type Error = Error;
+                fn $m<T: ?Sized + Serialize>(&mut self, v: &T) -> R { v.serialize(Check) }
+                fn end(self) -> R { Ok(()) }
+            }
+        )*};
+    }
+    compound!(
+        SerializeSeq::serialize_element,
+        SerializeTuple::serialize_element,
+        SerializeTupleStruct::serialize_field,
+        SerializeTupleVariant::serialize_field
+    );
+
+    impl ser::SerializeMap for Check {
+        type Ok = ();
+        type Error = Error;
+        fn serialize_key<T: ?Sized + Serialize>(&mut self, k: &T) -> R {
+            k.serialize(Check)
+        }
+        fn serialize_value<T: ?Sized + Serialize>(&mut self, v: &T) -> R {
+            v.serialize(Check)
+        }
+        fn end(self) -> R {
+            Ok(())
+        }
+    }
+    macro_rules! fields {
+        ($($tr:ident),*) => {$(
+            impl ser::$tr for Check {
+                type Ok = ();
+                type Error = Error;
+                fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> R {
+                    v.serialize(Check)
+                }
+                fn end(self) -> R { Ok(()) }
+            }
+        )*};
+    }
+    fields!(SerializeStruct, SerializeStructVariant);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn canon(text: &str) -> String {
+        canonicalize(&serde_json::from_str(text).unwrap()).unwrap()
+    }
+
+    /// RFC 8785 §3.2.2.
+    #[test]
+    fn rfc_8785_example() {
+        let input = r#"{
+          "numbers": [333333333.33333329, 1E30, 4.50, 2e-3, 0.000000000000000000000000001],
+          "string": "\u20ac$\u000F\u000aA'\u0042\u0022\u005c\\\"\/",
+          "literals": [null, true, false]
+        }"#;
+        assert_eq!(
+            canon(input),
+            r#"{"literals":[null,true,false],"numbers":[333333333.3333333,1e+30,4.5,0.002,1e-27],"string":"€$\u000f\nA'B\"\\\\\"/"}"#
+        );
+    }
+
+    /// RFC 8785 §3.2.3: sorting by UTF-16 code units, not by UTF-8 bytes or
+    /// code points (the emoji sorts before U+FB33).
+    #[test]
+    fn rfc_8785_sorting() {
+        let input = r#"{
+          "\u20ac": "Euro Sign",
+          "\r": "Carriage Return",
+          "\ufb33": "Hebrew Letter Dalet With Dagesh",
+          "1": "One",
+          "\ud83d\ude00": "Emoji: Grinning Face",
+          "\u0080": "Control",
+          "\u00f6": "Latin Small Letter O With Diaeresis"
+        }"#;
+        let out = canon(input);
+        let names: Vec<String> = serde_json::from_str::<serde_json::Map<String, Value>>(&out)
+            .unwrap()
+            .values()
+            .map(|v| v.as_str().unwrap().to_owned())
+            .collect();
+        // serde_json's Map is ordered by key; re-derive the order from the text.
+        let order: Vec<usize> = [
+            "Carriage Return",
+            "One",
+            "Control",
+            "Latin Small",
+            "Euro Sign",
+            "Emoji",
+            "Hebrew",
+        ]
+        .iter()
+        .map(|n| out.find(n).unwrap())
+        .collect();
+        assert!(order.windows(2).all(|w| w[0] < w[1]), "{out}");
+        assert_eq!(names.len(), 7);
+    }
+
+    /// RFC 8785 Appendix B: IEEE-754 doubles and their canonical spelling.
+    #[test]
+    fn rfc_8785_numbers() {
+        let cases: &[(u64, &str)] = &[
+            (0x0000000000000000, "0"),
+            (0x8000000000000000, "0"),
+            (0x0000000000000001, "5e-324"),
+            (0x8000000000000001, "-5e-324"),
+            (0x7fefffffffffffff, "1.7976931348623157e+308"),
+            (0xffefffffffffffff, "-1.7976931348623157e+308"),
+            (0x4340000000000000, "9007199254740992"),
+            (0xc340000000000000, "-9007199254740992"),
+            (0x4430000000000000, "295147905179352830000"),
+            (0x44b52d02c7e14af5, "9.999999999999997e+22"),
+            (0x44b52d02c7e14af6, "1e+23"),
+            (0x44b52d02c7e14af7, "1.0000000000000001e+23"),
+            (0x444b1ae4d6e2ef4e, "999999999999999700000"),
+            (0x444b1ae4d6e2ef4f, "999999999999999900000"),
+            (0x444b1ae4d6e2ef50, "1e+21"),
+            (0x3eb0c6f7a0b5ed8c, "9.999999999999997e-7"),
+            (0x3eb0c6f7a0b5ed8d, "0.000001"),
+            (0x41b3de4355555553, "333333333.3333332"),
+            (0x41b3de4355555554, "333333333.33333325"),
+            (0x41b3de4355555555, "333333333.3333333"),
+            (0x41b3de4355555556, "333333333.3333334"),
+            (0x41b3de4355555557, "333333333.33333343"),
+            (0xbecbf647612f3696, "-0.0000033333333333333333"),
+            (0x43143ff3c1cb0959, "1424953923781206.2"),
+        ];
+        for &(bits, want) in cases {
+            let v = Value::from(f64::from_bits(bits));
+            assert_eq!(canonicalize(&v).unwrap(), want, "bits {bits:#018x}");
+            // Parsing the canonical text back gives the same double.
+            assert_eq!(canon(want), want);
+        }
+    }
+
+    #[test]
+    fn spelling_of_numbers_and_whitespace_do_not_matter() {
+        assert_eq!(canon("[1, 1.0, 1e0, 10e-1, 100E-2]"), "[1,1,1,1,1]");
+        assert_eq!(
+            canon(r#"{ "b" : 2 , "a" : { "y":1,"x":[ ] } }"#),
+            r#"{"a":{"x":[],"y":1},"b":2}"#
+        );
+    }
+
+    #[test]
+    fn big_integers_that_doubles_cannot_hold_are_refused() {
+        let err = canonicalize(&serde_json::json!({"id": 9007199254740993u64})).unwrap_err();
+        assert_eq!(
+            err,
+            CanonicalError::InexactInteger {
+                path: "/id".into(),
+                value: "9007199254740993".into()
+            }
+        );
+        // Exactly representable large integers are fine.
+        assert_eq!(
+            canonicalize(&serde_json::json!(1u64 << 60)).unwrap(),
+            "1152921504606847000"
+        );
+        assert!(canonicalize(&serde_json::json!(-9007199254740993i64)).is_err());
+    }
+
+    #[test]
+    fn non_finite_typed_arguments_are_refused() {
+        #[derive(Serialize)]
+        struct Args {
+            amount: f64,
+        }
+        let err = to_canonical_value(&Args { amount: f64::NAN }).unwrap_err();
+        assert!(matches!(err, CanonicalError::NonFinite { .. }), "{err}");
+        assert!(to_canonical_value(&Args { amount: 1.5 }).is_ok());
+    }
+}

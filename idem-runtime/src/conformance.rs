@@ -1,0 +1,568 @@
+//! The [`Store`] conformance suite: one contract, checked the same way for
+//! every backend, including yours.
+//!
+//! Implement [`Harness`] for your store (how to make one, how to let time
+//! pass for it), then generate one test per case with
+//! [`store_conformance_tests!`](crate::store_conformance_tests):
+//!
+//! ```
+//! // tests/my_store.rs (needs tokio with "macros" and "rt-multi-thread");
+//! // here with the in-memory store's own harness.
+//! use idem_runtime::conformance::MemoryHarness;
+//!
+//! async fn harness() -> Option<MemoryHarness> {
+//!     Some(MemoryHarness::new())
+//! }
+//!
+//! idem_runtime::store_conformance_tests!(harness);
+//! # fn main() {}
+//! ```
+//!
+//! A harness factory returning `None` (a server binary is missing) makes each
+//! case print a loud `SKIPPED` line and pass, unless `IDEM_REQUIRE_SERVERS=1`
+//! is set, in which case it fails.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::clock::ManualClock;
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::{Fence, Outcome, RecordState, StoredFailure};
+use crate::store::{Claim, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError};
+
+/// A store under test and control over its notion of time.
+pub trait Harness: Send + Sync + 'static {
+    /// The store type.
+    type Store: Store;
+
+    /// The store. Every case gets a fresh harness, but keys are random so a
+    /// shared database is fine.
+    fn store(&self) -> Arc<Self::Store>;
+
+    /// Let `by` pass for the store: advance a manual clock, or sleep for a
+    /// store on a server clock.
+    fn advance(&self, by: Duration) -> impl Future<Output = ()> + Send;
+
+    /// The unit of the leases and TTLs used by the cases; a store on a
+    /// server clock wants it short (e.g. 200 ms) since [`Harness::advance`]
+    /// sleeps.
+    fn tick(&self) -> Duration {
+        Duration::from_secs(10)
+    }
+
+    /// How many tasks claim one key at once in the concurrency case.
+    fn concurrency(&self) -> usize {
+        10_000
+    }
+}
+
+/// The harness of [`MemoryStore`] on a [`ManualClock`].
+#[derive(Debug, Clone)]
+pub struct MemoryHarness {
+    store: Arc<MemoryStore>,
+    clock: ManualClock,
+}
+
+impl MemoryHarness {
+    /// A fresh store at a fixed instant.
+    pub fn new() -> Self {
+        let clock = ManualClock::new(1_700_000_000_000);
+        MemoryHarness {
+            store: Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))),
+            clock,
+        }
+    }
+}
+
+impl Default for MemoryHarness {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Harness for MemoryHarness {
+    type Store = MemoryStore;
+    fn store(&self) -> Arc<MemoryStore> {
+        self.store.clone()
+    }
+    fn advance(&self, by: Duration) -> impl Future<Output = ()> + Send {
+        self.clock.advance(by);
+        std::future::ready(())
+    }
+}
+
+/// Whether a missing server must fail the tests (`IDEM_REQUIRE_SERVERS=1`).
+pub fn servers_required() -> bool {
+    std::env::var("IDEM_REQUIRE_SERVERS").is_ok_and(|v| v == "1" || v == "true")
+}
+
+/// Called by the generated tests when the harness factory returned `None`.
+pub fn skip(case: &str) {
+    assert!(
+        !servers_required(),
+        "IDEM_REQUIRE_SERVERS=1 but the server for conformance case `{case}` is not available"
+    );
+    eprintln!("SKIPPED store conformance case `{case}`: server not available (set IDEM_REQUIRE_SERVERS=1 to make this a failure)");
+}
+
+/// A random key, so cases can share a database.
+pub fn random_key() -> IdempotencyKey {
+    let bytes: [u8; 32] = rand::random();
+    IdempotencyKey::parse(&hex::encode(bytes)).expect("64 hex digits")
+}
+
+fn fp(s: &str) -> Fingerprint {
+    Fingerprint(s.to_owned())
+}
+
+fn req<'a>(
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    lease: Duration,
+) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        tool: "conformance_tool",
+        fingerprint,
+        check_fingerprint: true,
+        lease,
+    }
+}
+
+fn success(n: i64) -> Outcome {
+    Outcome::Success {
+        output: json!({ "n": n, "text": "élan — 1e0", "nested": { "b": [1.5, null], "a": true } }),
+    }
+}
+
+async fn acquire<S: Store + ?Sized>(store: &S, r: &ClaimRequest<'_>) -> Fence {
+    match store.claim(r).await.expect("claim") {
+        Claim::Acquired { fence, .. } => fence,
+        other => panic!("expected to acquire the key, got {other:?}"),
+    }
+}
+
+fn assert_stale<T: std::fmt::Debug>(result: Result<T, StoreError>) {
+    match result {
+        Err(StoreError::StaleFence { .. }) => {}
+        other => panic!("expected a stale-fence rejection, got {other:?}"),
+    }
+}
+
+/// A new key is acquired, and the record is in flight under that fence.
+pub async fn claim_of_a_new_key_acquires<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let lease = h.tick();
+    let fence = acquire(&*store, &req(&key, &f, lease)).await;
+    let record = store.get(&key).await.unwrap().expect("record exists");
+    assert_eq!(record.key, key);
+    assert_eq!(record.tool, "conformance_tool");
+    assert_eq!(record.fingerprint, f);
+    assert!(matches!(record.state, RecordState::InFlight { fence: x, .. } if x == fence));
+}
+
+/// A second claim while the first owner's lease is live reports in flight.
+pub async fn claim_while_in_flight_reports_owner<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick() * 5)).await;
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
+        other => panic!("expected in flight, got {other:?}"),
+    }
+}
+
+/// A completed outcome is returned to later claims exactly as stored.
+pub async fn completed_outcome_is_returned_exactly<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
+    store
+        .complete(&key, fence, &success(7), h.tick() * 10)
+        .await
+        .unwrap();
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::Completed(record) => {
+            assert_eq!(record.outcome(), Some(&success(7)));
+            assert_eq!(record.fence(), fence);
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+    // Failures and unknown outcomes are stored as faithfully.
+    for outcome in [
+        Outcome::Failure {
+            failure: StoredFailure {
+                code: "permanent".into(),
+                message: "card declined".into(),
+                details: Some(json!({"decline_code": "insufficient_funds"})),
+            },
+        },
+        Outcome::Unknown {
+            reason: "owner vanished".into(),
+        },
+    ] {
+        let key = random_key();
+        let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
+        store
+            .complete(&key, fence, &outcome, h.tick() * 10)
+            .await
+            .unwrap();
+        let got = store.get(&key).await.unwrap().unwrap();
+        assert_eq!(got.outcome(), Some(&outcome));
+    }
+}
+
+/// The same key with other arguments is a key reuse; nothing changes. With
+/// `check_fingerprint: false` (natural keys) it finds the existing record.
+pub async fn key_reuse_with_other_arguments_is_reported<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, a, b) = (random_key(), fp("a"), fp("b"));
+    let fence = acquire(&*store, &req(&key, &a, h.tick())).await;
+    match store.claim(&req(&key, &b, h.tick())).await.unwrap() {
+        Claim::KeyReused { tool, fingerprint } => {
+            assert_eq!(tool, "conformance_tool");
+            assert_eq!(fingerprint, a);
+        }
+        other => panic!("expected key reuse, got {other:?}"),
+    }
+    let mut natural = req(&key, &b, h.tick());
+    natural.check_fingerprint = false;
+    assert!(matches!(
+        store.claim(&natural).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    // Another tool under the same key is refused even without the check.
+    natural.tool = "another_tool";
+    assert!(matches!(
+        store.claim(&natural).await.unwrap(),
+        Claim::KeyReused { .. }
+    ));
+    store
+        .complete(&key, fence, &success(1), h.tick())
+        .await
+        .unwrap();
+    assert_eq!(store.get(&key).await.unwrap().unwrap().fingerprint, a);
+}
+
+/// An owner whose lease expired and was taken over cannot complete, and the
+/// new owner's outcome stands.
+pub async fn stale_owner_cannot_complete<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let old = acquire(&*store, &req(&key, &f, h.tick())).await;
+    h.advance(h.tick() * 2).await;
+    let new = match store.claim(&req(&key, &f, h.tick() * 10)).await.unwrap() {
+        Claim::Acquired {
+            fence,
+            takeover: Some(t),
+            ..
+        } => {
+            assert_eq!(t.previous, old);
+            fence
+        }
+        other => panic!("expected a takeover, got {other:?}"),
+    };
+    assert_ne!(old, new);
+    assert_stale(store.complete(&key, old, &success(1), h.tick() * 10).await);
+    assert_stale(store.checkpoint(&key, old, "s", &json!(1), h.tick()).await);
+    assert_stale(store.release(&key, old).await);
+    store
+        .complete(&key, new, &success(2), h.tick() * 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().outcome(),
+        Some(&success(2))
+    );
+}
+
+/// A completed outcome is never overwritten, not even by its own owner.
+pub async fn completed_outcome_is_never_overwritten<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
+    store
+        .complete(&key, fence, &success(1), h.tick() * 10)
+        .await
+        .unwrap();
+    match store
+        .complete(&key, fence, &success(2), h.tick() * 10)
+        .await
+    {
+        Err(StoreError::StaleFence { current, .. }) => {
+            assert_eq!(current, FenceHolder::Completed(fence))
+        }
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_stale(store.release(&key, fence).await);
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().outcome(),
+        Some(&success(1))
+    );
+}
+
+/// Completing or releasing a key nobody holds is rejected.
+pub async fn writes_to_an_absent_key_are_rejected<H: Harness>(h: H) {
+    let store = h.store();
+    let key = random_key();
+    match store.complete(&key, Fence(1), &success(1), h.tick()).await {
+        Err(StoreError::StaleFence { current, .. }) => assert_eq!(current, FenceHolder::Nobody),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    assert_stale(store.release(&key, Fence(1)).await);
+    assert!(store.get(&key).await.unwrap().is_none());
+}
+
+/// Step checkpoints are kept, extend the lease, and are handed to the owner
+/// that takes over after a crash.
+pub async fn steps_survive_a_takeover<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let old = acquire(&*store, &req(&key, &f, h.tick() * 2)).await;
+    store
+        .checkpoint(
+            &key,
+            old,
+            "charge",
+            &json!({"charge_id": "ch_1"}),
+            h.tick() * 2,
+        )
+        .await
+        .unwrap();
+    h.advance(h.tick() * 3).await;
+    match store.claim(&req(&key, &f, h.tick() * 10)).await.unwrap() {
+        Claim::Acquired {
+            steps,
+            takeover: Some(_),
+            ..
+        } => {
+            let mut want = BTreeMap::new();
+            want.insert("charge".to_owned(), json!({"charge_id": "ch_1"}));
+            assert_eq!(steps, want);
+        }
+        other => panic!("expected a takeover with steps, got {other:?}"),
+    }
+}
+
+/// A checkpoint extends the owner's lease.
+pub async fn checkpoint_extends_the_lease<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick() * 2)).await;
+    h.advance(h.tick()).await;
+    store
+        .checkpoint(&key, fence, "one", &json!(1), h.tick() * 4)
+        .await
+        .unwrap();
+    h.advance(h.tick() * 2).await;
+    // Without the extension the lease would have run out by now.
+    assert!(matches!(
+        store.claim(&req(&key, &f, h.tick())).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    store
+        .complete(&key, fence, &success(1), h.tick() * 10)
+        .await
+        .unwrap();
+}
+
+/// A released key can be claimed again, under a fence never used before, and
+/// the earlier fence cannot write to the new claim.
+pub async fn released_key_is_claimed_with_a_new_fence<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let first = acquire(&*store, &req(&key, &f, h.tick())).await;
+    store.release(&key, first).await.unwrap();
+    assert!(store.get(&key).await.unwrap().is_none());
+    let second = acquire(&*store, &req(&key, &f, h.tick())).await;
+    assert_ne!(first, second);
+    assert_stale(store.complete(&key, first, &success(1), h.tick()).await);
+    store
+        .complete(&key, second, &success(2), h.tick() * 10)
+        .await
+        .unwrap();
+}
+
+/// An expired completed record reads as absent, is swept, and the key can be
+/// claimed anew.
+pub async fn expired_record_is_swept_and_key_reclaimed<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
+    store
+        .complete(&key, fence, &success(1), h.tick() * 2)
+        .await
+        .unwrap();
+    h.advance(h.tick() * 3).await;
+    assert!(
+        store.get(&key).await.unwrap().is_none(),
+        "expired record still readable"
+    );
+    assert!(store.sweep().await.unwrap() >= 1);
+    let again = acquire(&*store, &req(&key, &f, h.tick())).await;
+    assert_ne!(again, fence);
+}
+
+/// The sweeper deletes expired completed records only: never an in-flight
+/// record, however old, and never a live completed one.
+pub async fn sweep_spares_in_flight_and_live_records<H: Harness>(h: H) {
+    let store = h.store();
+    let f = fp("a");
+    let (in_flight, live, expired) = (random_key(), random_key(), random_key());
+    acquire(&*store, &req(&in_flight, &f, h.tick())).await;
+    let fl = acquire(&*store, &req(&live, &f, h.tick())).await;
+    store
+        .complete(&live, fl, &success(1), h.tick() * 100)
+        .await
+        .unwrap();
+    let fe = acquire(&*store, &req(&expired, &f, h.tick())).await;
+    store
+        .complete(&expired, fe, &success(2), h.tick())
+        .await
+        .unwrap();
+    h.advance(h.tick() * 3).await;
+    store.sweep().await.unwrap();
+    assert!(store.get(&expired).await.unwrap().is_none());
+    let record = store
+        .get(&in_flight)
+        .await
+        .unwrap()
+        .expect("in-flight record kept");
+    assert!(record.outcome().is_none());
+    assert_eq!(
+        store.get(&live).await.unwrap().unwrap().outcome(),
+        Some(&success(1))
+    );
+}
+
+/// A waiter is woken when the owner completes, and sees the outcome.
+pub async fn waiter_is_woken_by_completion<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick() * 100)).await;
+    let waiter = {
+        let store = store.clone();
+        let key = key.clone();
+        tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store
+        .complete(&key, fence, &success(3), h.tick() * 10)
+        .await
+        .unwrap();
+    let record = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter woken well before its timeout")
+        .unwrap()
+        .unwrap()
+        .expect("record");
+    assert_eq!(record.outcome(), Some(&success(3)));
+}
+
+/// A waiter is woken when the owner releases the key, and sees no record.
+pub async fn waiter_is_woken_by_release<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick() * 100)).await;
+    let waiter = {
+        let store = store.clone();
+        let key = key.clone();
+        tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await })
+    };
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    store.release(&key, fence).await.unwrap();
+    let record = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("waiter woken well before its timeout")
+        .unwrap()
+        .unwrap();
+    assert!(record.is_none());
+}
+
+/// Many concurrent claims of one key: exactly one owner runs, and every
+/// claimant ends with the owner's outcome.
+pub async fn concurrent_claims_have_one_owner<H: Harness>(h: H) {
+    let store = h.store();
+    let key = random_key();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let n = h.concurrency();
+    let lease = h.tick() * 100;
+    let mut tasks = tokio::task::JoinSet::new();
+    for _ in 0..n {
+        let (store, key, runs) = (store.clone(), key.clone(), runs.clone());
+        tasks.spawn(async move {
+            let f = fp("same");
+            loop {
+                match store.claim(&req(&key, &f, lease)).await.expect("claim") {
+                    Claim::Acquired { fence, .. } => {
+                        let nth = runs.fetch_add(1, Ordering::SeqCst) as i64;
+                        tokio::task::yield_now().await;
+                        store
+                            .complete(&key, fence, &success(nth), lease)
+                            .await
+                            .unwrap();
+                        return success(nth);
+                    }
+                    Claim::Completed(record) => return record.outcome().unwrap().clone(),
+                    Claim::InFlight { .. } => {
+                        store
+                            .wait(&key, Duration::from_secs(60))
+                            .await
+                            .expect("wait");
+                    }
+                    Claim::KeyReused { .. } => panic!("same arguments reported as key reuse"),
+                }
+            }
+        });
+    }
+    let mut outcomes = Vec::with_capacity(n);
+    while let Some(done) = tasks.join_next().await {
+        outcomes.push(done.expect("task"));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "more than one owner ran");
+    assert_eq!(outcomes.len(), n);
+    assert!(
+        outcomes.iter().all(|o| o == &success(0)),
+        "a claimant saw another outcome"
+    );
+}
+
+/// Generate one `#[tokio::test]` per conformance case for a harness factory
+/// `async fn() -> Option<H>`.
+#[macro_export]
+macro_rules! store_conformance_tests {
+    ($make:path) => {
+        $crate::store_conformance_tests!(@cases $make;
+            claim_of_a_new_key_acquires,
+            claim_while_in_flight_reports_owner,
+            completed_outcome_is_returned_exactly,
+            key_reuse_with_other_arguments_is_reported,
+            stale_owner_cannot_complete,
+            completed_outcome_is_never_overwritten,
+            writes_to_an_absent_key_are_rejected,
+            steps_survive_a_takeover,
+            checkpoint_extends_the_lease,
+            released_key_is_claimed_with_a_new_fence,
+            expired_record_is_swept_and_key_reclaimed,
+            sweep_spares_in_flight_and_live_records,
+            waiter_is_woken_by_completion,
+            waiter_is_woken_by_release,
+            concurrent_claims_have_one_owner,
+        );
+    };
+    (@cases $make:path; $($case:ident),* $(,)?) => {$(
+        #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $case() {
+            match $make().await {
+                ::core::option::Option::Some(h) => $crate::conformance::$case(h).await,
+                ::core::option::Option::None => $crate::conformance::skip(::core::stringify!($case)),
+            }
+        }
+    )*};
+}

@@ -1,0 +1,193 @@
+//! What a running tool knows about its call.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::class::ClassKind;
+use crate::error::ToolError;
+use crate::key::{IdempotencyKey, Namespace};
+use crate::record::Fence;
+use crate::store::Store;
+
+/// The context handed to every tool call: its key (to pass downstream),
+/// attempt number, identity, and durable step checkpoints.
+#[derive(Debug, Clone)]
+pub struct ToolCtx {
+    tool: &'static str,
+    class: ClassKind,
+    namespace: Namespace,
+    key: Option<IdempotencyKey>,
+    call_id: Option<String>,
+    attempt: u32,
+    steps: Option<Arc<StepLog>>,
+}
+
+/// Where a keyed call's step results are checkpointed.
+#[derive(Debug)]
+pub struct StepLog {
+    store: Arc<dyn Store>,
+    key: IdempotencyKey,
+    fence: Fence,
+    lease: Duration,
+    done: Mutex<BTreeMap<String, Value>>,
+}
+
+impl StepLog {
+    /// A log for the owner `fence` of `key`, starting from the steps a
+    /// previous owner completed.
+    pub fn new(
+        store: Arc<dyn Store>,
+        key: IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+        done: BTreeMap<String, Value>,
+    ) -> Self {
+        StepLog {
+            store,
+            key,
+            fence,
+            lease,
+            done: Mutex::new(done),
+        }
+    }
+}
+
+impl ToolCtx {
+    /// A context for one attempt of a call. The executor builds these; tests
+    /// of a tool function can too.
+    pub fn new(tool: &'static str, class: ClassKind) -> Self {
+        ToolCtx {
+            tool,
+            class,
+            namespace: Namespace::default(),
+            key: None,
+            call_id: None,
+            attempt: 1,
+            steps: None,
+        }
+    }
+
+    /// Set the key.
+    pub fn with_key(mut self, key: IdempotencyKey) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// Set the namespace.
+    pub fn with_namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    /// Set the provider's call id.
+    pub fn with_call_id(mut self, call_id: Option<String>) -> Self {
+        self.call_id = call_id;
+        self
+    }
+
+    /// Set the attempt number (1 for the first).
+    pub fn with_attempt(mut self, attempt: u32) -> Self {
+        self.attempt = attempt;
+        self
+    }
+
+    /// Checkpoint steps into `log`.
+    pub fn with_steps(mut self, log: Arc<StepLog>) -> Self {
+        self.steps = Some(log);
+        self
+    }
+
+    /// The tool's name.
+    pub fn tool(&self) -> &'static str {
+        self.tool
+    }
+
+    /// The tool's class.
+    pub fn class(&self) -> ClassKind {
+        self.class
+    }
+
+    /// The tenant / principal namespace.
+    pub fn namespace(&self) -> &Namespace {
+        &self.namespace
+    }
+
+    /// The idempotency key: pass it downstream (`Idempotency-Key` header,
+    /// Message-ID) so the provider deduplicates too. `None` for `read` tools.
+    pub fn key(&self) -> Option<&IdempotencyKey> {
+        self.key.as_ref()
+    }
+
+    /// A stable sub-key for one of several downstream requests.
+    pub fn sub_key(&self, label: &str) -> Option<IdempotencyKey> {
+        self.key.as_ref().map(|k| k.sub(label))
+    }
+
+    /// The provider's tool-call id, when the call came with one.
+    pub fn call_id(&self) -> Option<&str> {
+        self.call_id.as_deref()
+    }
+
+    /// Which attempt this is, from 1. Always 1 for classes that are never
+    /// retried.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// Run a step of a multi-step tool at most once per key.
+    ///
+    /// If a previous attempt (or a previous owner, before a crash) completed
+    /// step `name`, its stored result is returned and `f` does not run;
+    /// otherwise `f` runs and its result is checkpointed in the store before
+    /// this returns. A replay thus resumes after the last completed step.
+    ///
+    /// For `read` tools (no key, no store) `f` simply runs.
+    pub async fn step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, ToolError>
+    where
+        T: Serialize + DeserializeOwned,
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = Result<T, ToolError>>,
+    {
+        let Some(log) = &self.steps else {
+            return f().await;
+        };
+        let stored = log
+            .done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned();
+        if let Some(value) = stored {
+            return serde_json::from_value(value).map_err(|e| {
+                ToolError::permanent(format!(
+                    "stored result of step `{name}` does not match its type: {e}"
+                ))
+            });
+        }
+        let out = f().await?;
+        let value = serde_json::to_value(&out).map_err(|e| {
+            ToolError::ambiguous(format!(
+                "step `{name}` ran but its result could not be serialized for the checkpoint: {e}"
+            ))
+        })?;
+        log.store
+            .checkpoint(&log.key, log.fence, name, &value, log.lease)
+            .await
+            .map_err(|e| {
+                ToolError::ambiguous(format!(
+                    "step `{name}` ran but its checkpoint could not be stored: {e}"
+                ))
+            })?;
+        log.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned(), value);
+        Ok(out)
+    }
+}

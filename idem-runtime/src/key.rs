@@ -1,0 +1,370 @@
+//! Idempotency keys: how they are derived, namespaced and versioned.
+//!
+//! The full derivation, with test vectors a program in another language can
+//! reproduce byte for byte, is written down in `docs/keys.md` at the root of
+//! the repository. In short:
+//!
+//! * A key is the lowercase hex SHA-256 of a sequence of *framed fields*;
+//!   each field is its UTF-8 bytes preceded by their length as a 4-byte
+//!   big-endian integer, so no two field sequences share an encoding.
+//! * The fields are `"idem-key"`, the derivation version in decimal, the
+//!   namespace (tenant / principal), the tool name, a source tag, and the
+//!   source's own fields:
+//!   * `call`: the provider's tool-call id — the default when there is one;
+//!   * `step`: the run id, the step number in decimal and the RFC 8785
+//!     canonical arguments — the default without a call id. Never the
+//!     arguments alone: the same email tomorrow is a new email;
+//!   * `natural`: the canonical JSON of the named argument fields and the
+//!     time-window number (empty without a window) — find-or-create;
+//!   * `custom`: key material returned by the tool's own function.
+//! * The argument [`Fingerprint`] is the lowercase hex SHA-256 of the
+//!   canonical arguments. It is stored with the record; the same key with a
+//!   different fingerprint is a key-reuse error (except for natural keys).
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use crate::canonical::{self, CanonicalError};
+
+/// The derivation version written into every key unless a tool overrides it.
+pub const DEFAULT_KEY_VERSION: u32 = 1;
+
+/// Longest accepted call id, run id, namespace or custom key material, in
+/// bytes.
+pub const MAX_KEY_PART_LEN: usize = 256;
+
+/// A derived idempotency key: 64 lowercase hex digits.
+///
+/// Pass it downstream (`Idempotency-Key` header, Message-ID) so that the
+/// provider deduplicates too; [`IdempotencyKey::sub`] derives stable keys for
+/// the several requests of a multi-request tool.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct IdempotencyKey(String);
+
+impl IdempotencyKey {
+    /// Parse a key that was derived earlier (64 lowercase hex digits).
+    pub fn parse(s: &str) -> Result<Self, KeyError> {
+        if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            Ok(IdempotencyKey(s.to_owned()))
+        } else {
+            Err(KeyError::Malformed {
+                given: s.chars().take(80).collect(),
+            })
+        }
+    }
+
+    /// The key as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// A stable sub-key for one of several downstream requests made under
+    /// this key (`"charge"`, `"receipt-email"`).
+    ///
+    /// `SHA-256(frame("idem-subkey") ‖ frame(parent hex) ‖ frame(label))`.
+    pub fn sub(&self, label: &str) -> IdempotencyKey {
+        let mut h = Framer::new("idem-subkey");
+        h.field(self.0.as_bytes()).field(label.as_bytes());
+        h.finish()
+    }
+}
+
+impl fmt::Display for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for IdempotencyKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "IdempotencyKey({})", self.0)
+    }
+}
+
+impl AsRef<str> for IdempotencyKey {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl TryFrom<String> for IdempotencyKey {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        IdempotencyKey::parse(&s)
+    }
+}
+
+impl From<IdempotencyKey> for String {
+    fn from(k: IdempotencyKey) -> String {
+        k.0
+    }
+}
+
+/// The lowercase hex SHA-256 of a call's canonical arguments.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct Fingerprint(pub String);
+
+impl Fingerprint {
+    /// The fingerprint as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// A tenant / principal namespace. Keys of different namespaces never
+/// collide, so one tenant can never receive another tenant's stored result.
+#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct Namespace(String);
+
+impl Namespace {
+    /// A validated namespace: 1 to [`MAX_KEY_PART_LEN`] bytes.
+    pub fn new(name: impl Into<String>) -> Result<Self, KeyError> {
+        let name = name.into();
+        check_part("namespace", &name)?;
+        Ok(Namespace(name))
+    }
+
+    /// The namespace as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl Default for Namespace {
+    /// The namespace `"default"`, for single-tenant programs.
+    fn default() -> Self {
+        Namespace("default".to_owned())
+    }
+}
+
+impl TryFrom<String> for Namespace {
+    type Error = KeyError;
+    fn try_from(s: String) -> Result<Self, KeyError> {
+        Namespace::new(s)
+    }
+}
+
+impl From<Namespace> for String {
+    fn from(n: Namespace) -> String {
+        n.0
+    }
+}
+
+/// Arguments in RFC 8785 canonical form, with their fingerprint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CanonicalArgs {
+    /// The canonical JSON text.
+    pub text: String,
+    /// SHA-256 of `text`, lowercase hex.
+    pub fingerprint: Fingerprint,
+}
+
+impl CanonicalArgs {
+    /// Canonicalize tool arguments, which must be a JSON object.
+    pub fn from_value(args: &Value) -> Result<Self, KeyError> {
+        if !args.is_object() {
+            return Err(KeyError::ArgumentsNotObject {
+                found: json_type(args),
+            });
+        }
+        let text = canonical::canonicalize(args)?;
+        let fingerprint = Fingerprint(hex::encode(Sha256::digest(text.as_bytes())));
+        Ok(CanonicalArgs { text, fingerprint })
+    }
+}
+
+/// The name of a JSON value's type, for error messages.
+pub fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Where a key comes from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum KeySource<'a> {
+    /// The provider's tool-call id (OpenAI `tool_calls[].id`, Anthropic
+    /// `tool_use.id`).
+    CallId(&'a str),
+    /// No call id: the position of the call in a run, plus its arguments.
+    Step {
+        /// The agent run's id.
+        run_id: &'a str,
+        /// The step of the run that made the call.
+        step: u64,
+        /// The call's canonical arguments.
+        args: &'a CanonicalArgs,
+    },
+    /// A natural key: selected (normalised) argument fields, optionally
+    /// bucketed into a time window, for find-or-create.
+    Natural {
+        /// The selected fields as a JSON object.
+        fields: &'a Value,
+        /// `floor(unix seconds / window seconds)` when the tool has a window.
+        window: Option<u64>,
+    },
+    /// Material returned by a tool's custom key function.
+    Custom(&'a str),
+}
+
+/// Everything a key is derived from.
+#[derive(Clone, Debug)]
+pub struct KeyInput<'a> {
+    /// Derivation version ([`DEFAULT_KEY_VERSION`] unless the tool says).
+    pub version: u32,
+    /// Tenant / principal.
+    pub namespace: &'a Namespace,
+    /// The tool's name.
+    pub tool: &'a str,
+    /// Where the key comes from.
+    pub source: KeySource<'a>,
+}
+
+/// The window number of `now_millis` for a natural key with `window`.
+pub fn window_bucket(now_millis: u64, window: Duration) -> u64 {
+    let secs = window.as_secs().max(1);
+    now_millis / 1000 / secs
+}
+
+/// Derive a key.
+///
+/// ```
+/// use idem_runtime::key::{derive_key, KeyInput, KeySource, Namespace};
+///
+/// let ns = Namespace::default();
+/// let key = derive_key(&KeyInput {
+///     version: 1,
+///     namespace: &ns,
+///     tool: "send_email",
+///     source: KeySource::CallId("call_abc123"),
+/// })
+/// .unwrap();
+/// assert_eq!(key.as_str().len(), 64);
+/// ```
+pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
+    check_part("tool name", input.tool)?;
+    let version = input.version.to_string();
+    let mut h = Framer::new("idem-key");
+    h.field(version.as_bytes())
+        .field(input.namespace.as_str().as_bytes())
+        .field(input.tool.as_bytes());
+    match &input.source {
+        KeySource::CallId(id) => {
+            check_part("call id", id)?;
+            h.field(b"call").field(id.as_bytes());
+        }
+        KeySource::Step { run_id, step, args } => {
+            check_part("run id", run_id)?;
+            h.field(b"step")
+                .field(run_id.as_bytes())
+                .field(step.to_string().as_bytes())
+                .field(args.text.as_bytes());
+        }
+        KeySource::Natural { fields, window } => {
+            let text = canonical::canonicalize(fields)?;
+            let window = window.map(|w| w.to_string()).unwrap_or_default();
+            h.field(b"natural")
+                .field(text.as_bytes())
+                .field(window.as_bytes());
+        }
+        KeySource::Custom(material) => {
+            check_part("custom key", material)?;
+            h.field(b"custom").field(material.as_bytes());
+        }
+    }
+    Ok(h.finish())
+}
+
+fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
+    if value.is_empty() {
+        Err(KeyError::Empty { what })
+    } else if value.len() > MAX_KEY_PART_LEN {
+        Err(KeyError::TooLong {
+            what,
+            len: value.len(),
+            max: MAX_KEY_PART_LEN,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// SHA-256 over length-prefixed fields.
+struct Framer(Sha256);
+
+impl Framer {
+    fn new(domain: &str) -> Self {
+        let mut f = Framer(Sha256::new());
+        f.field(domain.as_bytes());
+        f
+    }
+
+    fn field(&mut self, bytes: &[u8]) -> &mut Self {
+        self.0.update((bytes.len() as u32).to_be_bytes());
+        self.0.update(bytes);
+        self
+    }
+
+    fn finish(self) -> IdempotencyKey {
+        IdempotencyKey(hex::encode(self.0.finalize()))
+    }
+}
+
+/// A key could not be derived or is not valid.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A key part was empty.
+    #[error("the {what} is empty: an idempotency key cannot be derived from nothing")]
+    Empty {
+        /// Which part.
+        what: &'static str,
+    },
+    /// A key part exceeded [`MAX_KEY_PART_LEN`].
+    #[error("the {what} is {len} bytes long; the limit is {max} bytes")]
+    TooLong {
+        /// Which part.
+        what: &'static str,
+        /// Its length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Neither a call id nor a run context was given to a keyed tool.
+    #[error("tool `{tool}` needs an idempotency key, but the call has no call id and no run context (run id and step); pass one of them")]
+    NoSource {
+        /// The tool.
+        tool: String,
+    },
+    /// The arguments of a tool call must be a JSON object.
+    #[error("tool arguments must be a JSON object, found {found}")]
+    ArgumentsNotObject {
+        /// The JSON type found instead.
+        found: &'static str,
+    },
+    /// The arguments have no canonical form.
+    #[error(transparent)]
+    Canonical(#[from] CanonicalError),
+    /// Text that should be a derived key is not one.
+    #[error("`{given}` is not an idempotency key (64 lowercase hex digits)")]
+    Malformed {
+        /// What was given (first 80 characters).
+        given: String,
+    },
+}

@@ -1,0 +1,31 @@
+//! The runtime of [idem](https://docs.rs/idem): tool classes, idempotency
+//! keys, records, stores and the executor.
+//!
+//! Most users depend on the `idem` facade crate instead, which re-exports
+//! everything here together with the `#[tool]` attribute.
+#![warn(missing_docs)]
+
+pub mod canonical;
+pub mod class;
+pub mod clock;
+#[cfg(feature = "conformance")]
+pub mod conformance;
+pub mod ctx;
+pub mod error;
+pub mod key;
+pub mod record;
+pub mod state;
+pub mod store;
+pub mod tool;
+
+pub use class::{
+    Class, ClassKind, IdempotentWrite, Irreversible, Keyed, McpAnnotations, NeedsApproval,
+    NoApprovalNeeded, NonIdempotentWrite, Read, RetrySafe,
+};
+pub use ctx::ToolCtx;
+pub use error::{ErrorKind, ToolError};
+pub use key::{IdempotencyKey, KeyError, Namespace};
+pub use record::{Outcome, Record};
+pub use state::{FromRef, State};
+pub use store::{MemoryStore, Store, StoreError};
+pub use tool::{KeyMaterial, KeySpec, Reconciled, Tool, ToolDef, ToolSpec};

@@ -1,0 +1,242 @@
+//! An in-memory store on a sharded concurrent map, for tests and
+//! single-process programs that do not need records to survive a restart.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use super::transition;
+use super::{Claim, ClaimRequest, Store, StoreError};
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::key::IdempotencyKey;
+use crate::record::{Fence, Outcome, Record};
+
+/// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
+/// moment the record completes or is released; there is no polling.
+///
+/// ```
+/// use idem_runtime::store::{MemoryStore, Store};
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = MemoryStore::new();
+/// assert_eq!(store.sweep().await.unwrap(), 0);
+/// # });
+/// ```
+#[derive(Debug)]
+pub struct MemoryStore {
+    records: DashMap<IdempotencyKey, Slot>,
+    clock: Arc<dyn Clock>,
+    fences: AtomicU64,
+}
+
+#[derive(Debug)]
+struct Slot {
+    record: Record,
+    /// Woken when the record completes or is released.
+    changed: Arc<Notify>,
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MemoryStore {
+    /// An empty store on the system clock.
+    pub fn new() -> Self {
+        Self::with_clock(Arc::new(SystemClock))
+    }
+
+    /// An empty store on `clock` (a [`crate::clock::ManualClock`] in tests).
+    pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
+        MemoryStore {
+            records: DashMap::new(),
+            clock,
+            fences: AtomicU64::new(0),
+        }
+    }
+
+    /// How many records are held (in flight, completed, or expired but not
+    /// yet swept).
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    /// Whether the store holds no records.
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+
+    fn fresh_fence(&self) -> Fence {
+        // Unique across the store's life, so a fence is never reused for a
+        // key even after the key was released and claimed again.
+        Fence(self.fences.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Replace the record of an owned key, waking waiters when `wake`.
+    fn update(
+        &self,
+        key: &IdempotencyKey,
+        wake: bool,
+        f: impl FnOnce(Option<Record>) -> Result<Record, StoreError>,
+    ) -> Result<(), StoreError> {
+        match self.records.get_mut(key) {
+            Some(mut slot) => {
+                let record = f(Some(slot.record.clone()))?;
+                slot.record = record;
+                if wake {
+                    slot.changed.notify_waiters();
+                }
+                Ok(())
+            }
+            None => f(None).map(|_| ()),
+        }
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    fn describe(&self) -> String {
+        "memory".to_owned()
+    }
+
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let now = self.clock.now();
+        match self.records.entry(req.key.clone()) {
+            Entry::Vacant(v) => {
+                let d = transition::claim(None, req, now, || self.fresh_fence());
+                if let Some(record) = d.write {
+                    v.insert(Slot {
+                        record,
+                        changed: Arc::new(Notify::new()),
+                    });
+                }
+                Ok(d.claim)
+            }
+            Entry::Occupied(mut o) => {
+                let d = transition::claim(Some(o.get().record.clone()), req, now, || {
+                    self.fresh_fence()
+                });
+                if let Some(record) = d.write {
+                    o.get_mut().record = record;
+                }
+                Ok(d.claim)
+            }
+        }
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        step: &str,
+        value: &Value,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        self.update(key, false, |r| {
+            transition::checkpoint(r, key, fence, step, value, lease, now)
+        })
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let now = self.clock.now();
+        self.update(key, true, |r| {
+            transition::complete(r, key, fence, outcome, ttl, now)
+        })
+    }
+
+    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+        let mut result = Ok(());
+        let removed = self.records.remove_if(key, |_, slot| {
+            match transition::owned(Some(slot.record.clone()), key, fence) {
+                Ok(_) => true,
+                Err(e) => {
+                    result = Err(e);
+                    false
+                }
+            }
+        });
+        match removed {
+            Some((_, slot)) => {
+                slot.changed.notify_waiters();
+                Ok(())
+            }
+            None if result.is_ok() => transition::owned(None, key, fence).map(|_| ()),
+            None => result,
+        }
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let now = self.clock.now();
+        Ok(self
+            .records
+            .get(key)
+            .map(|slot| slot.record.clone())
+            .filter(|r| !r.is_expired(now)))
+    }
+
+    async fn wait(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = match self.records.get(key) {
+                None => return Ok(None),
+                Some(slot) => slot.changed.clone(),
+            };
+            // Register interest before looking, so a completion between the
+            // look and the await is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            let now = self.clock.now();
+            let lease_until = match self.records.get(key) {
+                None => return Ok(None),
+                Some(slot) => match slot.record.state {
+                    crate::record::RecordState::InFlight { lease_until, .. }
+                        if lease_until > now =>
+                    {
+                        lease_until
+                    }
+                    _ => return Ok(Some(slot.record.clone()).filter(|r| !r.is_expired(now))),
+                },
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return self.get(key).await;
+            }
+            let nap = left.min(now.until(lease_until));
+            let _ = tokio::time::timeout(nap, notified).await;
+        }
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        let now = self.clock.now();
+        let mut deleted = 0u64;
+        self.records.retain(|_, slot| {
+            let keep = !slot.record.is_expired(now);
+            deleted += u64::from(!keep);
+            keep
+        });
+        Ok(deleted)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        Ok(self.clock.now())
+    }
+}

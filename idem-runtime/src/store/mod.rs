@@ -1,0 +1,351 @@
+//! The store contract every backend implements.
+//!
+//! A store keeps one [`Record`] per key and moves it through its life with
+//! one operation per transition, so that a remote store can do each in a
+//! single round trip:
+//!
+//! | operation | transition |
+//! |---|---|
+//! | [`Store::claim`] | absent / expired → in flight (owner); expired lease → in flight (takeover); otherwise report what is there |
+//! | [`Store::checkpoint`] | in flight → in flight, with one more completed step |
+//! | [`Store::complete`] | in flight → completed |
+//! | [`Store::release`] | in flight → absent (the call is known not to have applied) |
+//! | [`Store::get`] | read |
+//! | [`Store::wait`] | block until the record leaves the in-flight state |
+//! | [`Store::sweep`] | delete expired *completed* records |
+//!
+//! Every mutation after the claim carries the owner's [`Fence`]; a mutation
+//! with any other fence is refused with [`StoreError::StaleFence`] and
+//! changes nothing. The conformance suite (feature `conformance`) checks all
+//! of this for any store.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::clock::Timestamp;
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::{CorruptRecord, Fence, Outcome, Record};
+
+pub mod memory;
+pub mod transition;
+
+pub use memory::MemoryStore;
+
+/// A request to own a key.
+#[derive(Debug, Clone)]
+pub struct ClaimRequest<'a> {
+    /// The key.
+    pub key: &'a IdempotencyKey,
+    /// The tool making the call.
+    pub tool: &'a str,
+    /// Fingerprint of the call's canonical arguments.
+    pub fingerprint: &'a Fingerprint,
+    /// Whether a different fingerprint under the same key is a key-reuse
+    /// error (`false` for natural keys, which are find-or-create).
+    pub check_fingerprint: bool,
+    /// How long the owner is presumed alive.
+    pub lease: Duration,
+}
+
+/// What a claim found.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Claim {
+    /// The caller owns the key and must run the call, then complete or
+    /// release it with `fence`.
+    Acquired {
+        /// The caller's fencing token.
+        fence: Fence,
+        /// Until when the caller's lease runs.
+        lease_until: Timestamp,
+        /// Steps a previous owner completed (multi-step tools resume after
+        /// them).
+        steps: std::collections::BTreeMap<String, Value>,
+        /// Set when a previous owner's lease expired without an outcome: the
+        /// effect may or may not have happened.
+        takeover: Option<Takeover>,
+    },
+    /// Another owner holds a live lease.
+    InFlight {
+        /// That owner's fence.
+        fence: Fence,
+        /// Until when its lease runs.
+        lease_until: Timestamp,
+    },
+    /// The call already completed; here is its record.
+    Completed(Box<Record>),
+    /// The key is recorded for different arguments or another tool; nothing
+    /// was changed.
+    KeyReused {
+        /// The tool that owns the record.
+        tool: String,
+        /// The fingerprint stored with it.
+        fingerprint: Fingerprint,
+    },
+}
+
+/// A previous owner vanished (its lease expired before it completed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Takeover {
+    /// The vanished owner's fence; it can no longer write.
+    pub previous: Fence,
+}
+
+/// A store failed. Writes fail closed on any of these: nothing runs.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be reached or refused the operation.
+    #[error("store {store} is unavailable: {cause}")]
+    Unavailable {
+        /// The store (`"sqlite:/var/lib/app/idem.db"`, `"redis://…"`).
+        store: String,
+        /// The cause.
+        cause: String,
+    },
+    /// The writer's fence is not the current owner's.
+    #[error("stale fence for key {key}: {given} is no longer the owner (current owner: {current}); the write was rejected")]
+    StaleFence {
+        /// The key.
+        key: IdempotencyKey,
+        /// The fence offered.
+        given: Fence,
+        /// The current owner, if any.
+        current: FenceHolder,
+    },
+    /// A stored record could not be decoded.
+    #[error(transparent)]
+    Corrupt(#[from] CorruptRecord),
+    /// The store holds data written by a newer version of idem.
+    #[error("store {store} has schema version {found}, newer than this idem understands ({supported}); upgrade idem")]
+    SchemaTooNew {
+        /// The store.
+        store: String,
+        /// The version found.
+        found: u32,
+        /// The newest version understood.
+        supported: u32,
+    },
+    /// The store is full or out of space.
+    #[error("store {store} is full: {cause}")]
+    Full {
+        /// The store.
+        store: String,
+        /// The cause.
+        cause: String,
+    },
+    /// The store is misconfigured (bad URL, unknown scheme, bad option).
+    #[error("store configuration error: {0}")]
+    Config(String),
+}
+
+/// Who holds a key, as reported by a stale-fence rejection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceHolder {
+    /// Another owner holds it in flight.
+    InFlight(Fence),
+    /// It was completed by this fence.
+    Completed(Fence),
+    /// No record exists (released, swept).
+    Nobody,
+}
+
+impl fmt::Display for FenceHolder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FenceHolder::InFlight(fence) => write!(f, "{fence}, in flight"),
+            FenceHolder::Completed(fence) => write!(f, "{fence}, completed"),
+            FenceHolder::Nobody => f.write_str("nobody"),
+        }
+    }
+}
+
+impl FenceHolder {
+    /// The holder of `record`, or nobody.
+    pub fn of(record: Option<&Record>) -> FenceHolder {
+        match record.map(|r| &r.state) {
+            None => FenceHolder::Nobody,
+            Some(crate::record::RecordState::InFlight { fence, .. }) => {
+                FenceHolder::InFlight(*fence)
+            }
+            Some(crate::record::RecordState::Completed { fence, .. }) => {
+                FenceHolder::Completed(*fence)
+            }
+        }
+    }
+}
+
+/// A persistent or in-memory home for records. See the module docs for the
+/// contract.
+#[async_trait]
+pub trait Store: Send + Sync + fmt::Debug + 'static {
+    /// A short description for error messages (`"memory"`, `"sqlite:/path"`).
+    fn describe(&self) -> String;
+
+    /// Try to own `req.key`. One round trip.
+    ///
+    /// * No record, or a completed record past its expiry: a new in-flight
+    ///   record with a fresh fence → [`Claim::Acquired`].
+    /// * A record for another tool, or (when `check_fingerprint`) another
+    ///   fingerprint → [`Claim::KeyReused`]; nothing changes.
+    /// * In flight with a live lease → [`Claim::InFlight`].
+    /// * In flight with an expired lease → the record gets a fresh fence and
+    ///   lease, keeps its steps → [`Claim::Acquired`] with a [`Takeover`].
+    /// * Completed → [`Claim::Completed`].
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+
+    /// Record that step `step` of an in-flight call finished with `value`,
+    /// and extend the lease by `lease` from now. One round trip.
+    async fn checkpoint(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        step: &str,
+        value: &Value,
+        lease: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Complete an in-flight call with `outcome`, kept for `ttl`. One round
+    /// trip. Refused with [`StoreError::StaleFence`] unless `fence` owns the
+    /// key and the record is in flight: a completed outcome is never
+    /// overwritten.
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError>;
+
+    /// Delete an in-flight record owned by `fence`: the call is known not to
+    /// have taken effect and may run again later.
+    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError>;
+
+    /// Read a record. Expired completed records read as absent.
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
+
+    /// Wait until the record is no longer in flight under a live lease —
+    /// completed, released, or its lease expired — or `timeout` passes.
+    /// Returns the record as it then is.
+    ///
+    /// The default polls [`Store::get`] with a bounded back-off (5 ms
+    /// doubling to 100 ms); stores with a notification mechanism override it.
+    async fn wait(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        poll_wait(self, key, timeout).await
+    }
+
+    /// Delete every completed record past its expiry; in-flight records are
+    /// never touched. Returns how many were deleted.
+    async fn sweep(&self) -> Result<u64, StoreError>;
+
+    /// The store's current time (the server clock for remote stores), used
+    /// to judge leases and expiry the way the store does.
+    async fn now(&self) -> Result<Timestamp, StoreError>;
+}
+
+/// The polling implementation of [`Store::wait`], for stores without
+/// notifications.
+pub async fn poll_wait<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    timeout: Duration,
+) -> Result<Option<Record>, StoreError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        let record = store.get(key).await?;
+        let now = store.now().await?;
+        match &record {
+            Some(r) if r.outcome().is_none() && !r.lease_expired(now) => {}
+            _ => return Ok(record),
+        }
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if left.is_zero() {
+            return Ok(record);
+        }
+        tokio::time::sleep(pause.min(left)).await;
+        pause = (pause * 2).min(Duration::from_millis(100));
+    }
+}
+
+#[async_trait]
+impl<S: Store + ?Sized> Store for Arc<S> {
+    fn describe(&self) -> String {
+        (**self).describe()
+    }
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        (**self).claim(req).await
+    }
+    async fn checkpoint(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        step: &str,
+        value: &Value,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        (**self).checkpoint(key, fence, step, value, lease).await
+    }
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        (**self).complete(key, fence, outcome, ttl).await
+    }
+    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+        (**self).release(key, fence).await
+    }
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        (**self).get(key).await
+    }
+    async fn wait(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        (**self).wait(key, timeout).await
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        (**self).sweep().await
+    }
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        (**self).now().await
+    }
+}
+
+/// Run [`Store::sweep`] every `every` until the returned handle is dropped
+/// or aborted. Sweep errors are logged and retried at the next tick.
+pub fn spawn_sweeper<S: Store + ?Sized>(store: Arc<S>, every: Duration) -> SweeperHandle {
+    let task = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            match store.sweep().await {
+                Ok(0) => {}
+                Ok(n) => tracing::debug!(deleted = n, "idem sweeper deleted expired records"),
+                Err(e) => tracing::warn!(error = %e, "idem sweeper failed; will retry"),
+            }
+        }
+    });
+    SweeperHandle(task)
+}
+
+/// Stops the sweeper when dropped.
+#[derive(Debug)]
+pub struct SweeperHandle(tokio::task::JoinHandle<()>);
+
+impl Drop for SweeperHandle {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

@@ -1,0 +1,145 @@
+//! The record state machine as pure functions, for stores that read a
+//! record, decide, and write it back inside one transaction (memory, SQLite).
+//! Stores that decide on the server (Redis scripts, PostgreSQL statements)
+//! implement the same rules there and are held to them by the conformance
+//! suite.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use super::{Claim, ClaimRequest, FenceHolder, StoreError, Takeover};
+use crate::clock::Timestamp;
+use crate::key::IdempotencyKey;
+use crate::record::{Fence, Outcome, Record, RecordState};
+
+/// What a claim decided: the answer, and the record to write, if any.
+#[derive(Debug)]
+pub struct ClaimDecision {
+    /// The answer for the caller.
+    pub claim: Claim,
+    /// The record to store in place of the existing one (`None`: unchanged).
+    pub write: Option<Record>,
+}
+
+/// Decide a claim against the `existing` record at `now`; `fresh` hands out a
+/// fence never used before for this key.
+pub fn claim(
+    existing: Option<Record>,
+    req: &ClaimRequest<'_>,
+    now: Timestamp,
+    fresh: impl FnOnce() -> Fence,
+) -> ClaimDecision {
+    let existing = existing.filter(|r| !r.is_expired(now));
+    let Some(record) = existing else {
+        let fence = fresh();
+        let lease_until = now.plus(req.lease);
+        return ClaimDecision {
+            claim: Claim::Acquired {
+                fence,
+                lease_until,
+                steps: Default::default(),
+                takeover: None,
+            },
+            write: Some(Record {
+                key: req.key.clone(),
+                tool: req.tool.to_owned(),
+                fingerprint: req.fingerprint.clone(),
+                created_at: now,
+                state: RecordState::InFlight { fence, lease_until },
+                steps: Default::default(),
+            }),
+        };
+    };
+    if record.tool != req.tool || (req.check_fingerprint && &record.fingerprint != req.fingerprint)
+    {
+        return ClaimDecision {
+            claim: Claim::KeyReused {
+                tool: record.tool,
+                fingerprint: record.fingerprint,
+            },
+            write: None,
+        };
+    }
+    match record.state {
+        RecordState::Completed { .. } => ClaimDecision {
+            claim: Claim::Completed(Box::new(record)),
+            write: None,
+        },
+        RecordState::InFlight { fence, lease_until } if lease_until > now => ClaimDecision {
+            claim: Claim::InFlight { fence, lease_until },
+            write: None,
+        },
+        RecordState::InFlight {
+            fence: previous, ..
+        } => {
+            let fence = fresh();
+            let lease_until = now.plus(req.lease);
+            let mut record = record;
+            record.state = RecordState::InFlight { fence, lease_until };
+            ClaimDecision {
+                claim: Claim::Acquired {
+                    fence,
+                    lease_until,
+                    steps: record.steps.clone(),
+                    takeover: Some(Takeover { previous }),
+                },
+                write: Some(record),
+            }
+        }
+    }
+}
+
+/// Check that `fence` owns the in-flight `existing` record and return it.
+pub fn owned(
+    existing: Option<Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+) -> Result<Record, StoreError> {
+    match existing {
+        Some(r) if matches!(r.state, RecordState::InFlight { fence: f, .. } if f == fence) => Ok(r),
+        other => Err(StoreError::StaleFence {
+            key: key.clone(),
+            given: fence,
+            current: FenceHolder::of(other.as_ref()),
+        }),
+    }
+}
+
+/// The record after step `step` completed with `value`.
+pub fn checkpoint(
+    existing: Option<Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    step: &str,
+    value: &Value,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<Record, StoreError> {
+    let mut record = owned(existing, key, fence)?;
+    record.steps.insert(step.to_owned(), value.clone());
+    record.state = RecordState::InFlight {
+        fence,
+        lease_until: now.plus(lease),
+    };
+    Ok(record)
+}
+
+/// The record after completion with `outcome`.
+pub fn complete(
+    existing: Option<Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<Record, StoreError> {
+    let mut record = owned(existing, key, fence)?;
+    record.state = RecordState::Completed {
+        fence,
+        outcome: outcome.clone(),
+        completed_at: now,
+        expires_at: now.plus(ttl),
+    };
+    Ok(record)
+}
