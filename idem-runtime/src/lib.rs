@@ -12,6 +12,7 @@ pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod ctx;
+pub mod dispatch;
 pub mod error;
 pub mod executor;
 pub mod key;
@@ -28,10 +29,12 @@ pub use class::{
     NoApprovalNeeded, NonIdempotentWrite, Read, RetrySafe,
 };
 pub use ctx::ToolCtx;
+pub use dispatch::{Dispatcher, RunContext, ToolCall, ToolResult};
 pub use error::{ErrorKind, IdemError, ToolError};
-pub use executor::{CallMeta, Called, Executor};
+pub use executor::{CallInfo, CallMeta, Called, Executor, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, Namespace};
 pub use record::{Outcome, Record};
+pub use registry::Registry;
 pub use retry::RetryPolicy;
 pub use state::{FromRef, State};
 pub use store::{MemoryStore, Store, StoreError};
