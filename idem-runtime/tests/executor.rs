@@ -27,6 +27,7 @@ struct World {
     script: Mutex<VecDeque<ToolError>>,
     reconcile: Mutex<Option<Reconciled<Sent>>>,
     delay: Mutex<Option<Duration>>,
+    crashed: std::sync::atomic::AtomicBool,
 }
 
 type App = Arc<World>;
@@ -741,4 +742,47 @@ async fn dispatch_of_an_irreversible_tool_needs_a_policy_and_records_denials() {
     let r = d.dispatch_one(call(), &RunContext::default()).await;
     assert!(r.result.is_ok(), "{:?}", r.result);
     assert_eq!(world.effects(), ["delete_account:ada"]);
+}
+
+/// A two-step tool: charge, then e-mail a receipt. It crashes (panics) after
+/// the charge on its first run, as a process would.
+#[derive(Clone, Copy)]
+struct Checkout;
+impl ToolDef for Checkout {
+    type Class = IdempotentWrite;
+    type Args = Msg;
+    type Output = Vec<String>;
+    const SPEC: ToolSpec = ToolSpec::new("checkout", "charge then send a receipt");
+}
+impl Tool<App> for Checkout {
+    fn call(&self, args: Msg, ctx: &ToolCtx, world: &App) -> impl Future<Output = Result<Vec<String>, ToolError>> + Send {
+        let (world, ctx) = (world.clone(), ctx.clone());
+        async move {
+            let charge = ctx
+                .step("charge", || world.act(format!("charge:{}", args.to), &ctx))
+                .await?;
+            if !world.crashed.swap(true, Ordering::SeqCst) {
+                panic!("process killed between the two steps");
+            }
+            let receipt = ctx
+                .step("receipt", || world.act(format!("receipt:{}", args.to), &ctx))
+                .await?;
+            Ok(vec![charge.id, receipt.id])
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_replay_resumes_after_the_last_completed_step() {
+    let (exec, world, clock) = with_clock();
+    let first = {
+        let exec = exec.clone();
+        tokio::spawn(async move { exec.call(Checkout, msg("ada")).call_id("c").await })
+    };
+    assert!(first.await.unwrap_err().is_panic());
+    assert_eq!(world.effects(), ["charge:ada"]);
+    clock.advance(Duration::from_secs(60));
+    let out = exec.call(Checkout, msg("ada")).call_id("c").await.unwrap();
+    assert_eq!(world.effects(), ["charge:ada", "receipt:ada"], "the charge ran twice");
+    assert_eq!(out.output, ["charge:ada#1", "receipt:ada#2"]);
 }
