@@ -79,20 +79,43 @@ fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
             out.push(']');
         }
         Value::Object(map) => {
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            // RFC 8785 §3.2.3: sort by the UTF-16 code units of the names.
-            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
             out.push('{');
-            for (i, (name, member)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(out, name);
-                out.push(':');
-                write_value(out, member).map_err(|e| e.under(name))?;
+            // Maps usually iterate in JCS order already (a BTreeMap sorts by
+            // UTF-8 bytes, which agrees with UTF-16 order unless names mix
+            // U+E000..U+FFFF with astral characters): sort only when not.
+            let in_order = map
+                .keys()
+                .zip(map.keys().skip(1))
+                .all(|(a, b)| utf16_order(a, b).is_le());
+            if in_order {
+                write_members(out, map.iter())?;
+            } else {
+                let mut members: Vec<(&String, &Value)> = map.iter().collect();
+                members.sort_by(|(a, _), (b, _)| utf16_order(a, b));
+                write_members(out, members.into_iter())?;
             }
             out.push('}');
         }
+    }
+    Ok(())
+}
+
+/// RFC 8785 §3.2.3: names sort by their UTF-16 code units.
+fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
+    a.encode_utf16().cmp(b.encode_utf16())
+}
+
+fn write_members<'a>(
+    out: &mut String,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+) -> Result<(), CanonicalError> {
+    for (i, (name, member)) in members.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(out, name);
+        out.push(':');
+        write_value(out, member).map_err(|e| e.under(name))?;
     }
     Ok(())
 }
@@ -146,26 +169,34 @@ fn write_number(out: &mut String, n: &serde_json::Number) -> Result<(), Canonica
 }
 
 fn write_string(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{08}' => out.push_str("\\b"),
-            '\t' => out.push_str("\\t"),
-            '\n' => out.push_str("\\n"),
-            '\u{0C}' => out.push_str("\\f"),
-            '\r' => out.push_str("\\r"),
-            c if (c as u32) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let b = c as u8;
-                out.push_str("\\u00");
-                out.push(HEX[(b >> 4) as usize] as char);
-                out.push(HEX[(b & 0xf) as usize] as char);
-            }
-            c => out.push(c),
+    let bytes = s.as_bytes();
+    let mut start = 0;
+    for (i, &b) in bytes.iter().enumerate() {
+        // Only ASCII needs escaping, so slicing at `i` is on a char boundary.
+        let escape: &str = match b {
+            b'"' => "\\\"",
+            b'\\' => "\\\\",
+            0x08 => "\\b",
+            b'\t' => "\\t",
+            b'\n' => "\\n",
+            0x0C => "\\f",
+            b'\r' => "\\r",
+            0x00..=0x1F => "",
+            _ => continue,
+        };
+        out.push_str(&s[start..i]);
+        if escape.is_empty() {
+            out.push_str("\\u00");
+            out.push(HEX[(b >> 4) as usize] as char);
+            out.push(HEX[(b & 0xf) as usize] as char);
+        } else {
+            out.push_str(escape);
         }
+        start = i + 1;
     }
+    out.push_str(&s[start..]);
     out.push('"');
 }
 

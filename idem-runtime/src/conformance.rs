@@ -113,7 +113,7 @@ pub fn skip(case: &str) {
 /// A random key, so cases can share a database.
 pub fn random_key() -> IdempotencyKey {
     let bytes: [u8; 32] = rand::random();
-    IdempotencyKey::parse(&hex::encode(bytes)).expect("64 hex digits")
+    IdempotencyKey::parse(&crate::key::lower_hex(&bytes)).expect("64 hex digits")
 }
 
 fn fp(s: &str) -> Fingerprint {

@@ -17,14 +17,21 @@ use crate::store::Store;
 
 /// The context handed to every tool call: its key (to pass downstream),
 /// attempt number, identity, and durable step checkpoints.
+///
+/// Cloning is cheap: everything but the attempt number is shared.
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
+    call: Arc<CallIdentity>,
+    attempt: u32,
+}
+
+#[derive(Debug, Clone)]
+struct CallIdentity {
     tool: &'static str,
     class: ClassKind,
     namespace: Namespace,
     key: Option<IdempotencyKey>,
     call_id: Option<String>,
-    attempt: u32,
     steps: Option<Arc<StepLog>>,
 }
 
@@ -63,31 +70,33 @@ impl ToolCtx {
     /// of a tool function can too.
     pub fn new(tool: &'static str, class: ClassKind) -> Self {
         ToolCtx {
-            tool,
-            class,
-            namespace: Namespace::default(),
-            key: None,
-            call_id: None,
+            call: Arc::new(CallIdentity {
+                tool,
+                class,
+                namespace: Namespace::default(),
+                key: None,
+                call_id: None,
+                steps: None,
+            }),
             attempt: 1,
-            steps: None,
         }
     }
 
     /// Set the key.
     pub fn with_key(mut self, key: IdempotencyKey) -> Self {
-        self.key = Some(key);
+        Arc::make_mut(&mut self.call).key = Some(key);
         self
     }
 
     /// Set the namespace.
     pub fn with_namespace(mut self, namespace: Namespace) -> Self {
-        self.namespace = namespace;
+        Arc::make_mut(&mut self.call).namespace = namespace;
         self
     }
 
     /// Set the provider's call id.
     pub fn with_call_id(mut self, call_id: Option<String>) -> Self {
-        self.call_id = call_id;
+        Arc::make_mut(&mut self.call).call_id = call_id;
         self
     }
 
@@ -99,39 +108,39 @@ impl ToolCtx {
 
     /// Checkpoint steps into `log`.
     pub fn with_steps(mut self, log: Arc<StepLog>) -> Self {
-        self.steps = Some(log);
+        Arc::make_mut(&mut self.call).steps = Some(log);
         self
     }
 
     /// The tool's name.
     pub fn tool(&self) -> &'static str {
-        self.tool
+        self.call.tool
     }
 
     /// The tool's class.
     pub fn class(&self) -> ClassKind {
-        self.class
+        self.call.class
     }
 
     /// The tenant / principal namespace.
     pub fn namespace(&self) -> &Namespace {
-        &self.namespace
+        &self.call.namespace
     }
 
     /// The idempotency key: pass it downstream (`Idempotency-Key` header,
     /// Message-ID) so the provider deduplicates too. `None` for `read` tools.
     pub fn key(&self) -> Option<&IdempotencyKey> {
-        self.key.as_ref()
+        self.call.key.as_ref()
     }
 
     /// A stable sub-key for one of several downstream requests.
     pub fn sub_key(&self, label: &str) -> Option<IdempotencyKey> {
-        self.key.as_ref().map(|k| k.sub(label))
+        self.call.key.as_ref().map(|k| k.sub(label))
     }
 
     /// The provider's tool-call id, when the call came with one.
     pub fn call_id(&self) -> Option<&str> {
-        self.call_id.as_deref()
+        self.call.call_id.as_deref()
     }
 
     /// Which attempt this is, from 1. Always 1 for classes that are never
@@ -154,7 +163,7 @@ impl ToolCtx {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, ToolError>>,
     {
-        let Some(log) = &self.steps else {
+        let Some(log) = &self.call.steps else {
             return f().await;
         };
         let stored = log

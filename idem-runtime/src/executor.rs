@@ -29,6 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -430,9 +431,9 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 approval,
             };
             if class.is_keyed() {
-                call.keyed(args).await
+                Box::pin(call.keyed(args)).await
             } else {
-                call.read(args).await
+                Box::pin(call.read(args)).await
             }
         }
         .instrument(span.clone())
@@ -482,8 +483,10 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         &self.exec.inner.metrics
     }
 
-    fn store(&self) -> &Arc<dyn Store> {
-        &self.exec.inner.store
+    /// The store as a trait object (calling through the `Arc` would box
+    /// each operation's future twice).
+    fn store(&self) -> &dyn Store {
+        &*self.exec.inner.store
     }
 
     fn timeout(&self) -> Duration {
@@ -683,10 +686,8 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             check_fingerprint,
             lease: self.lease(),
         };
-        let wait_until = match self.exec.inner.config.in_flight {
-            InFlightPolicy::Wait(max) => Some(tokio::time::Instant::now() + max),
-            InFlightPolicy::Reject => None,
-        };
+        // Set when the first in-flight answer arrives.
+        let mut wait_until = None;
         loop {
             match self
                 .store()
@@ -708,7 +709,9 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                         args_value,
                         namespace,
                     };
-                    return self.owned(args, owner).await;
+                    // Boxed: the owner's path is large and is not taken by
+                    // duplicates, whose future stays small and cheap to move.
+                    return Box::pin(self.owned(args, owner)).await;
                 }
                 Claim::Completed(record) => return self.answer_from_record(&record),
                 Claim::KeyReused { tool, fingerprint } => {
@@ -719,9 +722,13 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                     }))
                 }
                 Claim::InFlight { .. } => {
-                    let left = wait_until
-                        .map(|t| t.saturating_duration_since(tokio::time::Instant::now()))
-                        .unwrap_or_default();
+                    let max = match self.exec.inner.config.in_flight {
+                        InFlightPolicy::Wait(max) => max,
+                        InFlightPolicy::Reject => Duration::ZERO,
+                    };
+                    let until =
+                        *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + max);
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
                     if left.is_zero() {
                         return Err(self.refuse(IdemError::InProgress {
                             tool: self.name().to_owned(),
@@ -743,7 +750,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         Metrics::bump(&self.metrics().dedup_hits);
         match record.outcome() {
             Some(Outcome::Success { output }) => {
-                let output = serde_json::from_value(output.clone()).map_err(|e| {
+                let output = T::Output::deserialize(output).map_err(|e| {
                     IdemError::RecordedOutputMismatch {
                         tool: self.name().to_owned(),
                         detail: e.to_string(),
@@ -848,7 +855,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     /// We own the key: reconcile a takeover, get an approval, run, record.
     async fn owned(self, args: T::Args, owner: Owner) -> Result<Called<T::Output>, IdemError> {
         let log = StepLog::new(
-            self.store().clone(),
+            self.exec.inner.store.clone(),
             owner.key.clone(),
             owner.fence,
             self.lease(),

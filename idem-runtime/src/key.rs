@@ -11,9 +11,10 @@
 //!   namespace (tenant / principal), the tool name, a source tag, and the
 //!   source's own fields:
 //!   * `call`: the provider's tool-call id — the default when there is one;
-//!   * `step`: the run id, the step number in decimal and the RFC 8785
-//!     canonical arguments — the default without a call id. Never the
-//!     arguments alone: the same email tomorrow is a new email;
+//!   * `step`: the run id, the step number in decimal and the argument
+//!     [`Fingerprint`] (hex SHA-256 of the RFC 8785 canonical arguments) —
+//!     the default without a call id. Never the arguments alone: the same
+//!     email tomorrow is a new email;
 //!   * `natural`: the canonical JSON of the named argument fields and the
 //!     time-window number (empty without a window) — find-or-create;
 //!   * `custom`: key material returned by the tool's own function.
@@ -22,6 +23,8 @@
 //!   different fingerprint is a key-reuse error (except for natural keys).
 
 use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -41,15 +44,65 @@ pub const MAX_KEY_PART_LEN: usize = 256;
 /// Pass it downstream (`Idempotency-Key` header, Message-ID) so that the
 /// provider deduplicates too; [`IdempotencyKey::sub`] derives stable keys for
 /// the several requests of a multi-request tool.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+///
+/// Cloning is cheap (a shared string), and hashing reads the first eight
+/// bytes of the digest: keys are SHA-256 outputs, already uniform, and no
+/// caller can choose a key's hash.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct IdempotencyKey(String);
+pub struct IdempotencyKey(Arc<str>);
+
+impl Hash for IdempotencyKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        // The first 16 hex digits are the digest's first 64 bits.
+        let bits = self.0.bytes().take(16).fold(0u64, |acc, c| {
+            let nibble = match c {
+                b'0'..=b'9' => c - b'0',
+                _ => c.wrapping_sub(b'a').wrapping_add(10) & 0xf,
+            };
+            (acc << 4) | u64::from(nibble)
+        });
+        state.write_u64(bits);
+    }
+}
+
+/// A [`BuildHasher`](std::hash::BuildHasher) for maps keyed by
+/// [`IdempotencyKey`]: passes the key's own hash through instead of
+/// rehashing it with SipHash.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyHashBuilder;
+
+impl std::hash::BuildHasher for KeyHashBuilder {
+    type Hasher = KeyHasher;
+    fn build_hasher(&self) -> KeyHasher {
+        KeyHasher(0)
+    }
+}
+
+/// The hasher of [`KeyHashBuilder`].
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for keys hashed some other way; fold the bytes.
+        for &b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 ^= n;
+    }
+}
 
 impl IdempotencyKey {
     /// Parse a key that was derived earlier (64 lowercase hex digits).
     pub fn parse(s: &str) -> Result<Self, KeyError> {
         if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            Ok(IdempotencyKey(s.to_owned()))
+            Ok(IdempotencyKey(Arc::from(s)))
         } else {
             Err(KeyError::Malformed {
                 given: s.chars().take(80).collect(),
@@ -100,7 +153,7 @@ impl TryFrom<String> for IdempotencyKey {
 
 impl From<IdempotencyKey> for String {
     fn from(k: IdempotencyKey) -> String {
-        k.0
+        k.0.to_string()
     }
 }
 
@@ -126,14 +179,14 @@ impl fmt::Display for Fingerprint {
 /// collide, so one tenant can never receive another tenant's stored result.
 #[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(try_from = "String", into = "String")]
-pub struct Namespace(String);
+pub struct Namespace(Arc<str>);
 
 impl Namespace {
     /// A validated namespace: 1 to [`MAX_KEY_PART_LEN`] bytes.
     pub fn new(name: impl Into<String>) -> Result<Self, KeyError> {
         let name = name.into();
         check_part("namespace", &name)?;
-        Ok(Namespace(name))
+        Ok(Namespace(Arc::from(name)))
     }
 
     /// The namespace as text.
@@ -145,7 +198,7 @@ impl Namespace {
 impl Default for Namespace {
     /// The namespace `"default"`, for single-tenant programs.
     fn default() -> Self {
-        Namespace("default".to_owned())
+        Namespace(Arc::from("default"))
     }
 }
 
@@ -158,7 +211,7 @@ impl TryFrom<String> for Namespace {
 
 impl From<Namespace> for String {
     fn from(n: Namespace) -> String {
-        n.0
+        n.0.to_string()
     }
 }
 
@@ -180,7 +233,7 @@ impl CanonicalArgs {
             });
         }
         let text = canonical::canonicalize(args)?;
-        let fingerprint = Fingerprint(hex::encode(Sha256::digest(text.as_bytes())));
+        let fingerprint = Fingerprint(lower_hex(&Sha256::digest(text.as_bytes())));
         Ok(CanonicalArgs { text, fingerprint })
     }
 }
@@ -209,7 +262,7 @@ pub enum KeySource<'a> {
         run_id: &'a str,
         /// The step of the run that made the call.
         step: u64,
-        /// The call's canonical arguments.
+        /// The call's canonical arguments (their fingerprint is hashed).
         args: &'a CanonicalArgs,
     },
     /// A natural key: selected (normalised) argument fields, optionally
@@ -275,7 +328,7 @@ pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
             h.field(b"step")
                 .field(run_id.as_bytes())
                 .field(step.to_string().as_bytes())
-                .field(args.text.as_bytes());
+                .field(args.fingerprint.as_str().as_bytes());
         }
         KeySource::Natural { fields, window } => {
             let text = canonical::canonicalize(fields)?;
@@ -306,6 +359,17 @@ fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
     }
 }
 
+/// Lowercase hex of `bytes`.
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = Vec::with_capacity(bytes.len() * 2);
+    for &b in bytes {
+        out.push(DIGITS[(b >> 4) as usize]);
+        out.push(DIGITS[(b & 0xf) as usize]);
+    }
+    String::from_utf8(out).expect("hex digits are ASCII")
+}
+
 /// SHA-256 over length-prefixed fields.
 struct Framer(Sha256);
 
@@ -323,7 +387,7 @@ impl Framer {
     }
 
     fn finish(self) -> IdempotencyKey {
-        IdempotencyKey(hex::encode(self.0.finalize()))
+        IdempotencyKey(Arc::from(lower_hex(&self.0.finalize())))
     }
 }
 

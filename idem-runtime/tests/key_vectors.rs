@@ -24,6 +24,8 @@ struct Vector {
     #[serde(default)]
     canonical: Option<String>,
     #[serde(default)]
+    fingerprint: Option<String>,
+    #[serde(default)]
     fields: Option<Value>,
     #[serde(default)]
     window: Option<u64>,
@@ -68,6 +70,12 @@ fn every_documented_vector_reproduces() {
                         Some(&args.text),
                         v.canonical.as_ref(),
                         "{}: canonical form",
+                        v.name
+                    );
+                    assert_eq!(
+                        Some(args.fingerprint.as_str()),
+                        v.fingerprint.as_deref(),
+                        "{}: fingerprint",
                         v.name
                     );
                     KeySource::Step {

@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 use super::transition;
 use super::{Claim, ClaimRequest, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::key::IdempotencyKey;
+use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{Fence, Outcome, Record};
 
 /// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
@@ -29,16 +29,25 @@ use crate::record::{Fence, Outcome, Record};
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    records: DashMap<IdempotencyKey, Slot>,
+    records: DashMap<IdempotencyKey, Slot, KeyHashBuilder>,
     clock: Arc<dyn Clock>,
     fences: AtomicU64,
 }
 
 #[derive(Debug)]
 struct Slot {
-    record: Record,
-    /// Woken when the record completes or is released.
-    changed: Arc<Notify>,
+    record: Arc<Record>,
+    /// Woken when the record completes or is released; made by the first
+    /// waiter, so calls nobody waits for allocate none.
+    changed: Option<Arc<Notify>>,
+}
+
+impl Slot {
+    fn wake(&self) {
+        if let Some(changed) = &self.changed {
+            changed.notify_waiters();
+        }
+    }
 }
 
 impl Default for MemoryStore {
@@ -56,7 +65,7 @@ impl MemoryStore {
     /// An empty store on `clock` (a [`crate::clock::ManualClock`] in tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
-            records: DashMap::new(),
+            records: DashMap::with_hasher(KeyHashBuilder),
             clock,
             fences: AtomicU64::new(0),
         }
@@ -79,23 +88,24 @@ impl MemoryStore {
         Fence(self.fences.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
-    /// Replace the record of an owned key, waking waiters when `wake`.
+    /// Change the record of an owned key in place, waking waiters when
+    /// `wake`.
     fn update(
         &self,
         key: &IdempotencyKey,
         wake: bool,
-        f: impl FnOnce(Option<Record>) -> Result<Record, StoreError>,
+        f: impl FnOnce(Option<&mut Record>) -> Result<(), StoreError>,
     ) -> Result<(), StoreError> {
         match self.records.get_mut(key) {
             Some(mut slot) => {
-                let record = f(Some(slot.record.clone()))?;
-                slot.record = record;
+                // In-flight records are not shared, so this does not clone.
+                f(Some(Arc::make_mut(&mut slot.record)))?;
                 if wake {
-                    slot.changed.notify_waiters();
+                    slot.wake();
                 }
                 Ok(())
             }
-            None => f(None).map(|_| ()),
+            None => f(None),
         }
     }
 }
@@ -113,8 +123,8 @@ impl Store for MemoryStore {
                 let d = transition::claim(None, req, now, || self.fresh_fence());
                 if let Some(record) = d.write {
                     v.insert(Slot {
-                        record,
-                        changed: Arc::new(Notify::new()),
+                        record: Arc::new(record),
+                        changed: None,
                     });
                 }
                 Ok(d.claim)
@@ -124,7 +134,7 @@ impl Store for MemoryStore {
                     self.fresh_fence()
                 });
                 if let Some(record) = d.write {
-                    o.get_mut().record = record;
+                    o.get_mut().record = Arc::new(record);
                 }
                 Ok(d.claim)
             }
@@ -141,7 +151,7 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         self.update(key, false, |r| {
-            transition::checkpoint(r, key, fence, step, value, lease, now)
+            transition::checkpoint_in_place(r, key, fence, step, value, lease, now)
         })
     }
 
@@ -154,14 +164,14 @@ impl Store for MemoryStore {
     ) -> Result<(), StoreError> {
         let now = self.clock.now();
         self.update(key, true, |r| {
-            transition::complete(r, key, fence, outcome, ttl, now)
+            transition::complete_in_place(r, key, fence, outcome, ttl, now)
         })
     }
 
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         let mut result = Ok(());
         let removed = self.records.remove_if(key, |_, slot| {
-            match transition::owned(Some(slot.record.clone()), key, fence) {
+            match transition::check_owner(Some(&slot.record), key, fence) {
                 Ok(_) => true,
                 Err(e) => {
                     result = Err(e);
@@ -171,10 +181,10 @@ impl Store for MemoryStore {
         });
         match removed {
             Some((_, slot)) => {
-                slot.changed.notify_waiters();
+                slot.wake();
                 Ok(())
             }
-            None if result.is_ok() => transition::owned(None, key, fence).map(|_| ()),
+            None if result.is_ok() => transition::check_owner(None, key, fence),
             None => result,
         }
     }
@@ -184,7 +194,7 @@ impl Store for MemoryStore {
         Ok(self
             .records
             .get(key)
-            .map(|slot| slot.record.clone())
+            .map(|slot| Record::clone(&slot.record))
             .filter(|r| !r.is_expired(now)))
     }
 
@@ -195,9 +205,9 @@ impl Store for MemoryStore {
     ) -> Result<Option<Record>, StoreError> {
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let changed = match self.records.get(key) {
+            let changed = match self.records.get_mut(key) {
                 None => return Ok(None),
-                Some(slot) => slot.changed.clone(),
+                Some(mut slot) => slot.changed.get_or_insert_with(Default::default).clone(),
             };
             // Register interest before looking, so a completion between the
             // look and the await is not missed.
@@ -213,7 +223,9 @@ impl Store for MemoryStore {
                     {
                         lease_until
                     }
-                    _ => return Ok(Some(slot.record.clone()).filter(|r| !r.is_expired(now))),
+                    _ => {
+                        return Ok(Some(Record::clone(&slot.record)).filter(|r| !r.is_expired(now)))
+                    }
                 },
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -75,8 +75,9 @@ pub enum Claim {
         /// Until when its lease runs.
         lease_until: Timestamp,
     },
-    /// The call already completed; here is its record.
-    Completed(Box<Record>),
+    /// The call already completed; here is its record (shared: a store that
+    /// keeps records in memory hands out its own copy without cloning).
+    Completed(Arc<Record>),
     /// The key is recorded for different arguments or another tool; nothing
     /// was changed.
     KeyReused {

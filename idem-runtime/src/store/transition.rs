@@ -4,6 +4,7 @@
 //! implement the same rules there and are held to them by the conformance
 //! suite.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -25,7 +26,7 @@ pub struct ClaimDecision {
 /// Decide a claim against the `existing` record at `now`; `fresh` hands out a
 /// fence never used before for this key.
 pub fn claim(
-    existing: Option<Record>,
+    existing: Option<Arc<Record>>,
     req: &ClaimRequest<'_>,
     now: Timestamp,
     fresh: impl FnOnce() -> Fence,
@@ -55,15 +56,15 @@ pub fn claim(
     {
         return ClaimDecision {
             claim: Claim::KeyReused {
-                tool: record.tool,
-                fingerprint: record.fingerprint,
+                tool: record.tool.clone(),
+                fingerprint: record.fingerprint.clone(),
             },
             write: None,
         };
     }
     match record.state {
         RecordState::Completed { .. } => ClaimDecision {
-            claim: Claim::Completed(Box::new(record)),
+            claim: Claim::Completed(record),
             write: None,
         },
         RecordState::InFlight { fence, lease_until } if lease_until > now => ClaimDecision {
@@ -75,7 +76,7 @@ pub fn claim(
         } => {
             let fence = fresh();
             let lease_until = now.plus(req.lease);
-            let mut record = record;
+            let mut record = Arc::unwrap_or_clone(record);
             record.state = RecordState::InFlight { fence, lease_until };
             ClaimDecision {
                 claim: Claim::Acquired {
@@ -90,25 +91,58 @@ pub fn claim(
     }
 }
 
+/// Check that `fence` owns the in-flight `existing` record.
+pub fn check_owner(
+    existing: Option<&Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+) -> Result<(), StoreError> {
+    match existing {
+        Some(r) if matches!(r.state, RecordState::InFlight { fence: f, .. } if f == fence) => {
+            Ok(())
+        }
+        other => Err(StoreError::StaleFence {
+            key: key.clone(),
+            given: fence,
+            current: FenceHolder::of(other),
+        }),
+    }
+}
+
 /// Check that `fence` owns the in-flight `existing` record and return it.
 pub fn owned(
     existing: Option<Record>,
     key: &IdempotencyKey,
     fence: Fence,
 ) -> Result<Record, StoreError> {
-    match existing {
-        Some(r) if matches!(r.state, RecordState::InFlight { fence: f, .. } if f == fence) => Ok(r),
-        other => Err(StoreError::StaleFence {
-            key: key.clone(),
-            given: fence,
-            current: FenceHolder::of(other.as_ref()),
-        }),
-    }
+    check_owner(existing.as_ref(), key, fence)?;
+    Ok(existing.expect("checked"))
+}
+
+/// Record in place that step `step` completed with `value`.
+#[allow(clippy::too_many_arguments)]
+pub fn checkpoint_in_place(
+    existing: Option<&mut Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    step: &str,
+    value: &Value,
+    lease: Duration,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    check_owner(existing.as_deref(), key, fence)?;
+    let record = existing.expect("checked");
+    record.steps.insert(step.to_owned(), value.clone());
+    record.state = RecordState::InFlight {
+        fence,
+        lease_until: now.plus(lease),
+    };
+    Ok(())
 }
 
 /// The record after step `step` completed with `value`.
 pub fn checkpoint(
-    existing: Option<Record>,
+    mut existing: Option<Record>,
     key: &IdempotencyKey,
     fence: Fence,
     step: &str,
@@ -116,30 +150,39 @@ pub fn checkpoint(
     lease: Duration,
     now: Timestamp,
 ) -> Result<Record, StoreError> {
-    let mut record = owned(existing, key, fence)?;
-    record.steps.insert(step.to_owned(), value.clone());
-    record.state = RecordState::InFlight {
-        fence,
-        lease_until: now.plus(lease),
-    };
-    Ok(record)
+    checkpoint_in_place(existing.as_mut(), key, fence, step, value, lease, now)?;
+    Ok(existing.expect("checked"))
 }
 
-/// The record after completion with `outcome`.
-pub fn complete(
-    existing: Option<Record>,
+/// Complete the record in place with `outcome`.
+pub fn complete_in_place(
+    existing: Option<&mut Record>,
     key: &IdempotencyKey,
     fence: Fence,
     outcome: &Outcome,
     ttl: Duration,
     now: Timestamp,
-) -> Result<Record, StoreError> {
-    let mut record = owned(existing, key, fence)?;
+) -> Result<(), StoreError> {
+    check_owner(existing.as_deref(), key, fence)?;
+    let record = existing.expect("checked");
     record.state = RecordState::Completed {
         fence,
         outcome: outcome.clone(),
         completed_at: now,
         expires_at: now.plus(ttl),
     };
-    Ok(record)
+    Ok(())
+}
+
+/// The record after completion with `outcome`.
+pub fn complete(
+    mut existing: Option<Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<Record, StoreError> {
+    complete_in_place(existing.as_mut(), key, fence, outcome, ttl, now)?;
+    Ok(existing.expect("checked"))
 }

@@ -1,0 +1,197 @@
+//! Overhead of idem per call on the in-memory store, against a naive
+//! `Mutex<HashMap>` idempotency wrapper measured in the same run.
+//!
+//! The naive wrapper is the one from the background article: key =
+//! SHA-256 of `run:step:tool:json(args)`, look it up in a locked map, run the
+//! tool, store its JSON output. It has no canonical form, no namespaces, no
+//! fingerprints, no leases, no fencing, no waiters, no retries, no classes.
+//!
+//! Run with `cargo bench --bench overhead`; the last lines print the ratios.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use criterion::{criterion_group, Criterion};
+use idem::class::{IdempotentWrite, Read};
+use idem::{Executor, MemoryStore, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+struct SendEmail {
+    to: String,
+    subject: String,
+    body: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct EmailSent {
+    message_id: String,
+}
+
+fn send(args: &SendEmail) -> EmailSent {
+    EmailSent {
+        message_id: format!("<{}@example.com>", args.to.len()),
+    }
+}
+
+#[derive(Clone, Copy)]
+struct SendEmailTool;
+impl ToolDef for SendEmailTool {
+    type Class = IdempotentWrite;
+    type Args = SendEmail;
+    type Output = EmailSent;
+    const SPEC: ToolSpec = ToolSpec::new("send_email", "Send an email.");
+}
+impl<S: Send + Sync + 'static> Tool<S> for SendEmailTool {
+    fn call(
+        &self,
+        args: SendEmail,
+        _: &ToolCtx,
+        _: &S,
+    ) -> impl Future<Output = Result<EmailSent, ToolError>> + Send {
+        std::future::ready(Ok(send(&args)))
+    }
+}
+
+#[derive(Clone, Copy)]
+struct LookUpTool;
+impl ToolDef for LookUpTool {
+    type Class = Read;
+    type Args = SendEmail;
+    type Output = EmailSent;
+    const SPEC: ToolSpec = ToolSpec::new("look_up", "Look up.");
+}
+impl<S: Send + Sync + 'static> Tool<S> for LookUpTool {
+    fn call(
+        &self,
+        args: SendEmail,
+        _: &ToolCtx,
+        _: &S,
+    ) -> impl Future<Output = Result<EmailSent, ToolError>> + Send {
+        std::future::ready(Ok(send(&args)))
+    }
+}
+
+/// The naive wrapper.
+#[derive(Default)]
+struct Naive {
+    done: Mutex<HashMap<String, String>>,
+}
+
+impl Naive {
+    async fn call(&self, run: &str, step: u64, tool: &str, args: &SendEmail) -> EmailSent {
+        let text = serde_json::to_string(args).unwrap();
+        let key = hex::encode(Sha256::digest(format!("{run}:{step}:{tool}:{text}")));
+        if let Some(hit) = self.done.lock().unwrap().get(&key) {
+            return serde_json::from_str(hit).unwrap();
+        }
+        let out = send(args);
+        self.done
+            .lock()
+            .unwrap()
+            .insert(key, serde_json::to_string(&out).unwrap());
+        out
+    }
+}
+
+fn args() -> SendEmail {
+    SendEmail {
+        to: "ada@example.com".into(),
+        subject: "Your invoice".into(),
+        body: "Hello Ada, your invoice for November is attached.".into(),
+    }
+}
+
+fn overhead(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("overhead");
+    let counter = AtomicU64::new(0);
+
+    let naive = Naive::default();
+    g.bench_function("naive_first", |b| {
+        b.to_async(&rt).iter(|| {
+            let step = counter.fetch_add(1, Ordering::Relaxed);
+            let naive = &naive;
+            async move { naive.call("run-1", step, "send_email", &args()).await }
+        })
+    });
+    g.bench_function("naive_duplicate", |b| {
+        b.to_async(&rt)
+            .iter(|| async { naive.call("run-1", 0, "send_email", &args()).await })
+    });
+
+    let exec = Executor::builder_shared(Arc::new(MemoryStore::new())).build();
+    g.bench_function("idem_first", |b| {
+        b.to_async(&rt).iter(|| {
+            let step = counter.fetch_add(1, Ordering::Relaxed);
+            let exec = &exec;
+            async move {
+                exec.call(SendEmailTool, args())
+                    .run("run-1", step)
+                    .await
+                    .unwrap()
+            }
+        })
+    });
+    g.bench_function("idem_duplicate", |b| {
+        b.to_async(&rt).iter(|| async {
+            exec.call(SendEmailTool, args())
+                .run("run-1", 0)
+                .await
+                .unwrap()
+        })
+    });
+    g.bench_function("idem_read", |b| {
+        b.to_async(&rt)
+            .iter(|| async { exec.call(LookUpTool, args()).await.unwrap() })
+    });
+    g.finish();
+}
+
+/// Mean time of a benchmark of this run, from criterion's estimates.
+fn mean_ns(id: &str) -> Option<f64> {
+    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    let path = format!("{target}/criterion/overhead/{id}/new/estimates.json");
+    let text = std::fs::read_to_string(path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["mean"]["point_estimate"].as_f64()
+}
+
+fn report() {
+    println!("\nidem overhead against the naive Mutex<HashMap> wrapper (same run):");
+    for (idem, naive) in [
+        ("idem_first", "naive_first"),
+        ("idem_duplicate", "naive_duplicate"),
+        ("idem_read", "naive_duplicate"),
+    ] {
+        if let (Some(a), Some(b)) = (mean_ns(idem), mean_ns(naive)) {
+            println!(
+                "  {idem:<15} {:>8.2} µs   {naive:<15} {:>8.2} µs   ratio {:.2}×",
+                a / 1000.0,
+                b / 1000.0,
+                a / b
+            );
+        }
+    }
+}
+
+criterion_group!(benches, overhead);
+
+fn main() {
+    sizes();
+    benches();
+    Criterion::default().configure_from_args().final_summary();
+    report();
+}
+#[allow(dead_code)]
+fn sizes() {
+    let exec = Executor::builder_shared(Arc::new(MemoryStore::new())).build();
+    let f = std::future::IntoFuture::into_future(exec.call(SendEmailTool, args()).run("r", 1));
+    eprintln!("boxed call future: {}", std::mem::size_of_val(&*f));
+}
