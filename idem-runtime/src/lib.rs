@@ -13,6 +13,9 @@ pub mod conformance;
 pub mod ctx;
 pub mod error;
 pub mod key;
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __macro_support;
 pub mod record;
 pub mod state;
 pub mod store;

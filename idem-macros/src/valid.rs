@@ -1,0 +1,88 @@
+//! Cross-checks between the options, the class and the function. Each rule
+//! of the class table that can be decided from the attribute alone is
+//! decided here, with the error on the option the user wrote.
+
+use proc_macro2::Span;
+
+use crate::ast::{DocPart, ToolFn};
+use crate::attr::{Attrs, Class};
+use crate::ctxt::Ctxt;
+use crate::suggest::one_of;
+
+/// Check `attrs` against each other and against `tool`; return the class
+/// if it is known.
+pub(crate) fn check(cx: &mut Ctxt, attrs: &Attrs, tool: &ToolFn) -> Option<Class> {
+    check_description(cx, attrs, tool);
+    let Some(class) = &attrs.class else {
+        cx.error_at(
+            Span::call_site(),
+            format!(
+                "missing `class`: every tool says what repeating it does, for example `#[tool(class = \"idempotent_write\")]`; the classes are {}",
+                one_of(Class::NAMES)
+            ),
+        );
+        return None;
+    };
+    let class = class.value;
+
+    if !class.is_keyed() {
+        let stored = "reads have no idempotency key and are never stored";
+        if let Some(key) = &attrs.key {
+            cx.error_spanned_by(
+                &key.name,
+                format!("`key` is not allowed on a `read` tool: {stored}; remove it, or declare the write class the tool really has"),
+            );
+        }
+        if let Some(ttl) = &attrs.ttl {
+            cx.error_spanned_by(
+                &ttl.name,
+                format!("`ttl` is not allowed on a `read` tool: {stored}"),
+            );
+        }
+        if let Some(version) = &attrs.key_version {
+            cx.error_spanned_by(
+                &version.name,
+                format!("`key_version` is not allowed on a `read` tool: {stored}"),
+            );
+        }
+        if let Some(reconcile) = &attrs.reconcile {
+            cx.error_spanned_by(
+                &reconcile.name,
+                "`reconcile` is not allowed on a `read` tool: a read has no effect to look for, it is simply run again",
+            );
+        }
+    }
+
+    if !class.is_retry_safe() {
+        if let Some(max) = &attrs.max_attempts {
+            cx.error_spanned_by(
+                &max.name,
+                format!(
+                    "`max_attempts` is not allowed on a `{}` tool: it is never retried, because repeating the call repeats its effect; only `read` and `idempotent_write` tools are retried",
+                    class.name()
+                ),
+            );
+        }
+    }
+    Some(class)
+}
+
+/// A tool without a description cannot be chosen well by the model.
+fn check_description(cx: &mut Ctxt, attrs: &Attrs, tool: &ToolFn) {
+    if attrs.description.is_some() {
+        return;
+    }
+    let documented = tool.docs.iter().any(|part| match part {
+        DocPart::Text(text) => !text.trim().is_empty(),
+        DocPart::Expr(_) => true,
+    });
+    if !documented {
+        cx.error_spanned_by(
+            tool.ident,
+            format!(
+                "tool `{}` has no description: the model reads it to decide when to call the tool; add a doc comment (`/// Send an email to a customer.`) or `description = \"…\"`",
+                tool.ident
+            ),
+        );
+    }
+}
