@@ -129,3 +129,175 @@ mod millis {
         Ok(Option::<u64>::deserialize(d)?.map(Duration::from_millis))
     }
 }
+
+/// Why a call through idem did not produce the tool's output.
+///
+/// Every variant says whether the tool ran; those that refuse say so in
+/// their message, so an operator reading a log knows nothing happened.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdemError {
+    /// The tool ran (possibly several attempts, or earlier under the same
+    /// key) and failed.
+    #[error("tool `{tool}` failed: {error}{}", if *.deduplicated { " (recorded result of an earlier call)" } else { "" })]
+    Tool {
+        /// The tool.
+        tool: String,
+        /// Its error.
+        error: ToolError,
+        /// The failure was recorded by an earlier call with this key.
+        deduplicated: bool,
+    },
+    /// No key could be derived: nothing ran.
+    #[error("no idempotency key for tool `{tool}`: {source}; nothing ran")]
+    Key {
+        /// The tool.
+        tool: String,
+        /// Why.
+        source: crate::key::KeyError,
+    },
+    /// The store failed: nothing ran (fail closed), or the outcome could not
+    /// be recorded (the record stays in flight and the lease decides).
+    #[error("tool `{tool}`: {source}")]
+    Store {
+        /// The tool.
+        tool: String,
+        /// The store's error.
+        source: crate::store::StoreError,
+    },
+    /// The key is recorded for other arguments: nothing ran.
+    #[error("key {key} was already used by tool `{stored_tool}` with other arguments (stored fingerprint {stored_fingerprint}); nothing ran. A retry must send the same arguments; a new intent needs a new call id")]
+    KeyReused {
+        /// The key.
+        key: crate::key::IdempotencyKey,
+        /// The tool that recorded it.
+        stored_tool: String,
+        /// The fingerprint stored with it.
+        stored_fingerprint: String,
+    },
+    /// Another call with this key is running and this one did not wait (or
+    /// waited its limit): nothing ran.
+    #[error("a call of `{tool}` with key {key} is already in progress; nothing ran. Retry later to receive its result")]
+    InProgress {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: crate::key::IdempotencyKey,
+    },
+    /// An earlier call's owner vanished mid-call and whether its effect
+    /// happened is unknown: refused, never re-run.
+    #[error("the outcome of an earlier call of `{tool}` with key {key} is unknown ({reason}); refusing to run it again. An operator must check whether the effect happened")]
+    OutcomeUnknown {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: crate::key::IdempotencyKey,
+        /// What is known.
+        reason: String,
+    },
+    /// An irreversible call was denied: nothing ran.
+    #[error("approval for irreversible tool `{tool}` was denied: {reason}; nothing ran")]
+    ApprovalDenied {
+        /// The tool.
+        tool: String,
+        /// Why.
+        reason: String,
+        /// The denial was recorded by an earlier call with this key.
+        deduplicated: bool,
+    },
+    /// An irreversible call reached an executor with no approval policy.
+    #[error("irreversible tool `{tool}` needs an approval and this executor has no approval policy; nothing ran")]
+    ApprovalRequired {
+        /// The tool.
+        tool: String,
+    },
+    /// Replay mode found no record for a write: nothing ran.
+    #[error("replay: tool `{tool}` with key {key} has no recorded result; nothing ran (replay never performs side effects)")]
+    NotRecorded {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: crate::key::IdempotencyKey,
+    },
+    /// A recorded output no longer deserializes into the tool's output type
+    /// (the type changed since it was recorded): nothing ran.
+    #[error("the recorded output of `{tool}` does not match its output type ({detail}); nothing ran. Bump the tool's key_version if its output changed")]
+    RecordedOutputMismatch {
+        /// The tool.
+        tool: String,
+        /// The deserialization error.
+        detail: String,
+    },
+    /// The arguments are unusable: nothing ran.
+    #[error("invalid arguments for tool `{tool}`: {detail}; nothing ran")]
+    InvalidArguments {
+        /// The tool.
+        tool: String,
+        /// What is wrong, with the path to the offending field.
+        detail: String,
+    },
+    /// The output could not be serialized for recording. The effect
+    /// happened; the record is left in flight for the lease to decide.
+    #[error("the output of `{tool}` could not be serialized: {detail}")]
+    OutputNotSerializable {
+        /// The tool.
+        tool: String,
+        /// Why.
+        detail: String,
+    },
+    /// A model asked for a tool the registry does not have: nothing ran.
+    #[error("unknown tool `{name}`{}; nothing ran", match .suggestion { Some(s) => format!(" (did you mean `{s}`?)"), None => String::new() })]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+        /// The closest registered name.
+        suggestion: Option<String>,
+    },
+    /// The arguments text is larger than the dispatcher accepts.
+    #[error("arguments of `{tool}` are {len} bytes; the limit is {max} bytes; nothing ran")]
+    ArgumentsTooLarge {
+        /// The tool.
+        tool: String,
+        /// Their size.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+}
+
+impl IdemError {
+    /// A short machine-readable code for the variant (`"key_reused"`, …),
+    /// used in tool results sent back to a model.
+    pub fn code(&self) -> &'static str {
+        match self {
+            IdemError::Tool { .. } => "tool_error",
+            IdemError::Key { .. } => "invalid_key",
+            IdemError::Store { .. } => "store_unavailable",
+            IdemError::KeyReused { .. } => "key_reused",
+            IdemError::InProgress { .. } => "in_progress",
+            IdemError::OutcomeUnknown { .. } => "outcome_unknown",
+            IdemError::ApprovalDenied { .. } => "approval_denied",
+            IdemError::ApprovalRequired { .. } => "approval_required",
+            IdemError::NotRecorded { .. } => "not_recorded",
+            IdemError::RecordedOutputMismatch { .. } => "recorded_output_mismatch",
+            IdemError::InvalidArguments { .. } => "invalid_arguments",
+            IdemError::OutputNotSerializable { .. } => "output_not_serializable",
+            IdemError::UnknownTool { .. } => "unknown_tool",
+            IdemError::ArgumentsTooLarge { .. } => "arguments_too_large",
+        }
+    }
+
+    /// Whether this result came from an earlier call's record.
+    pub fn is_deduplicated(&self) -> bool {
+        matches!(
+            self,
+            IdemError::Tool {
+                deduplicated: true,
+                ..
+            } | IdemError::ApprovalDenied {
+                deduplicated: true,
+                ..
+            }
+        )
+    }
+}

@@ -5,30 +5,40 @@
 //! everything here together with the `#[tool]` attribute.
 #![warn(missing_docs)]
 
+pub mod approval;
 pub mod canonical;
 pub mod class;
 pub mod clock;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 pub mod ctx;
+pub mod dispatch;
 pub mod error;
+pub mod executor;
 pub mod key;
 #[doc(hidden)]
 #[path = "macro_support.rs"]
 pub mod __macro_support;
 pub mod record;
+pub mod registry;
+pub mod retry;
 pub mod state;
 pub mod store;
 pub mod tool;
 
+pub use approval::Approval;
 pub use class::{
     Class, ClassKind, IdempotentWrite, Irreversible, Keyed, McpAnnotations, NeedsApproval,
     NoApprovalNeeded, NonIdempotentWrite, Read, RetrySafe,
 };
 pub use ctx::ToolCtx;
-pub use error::{ErrorKind, ToolError};
+pub use dispatch::{Dispatcher, RunContext, ToolCall, ToolResult};
+pub use error::{ErrorKind, IdemError, ToolError};
+pub use executor::{CallInfo, CallMeta, Called, Executor, InFlightPolicy};
 pub use key::{IdempotencyKey, KeyError, Namespace};
 pub use record::{Outcome, Record};
+pub use registry::Registry;
+pub use retry::RetryPolicy;
 pub use state::{FromRef, State};
 pub use store::{MemoryStore, Store, StoreError};
 pub use tool::{KeyMaterial, KeySpec, Reconciled, Tool, ToolDef, ToolSpec};

@@ -108,7 +108,7 @@ pub trait ToolDef: Send + Sync + 'static {
     /// The class marker ([`crate::class::Read`], …).
     type Class: Class;
     /// The arguments, deserialized from the model's JSON.
-    type Args: Serialize + DeserializeOwned + schemars::JsonSchema + Send + Sync + 'static;
+    type Args: Serialize + DeserializeOwned + schemars::JsonSchema + Clone + Send + Sync + 'static;
     /// The output, recorded as JSON and returned to duplicates.
     type Output: Serialize + DeserializeOwned + Send + Sync + 'static;
 

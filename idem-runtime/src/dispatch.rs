@@ -1,0 +1,437 @@
+//! Dispatch the tool calls a model returned, by name, and shape the results
+//! for the model.
+//!
+//! Accepted shapes:
+//!
+//! * **OpenAI chat completions**: an assistant message with `tool_calls`
+//!   (`[{ "id", "type": "function", "function": { "name", "arguments" } }]`,
+//!   `arguments` being a JSON *string*), a whole response with `choices`, or
+//!   the `tool_calls` array itself. Results are `role: "tool"` messages.
+//! * **Anthropic messages**: a message with `content` blocks, or the blocks
+//!   themselves; `tool_use` blocks (`{ "id", "name", "input" }`) are calls.
+//!   Results are `tool_result` blocks in one `role: "user"` message.
+//!
+//! Before anything runs, each call is checked: the tool must be registered,
+//! the arguments no larger than the limit ([`DEFAULT_MAX_ARGUMENT_BYTES`]),
+//! valid JSON, an object, and deserializable into the tool's argument type
+//! (whose JSON Schema is what the model was shown). A failed check becomes
+//! an error result the model can read; nothing runs.
+//!
+//! **Ordering.** The calls of one response run concurrently by default
+//! (models emit parallel calls when they are independent). Results come back
+//! in the order of the calls, whatever order they finish in. Two calls of one
+//! response that share a key are deduplicated like any duplicate: the second
+//! waits for the first and gets its result. Use [`Dispatcher::sequential`]
+//! to run them one after another in order.
+
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::error::IdemError;
+use crate::executor::{CallInfo, CallMeta, Called, Executor};
+use crate::key::{json_type, Namespace};
+use crate::registry::Registry;
+
+/// The default limit on the size of one call's arguments: 64 KiB.
+pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
+
+/// One tool call as a model emitted it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The provider's call id.
+    pub id: Option<String>,
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, as sent.
+    pub arguments: Arguments,
+}
+
+/// Arguments as sent by the provider.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arguments {
+    /// A JSON text (OpenAI).
+    Text(String),
+    /// A JSON value (Anthropic).
+    Json(Value),
+}
+
+/// The model's message does not have the expected shape.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DispatchError {
+    /// The message is not in the provider's shape.
+    #[error("not an {provider} tool-call message: {detail}")]
+    Malformed {
+        /// `"OpenAI"` or `"Anthropic"`.
+        provider: &'static str,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+fn malformed(provider: &'static str, detail: impl Into<String>) -> DispatchError {
+    DispatchError::Malformed {
+        provider,
+        detail: detail.into(),
+    }
+}
+
+/// The tool calls of an OpenAI chat-completions message.
+pub fn parse_openai(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    const P: &str = "OpenAI";
+    let calls = if let Some(choices) = message.get("choices") {
+        choices
+            .get(0)
+            .and_then(|c| c.get("message"))
+            .and_then(|m| m.get("tool_calls"))
+    } else if message.is_array() {
+        Some(message)
+    } else {
+        message.get("tool_calls")
+    };
+    let Some(calls) = calls else {
+        return Ok(Vec::new());
+    };
+    let calls = calls.as_array().ok_or_else(|| {
+        malformed(
+            P,
+            format!("`tool_calls` is {}, not an array", json_type(calls)),
+        )
+    })?;
+    calls
+        .iter()
+        .enumerate()
+        .map(|(i, call)| {
+            let function = call
+                .get("function")
+                .ok_or_else(|| malformed(P, format!("tool_calls[{i}] has no `function`")))?;
+            let name = function
+                .get("name")
+                .and_then(Value::as_str)
+                .ok_or_else(|| {
+                    malformed(P, format!("tool_calls[{i}].function has no string `name`"))
+                })?;
+            let arguments = match function.get("arguments") {
+                Some(Value::String(text)) => Arguments::Text(text.clone()),
+                // Some compatible servers send an object; accept it as is.
+                Some(other) => Arguments::Json(other.clone()),
+                None => Arguments::Text(String::new()),
+            };
+            Ok(ToolCall {
+                id: call.get("id").and_then(Value::as_str).map(str::to_owned),
+                name: name.to_owned(),
+                arguments,
+            })
+        })
+        .collect()
+}
+
+/// The tool calls (`tool_use` blocks) of an Anthropic message.
+pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    const P: &str = "Anthropic";
+    let blocks = if message.is_array() {
+        message
+    } else {
+        message
+            .get("content")
+            .ok_or_else(|| malformed(P, "no `content`"))?
+    };
+    let Some(blocks) = blocks.as_array() else {
+        // A plain text content has no tool calls.
+        return Ok(Vec::new());
+    };
+    blocks
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| b.get("type").and_then(Value::as_str) == Some("tool_use"))
+        .map(|(i, block)| {
+            let name = block.get("name").and_then(Value::as_str).ok_or_else(|| {
+                malformed(P, format!("content[{i}] (tool_use) has no string `name`"))
+            })?;
+            Ok(ToolCall {
+                id: block.get("id").and_then(Value::as_str).map(str::to_owned),
+                name: name.to_owned(),
+                arguments: Arguments::Json(block.get("input").cloned().unwrap_or(Value::Null)),
+            })
+        })
+        .collect()
+}
+
+/// Where a batch of calls comes from: the key source for calls without an
+/// id, and the tenant.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunContext {
+    /// The agent run.
+    pub run_id: Option<String>,
+    /// The run's step that produced these calls.
+    pub step: u64,
+    /// The tenant / principal.
+    pub namespace: Option<Namespace>,
+}
+
+impl RunContext {
+    /// Step `step` of run `run_id`.
+    pub fn new(run_id: impl Into<String>, step: u64) -> Self {
+        RunContext {
+            run_id: Some(run_id.into()),
+            step,
+            namespace: None,
+        }
+    }
+
+    /// For tenant `namespace`.
+    pub fn namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = Some(namespace);
+        self
+    }
+}
+
+/// The result of one call, ready to send back to the model.
+#[derive(Debug, Clone)]
+pub struct ToolResult {
+    /// The provider's call id.
+    pub call_id: Option<String>,
+    /// The tool's name as called.
+    pub tool: String,
+    /// The output, or why there is none.
+    pub result: Result<Called<Value>, IdemError>,
+}
+
+impl ToolResult {
+    /// Whether the call failed or was refused.
+    pub fn is_error(&self) -> bool {
+        self.result.is_err()
+    }
+
+    /// Whether the answer came from an earlier call's record (for tracing;
+    /// the model sees the same content as the first time).
+    pub fn deduplicated(&self) -> bool {
+        match &self.result {
+            Ok(c) => c.meta.deduplicated,
+            Err(e) => e.is_deduplicated(),
+        }
+    }
+
+    /// How the call was carried out, when it produced an output.
+    pub fn meta(&self) -> Option<&CallMeta> {
+        self.result.as_ref().ok().map(|c| &c.meta)
+    }
+
+    /// What the model reads: the output, or `{"error": {"code", "message"}}`.
+    pub fn content(&self) -> Value {
+        match &self.result {
+            Ok(called) => called.output.clone(),
+            Err(e) => {
+                let mut error = json!({ "code": e.code(), "message": e.to_string() });
+                if let IdemError::Tool {
+                    error: tool_error, ..
+                } = e
+                {
+                    error["kind"] = json!(tool_error.kind());
+                    if let Some(details) = tool_error.details() {
+                        error["details"] = details.clone();
+                    }
+                }
+                json!({ "error": error })
+            }
+        }
+    }
+
+    /// An OpenAI `role: "tool"` message.
+    pub fn to_openai(&self) -> Value {
+        json!({
+            "role": "tool",
+            "tool_call_id": self.call_id,
+            "content": self.content().to_string(),
+        })
+    }
+
+    /// An Anthropic `tool_result` block.
+    pub fn to_anthropic(&self) -> Value {
+        let mut block = json!({
+            "type": "tool_result",
+            "tool_use_id": self.call_id,
+            "content": self.content().to_string(),
+        });
+        if self.is_error() {
+            block["is_error"] = Value::Bool(true);
+        }
+        block
+    }
+}
+
+/// Runs model tool calls through an executor and a registry.
+pub struct Dispatcher<S = ()> {
+    executor: Executor<S>,
+    registry: Arc<Registry<S>>,
+    max_argument_bytes: usize,
+    concurrent: bool,
+}
+
+impl<S> Clone for Dispatcher<S> {
+    fn clone(&self) -> Self {
+        Dispatcher {
+            executor: self.executor.clone(),
+            registry: self.registry.clone(),
+            max_argument_bytes: self.max_argument_bytes,
+            concurrent: self.concurrent,
+        }
+    }
+}
+
+impl<S: Send + Sync + 'static> Dispatcher<S> {
+    /// Dispatch through `executor` to the tools of `registry`.
+    pub fn new(executor: Executor<S>, registry: Registry<S>) -> Self {
+        Dispatcher {
+            executor,
+            registry: Arc::new(registry),
+            max_argument_bytes: DEFAULT_MAX_ARGUMENT_BYTES,
+            concurrent: true,
+        }
+    }
+
+    /// Refuse arguments larger than `bytes`.
+    pub fn max_argument_bytes(mut self, bytes: usize) -> Self {
+        self.max_argument_bytes = bytes;
+        self
+    }
+
+    /// Run the calls of one response one after another, in order.
+    pub fn sequential(mut self) -> Self {
+        self.concurrent = false;
+        self
+    }
+
+    /// The executor.
+    pub fn executor(&self) -> &Executor<S> {
+        &self.executor
+    }
+
+    /// The registry.
+    pub fn registry(&self) -> &Registry<S> {
+        &self.registry
+    }
+
+    /// Run one call.
+    pub async fn dispatch_one(&self, call: ToolCall, run: &RunContext) -> ToolResult {
+        let result = self.run(&call, run).await;
+        ToolResult {
+            call_id: call.id,
+            tool: call.name,
+            result,
+        }
+    }
+
+    async fn run(&self, call: &ToolCall, run: &RunContext) -> Result<Called<Value>, IdemError> {
+        let Some(tool) = self.registry.get(&call.name) else {
+            return Err(IdemError::UnknownTool {
+                name: call.name.clone(),
+                suggestion: self.registry.suggest(&call.name).map(str::to_owned),
+            });
+        };
+        let invalid = |detail: String| IdemError::InvalidArguments {
+            tool: call.name.clone(),
+            detail,
+        };
+        let too_large = |len: usize| IdemError::ArgumentsTooLarge {
+            tool: call.name.clone(),
+            len,
+            max: self.max_argument_bytes,
+        };
+        let args = match &call.arguments {
+            Arguments::Text(text) if text.len() > self.max_argument_bytes => {
+                return Err(too_large(text.len()))
+            }
+            // Models send "" for a call without arguments.
+            Arguments::Text(text) if text.trim().is_empty() => json!({}),
+            Arguments::Text(text) => serde_json::from_str(text)
+                .map_err(|e| invalid(format!("the arguments are not valid JSON ({e})")))?,
+            Arguments::Json(value) => {
+                let len = serde_json::to_vec(value)
+                    .map(|v| v.len())
+                    .unwrap_or(usize::MAX);
+                if len > self.max_argument_bytes {
+                    return Err(too_large(len));
+                }
+                value.clone()
+            }
+        };
+        if !args.is_object() {
+            return Err(invalid(format!(
+                "the arguments must be a JSON object, found {}",
+                json_type(&args)
+            )));
+        }
+        let info = CallInfo {
+            call_id: call.id.clone(),
+            run: run.run_id.clone().map(|r| (r, run.step)),
+            namespace: run.namespace.clone(),
+        };
+        tool.call_json(&self.executor, args, info).await
+    }
+
+    /// Run a batch of calls; results in the order of `calls`.
+    pub async fn dispatch(&self, calls: Vec<ToolCall>, run: &RunContext) -> Vec<ToolResult> {
+        if !self.concurrent || calls.len() <= 1 {
+            let mut out = Vec::with_capacity(calls.len());
+            for call in calls {
+                out.push(self.dispatch_one(call, run).await);
+            }
+            return out;
+        }
+        let mut tasks = tokio::task::JoinSet::new();
+        let n = calls.len();
+        for (i, call) in calls.into_iter().enumerate() {
+            let (this, run) = (self.clone(), run.clone());
+            tasks.spawn(async move { (i, this.dispatch_one(call, &run).await) });
+        }
+        let mut slots: Vec<Option<ToolResult>> = (0..n).map(|_| None).collect();
+        while let Some(joined) = tasks.join_next().await {
+            match joined {
+                Ok((i, result)) => slots[i] = Some(result),
+                // A tool panicked: its record stays in flight and the lease
+                // decides, exactly as if the process had crashed.
+                Err(e) => std::panic::resume_unwind(e.into_panic()),
+            }
+        }
+        slots
+            .into_iter()
+            .map(|r| r.expect("every call answered"))
+            .collect()
+    }
+
+    /// Run the tool calls of an OpenAI message; returns the `role: "tool"`
+    /// messages to append to the conversation, with their results.
+    pub async fn openai(
+        &self,
+        message: &Value,
+        run: &RunContext,
+    ) -> Result<Vec<ToolResult>, DispatchError> {
+        let calls = parse_openai(message)?;
+        Ok(self.dispatch(calls, run).await)
+    }
+
+    /// Run the tool calls of an Anthropic message; returns the results
+    /// (see [`anthropic_reply`] for the `role: "user"` message).
+    pub async fn anthropic(
+        &self,
+        message: &Value,
+        run: &RunContext,
+    ) -> Result<Vec<ToolResult>, DispatchError> {
+        let calls = parse_anthropic(message)?;
+        Ok(self.dispatch(calls, run).await)
+    }
+}
+
+/// The OpenAI messages for `results`.
+pub fn openai_messages(results: &[ToolResult]) -> Vec<Value> {
+    results.iter().map(ToolResult::to_openai).collect()
+}
+
+/// The Anthropic `role: "user"` message carrying `results`.
+pub fn anthropic_reply(results: &[ToolResult]) -> Value {
+    json!({
+        "role": "user",
+        "content": results.iter().map(ToolResult::to_anthropic).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,259 @@
+//! A registry of tools, looked up by name for dispatch from model output,
+//! and the source of tool definitions for OpenAI, Anthropic and MCP.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::class::{Class, ClassKind};
+use crate::error::IdemError;
+use crate::executor::{CallInfo, Called, Executor};
+use crate::tool::{Tool, ToolSpec};
+
+/// A boxed, sendable future.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// A tool behind a trait object: what the dispatcher calls with JSON.
+/// Implemented for every [`Tool<S>`].
+pub trait DynTool<S>: Send + Sync + 'static {
+    /// Name, description and options.
+    fn spec(&self) -> ToolSpec;
+    /// The class.
+    fn class(&self) -> ClassKind;
+    /// JSON Schema of the arguments.
+    fn input_schema(&self) -> Value;
+    /// Deserialize `args` (naming the offending field on failure) and run
+    /// the call through `exec`; the output comes back as JSON.
+    fn call_json<'a>(
+        &'a self,
+        exec: &'a Executor<S>,
+        args: Value,
+        info: CallInfo,
+    ) -> BoxFuture<'a, Result<Called<Value>, IdemError>>;
+}
+
+impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
+    fn spec(&self) -> ToolSpec {
+        T::SPEC
+    }
+
+    fn class(&self) -> ClassKind {
+        <T::Class as Class>::KIND
+    }
+
+    fn input_schema(&self) -> Value {
+        let mut schema = serde_json::to_value(T::input_schema()).unwrap_or_else(|_| json!({}));
+        if let Some(obj) = schema.as_object_mut() {
+            // Provider APIs want the bare object schema.
+            obj.remove("$schema");
+        }
+        schema
+    }
+
+    fn call_json<'a>(
+        &'a self,
+        exec: &'a Executor<S>,
+        args: Value,
+        info: CallInfo,
+    ) -> BoxFuture<'a, Result<Called<Value>, IdemError>> {
+        Box::pin(async move {
+            let args: T::Args = serde_path_to_error::deserialize(&args).map_err(|e| {
+                let path = e.path().to_string();
+                IdemError::InvalidArguments {
+                    tool: T::SPEC.name.to_owned(),
+                    detail: if path == "." {
+                        e.into_inner().to_string()
+                    } else {
+                        format!("at `{path}`: {}", e.into_inner())
+                    },
+                }
+            })?;
+            let called = exec.execute_dispatched(self, args, info).await?;
+            let output = serde_json::to_value(&called.output).map_err(|e| {
+                IdemError::OutputNotSerializable {
+                    tool: T::SPEC.name.to_owned(),
+                    detail: e.to_string(),
+                }
+            })?;
+            Ok(Called {
+                output,
+                meta: called.meta,
+            })
+        })
+    }
+}
+
+/// Two tools share a name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a tool named `{0}` is already registered; tool names must be unique")]
+pub struct DuplicateTool(pub String);
+
+/// Tools by name, in registration order.
+///
+/// ```
+/// use idem_runtime::registry::Registry;
+///
+/// let registry: Registry = Registry::new();
+/// assert!(registry.is_empty());
+/// ```
+pub struct Registry<S = ()> {
+    tools: Vec<Arc<dyn DynTool<S>>>,
+    by_name: HashMap<&'static str, usize>,
+}
+
+impl<S> Default for Registry<S> {
+    fn default() -> Self {
+        Registry {
+            tools: Vec::new(),
+            by_name: HashMap::new(),
+        }
+    }
+}
+
+impl<S> Clone for Registry<S> {
+    fn clone(&self) -> Self {
+        Registry {
+            tools: self.tools.clone(),
+            by_name: self.by_name.clone(),
+        }
+    }
+}
+
+impl<S: 'static> fmt::Debug for Registry<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+impl<S: Send + Sync + 'static> Registry<S> {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add `tool`.
+    ///
+    /// # Panics
+    /// If a tool of the same name is registered (`tools![…]` rejects that at
+    /// compile time; [`Registry::try_with`] returns it as an error).
+    pub fn with<T: Tool<S>>(self, tool: T) -> Self {
+        match self.try_with(tool) {
+            Ok(r) => r,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Add `tool`, refusing a duplicate name.
+    pub fn try_with<T: Tool<S>>(mut self, tool: T) -> Result<Self, DuplicateTool> {
+        self.insert(Arc::new(tool))?;
+        Ok(self)
+    }
+
+    /// Add a tool behind a trait object, refusing a duplicate name.
+    pub fn insert(&mut self, tool: Arc<dyn DynTool<S>>) -> Result<(), DuplicateTool> {
+        let name = tool.spec().name;
+        if self.by_name.contains_key(name) {
+            return Err(DuplicateTool(name.to_owned()));
+        }
+        self.by_name.insert(name, self.tools.len());
+        self.tools.push(tool);
+        Ok(())
+    }
+}
+
+impl<S: 'static> Registry<S> {
+    /// The tool called `name`.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool<S>>> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// The registered name closest to `name`, for "did you mean".
+    pub fn suggest(&self, name: &str) -> Option<&'static str> {
+        self.by_name
+            .keys()
+            .map(|k| (strsim::normalized_damerau_levenshtein(name, k), *k))
+            .filter(|(score, _)| *score >= 0.6)
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, k)| k)
+    }
+
+    /// Names in registration order.
+    pub fn names(&self) -> impl Iterator<Item = &'static str> + '_ {
+        self.tools.iter().map(|t| t.spec().name)
+    }
+
+    /// The tools in registration order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn DynTool<S>>> + '_ {
+        self.tools.iter()
+    }
+
+    /// How many tools.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// Definitions for the OpenAI chat-completions `tools` parameter.
+    pub fn openai_tools(&self) -> Value {
+        Value::Array(
+            self.tools
+                .iter()
+                .map(|t| {
+                    let spec = t.spec();
+                    json!({
+                        "type": "function",
+                        "function": {
+                            "name": spec.name,
+                            "description": spec.description,
+                            "parameters": t.input_schema(),
+                        }
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// Definitions for the Anthropic messages `tools` parameter.
+    pub fn anthropic_tools(&self) -> Value {
+        Value::Array(
+            self.tools
+                .iter()
+                .map(|t| {
+                    let spec = t.spec();
+                    json!({
+                        "name": spec.name,
+                        "description": spec.description,
+                        "input_schema": t.input_schema(),
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// MCP `Tool` objects, with annotations derived from each tool's class
+    /// (so what a tool advertises and how idem runs it cannot disagree).
+    pub fn mcp_tools(&self) -> Value {
+        Value::Array(
+            self.tools
+                .iter()
+                .map(|t| {
+                    let spec = t.spec();
+                    json!({
+                        "name": spec.name,
+                        "description": spec.description,
+                        "inputSchema": t.input_schema(),
+                        "annotations": t.class().annotations(),
+                    })
+                })
+                .collect(),
+        )
+    }
+}

@@ -1,0 +1,788 @@
+//! The executor's rules, through its public API, with tools implemented by
+//! hand (the `#[tool]` attribute generates the same impls).
+
+use std::collections::VecDeque;
+use std::future::{Future, IntoFuture};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use idem_runtime::approval::{AllowList, Approval, DenyAll};
+use idem_runtime::class::{IdempotentWrite, Irreversible, NonIdempotentWrite, Read};
+use idem_runtime::clock::ManualClock;
+use idem_runtime::executor::InFlightPolicy;
+use idem_runtime::record::Outcome;
+use idem_runtime::store::{Claim, ClaimRequest, MemoryStore, Store};
+use idem_runtime::{
+    ErrorKind, Executor, IdemError, Reconciled, RetryPolicy, Tool, ToolCtx, ToolDef, ToolError,
+    ToolSpec,
+};
+use serde::{Deserialize, Serialize};
+
+/// What the fake outside world saw, and what the tools will answer next.
+#[derive(Default)]
+struct World {
+    effects: Mutex<Vec<String>>,
+    calls: AtomicUsize,
+    script: Mutex<VecDeque<ToolError>>,
+    reconcile: Mutex<Option<Reconciled<Sent>>>,
+    delay: Mutex<Option<Duration>>,
+    crashed: std::sync::atomic::AtomicBool,
+}
+
+type App = Arc<World>;
+
+impl World {
+    fn effects(&self) -> Vec<String> {
+        self.effects.lock().unwrap().clone()
+    }
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+    fn fail_next(&self, errors: impl IntoIterator<Item = ToolError>) {
+        self.script.lock().unwrap().extend(errors);
+    }
+    /// Run one attempt: count it, maybe fail as scripted, else apply.
+    async fn act(&self, what: String, ctx: &ToolCtx) -> Result<Sent, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let delay = *self.delay.lock().unwrap();
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
+        if let Some(e) = self.script.lock().unwrap().pop_front() {
+            return Err(e);
+        }
+        self.effects.lock().unwrap().push(what.clone());
+        Ok(Sent {
+            id: format!("{what}#{}", self.effects.lock().unwrap().len()),
+            key: ctx.key().map(|k| k.to_string()),
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+struct Msg {
+    to: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Sent {
+    id: String,
+    key: Option<String>,
+}
+
+macro_rules! test_tool {
+    ($ty:ident, $class:ty, $name:literal) => {
+        #[derive(Clone, Copy)]
+        struct $ty;
+        impl ToolDef for $ty {
+            type Class = $class;
+            type Args = Msg;
+            type Output = Sent;
+            const SPEC: ToolSpec = ToolSpec::new($name, "test tool");
+        }
+        impl Tool<App> for $ty {
+            fn call(
+                &self,
+                args: Msg,
+                ctx: &ToolCtx,
+                world: &App,
+            ) -> impl Future<Output = Result<Sent, ToolError>> + Send {
+                let (world, ctx) = (world.clone(), ctx.clone());
+                async move { world.act(format!("{}:{}", $name, args.to), &ctx).await }
+            }
+            fn reconcile(
+                &self,
+                _args: &Msg,
+                _ctx: &ToolCtx,
+                world: &App,
+            ) -> impl Future<Output = Result<Reconciled<Sent>, ToolError>> + Send {
+                let answer = world
+                    .reconcile
+                    .lock()
+                    .unwrap()
+                    .clone()
+                    .unwrap_or(Reconciled::Unknown);
+                std::future::ready(Ok(answer))
+            }
+        }
+    };
+}
+
+test_tool!(SendEmail, IdempotentWrite, "send_email");
+test_tool!(ChargeCard, NonIdempotentWrite, "charge_card");
+test_tool!(DeleteAccount, Irreversible, "delete_account");
+test_tool!(LookUp, Read, "look_up");
+
+fn msg(to: &str) -> Msg {
+    Msg { to: to.into() }
+}
+
+fn executor(store: Arc<MemoryStore>) -> (Executor<App>, App) {
+    let world = App::default();
+    let exec = Executor::builder_shared(store)
+        .state(world.clone())
+        .retry(
+            RetryPolicy::exponential()
+                .initial_delay(Duration::from_millis(1))
+                .without_jitter(),
+        )
+        .build();
+    (exec, world)
+}
+
+fn fresh() -> (Executor<App>, App) {
+    executor(Arc::new(MemoryStore::new()))
+}
+
+#[tokio::test]
+async fn same_call_id_twice_sends_one_email_and_the_second_is_deduplicated() {
+    let (exec, world) = fresh();
+    let first = exec
+        .call(SendEmail, msg("ada"))
+        .call_id("call_1")
+        .await
+        .unwrap();
+    let second = exec
+        .call(SendEmail, msg("ada"))
+        .call_id("call_1")
+        .await
+        .unwrap();
+    assert_eq!(world.effects(), ["send_email:ada"]);
+    assert!(!first.meta.deduplicated);
+    assert!(second.meta.deduplicated);
+    assert_eq!(first.output, second.output);
+    assert_eq!(second.meta.attempts, 0);
+    // The tool saw the key it should pass downstream.
+    assert_eq!(
+        first.output.key.as_deref(),
+        first.meta.key.as_ref().map(|k| k.as_str())
+    );
+    let m = exec.metrics();
+    assert_eq!((m.executions, m.dedup_hits), (1, 1));
+}
+
+#[tokio::test]
+async fn a_new_call_id_is_a_new_email() {
+    let (exec, world) = fresh();
+    exec.call(SendEmail, msg("ada"))
+        .call_id("call_1")
+        .await
+        .unwrap();
+    exec.call(SendEmail, msg("ada"))
+        .call_id("call_2")
+        .await
+        .unwrap();
+    assert_eq!(world.effects().len(), 2);
+}
+
+#[tokio::test]
+async fn a_write_without_call_id_or_run_is_refused() {
+    let (exec, world) = fresh();
+    let err = exec.call(SendEmail, msg("ada")).await.unwrap_err();
+    assert!(matches!(err, IdemError::Key { .. }), "{err}");
+    assert!(
+        err.to_string().contains("no call id and no run context"),
+        "{err}"
+    );
+    assert_eq!(world.calls(), 0);
+}
+
+#[tokio::test]
+async fn run_and_step_key_a_call_without_id() {
+    let (exec, world) = fresh();
+    exec.call(SendEmail, msg("ada"))
+        .run("run-1", 3)
+        .await
+        .unwrap();
+    let again = exec
+        .call(SendEmail, msg("ada"))
+        .run("run-1", 3)
+        .await
+        .unwrap();
+    assert!(again.meta.deduplicated);
+    exec.call(SendEmail, msg("ada"))
+        .run("run-1", 4)
+        .await
+        .unwrap();
+    assert_eq!(world.effects().len(), 2);
+}
+
+#[tokio::test]
+async fn same_key_with_other_arguments_is_refused() {
+    let (exec, world) = fresh();
+    exec.call(SendEmail, msg("ada"))
+        .call_id("call_1")
+        .await
+        .unwrap();
+    let err = exec
+        .call(SendEmail, msg("bob"))
+        .call_id("call_1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::KeyReused { .. }), "{err}");
+    assert_eq!(world.effects(), ["send_email:ada"]);
+    assert_eq!(exec.metrics().refusals, 1);
+}
+
+#[tokio::test]
+async fn reads_are_retried_and_never_touch_the_store() {
+    #[derive(Debug)]
+    struct Unreachable;
+    #[async_trait::async_trait]
+    impl Store for Unreachable {
+        fn describe(&self) -> String {
+            "unreachable".into()
+        }
+        async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+        async fn checkpoint(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+            _: idem_runtime::record::Fence,
+            _: &str,
+            _: &serde_json::Value,
+            _: Duration,
+        ) -> Result<(), idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+        async fn complete(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+            _: idem_runtime::record::Fence,
+            _: &Outcome,
+            _: Duration,
+        ) -> Result<(), idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+        async fn release(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+            _: idem_runtime::record::Fence,
+        ) -> Result<(), idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+        async fn get(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+        ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+        async fn sweep(&self) -> Result<u64, idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+        async fn now(&self) -> Result<idem_runtime::clock::Timestamp, idem_runtime::StoreError> {
+            panic!("a read touched the store")
+        }
+    }
+    let world = App::default();
+    let exec = Executor::builder(Unreachable)
+        .state(world.clone())
+        .retry(RetryPolicy::exponential().initial_delay(Duration::from_millis(1)))
+        .build();
+    world.fail_next([ToolError::transient("503")]);
+    let out = exec.call(LookUp, msg("ada")).await.unwrap();
+    assert_eq!(out.meta.attempts, 2);
+    assert_eq!(out.meta.key, None);
+}
+
+#[tokio::test]
+async fn idempotent_writes_retry_transient_and_ambiguous_errors_with_the_same_key() {
+    let (exec, world) = fresh();
+    world.fail_next([ToolError::transient("503"), ToolError::ambiguous("timeout")]);
+    let out = exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    assert_eq!(out.meta.attempts, 3);
+    assert_eq!(world.effects(), ["send_email:ada"]);
+    assert_eq!(exec.metrics().retries, 2);
+}
+
+#[tokio::test]
+async fn non_idempotent_writes_are_never_retried_and_a_transient_failure_releases_the_key() {
+    let (exec, world) = fresh();
+    world.fail_next([ToolError::transient("card network busy")]);
+    let err = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(matches!(&err, IdemError::Tool { error, .. } if error.kind() == ErrorKind::Transient));
+    assert_eq!(world.calls(), 1, "retried a non-idempotent write");
+    // Known not applied: the same call may run again later.
+    exec.call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap();
+    assert_eq!(world.effects(), ["charge_card:ada"]);
+}
+
+#[tokio::test]
+async fn an_ambiguous_failure_of_a_non_idempotent_write_is_recorded_as_unknown_and_refused() {
+    let (exec, world) = fresh();
+    world.fail_next([ToolError::ambiguous(
+        "timeout after the card network accepted",
+    )]);
+    let err = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
+    let again = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(matches!(again, IdemError::OutcomeUnknown { .. }), "{again}");
+    assert_eq!(world.calls(), 1, "an unknown outcome was re-run");
+}
+
+#[tokio::test]
+async fn the_reconcile_hook_resolves_an_ambiguous_failure() {
+    let (exec, world) = fresh();
+    world.fail_next([ToolError::ambiguous("timeout")]);
+    let found = Sent {
+        id: "ch_found".into(),
+        key: None,
+    };
+    *world.reconcile.lock().unwrap() = Some(Reconciled::Applied(found.clone()));
+    let out = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap();
+    assert_eq!(out.output, found);
+    let dup = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap();
+    assert_eq!(dup.output, found);
+    assert!(dup.meta.deduplicated);
+}
+
+#[tokio::test]
+async fn permanent_failures_are_recorded_and_replayed() {
+    let (exec, world) = fresh();
+    world.fail_next([ToolError::permanent("mailbox does not exist")]);
+    let first = exec
+        .call(SendEmail, msg("nobody"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    let second = exec
+        .call(SendEmail, msg("nobody"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(!first.is_deduplicated());
+    assert!(second.is_deduplicated());
+    assert!(second.to_string().contains("mailbox does not exist"));
+    assert_eq!(world.calls(), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timeout_is_an_ambiguous_error() {
+    let world = App::default();
+    *world.delay.lock().unwrap() = Some(Duration::from_secs(60));
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .timeout(Duration::from_secs(1))
+        .build();
+    let err = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
+    assert!(err.to_string().contains("timed out"), "{err}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn retry_after_is_honoured() {
+    let (exec, world) = fresh();
+    world.fail_next([ToolError::transient("429").with_retry_after(Duration::from_secs(7))]);
+    let start = tokio::time::Instant::now();
+    exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    assert!(
+        start.elapsed() >= Duration::from_secs(7),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn an_explicit_retry_policy_limits_attempts() {
+    let (exec, world) = fresh();
+    world.fail_next((0..5).map(|_| ToolError::transient("503")));
+    let err = exec
+        .call(SendEmail, msg("ada"))
+        .call_id("c")
+        .retry(
+            RetryPolicy::exponential()
+                .max_attempts(2)
+                .initial_delay(Duration::ZERO),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::Tool { .. }));
+    assert_eq!(world.calls(), 2);
+}
+
+#[tokio::test]
+async fn a_duplicate_waits_for_the_running_call_and_gets_its_result() {
+    let (exec, world) = fresh();
+    *world.delay.lock().unwrap() = Some(Duration::from_millis(100));
+    let (a, b) = tokio::join!(
+        exec.call(SendEmail, msg("ada")).call_id("c").into_future(),
+        async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            exec.call(SendEmail, msg("ada")).call_id("c").await
+        }
+    );
+    let (a, b) = (a.unwrap(), b.unwrap());
+    assert_eq!(a.output, b.output);
+    assert!(b.meta.deduplicated);
+    assert_eq!(world.effects().len(), 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_can_be_rejected_while_in_flight() {
+    let world = App::default();
+    *world.delay.lock().unwrap() = Some(Duration::from_millis(100));
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .on_in_flight(InFlightPolicy::Reject)
+        .build();
+    let (a, b) = tokio::join!(
+        exec.call(SendEmail, msg("ada")).call_id("c").into_future(),
+        async {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            exec.call(SendEmail, msg("ada")).call_id("c").await
+        }
+    );
+    assert!(a.is_ok());
+    assert!(matches!(b.unwrap_err(), IdemError::InProgress { .. }));
+    assert_eq!(world.calls(), 1);
+}
+
+/// Claim a key as a worker that then crashes, and let its lease run out.
+async fn crashed_owner(
+    exec: &Executor<App>,
+    clock: &ManualClock,
+    tool: &'static str,
+    to: &str,
+    call_id: &str,
+) {
+    let call = Msg { to: to.into() };
+    let value = serde_json::to_value(&call).unwrap();
+    let args = idem_runtime::key::CanonicalArgs::from_value(&value).unwrap();
+    let ns = idem_runtime::Namespace::default();
+    let key = idem_runtime::key::derive_key(&idem_runtime::key::KeyInput {
+        version: 1,
+        namespace: &ns,
+        tool,
+        source: idem_runtime::key::KeySource::CallId(call_id),
+    })
+    .unwrap();
+    let claim = exec
+        .store()
+        .claim(&ClaimRequest {
+            key: &key,
+            tool,
+            fingerprint: &args.fingerprint,
+            check_fingerprint: true,
+            lease: Duration::from_secs(40),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(claim, Claim::Acquired { .. }));
+    clock.advance(Duration::from_secs(41));
+}
+
+fn with_clock() -> (Executor<App>, App, ManualClock) {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let (exec, world) = executor(Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))));
+    (exec, world, clock)
+}
+
+#[tokio::test]
+async fn after_a_crash_an_idempotent_write_is_taken_over_and_rerun_with_the_same_key() {
+    let (exec, world, clock) = with_clock();
+    crashed_owner(&exec, &clock, "send_email", "ada", "c").await;
+    let out = exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    assert!(!out.meta.deduplicated);
+    assert_eq!(world.effects(), ["send_email:ada"]);
+}
+
+#[tokio::test]
+async fn after_a_crash_a_non_idempotent_write_without_hook_is_refused_as_unknown() {
+    let (exec, world, clock) = with_clock();
+    crashed_owner(&exec, &clock, "charge_card", "ada", "c").await;
+    let err = exec
+        .call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
+    assert!(err.to_string().contains("operator"), "{err}");
+    assert_eq!(world.calls(), 0);
+}
+
+#[tokio::test]
+async fn after_a_crash_the_reconcile_hook_decides() {
+    let (exec, world, clock) = with_clock();
+    crashed_owner(&exec, &clock, "charge_card", "ada", "c").await;
+    *world.reconcile.lock().unwrap() = Some(Reconciled::NotApplied);
+    exec.call(ChargeCard, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap();
+    assert_eq!(
+        world.effects(),
+        ["charge_card:ada"],
+        "not applied → runs once"
+    );
+
+    crashed_owner(&exec, &clock, "charge_card", "bob", "c2").await;
+    let found = Sent {
+        id: "ch_9".into(),
+        key: None,
+    };
+    *world.reconcile.lock().unwrap() = Some(Reconciled::Applied(found.clone()));
+    let out = exec
+        .call(ChargeCard, msg("bob"))
+        .call_id("c2")
+        .await
+        .unwrap();
+    assert_eq!(
+        out.output, found,
+        "applied → the reconciled output is recorded"
+    );
+    assert_eq!(
+        world.effects(),
+        ["charge_card:ada"],
+        "applied → not run again"
+    );
+}
+
+#[tokio::test]
+async fn irreversible_calls_record_their_approval_and_run_once() {
+    let (exec, world) = fresh();
+    let approval = Approval::granted_by("alice").with_note("ticket 42");
+    let out = exec
+        .call_approved(DeleteAccount, msg("ada"), approval.clone())
+        .call_id("c")
+        .await
+        .unwrap();
+    let dup = exec
+        .call_approved(DeleteAccount, msg("ada"), approval)
+        .call_id("c")
+        .await
+        .unwrap();
+    assert!(dup.meta.deduplicated);
+    assert_eq!(world.effects(), ["delete_account:ada"]);
+    let record = exec
+        .store()
+        .get(out.meta.key.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.steps["idem:approval"]["approver"], "alice");
+}
+
+#[tokio::test]
+async fn replay_returns_recorded_writes_and_refuses_unrecorded_ones() {
+    let (exec, world) = fresh();
+    let live = exec
+        .call(SendEmail, msg("ada"))
+        .call_id("c1")
+        .await
+        .unwrap();
+    let replay = exec.replaying();
+    let again = replay
+        .call(SendEmail, msg("ada"))
+        .call_id("c1")
+        .await
+        .unwrap();
+    assert_eq!(again.output, live.output);
+    assert!(again.meta.deduplicated);
+    let err = replay
+        .call(SendEmail, msg("bob"))
+        .call_id("c2")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::NotRecorded { .. }), "{err}");
+    // Reads still run in replay.
+    replay.call(LookUp, msg("x")).await.unwrap();
+    assert_eq!(world.effects(), ["send_email:ada", "look_up:x"]);
+}
+
+#[tokio::test]
+async fn a_store_that_is_down_means_writes_do_not_run() {
+    #[derive(Debug)]
+    struct Down;
+    #[async_trait::async_trait]
+    impl Store for Down {
+        fn describe(&self) -> String {
+            "redis://10.0.0.9:6379".into()
+        }
+        async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, idem_runtime::StoreError> {
+            Err(idem_runtime::StoreError::Unavailable {
+                store: self.describe(),
+                cause: "connection refused".into(),
+            })
+        }
+        async fn checkpoint(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+            _: idem_runtime::record::Fence,
+            _: &str,
+            _: &serde_json::Value,
+            _: Duration,
+        ) -> Result<(), idem_runtime::StoreError> {
+            unreachable!()
+        }
+        async fn complete(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+            _: idem_runtime::record::Fence,
+            _: &Outcome,
+            _: Duration,
+        ) -> Result<(), idem_runtime::StoreError> {
+            unreachable!()
+        }
+        async fn release(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+            _: idem_runtime::record::Fence,
+        ) -> Result<(), idem_runtime::StoreError> {
+            unreachable!()
+        }
+        async fn get(
+            &self,
+            _: &idem_runtime::IdempotencyKey,
+        ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
+            unreachable!()
+        }
+        async fn sweep(&self) -> Result<u64, idem_runtime::StoreError> {
+            unreachable!()
+        }
+        async fn now(&self) -> Result<idem_runtime::clock::Timestamp, idem_runtime::StoreError> {
+            unreachable!()
+        }
+    }
+    let world = App::default();
+    let exec = Executor::builder(Down).state(world.clone()).build();
+    let err = exec
+        .call(SendEmail, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, IdemError::Store { .. }));
+    let text = err.to_string();
+    assert!(
+        text.contains("redis://10.0.0.9:6379") && text.contains("connection refused"),
+        "{text}"
+    );
+    assert_eq!(world.calls(), 0);
+}
+
+#[tokio::test]
+async fn dispatch_of_an_irreversible_tool_needs_a_policy_and_records_denials() {
+    use idem_runtime::dispatch::{Arguments, Dispatcher, RunContext, ToolCall};
+    use idem_runtime::registry::Registry;
+    let call = || ToolCall {
+        id: Some("toolu_1".into()),
+        name: "delete_account".into(),
+        arguments: Arguments::Json(serde_json::json!({"to": "ada"})),
+    };
+    let world = App::default();
+    let registry = || Registry::new().with(DeleteAccount).with(SendEmail);
+    // No policy: refused, nothing recorded, nothing ran.
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .build();
+    let d = Dispatcher::new(exec, registry());
+    let r = d.dispatch_one(call(), &RunContext::default()).await;
+    assert!(
+        matches!(r.result, Err(IdemError::ApprovalRequired { .. })),
+        "{:?}",
+        r.result
+    );
+    // Denied: recorded, so a replay does not ask again.
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .approvals(DenyAll)
+        .build();
+    let d = Dispatcher::new(exec, registry());
+    let r1 = d.dispatch_one(call(), &RunContext::default()).await;
+    let r2 = d.dispatch_one(call(), &RunContext::default()).await;
+    assert!(matches!(
+        r1.result,
+        Err(IdemError::ApprovalDenied {
+            deduplicated: false,
+            ..
+        })
+    ));
+    assert!(matches!(
+        r2.result,
+        Err(IdemError::ApprovalDenied {
+            deduplicated: true,
+            ..
+        })
+    ));
+    assert_eq!(d.executor().metrics().approvals_requested, 1);
+    // Allowed.
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .approvals(AllowList::new(["delete_account"]))
+        .build();
+    let d = Dispatcher::new(exec, registry());
+    let r = d.dispatch_one(call(), &RunContext::default()).await;
+    assert!(r.result.is_ok(), "{:?}", r.result);
+    assert_eq!(world.effects(), ["delete_account:ada"]);
+}
+
+/// A two-step tool: charge, then e-mail a receipt. It crashes (panics) after
+/// the charge on its first run, as a process would.
+#[derive(Clone, Copy)]
+struct Checkout;
+impl ToolDef for Checkout {
+    type Class = IdempotentWrite;
+    type Args = Msg;
+    type Output = Vec<String>;
+    const SPEC: ToolSpec = ToolSpec::new("checkout", "charge then send a receipt");
+}
+impl Tool<App> for Checkout {
+    fn call(&self, args: Msg, ctx: &ToolCtx, world: &App) -> impl Future<Output = Result<Vec<String>, ToolError>> + Send {
+        let (world, ctx) = (world.clone(), ctx.clone());
+        async move {
+            let charge = ctx
+                .step("charge", || world.act(format!("charge:{}", args.to), &ctx))
+                .await?;
+            if !world.crashed.swap(true, Ordering::SeqCst) {
+                panic!("process killed between the two steps");
+            }
+            let receipt = ctx
+                .step("receipt", || world.act(format!("receipt:{}", args.to), &ctx))
+                .await?;
+            Ok(vec![charge.id, receipt.id])
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_replay_resumes_after_the_last_completed_step() {
+    let (exec, world, clock) = with_clock();
+    let first = {
+        let exec = exec.clone();
+        tokio::spawn(async move { exec.call(Checkout, msg("ada")).call_id("c").await })
+    };
+    assert!(first.await.unwrap_err().is_panic());
+    assert_eq!(world.effects(), ["charge:ada"]);
+    clock.advance(Duration::from_secs(60));
+    let out = exec.call(Checkout, msg("ada")).call_id("c").await.unwrap();
+    assert_eq!(world.effects(), ["charge:ada", "receipt:ada"], "the charge ran twice");
+    assert_eq!(out.output, ["charge:ada#1", "receipt:ada#2"]);
+}
