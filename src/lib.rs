@@ -82,7 +82,7 @@ pub mod __private {
     };
     pub use idem_runtime::{
         FromRef, IdempotentWrite, Irreversible, KeyMaterial, KeySpec, NonIdempotentWrite, Read,
-        Reconciled, State, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
+        Reconciled, Registry, State, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
     };
     pub use schemars;
     pub use serde;

@@ -53,6 +53,15 @@ pub(crate) fn check(cx: &mut Ctxt, attrs: &Attrs, tool: &ToolFn) -> Option<Class
         }
     }
 
+    if class == Class::IdempotentWrite {
+        if let Some(reconcile) = &attrs.reconcile {
+            cx.error_spanned_by(
+                &reconcile.name,
+                "`reconcile` is not allowed on an `idempotent_write` tool: when its owner vanishes it is simply run again with the same key, so the hook would never be called; reconcile hooks are for `non_idempotent_write` and `irreversible` tools",
+            );
+        }
+    }
+
     if !class.is_retry_safe() {
         if let Some(max) = &attrs.max_attempts {
             cx.error_spanned_by(

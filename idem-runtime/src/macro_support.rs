@@ -29,9 +29,9 @@ pub fn key_field<T: Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::
 
 /// The key material of a natural key: the named fields as one JSON object.
 ///
-/// Returns `None` when a field cannot be represented as JSON; the executor
-/// then refuses the call instead of deriving a key from partial material
-/// (two different calls must never share a key by accident).
+/// Returns `None` when a field cannot be represented as JSON rather than
+/// build a key from partial material (two different calls must never share
+/// a key by accident); the executor then derives the default key.
 pub fn natural_key<const N: usize>(
     fields: [(&'static str, Result<Value, serde_json::Error>); N],
 ) -> Option<KeyMaterial> {
