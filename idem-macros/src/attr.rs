@@ -128,6 +128,9 @@ pub(crate) struct Attrs {
     pub(crate) reconcile: Option<Opt<Path>>,
     pub(crate) key_version: Option<Opt<u32>>,
     pub(crate) krate: Option<Opt<Path>>,
+    /// Every option name written, valid value or not: an invalid `class`
+    /// is reported once, not again as a missing one.
+    pub(crate) written: Vec<String>,
 }
 
 /// `name = value` before the value is understood.
@@ -191,22 +194,28 @@ fn tokens_until_comma(input: ParseStream) -> syn::Result<TokenStream> {
 fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
     let option = raw.name.unraw().to_string();
     let Some(eq) = raw.eq else {
-        // `#[tool(read)]` is the most likely slip of all.
-        let hint = match Class::from_name(&option) {
-            Some(_) => format!("; write `class = \"{option}\"`"),
-            None if OPTIONS.contains(&option.as_str()) => String::new(),
-            None => did_you_mean(&option, OPTIONS),
-        };
-        cx.error_spanned_by(
-            &raw.name,
-            format!("expected `{option} = …`: every tool option is written `name = value`{hint}"),
-        );
+        if Class::from_name(&option).is_some() {
+            // `#[tool(read)]` is the most likely slip of all.
+            attrs.written.push("class".to_owned());
+            cx.error_spanned_by(
+                &raw.name,
+                format!("write the class as `class = \"{option}\"`: every tool option is written `name = value`"),
+            );
+        } else if OPTIONS.contains(&option.as_str()) {
+            cx.error_spanned_by(
+                &raw.name,
+                format!("expected `{option} = …`: every tool option is written `name = value`"),
+            );
+        } else {
+            unknown_option(cx, &raw.name, &option);
+        }
         return;
     };
     if raw.value.is_empty() {
         cx.error_spanned_by(eq, format!("expected a value for `{option}` after `=`"));
         return;
     }
+    attrs.written.push(option.clone());
     let name = raw.name.clone();
     let value = raw.value;
     match option.as_str() {
@@ -220,15 +229,19 @@ fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
         "reconcile" => set(cx, &mut attrs.reconcile, name, parse_path("reconcile").parse2(value)),
         "key_version" => set(cx, &mut attrs.key_version, name, parse_positive.parse2(value)),
         "crate" => set(cx, &mut attrs.krate, name, parse_path("crate").parse2(value)),
-        _ => cx.error_spanned_by(
-            &raw.name,
-            format!(
-                "unknown tool option `{option}`{}; the options are {}",
-                did_you_mean(&option, OPTIONS),
-                one_of(OPTIONS)
-            ),
-        ),
+        _ => unknown_option(cx, &raw.name, &option),
     }
+}
+
+fn unknown_option(cx: &mut Ctxt, name: &Ident, option: &str) {
+    cx.error_spanned_by(
+        name,
+        format!(
+            "unknown tool option `{option}`{} (the options are {})",
+            did_you_mean(option, OPTIONS),
+            one_of(OPTIONS)
+        ),
+    );
 }
 
 /// Store an option's value, rejecting a second occurrence.
@@ -257,7 +270,7 @@ fn parse_class(input: ParseStream) -> syn::Result<Class> {
         syn::Error::new_spanned(
             &lit,
             format!(
-                "unknown tool class `{given}`{}; the classes are {}",
+                "unknown tool class `{given}`{} (the classes are {})",
                 did_you_mean(&given, Class::NAMES),
                 one_of(Class::NAMES)
             ),
@@ -375,7 +388,7 @@ fn parse_key(input: ParseStream) -> syn::Result<KeyOpt> {
             return Err(syn::Error::new_spanned(
                 &form,
                 format!(
-                    "unknown key derivation `{name}`{}; write `key = default`, `key = natural(fields(…))` or `key = custom(function)`",
+                    "unknown key derivation `{name}`{} (write `key = default`, `key = natural(fields(…))` or `key = custom(function)`)",
                     did_you_mean(&name, FORMS)
                 ),
             ))
@@ -414,7 +427,7 @@ fn parse_natural(form: &Ident, input: ParseStream) -> syn::Result<KeyOpt> {
                 return Err(syn::Error::new_spanned(
                     &part,
                     format!(
-                        "unknown part `{other}` of a natural key{}; write `natural(fields(a, b = normalise), window = \"24h\")`",
+                        "unknown part `{other}` of a natural key{} (write `natural(fields(a, b = normalise), window = \"24h\")`)",
                         did_you_mean(other, PARTS)
                     ),
                 ))

@@ -15,7 +15,7 @@
 //! the caller's names (`Result`, `Option`, a renamed `idem`) cannot change
 //! what the expansion means.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Literal, Span, TokenStream};
 use quote::{format_ident, quote, quote_spanned, ToTokens};
 use syn::ext::IdentExt;
 use syn::spanned::Spanned;
@@ -119,7 +119,7 @@ fn spec(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> TokenStream {
         fields.push(quote!(key: #key));
     }
     if let Some(version) = &attrs.key_version {
-        let version = version.value;
+        let version = Literal::u32_unsuffixed(version.value);
         fields.push(quote!(key_version: #version));
     }
     if let Some(ttl) = &attrs.ttl {
@@ -131,7 +131,7 @@ fn spec(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> TokenStream {
         fields.push(quote!(timeout: #timeout));
     }
     if let Some(max) = &attrs.max_attempts {
-        let max = option(Some(max.value.to_token_stream()));
+        let max = option(Some(Literal::u32_unsuffixed(max.value).into_token_stream()));
         fields.push(quote!(max_attempts: #max));
     }
     if attrs.reconcile.is_some() {
@@ -172,10 +172,10 @@ fn description_from_docs(docs: &[DocPart]) -> TokenStream {
 
 fn duration(d: &Duration) -> TokenStream {
     if d.millis % 1_000 == 0 {
-        let secs = d.millis / 1_000;
+        let secs = Literal::u64_unsuffixed(d.millis / 1_000);
         quote!(::core::time::Duration::from_secs(#secs))
     } else {
-        let millis = d.millis;
+        let millis = Literal::u64_unsuffixed(d.millis);
         quote!(::core::time::Duration::from_millis(#millis))
     }
 }
@@ -235,9 +235,12 @@ fn call(p: &TokenStream, tool: &ToolFn) -> TokenStream {
     };
     // Spanned at the return type: a body whose error type does not convert
     // into `ToolError`, or whose future is not `Send`, is reported there.
-    let body = quote_spanned! {ret.span()=>
-        async move { #p::into_tool_result(#run) }
+    let span = match ret {
+        syn::ReturnType::Type(_, ty) => ty.span(),
+        syn::ReturnType::Default => ret.span(),
     };
+    let body = respan(quote!(#p::into_tool_result(#run)), span);
+    let body = quote!(async move { #body });
     quote! {
         fn call(
             &self,
@@ -273,4 +276,22 @@ fn reconcile(p: &TokenStream, tool: &ToolFn, hook: &Path) -> TokenStream {
             #body
         }
     }
+}
+
+/// `tokens` with every span set to `span`, so that an error about them is
+/// reported at the user's token instead of at the attribute.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tt| {
+            if let proc_macro2::TokenTree::Group(group) = &tt {
+                let mut respanned = proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                respanned.set_span(span);
+                tt = respanned.into();
+            } else {
+                tt.set_span(span);
+            }
+            tt
+        })
+        .collect()
 }

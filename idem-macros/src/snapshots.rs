@@ -15,9 +15,9 @@ use syn::{Item, Meta};
 
 /// Expand every `#[tool]` function in `source`.
 fn expand_file(source: &str) -> String {
-    let file: syn::File = syn::parse_str(source).expect("snapshot input parses");
+    let mut file: syn::File = syn::parse_str(source).expect("snapshot input parses");
     let mut items = Vec::new();
-    for item in file.items {
+    for item in std::mem::take(&mut file.items) {
         let Item::Fn(mut function) = item else {
             items.push(item);
             continue;
@@ -39,12 +39,16 @@ fn expand_file(source: &str) -> String {
         let expanded: syn::File = syn::parse2(expanded).expect("the expansion parses");
         items.extend(expanded.items);
     }
-    let file = syn::File {
-        shebang: None,
-        attrs: file.attrs,
-        items,
-    };
-    prettyplease::unparse(&file)
+    file.items = items;
+    // Comments are not tokens; keep the input's leading comment, which says
+    // what the snapshot shows.
+    let header: String = source
+        .lines()
+        .take_while(|line| line.starts_with("//"))
+        .map(|line| format!("{line}\n"))
+        .collect();
+    let header = if header.is_empty() { header } else { header + "\n" };
+    format!("{header}{}", prettyplease::unparse(&file))
 }
 
 fn inputs() -> Vec<PathBuf> {

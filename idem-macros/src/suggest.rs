@@ -18,12 +18,22 @@ pub(crate) fn closest<'a>(given: &str, candidates: &[&'a str]) -> Option<&'a str
     }
 }
 
-/// ", did you mean `x`?" or nothing.
+/// ": did you mean `x`?" or nothing.
 pub(crate) fn did_you_mean(given: &str, candidates: &[&str]) -> String {
     match closest(given, candidates) {
-        Some(c) => format!("; did you mean `{c}`?"),
+        Some(c) => format!(": did you mean `{c}`?"),
         None => String::new(),
     }
+}
+
+/// "`read` tool" with its article: "a `read` tool", "an `irreversible` tool".
+pub(crate) fn a_tool(class: &str) -> String {
+    let article = if class.starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    format!("{article} `{class}` tool")
 }
 
 /// "`a`, `b` or `c`".
@@ -75,6 +85,13 @@ mod tests {
     fn unrelated_words_get_no_suggestion() {
         assert_eq!(closest("write", CLASSES), None);
         assert_eq!(closest("banana", &["timeout", "ttl"]), None);
+    }
+
+    #[test]
+    fn articles_follow_the_sound() {
+        assert_eq!(a_tool("read"), "a `read` tool");
+        assert_eq!(a_tool("irreversible"), "an `irreversible` tool");
+        assert_eq!(a_tool("non_idempotent_write"), "a `non_idempotent_write` tool");
     }
 
     #[test]

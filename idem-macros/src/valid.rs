@@ -7,13 +7,17 @@ use proc_macro2::Span;
 use crate::ast::{DocPart, ToolFn};
 use crate::attr::{Attrs, Class};
 use crate::ctxt::Ctxt;
-use crate::suggest::one_of;
+use crate::suggest::{a_tool, one_of};
 
 /// Check `attrs` against each other and against `tool`; return the class
 /// if it is known.
 pub(crate) fn check(cx: &mut Ctxt, attrs: &Attrs, tool: &ToolFn) -> Option<Class> {
     check_description(cx, attrs, tool);
     let Some(class) = &attrs.class else {
+        if attrs.written.iter().any(|o| o == "class") {
+            // Written but invalid: already reported where it was written.
+            return None;
+        }
         cx.error_at(
             Span::call_site(),
             format!(
@@ -67,8 +71,8 @@ pub(crate) fn check(cx: &mut Ctxt, attrs: &Attrs, tool: &ToolFn) -> Option<Class
             cx.error_spanned_by(
                 &max.name,
                 format!(
-                    "`max_attempts` is not allowed on a `{}` tool: it is never retried, because repeating the call repeats its effect; only `read` and `idempotent_write` tools are retried",
-                    class.name()
+                    "`max_attempts` is not allowed on {}: it is never retried, because repeating the call repeats its effect; only `read` and `idempotent_write` tools are retried",
+                    a_tool(class.name())
                 ),
             );
         }
