@@ -96,7 +96,7 @@ pub struct CreateCustomer {
     note: String,
 }
 
-fn normalize_email(email: &String) -> String {
+fn normalize_email(email: &str) -> String {
     email.trim().to_lowercase()
 }
 
@@ -190,7 +190,10 @@ fn options_land_in_the_spec() {
     assert_eq!(spec.max_attempts, None);
 
     let spec = refund::SPEC;
-    assert_eq!(spec.description, "Refund an order in full. Cannot be undone.");
+    assert_eq!(
+        spec.description,
+        "Refund an order in full. Cannot be undone."
+    );
     assert_eq!(class_of::<refund>(), ClassKind::Irreversible);
     assert_eq!(spec.key, KeySpec::Custom);
     assert!(spec.has_reconcile);
@@ -222,9 +225,18 @@ fn a_natural_key_is_made_of_the_named_fields_after_their_normalisers() {
 
 #[test]
 fn a_custom_key_comes_from_the_key_function() {
-    let material = refund::key_material(&Refund { order: 7, cents: 100 });
+    let material = refund::key_material(&Refund {
+        order: 7,
+        cents: 100,
+    });
     assert_eq!(material, Some(KeyMaterial::Custom("refund-7".to_owned())));
-    assert_eq!(send_email::key_material(&SendEmail { to: "a".into(), subject: "b".into() }), None);
+    assert_eq!(
+        send_email::key_material(&SendEmail {
+            to: "a".into(),
+            subject: "b".into()
+        }),
+        None
+    );
 }
 
 #[test]
@@ -289,7 +301,11 @@ async fn model_calls_send_email_twice_with_the_same_call_id_one_email_is_sent() 
         .unwrap();
     let second = exec.call(send_email, args).call_id("call_1").await.unwrap();
 
-    assert_eq!(app.mailer.sent().len(), 1, "one email, whatever the model does");
+    assert_eq!(
+        app.mailer.sent().len(),
+        1,
+        "one email, whatever the model does"
+    );
     assert!(!first.meta.deduplicated);
     assert!(second.meta.deduplicated);
     assert_eq!(first.output, second.output);
@@ -318,11 +334,17 @@ async fn an_irreversible_tool_runs_with_an_approval() {
 
 #[tokio::test]
 async fn tools_builds_a_registry_the_dispatcher_can_call_by_name() {
-    let registry: idem::Registry<App> = tools![send_email, lookup_customer, create_customer, refund];
+    let registry: idem::Registry<App> =
+        tools![send_email, lookup_customer, create_customer, refund];
     let names: Vec<&str> = registry.names().collect();
     assert_eq!(
         names,
-        ["send_email", "lookup_customer", "create_customer_v2", "refund"]
+        [
+            "send_email",
+            "lookup_customer",
+            "create_customer_v2",
+            "refund"
+        ]
     );
     let openai = registry.openai_tools();
     let described = openai

@@ -165,7 +165,10 @@ fn check_signature(cx: &mut Ctxt, item: &ItemFn) {
         );
     }
     if let Some(constness) = &sig.constness {
-        cx.error_spanned_by(constness, "a tool cannot be a `const fn`: it performs effects");
+        cx.error_spanned_by(
+            constness,
+            "a tool cannot be a `const fn`: it performs effects",
+        );
     }
     if let syn::Safety::Unsafe(unsafety) = &sig.safety {
         cx.error_spanned_by(
@@ -231,7 +234,8 @@ fn last_segment_is(ty: &Type, name: &str) -> bool {
 
 /// `T` of a `-> Result<T, E>` (or `-> some::Result<T>`) return type.
 fn result_ok_type<'a>(cx: &mut Ctxt, output: &'a ReturnType, ident: &Ident) -> Option<&'a Type> {
-    const HELP: &str = "the executor records `Ok` outputs and reads `Err(ToolError)` to decide about retries";
+    const HELP: &str =
+        "the executor records `Ok` outputs and reads `Err(ToolError)` to decide about retries";
     let ty = match output {
         ReturnType::Type(_, ty) => &**ty,
         ReturnType::Default => {

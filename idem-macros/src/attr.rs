@@ -221,14 +221,39 @@ fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
     match option.as_str() {
         "class" => set(cx, &mut attrs.class, name, parse_class.parse2(value)),
         "name" => set(cx, &mut attrs.name, name, parse_tool_name.parse2(value)),
-        "description" => set(cx, &mut attrs.description, name, parse_description.parse2(value)),
+        "description" => set(
+            cx,
+            &mut attrs.description,
+            name,
+            parse_description.parse2(value),
+        ),
         "key" => set(cx, &mut attrs.key, name, parse_key.parse2(value)),
         "ttl" => set(cx, &mut attrs.ttl, name, parse_duration.parse2(value)),
         "timeout" => set(cx, &mut attrs.timeout, name, parse_duration.parse2(value)),
-        "max_attempts" => set(cx, &mut attrs.max_attempts, name, parse_positive.parse2(value)),
-        "reconcile" => set(cx, &mut attrs.reconcile, name, parse_path("reconcile").parse2(value)),
-        "key_version" => set(cx, &mut attrs.key_version, name, parse_positive.parse2(value)),
-        "crate" => set(cx, &mut attrs.krate, name, parse_path("crate").parse2(value)),
+        "max_attempts" => set(
+            cx,
+            &mut attrs.max_attempts,
+            name,
+            parse_positive.parse2(value),
+        ),
+        "reconcile" => set(
+            cx,
+            &mut attrs.reconcile,
+            name,
+            parse_path("reconcile").parse2(value),
+        ),
+        "key_version" => set(
+            cx,
+            &mut attrs.key_version,
+            name,
+            parse_positive.parse2(value),
+        ),
+        "crate" => set(
+            cx,
+            &mut attrs.krate,
+            name,
+            parse_path("crate").parse2(value),
+        ),
         _ => unknown_option(cx, &raw.name, &option),
     }
 }
@@ -250,7 +275,10 @@ fn set<T>(cx: &mut Ctxt, slot: &mut Option<Opt<T>>, name: Ident, value: syn::Res
         Err(e) => cx.syn_error(e),
         Ok(_) if slot.is_some() => cx.error_spanned_by(
             &name,
-            format!("duplicate tool option `{}`: give each option once", name.unraw()),
+            format!(
+                "duplicate tool option `{}`: give each option once",
+                name.unraw()
+            ),
         ),
         Ok(value) => *slot = Some(Opt { name, value }),
     }
@@ -342,9 +370,7 @@ pub(crate) fn parse_duration(input: ParseStream) -> syn::Result<Duration> {
         ("d", 86_400_000),
     ];
     const HELP: &str = "a duration is a whole number and a unit: `\"250ms\"`, `\"30s\"`, `\"5m\"`, `\"24h\"` or `\"7d\"`";
-    let lit: LitStr = input
-        .parse()
-        .map_err(|e| syn::Error::new(e.span(), HELP))?;
+    let lit: LitStr = input.parse().map_err(|e| syn::Error::new(e.span(), HELP))?;
     let text = lit.value();
     let digits = text.bytes().take_while(u8::is_ascii_digit).count();
     let (number, unit) = text.split_at(digits);
@@ -353,9 +379,15 @@ pub(crate) fn parse_duration(input: ParseStream) -> syn::Result<Duration> {
         .find(|(u, _)| *u == unit.trim())
         .and_then(|(_, scale)| number.parse::<u64>().ok()?.checked_mul(*scale));
     match millis {
-        Some(0) => Err(syn::Error::new_spanned(&lit, "a duration must be longer than zero")),
+        Some(0) => Err(syn::Error::new_spanned(
+            &lit,
+            "a duration must be longer than zero",
+        )),
         Some(millis) => Ok(Duration { millis }),
-        None => Err(syn::Error::new_spanned(&lit, format!("`{text}` is not a duration: {HELP}"))),
+        None => Err(syn::Error::new_spanned(
+            &lit,
+            format!("`{text}` is not a duration: {HELP}"),
+        )),
     }
 }
 

@@ -44,7 +44,10 @@ pub(crate) fn tool(attrs: &Attrs, tool: &ToolFn, class: Class) -> TokenStream {
     let spec = spec(p, attrs, tool);
     let key_material = key_material(p, attrs, tool);
     let call = call(p, tool);
-    let reconcile = attrs.reconcile.as_ref().map(|r| reconcile(p, tool, &r.value));
+    let reconcile = attrs
+        .reconcile
+        .as_ref()
+        .map(|r| reconcile(p, tool, &r.value));
     let state_bounds = tool.state_types().map(|ty| quote!(#ty: #p::FromRef<__S>,));
 
     quote! {
@@ -199,14 +202,18 @@ fn key_material(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> Option<TokenSt
                 // The field access carries the user's span: a field that does
                 // not exist is reported at the name in the attribute.
                 let value = match &field.normalize {
-                    Some(normalize) => quote_spanned!(normalize.span()=> &#normalize(&__args.#ident)),
+                    Some(normalize) => {
+                        quote_spanned!(normalize.span()=> &#normalize(&__args.#ident))
+                    }
                     None => quote!(&__args.#ident),
                 };
                 quote!((#name, #p::key_field(#value)))
             });
             quote!(#p::natural_key([#(#entries),*]))
         }
-        KeyOpt::Custom(function) => quote_spanned!(function.span()=> #p::custom_key(#function(__args))),
+        KeyOpt::Custom(function) => {
+            quote_spanned!(function.span()=> #p::custom_key(#function(__args)))
+        }
     };
     Some(quote! {
         fn key_material(__args: &#args_ty) -> ::core::option::Option<#p::KeyMaterial> {
@@ -285,7 +292,8 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
         .into_iter()
         .map(|mut tt| {
             if let proc_macro2::TokenTree::Group(group) = &tt {
-                let mut respanned = proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
+                let mut respanned =
+                    proc_macro2::Group::new(group.delimiter(), respan(group.stream(), span));
                 respanned.set_span(span);
                 tt = respanned.into();
             } else {

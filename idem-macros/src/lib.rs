@@ -4,10 +4,12 @@
 //! Depend on the `idem` crate, which re-exports these; generated code refers
 //! to `::idem::__private` only.
 //!
-//! The crate reads like thiserror's: [`attr`] parses the options, [`ast`]
-//! models the function, [`valid`] checks them against each other (every
-//! error collected in a [`ctxt::Ctxt`]), [`expand`] generates the code and
-//! [`fallback`] is what is emitted when the input is invalid.
+//! Inside, parse → validate → expand, one file each: `attr` parses the
+//! options, `ast` models the function, `valid` checks them against each
+//! other (every error collected in a `ctxt::Ctxt` and reported together),
+//! `expand` generates the code and `fallback` is what is emitted when the
+//! input is invalid (the errors plus the function as written). `tools`
+//! implements `tools![…]`.
 
 mod ast;
 mod attr;

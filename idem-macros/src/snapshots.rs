@@ -47,7 +47,11 @@ fn expand_file(source: &str) -> String {
         .take_while(|line| line.starts_with("//"))
         .map(|line| format!("{line}\n"))
         .collect();
-    let header = if header.is_empty() { header } else { header + "\n" };
+    let header = if header.is_empty() {
+        header
+    } else {
+        header + "\n"
+    };
     format!("{header}{}", prettyplease::unparse(&file))
 }
 

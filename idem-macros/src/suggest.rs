@@ -74,7 +74,10 @@ mod tests {
 
     #[test]
     fn typos_and_prefixes_are_recognised() {
-        assert_eq!(closest("idempotant_write", CLASSES), Some("idempotent_write"));
+        assert_eq!(
+            closest("idempotant_write", CLASSES),
+            Some("idempotent_write")
+        );
         assert_eq!(closest("idempotent", CLASSES), Some("idempotent_write"));
         assert_eq!(closest("reed", CLASSES), Some("read"));
         assert_eq!(closest("Irreversable", CLASSES), Some("irreversible"));
@@ -91,7 +94,10 @@ mod tests {
     fn articles_follow_the_sound() {
         assert_eq!(a_tool("read"), "a `read` tool");
         assert_eq!(a_tool("irreversible"), "an `irreversible` tool");
-        assert_eq!(a_tool("non_idempotent_write"), "a `non_idempotent_write` tool");
+        assert_eq!(
+            a_tool("non_idempotent_write"),
+            "a `non_idempotent_write` tool"
+        );
     }
 
     #[test]

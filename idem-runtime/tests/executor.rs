@@ -755,7 +755,12 @@ impl ToolDef for Checkout {
     const SPEC: ToolSpec = ToolSpec::new("checkout", "charge then send a receipt");
 }
 impl Tool<App> for Checkout {
-    fn call(&self, args: Msg, ctx: &ToolCtx, world: &App) -> impl Future<Output = Result<Vec<String>, ToolError>> + Send {
+    fn call(
+        &self,
+        args: Msg,
+        ctx: &ToolCtx,
+        world: &App,
+    ) -> impl Future<Output = Result<Vec<String>, ToolError>> + Send {
         let (world, ctx) = (world.clone(), ctx.clone());
         async move {
             let charge = ctx
@@ -765,7 +770,9 @@ impl Tool<App> for Checkout {
                 panic!("process killed between the two steps");
             }
             let receipt = ctx
-                .step("receipt", || world.act(format!("receipt:{}", args.to), &ctx))
+                .step("receipt", || {
+                    world.act(format!("receipt:{}", args.to), &ctx)
+                })
                 .await?;
             Ok(vec![charge.id, receipt.id])
         }
@@ -783,6 +790,10 @@ async fn a_replay_resumes_after_the_last_completed_step() {
     assert_eq!(world.effects(), ["charge:ada"]);
     clock.advance(Duration::from_secs(60));
     let out = exec.call(Checkout, msg("ada")).call_id("c").await.unwrap();
-    assert_eq!(world.effects(), ["charge:ada", "receipt:ada"], "the charge ran twice");
+    assert_eq!(
+        world.effects(),
+        ["charge:ada", "receipt:ada"],
+        "the charge ran twice"
+    );
     assert_eq!(out.output, ["charge:ada#1", "receipt:ada#2"]);
 }

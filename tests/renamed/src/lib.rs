@@ -35,11 +35,16 @@ mod tests {
     #[test]
     fn tools_of_a_renamed_dependency_work() {
         assert_eq!(echo::SPEC.name, "echo");
-        assert_eq!(store_note::SPEC.ttl, Some(std::time::Duration::from_secs(3600)));
+        assert_eq!(
+            store_note::SPEC.ttl,
+            Some(std::time::Duration::from_secs(3600))
+        );
         let names: Vec<_> = registry().names().collect();
         assert_eq!(names, ["echo", "store_note"]);
 
-        let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
         let ctx = ToolCtx::new("echo", ClassKind::Read);
         let said = runtime.block_on(Tool::<()>::call(
             &echo,

@@ -16,7 +16,7 @@ async fn touch(_args: Customer) -> Result<(), ToolError> {
 }
 
 mod normalize {
-    pub fn email(email: &String) -> String {
+    pub fn email(email: &str) -> String {
         email.trim().to_lowercase()
     }
 }
