@@ -30,23 +30,15 @@ pub(crate) fn check(cx: &mut Ctxt, attrs: &Attrs, tool: &ToolFn) -> Option<Class
     let class = class.value;
 
     if !class.is_keyed() {
-        let stored = "reads have no idempotency key and are never stored";
-        if let Some(key) = &attrs.key {
+        let keyed_options = [
+            attrs.key.as_ref().map(|o| &o.name),
+            attrs.ttl.as_ref().map(|o| &o.name),
+            attrs.key_version.as_ref().map(|o| &o.name),
+        ];
+        for name in keyed_options.into_iter().flatten() {
             cx.error_spanned_by(
-                &key.name,
-                format!("`key` is not allowed on a `read` tool: {stored}; remove it, or declare the write class the tool really has"),
-            );
-        }
-        if let Some(ttl) = &attrs.ttl {
-            cx.error_spanned_by(
-                &ttl.name,
-                format!("`ttl` is not allowed on a `read` tool: {stored}"),
-            );
-        }
-        if let Some(version) = &attrs.key_version {
-            cx.error_spanned_by(
-                &version.name,
-                format!("`key_version` is not allowed on a `read` tool: {stored}"),
+                name,
+                format!("`{name}` is not allowed on a `read` tool: reads have no idempotency key and are never stored; remove it, or declare the write class the tool really has"),
             );
         }
         if let Some(reconcile) = &attrs.reconcile {
