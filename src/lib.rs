@@ -26,8 +26,46 @@
 
 pub use idem_runtime::*;
 
+/// `#[tool]`: turn a function into a tool. See its documentation for the
+/// options.
+pub use idem_macros::tool;
+
+/// An explicit registry of tools, with duplicate names rejected at compile
+/// time.
+///
+/// ```
+/// use idem::prelude::*;
+/// # #[derive(serde::Deserialize, serde::Serialize, schemars::JsonSchema, Clone)]
+/// # struct Query { city: String }
+///
+/// /// Current temperature in a city, in °C.
+/// #[tool(class = "read")]
+/// async fn weather(query: Query) -> Result<f64, ToolError> {
+///     Ok(21.5)
+/// }
+///
+/// /// Forecast for tomorrow in a city, in °C.
+/// #[tool(class = "read")]
+/// async fn forecast(query: Query) -> Result<f64, ToolError> {
+///     Ok(19.0)
+/// }
+///
+/// let registry: idem::Registry<()> = tools![weather, forecast];
+/// assert_eq!(registry.names().count(), 2);
+/// ```
+///
+/// Two tools with the same name (`#[tool(name = "…")]` included) do not
+/// compile: the model calls tools by name, so a name must say which tool.
+#[macro_export]
+macro_rules! tools {
+    ($($tool:tt)*) => {
+        $crate::__private::tools!(crate = $crate; $($tool)*)
+    };
+}
+
 /// The names most programs need.
 pub mod prelude {
+    pub use crate::{tool, tools};
     pub use idem_runtime::{
         ClassKind, ErrorKind, FromRef, IdempotencyKey, MemoryStore, Namespace, State, Store, Tool,
         ToolCtx, ToolDef, ToolError,
@@ -37,7 +75,15 @@ pub mod prelude {
 /// Paths used by code that `#[tool]` generates. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use idem_macros::tools;
     pub use idem_runtime;
+    pub use idem_runtime::__macro_support::{
+        custom_key, into_tool_result, key_field, natural_key, str_eq,
+    };
+    pub use idem_runtime::{
+        FromRef, IdempotentWrite, Irreversible, KeyMaterial, KeySpec, NonIdempotentWrite, Read,
+        Reconciled, Registry, State, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
+    };
     pub use schemars;
     pub use serde;
     pub use serde_json;

@@ -1,1 +1,67 @@
+//! Procedural macros of [idem](https://docs.rs/idem): [`#[tool]`](macro@tool)
+//! and [`tools!`](macro@tools).
+//!
+//! Depend on the `idem` crate, which re-exports these; generated code refers
+//! to `::idem::__private` only.
+//!
+//! Inside, parse → validate → expand, one file each: `attr` parses the
+//! options, `ast` models the function, `valid` checks them against each
+//! other (every error collected in a `ctxt::Ctxt` and reported together),
+//! `expand` generates the code and `fallback` is what is emitted when the
+//! input is invalid (the errors plus the function as written). `tools`
+//! implements `tools![…]`.
 
+mod ast;
+mod attr;
+mod ctxt;
+mod expand;
+mod fallback;
+mod suggest;
+mod tools;
+mod valid;
+
+#[cfg(test)]
+mod snapshots;
+
+use proc_macro::TokenStream;
+
+#[doc = include_str!("tool.md")]
+#[proc_macro_attribute]
+pub fn tool(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand_tool(args.into(), item.into()).into()
+}
+
+/// The implementation of `tools!`, which the `idem` facade wraps so that a
+/// renamed dependency works. Use `idem::tools!`.
+#[doc(hidden)]
+#[proc_macro]
+pub fn tools(input: TokenStream) -> TokenStream {
+    tools::expand(input.into()).into()
+}
+
+/// `#[tool(args)] item` → tokens, outside the `proc_macro` bridge so that
+/// unit tests (the expansion snapshots) can run it.
+pub(crate) fn expand_tool(
+    args: proc_macro2::TokenStream,
+    item: proc_macro2::TokenStream,
+) -> proc_macro2::TokenStream {
+    let function: syn::ItemFn = match syn::parse2(item.clone()) {
+        Ok(function) => function,
+        Err(_) => {
+            let error = syn::Error::new(
+                proc_macro2::Span::call_site(),
+                "`#[tool]` goes on a function (`fn` or `async fn`): the function becomes the tool",
+            );
+            return fallback::tool(item, error);
+        }
+    };
+    let mut cx = ctxt::Ctxt::new();
+    let attrs = attr::parse(&mut cx, args);
+    let tool = ast::ToolFn::from_item(&mut cx, &function);
+    let class = valid::check(&mut cx, &attrs, &tool);
+    match (cx.check(), class) {
+        (Ok(()), Some(class)) => expand::tool(&attrs, &tool, class),
+        (Err(errors), _) => fallback::tool(item, errors),
+        (Ok(()), None) => unreachable!("a missing class is an error"),
+    }
+}

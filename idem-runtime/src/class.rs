@@ -64,10 +64,10 @@ class_markers! {
 /// Classes whose calls may be retried automatically: `read` and
 /// `idempotent_write`.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` tools must never be retried: repeating the call repeats its effect",
-    label = "retries requested for a `{Self}` tool",
+    message = "tools of class `{Self}` are never retried: repeating the call repeats its effect",
+    label = "retries asked for a tool of class `{Self}`",
     note = "only `read` and `idempotent_write` tools may be retried; a `non_idempotent_write` or `irreversible` tool runs at most once per key",
-    note = "remove the retry policy, or make the tool idempotent (pass the idempotency key downstream) and declare `class = \"idempotent_write\"`"
+    note = "remove the `.retry(…)`, or make the tool idempotent (pass `ctx.key()` downstream as its idempotency key) and declare `class = \"idempotent_write\"`"
 )]
 pub trait RetrySafe: Class {}
 impl RetrySafe for Read {}
@@ -76,8 +76,8 @@ impl RetrySafe for IdempotentWrite {}
 /// Classes whose calls carry an idempotency key and are recorded in the
 /// store: every class but `read`.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` tools have no idempotency key: reads are free and never stored",
-    label = "key option used on a `{Self}` tool",
+    message = "tools of class `{Self}` have no idempotency key: reads are free and never stored",
+    label = "needs a keyed tool, found a tool of class `{Self}`",
     note = "idempotency keys, TTLs and reconcile hooks belong to `idempotent_write`, `non_idempotent_write` and `irreversible` tools"
 )]
 pub trait Keyed: Class {}
@@ -87,9 +87,9 @@ impl Keyed for Irreversible {}
 
 /// Classes that run without an approval: every class but `irreversible`.
 #[diagnostic::on_unimplemented(
-    message = "`{Self}` tools need an approval before they run",
+    message = "tools of class `{Self}` need an approval before they run",
     label = "an `irreversible` tool called without an approval",
-    note = "call it with an approval (for example `Executor::call_approved`), or route it through an executor with an approval policy"
+    note = "call it as `executor.call_approved(tool, args, Approval::granted_by(\"…\"))`, or dispatch it by name through an executor that has an approval policy (`Executor::builder(…).approvals(…)`)"
 )]
 pub trait NoApprovalNeeded: Class {}
 impl NoApprovalNeeded for Read {}
@@ -97,6 +97,11 @@ impl NoApprovalNeeded for IdempotentWrite {}
 impl NoApprovalNeeded for NonIdempotentWrite {}
 
 /// Classes that need an approval before they run: `irreversible`.
+#[diagnostic::on_unimplemented(
+    message = "tools of class `{Self}` need no approval: only `irreversible` tools take one",
+    label = "`call_approved` used for a tool of class `{Self}`",
+    note = "call it with `executor.call(tool, args)`"
+)]
 pub trait NeedsApproval: Keyed {}
 impl NeedsApproval for Irreversible {}
 

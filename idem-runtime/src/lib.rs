@@ -5,6 +5,9 @@
 //! everything here together with the `#[tool]` attribute.
 #![warn(missing_docs)]
 
+#[doc(hidden)]
+#[path = "macro_support.rs"]
+pub mod __macro_support;
 pub mod approval;
 pub mod canonical;
 pub mod class;

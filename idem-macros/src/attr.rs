@@ -1,0 +1,509 @@
+//! The grammar of `#[tool(…)]`: every option is `name = value`.
+//!
+//! Parsing is two-level so that one bad option does not hide the others:
+//! the attribute is first split into `name = value` pairs at top-level
+//! commas, then each value is parsed by its option's own grammar, and every
+//! error is recorded in the [`Ctxt`].
+
+use proc_macro2::{TokenStream, TokenTree};
+use syn::ext::IdentExt;
+use syn::parse::{ParseStream, Parser};
+use syn::{Ident, LitInt, LitStr, Path, Token};
+
+use crate::ctxt::Ctxt;
+use crate::suggest::{did_you_mean, one_of};
+
+/// The options of `#[tool(…)]`, in the order the docs list them.
+pub(crate) const OPTIONS: &[&str] = &[
+    "class",
+    "name",
+    "description",
+    "key",
+    "ttl",
+    "timeout",
+    "max_attempts",
+    "reconcile",
+    "key_version",
+    "crate",
+];
+
+/// A tool class, as spelled in `class = "…"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Class {
+    Read,
+    IdempotentWrite,
+    NonIdempotentWrite,
+    Irreversible,
+}
+
+impl Class {
+    pub(crate) const NAMES: &'static [&'static str] = &[
+        "read",
+        "idempotent_write",
+        "non_idempotent_write",
+        "irreversible",
+    ];
+
+    fn from_name(name: &str) -> Option<Class> {
+        Some(match name {
+            "read" => Class::Read,
+            "idempotent_write" => Class::IdempotentWrite,
+            "non_idempotent_write" => Class::NonIdempotentWrite,
+            "irreversible" => Class::Irreversible,
+            _ => return None,
+        })
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Class::Read => "read",
+            Class::IdempotentWrite => "idempotent_write",
+            Class::NonIdempotentWrite => "non_idempotent_write",
+            Class::Irreversible => "irreversible",
+        }
+    }
+
+    /// The runtime's marker type for this class.
+    pub(crate) fn marker(self) -> &'static str {
+        match self {
+            Class::Read => "Read",
+            Class::IdempotentWrite => "IdempotentWrite",
+            Class::NonIdempotentWrite => "NonIdempotentWrite",
+            Class::Irreversible => "Irreversible",
+        }
+    }
+
+    /// Calls carry an idempotency key and are recorded.
+    pub(crate) fn is_keyed(self) -> bool {
+        self != Class::Read
+    }
+
+    /// Calls may be retried automatically.
+    pub(crate) fn is_retry_safe(self) -> bool {
+        matches!(self, Class::Read | Class::IdempotentWrite)
+    }
+}
+
+/// An option's value together with the option's name token, so validation
+/// errors can point at the option the user wrote.
+pub(crate) struct Opt<T> {
+    pub(crate) name: Ident,
+    pub(crate) value: T,
+}
+
+/// A duration written as `"250ms"`, `"30s"`, `"5m"`, `"24h"` or `"7d"`.
+pub(crate) struct Duration {
+    pub(crate) millis: u64,
+}
+
+/// How the key is derived.
+pub(crate) enum KeyOpt {
+    /// `key = default`.
+    Default,
+    /// `key = natural(fields(a, b = normalise), window = "24h")`.
+    Natural {
+        fields: Vec<NaturalField>,
+        window: Option<Opt<Duration>>,
+    },
+    /// `key = custom(path::to::function)`.
+    Custom(Path),
+}
+
+/// One field of a natural key and its optional normaliser.
+pub(crate) struct NaturalField {
+    pub(crate) ident: Ident,
+    pub(crate) normalize: Option<Path>,
+}
+
+/// Everything `#[tool(…)]` said; absent options are `None`.
+#[derive(Default)]
+pub(crate) struct Attrs {
+    pub(crate) class: Option<Opt<Class>>,
+    pub(crate) name: Option<Opt<LitStr>>,
+    pub(crate) description: Option<Opt<LitStr>>,
+    pub(crate) key: Option<Opt<KeyOpt>>,
+    pub(crate) ttl: Option<Opt<Duration>>,
+    pub(crate) timeout: Option<Opt<Duration>>,
+    pub(crate) max_attempts: Option<Opt<u32>>,
+    pub(crate) reconcile: Option<Opt<Path>>,
+    pub(crate) key_version: Option<Opt<u32>>,
+    pub(crate) krate: Option<Opt<Path>>,
+    /// Every option name written, valid value or not: an invalid `class`
+    /// is reported once, not again as a missing one.
+    pub(crate) written: Vec<String>,
+}
+
+/// `name = value` before the value is understood.
+struct RawOpt {
+    name: Ident,
+    eq: Option<Token![=]>,
+    value: TokenStream,
+}
+
+/// Parse the attribute's arguments. Syntax errors in the overall shape
+/// (`name = value, …`) stop parsing; errors inside one option's value are
+/// recorded and the other options are still read.
+pub(crate) fn parse(cx: &mut Ctxt, args: TokenStream) -> Attrs {
+    let mut attrs = Attrs::default();
+    let raw = match split_options.parse2(args) {
+        Ok(raw) => raw,
+        Err(e) => {
+            cx.syn_error(e);
+            return attrs;
+        }
+    };
+    for opt in raw {
+        parse_option(cx, &mut attrs, opt);
+    }
+    attrs
+}
+
+fn split_options(input: ParseStream) -> syn::Result<Vec<RawOpt>> {
+    let mut options = Vec::new();
+    while !input.is_empty() {
+        let name = Ident::parse_any(input)?;
+        let eq: Option<Token![=]> = input.parse()?;
+        let value = if eq.is_some() {
+            tokens_until_comma(input)?
+        } else {
+            TokenStream::new()
+        };
+        options.push(RawOpt { name, eq, value });
+        if !input.is_empty() {
+            input.parse::<Token![,]>()?;
+        }
+    }
+    Ok(options)
+}
+
+fn tokens_until_comma(input: ParseStream) -> syn::Result<TokenStream> {
+    input.step(|cursor| {
+        let mut rest = *cursor;
+        let mut tokens = TokenStream::new();
+        while let Some((tt, next)) = rest.token_tree() {
+            if matches!(&tt, TokenTree::Punct(p) if p.as_char() == ',') {
+                break;
+            }
+            tokens.extend([tt]);
+            rest = next;
+        }
+        Ok((tokens, rest))
+    })
+}
+
+fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
+    let option = raw.name.unraw().to_string();
+    let Some(eq) = raw.eq else {
+        if Class::from_name(&option).is_some() {
+            // `#[tool(read)]` is the most likely slip of all.
+            attrs.written.push("class".to_owned());
+            cx.error_spanned_by(
+                &raw.name,
+                format!("write the class as `class = \"{option}\"`: every tool option is written `name = value`"),
+            );
+        } else if OPTIONS.contains(&option.as_str()) {
+            cx.error_spanned_by(
+                &raw.name,
+                format!("expected `{option} = …`: every tool option is written `name = value`"),
+            );
+        } else {
+            unknown_option(cx, &raw.name, &option);
+        }
+        return;
+    };
+    if raw.value.is_empty() {
+        cx.error_spanned_by(eq, format!("expected a value for `{option}` after `=`"));
+        return;
+    }
+    attrs.written.push(option.clone());
+    let name = raw.name.clone();
+    let value = raw.value;
+    match option.as_str() {
+        "class" => set(cx, &mut attrs.class, name, parse_class.parse2(value)),
+        "name" => set(cx, &mut attrs.name, name, parse_tool_name.parse2(value)),
+        "description" => set(
+            cx,
+            &mut attrs.description,
+            name,
+            parse_description.parse2(value),
+        ),
+        "key" => set(cx, &mut attrs.key, name, parse_key.parse2(value)),
+        "ttl" => set(cx, &mut attrs.ttl, name, parse_duration.parse2(value)),
+        "timeout" => set(cx, &mut attrs.timeout, name, parse_duration.parse2(value)),
+        "max_attempts" => set(
+            cx,
+            &mut attrs.max_attempts,
+            name,
+            parse_positive.parse2(value),
+        ),
+        "reconcile" => set(
+            cx,
+            &mut attrs.reconcile,
+            name,
+            parse_path("reconcile").parse2(value),
+        ),
+        "key_version" => set(
+            cx,
+            &mut attrs.key_version,
+            name,
+            parse_positive.parse2(value),
+        ),
+        "crate" => set(
+            cx,
+            &mut attrs.krate,
+            name,
+            parse_path("crate").parse2(value),
+        ),
+        _ => unknown_option(cx, &raw.name, &option),
+    }
+}
+
+fn unknown_option(cx: &mut Ctxt, name: &Ident, option: &str) {
+    cx.error_spanned_by(
+        name,
+        format!(
+            "unknown tool option `{option}`{} (the options are {})",
+            did_you_mean(option, OPTIONS),
+            one_of(OPTIONS)
+        ),
+    );
+}
+
+/// Store an option's value, rejecting a second occurrence.
+fn set<T>(cx: &mut Ctxt, slot: &mut Option<Opt<T>>, name: Ident, value: syn::Result<T>) {
+    match value {
+        Err(e) => cx.syn_error(e),
+        Ok(_) if slot.is_some() => cx.error_spanned_by(
+            &name,
+            format!(
+                "duplicate tool option `{}`: give each option once",
+                name.unraw()
+            ),
+        ),
+        Ok(value) => *slot = Some(Opt { name, value }),
+    }
+}
+
+fn parse_class(input: ParseStream) -> syn::Result<Class> {
+    if input.peek(Ident::peek_any) {
+        let ident = Ident::parse_any(input)?;
+        return Err(syn::Error::new_spanned(
+            &ident,
+            format!("write the class as a string: `class = \"{ident}\"`"),
+        ));
+    }
+    let lit: LitStr = input.parse()?;
+    let given = lit.value();
+    Class::from_name(&given).ok_or_else(|| {
+        syn::Error::new_spanned(
+            &lit,
+            format!(
+                "unknown tool class `{given}`{} (the classes are {})",
+                did_you_mean(&given, Class::NAMES),
+                one_of(Class::NAMES)
+            ),
+        )
+    })
+}
+
+fn parse_tool_name(input: ParseStream) -> syn::Result<LitStr> {
+    let lit: LitStr = input.parse()?;
+    let name = lit.value();
+    // The rule OpenAI, Anthropic and MCP clients all accept.
+    let valid = (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-');
+    if valid {
+        Ok(lit)
+    } else {
+        Err(syn::Error::new_spanned(
+            &lit,
+            "a tool name is 1 to 64 characters from `a-z`, `A-Z`, `0-9`, `_` and `-` (what model providers accept)",
+        ))
+    }
+}
+
+fn parse_description(input: ParseStream) -> syn::Result<LitStr> {
+    let lit: LitStr = input.parse()?;
+    if lit.value().trim().is_empty() {
+        return Err(syn::Error::new_spanned(
+            &lit,
+            "the description is empty: the model reads it to decide when to call the tool",
+        ));
+    }
+    Ok(lit)
+}
+
+fn parse_positive(input: ParseStream) -> syn::Result<u32> {
+    let lit: LitInt = input.parse()?;
+    match lit.base10_parse::<u32>() {
+        Ok(0) => Err(syn::Error::new_spanned(&lit, "must be at least 1")),
+        Ok(n) => Ok(n),
+        Err(_) => Err(syn::Error::new_spanned(
+            &lit,
+            "expected a whole number between 1 and 4294967295",
+        )),
+    }
+}
+
+fn parse_path(option: &'static str) -> impl Fn(ParseStream) -> syn::Result<Path> {
+    move |input| {
+        input.parse::<Path>().map_err(|e| {
+            syn::Error::new(
+                e.span(),
+                match option {
+                    "crate" => "expected the path of the idem crate, as in `crate = my_idem`",
+                    _ => "expected the path of a function, as in `reconcile = find_sent_email`",
+                },
+            )
+        })
+    }
+}
+
+pub(crate) fn parse_duration(input: ParseStream) -> syn::Result<Duration> {
+    const UNITS: &[(&str, u64)] = &[
+        ("ms", 1),
+        ("s", 1_000),
+        ("m", 60_000),
+        ("h", 3_600_000),
+        ("d", 86_400_000),
+    ];
+    const HELP: &str = "a duration is a whole number and a unit: `\"250ms\"`, `\"30s\"`, `\"5m\"`, `\"24h\"` or `\"7d\"`";
+    let lit: LitStr = input.parse().map_err(|e| syn::Error::new(e.span(), HELP))?;
+    let text = lit.value();
+    let digits = text.bytes().take_while(u8::is_ascii_digit).count();
+    let (number, unit) = text.split_at(digits);
+    let millis = UNITS
+        .iter()
+        .find(|(u, _)| *u == unit.trim())
+        .and_then(|(_, scale)| number.parse::<u64>().ok()?.checked_mul(*scale));
+    match millis {
+        Some(0) => Err(syn::Error::new_spanned(
+            &lit,
+            "a duration must be longer than zero",
+        )),
+        Some(millis) => Ok(Duration { millis }),
+        None => Err(syn::Error::new_spanned(
+            &lit,
+            format!("`{text}` is not a duration: {HELP}"),
+        )),
+    }
+}
+
+fn parse_key(input: ParseStream) -> syn::Result<KeyOpt> {
+    const FORMS: &[&str] = &["default", "natural", "custom"];
+    let form = Ident::parse_any(input)?;
+    let name = form.to_string();
+    let key = match name.as_str() {
+        "default" => KeyOpt::Default,
+        "natural" => {
+            let content;
+            syn::parenthesized!(content in input);
+            parse_natural(&form, &content)?
+        }
+        "custom" => {
+            let content;
+            syn::parenthesized!(content in input);
+            let path = parse_path("custom")(&content).map_err(|e| {
+                syn::Error::new(
+                    e.span(),
+                    "expected the path of a key function, as in `key = custom(order_key)`",
+                )
+            })?;
+            if !content.is_empty() {
+                return Err(content.error("`custom(…)` takes one function path"));
+            }
+            KeyOpt::Custom(path)
+        }
+        _ => {
+            return Err(syn::Error::new_spanned(
+                &form,
+                format!(
+                    "unknown key derivation `{name}`{} (write `key = default`, `key = natural(fields(…))` or `key = custom(function)`)",
+                    did_you_mean(&name, FORMS)
+                ),
+            ))
+        }
+    };
+    if !input.is_empty() {
+        return Err(input.error("unexpected tokens after the key derivation"));
+    }
+    Ok(key)
+}
+
+fn parse_natural(form: &Ident, input: ParseStream) -> syn::Result<KeyOpt> {
+    const PARTS: &[&str] = &["fields", "window"];
+    let mut fields: Option<Vec<NaturalField>> = None;
+    let mut window = None;
+    while !input.is_empty() {
+        let part = Ident::parse_any(input)?;
+        match part.to_string().as_str() {
+            "fields" if fields.is_some() => {
+                return Err(syn::Error::new_spanned(&part, "duplicate `fields(…)`"))
+            }
+            "fields" => {
+                let content;
+                syn::parenthesized!(content in input);
+                fields = Some(parse_fields(&part, &content)?);
+            }
+            "window" if window.is_some() => {
+                return Err(syn::Error::new_spanned(&part, "duplicate `window`"))
+            }
+            "window" => {
+                input.parse::<Token![=]>()?;
+                let value = parse_duration(input)?;
+                window = Some(Opt { name: part, value });
+            }
+            other => {
+                return Err(syn::Error::new_spanned(
+                    &part,
+                    format!(
+                        "unknown part `{other}` of a natural key{} (write `natural(fields(a, b = normalise), window = \"24h\")`)",
+                        did_you_mean(other, PARTS)
+                    ),
+                ))
+            }
+        }
+        if !input.is_empty() {
+            input.parse::<Token![,]>()?;
+        }
+    }
+    match fields {
+        Some(fields) => Ok(KeyOpt::Natural { fields, window }),
+        None => Err(syn::Error::new_spanned(
+            form,
+            "a natural key names the argument fields it is made of: `natural(fields(email, country))`",
+        )),
+    }
+}
+
+fn parse_fields(part: &Ident, input: ParseStream) -> syn::Result<Vec<NaturalField>> {
+    let mut fields: Vec<NaturalField> = Vec::new();
+    while !input.is_empty() {
+        let ident: Ident = input.parse()?;
+        let normalize = if input.peek(Token![=]) {
+            input.parse::<Token![=]>()?;
+            Some(input.parse::<Path>()?)
+        } else {
+            None
+        };
+        if fields.iter().any(|f| f.ident == ident) {
+            return Err(syn::Error::new_spanned(
+                &ident,
+                format!("field `{ident}` is named twice in the natural key"),
+            ));
+        }
+        fields.push(NaturalField { ident, normalize });
+        if !input.is_empty() {
+            input.parse::<Token![,]>()?;
+        }
+    }
+    if fields.is_empty() {
+        return Err(syn::Error::new_spanned(
+            part,
+            "name at least one argument field: `fields(email)`",
+        ));
+    }
+    Ok(fields)
+}

@@ -1,0 +1,15 @@
+use idem::prelude::*;
+
+#[derive(Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+pub struct SendEmail {
+    pub email: String,
+    pub subject: String,
+}
+
+/// Send an email.
+#[tool(class = "idempotent_write", timeout = "30 seconds", ttl = "0s")]
+async fn send_email(_args: SendEmail) -> Result<(), ToolError> {
+    Ok(())
+}
+
+fn main() {}

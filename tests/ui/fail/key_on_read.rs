@@ -1,0 +1,15 @@
+use idem::prelude::*;
+
+#[derive(Clone, serde::Deserialize, serde::Serialize, schemars::JsonSchema)]
+pub struct SendEmail {
+    pub email: String,
+    pub subject: String,
+}
+
+/// Look up the last email sent to an address.
+#[tool(class = "read", key = natural(fields(email)))]
+async fn last_email(args: SendEmail) -> Result<String, ToolError> {
+    Ok(args.subject)
+}
+
+fn main() {}
