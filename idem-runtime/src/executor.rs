@@ -429,6 +429,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 info,
                 policy: self.policy_for::<T>(retry),
                 approval,
+                span: span.clone(),
             };
             if class.is_keyed() {
                 Box::pin(call.keyed(args)).await
@@ -468,6 +469,8 @@ struct Call<'a, S, T> {
     info: CallInfo,
     policy: RetryPolicy,
     approval: ApprovalSource,
+    /// The call's `idem.call` span, to record the key into.
+    span: tracing::Span,
 }
 
 impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
@@ -620,7 +623,19 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                 (KeySource::Natural { fields, window }, false)
             }
             (KeySpec::Custom, Some(KeyMaterial::Custom(text))) => (KeySource::Custom(text), true),
-            _ => match (&self.info.call_id, &self.info.run) {
+            (KeySpec::Natural { .. }, _) | (KeySpec::Custom, _) => {
+                // Never fall back to another derivation: that would key
+                // the call differently from its duplicates.
+                return Err(KeyError::NoMaterial {
+                    tool: self.name().to_owned(),
+                    derivation: if matches!(T::SPEC.key, KeySpec::Custom) {
+                        "custom"
+                    } else {
+                        "natural"
+                    },
+                });
+            }
+            (KeySpec::Default, _) => match (&self.info.call_id, &self.info.run) {
                 (Some(id), _) => (KeySource::CallId(id), true),
                 (None, Some((run_id, step))) => (
                     KeySource::Step {
@@ -662,7 +677,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         let (key, check_fingerprint) = self
             .derive_key(&args, &canonical, &namespace)
             .map_err(key_err)?;
-        tracing::Span::current().record("key", key.as_str());
+        self.span.record("key", key.as_str());
 
         if self.exec.mode == Mode::Replay {
             return match self

@@ -416,6 +416,14 @@ pub enum KeyError {
         /// The tool.
         tool: String,
     },
+    /// A natural or custom key could not be computed from the arguments.
+    #[error("tool `{tool}` derives its key from its arguments ({derivation} key), but no key material could be computed from these arguments (a field is not representable as JSON)")]
+    NoMaterial {
+        /// The tool.
+        tool: String,
+        /// `"natural"` or `"custom"`.
+        derivation: &'static str,
+    },
     /// The arguments of a tool call must be a JSON object.
     #[error("tool arguments must be a JSON object, found {found}")]
     ArgumentsNotObject {

@@ -31,7 +31,8 @@ pub fn key_field<T: Serialize + ?Sized>(value: &T) -> Result<Value, serde_json::
 ///
 /// Returns `None` when a field cannot be represented as JSON rather than
 /// build a key from partial material (two different calls must never share
-/// a key by accident); the executor then derives the default key.
+/// a key by accident); the executor then refuses the call with
+/// `KeyError::NoMaterial` and nothing runs.
 pub fn natural_key<const N: usize>(
     fields: [(&'static str, Result<Value, serde_json::Error>); N],
 ) -> Option<KeyMaterial> {
