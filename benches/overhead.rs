@@ -9,13 +9,11 @@
 //! Run with `cargo bench --bench overhead`; the last lines print the ratios.
 
 use std::collections::HashMap;
-use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use criterion::{criterion_group, Criterion};
-use idem::class::{IdempotentWrite, Read};
-use idem::{Executor, MemoryStore, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
+use idem::{tool, Executor, MemoryStore, ToolError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -37,42 +35,16 @@ fn send(args: &SendEmail) -> EmailSent {
     }
 }
 
-#[derive(Clone, Copy)]
-struct SendEmailTool;
-impl ToolDef for SendEmailTool {
-    type Class = IdempotentWrite;
-    type Args = SendEmail;
-    type Output = EmailSent;
-    const SPEC: ToolSpec = ToolSpec::new("send_email", "Send an email.");
-}
-impl<S: Send + Sync + 'static> Tool<S> for SendEmailTool {
-    fn call(
-        &self,
-        args: SendEmail,
-        _: &ToolCtx,
-        _: &S,
-    ) -> impl Future<Output = Result<EmailSent, ToolError>> + Send {
-        std::future::ready(Ok(send(&args)))
-    }
+/// Send an email (a no-op provider, so only idem's overhead is measured).
+#[tool(class = "idempotent_write")]
+async fn send_email(args: SendEmail) -> Result<EmailSent, ToolError> {
+    Ok(send(&args))
 }
 
-#[derive(Clone, Copy)]
-struct LookUpTool;
-impl ToolDef for LookUpTool {
-    type Class = Read;
-    type Args = SendEmail;
-    type Output = EmailSent;
-    const SPEC: ToolSpec = ToolSpec::new("look_up", "Look up.");
-}
-impl<S: Send + Sync + 'static> Tool<S> for LookUpTool {
-    fn call(
-        &self,
-        args: SendEmail,
-        _: &ToolCtx,
-        _: &S,
-    ) -> impl Future<Output = Result<EmailSent, ToolError>> + Send {
-        std::future::ready(Ok(send(&args)))
-    }
+/// Look something up (a read: no key, no store).
+#[tool(class = "read")]
+async fn look_up(args: SendEmail) -> Result<EmailSent, ToolError> {
+    Ok(send(&args))
 }
 
 /// The naive wrapper.
@@ -132,7 +104,7 @@ fn overhead(c: &mut Criterion) {
             let step = counter.fetch_add(1, Ordering::Relaxed);
             let exec = &exec;
             async move {
-                exec.call(SendEmailTool, args())
+                exec.call(send_email, args())
                     .run("run-1", step)
                     .await
                     .unwrap()
@@ -141,7 +113,7 @@ fn overhead(c: &mut Criterion) {
     });
     g.bench_function("idem_duplicate", |b| {
         b.to_async(&rt).iter(|| async {
-            exec.call(SendEmailTool, args())
+            exec.call(send_email, args())
                 .run("run-1", 0)
                 .await
                 .unwrap()
@@ -149,7 +121,7 @@ fn overhead(c: &mut Criterion) {
     });
     g.bench_function("idem_read", |b| {
         b.to_async(&rt)
-            .iter(|| async { exec.call(LookUpTool, args()).await.unwrap() })
+            .iter(|| async { exec.call(look_up, args()).await.unwrap() })
     });
     g.finish();
 }
@@ -184,14 +156,7 @@ fn report() {
 criterion_group!(benches, overhead);
 
 fn main() {
-    sizes();
     benches();
     Criterion::default().configure_from_args().final_summary();
     report();
-}
-#[allow(dead_code)]
-fn sizes() {
-    let exec = Executor::builder_shared(Arc::new(MemoryStore::new())).build();
-    let f = std::future::IntoFuture::into_future(exec.call(SendEmailTool, args()).run("r", 1));
-    eprintln!("boxed call future: {}", std::mem::size_of_val(&*f));
 }

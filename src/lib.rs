@@ -88,3 +88,7 @@ pub mod __private {
     pub use serde;
     pub use serde_json;
 }
+
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+mod readme {}
