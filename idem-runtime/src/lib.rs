@@ -16,6 +16,8 @@ pub mod key;
 pub mod record;
 pub mod state;
 pub mod store;
+#[cfg(feature = "test-servers")]
+pub mod testing;
 pub mod tool;
 
 pub use class::{
