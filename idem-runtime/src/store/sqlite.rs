@@ -91,6 +91,7 @@ impl Synchronous {
 pub struct SqliteOptions {
     synchronous: Synchronous,
     busy_timeout: Duration,
+    max_size: Option<u64>,
     readers: usize,
     clock: Arc<dyn Clock>,
 }
@@ -100,6 +101,7 @@ impl Default for SqliteOptions {
         SqliteOptions {
             synchronous: Synchronous::Full,
             busy_timeout: Duration::from_secs(5),
+            max_size: None,
             readers: 4,
             clock: Arc::new(SystemClock),
         }
@@ -111,6 +113,7 @@ impl fmt::Debug for SqliteOptions {
         f.debug_struct("SqliteOptions")
             .field("synchronous", &self.synchronous)
             .field("busy_timeout", &self.busy_timeout)
+            .field("max_size", &self.max_size)
             .field("readers", &self.readers)
             .finish_non_exhaustive()
     }
@@ -127,6 +130,14 @@ impl SqliteOptions {
     /// operation fails with [`StoreError::Unavailable`] (default 5 s).
     pub fn busy_timeout(mut self, timeout: Duration) -> Self {
         self.busy_timeout = timeout;
+        self
+    }
+
+    /// Cap the database file at about `bytes`; a write that would grow it
+    /// further fails with [`StoreError::Full`] and changes nothing (default:
+    /// no cap beyond the disk).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.max_size = Some(bytes);
         self
     }
 
@@ -161,6 +172,7 @@ impl SqliteOptions {
 pub struct SqliteStore {
     shared: Arc<Shared>,
     writer: mpsc::Sender<Job>,
+    writer_thread: Option<std::thread::JoinHandle<()>>,
 }
 
 struct Shared {
@@ -251,28 +263,46 @@ impl SqliteStore {
         let (ready_tx, ready_rx) = oneshot::channel();
         let (writer, jobs) = mpsc::channel();
         let thread_shared = shared.clone();
-        std::thread::Builder::new()
+        let writer_thread = std::thread::Builder::new()
             .name("idem-sqlite-writer".into())
-            .spawn(
-                move || match open_writer(&thread_shared, options.synchronous) {
-                    Ok(conn) => {
-                        let _ = ready_tx.send(Ok(()));
-                        Writer {
-                            conn,
-                            shared: thread_shared,
-                        }
-                        .run(jobs);
+            .spawn(move || match open_writer(&thread_shared, &options) {
+                Ok(conn) => {
+                    let _ = ready_tx.send(Ok(()));
+                    Writer {
+                        conn,
+                        shared: thread_shared,
                     }
-                    Err(e) => {
-                        let _ = ready_tx.send(Err(e));
-                    }
-                },
-            )
+                    .run(jobs);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
             .map_err(|e| shared.unavailable(format!("cannot start the writer thread: {e}")))?;
         ready_rx
             .await
             .map_err(|_| shared.unavailable("the writer thread died while opening".into()))??;
-        Ok(SqliteStore { shared, writer })
+        Ok(SqliteStore {
+            shared,
+            writer,
+            writer_thread: Some(writer_thread),
+        })
+    }
+
+    /// Finish the writes in progress and close every connection to the
+    /// file. Dropping the store does the same in the background.
+    pub async fn close(mut self) {
+        self.shared
+            .idle_readers
+            .lock()
+            .expect("not poisoned")
+            .clear();
+        let thread = self.writer_thread.take();
+        // Dropping the only sender ends the writer's loop.
+        drop(self);
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
     }
 
     /// The database file.
@@ -391,7 +421,7 @@ impl Shared {
 
 /// Open the writer's connection, set WAL and `synchronous`, and create or
 /// check the schema.
-fn open_writer(shared: &Shared, synchronous: Synchronous) -> Result<Connection, StoreError> {
+fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, StoreError> {
     let sql = |e| shared.sql(e);
     if let Some(dir) = shared.path.parent() {
         if !dir.as_os_str().is_empty() && !dir.is_dir() {
@@ -422,8 +452,15 @@ fn open_writer(shared: &Shared, synchronous: Synchronous) -> Result<Connection, 
             "could not switch the database to WAL mode (it is in {mode} mode)"
         )));
     }
-    conn.pragma_update(None, "synchronous", synchronous.pragma())
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(sql)?;
+    if let Some(bytes) = options.max_size {
+        let page: u64 = conn
+            .pragma_query_value(None, "page_size", |row| row.get(0))
+            .map_err(sql)?;
+        conn.pragma_update(None, "max_page_count", (bytes / page.max(1)).max(1))
+            .map_err(sql)?;
+    }
     migrate(&mut conn, shared)?;
     Ok(conn)
 }
