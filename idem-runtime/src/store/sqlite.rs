@@ -5,7 +5,7 @@
 //!
 //! * The database is in WAL mode with a busy timeout, and every write is a
 //!   `BEGIN IMMEDIATE` transaction that reads the row, decides with the pure
-//!   state machine in [`transition`](super::transition), and writes it back.
+//!   state machine in [`transition`], and writes it back.
 //!   SQLite's file lock serialises the writers of every process sharing the
 //!   file; fences come from a counter in the same file, so they are unique
 //!   per key forever, whichever process hands them out.

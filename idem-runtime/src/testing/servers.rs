@@ -338,7 +338,7 @@ fn postgres_bin_dirs() -> Vec<PathBuf> {
             Some((v, e.path().join("bin")))
         })
         .collect();
-    versions.sort_by(|a, b| b.0.cmp(&a.0));
+    versions.sort_by_key(|v| std::cmp::Reverse(v.0));
     versions.into_iter().map(|(_, p)| p).collect()
 }
 
