@@ -3,15 +3,18 @@
 //! server that goes away.
 #![cfg(all(feature = "postgres", feature = "test-servers"))]
 
+mod support;
+
 use std::sync::{Arc, LazyLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem_runtime::conformance::random_key;
-use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::Outcome;
-use idem_runtime::store::{Claim, ClaimRequest, PostgresStore, Store, StoreError};
+use idem_runtime::store::{Claim, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
-use serde_json::json;
+use support::{
+    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
+    wake_up_latencies,
+};
 
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
 
@@ -43,34 +46,6 @@ async fn connect_raw(url: &str) -> tokio_postgres::Client {
         .unwrap();
     tokio::spawn(connection);
     client
-}
-
-fn fingerprint() -> Fingerprint {
-    Fingerprint("f".repeat(64))
-}
-
-fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        tool: "send_email",
-        fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(30),
-    }
-}
-
-fn sent(id: &str) -> Outcome {
-    Outcome::Success {
-        output: json!({ "message_id": id }),
-    }
-}
-
-async fn acquire(store: &PostgresStore, key: &IdempotencyKey) -> idem_runtime::record::Fence {
-    let f = fingerprint();
-    match store.claim(&request(key, &f)).await.unwrap() {
-        Claim::Acquired { fence, .. } => fence,
-        other => panic!("expected to own a fresh key, got {other:?}"),
-    }
 }
 
 /// Statements executed in this database while `op` ran, from
@@ -175,28 +150,7 @@ async fn waiters_are_woken_by_notify_within_milliseconds() {
         return;
     };
     let store = Arc::new(PostgresStore::connect(&url).await.unwrap());
-    let mut latencies = Vec::new();
-    for _ in 0..10 {
-        let key = random_key();
-        let fence = acquire(&store, &key).await;
-        let waiter = {
-            let (store, key) = (store.clone(), key.clone());
-            tokio::spawn(async move {
-                store.wait(&key, Duration::from_secs(10)).await.unwrap();
-                Instant::now()
-            })
-        };
-        // Let the waiter's back-off pass the short pauses, so only a
-        // notification can wake it quickly.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let completed = Instant::now();
-        store
-            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
-            .await
-            .unwrap();
-        latencies.push(waiter.await.unwrap().duration_since(completed));
-    }
-    latencies.sort();
+    let latencies = wake_up_latencies(store.clone(), store, 10).await;
     eprintln!(
         "postgres wake-up latency over 10 waits: median {:?}, max {:?}",
         latencies[5], latencies[9]
@@ -262,14 +216,7 @@ async fn schema_from_a_newer_idem_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_fails_closed_naming_the_store() {
-    if server_url("postgres unreachable").await.is_none() {
-        return;
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let url = format!("postgres://idem:secret@127.0.0.1:{port}/postgres");
     match PostgresStore::connect(&url).await {
         Err(StoreError::Unavailable { store, cause }) => {
@@ -292,23 +239,5 @@ async fn server_going_away_fails_writes_closed() {
         return skip("postgres server going away", "PostgreSQL");
     };
     let store = PostgresStore::connect(&server.url()).await.unwrap();
-    let key = random_key();
-    let fence = acquire(&store, &key).await;
-    tokio::task::block_in_place(|| server.stop());
-    let started = Instant::now();
-    let f = fingerprint();
-    match store.claim(&request(&random_key(), &f)).await {
-        Err(StoreError::Unavailable { store: name, cause }) => {
-            assert!(name.starts_with("postgres://idem@127.0.0.1:"), "{name}");
-            assert!(!cause.is_empty());
-        }
-        other => panic!("a claim without a server must fail closed, got {other:?}"),
-    }
-    assert!(matches!(
-        store
-            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
-            .await,
-        Err(StoreError::Unavailable { .. })
-    ));
-    assert!(started.elapsed() < Duration::from_secs(20));
+    fails_closed_when_the_server_goes_away(store, || server.stop()).await;
 }

@@ -3,17 +3,20 @@
 //! bad data and a server that goes away.
 #![cfg(all(feature = "redis", feature = "test-servers"))]
 
+mod support;
+
 use std::sync::{Arc, LazyLock};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use idem_runtime::conformance::random_key;
-use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::Outcome;
 use idem_runtime::store::redis::RedisOptions;
-use idem_runtime::store::{Claim, ClaimRequest, RedisStore, Store, StoreError};
+use idem_runtime::store::{Claim, RedisStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
-use serde_json::json;
+use support::{
+    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
+    wake_up_latencies,
+};
 
 static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
 
@@ -27,32 +30,13 @@ async fn server_url(test: &str) -> Option<String> {
     url
 }
 
-fn fingerprint() -> Fingerprint {
-    Fingerprint("f".repeat(64))
-}
-
-fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        tool: "send_email",
-        fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(30),
-    }
-}
-
-fn sent(id: &str) -> Outcome {
-    Outcome::Success {
-        output: json!({ "message_id": id }),
-    }
-}
-
-async fn acquire(store: &RedisStore, key: &IdempotencyKey) -> idem_runtime::record::Fence {
-    let f = fingerprint();
-    match store.claim(&request(key, &f)).await.unwrap() {
-        Claim::Acquired { fence, .. } => fence,
-        other => panic!("expected to own a fresh key, got {other:?}"),
-    }
+/// A plain connection for looking at what the store wrote.
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
 }
 
 /// The commands clients sent to the server while `op` ran, as MONITOR saw
@@ -161,11 +145,7 @@ async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
         return;
     };
     let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw(&url).await;
     let key = random_key();
     let fence = acquire(&store, &key).await;
     let redis_key = store.record_key(&key);
@@ -205,28 +185,7 @@ async fn waiters_are_woken_by_pub_sub_within_milliseconds() {
         return;
     };
     let store = Arc::new(RedisStore::connect(&url).await.unwrap());
-    let mut latencies = Vec::new();
-    for _ in 0..10 {
-        let key = random_key();
-        let fence = acquire(&store, &key).await;
-        let waiter = {
-            let (store, key) = (store.clone(), key.clone());
-            tokio::spawn(async move {
-                store.wait(&key, Duration::from_secs(10)).await.unwrap();
-                Instant::now()
-            })
-        };
-        // Let the waiter's first read and its back-off pass the short
-        // pauses, so only a notification can wake it quickly.
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let completed = Instant::now();
-        store
-            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
-            .await
-            .unwrap();
-        latencies.push(waiter.await.unwrap().duration_since(completed));
-    }
-    latencies.sort();
+    let latencies = wake_up_latencies(store.clone(), store, 10).await;
     eprintln!(
         "redis wake-up latency over 10 waits: median {:?}, max {:?}",
         latencies[5], latencies[9]
@@ -242,11 +201,7 @@ async fn hash_with_a_missing_field_is_corrupt_and_left_untouched() {
         return;
     };
     let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw(&url).await;
     let key = random_key();
     let fence = acquire(&store, &key).await;
     store
@@ -305,11 +260,7 @@ async fn data_from_a_newer_idem_is_refused() {
         return;
     };
     let prefix = format!("idem-test-{}", &random_key().as_str()[..8]);
-    let mut raw = redis::Client::open(url.as_str())
-        .unwrap()
-        .get_multiplexed_async_connection()
-        .await
-        .unwrap();
+    let mut raw = raw(&url).await;
     let _: () = redis::cmd("SET")
         .arg(format!("{prefix}:schema"))
         .arg(2)
@@ -326,15 +277,7 @@ async fn data_from_a_newer_idem_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_fails_closed_naming_the_store() {
-    if SERVER.is_none() {
-        return skip("redis unreachable", "redis-server");
-    }
-    // A port nobody listens on.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     let url = format!("redis://:secret@127.0.0.1:{port}/");
     let started = Instant::now();
     match RedisStore::connect(&url).await {
@@ -356,27 +299,5 @@ async fn server_going_away_fails_writes_closed() {
         return skip("redis server going away", "redis-server");
     };
     let store = RedisStore::connect(&server.url()).await.unwrap();
-    let key = random_key();
-    let fence = acquire(&store, &key).await;
-    tokio::task::block_in_place(|| server.stop());
-    let started = Instant::now();
-    let f = fingerprint();
-    match store.claim(&request(&random_key(), &f)).await {
-        Err(StoreError::Unavailable { store: name, cause }) => {
-            assert!(name.starts_with("redis://127.0.0.1:"), "{name}");
-            assert!(!cause.is_empty());
-        }
-        other => panic!("a claim without a server must fail closed, got {other:?}"),
-    }
-    assert!(matches!(
-        store
-            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
-            .await,
-        Err(StoreError::Unavailable { .. })
-    ));
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "{:?}",
-        started.elapsed()
-    );
+    fails_closed_when_the_server_goes_away(store, || server.stop()).await;
 }

@@ -2,43 +2,24 @@
 //! processes on one file, durability costs, and bad files.
 #![cfg(all(feature = "sqlite", feature = "test-servers"))]
 
+mod support;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::conformance::random_key;
-use idem_runtime::key::{Fingerprint, IdempotencyKey};
+use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
-use idem_runtime::store::{Claim, ClaimRequest, SqliteOptions, SqliteStore, Store, StoreError};
+use idem_runtime::store::{Claim, SqliteOptions, SqliteStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
-
-fn fingerprint() -> Fingerprint {
-    Fingerprint("f".repeat(64))
-}
-
-fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        tool: "send_email",
-        fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(30),
-    }
-}
-
-fn sent(id: &str) -> Outcome {
-    Outcome::Success {
-        output: json!({ "message_id": id }),
-    }
-}
+use support::{acquire, fingerprint, request, sent, wake_up_latencies};
 
 /// Claim and complete `key` with `outcome`.
 async fn record(store: &SqliteStore, key: &IdempotencyKey, outcome: &Outcome) {
-    let f = fingerprint();
-    let Claim::Acquired { fence, .. } = store.claim(&request(key, &f)).await.unwrap() else {
-        panic!("expected to own a fresh key");
-    };
+    let fence = acquire(store, key).await;
     store
         .complete(key, fence, outcome, Duration::from_secs(3600))
         .await
@@ -196,6 +177,15 @@ async fn file_that_is_not_sqlite_is_refused_and_not_overwritten() {
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
 }
 
+/// Set or clear a file attribute (`+i`: immutable, even for root).
+fn chattr(change: &str, path: &Path) -> bool {
+    std::process::Command::new("chattr")
+        .arg(change)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_file_is_refused_before_anything_runs() {
     let dir = TempDir::new("idem-sqlite").unwrap();
@@ -207,11 +197,7 @@ async fn read_only_file_is_refused_before_anything_runs() {
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     // Root ignores permission bits; an immutable file stops root too.
-    let immutable = std::process::Command::new("chattr")
-        .arg("+i")
-        .arg(&path)
-        .status()
-        .is_ok_and(|s| s.success());
+    let immutable = chattr("+i", &path);
     let writable = std::fs::OpenOptions::new().write(true).open(&path).is_ok();
     let result = if writable {
         None
@@ -219,11 +205,7 @@ async fn read_only_file_is_refused_before_anything_runs() {
         Some(SqliteStore::open(&path).await)
     };
     if immutable {
-        std::process::Command::new("chattr")
-            .arg("-i")
-            .arg(&path)
-            .status()
-            .unwrap();
+        assert!(chattr("-i", &path));
     }
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
     match result {
@@ -295,17 +277,13 @@ async fn group_commit_keeps_concurrent_first_calls_apart() {
     // Many first calls at once share commits; each still gets its own
     // fence, and every outcome is stored under its own key.
     let dir = TempDir::new("idem-sqlite").unwrap();
-    let store = std::sync::Arc::new(SqliteStore::open(dir.path().join("idem.db")).await.unwrap());
+    let store = Arc::new(SqliteStore::open(dir.path().join("idem.db")).await.unwrap());
     let mut tasks = tokio::task::JoinSet::new();
     for i in 0..200 {
         let store = store.clone();
         tasks.spawn(async move {
             let key = random_key();
-            let f = fingerprint();
-            let Claim::Acquired { fence, .. } = store.claim(&request(&key, &f)).await.unwrap()
-            else {
-                panic!("fresh key not acquired");
-            };
+            let fence = acquire(&*store, &key).await;
             store
                 .complete(&key, fence, &sent(&i.to_string()), Duration::from_secs(60))
                 .await
@@ -324,52 +302,17 @@ async fn group_commit_keeps_concurrent_first_calls_apart() {
     }
 }
 
-/// Median time from `complete` returning on `writer` to `wait` returning on
-/// `waiter`, over `rounds` calls; each waiter first sleeps `settle` so that
-/// its polling back-off has grown.
-async fn wake_up_latency(
-    writer: std::sync::Arc<SqliteStore>,
-    waiter: std::sync::Arc<SqliteStore>,
-    rounds: usize,
-) -> Duration {
-    let mut latencies = Vec::new();
-    for _ in 0..rounds {
-        let key = random_key();
-        let f = fingerprint();
-        let Claim::Acquired { fence, .. } = writer.claim(&request(&key, &f)).await.unwrap() else {
-            panic!("fresh key not acquired");
-        };
-        let waiting = {
-            let (waiter, key) = (waiter.clone(), key.clone());
-            tokio::spawn(async move {
-                let record = waiter.wait(&key, Duration::from_secs(10)).await.unwrap();
-                assert!(record.unwrap().outcome().is_some());
-                std::time::Instant::now()
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        let completed = std::time::Instant::now();
-        writer
-            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
-            .await
-            .unwrap();
-        latencies.push(waiting.await.unwrap().duration_since(completed));
-    }
-    latencies.sort();
-    latencies[rounds / 2]
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_at_once_in_process_and_within_the_poll_across_processes() {
     let dir = TempDir::new("idem-sqlite").unwrap();
     let path = dir.path().join("idem.db");
-    let one = std::sync::Arc::new(SqliteStore::open(&path).await.unwrap());
+    let one = Arc::new(SqliteStore::open(&path).await.unwrap());
     // A second store on the same file stands for another process: the
     // first one's writer cannot notify it.
-    let other = std::sync::Arc::new(SqliteStore::open(&path).await.unwrap());
+    let other = Arc::new(SqliteStore::open(&path).await.unwrap());
 
-    let same = wake_up_latency(one.clone(), one.clone(), 5).await;
-    let across = wake_up_latency(one, other, 5).await;
+    let same = wake_up_latencies(one.clone(), one.clone(), 5).await[2];
+    let across = wake_up_latencies(one, other, 5).await[2];
     eprintln!(
         "sqlite wake-up latency (median of 5): same process {same:?}, other process {across:?}"
     );

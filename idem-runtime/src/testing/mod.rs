@@ -171,3 +171,49 @@ pub async fn run_child() {
         serde_json::to_string(&(runs, finished, distinct)).expect("report")
     );
 }
+
+/// The conformance harness of a store that runs on its server's clock
+/// (Redis, PostgreSQL): time passes by sleeping, so the cases use 200 ms
+/// ticks.
+#[derive(Debug)]
+pub struct ServerClockHarness<S> {
+    store: std::sync::Arc<S>,
+    expires_natively: bool,
+}
+
+impl<S: crate::store::Store> ServerClockHarness<S> {
+    /// A harness for `store`.
+    pub fn new(store: S) -> Self {
+        ServerClockHarness {
+            store: std::sync::Arc::new(store),
+            expires_natively: false,
+        }
+    }
+
+    /// Declare that the backend deletes expired records by itself (see
+    /// [`Harness::expires_natively`](crate::conformance::Harness::expires_natively)).
+    pub fn expiring_natively(mut self) -> Self {
+        self.expires_natively = true;
+        self
+    }
+}
+
+impl<S: crate::store::Store> crate::conformance::Harness for ServerClockHarness<S> {
+    type Store = S;
+
+    fn store(&self) -> std::sync::Arc<S> {
+        self.store.clone()
+    }
+
+    async fn advance(&self, by: std::time::Duration) {
+        tokio::time::sleep(by).await;
+    }
+
+    fn tick(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(200)
+    }
+
+    fn expires_natively(&self) -> bool {
+        self.expires_natively
+    }
+}

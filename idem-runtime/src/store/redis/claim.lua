@@ -2,15 +2,9 @@
 -- ARGV: tool, fingerprint, check fingerprint ('1'/'0'), lease ms.
 local now = now_ms()
 local lease_until = now + tonumber(ARGV[4])
-local h, flat = load(KEYS[1])
-if h ~= nil then
-  local bad = corrupt(h)
-  if bad then
-    return {'corrupt', bad}
-  end
-  if expired(h, now) then
-    h = nil
-  end
+local h, flat, rejection = load_live(now)
+if rejection then
+  return rejection
 end
 if h == nil then
   local fence = redis.call('INCR', KEYS[2])

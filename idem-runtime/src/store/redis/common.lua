@@ -49,18 +49,30 @@ local function expired(h, now)
   return h.state == 'c' and tonumber(h.exp) <= now
 end
 
+-- The record of KEYS[1] and its flat field list; the record is nil when
+-- absent or expired. A corrupt record yields nil and the rejection to
+-- return, so nothing is decided on it.
+local function load_live(now)
+  local h, flat = load(KEYS[1])
+  if h == nil then
+    return nil, flat
+  end
+  local bad = corrupt(h)
+  if bad then
+    return nil, flat, {'corrupt', bad}
+  end
+  if expired(h, now) then
+    return nil, flat
+  end
+  return h, flat
+end
+
 -- The record of KEYS[1] if it is in flight under `fence`; otherwise nil and
 -- the rejection to return.
 local function owned(fence, now)
-  local h = load(KEYS[1])
-  if h ~= nil then
-    local bad = corrupt(h)
-    if bad then
-      return nil, {'corrupt', bad}
-    end
-    if expired(h, now) then
-      h = nil
-    end
+  local h, _, rejection = load_live(now)
+  if rejection then
+    return nil, rejection
   end
   if h == nil then
     return nil, {'stale', 'nobody'}
