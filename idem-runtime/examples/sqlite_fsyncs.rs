@@ -7,6 +7,8 @@
 //! strace -f -c -e trace=fsync,fdatasync $B /tmp/f.db serial 1000      # first calls, one at a time
 //! strace -f -c -e trace=fsync,fdatasync $B /tmp/f.db duplicates 1000  # the same calls again
 //! strace -f -c -e trace=fsync,fdatasync $B /tmp/g.db concurrent 1000  # first calls, all at once
+//! strace -f -c -e trace=fsync,fdatasync $B /tmp/h.db workers 1000     # 16 workers, one call at a time each
+//! strace -f -c -e trace=fsync,fdatasync $B /tmp/i.db serial 1000 normal  # synchronous=NORMAL
 //! ```
 //!
 //! Subtract the `open` run (creating the file) from the others. Keys are
@@ -17,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::Outcome;
-use idem_runtime::store::{Claim, ClaimRequest, SqliteStore, Store};
+use idem_runtime::store::{Claim, ClaimRequest, SqliteOptions, SqliteStore, Store, Synchronous};
 
 fn key(i: usize) -> IdempotencyKey {
     IdempotencyKey::parse(&format!("{i:064x}")).expect("64 hex digits")
@@ -52,12 +54,19 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let [_, path, mode, n] = &args[..] else {
-        eprintln!("usage: sqlite_fsyncs DB open|serial|concurrent|duplicates N");
-        std::process::exit(2);
+    let (path, mode, n, synchronous) = match &args[1..] {
+        [path, mode, n] => (path, mode, n, Synchronous::Full),
+        [path, mode, n, s] if s == "normal" => (path, mode, n, Synchronous::Normal),
+        _ => {
+            eprintln!(
+                "usage: sqlite_fsyncs DB open|serial|concurrent|workers|duplicates N [normal]"
+            );
+            std::process::exit(2);
+        }
     };
     let n: usize = n.parse().expect("N");
-    let store = Arc::new(SqliteStore::open(path).await.expect("open"));
+    let options = SqliteOptions::default().synchronous(synchronous);
+    let store = Arc::new(SqliteStore::open_with(path, options).await.expect("open"));
     let started = Instant::now();
     let ran = match mode.as_str() {
         "open" => 0,
@@ -75,6 +84,21 @@ async fn main() {
                 tasks.spawn(async move { call(&store, i).await });
             }
             tasks.join_all().await.into_iter().filter(|r| *r).count()
+        }
+        "workers" => {
+            // 16 workers, each making its calls one after the other.
+            let mut tasks = tokio::task::JoinSet::new();
+            for w in 0..16 {
+                let store = store.clone();
+                tasks.spawn(async move {
+                    let mut ran = 0;
+                    for i in (w..n).step_by(16) {
+                        ran += usize::from(call(&store, i).await);
+                    }
+                    ran
+                });
+            }
+            tasks.join_all().await.into_iter().sum()
         }
         other => panic!("unknown mode {other}"),
     };
