@@ -44,9 +44,9 @@ mod waiters;
 
 pub use memory::MemoryStore;
 #[cfg(feature = "postgres")]
-pub use postgres::PostgresStore;
+pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
-pub use redis::RedisStore;
+pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use url::{connect, from_env, STORE_ENV};
