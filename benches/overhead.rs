@@ -112,12 +112,8 @@ fn overhead(c: &mut Criterion) {
         })
     });
     g.bench_function("idem_duplicate", |b| {
-        b.to_async(&rt).iter(|| async {
-            exec.call(send_email, args())
-                .run("run-1", 0)
-                .await
-                .unwrap()
-        })
+        b.to_async(&rt)
+            .iter(|| async { exec.call(send_email, args()).run("run-1", 0).await.unwrap() })
     });
     g.bench_function("idem_read", |b| {
         b.to_async(&rt)

@@ -94,7 +94,10 @@ struct Charge {
 
 /// Charge a customer's card.
 #[tool(class = "non_idempotent_write", timeout = "1s")]
-async fn charge_card(args: Charge, State(payments): State<Arc<Payments>>) -> Result<String, ToolError> {
+async fn charge_card(
+    args: Charge,
+    State(payments): State<Arc<Payments>>,
+) -> Result<String, ToolError> {
     payments.charges.fetch_add(1, Ordering::SeqCst);
     if payments.hang_next.swap(false, Ordering::SeqCst) {
         std::future::pending::<()>().await;
@@ -124,15 +127,34 @@ async fn delete_account(args: DeleteAccount) -> Result<String, ToolError> {
     Ok(format!("deleted {}", args.customer))
 }
 
-fn say(step: &str, what: impl std::fmt::Display) {
-    println!("{step:>4}  {what}");
+fn step(title: &str) {
+    println!("\n{title}");
+}
+
+fn say(what: impl std::fmt::Display) {
+    println!("   {what}");
+}
+
+/// How a dispatched call was carried out, for the log.
+fn how(r: &idem::ToolResult) -> String {
+    match (r.meta(), &r.result) {
+        (Some(m), _) if m.deduplicated => "answered from the record, not run".to_owned(),
+        (Some(m), _) => format!(
+            "ran ({} attempt{})",
+            m.attempts,
+            if m.attempts == 1 { "" } else { "s" }
+        ),
+        (None, Err(e)) => format!("refused: {}", e.code()),
+        (None, Ok(_)) => unreachable!(),
+    }
 }
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var(idem::store::STORE_ENV).unwrap_or_else(|_| idem::store::DEFAULT_STORE_URL.to_owned());
+    let url = std::env::var(idem::store::STORE_ENV)
+        .unwrap_or_else(|_| idem::store::url::DEFAULT_STORE_URL.to_owned());
     let store = idem::store::from_env().await?;
-    println!("idem demo — store {url} (set IDEM_STORE to change; delete the file to start over)\n");
+    println!("idem demo — store {url} (set IDEM_STORE to change; delete the file to start over)");
 
     let app = App::default();
     let executor = Executor::builder_shared(store)
@@ -143,7 +165,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dispatcher = Dispatcher::new(executor.clone(), registry);
     let run = RunContext::new("demo-run-1", 1);
 
-    // 1. OpenAI: the provider accepts the email but the response is lost.
+    step("1. OpenAI response: look Ada up and email her; the mail provider accepts the email but its response is lost");
     app.mail.lose_next_response.store(true, Ordering::SeqCst);
     let openai = json!({"role": "assistant", "tool_calls": [
         {"id": "call_demo_lookup", "type": "function",
@@ -153,54 +175,76 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     ]});
     let results = dispatcher.openai(&openai, &run).await?;
     for (r, m) in results.iter().zip(openai_messages(&results)) {
-        let how = match r.meta() {
-            Some(meta) if meta.deduplicated => "answered from the record".to_owned(),
-            Some(meta) => format!("ran, {} attempt(s)", meta.attempts),
-            None => "error".to_owned(),
-        };
-        say("1", format!("{} → {} ({how})", r.tool, m["content"]));
+        say(format!(
+            "{:<16} {:<36} → {}",
+            r.tool,
+            how(r),
+            m["content"].as_str().unwrap_or_default()
+        ));
     }
 
-    // 2. The model, unsure, sends the same call again.
+    step("2. The model did not see the result and sends the same call again");
     let again = dispatcher.openai(&openai, &run).await?;
-    say("2", format!("same call id again → deduplicated: {}", again[1].deduplicated()));
+    say(format!("{:<16} {}", again[1].tool, how(&again[1])));
 
-    // 3. Anthropic: the same intent, another call id: a new, legitimate email.
+    step("3. Anthropic message: a reminder, a new call id — a new, legitimate email");
     let anthropic = json!({"role": "assistant", "content": [
         {"type": "text", "text": "Sending a reminder."},
         {"type": "tool_use", "id": "toolu_demo_reminder", "name": "send_email",
          "input": {"to": "ada@example.com", "subject": "Reminder: invoice due"}}
     ]});
     let results = dispatcher.anthropic(&anthropic, &run).await?;
-    say("3", format!("reminder (new call id) → {}", anthropic_reply(&results)["content"][0]["content"]));
+    let reply = anthropic_reply(&results);
+    say(format!(
+        "{:<16} {:<36} → {}",
+        results[0].tool,
+        how(&results[0]),
+        reply["content"][0]["content"].as_str().unwrap_or_default()
+    ));
 
-    // 4. A charge times out: it may have happened. Never retried, never re-run.
+    step("4. A card charge (non-idempotent) times out: it may or may not have happened");
     app.payments.hang_next.store(true, Ordering::SeqCst);
-    let charge = Charge { customer: "ada".into(), cents: 4_900 };
-    for attempt in ["first call", "model retries"] {
+    let charge = Charge {
+        customer: "ada".into(),
+        cents: 4_900,
+    };
+    for who in ["the call", "the model's retry"] {
         match executor.call(charge_card, charge.clone()).call_id("call_demo_charge").await {
-            Ok(c) => say("4", format!("{attempt}: {} (deduplicated: {})", c.output, c.meta.deduplicated)),
-            Err(e @ IdemError::OutcomeUnknown { .. }) => say("4", format!("{attempt}: refused — {e}")),
-            Err(e) => say("4", format!("{attempt}: {e}")),
+            Ok(c) => say(format!("{who}: {} (from the record: {})", c.output, c.meta.deduplicated)),
+            Err(IdemError::OutcomeUnknown { .. }) => {
+                say(format!("{who}: refused — outcome unknown; never retried, never re-run, an operator decides"))
+            }
+            Err(e) => say(format!("{who}: {e}")),
         }
     }
 
-    // 5. An irreversible call goes through the approval policy, once.
+    step("5. An irreversible call goes through the approval policy once; its decision is recorded");
     let delete = json!({"tool_calls": [{"id": "call_demo_delete", "type": "function",
         "function": {"name": "delete_account", "arguments": "{\"customer\":\"mallory\"}"}}]});
     for _ in 0..2 {
         let r = dispatcher.openai(&delete, &run).await?;
-        say("5", format!("delete_account → {} (deduplicated: {})", openai_messages(&r)[0]["content"], r[0].deduplicated()));
+        say(format!(
+            "{:<16} {:<36} → {}",
+            r[0].tool,
+            how(&r[0]),
+            openai_messages(&r)[0]["content"]
+                .as_str()
+                .unwrap_or_default()
+        ));
     }
 
-    // 6. Replay the whole run with no side effects at all.
-    let replay = Dispatcher::new(executor.replaying(), tools![lookup_customer, send_email, charge_card, delete_account]);
-    let replayed = replay.openai(&openai, &run).await?;
-    say("6", format!("replay: {} calls answered, {} from records", replayed.len(), replayed.iter().filter(|r| r.deduplicated()).count()));
+    step("6. Replay the run from its transcript: reads run, writes come from records, nothing is sent");
+    let replay = Dispatcher::new(
+        executor.replaying(),
+        tools![lookup_customer, send_email, charge_card, delete_account],
+    );
+    for r in replay.openai(&openai, &run).await? {
+        say(format!("{:<16} {}", r.tool, how(&r)));
+    }
 
     let m = executor.metrics();
     println!(
-        "\nemails delivered by this process: {} | charges attempted: {} | executions {}, dedup hits {}, retries {}, refusals {}",
+        "\nThis process delivered {} email(s) and attempted {} charge(s). Executions {}, answered from records {}, retries {}, refusals {}.\nRun it again: every write is found in the store and nothing is sent twice.",
         app.mail.sent.lock().unwrap().len(),
         app.payments.charges.load(Ordering::SeqCst),
         m.executions,

@@ -186,7 +186,7 @@ pub enum IdemError {
     },
     /// An earlier call's owner vanished mid-call and whether its effect
     /// happened is unknown: refused, never re-run.
-    #[error("the outcome of an earlier call of `{tool}` with key {key} is unknown ({reason}); refusing to run it again. An operator must check whether the effect happened")]
+    #[error("the outcome of `{tool}` with key {key} is unknown ({reason}); idem will not run it again: an operator must check whether the effect happened")]
     OutcomeUnknown {
         /// The tool.
         tool: String,

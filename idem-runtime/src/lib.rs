@@ -24,6 +24,8 @@ pub mod registry;
 pub mod retry;
 pub mod state;
 pub mod store;
+#[cfg(feature = "test-servers")]
+pub mod testing;
 pub mod tool;
 
 pub use approval::Approval;

@@ -31,9 +31,25 @@ use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record};
 
 pub mod memory;
+#[cfg(feature = "postgres")]
+pub mod postgres;
+#[cfg(feature = "redis")]
+pub mod redis;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 pub mod transition;
+pub mod url;
+#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
+mod waiters;
 
 pub use memory::MemoryStore;
+#[cfg(feature = "postgres")]
+pub use postgres::{PostgresOptions, PostgresStore};
+#[cfg(feature = "redis")]
+pub use redis::{RedisOptions, RedisStore};
+#[cfg(feature = "sqlite")]
+pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use url::{connect, from_env, STORE_ENV};
 
 /// A request to own a key.
 #[derive(Debug, Clone)]
@@ -132,6 +148,16 @@ pub enum StoreError {
     /// The store is full or out of space.
     #[error("store {store} is full: {cause}")]
     Full {
+        /// The store.
+        store: String,
+        /// The cause.
+        cause: String,
+    },
+    /// The store only allows reading (a read-only database file or
+    /// directory, a read-only replica): no claim can be recorded, so nothing
+    /// may run.
+    #[error("store {store} is read-only: {cause}; nothing was written and nothing ran")]
+    ReadOnly {
         /// The store.
         store: String,
         /// The cause.

@@ -1,0 +1,769 @@
+//! The PostgreSQL store, for many workers on many machines.
+//!
+//! # How it works
+//!
+//! * Each transition is one prepared statement, so one round trip: a claim
+//!   is an `INSERT … ON CONFLICT DO UPDATE … WHERE` (insert a new record,
+//!   replace an expired one, or take over an expired lease) that, when it
+//!   changes nothing, returns the existing row from the same statement;
+//!   checkpoint, complete and release are single-row updates fenced by
+//!   `WHERE key = $1 AND fence = $2 AND state = in flight` that report the
+//!   current holder when they match nothing.
+//! * Fences come from a sequence, so they are unique per key forever.
+//! * Times come from the server's clock (`statement_timestamp()`), never
+//!   the worker's.
+//! * The schema (`idem_meta`, `idem_records`, sequence `idem_fence`) is
+//!   created or migrated on start under an advisory lock; a schema newer
+//!   than this build is refused with [`StoreError::SchemaTooNew`].
+//! * Sweeping deletes expired completed records in batches selected with
+//!   `FOR UPDATE SKIP LOCKED`, so several sweepers never block each other
+//!   or a claim.
+//! * Waiters are woken by LISTEN/NOTIFY: completing or releasing a record
+//!   notifies channel `idem_done` with the key, inside the same statement
+//!   (delivered at commit), and one listening connection per store wakes
+//!   the local waiters of that key, typically within a millisecond. As a
+//!   safety net waiters also re-read their record with a back-off from 5 ms
+//!   to [`SAFETY_POLL`].
+//! * Connections come from a [`bb8`] pool; each connection prepares every
+//!   statement once when it opens. Nothing is retried with a request, so a
+//!   transition is never applied twice.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::Value;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
+
+use super::url::redact;
+use super::waiters::Waiters;
+use super::{transition, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
+use crate::clock::Timestamp;
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
+
+/// The schema version this build creates and understands.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The longest a waiter goes without re-reading its record when no
+/// notification arrives.
+pub const SAFETY_POLL: Duration = Duration::from_secs(1);
+
+/// Subscribes to the channel completions and releases are notified on
+/// (`idem_done`, written into the statements).
+const LISTEN: &str = "LISTEN idem_done";
+
+/// Migrations: entry `i` takes the schema from version `i` to `i + 1`.
+const MIGRATIONS: &[&str] = &["CREATE SEQUENCE idem_fence;
+     CREATE TABLE idem_records (
+         key          text PRIMARY KEY,
+         tool         text NOT NULL,
+         fingerprint  text NOT NULL,
+         created_at   bigint NOT NULL,
+         fence        bigint NOT NULL,
+         prev_fence   bigint,
+         state        smallint NOT NULL CHECK (state IN (0, 1)),
+         lease_until  bigint,
+         outcome      text,
+         completed_at bigint,
+         expires_at   bigint,
+         steps        jsonb NOT NULL DEFAULT '{}'
+     );
+     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;"];
+
+/// How many expired records one sweep statement deletes at most.
+const SWEEP_BATCH: i64 = 1000;
+
+/// The statements, with `{now}` (the server's time in milliseconds) and
+/// `{record}` (a record's columns) filled in.
+struct Sql {
+    claim: String,
+    checkpoint: String,
+    complete: String,
+    release: String,
+    get: String,
+    sweep: String,
+    now: String,
+}
+
+static SQL: LazyLock<Sql> = LazyLock::new(|| {
+    // States: 0 in flight, 1 completed. Steps hold each step's value as
+    // JSON text, so values come back byte for byte.
+    let fill = |s: &str| {
+        s.replace(
+            "{now}",
+            "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint",
+        )
+        .replace(
+            "{record}",
+            "key, tool, fingerprint, created_at, fence, prev_fence, state, lease_until, \
+             outcome, completed_at, expires_at, steps::text",
+        )
+    };
+    // Who holds the key, for a fenced write that matched nothing.
+    let stale = |cte: &str| {
+        format!(
+            "SELECT 'stale', state, fence, expires_at, {{now}} FROM idem_records \
+             WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM {cte})"
+        )
+    };
+    let notify = "notified AS (SELECT pg_notify('idem_done', key) FROM changed)";
+    Sql {
+        claim: fill(
+            "WITH claimed AS (
+               INSERT INTO idem_records AS r
+                   (key, tool, fingerprint, created_at, fence, state, lease_until)
+               VALUES ($1, $2, $3, {now}, nextval('idem_fence'), 0, {now} + $5)
+               ON CONFLICT (key) DO UPDATE SET
+                   fingerprint  = CASE WHEN r.state = 1 THEN excluded.fingerprint ELSE r.fingerprint END,
+                   created_at   = CASE WHEN r.state = 1 THEN excluded.created_at ELSE r.created_at END,
+                   steps        = CASE WHEN r.state = 1 THEN '{}'::jsonb ELSE r.steps END,
+                   prev_fence   = CASE WHEN r.state = 0 THEN r.fence END,
+                   tool         = excluded.tool,
+                   fence        = excluded.fence,
+                   state        = 0,
+                   lease_until  = excluded.lease_until,
+                   outcome      = NULL,
+                   completed_at = NULL,
+                   expires_at   = NULL
+               WHERE (r.state = 1 AND r.expires_at <= excluded.created_at)
+                  OR (r.state = 0 AND r.lease_until <= excluded.created_at
+                      AND r.tool = excluded.tool
+                      AND (NOT $4 OR r.fingerprint = excluded.fingerprint))
+               RETURNING r.*
+             )
+             SELECT true, {record}, {now} FROM claimed
+             UNION ALL
+             SELECT false, {record}, {now} FROM idem_records
+             WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+        ),
+        checkpoint: fill(&format!(
+            "WITH changed AS (
+               UPDATE idem_records
+               SET steps = steps || jsonb_build_object($3::text, $4::text),
+                   lease_until = {{now}} + $5
+               WHERE key = $1 AND fence = $2 AND state = 0
+               RETURNING key
+             )
+             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
+             UNION ALL {}",
+            stale("changed")
+        )),
+        complete: fill(&format!(
+            "WITH changed AS (
+               UPDATE idem_records
+               SET state = 1, outcome = $3, completed_at = {{now}}, expires_at = {{now}} + $4,
+                   lease_until = NULL, prev_fence = NULL
+               WHERE key = $1 AND fence = $2 AND state = 0
+               RETURNING key
+             ), {notify}
+             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
+             WHERE (SELECT count(*) FROM notified) >= 0
+             UNION ALL {}",
+            stale("changed")
+        )),
+        release: fill(&format!(
+            "WITH changed AS (
+               DELETE FROM idem_records
+               WHERE key = $1 AND fence = $2 AND state = 0
+               RETURNING key
+             ), {notify}
+             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
+             WHERE (SELECT count(*) FROM notified) >= 0
+             UNION ALL {}",
+            stale("changed")
+        )),
+        get: fill(
+            "SELECT {now}, {record} FROM (SELECT 1) AS one
+             LEFT JOIN idem_records ON key = $1",
+        ),
+        sweep: fill(
+            "WITH doomed AS (
+               SELECT key FROM idem_records
+               WHERE state = 1 AND expires_at <= {now}
+               ORDER BY expires_at
+               LIMIT $1
+               FOR UPDATE SKIP LOCKED
+             )
+             DELETE FROM idem_records AS r USING doomed
+             WHERE r.key = doomed.key AND r.state = 1 AND r.expires_at <= {now}",
+        ),
+        now: fill("SELECT {now}"),
+    }
+});
+
+/// How to connect a [`PostgresStore`].
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    pool_size: u32,
+    connect_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// How many connections the pool keeps at most (default 16).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// How long connecting, or waiting for a pooled connection, may take
+    /// before the operation fails (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+}
+
+/// Records in PostgreSQL. See the [module docs](self).
+pub struct PostgresStore {
+    pool: bb8::Pool<Manager>,
+    name: String,
+    waiters: Arc<Waiters>,
+    listener: tokio::task::JoinHandle<()>,
+}
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("store", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// A pooled connection with every statement prepared.
+struct Conn {
+    client: Client,
+    claim: Statement,
+    checkpoint: Statement,
+    complete: Statement,
+    release: Statement,
+    get: Statement,
+    sweep: Statement,
+    now: Statement,
+}
+
+/// Opens [`Conn`]s for the pool.
+struct Manager {
+    config: Config,
+}
+
+async fn open(config: &Config) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        // Ends when the client is dropped or the server goes away; the
+        // client then reports itself closed and the pool drops it.
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+        let client = open(&self.config).await?;
+        let sql = &*SQL;
+        // Prepared concurrently: the client pipelines them.
+        let (claim, checkpoint, complete, release, get, sweep, now) = tokio::try_join!(
+            client.prepare(&sql.claim),
+            client.prepare(&sql.checkpoint),
+            client.prepare(&sql.complete),
+            client.prepare(&sql.release),
+            client.prepare(&sql.get),
+            client.prepare(&sql.sweep),
+            client.prepare(&sql.now),
+        )?;
+        Ok(Conn {
+            client,
+            claim,
+            checkpoint,
+            complete,
+            release,
+            get,
+            sweep,
+            now,
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut Conn) -> Result<(), tokio_postgres::Error> {
+        conn.client.simple_query("").await.map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://user[:password]@host[:port]/db`) with
+    /// default options.
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connect to `url`, create or migrate the schema, and start the
+    /// listener that wakes waiters.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the server cannot be
+    /// reached, [`StoreError::SchemaTooNew`] when a newer idem created the
+    /// schema, and [`StoreError::Config`] for a malformed URL.
+    pub async fn connect_with(
+        url: &str,
+        options: PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let name = redact(url);
+        let mut config = Config::from_str(url)
+            .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL {name}: {e}")))?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(options.connect_timeout);
+        }
+        config.application_name("idem");
+        let fail = |e: tokio_postgres::Error| error(&name, e);
+
+        let client = tokio::time::timeout(options.connect_timeout, open(&config))
+            .await
+            .map_err(|_| StoreError::Unavailable {
+                store: name.clone(),
+                cause: format!("no connection within {:?}", options.connect_timeout),
+            })?
+            .map_err(fail)?;
+        migrate(client, &name).await?;
+
+        let pool = bb8::Pool::builder()
+            .max_size(options.pool_size)
+            .connection_timeout(options.connect_timeout)
+            // A checkout must not cost a round trip; broken connections are
+            // noticed by `has_broken` and replaced.
+            .test_on_check_out(false)
+            .build_unchecked(Manager {
+                config: config.clone(),
+            });
+
+        let waiters = Arc::new(Waiters::default());
+        let (listening, ready) = tokio::sync::oneshot::channel();
+        let listener = tokio::spawn(listen(
+            config,
+            waiters.clone(),
+            options.connect_timeout,
+            listening,
+        ));
+        let _ = tokio::time::timeout(options.connect_timeout, ready).await;
+        Ok(PostgresStore {
+            pool,
+            name,
+            waiters,
+            listener,
+        })
+    }
+
+    async fn conn(&self) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
+        self.pool.get().await.map_err(|e| match e {
+            bb8::RunError::User(e) => self.error(e),
+            bb8::RunError::TimedOut => StoreError::Unavailable {
+                store: self.name.clone(),
+                cause: "timed out waiting for a connection".into(),
+            },
+        })
+    }
+
+    fn error(&self, e: tokio_postgres::Error) -> StoreError {
+        error(&self.name, e)
+    }
+
+    /// Run a fenced write and turn "matched nothing" into the rejection.
+    async fn fenced(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        statement: impl Fn(&Conn) -> &Statement,
+        params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
+    ) -> Result<(), StoreError> {
+        let conn = self.conn().await?;
+        let rows = conn
+            .client
+            .query(statement(&conn), params)
+            .await
+            .map_err(|e| self.error(e))?;
+        let Some(row) = rows.first() else {
+            return Err(StoreError::StaleFence {
+                key: key.clone(),
+                given: fence,
+                current: FenceHolder::Nobody,
+            });
+        };
+        let status: &str = row.get(0);
+        if status == "ok" {
+            return Ok(());
+        }
+        let now: i64 = row.get(4);
+        let current = match (row.get::<_, i16>(1), row.get::<_, i64>(2)) {
+            (0, f) => FenceHolder::InFlight(Fence(f as u64)),
+            (_, f) if row.get::<_, Option<i64>>(3).is_some_and(|e| e > now) => {
+                FenceHolder::Completed(Fence(f as u64))
+            }
+            _ => FenceHolder::Nobody,
+        };
+        Err(StoreError::StaleFence {
+            key: key.clone(),
+            given: fence,
+            current,
+        })
+    }
+
+    async fn read(&self, key: &IdempotencyKey) -> Result<(Option<Record>, Timestamp), StoreError> {
+        let conn = self.conn().await?;
+        let row = conn
+            .client
+            .query_one(&conn.get, &[&key.as_str()])
+            .await
+            .map_err(|e| self.error(e))?;
+        let now = Timestamp(row.get::<_, i64>(0) as u64);
+        let record = match row.get::<_, Option<String>>(1) {
+            None => None,
+            Some(_) => Some(decode(key, &row, 1)?),
+        };
+        Ok((record.filter(|r| !r.is_expired(now)), now))
+    }
+}
+
+/// The typed error for a PostgreSQL failure.
+fn error(store: &str, e: tokio_postgres::Error) -> StoreError {
+    let store = store.to_owned();
+    let Some(db) = e.as_db_error() else {
+        let mut cause = e.to_string();
+        let mut source = std::error::Error::source(&e);
+        while let Some(s) = source {
+            cause.push_str(": ");
+            cause.push_str(&s.to_string());
+            source = s.source();
+        }
+        return StoreError::Unavailable { store, cause };
+    };
+    let cause = format!("{} ({})", db.message(), db.code().code());
+    match *db.code() {
+        SqlState::DISK_FULL | SqlState::OUT_OF_MEMORY | SqlState::INSUFFICIENT_RESOURCES => {
+            StoreError::Full { store, cause }
+        }
+        SqlState::READ_ONLY_SQL_TRANSACTION => StoreError::ReadOnly { store, cause },
+        _ => StoreError::Unavailable { store, cause },
+    }
+}
+
+/// Create the schema, or migrate it to [`SCHEMA_VERSION`], in one
+/// transaction under an advisory lock so concurrent starts do it once.
+async fn migrate(mut client: Client, name: &str) -> Result<(), StoreError> {
+    let fail = |e| error(name, e);
+    let tx = client.transaction().await.map_err(fail)?;
+    tx.batch_execute(
+        "SELECT pg_advisory_xact_lock(7283640051);
+         CREATE TABLE IF NOT EXISTS idem_meta (name text PRIMARY KEY, value bigint NOT NULL);",
+    )
+    .await
+    .map_err(fail)?;
+    let found: i64 = tx
+        .query_opt(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .map_err(fail)?
+        .map_or(0, |row| row.get(0));
+    if found > i64::from(SCHEMA_VERSION) {
+        return Err(StoreError::SchemaTooNew {
+            store: name.to_owned(),
+            found: u32::try_from(found).unwrap_or(u32::MAX),
+            supported: SCHEMA_VERSION,
+        });
+    }
+    for migration in &MIGRATIONS[found.max(0) as usize..] {
+        tx.batch_execute(migration).await.map_err(fail)?;
+    }
+    tx.execute(
+        "INSERT INTO idem_meta (name, value) VALUES ('schema_version', $1)
+         ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+        &[&i64::from(SCHEMA_VERSION)],
+    )
+    .await
+    .map_err(fail)?;
+    tx.commit().await.map_err(fail)
+}
+
+/// Decode the record whose columns start at `at` (in the order of
+/// `{record}`). Malformed stored JSON is a [`CorruptRecord`].
+fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptRecord> {
+    let corrupt = |detail: String| CorruptRecord {
+        key: key.as_str().to_owned(),
+        detail,
+    };
+    let time = |i: usize| Timestamp(row.get::<_, i64>(at + i) as u64);
+    let fence = Fence(row.get::<_, i64>(at + 4) as u64);
+    let state = match row.get::<_, i16>(at + 6) {
+        0 => RecordState::InFlight {
+            fence,
+            lease_until: row
+                .get::<_, Option<i64>>(at + 7)
+                .map(|t| Timestamp(t as u64))
+                .ok_or_else(|| corrupt("an in-flight record has no lease".into()))?,
+        },
+        _ => {
+            let outcome: Option<String> = row.get(at + 8);
+            let when = |i: usize| {
+                row.get::<_, Option<i64>>(at + i)
+                    .map(|t| Timestamp(t as u64))
+                    .ok_or_else(|| corrupt("a completed record lacks its times".into()))
+            };
+            RecordState::Completed {
+                fence,
+                outcome: serde_json::from_str(
+                    &outcome.ok_or_else(|| corrupt("a completed record has no outcome".into()))?,
+                )
+                .map_err(|e| corrupt(format!("outcome: {e}")))?,
+                completed_at: when(9)?,
+                expires_at: when(10)?,
+            }
+        }
+    };
+    let steps_text: String = row.get(at + 11);
+    let raw: BTreeMap<String, Value> =
+        serde_json::from_str(&steps_text).map_err(|e| corrupt(format!("steps: {e}")))?;
+    let mut steps = BTreeMap::new();
+    for (name, value) in raw {
+        let Value::String(text) = value else {
+            return Err(corrupt(format!("step {name} is not stored as JSON text")));
+        };
+        let value =
+            serde_json::from_str(&text).map_err(|e| corrupt(format!("step {name}: {e}")))?;
+        steps.insert(name, value);
+    }
+    Ok(Record {
+        key: key.clone(),
+        tool: row.get(at + 1),
+        fingerprint: Fingerprint(row.get(at + 2)),
+        created_at: time(3),
+        state,
+        steps,
+    })
+}
+
+/// Keep one connection LISTENing on `idem_done`, waking the waiters of
+/// each notified key. After every (re)connection all waiters re-read, since
+/// notifications sent while disconnected are lost.
+async fn listen(
+    config: Config,
+    waiters: Arc<Waiters>,
+    connect_timeout: Duration,
+    listening: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut listening = Some(listening);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        if let Ok(Ok((client, mut connection))) =
+            tokio::time::timeout(connect_timeout, config.connect(NoTls)).await
+        {
+            let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
+            let subscribe = client.batch_execute(LISTEN);
+            tokio::pin!(subscribe);
+            let mut subscribed = false;
+            loop {
+                tokio::select! {
+                    done = &mut subscribe, if !subscribed => {
+                        if done.is_err() {
+                            break;
+                        }
+                        subscribed = true;
+                        pause = Duration::from_millis(100);
+                        if let Some(tx) = listening.take() {
+                            let _ = tx.send(());
+                        }
+                        waiters.wake_all();
+                    }
+                    message = messages.next() => match message {
+                        Some(Ok(AsyncMessage::Notification(n))) => waiters.wake(n.payload()),
+                        Some(Ok(_)) => {}
+                        Some(Err(_)) | None => break,
+                    },
+                }
+            }
+        }
+        waiters.wake_all();
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+fn millis(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+#[async_trait]
+impl Store for PostgresStore {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let lease = millis(req.lease);
+        // Normally one pass. A second is needed only when a concurrent
+        // claim inserted or changed the row after this statement's snapshot
+        // was taken, so neither branch of the statement saw it.
+        for _ in 0..8 {
+            let conn = self.conn().await?;
+            let rows = conn
+                .client
+                .query(
+                    &conn.claim,
+                    &[
+                        &req.key.as_str(),
+                        &req.tool,
+                        &req.fingerprint.as_str(),
+                        &req.check_fingerprint,
+                        &lease,
+                    ],
+                )
+                .await
+                .map_err(|e| self.error(e))?;
+            let Some(row) = rows.first() else { continue };
+            let record = decode(req.key, row, 1)?;
+            let now = Timestamp(row.get::<_, i64>(13) as u64);
+            if row.get::<_, bool>(0) {
+                let RecordState::InFlight { fence, lease_until } = record.state else {
+                    return Err(self.protocol("a claim stored a completed record"));
+                };
+                return Ok(Claim::Acquired {
+                    fence,
+                    lease_until,
+                    steps: record.steps,
+                    takeover: row.get::<_, Option<i64>>(6).map(|f| Takeover {
+                        previous: Fence(f as u64),
+                    }),
+                });
+            }
+            let decision = transition::claim(Some(Arc::new(record)), req, now, || Fence(0));
+            if decision.write.is_none() {
+                return Ok(decision.claim);
+            }
+        }
+        Err(self.protocol("the claim kept racing with concurrent claims"))
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        step: &str,
+        value: &Value,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let value = serde_json::to_string(value).expect("a JSON value serializes");
+        self.fenced(
+            key,
+            fence,
+            |c| &c.checkpoint,
+            &[
+                &key.as_str(),
+                &(fence.0 as i64),
+                &step,
+                &value,
+                &millis(lease),
+            ],
+        )
+        .await
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let outcome = serde_json::to_string(outcome).expect("an outcome serializes");
+        self.fenced(
+            key,
+            fence,
+            |c| &c.complete,
+            &[&key.as_str(), &(fence.0 as i64), &outcome, &millis(ttl)],
+        )
+        .await
+    }
+
+    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+        self.fenced(
+            key,
+            fence,
+            |c| &c.release,
+            &[&key.as_str(), &(fence.0 as i64)],
+        )
+        .await
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Ok(self.read(key).await?.0)
+    }
+
+    async fn wait(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.waiters
+            .wait(key, timeout, SAFETY_POLL, || self.read(key))
+            .await
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        let conn = self.conn().await?;
+        let mut total = 0;
+        loop {
+            let n = conn
+                .client
+                .execute(&conn.sweep, &[&SWEEP_BATCH])
+                .await
+                .map_err(|e| self.error(e))?;
+            total += n;
+            if n < SWEEP_BATCH as u64 {
+                return Ok(total);
+            }
+        }
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        let conn = self.conn().await?;
+        let row = conn
+            .client
+            .query_one(&conn.now, &[])
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(Timestamp(row.get::<_, i64>(0) as u64))
+    }
+}
+
+impl PostgresStore {
+    fn protocol(&self, what: &str) -> StoreError {
+        StoreError::Unavailable {
+            store: self.name.clone(),
+            cause: what.to_owned(),
+        }
+    }
+}

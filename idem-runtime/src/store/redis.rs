@@ -1,0 +1,657 @@
+//! The Redis store, for many workers on many machines.
+//!
+//! # How it works
+//!
+//! * Each transition is one Lua script (`store/redis/*.lua`), so it is one
+//!   round trip and atomic: claim, checkpoint, complete, release, get. The
+//!   scripts are loaded when the store connects, so a call is one `EVALSHA`.
+//! * A record is a hash under `PREFIX:{SLOT}:r:KEY`, where `SLOT` is the
+//!   first three hex digits of the key: a record and the fence counter of
+//!   its slot (`PREFIX:{SLOT}:fence`) share a hash tag, so every script
+//!   touches keys of one Redis Cluster slot. The 4,096 counters are never
+//!   deleted, so a fence is never handed out twice for a key, even after the
+//!   key was released or expired.
+//! * Times come from the server's clock (`TIME` inside the scripts), never
+//!   the worker's. A completed record's retention is the key's TTL
+//!   (`PEXPIREAT`); the lease is a field of the hash — key expiry never
+//!   doubles as the lease, and an in-flight record has no TTL (it is never
+//!   swept). Redis deletes expired records itself, so [`Store::sweep`] has
+//!   nothing to do and returns 0.
+//! * Waiters are woken by pub/sub: the complete and release scripts publish
+//!   the key on `PREFIX:done`, and one subscriber connection per store wakes
+//!   the local waiters of that key, typically within a millisecond. As a
+//!   safety net (a message lost while the subscriber reconnects), waiters
+//!   also re-read their record with a back-off from 5 ms to
+//!   [`SAFETY_POLL`].
+//! * A store that cannot be reached fails every operation with
+//!   [`StoreError::Unavailable`] naming the URL (without its password) and
+//!   the cause. Connections are never retried *with* a request, so a
+//!   transition is never applied twice.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Client, Script, Value as RedisValue};
+use serde_json::Value;
+
+use super::url::redact;
+use super::waiters::Waiters;
+use super::{Claim, ClaimRequest, Store, StoreError, Takeover};
+use crate::clock::Timestamp;
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
+
+/// The data layout this build writes and understands, kept under
+/// `PREFIX:schema`.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The longest a waiter goes without re-reading its record when no
+/// notification arrives.
+pub const SAFETY_POLL: Duration = Duration::from_secs(1);
+
+macro_rules! script {
+    ($file:literal) => {
+        concat!(
+            include_str!("redis/common.lua"),
+            include_str!(concat!("redis/", $file))
+        )
+    };
+}
+
+/// How to connect a [`RedisStore`].
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    prefix: String,
+    connection_timeout: Duration,
+    response_timeout: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "idem".into(),
+            connection_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The prefix of every key idem writes (default `idem`); no braces.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long connecting may take before the operation fails (default
+    /// 2 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long a reply may take before the operation fails (default 5 s).
+    /// The transition may still have been applied; the caller treats the
+    /// failure as ambiguous and does not run the tool.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+}
+
+/// Records in Redis. See the [module docs](self).
+pub struct RedisStore {
+    conn: ConnectionManager,
+    scripts: Arc<Scripts>,
+    name: String,
+    prefix: String,
+    channel: String,
+    waiters: Arc<Waiters>,
+    subscriber: tokio::task::JoinHandle<()>,
+}
+
+struct Scripts {
+    claim: Script,
+    checkpoint: Script,
+    complete: Script,
+    release: Script,
+    get: Script,
+}
+
+impl Scripts {
+    fn new() -> Scripts {
+        Scripts {
+            claim: Script::new(script!("claim.lua")),
+            checkpoint: Script::new(script!("checkpoint.lua")),
+            complete: Script::new(script!("complete.lua")),
+            release: Script::new(script!("release.lua")),
+            get: Script::new(script!("get.lua")),
+        }
+    }
+
+    fn all(&self) -> [&Script; 5] {
+        [
+            &self.claim,
+            &self.checkpoint,
+            &self.complete,
+            &self.release,
+            &self.get,
+        ]
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("store", &self.name)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+    }
+}
+
+impl RedisStore {
+    /// Connect to `url` (`redis://[user:password@]host[:port][/db]`) with
+    /// default options.
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect to `url`, check the data layout version, load the scripts and
+    /// start the subscriber that wakes waiters.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the server cannot be
+    /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
+    /// data, and [`StoreError::Config`] for a malformed URL or prefix.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
+        let name = redact(url);
+        if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
+            return Err(StoreError::Config(format!(
+                "Redis key prefix {:?} must be non-empty and contain no braces",
+                options.prefix
+            )));
+        }
+        let client = Client::open(url)
+            .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?;
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable {
+            store: name.clone(),
+            cause: e.to_string(),
+        };
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(options.connection_timeout)
+            .set_response_timeout(options.response_timeout)
+            .set_number_of_retries(2)
+            .set_max_delay(500);
+        let mut conn = tokio::time::timeout(
+            options.connection_timeout * 3,
+            ConnectionManager::new_with_config(client.clone(), config),
+        )
+        .await
+        .map_err(|_| StoreError::Unavailable {
+            store: name.clone(),
+            cause: format!("no connection within {:?}", options.connection_timeout * 3),
+        })?
+        .map_err(unavailable)?;
+
+        let schema_key = format!("{}:schema", options.prefix);
+        // Claim the layout for this version if the store is new, then read
+        // what is there: one round trip.
+        let (found,): (String,) = redis::pipe()
+            .cmd("SET")
+            .arg(&schema_key)
+            .arg(SCHEMA_VERSION)
+            .arg("NX")
+            .ignore()
+            .cmd("GET")
+            .arg(&schema_key)
+            .query_async(&mut conn)
+            .await
+            .map_err(unavailable)?;
+        match found.parse::<u32>() {
+            Ok(v) if v == SCHEMA_VERSION => {}
+            Ok(v) if v > SCHEMA_VERSION => {
+                return Err(StoreError::SchemaTooNew {
+                    store: name,
+                    found: v,
+                    supported: SCHEMA_VERSION,
+                })
+            }
+            _ => {
+                return Err(StoreError::Unavailable {
+                    store: name,
+                    cause: format!(
+                        "{schema_key} holds {found:?}, not a schema version this idem knows ({SCHEMA_VERSION})"
+                    ),
+                })
+            }
+        }
+
+        let scripts = Arc::new(Scripts::new());
+        for script in scripts.all() {
+            script
+                .prepare_invoke()
+                .load_async(&mut conn)
+                .await
+                .map_err(unavailable)?;
+        }
+
+        let waiters = Arc::new(Waiters::default());
+        let channel = format!("{}:done", options.prefix);
+        let (subscribed, ready) = tokio::sync::oneshot::channel();
+        let subscriber = tokio::spawn(subscribe(
+            client,
+            channel.clone(),
+            waiters.clone(),
+            options.connection_timeout,
+            subscribed,
+        ));
+        // Waiters poll as a safety net, so a slow subscriber is no error;
+        // but give it a moment so the first waiters are woken promptly.
+        let _ = tokio::time::timeout(options.connection_timeout, ready).await;
+
+        Ok(RedisStore {
+            conn,
+            scripts,
+            name,
+            prefix: options.prefix,
+            channel,
+            waiters,
+            subscriber,
+        })
+    }
+
+    /// The Redis key holding the record of `key`.
+    pub fn record_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}:{{{}}}:r:{}", self.prefix, slot(key), key.as_str())
+    }
+
+    fn fence_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}:{{{}}}:fence", self.prefix, slot(key))
+    }
+
+    fn unavailable(&self, e: redis::RedisError) -> StoreError {
+        if e.kind() == redis::ErrorKind::ReadOnly {
+            return StoreError::ReadOnly {
+                store: self.name.clone(),
+                cause: e.to_string(),
+            };
+        }
+        let cause = e.to_string();
+        if cause.contains("OOM") {
+            return StoreError::Full {
+                store: self.name.clone(),
+                cause,
+            };
+        }
+        StoreError::Unavailable {
+            store: self.name.clone(),
+            cause,
+        }
+    }
+
+    async fn run(
+        &self,
+        script: &Script,
+        key: &IdempotencyKey,
+        extra_key: Option<String>,
+        args: &[&[u8]],
+    ) -> Result<Vec<RedisValue>, StoreError> {
+        let mut invocation = script.key(self.record_key(key));
+        if let Some(k) = extra_key {
+            invocation.key(k);
+        }
+        for a in args {
+            invocation.arg(*a);
+        }
+        let mut conn = self.conn.clone();
+        invocation
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| self.unavailable(e))
+    }
+
+    /// Turn a script's rejection (`stale …`, `corrupt …`) into an error.
+    fn rejection(&self, key: &IdempotencyKey, fence: Fence, reply: &[RedisValue]) -> StoreError {
+        let word = |i: usize| reply.get(i).and_then(text).unwrap_or_default();
+        match word(0).as_str() {
+            "stale" => {
+                let holder = word(2).parse().map(Fence);
+                let current = match (word(1).as_str(), holder) {
+                    ("in_flight", Ok(f)) => super::FenceHolder::InFlight(f),
+                    ("completed", Ok(f)) => super::FenceHolder::Completed(f),
+                    _ => super::FenceHolder::Nobody,
+                };
+                StoreError::StaleFence {
+                    key: key.clone(),
+                    given: fence,
+                    current,
+                }
+            }
+            "corrupt" => StoreError::Corrupt(CorruptRecord {
+                key: key.as_str().to_owned(),
+                detail: word(1),
+            }),
+            other => self.protocol(other),
+        }
+    }
+
+    fn protocol(&self, what: &str) -> StoreError {
+        StoreError::Unavailable {
+            store: self.name.clone(),
+            cause: format!("unexpected reply from an idem script: {what:?}"),
+        }
+    }
+
+    async fn read(&self, key: &IdempotencyKey) -> Result<(Option<Record>, Timestamp), StoreError> {
+        let reply = self.run(&self.scripts.get, key, None, &[]).await?;
+        let now = reply
+            .first()
+            .and_then(number)
+            .map(Timestamp)
+            .ok_or_else(|| self.protocol("get without a time"))?;
+        let record = match reply.get(1) {
+            Some(RedisValue::Array(flat)) if flat.is_empty() => None,
+            Some(RedisValue::Array(flat)) => Some(decode(key, flat)?),
+            _ => return Err(self.protocol("get without fields")),
+        };
+        Ok((record.filter(|r| !r.is_expired(now)), now))
+    }
+}
+
+/// The hash slot tag of `key`: its first three hex digits (4,096 slots).
+fn slot(key: &IdempotencyKey) -> &str {
+    &key.as_str()[..3]
+}
+
+fn text(v: &RedisValue) -> Option<String> {
+    match v {
+        RedisValue::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        RedisValue::SimpleString(s) => Some(s.clone()),
+        RedisValue::Int(i) => Some(i.to_string()),
+        _ => None,
+    }
+}
+
+fn number(v: &RedisValue) -> Option<u64> {
+    text(v)?.parse().ok()
+}
+
+/// Decode a record from its hash fields (a flat `HGETALL` list). A missing
+/// or malformed field is a [`CorruptRecord`].
+fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRecord> {
+    let corrupt = |detail: String| CorruptRecord {
+        key: key.as_str().to_owned(),
+        detail,
+    };
+    let mut fields = BTreeMap::new();
+    for pair in flat.chunks(2) {
+        match pair {
+            [k, v] => {
+                let k = text(k).ok_or_else(|| corrupt("a field name is not text".into()))?;
+                let v = text(v).ok_or_else(|| corrupt(format!("field {k} is not text")))?;
+                fields.insert(k, v);
+            }
+            _ => return Err(corrupt("odd number of hash fields".into())),
+        }
+    }
+    let field = |name: &str| {
+        fields
+            .get(name)
+            .cloned()
+            .ok_or_else(|| corrupt(format!("field {name} is missing")))
+    };
+    let time = |name: &str| -> Result<Timestamp, CorruptRecord> {
+        field(name)?
+            .parse()
+            .map(Timestamp)
+            .map_err(|e| corrupt(format!("field {name}: {e}")))
+    };
+    let fence = Fence(
+        field("fence")?
+            .parse()
+            .map_err(|e| corrupt(format!("field fence: {e}")))?,
+    );
+    let state = match field("state")?.as_str() {
+        "f" => RecordState::InFlight {
+            fence,
+            lease_until: time("lease")?,
+        },
+        "c" => RecordState::Completed {
+            fence,
+            outcome: serde_json::from_str::<Outcome>(&field("outcome")?)
+                .map_err(|e| corrupt(format!("field outcome: {e}")))?,
+            completed_at: time("done")?,
+            expires_at: time("exp")?,
+        },
+        other => return Err(corrupt(format!("unknown state {other:?}"))),
+    };
+    let mut steps = BTreeMap::new();
+    for (name, value) in &fields {
+        if let Some(step) = name.strip_prefix("s:") {
+            let value =
+                serde_json::from_str(value).map_err(|e| corrupt(format!("step {step}: {e}")))?;
+            steps.insert(step.to_owned(), value);
+        }
+    }
+    Ok(Record {
+        key: key.clone(),
+        tool: field("tool")?,
+        fingerprint: Fingerprint(field("fp")?),
+        created_at: time("created")?,
+        state,
+        steps,
+    })
+}
+
+/// Keep one subscription to `channel` alive, waking the waiters of each key
+/// published on it. After every (re)connection all waiters re-read, since
+/// messages sent while disconnected are lost.
+async fn subscribe(
+    client: Client,
+    channel: String,
+    waiters: Arc<Waiters>,
+    connect_timeout: Duration,
+    subscribed: tokio::sync::oneshot::Sender<()>,
+) {
+    let mut subscribed = Some(subscribed);
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
+        if let Ok(Ok(mut pubsub)) = connected {
+            if pubsub.subscribe(&channel).await.is_ok() {
+                pause = Duration::from_millis(100);
+                if let Some(tx) = subscribed.take() {
+                    let _ = tx.send(());
+                }
+                waiters.wake_all();
+                let mut messages = pubsub.on_message();
+                while let Some(msg) = messages.next().await {
+                    if let Ok(key) = std::str::from_utf8(msg.get_payload_bytes()) {
+                        waiters.wake(key);
+                    }
+                }
+            }
+        }
+        waiters.wake_all();
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
+    }
+}
+
+#[async_trait]
+impl Store for RedisStore {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        let lease = req.lease.as_millis().to_string();
+        let reply = self
+            .run(
+                &self.scripts.claim,
+                req.key,
+                Some(self.fence_key(req.key)),
+                &[
+                    req.tool.as_bytes(),
+                    req.fingerprint.as_str().as_bytes(),
+                    if req.check_fingerprint { b"1" } else { b"0" },
+                    lease.as_bytes(),
+                ],
+            )
+            .await?;
+        let word = |i: usize| reply.get(i).and_then(text).unwrap_or_default();
+        let num = |i: usize| {
+            reply
+                .get(i)
+                .and_then(number)
+                .ok_or_else(|| self.protocol(&word(0)))
+        };
+        let flat = |i: usize| match reply.get(i) {
+            Some(RedisValue::Array(flat)) => Ok(decode(req.key, flat)?),
+            _ => Err(self.protocol(&word(0))),
+        };
+        match word(0).as_str() {
+            "acquired" => Ok(Claim::Acquired {
+                fence: Fence(num(1)?),
+                lease_until: Timestamp(num(2)?),
+                steps: BTreeMap::new(),
+                takeover: None,
+            }),
+            "taken_over" => Ok(Claim::Acquired {
+                fence: Fence(num(1)?),
+                lease_until: Timestamp(num(2)?),
+                takeover: Some(Takeover {
+                    previous: Fence(num(3)?),
+                }),
+                steps: flat(4)?.steps,
+            }),
+            "in_flight" => Ok(Claim::InFlight {
+                fence: Fence(num(1)?),
+                lease_until: Timestamp(num(2)?),
+            }),
+            "completed" => Ok(Claim::Completed(Arc::new(flat(2)?))),
+            "reused" => Ok(Claim::KeyReused {
+                tool: word(1),
+                fingerprint: Fingerprint(word(2)),
+            }),
+            "corrupt" => Err(self.rejection(req.key, Fence(0), &reply)),
+            other => Err(self.protocol(other)),
+        }
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        step: &str,
+        value: &Value,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let reply = self
+            .run(
+                &self.scripts.checkpoint,
+                key,
+                None,
+                &[
+                    fence.0.to_string().as_bytes(),
+                    step.as_bytes(),
+                    &serde_json::to_vec(value).expect("a JSON value serializes"),
+                    lease.as_millis().to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        self.ok(key, fence, &reply)
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        let reply = self
+            .run(
+                &self.scripts.complete,
+                key,
+                None,
+                &[
+                    fence.0.to_string().as_bytes(),
+                    &serde_json::to_vec(outcome).expect("an outcome serializes"),
+                    ttl.as_millis().to_string().as_bytes(),
+                    self.channel.as_bytes(),
+                    key.as_str().as_bytes(),
+                ],
+            )
+            .await?;
+        self.ok(key, fence, &reply)
+    }
+
+    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+        let reply = self
+            .run(
+                &self.scripts.release,
+                key,
+                None,
+                &[
+                    fence.0.to_string().as_bytes(),
+                    self.channel.as_bytes(),
+                    key.as_str().as_bytes(),
+                ],
+            )
+            .await?;
+        self.ok(key, fence, &reply)
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Ok(self.read(key).await?.0)
+    }
+
+    async fn wait(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.waiters
+            .wait(key, timeout, SAFETY_POLL, || self.read(key))
+            .await
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        // Completed records carry a key TTL: Redis deletes them itself.
+        Ok(0)
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        let mut conn = self.conn.clone();
+        let (secs, micros): (u64, u64) = redis::cmd("TIME")
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        Ok(Timestamp(secs * 1000 + micros / 1000))
+    }
+}
+
+impl RedisStore {
+    fn ok(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        reply: &[RedisValue],
+    ) -> Result<(), StoreError> {
+        match reply.first().and_then(text).as_deref() {
+            Some("ok") => Ok(()),
+            _ => Err(self.rejection(key, fence, reply)),
+        }
+    }
+}

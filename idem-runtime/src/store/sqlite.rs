@@ -1,0 +1,852 @@
+//! The SQLite store: the embedded default. One file, survives restarts, safe
+//! for several processes on one machine.
+//!
+//! # How it works
+//!
+//! * The database is in WAL mode with a busy timeout, and every write is a
+//!   `BEGIN IMMEDIATE` transaction that reads the row, decides with the pure
+//!   state machine in [`transition`], and writes it back.
+//!   SQLite's file lock serialises the writers of every process sharing the
+//!   file; fences come from a counter in the same file, so they are unique
+//!   per key forever, whichever process hands them out.
+//! * All writes of one store go through one writer thread, which takes every
+//!   request that is waiting when it starts a transaction and commits them
+//!   together (*group commit*): under load many claims and completions share
+//!   one fsync. A caller is answered only after the commit is durable.
+//! * Reads (a duplicate's claim, [`Store::get`]) run on a small pool of read
+//!   connections through [`tokio::task::spawn_blocking`] and never wait for
+//!   a commit. A duplicate of a completed call therefore writes nothing.
+//! * With [`Synchronous::Full`] (the default) a record is on disk, and
+//!   survives power loss, before the call that wrote it returns: at most two
+//!   durable commits per first call (the claim before the tool runs, the
+//!   outcome before it is acknowledged). [`Synchronous::Normal`] skips the
+//!   fsync on commit: still safe against a crash of the process, but the
+//!   last transactions may be lost on power failure.
+//! * Waiters in this process are woken the moment the writer commits a
+//!   completion or release; a writer in *another* process cannot notify
+//!   them, so waiters also re-read the record with a back-off from 5 ms to
+//!   [`CROSS_PROCESS_POLL`].
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rusqlite::{ffi, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
+use serde_json::Value;
+use tokio::sync::{oneshot, Semaphore};
+
+use super::transition;
+use super::waiters::Waiters;
+use super::{Claim, ClaimRequest, Store, StoreError};
+use crate::clock::{Clock, SystemClock, Timestamp};
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::{Fence, Outcome, Record, RecordState};
+
+/// The schema version this build writes and understands.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// The longest a waiter goes without re-reading its record, to see a
+/// completion written by another process.
+pub const CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
+
+/// How many requests one write transaction takes at most.
+const MAX_BATCH: usize = 512;
+
+/// SQLite's `synchronous` setting: what a commit waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Synchronous {
+    /// Every commit is fsynced before the caller is answered: a completed
+    /// record survives power loss. The default.
+    #[default]
+    Full,
+    /// Commits are not fsynced (the WAL is synced at checkpoints): a crash
+    /// of the process loses nothing, a power failure may lose the last
+    /// transactions — and with them a claim, so a call could run twice.
+    Normal,
+}
+
+impl Synchronous {
+    fn pragma(self) -> &'static str {
+        match self {
+            Synchronous::Full => "FULL",
+            Synchronous::Normal => "NORMAL",
+        }
+    }
+}
+
+/// How to open a [`SqliteStore`].
+///
+/// ```
+/// use idem_runtime::store::{SqliteOptions, Synchronous};
+/// use std::time::Duration;
+///
+/// let options = SqliteOptions::default()
+///     .synchronous(Synchronous::Normal)
+///     .busy_timeout(Duration::from_secs(10));
+/// # let _ = options;
+/// ```
+#[derive(Clone)]
+pub struct SqliteOptions {
+    synchronous: Synchronous,
+    busy_timeout: Duration,
+    max_size: Option<u64>,
+    readers: usize,
+    clock: Arc<dyn Clock>,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions {
+            synchronous: Synchronous::Full,
+            busy_timeout: Duration::from_secs(5),
+            max_size: None,
+            readers: 4,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl fmt::Debug for SqliteOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteOptions")
+            .field("synchronous", &self.synchronous)
+            .field("busy_timeout", &self.busy_timeout)
+            .field("max_size", &self.max_size)
+            .field("readers", &self.readers)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SqliteOptions {
+    /// What a commit waits for (default [`Synchronous::Full`]).
+    pub fn synchronous(mut self, synchronous: Synchronous) -> Self {
+        self.synchronous = synchronous;
+        self
+    }
+
+    /// How long a transaction waits for another process's lock before the
+    /// operation fails with [`StoreError::Unavailable`] (default 5 s).
+    pub fn busy_timeout(mut self, timeout: Duration) -> Self {
+        self.busy_timeout = timeout;
+        self
+    }
+
+    /// Cap the database file at about `bytes`; a write that would grow it
+    /// further fails with [`StoreError::Full`] and changes nothing (default:
+    /// no cap beyond the disk).
+    pub fn max_size(mut self, bytes: u64) -> Self {
+        self.max_size = Some(bytes);
+        self
+    }
+
+    /// How many reads run at once (default 4).
+    pub fn readers(mut self, readers: usize) -> Self {
+        self.readers = readers.max(1);
+        self
+    }
+
+    /// The clock that judges leases and expiry (default the system clock;
+    /// a [`crate::clock::ManualClock`] in tests). Every process sharing a
+    /// file must use the same clock.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+}
+
+/// Records in one SQLite file. See the [module docs](self).
+///
+/// ```
+/// use idem_runtime::store::{SqliteStore, Store};
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let dir = std::env::temp_dir().join(format!("idem-doc-{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let store = SqliteStore::open(dir.join("idem.db")).await.unwrap();
+/// assert_eq!(store.sweep().await.unwrap(), 0);
+/// # drop(store);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # });
+/// ```
+pub struct SqliteStore {
+    shared: Arc<Shared>,
+    writer: mpsc::Sender<Job>,
+    writer_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+struct Shared {
+    path: PathBuf,
+    name: String,
+    busy_timeout: Duration,
+    clock: Arc<dyn Clock>,
+    idle_readers: Mutex<Vec<Connection>>,
+    read_slots: Semaphore,
+    waiters: Waiters,
+}
+
+impl fmt::Debug for SqliteStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteStore")
+            .field("path", &self.shared.path)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A request for the writer thread, answered after its transaction commits.
+struct Job {
+    op: Op,
+    reply: oneshot::Sender<Result<Answer, StoreError>>,
+}
+
+enum Op {
+    Claim {
+        key: IdempotencyKey,
+        tool: String,
+        fingerprint: Fingerprint,
+        check_fingerprint: bool,
+        lease: Duration,
+    },
+    Checkpoint {
+        key: IdempotencyKey,
+        fence: Fence,
+        step: String,
+        value: Value,
+        lease: Duration,
+    },
+    Complete {
+        key: IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    },
+    Release {
+        key: IdempotencyKey,
+        fence: Fence,
+    },
+    Sweep,
+}
+
+enum Answer {
+    Claim(Claim),
+    Done,
+    Swept(u64),
+}
+
+impl SqliteStore {
+    /// Open (creating if needed) the store at `path` with default options.
+    pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        Self::open_with(path, SqliteOptions::default()).await
+    }
+
+    /// Open (creating if needed) the store at `path`.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the file cannot be opened
+    /// or is not a SQLite database (it is left untouched),
+    /// [`StoreError::ReadOnly`] when it cannot be written, and
+    /// [`StoreError::SchemaTooNew`] when a newer idem created it.
+    pub async fn open_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let path = std::path::absolute(path.as_ref()).unwrap_or_else(|_| path.as_ref().into());
+        let name = format!("sqlite:{}", path.display());
+        let shared = Arc::new(Shared {
+            path,
+            name,
+            busy_timeout: options.busy_timeout,
+            clock: options.clock.clone(),
+            idle_readers: Mutex::new(Vec::new()),
+            read_slots: Semaphore::new(options.readers),
+            waiters: Waiters::default(),
+        });
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (writer, jobs) = mpsc::channel();
+        let thread_shared = shared.clone();
+        let writer_thread = std::thread::Builder::new()
+            .name("idem-sqlite-writer".into())
+            .spawn(move || match open_writer(&thread_shared, &options) {
+                Ok(conn) => {
+                    let _ = ready_tx.send(Ok(()));
+                    Writer {
+                        conn,
+                        shared: thread_shared,
+                    }
+                    .run(jobs);
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                }
+            })
+            .map_err(|e| shared.unavailable(format!("cannot start the writer thread: {e}")))?;
+        ready_rx
+            .await
+            .map_err(|_| shared.unavailable("the writer thread died while opening".into()))??;
+        Ok(SqliteStore {
+            shared,
+            writer,
+            writer_thread: Some(writer_thread),
+        })
+    }
+
+    /// Finish the writes in progress and close every connection to the
+    /// file. Dropping the store does the same in the background.
+    pub async fn close(mut self) {
+        self.shared
+            .idle_readers
+            .lock()
+            .expect("not poisoned")
+            .clear();
+        let thread = self.writer_thread.take();
+        // Dropping the only sender ends the writer's loop.
+        drop(self);
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.shared.path
+    }
+
+    async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
+        let (reply, answer) = oneshot::channel();
+        self.writer.send(Job { op, reply }).map_err(|_| {
+            self.shared
+                .unavailable("the writer thread has stopped".into())
+        })?;
+        answer.await.map_err(|_| {
+            self.shared
+                .unavailable("the writer thread has stopped".into())
+        })?
+    }
+
+    /// Run `f` on a read connection, off the async runtime.
+    async fn read<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let _slot = self
+            .shared
+            .read_slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        let shared = self.shared.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = match shared.idle_readers.lock().expect("not poisoned").pop() {
+                Some(conn) => conn,
+                None => shared.open_reader()?,
+            };
+            let result = f(&conn);
+            shared.idle_readers.lock().expect("not poisoned").push(conn);
+            result
+        })
+        .await
+        .map_err(|e| self.shared.unavailable(format!("read task failed: {e}")))?
+    }
+
+    async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        let shared = self.shared.clone();
+        let key = key.clone();
+        self.read(move |conn| load(conn, &key).map_err(|e| shared.sql(e))?)
+            .await
+    }
+
+    async fn read_live(
+        &self,
+        key: &IdempotencyKey,
+    ) -> Result<(Option<Record>, Timestamp), StoreError> {
+        let record = self.read_record(key).await?;
+        let now = self.shared.clock.now();
+        Ok((record.filter(|r| !r.is_expired(now)), now))
+    }
+}
+
+impl Shared {
+    fn unavailable(&self, cause: String) -> StoreError {
+        StoreError::Unavailable {
+            store: self.name.clone(),
+            cause,
+        }
+    }
+
+    /// The typed error for a SQLite failure.
+    fn sql(&self, e: rusqlite::Error) -> StoreError {
+        let store = self.name.clone();
+        let code = e.sqlite_error_code();
+        match code {
+            Some(ffi::ErrorCode::DiskFull) => StoreError::Full {
+                store,
+                cause: e.to_string(),
+            },
+            Some(ffi::ErrorCode::ReadOnly) => StoreError::ReadOnly {
+                store,
+                cause: e.to_string(),
+            },
+            Some(ffi::ErrorCode::NotADatabase) => StoreError::Unavailable {
+                store,
+                cause: format!(
+                    "the file is not a SQLite database ({e}); it was left untouched — point the store at another path"
+                ),
+            },
+            Some(ffi::ErrorCode::DatabaseBusy | ffi::ErrorCode::DatabaseLocked) => {
+                StoreError::Unavailable {
+                    store,
+                    cause: format!(
+                        "the database stayed locked by another connection for longer than the busy timeout ({:?}): {e}",
+                        self.busy_timeout
+                    ),
+                }
+            }
+            _ => StoreError::Unavailable {
+                store,
+                cause: e.to_string(),
+            },
+        }
+    }
+
+    fn open_reader(&self) -> Result<Connection, StoreError> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(|e| self.sql(e))?;
+        conn.busy_timeout(self.busy_timeout)
+            .map_err(|e| self.sql(e))?;
+        Ok(conn)
+    }
+}
+
+/// Open the writer's connection, set WAL and `synchronous`, and create or
+/// check the schema.
+fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, StoreError> {
+    let sql = |e| shared.sql(e);
+    if let Some(dir) = shared.path.parent() {
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            return Err(shared.unavailable(format!("directory {} does not exist", dir.display())));
+        }
+    }
+    let mut conn = Connection::open_with_flags(
+        &shared.path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .map_err(sql)?;
+    // SQLite silently opens a file it may not write read-only; say so now
+    // instead of failing on the first claim.
+    if conn.is_readonly(rusqlite::MAIN_DB).map_err(sql)? {
+        return Err(StoreError::ReadOnly {
+            store: shared.name.clone(),
+            cause: "the database file cannot be written (check its permissions)".into(),
+        });
+    }
+    conn.busy_timeout(shared.busy_timeout).map_err(sql)?;
+    let mode: String = conn
+        .pragma_update_and_check(None, "journal_mode", "WAL", |row| row.get(0))
+        .map_err(sql)?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        return Err(shared.unavailable(format!(
+            "could not switch the database to WAL mode (it is in {mode} mode)"
+        )));
+    }
+    conn.pragma_update(None, "synchronous", options.synchronous.pragma())
+        .map_err(sql)?;
+    if let Some(bytes) = options.max_size {
+        let page: u64 = conn
+            .pragma_query_value(None, "page_size", |row| row.get(0))
+            .map_err(sql)?;
+        conn.pragma_update(None, "max_page_count", (bytes / page.max(1)).max(1))
+            .map_err(sql)?;
+    }
+    migrate(&mut conn, shared)?;
+    Ok(conn)
+}
+
+/// Create the schema in a fresh file, or check the version of an existing
+/// one. Never touches a schema newer than [`SCHEMA_VERSION`].
+fn migrate(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
+    let sql = |e| shared.sql(e);
+    let tx = conn
+        .transaction_with_behavior(TransactionBehavior::Immediate)
+        .map_err(sql)?;
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS idem_meta (
+             name  TEXT PRIMARY KEY NOT NULL,
+             value INTEGER NOT NULL
+         );",
+    )
+    .map_err(sql)?;
+    let found: Option<i64> = tx
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(sql)?;
+    match found {
+        None => {
+            tx.execute_batch(
+                "CREATE TABLE idem_records (
+                     key        TEXT PRIMARY KEY NOT NULL,
+                     expires_at INTEGER,
+                     record     BLOB NOT NULL
+                 );
+                 CREATE INDEX idem_records_expiry ON idem_records (expires_at)
+                     WHERE expires_at IS NOT NULL;
+                 INSERT INTO idem_meta (name, value) VALUES ('next_fence', 1);",
+            )
+            .map_err(sql)?;
+            tx.execute(
+                "INSERT INTO idem_meta (name, value) VALUES ('schema_version', ?1)",
+                [SCHEMA_VERSION],
+            )
+            .map_err(sql)?;
+        }
+        Some(v) if v == i64::from(SCHEMA_VERSION) => {}
+        Some(v) if v > i64::from(SCHEMA_VERSION) => {
+            return Err(StoreError::SchemaTooNew {
+                store: shared.name.clone(),
+                found: u32::try_from(v).unwrap_or(u32::MAX),
+                supported: SCHEMA_VERSION,
+            })
+        }
+        Some(v) => {
+            return Err(shared.unavailable(format!(
+                "unknown schema version {v} (this idem writes version {SCHEMA_VERSION})"
+            )))
+        }
+    }
+    tx.commit().map_err(sql)
+}
+
+/// Read and decode the record of `key`, expired or not. A row that does not
+/// decode is a [`StoreError::Corrupt`] — never treated as absent.
+fn load(
+    conn: &Connection,
+    key: &IdempotencyKey,
+) -> rusqlite::Result<Result<Option<Record>, StoreError>> {
+    let bytes: Option<Vec<u8>> = conn
+        .prepare_cached("SELECT record FROM idem_records WHERE key = ?1")?
+        .query_row([key.as_str()], |row| row.get(0))
+        .optional()?;
+    Ok(bytes
+        .map(|b| Record::from_bytes(key.as_str(), &b))
+        .transpose()
+        .map_err(StoreError::from))
+}
+
+fn store(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
+    let expires_at = match record.state {
+        RecordState::Completed { expires_at, .. } => Some(millis(expires_at)),
+        RecordState::InFlight { .. } => None,
+    };
+    conn.prepare_cached(
+        "INSERT INTO idem_records (key, expires_at, record) VALUES (?1, ?2, ?3)
+         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, record = excluded.record",
+    )?
+    .execute(rusqlite::params![
+        record.key.as_str(),
+        expires_at,
+        record.to_bytes()
+    ])?;
+    Ok(())
+}
+
+fn millis(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// The writer thread: one connection, one transaction per batch of jobs.
+struct Writer {
+    conn: Connection,
+    shared: Arc<Shared>,
+}
+
+impl Writer {
+    fn run(mut self, jobs: mpsc::Receiver<Job>) {
+        // Ends when the store (the only sender) is dropped.
+        while let Ok(first) = jobs.recv() {
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match jobs.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            self.commit(batch);
+        }
+    }
+
+    /// Apply `batch` in one `BEGIN IMMEDIATE` transaction; answer each job
+    /// only after the commit (or the failure of the whole transaction).
+    fn commit(&mut self, batch: Vec<Job>) {
+        let now = self.shared.clock.now();
+        let shared = self.shared.clone();
+        let mut answers = Vec::with_capacity(batch.len());
+        let committed = (|| -> rusqlite::Result<()> {
+            let tx = self
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut fences = match batch.iter().any(|j| matches!(j.op, Op::Claim { .. })) {
+                true => Some(FenceCounter::load(&tx)?),
+                false => None,
+            };
+            for job in &batch {
+                answers.push(apply(&tx, &job.op, now, fences.as_mut())?);
+            }
+            if let Some(fences) = &fences {
+                fences.save(&tx)?;
+            }
+            tx.commit()
+        })();
+        match committed {
+            Ok(()) => {
+                for (job, answer) in batch.into_iter().zip(answers) {
+                    if answer.is_ok() {
+                        if let Op::Complete { key, .. } | Op::Release { key, .. } = &job.op {
+                            shared.waiters.wake(key.as_str());
+                        }
+                    }
+                    let _ = job.reply.send(answer);
+                }
+            }
+            Err(e) => {
+                let error = shared.sql(e);
+                for job in batch {
+                    let _ = job.reply.send(Err(error.clone()));
+                }
+            }
+        }
+    }
+}
+
+/// Fences handed out in one transaction, from the counter in `idem_meta`.
+struct FenceCounter {
+    next: u64,
+    taken: bool,
+}
+
+impl FenceCounter {
+    fn load(tx: &Connection) -> rusqlite::Result<FenceCounter> {
+        let next: i64 = tx.query_row(
+            "SELECT value FROM idem_meta WHERE name = 'next_fence'",
+            [],
+            |row| row.get(0),
+        )?;
+        Ok(FenceCounter {
+            next: next as u64,
+            taken: false,
+        })
+    }
+
+    fn take(&mut self) -> Fence {
+        self.taken = true;
+        self.next += 1;
+        Fence(self.next - 1)
+    }
+
+    fn save(&self, tx: &Connection) -> rusqlite::Result<()> {
+        if self.taken {
+            tx.execute(
+                "UPDATE idem_meta SET value = ?1 WHERE name = 'next_fence'",
+                [self.next as i64],
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Apply one operation inside the writer's transaction. The outer error is
+/// SQLite failing (the whole batch fails); the inner one is this
+/// operation's own answer (stale fence, corrupt record).
+fn apply(
+    tx: &Connection,
+    op: &Op,
+    now: Timestamp,
+    fences: Option<&mut FenceCounter>,
+) -> rusqlite::Result<Result<Answer, StoreError>> {
+    let existing = |key: &IdempotencyKey| load(tx, key);
+    Ok(match op {
+        Op::Claim {
+            key,
+            tool,
+            fingerprint,
+            check_fingerprint,
+            lease,
+        } => {
+            let existing = match existing(key)? {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(e)),
+            };
+            let req = ClaimRequest {
+                key,
+                tool,
+                fingerprint,
+                check_fingerprint: *check_fingerprint,
+                lease: *lease,
+            };
+            let fences = fences.expect("loaded for a batch with claims");
+            let decision = transition::claim(existing.map(Arc::new), &req, now, || fences.take());
+            if let Some(record) = &decision.write {
+                store(tx, record)?;
+            }
+            Ok(Answer::Claim(decision.claim))
+        }
+        Op::Checkpoint {
+            key,
+            fence,
+            step,
+            value,
+            lease,
+        } => match existing(key)?
+            .and_then(|r| transition::checkpoint(r, key, *fence, step, value, *lease, now))
+        {
+            Ok(record) => store(tx, &record).map(|()| Ok(Answer::Done))?,
+            Err(e) => Err(e),
+        },
+        Op::Complete {
+            key,
+            fence,
+            outcome,
+            ttl,
+        } => match existing(key)?.and_then(|r| {
+            transition::complete(
+                r.filter(|r| !r.is_expired(now)),
+                key,
+                *fence,
+                outcome,
+                *ttl,
+                now,
+            )
+        }) {
+            Ok(record) => store(tx, &record).map(|()| Ok(Answer::Done))?,
+            Err(e) => Err(e),
+        },
+        Op::Release { key, fence } => match existing(key)?
+            .and_then(|r| transition::owned(r.filter(|r| !r.is_expired(now)), key, *fence))
+        {
+            Ok(_) => {
+                tx.prepare_cached("DELETE FROM idem_records WHERE key = ?1")?
+                    .execute([key.as_str()])?;
+                Ok(Answer::Done)
+            }
+            Err(e) => Err(e),
+        },
+        Op::Sweep => {
+            let n = tx
+                .prepare_cached("DELETE FROM idem_records WHERE expires_at <= ?1")?
+                .execute([millis(now)])?;
+            Ok(Answer::Swept(n as u64))
+        }
+    })
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn describe(&self) -> String {
+        self.shared.name.clone()
+    }
+
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        // A duplicate (completed, in flight, key reused) is answered from a
+        // read connection without touching the write lock; only a claim
+        // that must write goes to the writer, which decides again inside
+        // its transaction.
+        let existing = self.read_record(req.key).await?;
+        let decision =
+            transition::claim(existing.map(Arc::new), req, self.shared.clock.now(), || {
+                Fence(0)
+            });
+        if decision.write.is_none() {
+            return Ok(decision.claim);
+        }
+        match self
+            .submit(Op::Claim {
+                key: req.key.clone(),
+                tool: req.tool.to_owned(),
+                fingerprint: req.fingerprint.clone(),
+                check_fingerprint: req.check_fingerprint,
+                lease: req.lease,
+            })
+            .await?
+        {
+            Answer::Claim(claim) => Ok(claim),
+            _ => unreachable!("the writer answers a claim with a claim"),
+        }
+    }
+
+    async fn checkpoint(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        step: &str,
+        value: &Value,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.submit(Op::Checkpoint {
+            key: key.clone(),
+            fence,
+            step: step.to_owned(),
+            value: value.clone(),
+            lease,
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn complete(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: &Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.submit(Op::Complete {
+            key: key.clone(),
+            fence,
+            outcome: outcome.clone(),
+            ttl,
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+        self.submit(Op::Release {
+            key: key.clone(),
+            fence,
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        Ok(self.read_live(key).await?.0)
+    }
+
+    async fn wait(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.shared
+            .waiters
+            .wait(key, timeout, CROSS_PROCESS_POLL, || self.read_live(key))
+            .await
+    }
+
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        match self.submit(Op::Sweep).await? {
+            Answer::Swept(n) => Ok(n),
+            _ => unreachable!("the writer answers a sweep with a count"),
+        }
+    }
+
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        Ok(self.shared.clock.now())
+    }
+}

@@ -1,0 +1,379 @@
+//! Real `redis-server` and PostgreSQL processes for tests, on free loopback
+//! ports, in temporary directories.
+//!
+//! Each server is watched by a small `sh` loop that kills it and deletes its
+//! directory once the test process is gone, so a server kept in a `static`
+//! (whose `Drop` never runs) does not outlive the tests.
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::TempDir;
+
+/// A `redis-server` on 127.0.0.1, killed when dropped.
+#[derive(Debug)]
+pub struct RedisServer {
+    // Declared before the directory: the server stops before it is deleted.
+    process: Process,
+    port: u16,
+    _dir: TempDir,
+}
+
+/// A PostgreSQL server on 127.0.0.1 with a trusted superuser `idem`,
+/// `fsync=off` (a test server; its durability is not what is tested) and
+/// `pg_stat_statements` loaded. Stopped when dropped.
+#[derive(Debug)]
+pub struct PostgresServer {
+    // Declared before the directory: the server stops before it is deleted.
+    process: Process,
+    port: u16,
+    _dir: TempDir,
+}
+
+/// A child server process and its watchdog.
+#[derive(Debug)]
+struct Process {
+    child: Child,
+    watchdog: Option<Child>,
+    /// The signal that stops the server cleanly and at once.
+    stop_signal: &'static str,
+}
+
+impl RedisServer {
+    /// Start a server, or `None` when `redis-server` is not installed.
+    ///
+    /// # Panics
+    ///
+    /// When the binary exists but the server does not come up.
+    pub fn start() -> Option<RedisServer> {
+        let binary = find_binary("redis-server", &[])?;
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            let dir = TempDir::new("idem-redis").expect("create a temporary directory");
+            let port = free_port();
+            let log = dir.path().join("redis.log");
+            let child = Command::new(&binary)
+                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+                .arg("--dir")
+                .arg(dir.path())
+                .arg("--logfile")
+                .arg(&log)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("spawn redis-server");
+            let mut process = Process::new(child, "TERM", dir.path());
+            match wait_until(Duration::from_secs(10), &mut process, || redis_ping(port)) {
+                Ok(()) => {
+                    return Some(RedisServer {
+                        process,
+                        port,
+                        _dir: dir,
+                    })
+                }
+                Err(e) => {
+                    last_error = format!("{e}; log: {}", read_log(&log));
+                }
+            }
+        }
+        panic!("redis-server did not start: {last_error}");
+    }
+
+    /// The server's URL, `redis://127.0.0.1:PORT/`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stop the server now (to test what happens when it goes away).
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+}
+
+impl PostgresServer {
+    /// Initialise a cluster in a temporary directory and start it, or
+    /// `None` when the PostgreSQL binaries are not installed. As root (where
+    /// PostgreSQL refuses to run) the cluster belongs to the `postgres`
+    /// account, or `nobody`, and runs as that account through `setpriv`.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the server does not come up.
+    pub fn start() -> Option<PostgresServer> {
+        let pg_dirs = postgres_bin_dirs();
+        let extra: Vec<&Path> = pg_dirs.iter().map(PathBuf::as_path).collect();
+        let initdb = find_binary("initdb", &extra)?;
+        let bin = initdb.parent().expect("a directory").to_path_buf();
+        let postgres = bin.join("postgres");
+        let pg_isready = bin.join("pg_isready");
+        if !postgres.exists() || !pg_isready.exists() {
+            return None;
+        }
+        let account = unprivileged_account();
+        let dir = TempDir::new("idem-postgres").expect("create a temporary directory");
+        if let Some((uid, gid)) = account {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .expect("give the PostgreSQL directory to the unprivileged account");
+        }
+        let data = dir.path().join("data");
+        let out = as_account(account, &initdb)
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", "idem", "-A", "trust", "-E", "UTF8", "--locale=C"])
+            .args(["--no-sync", "--no-instructions"])
+            .current_dir(dir.path())
+            .env("HOME", dir.path())
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log_path = dir.path().join("postgres.log");
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let log = File::create(&log_path).expect("create the log");
+            let child = as_account(account, &postgres)
+                .arg("-D")
+                .arg(&data)
+                .args(["-p", &port.to_string()])
+                .args(["-c", "listen_addresses=127.0.0.1"])
+                .arg("-c")
+                .arg(format!("unix_socket_directories={}", dir.path().display()))
+                .args(["-c", "fsync=off", "-c", "max_connections=200"])
+                .args(["-c", "shared_preload_libraries=pg_stat_statements"])
+                .current_dir(dir.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("spawn postgres");
+            // SIGQUIT: immediate shutdown, which also removes shared memory.
+            let mut process = Process::new(child, "QUIT", dir.path());
+            let ready = || {
+                Command::new(&pg_isready)
+                    .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "idem"])
+                    .args(["-d", "postgres", "-t", "1"])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status()
+                    .is_ok_and(|s| s.success())
+            };
+            match wait_until(Duration::from_secs(30), &mut process, ready) {
+                Ok(()) => {
+                    return Some(PostgresServer {
+                        process,
+                        port,
+                        _dir: dir,
+                    })
+                }
+                Err(e) => last_error = format!("{e}; log: {}", read_log(&log_path)),
+            }
+        }
+        panic!("postgres did not start: {last_error}");
+    }
+
+    /// The server's URL, `postgres://idem@127.0.0.1:PORT/postgres`.
+    pub fn url(&self) -> String {
+        format!("postgres://idem@127.0.0.1:{}/postgres", self.port)
+    }
+
+    /// The server's port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Stop the server now (to test what happens when it goes away).
+    pub fn stop(&mut self) {
+        self.process.stop();
+    }
+}
+
+impl Process {
+    fn new(child: Child, stop_signal: &'static str, dir: &Path) -> Process {
+        // Kill the server and delete its directory once this process is
+        // gone; exit quietly if the server stops first.
+        let watchdog = Command::new("sh")
+            .arg("-c")
+            .arg(
+                r#"while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 0.5; done
+                   if ! kill -0 "$1" 2>/dev/null; then
+                     kill -"$3" "$2" 2>/dev/null; sleep 2; kill -9 "$2" 2>/dev/null; rm -rf "$4"
+                   fi"#,
+            )
+            .arg("idem-server-watchdog")
+            .arg(std::process::id().to_string())
+            .arg(child.id().to_string())
+            .arg(stop_signal)
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok();
+        Process {
+            child,
+            watchdog,
+            stop_signal,
+        }
+    }
+
+    fn stop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(Some(_))) {
+            return;
+        }
+        let _ = Command::new("kill")
+            .arg(format!("-{}", self.stop_signal))
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.stop();
+        if let Some(mut watchdog) = self.watchdog.take() {
+            let _ = watchdog.kill();
+            let _ = watchdog.wait();
+        }
+    }
+}
+
+/// Wait until `ready` holds, failing early if the server exits.
+fn wait_until(
+    limit: Duration,
+    process: &mut Process,
+    mut ready: impl FnMut() -> bool,
+) -> Result<(), String> {
+    let deadline = Instant::now() + limit;
+    loop {
+        if ready() {
+            return Ok(());
+        }
+        if let Ok(Some(status)) = process.child.try_wait() {
+            return Err(format!("the server exited with {status}"));
+        }
+        if Instant::now() > deadline {
+            process.stop();
+            return Err(format!("the server was not ready after {limit:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn redis_ping(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let mut reply = [0u8; 7];
+    stream.write_all(b"PING\r\n").is_ok()
+        && stream.read_exact(&mut reply).is_ok()
+        && &reply == b"+PONG\r\n"
+}
+
+/// A port nobody listens on right now (the server binds it a moment later;
+/// a lost race is retried by the callers).
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("bind a loopback port")
+        .port()
+}
+
+fn read_log(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let tail: Vec<&str> = text.lines().rev().take(20).collect();
+    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+}
+
+/// `name` in `extra` directories, then in `PATH` and the usual places.
+fn find_binary(name: &str, extra: &[&Path]) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    extra
+        .iter()
+        .map(|d| d.to_path_buf())
+        .chain(std::env::split_paths(&path))
+        .chain(
+            ["/usr/local/bin", "/usr/bin", "/usr/sbin", "/bin"]
+                .iter()
+                .map(PathBuf::from),
+        )
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// `/usr/lib/postgresql/*/bin`, newest version first.
+fn postgres_bin_dirs() -> Vec<PathBuf> {
+    let mut versions: Vec<(u32, PathBuf)> = std::fs::read_dir("/usr/lib/postgresql")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let v = e.file_name().to_str()?.parse().ok()?;
+            Some((v, e.path().join("bin")))
+        })
+        .collect();
+    versions.sort_by_key(|v| std::cmp::Reverse(v.0));
+    versions.into_iter().map(|(_, p)| p).collect()
+}
+
+/// When running as root: the uid and gid of `postgres`, else `nobody`.
+fn unprivileged_account() -> Option<(u32, u32)> {
+    let me = std::fs::metadata("/proc/self").map(|m| m.uid()).ok()?;
+    if me != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").unwrap_or_default();
+    let find = |name: &str| {
+        passwd.lines().find_map(|line| {
+            let f: Vec<&str> = line.split(':').collect();
+            (f.len() > 3 && f[0] == name).then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))?
+        })
+    };
+    Some(
+        find("postgres")
+            .or_else(|| find("nobody"))
+            .expect("an unprivileged account (postgres or nobody) to run PostgreSQL as"),
+    )
+}
+
+/// A command for `program`, run as `account` through `setpriv` when given.
+fn as_account(account: Option<(u32, u32)>, program: &Path) -> Command {
+    match account {
+        None => Command::new(program),
+        Some((uid, gid)) => {
+            let mut cmd = Command::new("setpriv");
+            cmd.arg(format!("--reuid={uid}"))
+                .arg(format!("--regid={gid}"))
+                .arg("--clear-groups")
+                .arg("--")
+                .arg(program);
+            cmd
+        }
+    }
+}

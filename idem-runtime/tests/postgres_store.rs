@@ -1,0 +1,243 @@
+//! The PostgreSQL store beyond the conformance suite, on a real PostgreSQL
+//! server: round trips, several processes, wake-up latency, bad data and a
+//! server that goes away.
+#![cfg(all(feature = "postgres", feature = "test-servers"))]
+
+mod support;
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use idem_runtime::conformance::random_key;
+use idem_runtime::store::{Claim, PostgresStore, Store, StoreError};
+use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
+use support::{
+    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
+    wake_up_latencies,
+};
+
+static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
+
+async fn server_url(test: &str) -> Option<String> {
+    let url = tokio::task::spawn_blocking(|| SERVER.as_ref().map(PostgresServer::url))
+        .await
+        .unwrap();
+    if url.is_none() {
+        skip(test, "PostgreSQL");
+    }
+    url
+}
+
+/// A fresh database on the shared server, so a test that counts
+/// statements or rewrites the schema sees only its own.
+async fn fresh_database(url: &str) -> String {
+    let admin = connect_raw(url).await;
+    let name = format!("idem_{}", &random_key().as_str()[..12]);
+    admin
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .await
+        .unwrap();
+    url.replace("/postgres", &format!("/{name}"))
+}
+
+async fn connect_raw(url: &str) -> tokio_postgres::Client {
+    let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    client
+}
+
+/// Statements executed in this database while `op` ran, from
+/// `pg_stat_statements` (each a round trip: the store's statements are
+/// prepared, so an execution is one Bind/Execute/Sync exchange).
+async fn statements<T>(
+    stats: &tokio_postgres::Client,
+    op: impl std::future::Future<Output = T>,
+) -> (T, Vec<(String, i64)>) {
+    stats
+        .batch_execute("SELECT pg_stat_statements_reset()")
+        .await
+        .unwrap();
+    let out = op.await;
+    let rows = stats
+        .query(
+            "SELECT query, calls FROM pg_stat_statements
+             WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())
+               AND query NOT LIKE '%pg_stat_statements%'",
+            &[],
+        )
+        .await
+        .unwrap();
+    let seen = rows
+        .iter()
+        .map(|r| (r.get::<_, String>(0), r.get::<_, i64>(1)))
+        .collect();
+    (out, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_duplicate_one() {
+    let Some(url) = server_url("postgres round trips").await else {
+        return;
+    };
+    let url = fresh_database(&url).await;
+    let stats = connect_raw(&url).await;
+    stats
+        .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        .await
+        .unwrap();
+    let store = PostgresStore::connect(&url).await.unwrap();
+    // Open the pooled connection (and prepare its statements) first.
+    store.get(&random_key()).await.unwrap();
+
+    let key = random_key();
+    let f = fingerprint();
+    let (claim, by_claim) = statements(&stats, store.claim(&request(&key, &f))).await;
+    let Claim::Acquired { fence, .. } = claim.unwrap() else {
+        panic!("fresh key not acquired");
+    };
+    let (done, by_complete) = statements(
+        &stats,
+        store.complete(&key, fence, &sent("m-1"), Duration::from_secs(60)),
+    )
+    .await;
+    done.unwrap();
+    let (dup, by_dup) = statements(&stats, store.claim(&request(&key, &f))).await;
+    assert!(matches!(dup.unwrap(), Claim::Completed(_)));
+
+    for (what, seen) in [
+        ("claim", &by_claim),
+        ("complete", &by_complete),
+        ("duplicate", &by_dup),
+    ] {
+        let calls: i64 = seen.iter().map(|(_, n)| n).sum();
+        eprintln!("postgres {what}: {calls} statement(s)");
+        assert_eq!(calls, 1, "{what} took {calls} round trips: {seen:?}");
+    }
+    assert!(by_claim[0].0.contains("ON CONFLICT"));
+    assert!(by_complete[0].0.contains("UPDATE idem_records"));
+}
+
+// The entry point of the child processes of the multi-process test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child processes started by the multi-process tests"]
+async fn multi_process_child() {
+    run_child().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_processes_claiming_one_key_have_one_owner() {
+    let Some(url) = server_url("postgres several processes").await else {
+        return;
+    };
+    // Create the schema first so the children race on claims, not setup.
+    drop(PostgresStore::connect(&url).await.unwrap());
+    let key = random_key();
+    let report = tokio::task::spawn_blocking(move || {
+        claim_from_processes("multi_process_child", &url, &key, 4, 250)
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.runs, 1, "more than one process ran the tool");
+    assert_eq!(report.finished, 1000);
+    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_by_notify_within_milliseconds() {
+    let Some(url) = server_url("postgres wake-up latency").await else {
+        return;
+    };
+    let store = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let latencies = wake_up_latencies(store.clone(), store, 10).await;
+    eprintln!(
+        "postgres wake-up latency over 10 waits: median {:?}, max {:?}",
+        latencies[5], latencies[9]
+    );
+    assert!(latencies[5] < Duration::from_millis(50), "{latencies:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_outcome_is_reported_and_left_untouched() {
+    let Some(url) = server_url("postgres corrupt record").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let raw = connect_raw(&url).await;
+    let key = random_key();
+    let fence = acquire(&store, &key).await;
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    raw.execute(
+        "UPDATE idem_records SET outcome = '{not json' WHERE key = $1",
+        &[&key.as_str()],
+    )
+    .await
+    .unwrap();
+    let f = fingerprint();
+    assert!(matches!(
+        store.claim(&request(&key, &f)).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert!(matches!(store.get(&key).await, Err(StoreError::Corrupt(_))));
+    let outcome: String = raw
+        .query_one(
+            "SELECT outcome FROM idem_records WHERE key = $1",
+            &[&key.as_str()],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(outcome, "{not json", "the corrupt record was overwritten");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_from_a_newer_idem_is_refused() {
+    let Some(url) = server_url("postgres newer schema").await else {
+        return;
+    };
+    let url = fresh_database(&url).await;
+    drop(PostgresStore::connect(&url).await.unwrap());
+    connect_raw(&url)
+        .await
+        .batch_execute("UPDATE idem_meta SET value = 7 WHERE name = 'schema_version'")
+        .await
+        .unwrap();
+    match PostgresStore::connect(&url).await {
+        Err(StoreError::SchemaTooNew {
+            found, supported, ..
+        }) => assert_eq!((found, supported), (7, 1)),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_fails_closed_naming_the_store() {
+    let port = closed_port();
+    let url = format!("postgres://idem:secret@127.0.0.1:{port}/postgres");
+    match PostgresStore::connect(&url).await {
+        Err(StoreError::Unavailable { store, cause }) => {
+            assert_eq!(
+                store,
+                format!("postgres://idem:***@127.0.0.1:{port}/postgres")
+            );
+            assert!(!cause.contains("secret"));
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_going_away_fails_writes_closed() {
+    let Some(mut server) = tokio::task::spawn_blocking(PostgresServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip("postgres server going away", "PostgreSQL");
+    };
+    let store = PostgresStore::connect(&server.url()).await.unwrap();
+    fails_closed_when_the_server_goes_away(store, || server.stop()).await;
+}

@@ -1,0 +1,303 @@
+//! The Redis store beyond the conformance suite, on a real `redis-server`:
+//! round trips, several processes, retention and leases, wake-up latency,
+//! bad data and a server that goes away.
+#![cfg(all(feature = "redis", feature = "test-servers"))]
+
+mod support;
+
+use std::sync::{Arc, LazyLock};
+use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
+use idem_runtime::conformance::random_key;
+use idem_runtime::store::redis::RedisOptions;
+use idem_runtime::store::{Claim, RedisStore, Store, StoreError};
+use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
+use support::{
+    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
+    wake_up_latencies,
+};
+
+static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
+
+async fn server_url(test: &str) -> Option<String> {
+    let url = tokio::task::spawn_blocking(|| SERVER.as_ref().map(RedisServer::url))
+        .await
+        .unwrap();
+    if url.is_none() {
+        skip(test, "redis-server");
+    }
+    url
+}
+
+/// A plain connection for looking at what the store wrote.
+async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// The commands clients sent to the server while `op` ran, as MONITOR saw
+/// them; commands run inside scripts (`[0 lua]`) are not round trips and
+/// are left out.
+async fn client_commands<T>(
+    url: &str,
+    op: impl std::future::Future<Output = T>,
+) -> (T, Vec<String>) {
+    let client = redis::Client::open(url).unwrap();
+    let monitor = client.get_async_monitor().await.unwrap();
+    let mut lines = monitor.into_on_message::<String>();
+    let mut probe = client.get_multiplexed_async_connection().await.unwrap();
+    let marker = |what: &str| format!("idem-{what}-{}", random_key());
+    let (begin, end) = (marker("begin"), marker("end"));
+    let echo = |text: String| redis::cmd("ECHO").arg(text).clone();
+    let _: String = echo(begin.clone()).query_async(&mut probe).await.unwrap();
+    while !lines.next().await.unwrap().contains(&begin) {}
+    let out = op.await;
+    let _: String = echo(end.clone()).query_async(&mut probe).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(5), lines.next())
+            .await
+            .expect("MONITOR went quiet")
+            .unwrap();
+        if line.contains(&end) {
+            break;
+        }
+        if !line.contains(" lua]") {
+            seen.push(line);
+        }
+    }
+    (out, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_duplicate_one() {
+    // A server of its own, so no other test's commands are counted.
+    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip("redis round trips", "redis-server");
+    };
+    let url = server.url();
+    let store = RedisStore::connect(&url).await.unwrap();
+    let key = random_key();
+    let f = fingerprint();
+
+    let (claim, sent_claim) = client_commands(&url, store.claim(&request(&key, &f))).await;
+    let Claim::Acquired { fence, .. } = claim.unwrap() else {
+        panic!("fresh key not acquired");
+    };
+    let (done, sent_complete) = client_commands(
+        &url,
+        store.complete(&key, fence, &sent("m-1"), Duration::from_secs(60)),
+    )
+    .await;
+    done.unwrap();
+    let (dup, sent_dup) = client_commands(&url, store.claim(&request(&key, &f))).await;
+    assert!(matches!(dup.unwrap(), Claim::Completed(_)));
+
+    eprintln!("redis round trips: claim {sent_claim:?}, complete {sent_complete:?}, duplicate {sent_dup:?}");
+    for (what, sent) in [
+        ("claim", &sent_claim),
+        ("complete", &sent_complete),
+        ("duplicate", &sent_dup),
+    ] {
+        assert_eq!(
+            sent.len(),
+            1,
+            "{what} took {} round trips: {sent:?}",
+            sent.len()
+        );
+        assert!(sent[0].contains("\"EVALSHA\""), "{what}: {sent:?}");
+    }
+}
+
+// The entry point of the child processes of the multi-process test.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child processes started by the multi-process tests"]
+async fn multi_process_child() {
+    run_child().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_processes_claiming_one_key_have_one_owner() {
+    let Some(url) = server_url("redis several processes").await else {
+        return;
+    };
+    let key = random_key();
+    let report = tokio::task::spawn_blocking(move || {
+        claim_from_processes("multi_process_child", &url, &key, 4, 250)
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.runs, 1, "more than one process ran the tool");
+    assert_eq!(report.finished, 1000);
+    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
+    let Some(url) = server_url("redis retention").await else {
+        return;
+    };
+    let store = RedisStore::connect(&url).await.unwrap();
+    let mut raw = raw(&url).await;
+    let key = random_key();
+    let fence = acquire(&store, &key).await;
+    let redis_key = store.record_key(&key);
+    assert!(redis_key.contains(&format!("{{{}}}", &key.as_str()[..3])));
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&redis_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(pttl, -1, "an in-flight record must not expire by itself");
+    let lease: Option<u64> = redis::cmd("HGET")
+        .arg(&redis_key)
+        .arg("lease")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(lease.is_some(), "the lease is a field of the record");
+
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let pttl: i64 = redis::cmd("PTTL")
+        .arg(&redis_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(
+        (590_000..=600_000).contains(&pttl),
+        "the record's retention is its key TTL, got {pttl} ms"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_by_pub_sub_within_milliseconds() {
+    let Some(url) = server_url("redis wake-up latency").await else {
+        return;
+    };
+    let store = Arc::new(RedisStore::connect(&url).await.unwrap());
+    let latencies = wake_up_latencies(store.clone(), store, 10).await;
+    eprintln!(
+        "redis wake-up latency over 10 waits: median {:?}, max {:?}",
+        latencies[5], latencies[9]
+    );
+    // The waiters' polling back-off had reached 160 ms: anything well
+    // below that was a notification.
+    assert!(latencies[5] < Duration::from_millis(50), "{latencies:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hash_with_a_missing_field_is_corrupt_and_left_untouched() {
+    let Some(url) = server_url("redis corrupt record").await else {
+        return;
+    };
+    let store = RedisStore::connect(&url).await.unwrap();
+    let mut raw = raw(&url).await;
+    let key = random_key();
+    let fence = acquire(&store, &key).await;
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let redis_key = store.record_key(&key);
+    let _: i64 = redis::cmd("HDEL")
+        .arg(&redis_key)
+        .arg("tool")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let before: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(&redis_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let f = fingerprint();
+    match store.claim(&request(&key, &f)).await {
+        Err(StoreError::Corrupt(c)) => assert!(c.detail.contains("missing"), "{c}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert!(matches!(store.get(&key).await, Err(StoreError::Corrupt(_))));
+    assert!(matches!(
+        store.release(&key, fence).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    let after: Vec<(String, String)> = redis::cmd("HGETALL")
+        .arg(&redis_key)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(before, after, "the corrupt record was changed");
+
+    // Garbage in a field is corrupt too.
+    let _: i64 = redis::cmd("HSET")
+        .arg(&redis_key)
+        .arg("tool")
+        .arg("send_email")
+        .arg("outcome")
+        .arg("{not json")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(&request(&key, &f)).await,
+        Err(StoreError::Corrupt(_))
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_from_a_newer_idem_is_refused() {
+    let Some(url) = server_url("redis newer schema").await else {
+        return;
+    };
+    let prefix = format!("idem-test-{}", &random_key().as_str()[..8]);
+    let mut raw = raw(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg(format!("{prefix}:schema"))
+        .arg(2)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    match RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix)).await {
+        Err(StoreError::SchemaTooNew {
+            found, supported, ..
+        }) => assert_eq!((found, supported), (2, 1)),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_fails_closed_naming_the_store() {
+    let port = closed_port();
+    let url = format!("redis://:secret@127.0.0.1:{port}/");
+    let started = Instant::now();
+    match RedisStore::connect(&url).await {
+        Err(StoreError::Unavailable { store, cause }) => {
+            assert_eq!(store, format!("redis://:***@127.0.0.1:{port}/"));
+            assert!(!cause.is_empty());
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_going_away_fails_writes_closed() {
+    let Some(mut server) = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip("redis server going away", "redis-server");
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    fails_closed_when_the_server_goes_away(store, || server.stop()).await;
+}

@@ -1,0 +1,43 @@
+//! The SQLite store against the public conformance suite, on a manual clock
+//! in a fresh file per case.
+#![cfg(all(feature = "sqlite", feature = "test-servers"))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::clock::ManualClock;
+use idem_runtime::conformance::Harness;
+use idem_runtime::store::{SqliteOptions, SqliteStore};
+use idem_runtime::testing::TempDir;
+
+struct SqliteHarness {
+    store: Arc<SqliteStore>,
+    clock: ManualClock,
+    _dir: TempDir,
+}
+
+impl Harness for SqliteHarness {
+    type Store = SqliteStore;
+    fn store(&self) -> Arc<SqliteStore> {
+        self.store.clone()
+    }
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+}
+
+async fn harness() -> Option<SqliteHarness> {
+    let dir = TempDir::new("idem-sqlite-conformance").unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let options = SqliteOptions::default().clock(Arc::new(clock.clone()));
+    let store = SqliteStore::open_with(dir.path().join("idem.db"), options)
+        .await
+        .unwrap();
+    Some(SqliteHarness {
+        store: Arc::new(store),
+        clock,
+        _dir: dir,
+    })
+}
+
+idem_runtime::store_conformance_tests!(harness);

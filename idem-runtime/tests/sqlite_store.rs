@@ -1,0 +1,325 @@
+//! The SQLite store beyond the conformance suite: restarts, several
+//! processes on one file, durability costs, and bad files.
+#![cfg(all(feature = "sqlite", feature = "test-servers"))]
+
+mod support;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::conformance::random_key;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::Outcome;
+use idem_runtime::store::{Claim, SqliteOptions, SqliteStore, Store, StoreError};
+use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
+use serde_json::json;
+use support::{acquire, fingerprint, request, sent, wake_up_latencies};
+
+/// Claim and complete `key` with `outcome`.
+async fn record(store: &SqliteStore, key: &IdempotencyKey, outcome: &Outcome) {
+    let fence = acquire(store, key).await;
+    store
+        .complete(key, fence, outcome, Duration::from_secs(3600))
+        .await
+        .unwrap();
+}
+
+fn sqlite(path: &Path, sql: &str) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch(sql).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn completed_record_survives_a_restart_of_the_store() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let key = random_key();
+    let store = SqliteStore::open(&path).await.unwrap();
+    record(&store, &key, &sent("m-1")).await;
+    store.close().await;
+
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    let f = fingerprint();
+    match reopened.claim(&request(&key, &f)).await.unwrap() {
+        Claim::Completed(r) => assert_eq!(r.outcome(), Some(&sent("m-1"))),
+        other => panic!("the completed call was forgotten: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_of_a_completed_call_writes_nothing() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let key = random_key();
+    record(&store, &key, &sent("m-1")).await;
+    let wal = path.with_extension("db-wal");
+    let version = |p: &Path| {
+        let conn = rusqlite::Connection::open(p).unwrap();
+        (
+            std::fs::metadata(&wal).map(|m| m.len()).unwrap_or(0),
+            conn.query_row("SELECT count(*) FROM idem_records", [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .unwrap(),
+        )
+    };
+    let before = version(&path);
+    let f = fingerprint();
+    for _ in 0..20 {
+        assert!(matches!(
+            store.claim(&request(&key, &f)).await.unwrap(),
+            Claim::Completed(_)
+        ));
+    }
+    assert_eq!(version(&path), before, "a duplicate appended to the WAL");
+}
+
+// The entry point of the child processes of the multi-process tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child processes started by the multi-process tests"]
+async fn multi_process_child() {
+    run_child().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_processes_claiming_one_key_in_one_file_have_one_owner() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("shared.db");
+    // Create the file first so the children race on claims, not on setup.
+    SqliteStore::open(&path).await.unwrap().close().await;
+    let url = format!("sqlite://{}", path.display());
+    let key = random_key();
+    let report = tokio::task::spawn_blocking(move || {
+        claim_from_processes("multi_process_child", &url, &key, 4, 200)
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.runs, 1, "more than one process ran the tool");
+    assert_eq!(report.finished, 800);
+    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn corrupt_row_is_reported_and_left_untouched() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let key = random_key();
+    record(&store, &key, &sent("m-1")).await;
+    sqlite(
+        &path,
+        &format!(
+            "UPDATE idem_records SET record = x'00ff13' WHERE key = '{}'",
+            key.as_str()
+        ),
+    );
+    let f = fingerprint();
+    assert!(matches!(
+        store.claim(&request(&key, &f)).await,
+        Err(StoreError::Corrupt(_))
+    ));
+    assert!(matches!(store.get(&key).await, Err(StoreError::Corrupt(_))));
+    let fence = idem_runtime::record::Fence(1);
+    assert!(matches!(
+        store
+            .complete(&key, fence, &sent("m-2"), Duration::from_secs(1))
+            .await,
+        Err(StoreError::Corrupt(_))
+    ));
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let bytes: Vec<u8> = conn
+        .query_row(
+            "SELECT record FROM idem_records WHERE key = ?1",
+            [key.as_str()],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(
+        bytes,
+        vec![0x00, 0xff, 0x13],
+        "the corrupt row was overwritten"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_from_a_newer_idem_is_refused() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+    sqlite(
+        &path,
+        "UPDATE idem_meta SET value = 99 WHERE name = 'schema_version'",
+    );
+    match SqliteStore::open(&path).await {
+        Err(StoreError::SchemaTooNew {
+            found, supported, ..
+        }) => assert_eq!((found, supported), (99, 1)),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_that_is_not_sqlite_is_refused_and_not_overwritten() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("notes.txt");
+    let text = "these are my notes, not a database\n".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    match SqliteStore::open(&path).await {
+        Err(StoreError::Unavailable { store, cause }) => {
+            assert!(store.contains("notes.txt"), "{store}");
+            assert!(cause.contains("not a SQLite database"), "{cause}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+/// Set or clear a file attribute (`+i`: immutable, even for root).
+fn chattr(change: &str, path: &Path) -> bool {
+    std::process::Command::new("chattr")
+        .arg(change)
+        .arg(path)
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_only_file_is_refused_before_anything_runs() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let key = random_key();
+    let store = SqliteStore::open(&path).await.unwrap();
+    record(&store, &key, &sent("m-1")).await;
+    store.close().await;
+
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
+    // Root ignores permission bits; an immutable file stops root too.
+    let immutable = chattr("+i", &path);
+    let writable = std::fs::OpenOptions::new().write(true).open(&path).is_ok();
+    let result = if writable {
+        None
+    } else {
+        Some(SqliteStore::open(&path).await)
+    };
+    if immutable {
+        assert!(chattr("-i", &path));
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    match result {
+        None => eprintln!(
+            "SKIPPED read_only_file_is_refused_before_anything_runs: cannot make a file read-only here"
+        ),
+        Some(Err(StoreError::ReadOnly { store, .. })) => assert!(store.contains("idem.db")),
+        Some(other) => panic!("expected ReadOnly, got {other:?}"),
+    }
+    let reopened = SqliteStore::open(&path).await.unwrap();
+    assert_eq!(
+        reopened.get(&key).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_database_fails_closed_with_full() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let options = SqliteOptions::default().max_size(64 * 1024);
+    let store = SqliteStore::open_with(&path, options).await.unwrap();
+    let f = fingerprint();
+    let big = Outcome::Success {
+        output: json!("x".repeat(4000)),
+    };
+    let mut full = None;
+    for _ in 0..100 {
+        let key = random_key();
+        match store.claim(&request(&key, &f)).await {
+            Ok(Claim::Acquired { fence, .. }) => {
+                if let Err(e) = store
+                    .complete(&key, fence, &big, Duration::from_secs(60))
+                    .await
+                {
+                    full = Some(e);
+                    break;
+                }
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(e) => {
+                full = Some(e);
+                break;
+            }
+        }
+    }
+    match full {
+        Some(StoreError::Full { store, cause }) => {
+            assert!(store.contains("idem.db"));
+            assert!(cause.contains("full"), "{cause}");
+        }
+        other => panic!("expected Full, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_directory_is_unavailable() {
+    match SqliteStore::open("/nonexistent-idem-dir/sub/idem.db").await {
+        Err(StoreError::Unavailable { store, cause }) => {
+            assert!(store.contains("/nonexistent-idem-dir/sub/idem.db"));
+            assert!(cause.contains("does not exist"), "{cause}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_commit_keeps_concurrent_first_calls_apart() {
+    // Many first calls at once share commits; each still gets its own
+    // fence, and every outcome is stored under its own key.
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let store = Arc::new(SqliteStore::open(dir.path().join("idem.db")).await.unwrap());
+    let mut tasks = tokio::task::JoinSet::new();
+    for i in 0..200 {
+        let store = store.clone();
+        tasks.spawn(async move {
+            let key = random_key();
+            let fence = acquire(&*store, &key).await;
+            store
+                .complete(&key, fence, &sent(&i.to_string()), Duration::from_secs(60))
+                .await
+                .unwrap();
+            (key, fence, i)
+        });
+    }
+    let mut fences = std::collections::BTreeSet::new();
+    while let Some(done) = tasks.join_next().await {
+        let (key, fence, i) = done.unwrap();
+        assert!(fences.insert(fence), "fence handed out twice");
+        assert_eq!(
+            store.get(&key).await.unwrap().unwrap().outcome(),
+            Some(&sent(&i.to_string()))
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_at_once_in_process_and_within_the_poll_across_processes() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let one = Arc::new(SqliteStore::open(&path).await.unwrap());
+    // A second store on the same file stands for another process: the
+    // first one's writer cannot notify it.
+    let other = Arc::new(SqliteStore::open(&path).await.unwrap());
+
+    let same = wake_up_latencies(one.clone(), one.clone(), 5).await[2];
+    let across = wake_up_latencies(one, other, 5).await[2];
+    eprintln!(
+        "sqlite wake-up latency (median of 5): same process {same:?}, other process {across:?}"
+    );
+    // The back-off had grown to 160 ms: only a notification is this fast.
+    assert!(same < Duration::from_millis(50), "{same:?}");
+    assert!(
+        across <= idem_runtime::store::sqlite::CROSS_PROCESS_POLL + Duration::from_millis(50),
+        "{across:?}"
+    );
+}

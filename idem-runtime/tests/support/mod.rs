@@ -1,0 +1,114 @@
+//! Scenario pieces shared by the store test files (`mod support;`).
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
+use idem_runtime::record::{Fence, Outcome};
+use idem_runtime::store::{Claim, ClaimRequest, Store, StoreError};
+use serde_json::json;
+
+/// The fingerprint of the arguments of every call in these tests.
+pub fn fingerprint() -> Fingerprint {
+    Fingerprint("f".repeat(64))
+}
+
+/// A `send_email` call under `key`, with a 30 s lease.
+pub fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        tool: "send_email",
+        fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_secs(30),
+    }
+}
+
+/// What `send_email` returns.
+pub fn sent(id: &str) -> Outcome {
+    Outcome::Success {
+        output: json!({ "message_id": id }),
+    }
+}
+
+/// Claim a fresh `key` and return the owner's fence.
+pub async fn acquire<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Fence {
+    let f = fingerprint();
+    match store.claim(&request(key, &f)).await.unwrap() {
+        Claim::Acquired { fence, .. } => fence,
+        other => panic!("expected to own a fresh key, got {other:?}"),
+    }
+}
+
+/// Times from `complete` returning on `writer` to `wait` returning on
+/// `waiter`, sorted, over `rounds` calls. Each waiter waits 200 ms first,
+/// so its polling back-off has grown to 160 ms: a wake-up much faster than
+/// that came from a notification.
+pub async fn wake_up_latencies<S: Store>(
+    writer: Arc<S>,
+    waiter: Arc<S>,
+    rounds: usize,
+) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    for _ in 0..rounds {
+        let key = idem_runtime::conformance::random_key();
+        let fence = acquire(&*writer, &key).await;
+        let waiting = {
+            let (waiter, key) = (waiter.clone(), key.clone());
+            tokio::spawn(async move {
+                let record = waiter.wait(&key, Duration::from_secs(10)).await.unwrap();
+                assert!(record.expect("record").outcome().is_some());
+                Instant::now()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let completed = Instant::now();
+        writer
+            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
+            .await
+            .unwrap();
+        latencies.push(waiting.await.unwrap().duration_since(completed));
+    }
+    latencies.sort();
+    latencies
+}
+
+/// A store whose server `stop` takes away fails closed: a new claim and the
+/// completion of a claimed call are `Unavailable`, naming the store, within
+/// a bounded time.
+pub async fn fails_closed_when_the_server_goes_away<S: Store>(store: S, stop: impl FnOnce()) {
+    let key = idem_runtime::conformance::random_key();
+    let fence = acquire(&store, &key).await;
+    tokio::task::block_in_place(stop);
+    let started = Instant::now();
+    let f = fingerprint();
+    let other = idem_runtime::conformance::random_key();
+    match store.claim(&request(&other, &f)).await {
+        Err(StoreError::Unavailable { store: name, cause }) => {
+            assert_eq!(name, store.describe());
+            assert!(!cause.is_empty());
+        }
+        other => panic!("a claim without a server must fail closed, got {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
+            .await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A loopback port nobody listens on.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
