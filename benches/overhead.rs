@@ -9,10 +9,9 @@
 //! Run with `cargo bench --bench overhead`; the last lines print the ratios.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use criterion::{criterion_group, Criterion};
+use criterion::{criterion_group, BatchSize, Criterion};
 use idem::{tool, Executor, MemoryStore, ToolError};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -83,34 +82,38 @@ fn overhead(c: &mut Criterion) {
         .build()
         .unwrap();
     let mut g = c.benchmark_group("overhead");
-    let counter = AtomicU64::new(0);
 
-    let naive = Naive::default();
+    // First calls: each iteration gets a fresh, empty wrapper or store, so
+    // the figure is the cost of one call and not of an ever-growing map
+    // (whose growth would depend on how many iterations criterion picks).
     g.bench_function("naive_first", |b| {
-        b.to_async(&rt).iter(|| {
-            let step = counter.fetch_add(1, Ordering::Relaxed);
-            let naive = &naive;
-            async move { naive.call("run-1", step, "send_email", &args()).await }
-        })
+        b.to_async(&rt).iter_batched(
+            Naive::default,
+            |naive| async move {
+                naive.call("run-1", 0, "send_email", &args()).await;
+                naive
+            },
+            BatchSize::SmallInput,
+        )
     });
+    g.bench_function("idem_first", |b| {
+        b.to_async(&rt).iter_batched(
+            || Executor::builder(MemoryStore::new()).build(),
+            |exec| async move {
+                exec.call(send_email, args()).run("run-1", 0).await.unwrap();
+                exec
+            },
+            BatchSize::SmallInput,
+        )
+    });
+
+    // Duplicates: one recorded call, answered again and again.
+    let naive = Naive::default();
     g.bench_function("naive_duplicate", |b| {
         b.to_async(&rt)
             .iter(|| async { naive.call("run-1", 0, "send_email", &args()).await })
     });
-
     let exec = Executor::builder_shared(Arc::new(MemoryStore::new())).build();
-    g.bench_function("idem_first", |b| {
-        b.to_async(&rt).iter(|| {
-            let step = counter.fetch_add(1, Ordering::Relaxed);
-            let exec = &exec;
-            async move {
-                exec.call(send_email, args())
-                    .run("run-1", step)
-                    .await
-                    .unwrap()
-            }
-        })
-    });
     g.bench_function("idem_duplicate", |b| {
         b.to_async(&rt)
             .iter(|| async { exec.call(send_email, args()).run("run-1", 0).await.unwrap() })

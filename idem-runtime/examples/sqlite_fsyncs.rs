@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::Outcome;
+use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{Claim, ClaimRequest, SqliteOptions, SqliteStore, Store, Synchronous};
 
 fn key(i: usize) -> IdempotencyKey {
@@ -38,7 +38,7 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
     match store.claim(&req).await.expect("claim") {
         Claim::Acquired { fence, .. } => {
             let outcome = Outcome::Success {
-                output: serde_json::json!({ "message_id": i }),
+                output: OutputJson::from_value(&serde_json::json!({ "message_id": i })),
             };
             store
                 .complete(&key, fence, &outcome, Duration::from_secs(3600))

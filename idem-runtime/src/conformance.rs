@@ -32,7 +32,7 @@ use serde_json::json;
 
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{Fence, Outcome, RecordState, StoredFailure};
+use crate::record::{Fence, Outcome, OutputJson, RecordState, StoredFailure};
 use crate::store::{Claim, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError};
 
 /// A store under test and control over its notion of time.
@@ -144,7 +144,9 @@ fn req<'a>(
 
 fn success(n: i64) -> Outcome {
     Outcome::Success {
-        output: json!({ "n": n, "text": "élan — 1e0", "nested": { "b": [1.5, null], "a": true } }),
+        output: OutputJson::from_value(
+            &json!({ "n": n, "text": "élan — 1e0", "nested": { "b": [1.5, null], "a": true } }),
+        ),
     }
 }
 

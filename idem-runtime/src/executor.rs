@@ -29,7 +29,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde::Deserialize;
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -40,7 +39,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::ctx::{StepLog, ToolCtx};
 use crate::error::{ErrorKind, IdemError, ToolError};
 use crate::key::{self, CanonicalArgs, IdempotencyKey, KeyError, KeyInput, KeySource, Namespace};
-use crate::record::{Fence, Outcome, Record, StoredFailure, DEFAULT_TTL};
+use crate::record::{Fence, Outcome, OutputJson, Record, StoredFailure, DEFAULT_TTL};
 use crate::retry::{may_retry, RetryPolicy};
 use crate::store::{Claim, ClaimRequest, Store, StoreError, Takeover};
 use crate::tool::{KeyMaterial, KeySpec, Reconciled, Tool, ToolDef};
@@ -765,7 +764,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         Metrics::bump(&self.metrics().dedup_hits);
         match record.outcome() {
             Some(Outcome::Success { output }) => {
-                let output = T::Output::deserialize(output).map_err(|e| {
+                let output = output.parse::<T::Output>().map_err(|e| {
                     IdemError::RecordedOutputMismatch {
                         tool: self.name().to_owned(),
                         detail: e.to_string(),
@@ -829,13 +828,11 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         attempts: u32,
         deduplicated: bool,
     ) -> Result<Called<T::Output>, IdemError> {
-        let value =
-            serde_json::to_value(&output).map_err(|e| IdemError::OutputNotSerializable {
-                tool: self.name().to_owned(),
-                detail: e.to_string(),
-            })?;
-        self.complete(owner, Outcome::Success { output: value })
-            .await?;
+        let text = OutputJson::new(&output).map_err(|e| IdemError::OutputNotSerializable {
+            tool: self.name().to_owned(),
+            detail: e.to_string(),
+        })?;
+        self.complete(owner, Outcome::Success { output: text }).await?;
         Ok(Called {
             output,
             meta: CallMeta {

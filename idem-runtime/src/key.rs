@@ -362,12 +362,12 @@ fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
 /// Lowercase hex of `bytes`.
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = Vec::with_capacity(bytes.len() * 2);
+    let mut out = String::with_capacity(bytes.len() * 2);
     for &b in bytes {
-        out.push(DIGITS[(b >> 4) as usize]);
-        out.push(DIGITS[(b & 0xf) as usize]);
+        out.push(char::from(DIGITS[usize::from(b >> 4)]));
+        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
     }
-    String::from_utf8(out).expect("hex digits are ASCII")
+    out
 }
 
 /// SHA-256 over length-prefixed fields.

@@ -33,14 +33,43 @@ impl fmt::Display for Fence {
     }
 }
 
+/// A tool's output as JSON text, exactly as it was first serialized:
+/// duplicates are answered with these bytes, and a record holds one string
+/// rather than a tree of JSON values.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct OutputJson(String);
+
+impl OutputJson {
+    /// Serialize `output`.
+    pub fn new<T: serde::Serialize + ?Sized>(output: &T) -> Result<Self, serde_json::Error> {
+        serde_json::to_string(output).map(OutputJson)
+    }
+
+    /// The JSON text of `value`.
+    pub fn from_value(value: &Value) -> Self {
+        OutputJson(value.to_string())
+    }
+
+    /// The JSON text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Parse the text as `T`.
+    pub fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(&self.0)
+    }
+}
+
 /// What a completed call produced.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 pub enum Outcome {
     /// The tool succeeded; its output as JSON.
     Success {
-        /// The output.
-        output: Value,
+        /// The output, as JSON text.
+        output: OutputJson,
     },
     /// The tool failed definitely (a permanent error, or a refusal such as a
     /// denied approval); duplicates get the same failure.

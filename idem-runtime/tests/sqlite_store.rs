@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use idem_runtime::conformance::random_key;
 use idem_runtime::key::IdempotencyKey;
-use idem_runtime::record::Outcome;
+use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{Claim, SqliteOptions, SqliteStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
@@ -230,7 +230,7 @@ async fn full_database_fails_closed_with_full() {
     let store = SqliteStore::open_with(&path, options).await.unwrap();
     let f = fingerprint();
     let big = Outcome::Success {
-        output: json!("x".repeat(4000)),
+        output: OutputJson::from_value(&json!("x".repeat(4000))),
     };
     let mut full = None;
     for _ in 0..100 {

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use idem_runtime::conformance::random_key;
 use idem_runtime::key::Fingerprint;
-use idem_runtime::record::Outcome;
+use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{connect, Claim, ClaimRequest, Store, StoreError};
 use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::json;
@@ -33,7 +33,7 @@ async fn first_call_then_duplicate(store: Arc<dyn Store>) {
         panic!("fresh key not acquired on {}", store.describe());
     };
     let outcome = Outcome::Success {
-        output: json!({"message_id": "m-1"}),
+        output: OutputJson::from_value(&json!({"message_id": "m-1"})),
     };
     store
         .complete(&key, fence, &outcome, Duration::from_secs(60))

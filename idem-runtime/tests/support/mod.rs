@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::{Fence, Outcome};
+use idem_runtime::record::{Fence, Outcome, OutputJson};
 use idem_runtime::store::{Claim, ClaimRequest, Store, StoreError};
 use serde_json::json;
 
@@ -28,7 +28,7 @@ pub fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> Cla
 /// What `send_email` returns.
 pub fn sent(id: &str) -> Outcome {
     Outcome::Success {
-        output: json!({ "message_id": id }),
+        output: OutputJson::from_value(&json!({ "message_id": id })),
     }
 }
 
