@@ -33,7 +33,6 @@ use serde_json::Value;
 use tracing::Instrument;
 
 use crate::approval::{Approval, ApprovalDecision, ApprovalPolicy, ApprovalRequest};
-use crate::canonical;
 use crate::class::{Class, ClassKind, NeedsApproval, NoApprovalNeeded, RetrySafe};
 use crate::clock::{Clock, SystemClock};
 use crate::ctx::{StepLog, ToolCtx};
@@ -662,8 +661,8 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
 
     /// A keyed class: claim, then run, wait, or answer from the record.
     async fn keyed(self, args: T::Args) -> Result<Called<T::Output>, IdemError> {
-        let args_value =
-            canonical::to_canonical_value(&args).map_err(|e| IdemError::InvalidArguments {
+        let canonical =
+            CanonicalArgs::from_serialize(&args).map_err(|e| IdemError::InvalidArguments {
                 tool: self.name().to_owned(),
                 detail: e.to_string(),
             })?;
@@ -671,7 +670,6 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             tool: self.name().to_owned(),
             source,
         };
-        let canonical = CanonicalArgs::from_value(&args_value).map_err(key_err)?;
         let namespace = self.namespace();
         let (key, check_fingerprint) = self
             .derive_key(&args, &canonical, &namespace)
@@ -720,7 +718,6 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                         fence,
                         steps,
                         takeover,
-                        args_value,
                         namespace,
                     };
                     // Boxed: the owner's path is large and is not taken by
@@ -916,7 +913,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         }
 
         if self.class().needs_approval() && !owner.steps.contains_key(APPROVAL_STEP) {
-            self.approve(&owner).await?;
+            self.approve(&owner, &args).await?;
         }
 
         let (result, attempts) = self
@@ -961,7 +958,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     }
 
     /// Obtain and record an approval, or record the denial.
-    async fn approve(&self, owner: &Owner) -> Result<(), IdemError> {
+    async fn approve(&self, owner: &Owner, args: &T::Args) -> Result<(), IdemError> {
         Metrics::bump(&self.metrics().approvals_requested);
         let decision = match &self.approval {
             ApprovalSource::Given(approval) => ApprovalDecision::Approved(approval.clone()),
@@ -977,7 +974,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                     key: owner.key.clone(),
                     namespace: owner.namespace.clone(),
                     call_id: self.info.call_id.clone(),
-                    args: owner.args_value.clone(),
+                    args: serde_json::to_value(args).unwrap_or(Value::Null),
                 };
                 match policy.decide(&request).await {
                     Ok(decision) => decision,
@@ -1027,7 +1024,6 @@ struct Owner {
     fence: Fence,
     steps: std::collections::BTreeMap<String, Value>,
     takeover: Option<Takeover>,
-    args_value: Value,
     namespace: Namespace,
 }
 

@@ -232,9 +232,29 @@ impl CanonicalArgs {
                 found: json_type(args),
             });
         }
-        let text = canonical::canonicalize(args)?;
+        Ok(Self::from_text(canonical::canonicalize(args)?))
+    }
+
+    /// Canonicalize typed tool arguments, which must serialize as a JSON
+    /// object, without building a `serde_json::Value`.
+    pub fn from_serialize<T: serde::Serialize + ?Sized>(args: &T) -> Result<Self, KeyError> {
+        let text = canonical::to_canonical_string(args)?;
+        if !text.starts_with('{') {
+            let found = match text.as_bytes().first() {
+                Some(b'[') => "an array",
+                Some(b'"') => "a string",
+                Some(b't' | b'f') => "a boolean",
+                Some(b'n') => "null",
+                _ => "a number",
+            };
+            return Err(KeyError::ArgumentsNotObject { found });
+        }
+        Ok(Self::from_text(text))
+    }
+
+    fn from_text(text: String) -> Self {
         let fingerprint = Fingerprint(lower_hex(&Sha256::digest(text.as_bytes())));
-        Ok(CanonicalArgs { text, fingerprint })
+        CanonicalArgs { text, fingerprint }
     }
 }
 

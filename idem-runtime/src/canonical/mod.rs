@@ -15,6 +15,8 @@
 use serde::Serialize;
 use serde_json::Value;
 
+mod ser;
+
 /// Why a value has no canonical form.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum CanonicalError {
@@ -47,18 +49,14 @@ pub fn canonicalize(value: &Value) -> Result<String, CanonicalError> {
     Ok(out)
 }
 
-/// Serialize `value` with serde and canonicalize it.
+/// Serialize `value` with serde straight into canonical JSON text.
 ///
-/// Unlike `serde_json::to_value`, which silently turns NaN and infinity into
-/// `null`, this refuses non-finite floats with [`CanonicalError::NonFinite`].
-pub fn to_canonical_value<T: Serialize + ?Sized>(value: &T) -> Result<Value, CanonicalError> {
-    value.serialize(finite::Check).map_err(|e| match e {
-        finite::Error::NonFinite => CanonicalError::NonFinite {
-            path: String::from("(typed arguments)"),
-        },
-        finite::Error::Custom(m) => CanonicalError::Serialize(m),
-    })?;
-    serde_json::to_value(value).map_err(|e| CanonicalError::Serialize(e.to_string()))
+/// The result equals `canonicalize(&serde_json::to_value(value)?)`, but no
+/// `Value` is built, and NaN or infinity is refused with
+/// [`CanonicalError::NonFinite`] where `serde_json::to_value` would silently
+/// write `null`.
+pub fn to_canonical_string<T: Serialize + ?Sized>(value: &T) -> Result<String, CanonicalError> {
+    ser::to_string(value)
 }
 
 fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
@@ -101,7 +99,7 @@ fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
 }
 
 /// RFC 8785 §3.2.3: names sort by their UTF-16 code units.
-fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
+pub(super) fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
     a.encode_utf16().cmp(b.encode_utf16())
 }
 
@@ -154,6 +152,11 @@ fn write_number(out: &mut String, n: &serde_json::Number) -> Result<(), Canonica
     } else {
         n.as_f64().unwrap_or(f64::NAN)
     };
+    write_double(out, double)
+}
+
+/// ECMAScript's `Number.prototype.toString` of a finite double.
+pub(super) fn write_double(out: &mut String, double: f64) -> Result<(), CanonicalError> {
     if !double.is_finite() {
         return Err(CanonicalError::NonFinite {
             path: "/".to_owned(),
@@ -168,7 +171,7 @@ fn write_number(out: &mut String, n: &serde_json::Number) -> Result<(), Canonica
     Ok(())
 }
 
-fn write_string(out: &mut String, s: &str) {
+pub(super) fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push('"');
     let bytes = s.as_bytes();
@@ -198,178 +201,6 @@ fn write_string(out: &mut String, s: &str) {
     }
     out.push_str(&s[start..]);
     out.push('"');
-}
-
-/// A serializer that produces nothing and fails on the first non-finite
-/// float: the check `serde_json::to_value` does not make.
-mod finite {
-    use serde::ser::{self, Serialize};
-    use std::fmt;
-
-    #[derive(Debug)]
-    pub(super) enum Error {
-        NonFinite,
-        Custom(String),
-    }
-    impl fmt::Display for Error {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            match self {
-                Error::NonFinite => f.write_str("non-finite float"),
-                Error::Custom(m) => f.write_str(m),
-            }
-        }
-    }
-    impl std::error::Error for Error {}
-    impl ser::Error for Error {
-        fn custom<T: fmt::Display>(msg: T) -> Self {
-            Error::Custom(msg.to_string())
-        }
-    }
-
-    pub(super) struct Check;
-
-    type R = Result<(), Error>;
-
-    macro_rules! ok_scalars {
-        ($($m:ident: $t:ty),*) => {$(fn $m(self, _: $t) -> R { Ok(()) })*};
-    }
-
-    impl ser::Serializer for Check {
-        type Ok = ();
-        type Error = Error;
-        type SerializeSeq = Check;
-        type SerializeTuple = Check;
-        type SerializeTupleStruct = Check;
-        type SerializeTupleVariant = Check;
-        type SerializeMap = Check;
-        type SerializeStruct = Check;
-        type SerializeStructVariant = Check;
-
-        ok_scalars!(serialize_bool: bool, serialize_i8: i8, serialize_i16: i16,
-            serialize_i32: i32, serialize_i64: i64, serialize_i128: i128,
-            serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
-            serialize_u64: u64, serialize_u128: u128, serialize_char: char,
-            serialize_str: &str, serialize_bytes: &[u8]);
-
-        fn serialize_f32(self, v: f32) -> R {
-            if v.is_finite() {
-                Ok(())
-            } else {
-                Err(Error::NonFinite)
-            }
-        }
-        fn serialize_f64(self, v: f64) -> R {
-            if v.is_finite() {
-                Ok(())
-            } else {
-                Err(Error::NonFinite)
-            }
-        }
-        fn serialize_none(self) -> R {
-            Ok(())
-        }
-        fn serialize_some<T: ?Sized + Serialize>(self, v: &T) -> R {
-            v.serialize(Check)
-        }
-        fn serialize_unit(self) -> R {
-            Ok(())
-        }
-        fn serialize_unit_struct(self, _: &'static str) -> R {
-            Ok(())
-        }
-        fn serialize_unit_variant(self, _: &'static str, _: u32, _: &'static str) -> R {
-            Ok(())
-        }
-        fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, v: &T) -> R {
-            v.serialize(Check)
-        }
-        fn serialize_newtype_variant<T: ?Sized + Serialize>(
-            self,
-            _: &'static str,
-            _: u32,
-            _: &'static str,
-            v: &T,
-        ) -> R {
-            v.serialize(Check)
-        }
-        fn serialize_seq(self, _: Option<usize>) -> Result<Check, Error> {
-            Ok(Check)
-        }
-        fn serialize_tuple(self, _: usize) -> Result<Check, Error> {
-            Ok(Check)
-        }
-        fn serialize_tuple_struct(self, _: &'static str, _: usize) -> Result<Check, Error> {
-            Ok(Check)
-        }
-        fn serialize_tuple_variant(
-            self,
-            _: &'static str,
-            _: u32,
-            _: &'static str,
-            _: usize,
-        ) -> Result<Check, Error> {
-            Ok(Check)
-        }
-        fn serialize_map(self, _: Option<usize>) -> Result<Check, Error> {
-            Ok(Check)
-        }
-        fn serialize_struct(self, _: &'static str, _: usize) -> Result<Check, Error> {
-            Ok(Check)
-        }
-        fn serialize_struct_variant(
-            self,
-            _: &'static str,
-            _: u32,
-            _: &'static str,
-            _: usize,
-        ) -> Result<Check, Error> {
-            Ok(Check)
-        }
-    }
-
-    macro_rules! compound {
-        ($($tr:ident :: $m:ident),*) => {$(
-            impl ser::$tr for Check {
-                type Ok = ();
-                type Error = Error;
-                fn $m<T: ?Sized + Serialize>(&mut self, v: &T) -> R { v.serialize(Check) }
-                fn end(self) -> R { Ok(()) }
-            }
-        )*};
-    }
-    compound!(
-        SerializeSeq::serialize_element,
-        SerializeTuple::serialize_element,
-        SerializeTupleStruct::serialize_field,
-        SerializeTupleVariant::serialize_field
-    );
-
-    impl ser::SerializeMap for Check {
-        type Ok = ();
-        type Error = Error;
-        fn serialize_key<T: ?Sized + Serialize>(&mut self, k: &T) -> R {
-            k.serialize(Check)
-        }
-        fn serialize_value<T: ?Sized + Serialize>(&mut self, v: &T) -> R {
-            v.serialize(Check)
-        }
-        fn end(self) -> R {
-            Ok(())
-        }
-    }
-    macro_rules! fields {
-        ($($tr:ident),*) => {$(
-            impl ser::$tr for Check {
-                type Ok = ();
-                type Error = Error;
-                fn serialize_field<T: ?Sized + Serialize>(&mut self, _: &'static str, v: &T) -> R {
-                    v.serialize(Check)
-                }
-                fn end(self) -> R { Ok(()) }
-            }
-        )*};
-    }
-    fields!(SerializeStruct, SerializeStructVariant);
 }
 
 #[cfg(test)]
@@ -500,8 +331,121 @@ mod tests {
         struct Args {
             amount: f64,
         }
-        let err = to_canonical_value(&Args { amount: f64::NAN }).unwrap_err();
-        assert!(matches!(err, CanonicalError::NonFinite { .. }), "{err}");
-        assert!(to_canonical_value(&Args { amount: 1.5 }).is_ok());
+        let err = to_canonical_string(&Args { amount: f64::NAN }).unwrap_err();
+        assert_eq!(err, CanonicalError::NonFinite { path: "/amount".into() });
+        assert_eq!(to_canonical_string(&Args { amount: 1.5 }).unwrap(), r#"{"amount":1.5}"#);
+    }
+
+    /// The direct writer and the `Value` route agree on every shape serde
+    /// can produce.
+    #[test]
+    fn typed_and_value_routes_agree() {
+        use std::collections::{BTreeMap, HashMap};
+
+        #[derive(Serialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Nested {
+            zeta: Option<u8>,
+            alpha_beta: Vec<f32>,
+            unit: (),
+        }
+
+        #[derive(Serialize)]
+        enum Shape {
+            Unit,
+            Newtype(i64),
+            Tuple(u8, String),
+            Struct { z: bool, a: char },
+        }
+
+        #[derive(Serialize)]
+        struct Args {
+            to: String,
+            subject: &'static str,
+            amount: f64,
+            count: u64,
+            negative: i32,
+            big: u64,
+            shapes: Vec<Shape>,
+            nested: Nested,
+            by_number: BTreeMap<u32, String>,
+            by_name: HashMap<String, serde_json::Value>,
+            emoji_and_private_use: BTreeMap<String, u8>,
+            bytes: serde_bytes_like::Bytes,
+            #[serde(flatten)]
+            extra: BTreeMap<String, i8>,
+        }
+
+        mod serde_bytes_like {
+            pub struct Bytes(pub Vec<u8>);
+            impl serde::Serialize for Bytes {
+                fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                    s.serialize_bytes(&self.0)
+                }
+            }
+        }
+
+        let args = Args {
+            to: "ada@example.com".into(),
+            subject: "Tab\there \"quoted\" \u{7f} \u{1} é €",
+            amount: 1e21,
+            count: 9_007_199_254_740_992,
+            negative: -0,
+            big: 1 << 60,
+            shapes: vec![
+                Shape::Unit,
+                Shape::Newtype(-42),
+                Shape::Tuple(7, "x".into()),
+                Shape::Struct { z: true, a: 'q' },
+            ],
+            nested: Nested {
+                zeta: None,
+                alpha_beta: vec![0.1, -0.0, 3.5],
+                unit: (),
+            },
+            by_number: [(10, "ten".into()), (9, "nine".into())].into(),
+            by_name: [("b".to_owned(), serde_json::json!({"y": [1, 2.50, null]}))].into(),
+            emoji_and_private_use: [("\u{1F600}".to_owned(), 1), ("\u{FB33}".to_owned(), 2)].into(),
+            bytes: serde_bytes_like::Bytes(vec![0, 255]),
+            extra: [("0extra".to_owned(), -1)].into(),
+        };
+        let direct = to_canonical_string(&args).unwrap();
+        let via_value = canonicalize(&serde_json::to_value(&args).unwrap()).unwrap();
+        assert_eq!(direct, via_value);
+        // Spot checks of the tricky parts.
+        assert!(direct.contains(r#""amount":1e+21"#), "{direct}");
+        assert!(direct.contains(r#""by_number":{"10":"ten","9":"nine"}"#), "{direct}");
+        assert!(direct.find("\u{1F600}").unwrap() < direct.find("\u{FB33}").unwrap());
+    }
+
+    #[test]
+    fn typed_route_reports_paths_and_refuses_inexact_integers() {
+        #[derive(Serialize)]
+        struct Inner {
+            values: Vec<f64>,
+        }
+        #[derive(Serialize)]
+        struct Args {
+            inner: Inner,
+            id: u64,
+        }
+        let err = to_canonical_string(&Args {
+            inner: Inner { values: vec![1.0, f64::INFINITY] },
+            id: 1,
+        })
+        .unwrap_err();
+        assert_eq!(err, CanonicalError::NonFinite { path: "/inner/values/1".into() });
+        let err = to_canonical_string(&Args {
+            inner: Inner { values: vec![] },
+            id: 9_007_199_254_740_993,
+        })
+        .unwrap_err();
+        assert_eq!(
+            err,
+            CanonicalError::InexactInteger {
+                path: "/id".into(),
+                value: "9007199254740993".into()
+            }
+        );
     }
 }
