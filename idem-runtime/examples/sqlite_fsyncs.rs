@@ -27,7 +27,7 @@ fn key(i: usize) -> IdempotencyKey {
 
 /// One call: claim, "run the tool", complete. Returns whether it ran.
 async fn call(store: &SqliteStore, i: usize) -> bool {
-    let (key, f) = (key(i), Fingerprint("0".repeat(64)));
+    let (key, f) = (key(i), Fingerprint::new("0".repeat(64)));
     let req = ClaimRequest {
         key: &key,
         tool: "send_email",

@@ -125,7 +125,7 @@ pub fn random_key() -> IdempotencyKey {
 }
 
 fn fp(s: &str) -> Fingerprint {
-    Fingerprint(s.to_owned())
+    Fingerprint::new(s)
 }
 
 fn req<'a>(

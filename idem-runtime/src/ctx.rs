@@ -32,7 +32,7 @@ struct CallIdentity {
     namespace: Namespace,
     key: Option<IdempotencyKey>,
     call_id: Option<String>,
-    steps: Option<Arc<StepLog>>,
+    steps: Option<StepLog>,
 }
 
 /// Where a keyed call's step results are checkpointed.
@@ -43,6 +43,18 @@ pub struct StepLog {
     fence: Fence,
     lease: Duration,
     done: Mutex<BTreeMap<String, Value>>,
+}
+
+impl Clone for StepLog {
+    fn clone(&self) -> Self {
+        StepLog {
+            store: self.store.clone(),
+            key: self.key.clone(),
+            fence: self.fence,
+            lease: self.lease,
+            done: Mutex::new(self.done.lock().unwrap_or_else(|p| p.into_inner()).clone()),
+        }
+    }
 }
 
 impl StepLog {
@@ -107,7 +119,7 @@ impl ToolCtx {
     }
 
     /// Checkpoint steps into `log`.
-    pub fn with_steps(mut self, log: Arc<StepLog>) -> Self {
+    pub fn with_steps(mut self, log: StepLog) -> Self {
         Arc::make_mut(&mut self.call).steps = Some(log);
         self
     }

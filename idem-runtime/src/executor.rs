@@ -729,7 +729,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                     return Err(self.refuse(IdemError::KeyReused {
                         key,
                         stored_tool: tool,
-                        stored_fingerprint: fingerprint.0,
+                        stored_fingerprint: fingerprint.to_string(),
                     }))
                 }
                 Claim::InFlight { .. } => {
@@ -761,12 +761,13 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         Metrics::bump(&self.metrics().dedup_hits);
         match record.outcome() {
             Some(Outcome::Success { output }) => {
-                let output = output.parse::<T::Output>().map_err(|e| {
-                    IdemError::RecordedOutputMismatch {
-                        tool: self.name().to_owned(),
-                        detail: e.to_string(),
-                    }
-                })?;
+                let output =
+                    output
+                        .parse::<T::Output>()
+                        .map_err(|e| IdemError::RecordedOutputMismatch {
+                            tool: self.name().to_owned(),
+                            detail: e.to_string(),
+                        })?;
                 Ok(Called {
                     output,
                     meta: CallMeta {
@@ -829,7 +830,8 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             tool: self.name().to_owned(),
             detail: e.to_string(),
         })?;
-        self.complete(owner, Outcome::Success { output: text }).await?;
+        self.complete(owner, Outcome::Success { output: text })
+            .await?;
         Ok(Called {
             output,
             meta: CallMeta {
@@ -874,7 +876,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             .base_ctx()
             .with_namespace(owner.namespace.clone())
             .with_key(owner.key.clone())
-            .with_steps(Arc::new(log));
+            .with_steps(log);
         let state = &self.exec.inner.state;
 
         if let Some(Takeover { previous }) = owner.takeover {

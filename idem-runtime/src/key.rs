@@ -157,12 +157,18 @@ impl From<IdempotencyKey> for String {
     }
 }
 
-/// The lowercase hex SHA-256 of a call's canonical arguments.
+/// The lowercase hex SHA-256 of a call's canonical arguments. Cloning is
+/// cheap (a shared string).
 #[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
-pub struct Fingerprint(pub String);
+pub struct Fingerprint(Arc<str>);
 
 impl Fingerprint {
+    /// A fingerprint from its text (as read back from a store).
+    pub fn new(text: impl Into<Arc<str>>) -> Self {
+        Fingerprint(text.into())
+    }
+
     /// The fingerprint as text.
     pub fn as_str(&self) -> &str {
         &self.0
@@ -253,7 +259,7 @@ impl CanonicalArgs {
     }
 
     fn from_text(text: String) -> Self {
-        let fingerprint = Fingerprint(lower_hex(&Sha256::digest(text.as_bytes())));
+        let fingerprint = Fingerprint(lower_hex(&Sha256::digest(text.as_bytes())).into());
         CanonicalArgs { text, fingerprint }
     }
 }
@@ -333,9 +339,9 @@ pub fn window_bucket(now_millis: u64, window: Duration) -> u64 {
 /// ```
 pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
     check_part("tool name", input.tool)?;
-    let version = input.version.to_string();
+    let mut numbers = itoa::Buffer::new();
     let mut h = Framer::new("idem-key");
-    h.field(version.as_bytes())
+    h.field(numbers.format(input.version).as_bytes())
         .field(input.namespace.as_str().as_bytes())
         .field(input.tool.as_bytes());
     match &input.source {
@@ -347,12 +353,12 @@ pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
             check_part("run id", run_id)?;
             h.field(b"step")
                 .field(run_id.as_bytes())
-                .field(step.to_string().as_bytes())
+                .field(numbers.format(*step).as_bytes())
                 .field(args.fingerprint.as_str().as_bytes());
         }
         KeySource::Natural { fields, window } => {
             let text = canonical::canonicalize(fields)?;
-            let window = window.map(|w| w.to_string()).unwrap_or_default();
+            let window = window.map_or("", |w| numbers.format(w));
             h.field(b"natural")
                 .field(text.as_bytes())
                 .field(window.as_bytes());
@@ -407,7 +413,16 @@ impl Framer {
     }
 
     fn finish(self) -> IdempotencyKey {
-        IdempotencyKey(Arc::from(lower_hex(&self.0.finalize())))
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let digest = self.0.finalize();
+        let mut text = [0u8; 64];
+        for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 0xf)];
+        }
+        IdempotencyKey(Arc::from(
+            std::str::from_utf8(&text).expect("hex digits are ASCII"),
+        ))
     }
 }
 

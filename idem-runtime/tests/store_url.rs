@@ -21,7 +21,7 @@ use serde_json::json;
 /// a call, and see the duplicate deduplicated.
 async fn first_call_then_duplicate(store: Arc<dyn Store>) {
     let key = random_key();
-    let f = Fingerprint("a".repeat(64));
+    let f = Fingerprint::new("a".repeat(64));
     let req = ClaimRequest {
         key: &key,
         tool: "send_email",

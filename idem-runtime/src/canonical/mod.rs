@@ -332,8 +332,16 @@ mod tests {
             amount: f64,
         }
         let err = to_canonical_string(&Args { amount: f64::NAN }).unwrap_err();
-        assert_eq!(err, CanonicalError::NonFinite { path: "/amount".into() });
-        assert_eq!(to_canonical_string(&Args { amount: 1.5 }).unwrap(), r#"{"amount":1.5}"#);
+        assert_eq!(
+            err,
+            CanonicalError::NonFinite {
+                path: "/amount".into()
+            }
+        );
+        assert_eq!(
+            to_canonical_string(&Args { amount: 1.5 }).unwrap(),
+            r#"{"amount":1.5}"#
+        );
     }
 
     /// The direct writer and the `Value` route agree on every shape serde
@@ -414,7 +422,10 @@ mod tests {
         assert_eq!(direct, via_value);
         // Spot checks of the tricky parts.
         assert!(direct.contains(r#""amount":1e+21"#), "{direct}");
-        assert!(direct.contains(r#""by_number":{"10":"ten","9":"nine"}"#), "{direct}");
+        assert!(
+            direct.contains(r#""by_number":{"10":"ten","9":"nine"}"#),
+            "{direct}"
+        );
         assert!(direct.find("\u{1F600}").unwrap() < direct.find("\u{FB33}").unwrap());
     }
 
@@ -430,11 +441,18 @@ mod tests {
             id: u64,
         }
         let err = to_canonical_string(&Args {
-            inner: Inner { values: vec![1.0, f64::INFINITY] },
+            inner: Inner {
+                values: vec![1.0, f64::INFINITY],
+            },
             id: 1,
         })
         .unwrap_err();
-        assert_eq!(err, CanonicalError::NonFinite { path: "/inner/values/1".into() });
+        assert_eq!(
+            err,
+            CanonicalError::NonFinite {
+                path: "/inner/values/1".into()
+            }
+        );
         let err = to_canonical_string(&Args {
             inner: Inner { values: vec![] },
             id: 9_007_199_254_740_993,

@@ -179,7 +179,11 @@ impl<'a> ser::Serializer for Writer<'a> {
     fn serialize_tuple(self, len: usize) -> Result<Seq<'a>, CanonicalError> {
         self.serialize_seq(Some(len))
     }
-    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Seq<'a>, CanonicalError> {
+    fn serialize_tuple_struct(
+        self,
+        _: &'static str,
+        len: usize,
+    ) -> Result<Seq<'a>, CanonicalError> {
         self.serialize_seq(Some(len))
     }
     fn serialize_tuple_variant(
@@ -201,7 +205,11 @@ impl<'a> ser::Serializer for Writer<'a> {
     fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, CanonicalError> {
         Ok(Object::new(self.out, len.unwrap_or(4), None, false))
     }
-    fn serialize_struct(self, name: &'static str, len: usize) -> Result<Object<'a>, CanonicalError> {
+    fn serialize_struct(
+        self,
+        name: &'static str,
+        len: usize,
+    ) -> Result<Object<'a>, CanonicalError> {
         Ok(Object::new(self.out, len, None, name == RAW_VALUE_TOKEN))
     }
     fn serialize_struct_variant(
@@ -301,8 +309,8 @@ impl<'a> Object<'a> {
                 .ok()
                 .and_then(|t| t.as_str().map(str::to_owned))
                 .ok_or_else(|| CanonicalError::Serialize("malformed RawValue".into()))?;
-            let value: serde_json::Value =
-                serde_json::from_str(&text).map_err(|e| CanonicalError::Serialize(e.to_string()))?;
+            let value: serde_json::Value = serde_json::from_str(&text)
+                .map_err(|e| CanonicalError::Serialize(e.to_string()))?;
             self.out.push_str(&super::canonicalize(&value)?);
             return Ok(());
         }

@@ -559,7 +559,7 @@ fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptR
     Ok(Record {
         key: key.clone(),
         tool: row.get(at + 1),
-        fingerprint: Fingerprint(row.get(at + 2)),
+        fingerprint: Fingerprint::new(row.get::<_, String>(at + 2)),
         created_at: time(3),
         state,
         steps,

@@ -446,7 +446,7 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
     Ok(Record {
         key: key.clone(),
         tool: field("tool")?,
-        fingerprint: Fingerprint(field("fp")?),
+        fingerprint: Fingerprint::new(field("fp")?),
         created_at: time("created")?,
         state,
         steps,
@@ -542,7 +542,7 @@ impl Store for RedisStore {
             "completed" => Ok(Claim::Completed(Arc::new(flat(2)?))),
             "reused" => Ok(Claim::KeyReused {
                 tool: word(1),
-                fingerprint: Fingerprint(word(2)),
+                fingerprint: Fingerprint::new(word(2)),
             }),
             "corrupt" => Err(self.rejection(req.key, Fence(0), &reply)),
             other => Err(self.protocol(other)),

@@ -11,7 +11,7 @@ use serde_json::json;
 
 /// The fingerprint of the arguments of every call in these tests.
 pub fn fingerprint() -> Fingerprint {
-    Fingerprint("f".repeat(64))
+    Fingerprint::new("f".repeat(64))
 }
 
 /// A `send_email` call under `key`, with a 30 s lease.
