@@ -286,3 +286,111 @@ async fn a_permanent_failure_is_recorded_and_replayed() {
     );
     assert!(app.tickets.created.lock().unwrap().is_empty());
 }
+
+/// Two tenants whose models happen to use the same call id get their own
+/// records: neither receives the other's result.
+#[tokio::test]
+async fn tenants_never_share_records() {
+    use idem::Namespace;
+    let app = App::default();
+    let exec = executor(&app);
+    let acme = Namespace::new("acme").unwrap();
+    let globex = Namespace::new("globex").unwrap();
+    let a = exec
+        .call(send_email, email())
+        .call_id("call_1")
+        .namespace(acme)
+        .await
+        .unwrap();
+    let b = exec
+        .call(send_email, email())
+        .call_id("call_1")
+        .namespace(globex)
+        .await
+        .unwrap();
+    assert!(!b.meta.deduplicated);
+    assert_ne!(a.meta.key, b.meta.key);
+    assert_ne!(a.output.message_id, b.output.message_id);
+    assert_eq!(app.mail.delivered().len(), 2);
+}
+
+/// An irreversible call dispatched from model output asks the approval
+/// policy once; the decision is recorded, so the model's retry and a replay
+/// neither ask again nor run again.
+#[tokio::test]
+async fn the_approval_policy_is_asked_once_per_call() {
+    use idem::approval::{Approval, ApprovalDecision, Callback};
+    use std::sync::atomic::AtomicUsize;
+
+    let asked = Arc::new(AtomicUsize::new(0));
+    let policy = {
+        let asked = asked.clone();
+        Callback::new(move |req| {
+            asked.fetch_add(1, Ordering::SeqCst);
+            async move {
+                assert_eq!(req.args["account"], "acct_9");
+                Ok(ApprovalDecision::Approved(Approval::granted_by("on-call")))
+            }
+        })
+    };
+    let app = App::default();
+    let exec = Executor::builder(MemoryStore::new())
+        .state(app.clone())
+        .approvals(policy)
+        .build();
+    let dispatcher = Dispatcher::new(exec.clone(), registry());
+    let call = || ToolCall {
+        id: Some("toolu_delete".into()),
+        name: "delete_account".into(),
+        arguments: Arguments::Json(serde_json::json!({"account": "acct_9"})),
+    };
+    let first = dispatcher
+        .dispatch_one(call(), &RunContext::default())
+        .await;
+    let retry = dispatcher
+        .dispatch_one(call(), &RunContext::default())
+        .await;
+    let replay = Dispatcher::new(exec.replaying(), registry())
+        .dispatch_one(call(), &RunContext::default())
+        .await;
+
+    assert_eq!(first.content(), serde_json::json!("deleted acct_9"));
+    assert!(retry.deduplicated() && replay.deduplicated());
+    assert_eq!(asked.load(Ordering::SeqCst), 1);
+    let record = exec
+        .store()
+        .get(first.meta().unwrap().key.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(record.steps["idem:approval"]["approver"], "on-call");
+}
+
+/// The sweeper deletes records once their TTL has passed, so the same key
+/// can be used again; it never touches a call in flight.
+#[tokio::test]
+async fn the_sweeper_deletes_expired_records_only() {
+    let clock = ManualClock::new(1_764_460_800_000);
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let app = App::default();
+    let exec = Executor::builder_shared(store.clone())
+        .state(app.clone())
+        .ttl(Duration::from_secs(3600))
+        .build();
+    exec.call(send_email, email())
+        .call_id("call_1")
+        .await
+        .unwrap();
+    let _sweeper = idem::store::spawn_sweeper(store.clone(), Duration::from_millis(10));
+
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert_eq!(store.len(), 1, "not expired yet");
+    clock.advance(Duration::from_secs(3601));
+    for _ in 0..200 {
+        if store.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(store.is_empty(), "the expired record was not swept");
+}

@@ -168,13 +168,20 @@ impl ToolCtx {
     /// otherwise `f` runs and its result is checkpointed in the store before
     /// this returns. A replay thus resumes after the last completed step.
     ///
-    /// For `read` tools (no key, no store) `f` simply runs.
+    /// For `read` tools (no key, no store) `f` simply runs. Names starting
+    /// with `idem:` are reserved for idem's own records (the approval, the
+    /// attempt number) and are refused.
     pub async fn step<T, F, Fut>(&self, name: &str, f: F) -> Result<T, ToolError>
     where
         T: Serialize + DeserializeOwned,
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, ToolError>>,
     {
+        if name.starts_with("idem:") {
+            return Err(ToolError::permanent(format!(
+                "step name `{name}` is reserved: names starting with `idem:` belong to idem"
+            )));
+        }
         let Some(log) = &self.call.steps else {
             return f().await;
         };

@@ -797,3 +797,19 @@ async fn a_replay_resumes_after_the_last_completed_step() {
     );
     assert_eq!(out.output, ["charge:ada#1", "receipt:ada#2"]);
 }
+
+#[tokio::test]
+async fn step_names_of_idem_itself_are_reserved() {
+    let ctx = ToolCtx::new("t", idem_runtime::ClassKind::Read);
+    let err = ctx
+        .step("idem:approval", || async { Ok::<_, ToolError>(1) })
+        .await
+        .unwrap_err();
+    assert!(err.message().contains("reserved"), "{err}");
+    assert_eq!(
+        ctx.step("charge", || async { Ok::<_, ToolError>(2) })
+            .await
+            .unwrap(),
+        2
+    );
+}
