@@ -13,9 +13,11 @@
 //!
 //! Before anything runs, each call is checked: the tool must be registered,
 //! the arguments no larger than the limit ([`DEFAULT_MAX_ARGUMENT_BYTES`]),
-//! valid JSON, an object, and deserializable into the tool's argument type
-//! (whose JSON Schema is what the model was shown). A failed check becomes
-//! an error result the model can read; nothing runs.
+//! valid JSON, an object, valid against the tool's JSON Schema (feature
+//! `schema-validation`: the rules only the schema states, such as ranges and
+//! patterns) and deserializable into the tool's argument type (which
+//! enforces the schema's structure). A failed check becomes an error result
+//! the model can read; nothing runs.
 //!
 //! **Ordering.** The calls of one response run concurrently by default
 //! (models emit parallel calls when they are independent). Results come back
@@ -361,6 +363,14 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
                 "the arguments must be a JSON object, found {}",
                 json_type(&args)
             )));
+        }
+        #[cfg(feature = "schema-validation")]
+        if let Some(schema) = self.registry.argument_schema(&call.name) {
+            schema.check(&args).map_err(|e| {
+                invalid(format!(
+                    "the arguments do not match the tool's JSON Schema: {e}"
+                ))
+            })?;
         }
         let info = CallInfo {
             call_id: call.id.clone(),

@@ -22,6 +22,8 @@ pub mod key;
 pub mod record;
 pub mod registry;
 pub mod retry;
+#[cfg(feature = "schema-validation")]
+pub mod schema;
 pub mod state;
 pub mod store;
 #[cfg(feature = "test-servers")]

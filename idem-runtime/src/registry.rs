@@ -103,6 +103,9 @@ pub struct DuplicateTool(pub String);
 pub struct Registry<S = ()> {
     tools: Vec<Arc<dyn DynTool<S>>>,
     by_name: HashMap<&'static str, usize>,
+    /// Compiled input schemas, by tool position.
+    #[cfg(feature = "schema-validation")]
+    schemas: Vec<Arc<crate::schema::ArgumentSchema>>,
 }
 
 impl<S> Default for Registry<S> {
@@ -110,6 +113,8 @@ impl<S> Default for Registry<S> {
         Registry {
             tools: Vec::new(),
             by_name: HashMap::new(),
+            #[cfg(feature = "schema-validation")]
+            schemas: Vec::new(),
         }
     }
 }
@@ -119,6 +124,8 @@ impl<S> Clone for Registry<S> {
         Registry {
             tools: self.tools.clone(),
             by_name: self.by_name.clone(),
+            #[cfg(feature = "schema-validation")]
+            schemas: self.schemas.clone(),
         }
     }
 }
@@ -159,6 +166,16 @@ impl<S: Send + Sync + 'static> Registry<S> {
         if self.by_name.contains_key(name) {
             return Err(DuplicateTool(name.to_owned()));
         }
+        #[cfg(feature = "schema-validation")]
+        {
+            // A schema that schemars generated always compiles; if one ever
+            // does not, the tool cannot be checked and must not be callable.
+            let schema = crate::schema::ArgumentSchema::compile(name, &tool.input_schema())
+                .unwrap_or_else(|e| {
+                    panic!("the JSON Schema of tool `{name}` does not compile: {e}")
+                });
+            self.schemas.push(Arc::new(schema));
+        }
         self.by_name.insert(name, self.tools.len());
         self.tools.push(tool);
         Ok(())
@@ -169,6 +186,12 @@ impl<S: 'static> Registry<S> {
     /// The tool called `name`.
     pub fn get(&self, name: &str) -> Option<&Arc<dyn DynTool<S>>> {
         self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    /// The compiled input schema of the tool called `name`.
+    #[cfg(feature = "schema-validation")]
+    pub fn argument_schema(&self, name: &str) -> Option<&crate::schema::ArgumentSchema> {
+        self.by_name.get(name).map(|&i| &*self.schemas[i])
     }
 
     /// The registered name closest to `name`, for "did you mean".

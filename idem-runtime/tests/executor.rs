@@ -10,14 +10,17 @@ use std::time::Duration;
 use idem_runtime::approval::{AllowList, Approval, DenyAll};
 use idem_runtime::class::{IdempotentWrite, Irreversible, NonIdempotentWrite, Read};
 use idem_runtime::clock::ManualClock;
+use idem_runtime::clock::Timestamp;
 use idem_runtime::executor::InFlightPolicy;
-use idem_runtime::record::Outcome;
+use idem_runtime::record::{Fence, Outcome};
 use idem_runtime::store::{Claim, ClaimRequest, MemoryStore, Store};
 use idem_runtime::{
     ErrorKind, Executor, IdemError, Reconciled, RetryPolicy, Tool, ToolCtx, ToolDef, ToolError,
     ToolSpec,
 };
+use idem_runtime::{IdempotencyKey, Record, StoreError};
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 /// What the fake outside world saw, and what the tools will answer next.
 #[derive(Default)]
@@ -113,6 +116,66 @@ test_tool!(SendEmail, IdempotentWrite, "send_email");
 test_tool!(ChargeCard, NonIdempotentWrite, "charge_card");
 test_tool!(DeleteAccount, Irreversible, "delete_account");
 test_tool!(LookUp, Read, "look_up");
+
+/// A store that must not be touched (`Panics`) or cannot be reached (`Down`).
+#[derive(Debug)]
+enum BrokenStore {
+    Panics,
+    Down,
+}
+
+impl BrokenStore {
+    fn fail<T>(&self) -> Result<T, StoreError> {
+        match self {
+            BrokenStore::Panics => panic!("the store was touched"),
+            BrokenStore::Down => Err(StoreError::Unavailable {
+                store: self.describe(),
+                cause: "connection refused".into(),
+            }),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for BrokenStore {
+    fn describe(&self) -> String {
+        "redis://10.0.0.9:6379".into()
+    }
+    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.fail()
+    }
+    async fn checkpoint(
+        &self,
+        _: &IdempotencyKey,
+        _: Fence,
+        _: &str,
+        _: &Value,
+        _: Duration,
+    ) -> Result<(), StoreError> {
+        self.fail()
+    }
+    async fn complete(
+        &self,
+        _: &IdempotencyKey,
+        _: Fence,
+        _: &Outcome,
+        _: Duration,
+    ) -> Result<(), StoreError> {
+        self.fail()
+    }
+    async fn release(&self, _: &IdempotencyKey, _: Fence) -> Result<(), StoreError> {
+        self.fail()
+    }
+    async fn get(&self, _: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.fail()
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.fail()
+    }
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.fail()
+    }
+}
 
 fn msg(to: &str) -> Msg {
     Msg { to: to.into() }
@@ -227,57 +290,8 @@ async fn same_key_with_other_arguments_is_refused() {
 
 #[tokio::test]
 async fn reads_are_retried_and_never_touch_the_store() {
-    #[derive(Debug)]
-    struct Unreachable;
-    #[async_trait::async_trait]
-    impl Store for Unreachable {
-        fn describe(&self) -> String {
-            "unreachable".into()
-        }
-        async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-        async fn checkpoint(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-            _: idem_runtime::record::Fence,
-            _: &str,
-            _: &serde_json::Value,
-            _: Duration,
-        ) -> Result<(), idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-        async fn complete(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-            _: idem_runtime::record::Fence,
-            _: &Outcome,
-            _: Duration,
-        ) -> Result<(), idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-        async fn release(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-            _: idem_runtime::record::Fence,
-        ) -> Result<(), idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-        async fn get(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-        ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-        async fn sweep(&self) -> Result<u64, idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-        async fn now(&self) -> Result<idem_runtime::clock::Timestamp, idem_runtime::StoreError> {
-            panic!("a read touched the store")
-        }
-    }
     let world = App::default();
-    let exec = Executor::builder(Unreachable)
+    let exec = Executor::builder(BrokenStore::Panics)
         .state(world.clone())
         .retry(RetryPolicy::exponential().initial_delay(Duration::from_millis(1)))
         .build();
@@ -620,60 +634,10 @@ async fn replay_returns_recorded_writes_and_refuses_unrecorded_ones() {
 
 #[tokio::test]
 async fn a_store_that_is_down_means_writes_do_not_run() {
-    #[derive(Debug)]
-    struct Down;
-    #[async_trait::async_trait]
-    impl Store for Down {
-        fn describe(&self) -> String {
-            "redis://10.0.0.9:6379".into()
-        }
-        async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, idem_runtime::StoreError> {
-            Err(idem_runtime::StoreError::Unavailable {
-                store: self.describe(),
-                cause: "connection refused".into(),
-            })
-        }
-        async fn checkpoint(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-            _: idem_runtime::record::Fence,
-            _: &str,
-            _: &serde_json::Value,
-            _: Duration,
-        ) -> Result<(), idem_runtime::StoreError> {
-            unreachable!()
-        }
-        async fn complete(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-            _: idem_runtime::record::Fence,
-            _: &Outcome,
-            _: Duration,
-        ) -> Result<(), idem_runtime::StoreError> {
-            unreachable!()
-        }
-        async fn release(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-            _: idem_runtime::record::Fence,
-        ) -> Result<(), idem_runtime::StoreError> {
-            unreachable!()
-        }
-        async fn get(
-            &self,
-            _: &idem_runtime::IdempotencyKey,
-        ) -> Result<Option<idem_runtime::Record>, idem_runtime::StoreError> {
-            unreachable!()
-        }
-        async fn sweep(&self) -> Result<u64, idem_runtime::StoreError> {
-            unreachable!()
-        }
-        async fn now(&self) -> Result<idem_runtime::clock::Timestamp, idem_runtime::StoreError> {
-            unreachable!()
-        }
-    }
     let world = App::default();
-    let exec = Executor::builder(Down).state(world.clone()).build();
+    let exec = Executor::builder(BrokenStore::Down)
+        .state(world.clone())
+        .build();
     let err = exec
         .call(SendEmail, msg("ada"))
         .call_id("c")

@@ -185,6 +185,7 @@ pub async fn send_email(
 pub struct CreateTicket {
     pub title: String,
     /// 1 (urgent) to 4 (low).
+    #[schemars(range(min = 1, max = 4))]
     pub priority: u8,
 }
 
