@@ -204,7 +204,9 @@ impl Namespace {
 impl Default for Namespace {
     /// The namespace `"default"`, for single-tenant programs.
     fn default() -> Self {
-        Namespace(Arc::from("default"))
+        static DEFAULT: std::sync::LazyLock<Namespace> =
+            std::sync::LazyLock::new(|| Namespace(Arc::from("default")));
+        DEFAULT.clone()
     }
 }
 
@@ -259,7 +261,7 @@ impl CanonicalArgs {
     }
 
     fn from_text(text: String) -> Self {
-        let fingerprint = Fingerprint(lower_hex(&Sha256::digest(text.as_bytes())).into());
+        let fingerprint = Fingerprint(digest_hex(Sha256::digest(text.as_bytes()).into()));
         CanonicalArgs { text, fingerprint }
     }
 }
@@ -396,6 +398,18 @@ pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     out
 }
 
+/// A SHA-256 digest as a shared lowercase hex string, formatted on the
+/// stack so the shared string is the only allocation.
+fn digest_hex(digest: [u8; 32]) -> Arc<str> {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [0u8; 64];
+    for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+        pair[0] = DIGITS[usize::from(b >> 4)];
+        pair[1] = DIGITS[usize::from(b & 0xf)];
+    }
+    Arc::from(std::str::from_utf8(&text).expect("hex digits are ASCII"))
+}
+
 /// SHA-256 over length-prefixed fields.
 struct Framer(Sha256);
 
@@ -413,16 +427,7 @@ impl Framer {
     }
 
     fn finish(self) -> IdempotencyKey {
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
-        let digest = self.0.finalize();
-        let mut text = [0u8; 64];
-        for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
-            pair[0] = DIGITS[usize::from(b >> 4)];
-            pair[1] = DIGITS[usize::from(b & 0xf)];
-        }
-        IdempotencyKey(Arc::from(
-            std::str::from_utf8(&text).expect("hex digits are ASCII"),
-        ))
+        IdempotencyKey(digest_hex(self.0.finalize().into()))
     }
 }
 
