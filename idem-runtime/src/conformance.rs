@@ -455,6 +455,45 @@ pub async fn sweep_spares_in_flight_and_live_records<H: Harness>(h: H) {
     );
 }
 
+/// A lease or TTL too long to add to a timestamp (`Duration::MAX`, a TTL of
+/// "forever") is as long as the store can keep: the owner keeps its lease,
+/// the outcome stays recorded and is never swept. It must not wrap around
+/// into the past, fail the write, or be rounded into another number.
+pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, Duration::MAX)).await;
+    h.advance(h.tick() * 2).await;
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
+        other => panic!("a lease of Duration::MAX ran out: {other:?}"),
+    }
+    store
+        .checkpoint(&key, fence, "one", &json!(1), Duration::MAX)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(&req(&key, &f, h.tick())).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    store
+        .complete(&key, fence, &success(4), Duration::MAX)
+        .await
+        .unwrap();
+    h.advance(h.tick() * 2).await;
+    store.sweep().await.unwrap();
+    let record = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the outcome was lost");
+    assert_eq!(record.outcome(), Some(&success(4)));
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::Completed(record) => assert_eq!(record.outcome(), Some(&success(4))),
+        other => panic!("a TTL of Duration::MAX expired: {other:?}"),
+    }
+}
+
 /// A waiter is woken when the owner completes, and sees the outcome.
 pub async fn waiter_is_woken_by_completion<H: Harness>(h: H) {
     let store = h.store();
@@ -584,6 +623,7 @@ macro_rules! store_conformance_tests {
             waiter_is_woken_by_completion,
             waiter_is_woken_by_release,
             concurrent_claims_have_one_owner,
+            very_long_leases_and_ttls_mean_forever,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

@@ -495,7 +495,7 @@ impl Store for RedisStore {
     }
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let lease = req.lease.as_millis().to_string();
+        let lease = super::span_millis(req.lease).to_string();
         let reply = self
             .run(
                 &self.scripts.claim,
@@ -566,7 +566,7 @@ impl Store for RedisStore {
                     fence.0.to_string().as_bytes(),
                     step.as_bytes(),
                     &serde_json::to_vec(value).expect("a JSON value serializes"),
-                    lease.as_millis().to_string().as_bytes(),
+                    super::span_millis(lease).to_string().as_bytes(),
                 ],
             )
             .await?;
@@ -588,7 +588,7 @@ impl Store for RedisStore {
                 &[
                     fence.0.to_string().as_bytes(),
                     &serde_json::to_vec(outcome).expect("an outcome serializes"),
-                    ttl.as_millis().to_string().as_bytes(),
+                    super::span_millis(ttl).to_string().as_bytes(),
                     self.channel.as_bytes(),
                     key.as_str().as_bytes(),
                 ],
