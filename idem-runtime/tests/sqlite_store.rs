@@ -323,3 +323,55 @@ async fn waiters_are_woken_at_once_in_process_and_within_the_poll_across_process
         "{across:?}"
     );
 }
+
+/// Hold the write lock of the file at `path` from another connection (as
+/// another process would) until the returned guard is dropped. Requests
+/// sent meanwhile queue up behind the store's writer and share its next
+/// transaction.
+struct WriteLock(rusqlite::Connection);
+
+impl WriteLock {
+    fn take(path: &Path) -> WriteLock {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+        WriteLock(conn)
+    }
+}
+
+impl Drop for WriteLock {
+    fn drop(&mut self) {
+        self.0.execute_batch("ROLLBACK").unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_runs_from_when_the_claim_is_written_not_from_when_it_was_queued() {
+    // Another process holds the file for a while; the lease granted once the
+    // writer gets the lock must still be the full lease from then on.
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let key = random_key();
+    let lock = WriteLock::take(&path);
+    let claim = tokio::spawn({
+        let (store, key) = (store.clone(), key.clone());
+        async move {
+            let f = fingerprint();
+            store.claim(&request(&key, &f)).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let released = store.now().await.unwrap();
+    drop(lock);
+    match claim.await.unwrap().unwrap() {
+        Claim::Acquired { lease_until, .. } => {
+            let lease = request(&key, &fingerprint()).lease;
+            assert!(
+                lease_until >= released.plus(lease),
+                "the lease was shortened by {:?} of waiting for the lock",
+                lease_until.until(released.plus(lease))
+            );
+        }
+        other => panic!("expected to own the key, got {other:?}"),
+    }
+}

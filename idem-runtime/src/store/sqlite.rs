@@ -584,13 +584,16 @@ impl Writer {
     /// Apply `batch` in one `BEGIN IMMEDIATE` transaction; answer each job
     /// only after the commit (or the failure of the whole transaction).
     fn commit(&mut self, batch: Vec<Job>) {
-        let now = self.shared.clock.now();
         let shared = self.shared.clone();
         let mut answers = Vec::with_capacity(batch.len());
         let committed = (|| -> rusqlite::Result<()> {
             let tx = self
                 .conn
                 .transaction_with_behavior(TransactionBehavior::Immediate)?;
+            // Read the clock once the write lock is held: time spent waiting
+            // for another process's transaction must not shorten the leases
+            // and retention granted here.
+            let now = shared.clock.now();
             let mut fences = match batch.iter().any(|j| matches!(j.op, Op::Claim { .. })) {
                 true => Some(FenceCounter::load(&tx)?),
                 false => None,
