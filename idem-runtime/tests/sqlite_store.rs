@@ -345,6 +345,66 @@ impl Drop for WriteLock {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_failing_inside_a_group_commit_fails_alone() {
+    // One caller's write is too big for the capped file; another caller's
+    // completion lands in the same transaction. The big one must fail with
+    // Full and change nothing; the completion must still be recorded (or
+    // the call's outcome is lost although the store had room for it).
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let options = SqliteOptions::default().max_size(64 * 1024);
+    let store = Arc::new(SqliteStore::open_with(&path, options).await.unwrap());
+    let (small, big) = (random_key(), random_key());
+    let small_fence = acquire(&*store, &small).await;
+    let big_fence = acquire(&*store, &big).await;
+
+    let lock = WriteLock::take(&path);
+    // The writer takes this sweep alone and waits for the lock with it ...
+    let sweep = tokio::spawn({
+        let store = store.clone();
+        async move { store.sweep().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // ... while these two queue up for its next transaction.
+    let too_big = tokio::spawn({
+        let (store, key) = (store.clone(), big.clone());
+        async move {
+            let value = json!("x".repeat(256 * 1024));
+            store
+                .checkpoint(&key, big_fence, "huge", &value, Duration::from_secs(30))
+                .await
+        }
+    });
+    let complete = tokio::spawn({
+        let (store, key) = (store.clone(), small.clone());
+        async move {
+            store
+                .complete(&key, small_fence, &sent("m-1"), Duration::from_secs(3600))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(lock);
+
+    sweep.await.unwrap().unwrap();
+    match too_big.await.unwrap() {
+        Err(StoreError::Full { .. }) => {}
+        other => panic!("expected the oversized step to fail with Full, got {other:?}"),
+    }
+    complete
+        .await
+        .unwrap()
+        .expect("the completion was failed by another caller's request");
+    assert_eq!(
+        store.get(&small).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+    let big_record = store.get(&big).await.unwrap().unwrap();
+    assert!(big_record.steps.is_empty(), "the failed step was written");
+    assert!(big_record.outcome().is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lease_runs_from_when_the_claim_is_written_not_from_when_it_was_queued() {
     // Another process holds the file for a while; the lease granted once the
     // writer gets the lock must still be the full lease from then on.
