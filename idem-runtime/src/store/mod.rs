@@ -276,6 +276,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// The default polls [`Store::get`] with a bounded back-off (5 ms
     /// doubling to 100 ms); stores with a notification mechanism override it.
+    /// Such a store registers for the notification *before* it reads the
+    /// record, so a completion that lands between the read and the sleep
+    /// still wakes the waiter; a notification that is lost anyway (written
+    /// by another process on SQLite, sent while a Redis or PostgreSQL
+    /// listener reconnects) delays the waiter by at most its safety poll
+    /// (100 ms for SQLite, 1 s for Redis and PostgreSQL). Waiters also
+    /// re-read when the owner's lease runs out.
     async fn wait(
         &self,
         key: &IdempotencyKey,

@@ -27,6 +27,23 @@
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
 //!   the cause. Connections are never retried *with* a request, so a
 //!   transition is never applied twice.
+//!
+//! # What the server must promise
+//!
+//! The guarantees above hold only while Redis keeps what it was given:
+//!
+//! * `maxmemory-policy noeviction` (or no `maxmemory`). Under an
+//!   `allkeys-*` policy Redis may evict an in-flight record (its call can
+//!   then run again) or a fence counter (a fence can then be handed out
+//!   twice); under a `volatile-*` policy it may evict a completed record
+//!   before its retention ends (a duplicate then runs again). With
+//!   `noeviction` a full server refuses the write, which idem reports as
+//!   [`StoreError::Full`] and nothing runs.
+//! * Persistence (`appendonly yes`) if records must survive a restart of
+//!   the server; `appendfsync everysec` may lose the last second of claims
+//!   on a crash of the machine. Likewise a failover to an asynchronously
+//!   replicated replica may lose the last writes the old primary
+//!   acknowledged.
 
 use std::collections::BTreeMap;
 use std::fmt;
