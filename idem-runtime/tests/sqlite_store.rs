@@ -435,3 +435,65 @@ async fn a_lease_runs_from_when_the_claim_is_written_not_from_when_it_was_queued
         other => panic!("expected to own the key, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_one_key_in_one_group_commit_have_one_owner() {
+    // Both claims read "absent" on their way to the writer and meet in one
+    // transaction: the second must be decided against the first one's write.
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let key = random_key();
+    let lock = WriteLock::take(&path);
+    let sweep = tokio::spawn({
+        let store = store.clone();
+        async move { store.sweep().await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let claims: Vec<_> = (0..2)
+        .map(|_| {
+            let (store, key) = (store.clone(), key.clone());
+            tokio::spawn(async move {
+                let f = fingerprint();
+                store.claim(&request(&key, &f)).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(lock);
+    sweep.await.unwrap().unwrap();
+    let mut owners = Vec::new();
+    let mut seen = Vec::new();
+    for claim in claims {
+        match claim.await.unwrap().unwrap() {
+            Claim::Acquired { fence, .. } => owners.push(fence),
+            Claim::InFlight { fence, .. } => seen.push(fence),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    assert_eq!(owners.len(), 1, "both claims were told they own the key");
+    assert_eq!(seen, owners, "the other claim must see the owner's fence");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fences_are_not_handed_out_again_after_a_restart() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let key = random_key();
+    let store = SqliteStore::open(&path).await.unwrap();
+    let first = acquire(&store, &key).await;
+    store.release(&key, first).await.unwrap();
+    store.close().await;
+    let store = SqliteStore::open(&path).await.unwrap();
+    let second = acquire(&store, &key).await;
+    assert!(
+        second > first,
+        "fence {second} after a restart, {first} before"
+    );
+    assert!(matches!(
+        store
+            .complete(&key, first, &sent("m"), Duration::from_secs(60))
+            .await,
+        Err(StoreError::StaleFence { .. })
+    ));
+}
