@@ -455,6 +455,101 @@ pub async fn sweep_spares_in_flight_and_live_records<H: Harness>(h: H) {
     );
 }
 
+/// Step values and outputs come back exactly as written, through every
+/// encoding a store uses: empty arrays stay arrays and empty objects stay
+/// objects, integers beyond 2^53 keep every digit, escapes survive.
+pub async fn values_round_trip_exactly<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick() * 10)).await;
+    let steps = [
+        ("empty_array", json!([])),
+        ("empty_object", json!({})),
+        (
+            "integers",
+            json!({
+                "u64_max": u64::MAX,
+                "i64_min": i64::MIN,
+                "two_53_plus_1": 9_007_199_254_740_993_u64,
+                "array": [[], {}, 0, -0.0],
+            }),
+        ),
+        ("float", json!(0.1)),
+        ("text", json!("é \u{0} \"quoted\" \\ 𝄞 </script>")),
+        ("null", serde_json::Value::Null),
+        ("", json!("a step with an empty name")),
+    ];
+    for (name, value) in &steps {
+        store
+            .checkpoint(&key, fence, name, value, h.tick() * 10)
+            .await
+            .unwrap();
+    }
+    // Output text is kept byte for byte, even where a JSON parser would
+    // round (an integer beyond u64) or respell (1.0).
+    let text = r#"{"id":123456789012345678901234567890,"list":[],"map":{},"x":1.0,"y":1e400}"#;
+    let outcome = Outcome::Success {
+        output: serde_json::from_value(json!(text)).expect("output text"),
+    };
+    store
+        .complete(&key, fence, &outcome, h.tick() * 10)
+        .await
+        .unwrap();
+    let want: BTreeMap<String, serde_json::Value> = steps
+        .iter()
+        .map(|(name, value)| (name.to_string(), value.clone()))
+        .collect();
+    let record = store.get(&key).await.unwrap().expect("record");
+    assert_eq!(record.steps, want);
+    assert_eq!(record.outcome(), Some(&outcome));
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::Completed(record) => {
+            assert_eq!(record.outcome(), Some(&outcome));
+            assert_eq!(record.steps, want);
+        }
+        other => panic!("expected completed, got {other:?}"),
+    }
+}
+
+/// A lease or TTL too long to add to a timestamp (`Duration::MAX`, a TTL of
+/// "forever") is as long as the store can keep: the owner keeps its lease,
+/// the outcome stays recorded and is never swept. It must not wrap around
+/// into the past, fail the write, or be rounded into another number.
+pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, Duration::MAX)).await;
+    h.advance(h.tick() * 2).await;
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
+        other => panic!("a lease of Duration::MAX ran out: {other:?}"),
+    }
+    store
+        .checkpoint(&key, fence, "one", &json!(1), Duration::MAX)
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.claim(&req(&key, &f, h.tick())).await.unwrap(),
+        Claim::InFlight { .. }
+    ));
+    store
+        .complete(&key, fence, &success(4), Duration::MAX)
+        .await
+        .unwrap();
+    h.advance(h.tick() * 2).await;
+    store.sweep().await.unwrap();
+    let record = store
+        .get(&key)
+        .await
+        .unwrap()
+        .expect("the outcome was lost");
+    assert_eq!(record.outcome(), Some(&success(4)));
+    match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
+        Claim::Completed(record) => assert_eq!(record.outcome(), Some(&success(4))),
+        other => panic!("a TTL of Duration::MAX expired: {other:?}"),
+    }
+}
+
 /// A waiter is woken when the owner completes, and sees the outcome.
 pub async fn waiter_is_woken_by_completion<H: Harness>(h: H) {
     let store = h.store();
@@ -584,6 +679,8 @@ macro_rules! store_conformance_tests {
             waiter_is_woken_by_completion,
             waiter_is_woken_by_release,
             concurrent_claims_have_one_owner,
+            very_long_leases_and_ttls_mean_forever,
+            values_round_trip_exactly,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

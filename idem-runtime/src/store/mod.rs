@@ -18,6 +18,10 @@
 //! with any other fence is refused with [`StoreError::StaleFence`] and
 //! changes nothing. The conformance suite (feature `conformance`) checks all
 //! of this for any store.
+//!
+//! Leases and TTLs may be as long as [`Duration::MAX`]: a span too long to
+//! add to the current time means "as long as the store can keep", never a
+//! time that wraps into the past or a failed write.
 
 use std::fmt;
 use std::sync::Arc;
@@ -50,6 +54,19 @@ pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use url::{connect, from_env, STORE_ENV};
+
+/// The longest lease or TTL the remote stores write, in milliseconds:
+/// 2^52 ms, about 142,000 years. Longer spans are cut to it, so that the
+/// server's `now + span` stays an exact integer (Redis scripts compute in
+/// doubles and print with `%d`; PostgreSQL's `bigint` overflows).
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) const MAX_SPAN_MILLIS: u64 = 1 << 52;
+
+/// `span` in milliseconds, at most [`MAX_SPAN_MILLIS`].
+#[cfg(any(feature = "redis", feature = "postgres"))]
+pub(crate) fn span_millis(span: Duration) -> u64 {
+    span.as_millis().min(u128::from(MAX_SPAN_MILLIS)) as u64
+}
 
 /// A request to own a key.
 #[derive(Debug, Clone)]
@@ -259,6 +276,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// The default polls [`Store::get`] with a bounded back-off (5 ms
     /// doubling to 100 ms); stores with a notification mechanism override it.
+    /// Such a store registers for the notification *before* it reads the
+    /// record, so a completion that lands between the read and the sleep
+    /// still wakes the waiter; a notification that is lost anyway (written
+    /// by another process on SQLite, sent while a Redis or PostgreSQL
+    /// listener reconnects) delays the waiter by at most its safety poll
+    /// (100 ms for SQLite, 1 s for Redis and PostgreSQL). Waiters also
+    /// re-read when the owner's lease runs out.
     async fn wait(
         &self,
         key: &IdempotencyKey,

@@ -612,8 +612,10 @@ async fn listen(
     }
 }
 
+/// A lease or TTL in milliseconds, cut so that `{now} + span` cannot
+/// overflow a `bigint`.
 fn millis(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    super::span_millis(d) as i64
 }
 
 #[async_trait]

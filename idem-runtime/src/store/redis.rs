@@ -27,6 +27,23 @@
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
 //!   the cause. Connections are never retried *with* a request, so a
 //!   transition is never applied twice.
+//!
+//! # What the server must promise
+//!
+//! The guarantees above hold only while Redis keeps what it was given:
+//!
+//! * `maxmemory-policy noeviction` (or no `maxmemory`). Under an
+//!   `allkeys-*` policy Redis may evict an in-flight record (its call can
+//!   then run again) or a fence counter (a fence can then be handed out
+//!   twice); under a `volatile-*` policy it may evict a completed record
+//!   before its retention ends (a duplicate then runs again). With
+//!   `noeviction` a full server refuses the write, which idem reports as
+//!   [`StoreError::Full`] and nothing runs.
+//! * Persistence (`appendonly yes`) if records must survive a restart of
+//!   the server; `appendfsync everysec` may lose the last second of claims
+//!   on a crash of the machine. Likewise a failover to an asynchronously
+//!   replicated replica may lose the last writes the old primary
+//!   acknowledged.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -495,7 +512,7 @@ impl Store for RedisStore {
     }
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
-        let lease = req.lease.as_millis().to_string();
+        let lease = super::span_millis(req.lease).to_string();
         let reply = self
             .run(
                 &self.scripts.claim,
@@ -566,7 +583,7 @@ impl Store for RedisStore {
                     fence.0.to_string().as_bytes(),
                     step.as_bytes(),
                     &serde_json::to_vec(value).expect("a JSON value serializes"),
-                    lease.as_millis().to_string().as_bytes(),
+                    super::span_millis(lease).to_string().as_bytes(),
                 ],
             )
             .await?;
@@ -588,7 +605,7 @@ impl Store for RedisStore {
                 &[
                     fence.0.to_string().as_bytes(),
                     &serde_json::to_vec(outcome).expect("an outcome serializes"),
-                    ttl.as_millis().to_string().as_bytes(),
+                    super::span_millis(ttl).to_string().as_bytes(),
                     self.channel.as_bytes(),
                     key.as_str().as_bytes(),
                 ],

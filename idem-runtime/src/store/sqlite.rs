@@ -12,7 +12,11 @@
 //! * All writes of one store go through one writer thread, which takes every
 //!   request that is waiting when it starts a transaction and commits them
 //!   together (*group commit*): under load many claims and completions share
-//!   one fsync. A caller is answered only after the commit is durable.
+//!   one fsync. A caller is answered only after the commit is durable; if
+//!   the commit fails, every caller of the batch gets the error. Requests
+//!   are decided in order, each seeing the writes of the ones before it. A
+//!   request SQLite refuses (the file is full) fails alone: the others are
+//!   decided again without it, instead of failing with it.
 //! * Reads (a duplicate's claim, [`Store::get`]) run on a small pool of read
 //!   connections through [`tokio::task::spawn_blocking`] and never wait for
 //!   a commit. A duplicate of a completed call therefore writes nothing.
@@ -583,45 +587,82 @@ impl Writer {
 
     /// Apply `batch` in one `BEGIN IMMEDIATE` transaction; answer each job
     /// only after the commit (or the failure of the whole transaction).
-    fn commit(&mut self, batch: Vec<Job>) {
-        let now = self.shared.clock.now();
+    ///
+    /// When SQLite fails on one job (the file is full, a value is too big),
+    /// that job alone is answered with the error: the transaction is rolled
+    /// back — SQLite often abandons it by itself on such errors — and the
+    /// other jobs are decided again in a new one. Nobody has been answered
+    /// yet, so nothing anybody was told is undone, and fences handed out in
+    /// the abandoned transaction were never seen by anyone. Every round
+    /// drops one job, so this ends. A failure of the transaction itself
+    /// (the lock, the fence counter, COMMIT) fails every job left.
+    fn commit(&mut self, mut batch: Vec<Job>) {
         let shared = self.shared.clone();
-        let mut answers = Vec::with_capacity(batch.len());
-        let committed = (|| -> rusqlite::Result<()> {
-            let tx = self
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)?;
-            let mut fences = match batch.iter().any(|j| matches!(j.op, Op::Claim { .. })) {
-                true => Some(FenceCounter::load(&tx)?),
-                false => None,
-            };
-            for job in &batch {
-                answers.push(apply(&tx, &job.op, now, fences.as_mut())?);
-            }
-            if let Some(fences) = &fences {
-                fences.save(&tx)?;
-            }
-            tx.commit()
-        })();
-        match committed {
-            Ok(()) => {
-                for (job, answer) in batch.into_iter().zip(answers) {
-                    if answer.is_ok() {
-                        if let Op::Complete { key, .. } | Op::Release { key, .. } = &job.op {
-                            shared.waiters.wake(key.as_str());
+        loop {
+            match self.try_commit(&batch) {
+                Ok(answers) => {
+                    for (job, answer) in batch.into_iter().zip(answers) {
+                        if answer.is_ok() {
+                            if let Op::Complete { key, .. } | Op::Release { key, .. } = &job.op {
+                                shared.waiters.wake(key.as_str());
+                            }
                         }
+                        let _ = job.reply.send(answer);
                     }
-                    let _ = job.reply.send(answer);
+                    return;
                 }
-            }
-            Err(e) => {
-                let error = shared.sql(e);
-                for job in batch {
-                    let _ = job.reply.send(Err(error.clone()));
+                Err(Failed::Job(i, e)) => {
+                    let job = batch.remove(i);
+                    let _ = job.reply.send(Err(shared.sql(e)));
+                    if batch.is_empty() {
+                        return;
+                    }
+                }
+                Err(Failed::Transaction(e)) => {
+                    let error = shared.sql(e);
+                    for job in batch {
+                        let _ = job.reply.send(Err(error.clone()));
+                    }
+                    return;
                 }
             }
         }
     }
+
+    /// One attempt at committing `batch`: every job's answer, in order, once
+    /// the transaction is committed. Dropping the transaction on an error
+    /// rolls it back.
+    fn try_commit(&mut self, batch: &[Job]) -> Result<Vec<Result<Answer, StoreError>>, Failed> {
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(Failed::Transaction)?;
+        // Read the clock once the write lock is held: time spent waiting for
+        // another process's transaction must not shorten the leases and
+        // retention granted here.
+        let now = self.shared.clock.now();
+        let mut fences = match batch.iter().any(|j| matches!(j.op, Op::Claim { .. })) {
+            true => Some(FenceCounter::load(&tx).map_err(Failed::Transaction)?),
+            false => None,
+        };
+        let mut answers = Vec::with_capacity(batch.len());
+        for (i, job) in batch.iter().enumerate() {
+            answers.push(apply(&tx, &job.op, now, fences.as_mut()).map_err(|e| Failed::Job(i, e))?);
+        }
+        if let Some(fences) = &fences {
+            fences.save(&tx).map_err(Failed::Transaction)?;
+        }
+        tx.commit().map_err(Failed::Transaction)?;
+        Ok(answers)
+    }
+}
+
+/// Why an attempt at committing a batch failed.
+enum Failed {
+    /// SQLite failed on the job at this index of the batch.
+    Job(usize, rusqlite::Error),
+    /// The transaction itself failed.
+    Transaction(rusqlite::Error),
 }
 
 /// Fences handed out in one transaction, from the counter in `idem_meta`.
@@ -661,7 +702,7 @@ impl FenceCounter {
 }
 
 /// Apply one operation inside the writer's transaction. The outer error is
-/// SQLite failing (the whole batch fails); the inner one is this
+/// SQLite failing on it (see [`Writer::commit`]); the inner one is this
 /// operation's own answer (stale fence, corrupt record).
 fn apply(
     tx: &Connection,
