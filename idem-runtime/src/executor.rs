@@ -495,7 +495,8 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     }
 
     fn lease(&self) -> Duration {
-        self.timeout() + self.exec.inner.config.lease_margin
+        self.timeout()
+            .saturating_add(self.exec.inner.config.lease_margin)
     }
 
     fn ttl(&self) -> Duration {
@@ -592,7 +593,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                         fence,
                         ATTEMPT_STEP,
                         &Value::from(attempt + 1),
-                        pause + self.lease(),
+                        pause.saturating_add(self.lease()),
                     )
                     .await;
                 if let Err(e) = extend {

@@ -777,3 +777,14 @@ async fn step_names_of_idem_itself_are_reserved() {
         2
     );
 }
+
+#[tokio::test]
+async fn a_timeout_of_duration_max_means_no_timeout_not_an_overflow() {
+    let world = App::default();
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .timeout(Duration::MAX)
+        .build();
+    exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    assert_eq!(world.effects(), ["send_email:ada"]);
+}

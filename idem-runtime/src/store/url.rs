@@ -74,29 +74,30 @@ pub async fn from_env() -> Result<Arc<dyn Store>, StoreError> {
 /// assert_eq!(redact("redis://:hunter2@cache:6379/0"), "redis://:***@cache:6379/0");
 /// assert_eq!(redact("postgres://app:pw@db/idem?password=pw&sslmode=disable"),
 ///            "postgres://app:***@db/idem?password=***&sslmode=disable");
+/// // Passwords may contain `/`, `?` and `@`.
+/// assert_eq!(redact("postgres://app:p/w?x@y@db/idem"), "postgres://app:***@db/idem");
+/// assert_eq!(redact("sqlite:///var/lib/idem.db"), "sqlite:///var/lib/idem.db");
 /// ```
 pub fn redact(url: &str) -> String {
-    let (base, query) = match url.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (url, None),
-    };
-    let mut out = match base.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, path) = match rest.find('/') {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split(':').next().unwrap_or_default();
-                    let hidden = if userinfo.contains(':') { ":***" } else { "" };
-                    format!("{scheme}://{user}{hidden}@{host}{path}")
-                }
-                None => base.to_owned(),
+    // The credentials end at the last `@` before the host: a password may
+    // itself contain `/`, `?` or `@`, so the userinfo is cut off first and
+    // the path and query are looked for only after it.
+    let (prefix, rest) = match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((userinfo, after)) => {
+                let user = userinfo.split(':').next().unwrap_or_default();
+                let hidden = if userinfo.contains(':') { ":***" } else { "" };
+                (format!("{scheme}://{user}{hidden}@"), after)
             }
-        }
-        None => base.to_owned(),
+            None => (format!("{scheme}://"), rest),
+        },
+        None => (String::new(), url),
     };
+    let (base, query) = match rest.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (rest, None),
+    };
+    let mut out = prefix + base;
     if let Some(query) = query {
         let params: Vec<String> = query
             .split('&')
