@@ -552,45 +552,51 @@ pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
 
 /// A waiter is woken when the owner completes, and sees the outcome.
 pub async fn waiter_is_woken_by_completion<H: Harness>(h: H) {
-    let store = h.store();
-    let (key, f) = (random_key(), fp("a"));
-    let fence = acquire(&*store, &req(&key, &f, h.tick() * 100)).await;
+    let (store, key) = (h.store(), random_key());
+    let fence = acquire(&*store, &req(&key, &fp("a"), h.tick() * 100)).await;
+    let record = woken_waiter(&store, &key, || async {
+        store
+            .complete(&key, fence, &success(3), h.tick() * 10)
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("record");
+    assert_eq!(record.outcome(), Some(&success(3)));
+}
+
+/// Start a waiter on `key`, then `act`, and return what the waiter saw; it
+/// must be woken well before its own timeout.
+async fn woken_waiter<S: Store, F, Fut>(
+    store: &Arc<S>,
+    key: &IdempotencyKey,
+    act: F,
+) -> Option<crate::record::Record>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
     let waiter = {
-        let store = store.clone();
-        let key = key.clone();
+        let (store, key) = (store.clone(), key.clone());
         tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await })
     };
     tokio::time::sleep(Duration::from_millis(20)).await;
-    store
-        .complete(&key, fence, &success(3), h.tick() * 10)
-        .await
-        .unwrap();
-    let record = tokio::time::timeout(Duration::from_secs(10), waiter)
+    act().await;
+    tokio::time::timeout(Duration::from_secs(10), waiter)
         .await
         .expect("waiter woken well before its timeout")
-        .unwrap()
-        .unwrap()
-        .expect("record");
-    assert_eq!(record.outcome(), Some(&success(3)));
+        .expect("waiter task")
+        .expect("wait")
 }
 
 /// A waiter is woken when the owner releases the key, and sees no record.
 pub async fn waiter_is_woken_by_release<H: Harness>(h: H) {
-    let store = h.store();
-    let (key, f) = (random_key(), fp("a"));
-    let fence = acquire(&*store, &req(&key, &f, h.tick() * 100)).await;
-    let waiter = {
-        let store = store.clone();
-        let key = key.clone();
-        tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await })
-    };
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    store.release(&key, fence).await.unwrap();
-    let record = tokio::time::timeout(Duration::from_secs(10), waiter)
-        .await
-        .expect("waiter woken well before its timeout")
-        .unwrap()
-        .unwrap();
+    let (store, key) = (h.store(), random_key());
+    let fence = acquire(&*store, &req(&key, &fp("a"), h.tick() * 100)).await;
+    let record = woken_waiter(&store, &key, || async {
+        store.release(&key, fence).await.unwrap()
+    })
+    .await;
     assert!(record.is_none());
 }
 

@@ -226,57 +226,47 @@ impl<S: 'static> Registry<S> {
 
     /// Definitions for the OpenAI chat-completions `tools` parameter.
     pub fn openai_tools(&self) -> Value {
-        Value::Array(
-            self.tools
-                .iter()
-                .map(|t| {
-                    let spec = t.spec();
-                    json!({
-                        "type": "function",
-                        "function": {
-                            "name": spec.name,
-                            "description": spec.description,
-                            "parameters": t.input_schema(),
-                        }
-                    })
-                })
-                .collect(),
-        )
+        self.definitions(|spec, schema, _| {
+            json!({
+                "type": "function",
+                "function": {
+                    "name": spec.name,
+                    "description": spec.description,
+                    "parameters": schema,
+                }
+            })
+        })
     }
 
     /// Definitions for the Anthropic messages `tools` parameter.
     pub fn anthropic_tools(&self) -> Value {
-        Value::Array(
-            self.tools
-                .iter()
-                .map(|t| {
-                    let spec = t.spec();
-                    json!({
-                        "name": spec.name,
-                        "description": spec.description,
-                        "input_schema": t.input_schema(),
-                    })
-                })
-                .collect(),
-        )
+        self.definitions(|spec, schema, _| {
+            json!({
+                "name": spec.name,
+                "description": spec.description,
+                "input_schema": schema,
+            })
+        })
     }
 
     /// MCP `Tool` objects, with annotations derived from each tool's class
     /// (so what a tool advertises and how idem runs it cannot disagree).
     pub fn mcp_tools(&self) -> Value {
-        Value::Array(
-            self.tools
-                .iter()
-                .map(|t| {
-                    let spec = t.spec();
-                    json!({
-                        "name": spec.name,
-                        "description": spec.description,
-                        "inputSchema": t.input_schema(),
-                        "annotations": t.class().annotations(),
-                    })
-                })
-                .collect(),
-        )
+        self.definitions(|spec, schema, class| {
+            json!({
+                "name": spec.name,
+                "description": spec.description,
+                "inputSchema": schema,
+                "annotations": class.annotations(),
+            })
+        })
+    }
+
+    /// One definition per tool, in registration order.
+    fn definitions(&self, shape: impl Fn(&ToolSpec, Value, ClassKind) -> Value) -> Value {
+        self.tools
+            .iter()
+            .map(|t| shape(&t.spec(), t.input_schema(), t.class()))
+            .collect()
     }
 }

@@ -194,6 +194,15 @@ fn executor(store: Arc<MemoryStore>) -> (Executor<App>, App) {
     (exec, world)
 }
 
+/// `send_email` to `to` under call id `id`.
+async fn send(
+    exec: &Executor<App>,
+    to: &str,
+    id: &str,
+) -> Result<idem_runtime::Called<Sent>, IdemError> {
+    exec.call(SendEmail, msg(to)).call_id(id).await
+}
+
 fn fresh() -> (Executor<App>, App) {
     executor(Arc::new(MemoryStore::new()))
 }
@@ -201,16 +210,8 @@ fn fresh() -> (Executor<App>, App) {
 #[tokio::test]
 async fn same_call_id_twice_sends_one_email_and_the_second_is_deduplicated() {
     let (exec, world) = fresh();
-    let first = exec
-        .call(SendEmail, msg("ada"))
-        .call_id("call_1")
-        .await
-        .unwrap();
-    let second = exec
-        .call(SendEmail, msg("ada"))
-        .call_id("call_1")
-        .await
-        .unwrap();
+    let first = send(&exec, "ada", "call_1").await.unwrap();
+    let second = send(&exec, "ada", "call_1").await.unwrap();
     assert_eq!(world.effects(), ["send_email:ada"]);
     assert!(!first.meta.deduplicated);
     assert!(second.meta.deduplicated);
@@ -228,14 +229,8 @@ async fn same_call_id_twice_sends_one_email_and_the_second_is_deduplicated() {
 #[tokio::test]
 async fn a_new_call_id_is_a_new_email() {
     let (exec, world) = fresh();
-    exec.call(SendEmail, msg("ada"))
-        .call_id("call_1")
-        .await
-        .unwrap();
-    exec.call(SendEmail, msg("ada"))
-        .call_id("call_2")
-        .await
-        .unwrap();
+    send(&exec, "ada", "call_1").await.unwrap();
+    send(&exec, "ada", "call_2").await.unwrap();
     assert_eq!(world.effects().len(), 2);
 }
 
@@ -274,15 +269,8 @@ async fn run_and_step_key_a_call_without_id() {
 #[tokio::test]
 async fn same_key_with_other_arguments_is_refused() {
     let (exec, world) = fresh();
-    exec.call(SendEmail, msg("ada"))
-        .call_id("call_1")
-        .await
-        .unwrap();
-    let err = exec
-        .call(SendEmail, msg("bob"))
-        .call_id("call_1")
-        .await
-        .unwrap_err();
+    send(&exec, "ada", "call_1").await.unwrap();
+    let err = send(&exec, "bob", "call_1").await.unwrap_err();
     assert!(matches!(err, IdemError::KeyReused { .. }), "{err}");
     assert_eq!(world.effects(), ["send_email:ada"]);
     assert_eq!(exec.metrics().refusals, 1);
@@ -305,7 +293,7 @@ async fn reads_are_retried_and_never_touch_the_store() {
 async fn idempotent_writes_retry_transient_and_ambiguous_errors_with_the_same_key() {
     let (exec, world) = fresh();
     world.fail_next([ToolError::transient("503"), ToolError::ambiguous("timeout")]);
-    let out = exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    let out = send(&exec, "ada", "c").await.unwrap();
     assert_eq!(out.meta.attempts, 3);
     assert_eq!(world.effects(), ["send_email:ada"]);
     assert_eq!(exec.metrics().retries, 2);
@@ -379,16 +367,8 @@ async fn the_reconcile_hook_resolves_an_ambiguous_failure() {
 async fn permanent_failures_are_recorded_and_replayed() {
     let (exec, world) = fresh();
     world.fail_next([ToolError::permanent("mailbox does not exist")]);
-    let first = exec
-        .call(SendEmail, msg("nobody"))
-        .call_id("c")
-        .await
-        .unwrap_err();
-    let second = exec
-        .call(SendEmail, msg("nobody"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let first = send(&exec, "nobody", "c").await.unwrap_err();
+    let second = send(&exec, "nobody", "c").await.unwrap_err();
     assert!(!first.is_deduplicated());
     assert!(second.is_deduplicated());
     assert!(second.to_string().contains("mailbox does not exist"));
@@ -417,7 +397,7 @@ async fn retry_after_is_honoured() {
     let (exec, world) = fresh();
     world.fail_next([ToolError::transient("429").with_retry_after(Duration::from_secs(7))]);
     let start = tokio::time::Instant::now();
-    exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    send(&exec, "ada", "c").await.unwrap();
     assert!(
         start.elapsed() >= Duration::from_secs(7),
         "{:?}",
@@ -451,7 +431,7 @@ async fn a_duplicate_waits_for_the_running_call_and_gets_its_result() {
         exec.call(SendEmail, msg("ada")).call_id("c").into_future(),
         async {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            exec.call(SendEmail, msg("ada")).call_id("c").await
+            send(&exec, "ada", "c").await
         }
     );
     let (a, b) = (a.unwrap(), b.unwrap());
@@ -472,7 +452,7 @@ async fn a_duplicate_can_be_rejected_while_in_flight() {
         exec.call(SendEmail, msg("ada")).call_id("c").into_future(),
         async {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            exec.call(SendEmail, msg("ada")).call_id("c").await
+            send(&exec, "ada", "c").await
         }
     );
     assert!(a.is_ok());
@@ -524,7 +504,7 @@ fn with_clock() -> (Executor<App>, App, ManualClock) {
 async fn after_a_crash_an_idempotent_write_is_taken_over_and_rerun_with_the_same_key() {
     let (exec, world, clock) = with_clock();
     crashed_owner(&exec, &clock, "send_email", "ada", "c").await;
-    let out = exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    let out = send(&exec, "ada", "c").await.unwrap();
     assert!(!out.meta.deduplicated);
     assert_eq!(world.effects(), ["send_email:ada"]);
 }
@@ -608,11 +588,7 @@ async fn irreversible_calls_record_their_approval_and_run_once() {
 #[tokio::test]
 async fn replay_returns_recorded_writes_and_refuses_unrecorded_ones() {
     let (exec, world) = fresh();
-    let live = exec
-        .call(SendEmail, msg("ada"))
-        .call_id("c1")
-        .await
-        .unwrap();
+    let live = send(&exec, "ada", "c1").await.unwrap();
     let replay = exec.replaying();
     let again = replay
         .call(SendEmail, msg("ada"))
@@ -638,11 +614,7 @@ async fn a_store_that_is_down_means_writes_do_not_run() {
     let exec = Executor::builder(BrokenStore::Down)
         .state(world.clone())
         .build();
-    let err = exec
-        .call(SendEmail, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let err = send(&exec, "ada", "c").await.unwrap_err();
     assert!(matches!(err, IdemError::Store { .. }));
     let text = err.to_string();
     assert!(
@@ -785,6 +757,6 @@ async fn a_timeout_of_duration_max_means_no_timeout_not_an_overflow() {
         .state(world.clone())
         .timeout(Duration::MAX)
         .build();
-    exec.call(SendEmail, msg("ada")).call_id("c").await.unwrap();
+    send(&exec, "ada", "c").await.unwrap();
     assert_eq!(world.effects(), ["send_email:ada"]);
 }
