@@ -394,3 +394,47 @@ async fn the_sweeper_deletes_expired_records_only() {
     }
     assert!(store.is_empty(), "the expired record was not swept");
 }
+
+/// 10,000 concurrent duplicates of one call (a retry storm) execute the
+/// tool once, and every caller gets the same result — on the in-memory
+/// store and on the embedded SQLite default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_concurrent_duplicates_send_one_email() {
+    let dir = std::env::temp_dir().join(format!("idem-storm-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    #[allow(unused_mut)]
+    let mut stores: Vec<Arc<dyn idem::Store>> = vec![Arc::new(MemoryStore::new())];
+    #[cfg(feature = "sqlite")]
+    stores.push(Arc::new(
+        idem::store::SqliteStore::open(dir.join("storm.db"))
+            .await
+            .unwrap(),
+    ));
+    for store in stores {
+        let app = App::default();
+        let exec = Executor::builder_shared(store.clone())
+            .state(app.clone())
+            .build();
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..10_000 {
+            let exec = exec.clone();
+            calls.spawn(async move { exec.call(send_email, email()).call_id("call_storm").await });
+        }
+        let mut ids = std::collections::BTreeSet::new();
+        let mut fresh = 0;
+        while let Some(done) = calls.join_next().await {
+            let sent = done.unwrap().unwrap();
+            fresh += usize::from(!sent.meta.deduplicated);
+            ids.insert(sent.output.message_id);
+        }
+        assert_eq!(
+            app.mail.requests.load(Ordering::SeqCst),
+            1,
+            "{}",
+            store.describe()
+        );
+        assert_eq!(fresh, 1);
+        assert_eq!(ids.len(), 1, "every caller got the same result");
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
