@@ -203,6 +203,15 @@ async fn send(
     exec.call(SendEmail, msg(to)).call_id(id).await
 }
 
+/// `charge_card` for `to` under call id `id`.
+async fn charge(
+    exec: &Executor<App>,
+    to: &str,
+    id: &str,
+) -> Result<idem_runtime::Called<Sent>, IdemError> {
+    exec.call(ChargeCard, msg(to)).call_id(id).await
+}
+
 fn fresh() -> (Executor<App>, App) {
     executor(Arc::new(MemoryStore::new()))
 }
@@ -303,18 +312,11 @@ async fn idempotent_writes_retry_transient_and_ambiguous_errors_with_the_same_ke
 async fn non_idempotent_writes_are_never_retried_and_a_transient_failure_releases_the_key() {
     let (exec, world) = fresh();
     world.fail_next([ToolError::transient("card network busy")]);
-    let err = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let err = charge(&exec, "ada", "c").await.unwrap_err();
     assert!(matches!(&err, IdemError::Tool { error, .. } if error.kind() == ErrorKind::Transient));
     assert_eq!(world.calls(), 1, "retried a non-idempotent write");
     // Known not applied: the same call may run again later.
-    exec.call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap();
+    charge(&exec, "ada", "c").await.unwrap();
     assert_eq!(world.effects(), ["charge_card:ada"]);
 }
 
@@ -324,17 +326,9 @@ async fn an_ambiguous_failure_of_a_non_idempotent_write_is_recorded_as_unknown_a
     world.fail_next([ToolError::ambiguous(
         "timeout after the card network accepted",
     )]);
-    let err = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let err = charge(&exec, "ada", "c").await.unwrap_err();
     assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
-    let again = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let again = charge(&exec, "ada", "c").await.unwrap_err();
     assert!(matches!(again, IdemError::OutcomeUnknown { .. }), "{again}");
     assert_eq!(world.calls(), 1, "an unknown outcome was re-run");
 }
@@ -348,17 +342,9 @@ async fn the_reconcile_hook_resolves_an_ambiguous_failure() {
         key: None,
     };
     *world.reconcile.lock().unwrap() = Some(Reconciled::Applied(found.clone()));
-    let out = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap();
+    let out = charge(&exec, "ada", "c").await.unwrap();
     assert_eq!(out.output, found);
-    let dup = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap();
+    let dup = charge(&exec, "ada", "c").await.unwrap();
     assert_eq!(dup.output, found);
     assert!(dup.meta.deduplicated);
 }
@@ -383,11 +369,7 @@ async fn a_timeout_is_an_ambiguous_error() {
         .state(world.clone())
         .timeout(Duration::from_secs(1))
         .build();
-    let err = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let err = charge(&exec, "ada", "c").await.unwrap_err();
     assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
     assert!(err.to_string().contains("timed out"), "{err}");
 }
@@ -513,11 +495,7 @@ async fn after_a_crash_an_idempotent_write_is_taken_over_and_rerun_with_the_same
 async fn after_a_crash_a_non_idempotent_write_without_hook_is_refused_as_unknown() {
     let (exec, world, clock) = with_clock();
     crashed_owner(&exec, &clock, "charge_card", "ada", "c").await;
-    let err = exec
-        .call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap_err();
+    let err = charge(&exec, "ada", "c").await.unwrap_err();
     assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
     assert!(err.to_string().contains("operator"), "{err}");
     assert_eq!(world.calls(), 0);
@@ -528,10 +506,7 @@ async fn after_a_crash_the_reconcile_hook_decides() {
     let (exec, world, clock) = with_clock();
     crashed_owner(&exec, &clock, "charge_card", "ada", "c").await;
     *world.reconcile.lock().unwrap() = Some(Reconciled::NotApplied);
-    exec.call(ChargeCard, msg("ada"))
-        .call_id("c")
-        .await
-        .unwrap();
+    charge(&exec, "ada", "c").await.unwrap();
     assert_eq!(
         world.effects(),
         ["charge_card:ada"],
@@ -544,11 +519,7 @@ async fn after_a_crash_the_reconcile_hook_decides() {
         key: None,
     };
     *world.reconcile.lock().unwrap() = Some(Reconciled::Applied(found.clone()));
-    let out = exec
-        .call(ChargeCard, msg("bob"))
-        .call_id("c2")
-        .await
-        .unwrap();
+    let out = charge(&exec, "bob", "c2").await.unwrap();
     assert_eq!(
         out.output, found,
         "applied → the reconciled output is recorded"

@@ -19,13 +19,10 @@ use support::{
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
 
 async fn server_url(test: &str) -> Option<String> {
-    let url = tokio::task::spawn_blocking(|| SERVER.as_ref().map(PostgresServer::url))
-        .await
-        .unwrap();
-    if url.is_none() {
-        skip(test, "PostgreSQL");
-    }
-    url
+    support::server_url(test, "PostgreSQL", || {
+        SERVER.as_ref().map(PostgresServer::url)
+    })
+    .await
 }
 
 /// A fresh database on the shared server, so a test that counts

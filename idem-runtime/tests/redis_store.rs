@@ -21,13 +21,10 @@ use support::{
 static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
 
 async fn server_url(test: &str) -> Option<String> {
-    let url = tokio::task::spawn_blocking(|| SERVER.as_ref().map(RedisServer::url))
-        .await
-        .unwrap();
-    if url.is_none() {
-        skip(test, "redis-server");
-    }
-    url
+    support::server_url(test, "redis-server", || {
+        SERVER.as_ref().map(RedisServer::url)
+    })
+    .await
 }
 
 /// A plain connection for looking at what the store wrote.

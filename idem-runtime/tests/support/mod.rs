@@ -112,3 +112,14 @@ pub fn closed_port() -> u16 {
         .unwrap()
         .port()
 }
+
+/// The URL of a test server started once per test binary, or `None` after
+/// a loud skip (a failure under `IDEM_REQUIRE_SERVERS=1`) when its binary is
+/// missing. `url` reads it off the lazily started server.
+pub async fn server_url(test: &str, server: &str, url: fn() -> Option<String>) -> Option<String> {
+    let found = tokio::task::spawn_blocking(url).await.unwrap();
+    if found.is_none() {
+        idem_runtime::testing::skip(test, server);
+    }
+    found
+}
