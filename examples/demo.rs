@@ -8,9 +8,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use idem::approval::AllowList;
-use idem::dispatch::{anthropic_reply, openai_messages, Dispatcher, RunContext};
+use idem::dispatch::{anthropic_reply, openai_messages};
 use idem::prelude::*;
-use idem::{tools, Executor, IdemError};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

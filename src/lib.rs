@@ -8,27 +8,103 @@
 //! that knows which tools may be retried — and where exactly-once cannot be
 //! promised, it refuses rather than acting twice.
 //!
-//! ```
-//! use idem::key::{derive_key, KeyInput, KeySource, Namespace};
+//! A tool is a function with a class; the executor calls it under a key:
 //!
-//! // The provider's call id is the default key, namespaced per tenant.
-//! let tenant = Namespace::new("acme").unwrap();
-//! let key = derive_key(&KeyInput {
-//!     version: 1,
-//!     namespace: &tenant,
-//!     tool: "send_email",
-//!     source: KeySource::CallId("call_9f8e7d6c5b4a"),
-//! })
-//! .unwrap();
-//! assert_eq!(key.as_str().len(), 64);
 //! ```
+//! use std::sync::atomic::{AtomicUsize, Ordering};
+//! use std::sync::Arc;
+//!
+//! use idem::prelude::*;
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Clone, Serialize, Deserialize, schemars::JsonSchema)]
+//! struct SendEmail {
+//!     to: String,
+//!     subject: String,
+//! }
+//!
+//! /// Send an email to a customer.
+//! #[tool(class = "idempotent_write")]
+//! async fn send_email(
+//!     args: SendEmail,
+//!     ctx: &ToolCtx,
+//!     State(sent): State<Arc<AtomicUsize>>,
+//! ) -> Result<String, ToolError> {
+//!     // The key goes downstream, so the mail provider deduplicates too.
+//!     let key = ctx.key().expect("writes are keyed");
+//!     sent.fetch_add(1, Ordering::SeqCst);
+//!     Ok(format!("<{key}@example.com>"))
+//! }
+//!
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let sent = Arc::new(AtomicUsize::new(0));
+//! let executor = Executor::builder(MemoryStore::new()).state(sent.clone()).build();
+//! let args = SendEmail { to: "ada@example.com".into(), subject: "Your invoice".into() };
+//!
+//! // The model repeats the call with the same call id: one email.
+//! let first = executor.call(send_email, args.clone()).call_id("call_1").await?;
+//! let again = executor.call(send_email, args).call_id("call_1").await?;
+//! assert!(again.meta.deduplicated);
+//! assert_eq!(first.output, again.output);
+//! assert_eq!(sent.load(Ordering::SeqCst), 1);
+//! # Ok::<(), IdemError>(())
+//! # }).unwrap();
+//! ```
+//!
+//! # The classes
+//!
+#![doc = include_str!("../idem-runtime/src/doc/classes.md")]
+//!
+//! # Where things are
+//!
+//! * Writing tools: [`tool`], [`ToolCtx`], [`ToolError`], [`State`], and the
+//!   class markers [`Read`], [`IdempotentWrite`], [`NonIdempotentWrite`],
+//!   [`Irreversible`].
+//! * Calling them: [`Executor`] (typed calls), [`Dispatcher`] with a
+//!   [`Registry`] built by [`tools!`] (model output by name), [`RunContext`].
+//! * Keys: [`key`] (derivation, namespaces; see `docs/keys.md`).
+//! * Records and stores: [`store`] (`store::connect(url)`), [`record`].
+//! * Approvals of irreversible calls: [`approval`]. Retries: [`retry`].
+//!
+//! Most programs need only `use idem::prelude::*;`.
 #![warn(missing_docs)]
-
-pub use idem_runtime::*;
 
 /// `#[tool]`: turn a function into a tool. See its documentation for the
 /// options.
 pub use idem_macros::tool;
+
+// Writing tools.
+pub use idem_runtime::class::{
+    Class, ClassKind, IdempotentWrite, Irreversible, NonIdempotentWrite, Read,
+};
+pub use idem_runtime::ctx::ToolCtx;
+pub use idem_runtime::error::{ErrorKind, ToolError};
+pub use idem_runtime::state::{FromRef, State};
+pub use idem_runtime::tool::{KeyMaterial, KeySpec, Reconciled, Tool, ToolDef, ToolSpec};
+
+// Calling tools.
+pub use idem_runtime::dispatch::{Dispatcher, ToolCall, ToolResult};
+pub use idem_runtime::error::{ErrorCode, IdemError};
+pub use idem_runtime::executor::{
+    CallBuilder, CallMeta, CallOutput, Executor, ExecutorBuilder, InFlightPolicy, RunContext,
+};
+pub use idem_runtime::registry::Registry;
+
+// Keys, records and stores.
+pub use idem_runtime::key::{IdempotencyKey, Namespace};
+pub use idem_runtime::store::{MemoryStore, Store, StoreError};
+
+// Approvals and retries.
+pub use idem_runtime::approval::Approval;
+pub use idem_runtime::retry::RetryPolicy;
+
+// The modules, for everything else.
+pub use idem_runtime::{
+    approval, class, clock, dispatch, error, executor, key, record, registry, retry, store,
+};
+
+#[cfg(feature = "conformance")]
+pub use idem_runtime::conformance;
 
 /// An explicit registry of tools, with duplicate names rejected at compile
 /// time.
@@ -50,7 +126,7 @@ pub use idem_macros::tool;
 ///     Ok(19.0)
 /// }
 ///
-/// let registry: idem::Registry<()> = tools![weather, forecast];
+/// let registry: Registry = tools![weather, forecast];
 /// assert_eq!(registry.names().count(), 2);
 /// ```
 ///
@@ -63,20 +139,28 @@ macro_rules! tools {
     };
 }
 
-/// The names most programs need.
+/// What a tool author and a caller need: `use idem::prelude::*;`.
+///
+/// Tools: [`tool`](crate::tool), [`ToolCtx`], [`ToolError`], [`ErrorKind`],
+/// [`State`], [`FromRef`]. Calls: [`Executor`], [`Dispatcher`],
+/// [`Registry`], [`tools!`](crate::tools), [`RunContext`], [`Approval`],
+/// [`IdemError`]. Keys and stores: [`IdempotencyKey`], [`Namespace`],
+/// [`Store`], [`MemoryStore`]. The traits [`Tool`] and [`ToolDef`] come too,
+/// so their methods are in scope.
 pub mod prelude {
     pub use crate::{tool, tools};
-    pub use idem_runtime::{
-        ClassKind, ErrorKind, FromRef, IdempotencyKey, MemoryStore, Namespace, State, Store, Tool,
-        ToolCtx, ToolDef, ToolError,
+    pub use crate::{
+        Approval, ClassKind, Dispatcher, ErrorKind, Executor, FromRef, IdemError, IdempotencyKey,
+        MemoryStore, Namespace, Registry, RunContext, State, Store, Tool, ToolCtx, ToolDef,
+        ToolError,
     };
 }
 
-/// Paths used by code that `#[tool]` generates. Not a public API.
+/// Paths used by code that `#[tool]` and `tools!` generate. Not a public
+/// API: anything here may change in any release.
 #[doc(hidden)]
 pub mod __private {
     pub use idem_macros::tools;
-    pub use idem_runtime;
     pub use idem_runtime::__macro_support::{
         custom_key, into_tool_result, key_field, natural_key, str_eq,
     };

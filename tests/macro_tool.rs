@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
-use idem::{Approval, ClassKind, Executor, KeyMaterial, KeySpec, Reconciled, RetryPolicy};
+use idem::{KeyMaterial, KeySpec, Reconciled, RetryPolicy};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 

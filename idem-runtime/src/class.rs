@@ -5,12 +5,11 @@
 //! [`Irreversible`] as its class. The rules of the contract are traits on
 //! those markers, so code can bound on them and misuse fails to compile:
 //!
-//! | class | key | automatic retry | replay of a recorded call | extra |
-//! |---|---|---|---|---|
-//! | [`Read`] | none | yes ([`RetrySafe`]) | re-executes | never touches the store |
-//! | [`IdempotentWrite`] | required ([`Keyed`]) | yes ([`RetrySafe`]) | recorded result | key passed downstream |
-//! | [`NonIdempotentWrite`] | required ([`Keyed`]) | **never** | recorded result; unknown outcome refused | reconcile hook |
-//! | [`Irreversible`] | required ([`Keyed`]) | **never** | recorded result; unknown outcome refused | approval required ([`NeedsApproval`]) |
+#![doc = include_str!("doc/classes.md")]
+//!
+//! In types: every write class is [`Keyed`]; [`Read`] and
+//! [`IdempotentWrite`] are [`RetrySafe`]; [`Irreversible`] is
+//! [`NeedsApproval`], the others [`NoApprovalNeeded`].
 //!
 //! At run time the same rules are read from [`ClassKind`], the value view of
 //! a class, so dispatch by name (from model output) obeys them too.

@@ -32,7 +32,7 @@ use serde_json::json;
 
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{Fence, Outcome, OutputJson, RecordState, StoredFailure};
+use crate::record::{FailureCode, Fence, Outcome, OutputJson, RecordState, StoredFailure};
 use crate::store::{Claim, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError};
 
 /// A store under test and control over its notion of time.
@@ -208,7 +208,7 @@ pub async fn completed_outcome_is_returned_exactly<H: Harness>(h: H) {
     for outcome in [
         Outcome::Failure {
             failure: StoredFailure {
-                code: "permanent".into(),
+                code: FailureCode::Permanent,
                 message: "card declined".into(),
                 details: Some(json!({"decline_code": "insufficient_funds"})),
             },

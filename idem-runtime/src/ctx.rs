@@ -21,12 +21,13 @@ use crate::store::Store;
 /// Cloning is cheap: everything but the attempt number is shared.
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
-    call: Arc<CallIdentity>,
+    call: Arc<Shared>,
     attempt: u32,
 }
 
+/// What every attempt of one call shares.
 #[derive(Debug, Clone)]
-struct CallIdentity {
+struct Shared {
     tool: &'static str,
     class: ClassKind,
     namespace: Namespace,
@@ -37,7 +38,7 @@ struct CallIdentity {
 
 /// Where a keyed call's step results are checkpointed.
 #[derive(Debug)]
-pub struct StepLog {
+pub(crate) struct StepLog {
     store: Arc<dyn Store>,
     key: IdempotencyKey,
     fence: Fence,
@@ -60,7 +61,7 @@ impl Clone for StepLog {
 impl StepLog {
     /// A log for the owner `fence` of `key`, starting from the steps a
     /// previous owner completed.
-    pub fn new(
+    pub(crate) fn new(
         store: Arc<dyn Store>,
         key: IdempotencyKey,
         fence: Fence,
@@ -82,7 +83,7 @@ impl ToolCtx {
     /// of a tool function can too.
     pub fn new(tool: &'static str, class: ClassKind) -> Self {
         ToolCtx {
-            call: Arc::new(CallIdentity {
+            call: Arc::new(Shared {
                 tool,
                 class,
                 namespace: Namespace::default(),
@@ -119,7 +120,7 @@ impl ToolCtx {
     }
 
     /// Checkpoint steps into `log`.
-    pub fn with_steps(mut self, log: StepLog) -> Self {
+    pub(crate) fn with_steps(mut self, log: StepLog) -> Self {
         Arc::make_mut(&mut self.call).steps = Some(log);
         self
     }

@@ -31,8 +31,8 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::IdemError;
-use crate::executor::{CallInfo, CallMeta, Called, Executor};
-use crate::key::{json_type, Namespace};
+use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
+use crate::key::json_type;
 use crate::registry::Registry;
 
 /// The default limit on the size of one call's arguments: 64 KiB.
@@ -159,35 +159,6 @@ pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> 
         .collect()
 }
 
-/// Where a batch of calls comes from: the key source for calls without an
-/// id, and the tenant.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct RunContext {
-    /// The agent run.
-    pub run_id: Option<String>,
-    /// The run's step that produced these calls.
-    pub step: u64,
-    /// The tenant / principal.
-    pub namespace: Option<Namespace>,
-}
-
-impl RunContext {
-    /// Step `step` of run `run_id`.
-    pub fn new(run_id: impl Into<String>, step: u64) -> Self {
-        RunContext {
-            run_id: Some(run_id.into()),
-            step,
-            namespace: None,
-        }
-    }
-
-    /// For tenant `namespace`.
-    pub fn namespace(mut self, namespace: Namespace) -> Self {
-        self.namespace = Some(namespace);
-        self
-    }
-}
-
 /// The result of one call, ready to send back to the model.
 #[derive(Debug, Clone)]
 pub struct ToolResult {
@@ -196,7 +167,7 @@ pub struct ToolResult {
     /// The tool's name as called.
     pub tool: String,
     /// The output, or why there is none.
-    pub result: Result<Called<Value>, IdemError>,
+    pub result: Result<CallOutput<Value>, IdemError>,
 }
 
 impl ToolResult {
@@ -324,7 +295,7 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         }
     }
 
-    async fn run(&self, call: &ToolCall, run: &RunContext) -> Result<Called<Value>, IdemError> {
+    async fn run(&self, call: &ToolCall, run: &RunContext) -> Result<CallOutput<Value>, IdemError> {
         let Some(tool) = self.registry.get(&call.name) else {
             return Err(IdemError::UnknownTool {
                 name: call.name.clone(),
@@ -372,12 +343,8 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
                 ))
             })?;
         }
-        let info = CallInfo {
-            call_id: call.id.clone(),
-            run: run.run_id.clone().map(|r| (r, run.step)),
-            namespace: run.namespace.clone(),
-        };
-        tool.call_json(&self.executor, args, info).await
+        tool.call_json(&self.executor, args, call.id.clone(), run.clone())
+            .await
     }
 
     /// Run a batch of calls; results in the order of `calls`.

@@ -165,6 +165,18 @@ pub enum IdemError {
         /// The store's error.
         source: crate::store::StoreError,
     },
+    /// This caller's lease ran out and another caller took the key over
+    /// (its fence is stale): whatever this caller did is not recorded, and
+    /// the new owner's outcome is the call's outcome.
+    #[error("tool `{tool}`: the call with key {key} was taken over by another owner after this one's lease ran out; its result was not recorded ({source})")]
+    Superseded {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: crate::key::IdempotencyKey,
+        /// The store's stale-fence rejection.
+        source: crate::store::StoreError,
+    },
     /// The key is recorded for other arguments: nothing ran.
     #[error("key {key} was already used by tool `{stored_tool}` with other arguments (stored fingerprint {stored_fingerprint}); nothing ran. A retry must send the same arguments; a new intent needs a new call id")]
     KeyReused {
@@ -175,10 +187,10 @@ pub enum IdemError {
         /// The fingerprint stored with it.
         stored_fingerprint: String,
     },
-    /// Another call with this key is running and this one did not wait (or
-    /// waited its limit): nothing ran.
-    #[error("a call of `{tool}` with key {key} is already in progress; nothing ran. Retry later to receive its result")]
-    InProgress {
+    /// Another call with this key is in flight and this one did not wait
+    /// (or waited its limit): nothing ran.
+    #[error("a call of `{tool}` with key {key} is already in flight; nothing ran. Retry later to receive its result")]
+    InFlight {
         /// The tool.
         tool: String,
         /// The key.
@@ -266,24 +278,25 @@ pub enum IdemError {
 }
 
 impl IdemError {
-    /// A short machine-readable code for the variant (`"key_reused"`, …),
-    /// used in tool results sent back to a model.
-    pub fn code(&self) -> &'static str {
+    /// A short machine-readable code for the variant, used in tool results
+    /// sent back to a model and in logs.
+    pub fn code(&self) -> ErrorCode {
         match self {
-            IdemError::Tool { .. } => "tool_error",
-            IdemError::Key { .. } => "invalid_key",
-            IdemError::Store { .. } => "store_unavailable",
-            IdemError::KeyReused { .. } => "key_reused",
-            IdemError::InProgress { .. } => "in_progress",
-            IdemError::OutcomeUnknown { .. } => "outcome_unknown",
-            IdemError::ApprovalDenied { .. } => "approval_denied",
-            IdemError::ApprovalRequired { .. } => "approval_required",
-            IdemError::NotRecorded { .. } => "not_recorded",
-            IdemError::RecordedOutputMismatch { .. } => "recorded_output_mismatch",
-            IdemError::InvalidArguments { .. } => "invalid_arguments",
-            IdemError::OutputNotSerializable { .. } => "output_not_serializable",
-            IdemError::UnknownTool { .. } => "unknown_tool",
-            IdemError::ArgumentsTooLarge { .. } => "arguments_too_large",
+            IdemError::Tool { .. } => ErrorCode::ToolError,
+            IdemError::Key { .. } => ErrorCode::InvalidKey,
+            IdemError::Store { .. } => ErrorCode::StoreUnavailable,
+            IdemError::Superseded { .. } => ErrorCode::Superseded,
+            IdemError::KeyReused { .. } => ErrorCode::KeyReused,
+            IdemError::InFlight { .. } => ErrorCode::InFlight,
+            IdemError::OutcomeUnknown { .. } => ErrorCode::OutcomeUnknown,
+            IdemError::ApprovalDenied { .. } => ErrorCode::ApprovalDenied,
+            IdemError::ApprovalRequired { .. } => ErrorCode::ApprovalRequired,
+            IdemError::NotRecorded { .. } => ErrorCode::NotRecorded,
+            IdemError::RecordedOutputMismatch { .. } => ErrorCode::RecordedOutputMismatch,
+            IdemError::InvalidArguments { .. } => ErrorCode::InvalidArguments,
+            IdemError::OutputNotSerializable { .. } => ErrorCode::OutputNotSerializable,
+            IdemError::UnknownTool { .. } => ErrorCode::UnknownTool,
+            IdemError::ArgumentsTooLarge { .. } => ErrorCode::ArgumentsTooLarge,
         }
     }
 
@@ -299,5 +312,81 @@ impl IdemError {
                 ..
             }
         )
+    }
+}
+
+/// The machine-readable code of an [`IdemError`], one per variant.
+///
+/// Serialized (and displayed) in `snake_case`, as the `code` field of the
+/// error results the dispatcher sends back to a model:
+///
+/// ```
+/// use idem_runtime::error::ErrorCode;
+///
+/// assert_eq!(ErrorCode::KeyReused.as_str(), "key_reused");
+/// assert_eq!(serde_json::to_value(ErrorCode::InFlight).unwrap(), "in_flight");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorCode {
+    /// [`IdemError::Tool`].
+    ToolError,
+    /// [`IdemError::Key`].
+    InvalidKey,
+    /// [`IdemError::Store`].
+    StoreUnavailable,
+    /// [`IdemError::Superseded`].
+    Superseded,
+    /// [`IdemError::KeyReused`].
+    KeyReused,
+    /// [`IdemError::InFlight`].
+    InFlight,
+    /// [`IdemError::OutcomeUnknown`].
+    OutcomeUnknown,
+    /// [`IdemError::ApprovalDenied`].
+    ApprovalDenied,
+    /// [`IdemError::ApprovalRequired`].
+    ApprovalRequired,
+    /// [`IdemError::NotRecorded`].
+    NotRecorded,
+    /// [`IdemError::RecordedOutputMismatch`].
+    RecordedOutputMismatch,
+    /// [`IdemError::InvalidArguments`].
+    InvalidArguments,
+    /// [`IdemError::OutputNotSerializable`].
+    OutputNotSerializable,
+    /// [`IdemError::UnknownTool`].
+    UnknownTool,
+    /// [`IdemError::ArgumentsTooLarge`].
+    ArgumentsTooLarge,
+}
+
+impl ErrorCode {
+    /// The code as text (`"key_reused"`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ToolError => "tool_error",
+            ErrorCode::InvalidKey => "invalid_key",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::Superseded => "superseded",
+            ErrorCode::KeyReused => "key_reused",
+            ErrorCode::InFlight => "in_flight",
+            ErrorCode::OutcomeUnknown => "outcome_unknown",
+            ErrorCode::ApprovalDenied => "approval_denied",
+            ErrorCode::ApprovalRequired => "approval_required",
+            ErrorCode::NotRecorded => "not_recorded",
+            ErrorCode::RecordedOutputMismatch => "recorded_output_mismatch",
+            ErrorCode::InvalidArguments => "invalid_arguments",
+            ErrorCode::OutputNotSerializable => "output_not_serializable",
+            ErrorCode::UnknownTool => "unknown_tool",
+            ErrorCode::ArgumentsTooLarge => "arguments_too_large",
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }

@@ -70,7 +70,7 @@ impl Hash for IdempotencyKey {
 /// [`IdempotencyKey`]: passes the key's own hash through instead of
 /// rehashing it with SipHash.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct KeyHashBuilder;
+pub(crate) struct KeyHashBuilder;
 
 impl std::hash::BuildHasher for KeyHashBuilder {
     type Hasher = KeyHasher;
@@ -81,7 +81,7 @@ impl std::hash::BuildHasher for KeyHashBuilder {
 
 /// The hasher of [`KeyHashBuilder`].
 #[derive(Debug, Clone, Copy, Default)]
-pub struct KeyHasher(u64);
+pub(crate) struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {
@@ -267,7 +267,7 @@ impl CanonicalArgs {
 }
 
 /// The name of a JSON value's type, for error messages.
-pub fn json_type(v: &Value) -> &'static str {
+pub(crate) fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
@@ -322,6 +322,79 @@ pub struct KeyInput<'a> {
 pub fn window_bucket(now_millis: u64, window: Duration) -> u64 {
     let secs = window.as_secs().max(1);
     now_millis / 1000 / secs
+}
+
+/// Where one call's key comes from: the tool's key derivation applied to
+/// what is known about the call. A natural or custom key never falls back
+/// to another derivation (that would key the call differently from its
+/// duplicates), and the default derivation takes the provider's call id
+/// before the run and step.
+///
+/// Returns the key and whether a different argument fingerprint under it
+/// is a key reuse (`false` only for natural keys, which are find-or-create).
+pub(crate) fn key_for_call(
+    spec: &crate::tool::ToolSpec,
+    material: Option<&crate::tool::KeyMaterial>,
+    call: CallKeySource<'_>,
+) -> Result<(IdempotencyKey, bool), KeyError> {
+    use crate::tool::{KeyMaterial, KeySpec};
+
+    let window;
+    let (source, check_fingerprint) = match (spec.key, material) {
+        (KeySpec::Natural { window: w, .. }, Some(KeyMaterial::Natural(fields))) => {
+            window = w.map(|w| window_bucket(call.clock.now().as_millis(), w));
+            (KeySource::Natural { fields, window }, false)
+        }
+        (KeySpec::Custom, Some(KeyMaterial::Custom(text))) => (KeySource::Custom(text), true),
+        (KeySpec::Natural { .. }, _) | (KeySpec::Custom, _) => {
+            return Err(KeyError::NoMaterial {
+                tool: spec.name.to_owned(),
+                derivation: if matches!(spec.key, KeySpec::Custom) {
+                    "custom"
+                } else {
+                    "natural"
+                },
+            });
+        }
+        (KeySpec::Default, _) => match (call.call_id, call.run) {
+            (Some(id), _) => (KeySource::CallId(id), true),
+            (None, Some((run_id, step))) => (
+                KeySource::Step {
+                    run_id,
+                    step,
+                    args: call.args,
+                },
+                true,
+            ),
+            (None, None) => {
+                return Err(KeyError::NoSource {
+                    tool: spec.name.to_owned(),
+                })
+            }
+        },
+    };
+    let key = derive_key(&KeyInput {
+        version: spec.key_version,
+        namespace: call.namespace,
+        tool: spec.name,
+        source,
+    })?;
+    Ok((key, check_fingerprint))
+}
+
+/// What is known about one call when its key is chosen.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallKeySource<'a> {
+    /// The provider's tool-call id.
+    pub call_id: Option<&'a str>,
+    /// The run id and step.
+    pub run: Option<(&'a str, u64)>,
+    /// The call's canonical arguments.
+    pub args: &'a CanonicalArgs,
+    /// The tenant.
+    pub namespace: &'a Namespace,
+    /// The clock, read only for natural-key windows.
+    pub clock: &'a dyn crate::clock::Clock,
 }
 
 /// Derive a key.

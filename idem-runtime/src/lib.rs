@@ -36,9 +36,9 @@ pub use class::{
     NoApprovalNeeded, NonIdempotentWrite, Read, RetrySafe,
 };
 pub use ctx::ToolCtx;
-pub use dispatch::{Dispatcher, RunContext, ToolCall, ToolResult};
-pub use error::{ErrorKind, IdemError, ToolError};
-pub use executor::{CallInfo, CallMeta, Called, Executor, InFlightPolicy};
+pub use dispatch::{Dispatcher, ToolCall, ToolResult};
+pub use error::{ErrorCode, ErrorKind, IdemError, ToolError};
+pub use executor::{CallMeta, CallOutput, Executor, InFlightPolicy, RunContext};
 pub use key::{IdempotencyKey, KeyError, Namespace};
 pub use record::{Outcome, Record};
 pub use registry::Registry;

@@ -86,11 +86,38 @@ pub enum Outcome {
     },
 }
 
+/// Why a call failed definitely, as recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum FailureCode {
+    /// The tool returned a permanent error.
+    Permanent,
+    /// An approval was denied; the tool never ran.
+    ApprovalDenied,
+}
+
+impl FailureCode {
+    /// The code as stored (`"permanent"`, `"approval_denied"`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailureCode::Permanent => "permanent",
+            FailureCode::ApprovalDenied => "approval_denied",
+        }
+    }
+}
+
+impl fmt::Display for FailureCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A definite failure as recorded.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct StoredFailure {
-    /// A machine-readable code (`"permanent"`, `"approval_denied"`, …).
-    pub code: String,
+    /// Why it failed.
+    pub code: FailureCode,
     /// The message.
     pub message: String,
     /// Optional structured details.

@@ -11,7 +11,7 @@ use serde_json::{json, Value};
 
 use crate::class::{Class, ClassKind};
 use crate::error::IdemError;
-use crate::executor::{CallInfo, Called, Executor};
+use crate::executor::{CallOutput, Executor, RunContext};
 use crate::tool::{Tool, ToolSpec};
 
 /// A boxed, sendable future.
@@ -32,8 +32,9 @@ pub trait DynTool<S>: Send + Sync + 'static {
         &'a self,
         exec: &'a Executor<S>,
         args: Value,
-        info: CallInfo,
-    ) -> BoxFuture<'a, Result<Called<Value>, IdemError>>;
+        call_id: Option<String>,
+        run: RunContext,
+    ) -> BoxFuture<'a, Result<CallOutput<Value>, IdemError>>;
 }
 
 impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
@@ -58,8 +59,9 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
         &'a self,
         exec: &'a Executor<S>,
         args: Value,
-        info: CallInfo,
-    ) -> BoxFuture<'a, Result<Called<Value>, IdemError>> {
+        call_id: Option<String>,
+        run: RunContext,
+    ) -> BoxFuture<'a, Result<CallOutput<Value>, IdemError>> {
         Box::pin(async move {
             let args: T::Args = serde_path_to_error::deserialize(&args).map_err(|e| {
                 let path = e.path().to_string();
@@ -72,14 +74,14 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
                     },
                 }
             })?;
-            let called = exec.execute_dispatched(self, args, info).await?;
+            let called = exec.execute_dispatched(self, args, call_id, run).await?;
             let output = serde_json::to_value(&called.output).map_err(|e| {
                 IdemError::OutputNotSerializable {
                     tool: T::SPEC.name.to_owned(),
                     detail: e.to_string(),
                 }
             })?;
-            Ok(Called {
+            Ok(CallOutput {
                 output,
                 meta: called.meta,
             })

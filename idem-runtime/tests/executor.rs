@@ -199,7 +199,7 @@ async fn send(
     exec: &Executor<App>,
     to: &str,
     id: &str,
-) -> Result<idem_runtime::Called<Sent>, IdemError> {
+) -> Result<idem_runtime::CallOutput<Sent>, IdemError> {
     exec.call(SendEmail, msg(to)).call_id(id).await
 }
 
@@ -208,7 +208,7 @@ async fn charge(
     exec: &Executor<App>,
     to: &str,
     id: &str,
-) -> Result<idem_runtime::Called<Sent>, IdemError> {
+) -> Result<idem_runtime::CallOutput<Sent>, IdemError> {
     exec.call(ChargeCard, msg(to)).call_id(id).await
 }
 
@@ -438,7 +438,7 @@ async fn a_duplicate_can_be_rejected_while_in_flight() {
         }
     );
     assert!(a.is_ok());
-    assert!(matches!(b.unwrap_err(), IdemError::InProgress { .. }));
+    assert!(matches!(b.unwrap_err(), IdemError::InFlight { .. }));
     assert_eq!(world.calls(), 1);
 }
 
@@ -597,7 +597,8 @@ async fn a_store_that_is_down_means_writes_do_not_run() {
 
 #[tokio::test]
 async fn dispatch_of_an_irreversible_tool_needs_a_policy_and_records_denials() {
-    use idem_runtime::dispatch::{Arguments, Dispatcher, RunContext, ToolCall};
+    use idem_runtime::dispatch::{Arguments, Dispatcher, ToolCall};
+    use idem_runtime::RunContext;
     use idem_runtime::registry::Registry;
     let call = || ToolCall {
         id: Some("toolu_1".into()),
@@ -730,4 +731,27 @@ async fn a_timeout_of_duration_max_means_no_timeout_not_an_overflow() {
         .build();
     send(&exec, "ada", "c").await.unwrap();
     assert_eq!(world.effects(), ["send_email:ada"]);
+}
+
+#[tokio::test]
+async fn an_owner_whose_lease_was_taken_over_is_told_it_was_superseded_and_records_nothing() {
+    let (exec, world, clock) = with_clock();
+    *world.delay.lock().unwrap() = Some(Duration::from_millis(200));
+    let first = tokio::spawn({
+        let exec = exec.clone();
+        async move { send(&exec, "ada", "c").await }
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The first owner is still working when its lease runs out (a pause,
+    // a slow provider); a duplicate takes the key over and runs it again.
+    clock.advance(Duration::from_secs(41));
+    let second = send(&exec, "ada", "c").await.unwrap();
+    let err = first.await.unwrap().unwrap_err();
+    assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
+    assert_eq!(err.code(), idem_runtime::ErrorCode::Superseded);
+    assert_eq!(err.code().as_str(), "superseded");
+    // The new owner's outcome stands; a later duplicate gets it.
+    let again = send(&exec, "ada", "c").await.unwrap();
+    assert!(again.meta.deduplicated);
+    assert_eq!(again.output, second.output);
 }

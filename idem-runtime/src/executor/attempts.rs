@@ -1,0 +1,94 @@
+//! Phase 5: run the tool body, each attempt under the tool's timeout (a
+//! timeout is an ambiguous error), retrying while the class and the error's
+//! kind allow it and the retry policy has attempts left. A keyed owner
+//! extends its lease (and records the next attempt number) before each
+//! retry, so that the pause does not let another caller take the key over.
+
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::ctx::ToolCtx;
+use crate::error::ToolError;
+use crate::key::IdempotencyKey;
+use crate::record::Fence;
+use crate::retry::may_retry;
+use crate::tool::Tool;
+
+use super::metrics::Metrics;
+use super::{Call, CallEnv, ATTEMPT_STEP};
+
+impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
+    /// Run attempts until success, a non-retryable error or the limit.
+    /// With `lease` (a keyed owner), the lease is extended before a retry.
+    /// Returns the last result and how many attempts were made.
+    pub(super) async fn attempts(
+        &self,
+        args: &T::Args,
+        base: ToolCtx,
+        lease: Option<(&IdempotencyKey, Fence)>,
+    ) -> (Result<T::Output, ToolError>, u32) {
+        let timeout = self.env.timeout();
+        let mut attempt = 1;
+        loop {
+            let ctx = base.clone().with_attempt(attempt);
+            Metrics::bump(&self.env.metrics().executions);
+            let run = self.tool.call(args.clone(), &ctx, self.state);
+            let result = match tokio::time::timeout(timeout, run).await {
+                Ok(result) => result,
+                Err(_) => Err(ToolError::ambiguous(format!(
+                    "timed out after {timeout:?}; the effect may or may not have happened"
+                ))),
+            };
+            let error = match result {
+                Ok(output) => return (Ok(output), attempt),
+                Err(error) => error,
+            };
+            match self.env.before_retry(attempt, &error, lease).await {
+                Some(pause) => tokio::time::sleep(pause).await,
+                None => return (Err(error), attempt),
+            }
+            attempt += 1;
+        }
+    }
+}
+
+impl CallEnv<'_> {
+    /// Whether attempt `attempt`, which failed with `error`, is followed by
+    /// another, and after what pause. A keyed owner's lease is extended
+    /// over the pause and the next attempt first; if that fails, no retry.
+    async fn before_retry(
+        &self,
+        attempt: u32,
+        error: &ToolError,
+        lease: Option<(&IdempotencyKey, Fence)>,
+    ) -> Option<Duration> {
+        let retryable = attempt < self.policy.attempts()
+            && may_retry(self.class, error.kind())
+            && !self.policy.retry_after_too_long(error.retry_after());
+        if !retryable {
+            return None;
+        }
+        let pause = self.policy.delay(attempt, error.retry_after());
+        if let Some((key, fence)) = lease {
+            // Keep ownership through the pause and the next attempt.
+            let extend = self
+                .store()
+                .checkpoint(
+                    key,
+                    fence,
+                    ATTEMPT_STEP,
+                    &Value::from(attempt + 1),
+                    pause.saturating_add(self.lease()),
+                )
+                .await;
+            if let Err(e) = extend {
+                tracing::warn!(error = %e, "could not extend the lease; not retrying");
+                return None;
+            }
+        }
+        tracing::info!(attempt, kind = %error.kind(), pause_ms = pause.as_millis() as u64, error = %error.message(), "retrying");
+        Metrics::bump(&self.metrics().retries);
+        Some(pause)
+    }
+}

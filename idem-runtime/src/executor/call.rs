@@ -1,0 +1,164 @@
+//! A typed call being set up ([`CallBuilder`]), where it comes from
+//! ([`RunContext`]), and what it returns ([`CallOutput`]).
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+
+use crate::class::{ClassKind, RetrySafe};
+use crate::error::IdemError;
+use crate::key::{IdempotencyKey, Namespace};
+use crate::retry::RetryPolicy;
+use crate::tool::{Tool, ToolDef};
+
+use super::{ApprovalSource, Executor};
+
+/// Where calls come from: the agent run and its step (the key source of a
+/// call without a provider call id) and the tenant.
+///
+/// The dispatcher takes one for a batch of model tool calls; a typed call
+/// takes one with [`CallBuilder::context`] (or its parts with
+/// [`CallBuilder::run`] and [`CallBuilder::namespace`]).
+///
+/// ```
+/// use idem_runtime::{Namespace, RunContext};
+///
+/// let run = RunContext::new("run-42", 3).namespace(Namespace::new("acme").unwrap());
+/// assert_eq!(run.run_id.as_deref(), Some("run-42"));
+/// ```
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RunContext {
+    /// The agent run.
+    pub run_id: Option<String>,
+    /// The run's step that produced the calls.
+    pub step: u64,
+    /// The tenant / principal (the executor's default when `None`).
+    pub namespace: Option<Namespace>,
+}
+
+impl RunContext {
+    /// Step `step` of run `run_id`.
+    pub fn new(run_id: impl Into<String>, step: u64) -> Self {
+        RunContext {
+            run_id: Some(run_id.into()),
+            step,
+            namespace: None,
+        }
+    }
+
+    /// For tenant `namespace`.
+    pub fn namespace(mut self, namespace: Namespace) -> Self {
+        self.namespace = Some(namespace);
+        self
+    }
+}
+
+/// What a successful call returns: the output and how it was obtained.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallOutput<T> {
+    /// The tool's output (the recorded output for a duplicate).
+    pub output: T,
+    /// How it was obtained.
+    pub meta: CallMeta,
+}
+
+/// How a call was carried out.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct CallMeta {
+    /// The tool.
+    pub tool: &'static str,
+    /// Its class.
+    pub class: ClassKind,
+    /// The idempotency key (`None` for reads).
+    pub key: Option<IdempotencyKey>,
+    /// The output is an earlier call's recorded result; the tool did not run.
+    pub deduplicated: bool,
+    /// Attempts made by this call (0 when deduplicated).
+    pub attempts: u32,
+}
+
+/// A typed call being set up; `.await` it.
+#[must_use = "a call does nothing until awaited"]
+pub struct CallBuilder<'e, S, T: ToolDef> {
+    exec: &'e Executor<S>,
+    tool: T,
+    args: T::Args,
+    call_id: Option<String>,
+    run: RunContext,
+    retry: Option<RetryPolicy>,
+    approval: ApprovalSource,
+}
+
+impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
+    pub(super) fn new(
+        exec: &'e Executor<S>,
+        tool: T,
+        args: T::Args,
+        approval: ApprovalSource,
+    ) -> Self {
+        CallBuilder {
+            exec,
+            tool,
+            args,
+            call_id: None,
+            run: RunContext::default(),
+            retry: None,
+            approval,
+        }
+    }
+
+    /// The provider's tool-call id: the key source.
+    pub fn call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// The run and step that make this call: the key source when there is no
+    /// call id.
+    pub fn run(mut self, run_id: impl Into<String>, step: u64) -> Self {
+        self.run.run_id = Some(run_id.into());
+        self.run.step = step;
+        self
+    }
+
+    /// The tenant / principal.
+    pub fn namespace(mut self, namespace: Namespace) -> Self {
+        self.run.namespace = Some(namespace);
+        self
+    }
+
+    /// The run, step and tenant at once.
+    pub fn context(mut self, run: RunContext) -> Self {
+        self.run = run;
+        self
+    }
+
+    /// Retry with this policy. Only retry-safe classes (`read`,
+    /// `idempotent_write`) may be retried.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self
+    where
+        T::Class: RetrySafe,
+    {
+        self.retry = Some(policy);
+        self
+    }
+}
+
+impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S, T> {
+    type Output = Result<CallOutput<T::Output>, IdemError>;
+    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'e>>;
+
+    fn into_future(self) -> Self::IntoFuture {
+        Box::pin(async move {
+            self.exec
+                .execute(
+                    &self.tool,
+                    self.args,
+                    self.call_id,
+                    self.run,
+                    self.retry,
+                    self.approval,
+                )
+                .await
+        })
+    }
+}

@@ -1,0 +1,173 @@
+//! Phase 2: claim the key. The claim either makes this call the key's
+//! owner, or finds the call already recorded (answered from its record),
+//! reused for other arguments (refused), or in flight under another owner
+//! (wait for its outcome, or refuse at once: [`InFlightPolicy`]).
+//!
+//! In replay mode the claim is a read: a recorded outcome answers, anything
+//! else is refused as not recorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::{IdemError, ToolError};
+use crate::key::{IdempotencyKey, Namespace};
+use crate::record::{FailureCode, Fence, Outcome, OutputJson, Record};
+use crate::store::{Claim, ClaimRequest, Takeover};
+
+use super::key::CallKey;
+use super::metrics::Metrics;
+use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
+
+/// What a claim found that the call goes on with.
+pub(super) enum Claimed {
+    /// This call owns the key and runs.
+    Owner(Owner),
+    /// The call is recorded; answer from the record.
+    Recorded(Arc<Record>),
+}
+
+/// What an owner of a key carries through the later phases.
+pub(super) struct Owner {
+    pub(super) key: IdempotencyKey,
+    pub(super) fence: Fence,
+    /// Steps a previous owner completed (the approval among them).
+    pub(super) steps: BTreeMap<String, Value>,
+    /// Set when a previous owner vanished without an outcome.
+    pub(super) takeover: Option<Takeover>,
+    pub(super) namespace: Namespace,
+}
+
+impl CallEnv<'_> {
+    /// Own the key, or find its record, waiting for an owner in flight as
+    /// [`InFlightPolicy`] says.
+    pub(super) async fn claim(&self, call: &CallKey) -> Result<Claimed, IdemError> {
+        let key = &call.key;
+        if self.mode == Mode::Replay {
+            return self.replay(key).await;
+        }
+        let request = ClaimRequest {
+            key,
+            tool: self.name(),
+            fingerprint: &call.args.fingerprint,
+            check_fingerprint: call.check_fingerprint,
+            lease: self.lease(),
+        };
+        // Set when the first in-flight answer arrives.
+        let mut wait_until = None;
+        loop {
+            match self
+                .store()
+                .claim(&request)
+                .await
+                .map_err(|e| self.store_err(e))?
+            {
+                Claim::Acquired {
+                    fence,
+                    steps,
+                    takeover,
+                    ..
+                } => {
+                    return Ok(Claimed::Owner(Owner {
+                        key: key.clone(),
+                        fence,
+                        steps,
+                        takeover,
+                        namespace: call.namespace.clone(),
+                    }))
+                }
+                Claim::Completed(record) => return Ok(Claimed::Recorded(record)),
+                Claim::KeyReused { tool, fingerprint } => {
+                    return Err(self.refuse(IdemError::KeyReused {
+                        key: key.clone(),
+                        stored_tool: tool,
+                        stored_fingerprint: fingerprint.to_string(),
+                    }))
+                }
+                Claim::InFlight { .. } => {
+                    let max = match self.core.config.in_flight {
+                        InFlightPolicy::Wait(max) => max,
+                        InFlightPolicy::Reject => Duration::ZERO,
+                    };
+                    let until =
+                        *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + max);
+                    let left = until.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        return Err(self.refuse(IdemError::InFlight {
+                            tool: self.name().to_owned(),
+                            key: key.clone(),
+                        }));
+                    }
+                    tracing::debug!("duplicate of a call in flight; waiting for its outcome");
+                    self.store()
+                        .wait(key, left)
+                        .await
+                        .map_err(|e| self.store_err(e))?;
+                }
+            }
+        }
+    }
+
+    /// Replay mode: the recorded outcome, or refused; never a claim.
+    async fn replay(&self, key: &IdempotencyKey) -> Result<Claimed, IdemError> {
+        match self.store().get(key).await.map_err(|e| self.store_err(e))? {
+            Some(record) if record.outcome().is_some() => Ok(Claimed::Recorded(Arc::new(record))),
+            _ => Err(self.refuse(IdemError::NotRecorded {
+                tool: self.name().to_owned(),
+                key: key.clone(),
+            })),
+        }
+    }
+
+    /// Answer a duplicate from a completed record.
+    pub(super) fn answer<O: serde::de::DeserializeOwned>(
+        &self,
+        record: &Record,
+    ) -> Result<CallOutput<O>, IdemError> {
+        let output = self.recorded_output(record)?;
+        let output = output
+            .parse::<O>()
+            .map_err(|e| IdemError::RecordedOutputMismatch {
+                tool: self.name().to_owned(),
+                detail: e.to_string(),
+            })?;
+        Ok(CallOutput {
+            output,
+            meta: self.meta(Some(record.key.clone()), true, 0),
+        })
+    }
+
+    /// The recorded output of a successful call, or the error every
+    /// duplicate of a failed, denied or unknown call gets.
+    fn recorded_output<'r>(&self, record: &'r Record) -> Result<&'r OutputJson, IdemError> {
+        Metrics::bump(&self.metrics().dedup_hits);
+        match record.outcome() {
+            Some(Outcome::Success { output }) => Ok(output),
+            Some(Outcome::Failure { failure }) if failure.code == FailureCode::ApprovalDenied => {
+                Err(IdemError::ApprovalDenied {
+                    tool: self.name().to_owned(),
+                    reason: failure.message.clone(),
+                    deduplicated: true,
+                })
+            }
+            Some(Outcome::Failure { failure }) => {
+                let mut error = ToolError::permanent(&failure.message);
+                if let Some(details) = &failure.details {
+                    error = error.with_details(details.clone());
+                }
+                Err(self.tool_failed(error, true))
+            }
+            Some(Outcome::Unknown { reason }) => Err(self.refuse(IdemError::OutcomeUnknown {
+                tool: self.name().to_owned(),
+                key: record.key.clone(),
+                reason: reason.clone(),
+            })),
+            None => Err(IdemError::InFlight {
+                tool: self.name().to_owned(),
+                key: record.key.clone(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,561 @@
+//! The executor: claims the key, runs the tool, records the outcome.
+//!
+//! ```text
+//! read ─────────────────────────────► run (retries) ─► output      (no store traffic)
+//! write ─► key ─► claim ─┬─ acquired ─► [approval] ─► run ─► complete / release
+//!                        ├─ completed ─► recorded output (deduplicated)
+//!                        ├─ in flight ─► wait for it (or reject: InFlight)
+//!                        └─ key reused ─► KeyReused (nothing runs)
+//! ```
+//!
+//! # The phases, in order
+//!
+//! A keyed call goes through these phases and no other order: each one may
+//! end the call, and none may run before the one above it has succeeded.
+//! That order *is* the safety rule — nothing runs unless the key is owned,
+//! nothing irreversible runs unless an approval is recorded under the key.
+//!
+//! | phase | file | needs the tool's type |
+//! |---|---|---|
+//! | 1. derive the key from the call id, run and step, or the tool's natural or custom key material | `key.rs` | no |
+//! | 2. claim the key: own it, or wait for its owner, or answer from its record | `claim.rs` | no (parsing a recorded output does) |
+//! | 3. as the owner, settle a takeover of a vanished owner (reconcile) | `owner.rs` | the reconcile hook |
+//! | 4. obtain and record an approval (`irreversible` only) | `approval.rs` | no |
+//! | 5. run attempts, with timeouts, retries and lease extensions | `attempts.rs` | the tool body |
+//! | 6. record the outcome: complete, release, or record it as unknown | `owner.rs` | serializing the output |
+//!
+//! What does not need the tool's type is written once, against
+//! [`ToolSpec`] and [`ClassKind`], so it is compiled once rather than for
+//! every tool. Counters live in `metrics.rs`; the typed call being set up
+//! (`CallBuilder`) and its result (`CallOutput`) in `call.rs`.
+//!
+//! What happens to the key after a failure depends on what the failure says
+//! about the effect:
+//!
+#![doc = include_str!("../doc/failures.md")]
+//!
+//! A denied approval is recorded like a permanent failure. When the store
+//! cannot be reached, nothing runs (fail closed); when the outcome cannot be
+//! recorded, the record stays in flight and the lease decides: an
+//! `idempotent_write` is taken over and re-run with the same key, the others
+//! reconcile or are refused as unknown.
+
+mod approval;
+mod attempts;
+mod call;
+mod claim;
+mod key;
+mod metrics;
+mod owner;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::Instrument;
+
+use crate::approval::{Approval, ApprovalPolicy};
+use crate::class::{Class, ClassKind, NeedsApproval, NoApprovalNeeded};
+use crate::clock::{Clock, SystemClock};
+use crate::error::{IdemError, ToolError};
+use crate::key::Namespace;
+use crate::record::DEFAULT_TTL;
+use crate::retry::RetryPolicy;
+use crate::store::{Store, StoreError};
+use crate::tool::{Tool, ToolSpec};
+
+pub use call::{CallBuilder, CallMeta, CallOutput, RunContext};
+pub use metrics::MetricsSnapshot;
+
+use metrics::Metrics;
+
+/// The step name under which an approval decision is recorded.
+pub const APPROVAL_STEP: &str = "idem:approval";
+/// The step name under which the next attempt number is recorded (it also
+/// extends the lease before a retry).
+pub const ATTEMPT_STEP: &str = "idem:attempt";
+
+/// What to do when a duplicate arrives while the first call is in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InFlightPolicy {
+    /// Wait up to this long for the first call's result (the default, 5
+    /// minutes), then fail with [`IdemError::InFlight`].
+    Wait(Duration),
+    /// Fail at once with [`IdemError::InFlight`].
+    Reject,
+}
+
+/// Executor-wide defaults; tools override them per tool.
+#[derive(Debug, Clone)]
+pub struct ExecutorConfig {
+    /// How long completed records are kept (24 h).
+    pub ttl: Duration,
+    /// Per-attempt timeout (30 s). A timeout is an ambiguous error.
+    pub timeout: Duration,
+    /// Retries for retry-safe classes.
+    pub retry: RetryPolicy,
+    /// Duplicates of a call in flight.
+    pub in_flight: InFlightPolicy,
+    /// Namespace of calls that do not name one.
+    pub namespace: Namespace,
+    /// Added to the timeout to make the lease: how long past its deadline an
+    /// owner is still presumed alive (10 s).
+    pub lease_margin: Duration,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            ttl: DEFAULT_TTL,
+            timeout: Duration::from_secs(30),
+            retry: RetryPolicy::default(),
+            in_flight: InFlightPolicy::Wait(Duration::from_secs(300)),
+            namespace: Namespace::default(),
+            lease_margin: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Where an irreversible call's approval comes from.
+#[derive(Debug, Clone)]
+enum ApprovalSource {
+    /// Given with the call ([`Executor::call_approved`]).
+    Given(Approval),
+    /// Asked of the executor's policy (dispatch by name).
+    Policy,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Live,
+    Replay,
+}
+
+/// Everything an executor shares that does not depend on its state type.
+struct Core {
+    store: Arc<dyn Store>,
+    config: ExecutorConfig,
+    approvals: Option<Arc<dyn ApprovalPolicy>>,
+    clock: Arc<dyn Clock>,
+    metrics: Metrics,
+}
+
+struct Inner<S> {
+    core: Core,
+    state: S,
+}
+
+/// Runs tools with the guarantees of their class. Cheap to clone.
+///
+/// See the [module docs](self) for what happens on each path.
+pub struct Executor<S = ()> {
+    inner: Arc<Inner<S>>,
+    mode: Mode,
+}
+
+impl<S> Clone for Executor<S> {
+    fn clone(&self) -> Self {
+        Executor {
+            inner: self.inner.clone(),
+            mode: self.mode,
+        }
+    }
+}
+
+impl<S> std::fmt::Debug for Executor<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("store", &self.inner.core.store.describe())
+            .field("mode", &self.mode)
+            .field("config", &self.inner.core.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`Executor`].
+pub struct ExecutorBuilder<S> {
+    store: Arc<dyn Store>,
+    state: S,
+    config: ExecutorConfig,
+    approvals: Option<Arc<dyn ApprovalPolicy>>,
+    clock: Arc<dyn Clock>,
+}
+
+impl Executor<()> {
+    /// Start building an executor on `store`.
+    pub fn builder(store: impl Store) -> ExecutorBuilder<()> {
+        Self::builder_shared(Arc::new(store))
+    }
+
+    /// Start building an executor on a shared store (`store::connect`
+    /// returns one).
+    pub fn builder_shared(store: Arc<dyn Store>) -> ExecutorBuilder<()> {
+        ExecutorBuilder {
+            store,
+            state: (),
+            config: ExecutorConfig::default(),
+            approvals: None,
+            clock: Arc::new(SystemClock),
+        }
+    }
+}
+
+impl<S> ExecutorBuilder<S> {
+    /// The application state tools receive through `State<T>`.
+    pub fn state<S2>(self, state: S2) -> ExecutorBuilder<S2> {
+        ExecutorBuilder {
+            store: self.store,
+            state,
+            config: self.config,
+            approvals: self.approvals,
+            clock: self.clock,
+        }
+    }
+
+    /// Default record TTL (24 h).
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.config.ttl = ttl;
+        self
+    }
+
+    /// Default per-attempt timeout (30 s).
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.config.timeout = timeout;
+        self
+    }
+
+    /// Default retry policy of retry-safe tools.
+    pub fn retry(mut self, policy: RetryPolicy) -> Self {
+        self.config.retry = policy;
+        self
+    }
+
+    /// What duplicates of a call in flight do.
+    pub fn on_in_flight(mut self, policy: InFlightPolicy) -> Self {
+        self.config.in_flight = policy;
+        self
+    }
+
+    /// Namespace of calls that do not name one.
+    pub fn namespace(mut self, namespace: Namespace) -> Self {
+        self.config.namespace = namespace;
+        self
+    }
+
+    /// How long past its timeout an owner is presumed alive.
+    pub fn lease_margin(mut self, margin: Duration) -> Self {
+        self.config.lease_margin = margin;
+        self
+    }
+
+    /// The approval policy for irreversible tools dispatched by name.
+    pub fn approvals(mut self, policy: impl ApprovalPolicy) -> Self {
+        self.approvals = Some(Arc::new(policy));
+        self
+    }
+
+    /// The clock used for natural-key time windows.
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Finish.
+    pub fn build(self) -> Executor<S> {
+        Executor {
+            inner: Arc::new(Inner {
+                core: Core {
+                    store: self.store,
+                    config: self.config,
+                    approvals: self.approvals,
+                    clock: self.clock,
+                    metrics: Metrics::default(),
+                },
+                state: self.state,
+            }),
+            mode: Mode::Live,
+        }
+    }
+}
+
+impl<S: Send + Sync + 'static> Executor<S> {
+    /// Call `tool` with `args`. Await the returned builder, after naming the
+    /// call's key source (`.call_id(…)` or `.run(…)`) for write tools.
+    ///
+    /// Irreversible tools need [`Executor::call_approved`]; asking for
+    /// retries is possible only on retry-safe classes
+    /// ([`CallBuilder::retry`]).
+    pub fn call<T>(&self, tool: T, args: T::Args) -> CallBuilder<'_, S, T>
+    where
+        T: Tool<S>,
+        T::Class: NoApprovalNeeded,
+    {
+        CallBuilder::new(self, tool, args, ApprovalSource::Policy)
+    }
+
+    /// Call an irreversible tool with an approval. The approval is recorded
+    /// under the key before the tool runs.
+    pub fn call_approved<T>(
+        &self,
+        tool: T,
+        args: T::Args,
+        approval: Approval,
+    ) -> CallBuilder<'_, S, T>
+    where
+        T: Tool<S>,
+        T::Class: NeedsApproval,
+    {
+        CallBuilder::new(self, tool, args, ApprovalSource::Given(approval))
+    }
+
+    /// An executor on the same store and state that performs no side
+    /// effects: reads run, writes return their recorded results or fail with
+    /// [`IdemError::NotRecorded`].
+    pub fn replaying(&self) -> Executor<S> {
+        Executor {
+            inner: self.inner.clone(),
+            mode: Mode::Replay,
+        }
+    }
+
+    /// Whether this executor replays.
+    pub fn is_replaying(&self) -> bool {
+        self.mode == Mode::Replay
+    }
+
+    /// The counters.
+    pub fn metrics(&self) -> MetricsSnapshot {
+        self.inner.core.metrics.snapshot()
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.inner.core.store
+    }
+
+    /// The application state.
+    pub fn state(&self) -> &S {
+        &self.inner.state
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ExecutorConfig {
+        &self.inner.core.config
+    }
+
+    /// The entry point of the dispatcher: irreversible tools go through the
+    /// approval policy.
+    pub(crate) async fn execute_dispatched<T: Tool<S>>(
+        &self,
+        tool: &T,
+        args: T::Args,
+        call_id: Option<String>,
+        run: RunContext,
+    ) -> Result<CallOutput<T::Output>, IdemError> {
+        self.execute(tool, args, call_id, run, None, ApprovalSource::Policy)
+            .await
+    }
+
+    async fn execute<T: Tool<S>>(
+        &self,
+        tool: &T,
+        args: T::Args,
+        call_id: Option<String>,
+        run: RunContext,
+        retry: Option<RetryPolicy>,
+        approval: ApprovalSource,
+    ) -> Result<CallOutput<T::Output>, IdemError> {
+        let class = <T::Class as Class>::KIND;
+        let span = tracing::info_span!(
+            "idem.call",
+            tool = T::SPEC.name,
+            class = class.as_str(),
+            key = tracing::field::Empty,
+            attempts = tracing::field::Empty,
+            deduplicated = tracing::field::Empty,
+            outcome = tracing::field::Empty,
+        );
+        let result = async {
+            let env = CallEnv {
+                core: &self.inner.core,
+                mode: self.mode,
+                spec: T::SPEC,
+                class,
+                call_id,
+                run,
+                policy: retry.unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
+                approval,
+                span: span.clone(),
+            };
+            let call = Call {
+                env,
+                tool,
+                state: &self.inner.state,
+            };
+            if class.is_keyed() {
+                Box::pin(call.keyed(args)).await
+            } else {
+                Box::pin(call.read(args)).await
+            }
+        }
+        .instrument(span.clone())
+        .await;
+        match &result {
+            Ok(c) => {
+                span.record("attempts", c.meta.attempts);
+                span.record("deduplicated", c.meta.deduplicated);
+                span.record("outcome", "ok");
+            }
+            Err(e) => {
+                span.record("deduplicated", e.is_deduplicated());
+                span.record("outcome", e.code().as_str());
+            }
+        }
+        result
+    }
+}
+
+impl Core {
+    /// The retry policy of a tool that did not get one with the call.
+    fn default_policy(&self, spec: &ToolSpec) -> RetryPolicy {
+        match spec.max_attempts {
+            Some(n) => self.config.retry.clone().max_attempts(n),
+            None => self.config.retry.clone(),
+        }
+    }
+}
+
+/// What one call knows that does not depend on the tool's type: the
+/// executor's core, the tool's spec and class, where its key comes from and
+/// how it may be retried. Every phase that can be written without the
+/// tool's type takes this.
+struct CallEnv<'a> {
+    core: &'a Core,
+    mode: Mode,
+    spec: ToolSpec,
+    class: ClassKind,
+    /// The provider's tool-call id.
+    call_id: Option<String>,
+    /// The run and step, and the tenant.
+    run: RunContext,
+    policy: RetryPolicy,
+    approval: ApprovalSource,
+    /// The call's `idem.call` span, to record the key into.
+    span: tracing::Span,
+}
+
+impl CallEnv<'_> {
+    fn name(&self) -> &'static str {
+        self.spec.name
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.core.metrics
+    }
+
+    /// The store as a trait object (calling through the `Arc` would box
+    /// each operation's future twice).
+    fn store(&self) -> &dyn Store {
+        &*self.core.store
+    }
+
+    fn timeout(&self) -> Duration {
+        self.spec.timeout.unwrap_or(self.core.config.timeout)
+    }
+
+    fn lease(&self) -> Duration {
+        self.timeout().saturating_add(self.core.config.lease_margin)
+    }
+
+    fn ttl(&self) -> Duration {
+        self.spec.ttl.unwrap_or(self.core.config.ttl)
+    }
+
+    fn namespace(&self) -> Namespace {
+        self.run
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.core.config.namespace.clone())
+    }
+
+    /// A store failure, as the caller sees it: a stale fence means another
+    /// owner took the key over, which is not the store being unavailable.
+    fn store_err(&self, source: StoreError) -> IdemError {
+        match source {
+            StoreError::StaleFence { ref key, .. } => IdemError::Superseded {
+                tool: self.name().to_owned(),
+                key: key.clone(),
+                source,
+            },
+            source => IdemError::Store {
+                tool: self.name().to_owned(),
+                source,
+            },
+        }
+    }
+
+    fn refuse(&self, e: IdemError) -> IdemError {
+        Metrics::bump(&self.metrics().refusals);
+        tracing::warn!(error = %e, "idem refused a call");
+        e
+    }
+
+    fn tool_failed(&self, error: ToolError, deduplicated: bool) -> IdemError {
+        IdemError::Tool {
+            tool: self.name().to_owned(),
+            error,
+            deduplicated,
+        }
+    }
+
+    fn meta(
+        &self,
+        key: Option<crate::key::IdempotencyKey>,
+        deduplicated: bool,
+        attempts: u32,
+    ) -> CallMeta {
+        CallMeta {
+            tool: self.name(),
+            class: self.class,
+            key,
+            deduplicated,
+            attempts,
+        }
+    }
+}
+
+/// One call of tool `T` in progress: the type-independent [`CallEnv`] plus
+/// the tool and the executor's state, which only the phases that run tool
+/// code need.
+struct Call<'a, S, T> {
+    env: CallEnv<'a>,
+    tool: &'a T,
+    state: &'a S,
+}
+
+impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
+    /// `read`: run with retries; no key, no store.
+    async fn read(self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
+        let ctx = self.env.base_ctx();
+        let (result, attempts) = self.attempts(&args, ctx, None).await;
+        match result {
+            Ok(output) => Ok(CallOutput {
+                output,
+                meta: self.env.meta(None, false, attempts),
+            }),
+            Err(error) => Err(self.env.tool_failed(error, false)),
+        }
+    }
+
+    /// A keyed class: phase 1 (key), 2 (claim), then as the owner the rest.
+    async fn keyed(self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
+        let key = self.env.key(&args, T::key_material(&args))?;
+        match self.env.claim(&key).await? {
+            claim::Claimed::Owner(owner) => {
+                // Boxed: the owner's path is large and is not taken by
+                // duplicates, whose future stays small and cheap to move.
+                Box::pin(self.owned(args, owner)).await
+            }
+            claim::Claimed::Recorded(record) => self.env.answer(&record),
+        }
+    }
+}
