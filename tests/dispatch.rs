@@ -5,8 +5,8 @@
 mod common;
 
 use common::*;
-use idem::prelude::*;
 use idem::dispatch::{anthropic_reply, openai_messages};
+use idem::prelude::*;
 use serde_json::{json, Value};
 
 fn transcript(name: &str) -> Value {

@@ -6,8 +6,14 @@
 fn readme_shows_the_class_rules_as_the_crate_docs_do() {
     let readme = include_str!("../README.md");
     for (file, text) in [
-        ("classes.md", include_str!("../idem-runtime/src/doc/classes.md")),
-        ("failures.md", include_str!("../idem-runtime/src/doc/failures.md")),
+        (
+            "classes.md",
+            include_str!("../idem-runtime/src/doc/classes.md"),
+        ),
+        (
+            "failures.md",
+            include_str!("../idem-runtime/src/doc/failures.md"),
+        ),
     ] {
         assert!(
             readme.contains(text),

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::*;
-use idem::prelude::*;
 use idem::clock::ManualClock;
 use idem::dispatch::{Arguments, ToolCall};
+use idem::prelude::*;
 
 fn email() -> SendEmail {
     SendEmail {

@@ -598,8 +598,8 @@ async fn a_store_that_is_down_means_writes_do_not_run() {
 #[tokio::test]
 async fn dispatch_of_an_irreversible_tool_needs_a_policy_and_records_denials() {
     use idem_runtime::dispatch::{Arguments, Dispatcher, ToolCall};
-    use idem_runtime::RunContext;
     use idem_runtime::registry::Registry;
+    use idem_runtime::RunContext;
     let call = || ToolCall {
         id: Some("toolu_1".into()),
         name: "delete_account".into(),

@@ -2,9 +2,10 @@
 //! tool's key derivation reads (call id, run and step, natural or custom key
 //! material). See [`crate::key`] for the derivation itself.
 
+use crate::clock::Clock;
 use crate::error::IdemError;
-use crate::key::{key_for_call, CallKeySource, CanonicalArgs, IdempotencyKey, Namespace};
-use crate::tool::KeyMaterial;
+use crate::key::{self, CanonicalArgs, IdempotencyKey, KeyError, KeyInput, KeySource, Namespace};
+use crate::tool::{KeyMaterial, KeySpec, ToolSpec};
 
 use super::CallEnv;
 
@@ -62,4 +63,75 @@ impl CallEnv<'_> {
             namespace,
         })
     }
+}
+
+/// Where one call's key comes from: the tool's key derivation applied to
+/// what is known about the call. A natural or custom key never falls back
+/// to another derivation (that would key the call differently from its
+/// duplicates), and the default derivation takes the provider's call id
+/// before the run and step.
+///
+/// Returns the key and whether a different argument fingerprint under it
+/// is a key reuse (`false` only for natural keys, which are find-or-create).
+fn key_for_call(
+    spec: &ToolSpec,
+    material: Option<&KeyMaterial>,
+    call: CallKeySource<'_>,
+) -> Result<(IdempotencyKey, bool), KeyError> {
+    let window;
+    let (source, check_fingerprint) = match (spec.key, material) {
+        (KeySpec::Natural { window: w, .. }, Some(KeyMaterial::Natural(fields))) => {
+            window = w.map(|w| key::window_bucket(call.clock.now().as_millis(), w));
+            (KeySource::Natural { fields, window }, false)
+        }
+        (KeySpec::Custom, Some(KeyMaterial::Custom(text))) => (KeySource::Custom(text), true),
+        (KeySpec::Natural { .. }, _) | (KeySpec::Custom, _) => {
+            return Err(KeyError::NoMaterial {
+                tool: spec.name.to_owned(),
+                derivation: if matches!(spec.key, KeySpec::Custom) {
+                    "custom"
+                } else {
+                    "natural"
+                },
+            });
+        }
+        (KeySpec::Default, _) => match (call.call_id, call.run) {
+            (Some(id), _) => (KeySource::CallId(id), true),
+            (None, Some((run_id, step))) => (
+                KeySource::Step {
+                    run_id,
+                    step,
+                    args: call.args,
+                },
+                true,
+            ),
+            (None, None) => {
+                return Err(KeyError::NoSource {
+                    tool: spec.name.to_owned(),
+                })
+            }
+        },
+    };
+    let key = key::derive_key(&KeyInput {
+        version: spec.key_version,
+        namespace: call.namespace,
+        tool: spec.name,
+        source,
+    })?;
+    Ok((key, check_fingerprint))
+}
+
+/// What is known about one call when its key is chosen.
+#[derive(Clone, Copy, Debug)]
+struct CallKeySource<'a> {
+    /// The provider's tool-call id.
+    call_id: Option<&'a str>,
+    /// The run id and step.
+    run: Option<(&'a str, u64)>,
+    /// The call's canonical arguments.
+    args: &'a CanonicalArgs,
+    /// The tenant.
+    namespace: &'a Namespace,
+    /// The clock, read only for natural-key windows.
+    clock: &'a dyn Clock,
 }
