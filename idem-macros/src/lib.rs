@@ -11,8 +11,13 @@
 //! code from it. Every error is collected in a `ctxt::Ctxt` and reported
 //! together.
 //!
-//! When the input is invalid, `fallback` emits the errors plus the function
-//! as written. `tools` implements `tools![…]`.
+//! An error does not throw away what was understood. A bad option is
+//! reported and left out, and the tool is still generated, so one typo in
+//! `#[tool(…)]` is one error, not one more at every `tools![…]` and
+//! `executor.call(…)` that names the tool. Only when no sound tool exists
+//! (the function is not a tool's signature, or the class is missing or
+//! unknown, which is never guessed) does `fallback` emit the function as
+//! written instead. `tools` implements `tools![…]`.
 
 mod ast;
 mod attr;
@@ -55,7 +60,7 @@ pub(crate) fn expand_tool(
                 proc_macro2::Span::call_site(),
                 "`#[tool]` goes on a function (`fn` or `async fn`): the function becomes the tool",
             );
-            return fallback::tool(item, error);
+            return fallback::function(item, error);
         }
     };
     let mut cx = ctxt::Ctxt::new();
@@ -65,7 +70,8 @@ pub(crate) fn expand_tool(
     let valid = valid::check(&mut cx, attrs, tool, signature);
     match (valid, cx.check()) {
         (Some(valid), Ok(())) => expand::tool(&valid),
-        (_, Err(errors)) => fallback::tool(item, errors),
+        (Some(valid), Err(errors)) => fallback::tool(expand::tool(&valid), errors),
+        (None, Err(errors)) => fallback::function(item, errors),
         (None, Ok(())) => unreachable!("`valid::check` records why there is no tool"),
     }
 }
