@@ -1,9 +1,14 @@
-//! A typed model of the function under `#[tool]`.
+//! A typed model of the function under `#[tool]`, in two parts:
 //!
-//! Everything here is read off the syntax; shape errors (a generic tool, a
-//! `self` receiver, a return type that is not a `Result`) are recorded in the
-//! [`Ctxt`] and the model is still built as far as possible, so that the
-//! attribute's own errors are reported in the same build.
+//! - [`ToolFn`]: its name, documentation and attributes, which every
+//!   function has;
+//! - [`Signature`]: what its parameters and return type mean to the
+//!   executor, which only a function with a tool's signature has.
+//!
+//! Everything here is read off the syntax. Signature errors (a generic tool,
+//! a `self` receiver, a return type that is not a `Result`) are recorded in
+//! the [`Ctxt`] and leave no [`Signature`]; every such error is still found
+//! and the attribute's own errors are reported in the same build.
 
 use proc_macro2::TokenStream;
 use quote::ToTokens;
@@ -27,12 +32,17 @@ pub(crate) struct ToolFn<'a> {
     pub(crate) cfgs: Vec<&'a Attribute>,
     /// Every other attribute: stays on the function body.
     pub(crate) body_attrs: Vec<&'a Attribute>,
+}
+
+/// A tool's signature: the arguments first, then context and state
+/// parameters, returning a `Result`.
+pub(crate) struct Signature<'a> {
     /// The parameters, in order, with the role each plays.
     pub(crate) params: Vec<Param<'a>>,
     /// The arguments type (the first parameter's type).
-    pub(crate) args_ty: Option<&'a Type>,
+    pub(crate) args_ty: &'a Type,
     /// `T` of `Result<T, E>`.
-    pub(crate) output_ty: Option<&'a Type>,
+    pub(crate) output_ty: &'a Type,
 }
 
 /// One line of documentation.
@@ -54,10 +64,7 @@ pub(crate) enum Param<'a> {
 }
 
 impl<'a> ToolFn<'a> {
-    pub(crate) fn from_item(cx: &mut Ctxt, item: &'a ItemFn) -> Self {
-        let sig = &item.sig;
-        check_signature(cx, item);
-
+    pub(crate) fn from_item(item: &'a ItemFn) -> Self {
         let mut docs = Vec::new();
         let mut doc_attrs = Vec::new();
         let mut cfgs = Vec::new();
@@ -85,6 +92,28 @@ impl<'a> ToolFn<'a> {
                 body_attrs.push(attr);
             }
         }
+        ToolFn {
+            item,
+            ident: &item.sig.ident,
+            docs,
+            doc_attrs,
+            cfgs,
+            body_attrs,
+        }
+    }
+
+    pub(crate) fn is_async(&self) -> bool {
+        self.item.sig.asyncness.is_some()
+    }
+}
+
+impl<'a> Signature<'a> {
+    /// The signature of `item` as a tool, or `None` if it is not one; each
+    /// reason is recorded in `cx`.
+    pub(crate) fn from_item(cx: &mut Ctxt, item: &'a ItemFn) -> Option<Self> {
+        let errors_before = cx.error_count();
+        let sig = &item.sig;
+        check_signature(cx, item);
 
         let mut params = Vec::new();
         let mut args_ty = None;
@@ -128,22 +157,16 @@ impl<'a> ToolFn<'a> {
                 "a tool takes its arguments as its first parameter; a tool without arguments takes an empty struct deriving `Deserialize`, `Serialize` and `JsonSchema`",
             );
         }
+        let output_ty = result_ok_type(cx, &sig.output, &sig.ident);
 
-        ToolFn {
-            item,
-            ident: &sig.ident,
-            docs,
-            doc_attrs,
-            cfgs,
-            body_attrs,
-            params,
-            args_ty,
-            output_ty: result_ok_type(cx, &sig.output, &sig.ident),
+        if cx.error_count() > errors_before {
+            return None;
         }
-    }
-
-    pub(crate) fn is_async(&self) -> bool {
-        self.item.sig.asyncness.is_some()
+        Some(Signature {
+            params,
+            args_ty: args_ty?,
+            output_ty: output_ty?,
+        })
     }
 
     /// The types of the `State<T>` parameters, in order.

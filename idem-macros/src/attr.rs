@@ -4,6 +4,11 @@
 //! the attribute is first split into `name = value` pairs at top-level
 //! commas, then each value is parsed by its option's own grammar, and every
 //! error is recorded in the [`Ctxt`].
+//!
+//! An option whose value is rejected is left out (at its default) and named
+//! in [`Attrs::rejected`], so that validation can tell an option that was
+//! never written from one that was written wrong: the tool can still be
+//! generated without a bad `timeout`, but not without a bad `class`.
 
 use proc_macro2::{TokenStream, TokenTree};
 use syn::ext::IdentExt;
@@ -115,10 +120,31 @@ pub(crate) struct NaturalField {
     pub(crate) normalize: Option<Path>,
 }
 
-/// Everything `#[tool(…)]` said; absent options are `None`.
+/// Everything `#[tool(…)]` said.
 #[derive(Default)]
 pub(crate) struct Attrs {
+    /// `class = "…"`, when it was given once (or each time the same).
     pub(crate) class: Option<Opt<Class>>,
+    /// The other options that were understood.
+    pub(crate) options: Options,
+    /// The names of options that were written but rejected (a value that
+    /// does not parse, a second occurrence): each already reported where it
+    /// was written.
+    pub(crate) rejected: Vec<String>,
+    /// The attribute is not a `name = value, …` list (already reported), so
+    /// nothing in it was read.
+    pub(crate) unreadable: bool,
+}
+
+impl Attrs {
+    pub(crate) fn rejected(&self, option: &str) -> bool {
+        self.rejected.iter().any(|o| o == option)
+    }
+}
+
+/// The options other than `class`; absent or rejected options are `None`.
+#[derive(Default)]
+pub(crate) struct Options {
     pub(crate) name: Option<Opt<LitStr>>,
     pub(crate) description: Option<Opt<LitStr>>,
     pub(crate) key: Option<Opt<KeyOpt>>,
@@ -128,9 +154,6 @@ pub(crate) struct Attrs {
     pub(crate) reconcile: Option<Opt<Path>>,
     pub(crate) key_version: Option<Opt<u32>>,
     pub(crate) krate: Option<Opt<Path>>,
-    /// Every option name written, valid value or not: an invalid `class`
-    /// is reported once, not again as a missing one.
-    pub(crate) written: Vec<String>,
 }
 
 /// `name = value` before the value is understood.
@@ -149,6 +172,7 @@ pub(crate) fn parse(cx: &mut Ctxt, args: TokenStream) -> Attrs {
         Ok(raw) => raw,
         Err(e) => {
             cx.syn_error(e);
+            attrs.unreadable = true;
             return attrs;
         }
     };
@@ -194,18 +218,21 @@ fn tokens_until_comma(input: ParseStream) -> syn::Result<TokenStream> {
 fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
     let option = raw.name.unraw().to_string();
     let Some(eq) = raw.eq else {
-        if Class::from_name(&option).is_some() {
-            // `#[tool(read)]` is the most likely slip of all.
-            attrs.written.push("class".to_owned());
+        if let Some(class) = Class::from_name(&option) {
+            // `#[tool(read)]` is the most likely slip of all. The class is
+            // the one the user named, so it is kept: the tool is still
+            // generated and this is the only error.
             cx.error_spanned_by(
                 &raw.name,
                 format!("write the class as `class = \"{option}\"`: every tool option is written `name = value`"),
             );
+            set_class(cx, attrs, raw.name, Ok(class));
         } else if OPTIONS.contains(&option.as_str()) {
             cx.error_spanned_by(
                 &raw.name,
                 format!("expected `{option} = …`: every tool option is written `name = value`"),
             );
+            attrs.rejected.push(option);
         } else {
             unknown_option(cx, &raw.name, &option);
         }
@@ -213,44 +240,79 @@ fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
     };
     if raw.value.is_empty() {
         cx.error_spanned_by(eq, format!("expected a value for `{option}` after `=`"));
+        if OPTIONS.contains(&option.as_str()) {
+            attrs.rejected.push(option);
+        }
         return;
     }
-    attrs.written.push(option.clone());
     let name = raw.name.clone();
     let value = raw.value;
     match option.as_str() {
-        "class" => set(cx, &mut attrs.class, name, parse_class.parse2(value)),
-        "name" => set(cx, &mut attrs.name, name, parse_tool_name.parse2(value)),
+        "class" => {
+            let class =
+                class_written_as_ident(cx, &value).map_or_else(|| parse_class.parse2(value), Ok);
+            set_class(cx, attrs, name, class);
+        }
+        "name" => set(
+            cx,
+            &mut attrs.rejected,
+            &mut attrs.options.name,
+            name,
+            parse_tool_name.parse2(value),
+        ),
         "description" => set(
             cx,
-            &mut attrs.description,
+            &mut attrs.rejected,
+            &mut attrs.options.description,
             name,
             parse_description.parse2(value),
         ),
-        "key" => set(cx, &mut attrs.key, name, parse_key.parse2(value)),
-        "ttl" => set(cx, &mut attrs.ttl, name, parse_duration.parse2(value)),
-        "timeout" => set(cx, &mut attrs.timeout, name, parse_duration.parse2(value)),
+        "key" => set(
+            cx,
+            &mut attrs.rejected,
+            &mut attrs.options.key,
+            name,
+            parse_key.parse2(value),
+        ),
+        "ttl" => set(
+            cx,
+            &mut attrs.rejected,
+            &mut attrs.options.ttl,
+            name,
+            parse_duration.parse2(value),
+        ),
+        "timeout" => set(
+            cx,
+            &mut attrs.rejected,
+            &mut attrs.options.timeout,
+            name,
+            parse_duration.parse2(value),
+        ),
         "max_attempts" => set(
             cx,
-            &mut attrs.max_attempts,
+            &mut attrs.rejected,
+            &mut attrs.options.max_attempts,
             name,
             parse_positive.parse2(value),
         ),
         "reconcile" => set(
             cx,
-            &mut attrs.reconcile,
+            &mut attrs.rejected,
+            &mut attrs.options.reconcile,
             name,
             parse_path("reconcile").parse2(value),
         ),
         "key_version" => set(
             cx,
-            &mut attrs.key_version,
+            &mut attrs.rejected,
+            &mut attrs.options.key_version,
             name,
             parse_positive.parse2(value),
         ),
         "crate" => set(
             cx,
-            &mut attrs.krate,
+            &mut attrs.rejected,
+            &mut attrs.options.krate,
             name,
             parse_path("crate").parse2(value),
         ),
@@ -269,19 +331,58 @@ fn unknown_option(cx: &mut Ctxt, name: &Ident, option: &str) {
     );
 }
 
-/// Store an option's value, rejecting a second occurrence.
-fn set<T>(cx: &mut Ctxt, slot: &mut Option<Opt<T>>, name: Ident, value: syn::Result<T>) {
+/// Store an option's value, rejecting a second occurrence (the first one
+/// is kept).
+fn set<T>(
+    cx: &mut Ctxt,
+    rejected: &mut Vec<String>,
+    slot: &mut Option<Opt<T>>,
+    name: Ident,
+    value: syn::Result<T>,
+) {
     match value {
-        Err(e) => cx.syn_error(e),
-        Ok(_) if slot.is_some() => cx.error_spanned_by(
-            &name,
-            format!(
-                "duplicate tool option `{}`: give each option once",
-                name.unraw()
-            ),
-        ),
+        Err(e) => {
+            cx.syn_error(e);
+            rejected.push(name.unraw().to_string());
+        }
+        Ok(_) if slot.is_some() => {
+            duplicate(cx, &name);
+            rejected.push(name.unraw().to_string());
+        }
         Ok(value) => *slot = Some(Opt { name, value }),
     }
+}
+
+/// Store the class. Giving the same class twice is reported but harmless;
+/// two different classes (or one that does not parse) leave no class the
+/// expansion could trust, so `class` is marked rejected.
+fn set_class(cx: &mut Ctxt, attrs: &mut Attrs, name: Ident, class: syn::Result<Class>) {
+    match (class, &attrs.class) {
+        (Ok(class), Some(first)) if class == first.value => duplicate(cx, &name),
+        (class, _) => set(cx, &mut attrs.rejected, &mut attrs.class, name, class),
+    }
+}
+
+fn duplicate(cx: &mut Ctxt, name: &Ident) {
+    cx.error_spanned_by(
+        name,
+        format!(
+            "duplicate tool option `{}`: give each option once",
+            name.unraw()
+        ),
+    );
+}
+
+/// `class = read`: a known class written without quotes. It is reported,
+/// and the class is kept, since there is no doubt which one was meant.
+fn class_written_as_ident(cx: &mut Ctxt, value: &TokenStream) -> Option<Class> {
+    let ident = Ident::parse_any.parse2(value.clone()).ok()?;
+    let class = Class::from_name(&ident.to_string())?;
+    cx.error_spanned_by(
+        &ident,
+        format!("write the class as a string: `class = \"{ident}\"`"),
+    );
+    Some(class)
 }
 
 fn parse_class(input: ParseStream) -> syn::Result<Class> {

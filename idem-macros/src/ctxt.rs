@@ -8,7 +8,7 @@ use quote::ToTokens;
 /// combines them into one `syn::Error` whose parts keep their own spans.
 #[derive(Default)]
 pub(crate) struct Ctxt {
-    errors: Option<syn::Error>,
+    errors: Vec<syn::Error>,
 }
 
 impl Ctxt {
@@ -28,16 +28,24 @@ impl Ctxt {
 
     /// Record an error produced by syn.
     pub(crate) fn syn_error(&mut self, error: syn::Error) {
-        match &mut self.errors {
-            Some(errors) => errors.combine(error),
-            None => self.errors = Some(error),
-        }
+        self.errors.push(error);
     }
 
-    /// `Ok` if nothing was recorded, else every recorded error.
+    /// How many errors have been recorded so far: a stage compares the
+    /// count before and after itself to know whether its part was sound.
+    pub(crate) fn error_count(&self) -> usize {
+        self.errors.len()
+    }
+
+    /// `Ok` if nothing was recorded, else every recorded error, in the
+    /// order they were recorded.
     pub(crate) fn check(self) -> syn::Result<()> {
-        match self.errors {
-            Some(errors) => Err(errors),
+        let mut errors = self.errors.into_iter();
+        match errors.next() {
+            Some(mut first) => {
+                first.extend(errors);
+                Err(first)
+            }
             None => Ok(()),
         }
     }

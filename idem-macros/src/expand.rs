@@ -21,34 +21,43 @@ use syn::ext::IdentExt;
 use syn::spanned::Spanned;
 use syn::{LitStr, Path};
 
-use crate::ast::{DocPart, Param, ToolFn};
-use crate::attr::{Attrs, Class, Duration, KeyOpt};
+use crate::ast::{DocPart, Param, Signature, ToolFn};
+use crate::attr::{Duration, KeyOpt, Options};
+use crate::valid::ValidTool;
 
-/// The tokens for a tool that passed validation.
-pub(crate) fn tool(attrs: &Attrs, tool: &ToolFn, class: Class) -> TokenStream {
-    let private = private_path(attrs.krate.as_ref().map(|k| &k.value));
+/// The tokens for a validated tool.
+pub(crate) fn tool(tool: &ValidTool) -> TokenStream {
+    let ValidTool {
+        function,
+        signature,
+        class,
+        options,
+    } = tool;
+    let private = private_path(options.krate.as_ref().map(|k| &k.value));
     let p = &private;
-    let ident = tool.ident;
-    let vis = &tool.item.vis;
-    let cfgs = &tool.cfgs;
-    let docs = &tool.doc_attrs;
-    let body_attrs = &tool.body_attrs;
+    let ident = function.ident;
+    let vis = &function.item.vis;
+    let cfgs = &function.cfgs;
+    let docs = &function.doc_attrs;
+    let body_attrs = &function.body_attrs;
 
-    let mut sig = tool.item.sig.clone();
-    sig.ident = format_ident!("run", span = tool.ident.span());
-    let block = &tool.item.block;
+    let mut sig = function.item.sig.clone();
+    sig.ident = format_ident!("run", span = function.ident.span());
+    let block = &function.item.block;
 
     let class_marker = format_ident!("{}", class.marker());
-    let args_ty = tool.args_ty.expect("validated: a tool has arguments");
-    let output_ty = tool.output_ty.expect("validated: a tool returns a Result");
-    let spec = spec(p, attrs, tool);
-    let key_material = key_material(p, attrs, tool);
-    let call = call(p, tool);
-    let reconcile = attrs
+    let args_ty = signature.args_ty;
+    let output_ty = signature.output_ty;
+    let spec = spec(p, options, function);
+    let key_material = key_material(p, options, signature);
+    let call = call(p, function, signature);
+    let reconcile = options
         .reconcile
         .as_ref()
-        .map(|r| reconcile(p, tool, &r.value));
-    let state_bounds = tool.state_types().map(|ty| quote!(#ty: #p::FromRef<__S>,));
+        .map(|r| reconcile(p, signature, &r.value));
+    let state_bounds = signature
+        .state_types()
+        .map(|ty| quote!(#ty: #p::FromRef<__S>,));
 
     quote! {
         #(#cfgs)*
@@ -99,17 +108,17 @@ pub(crate) fn private_path(krate: Option<&Path>) -> TokenStream {
 
 /// The `ToolSpec` constant: `ToolSpec::new(name, description)` plus the
 /// options that differ from the defaults.
-fn spec(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> TokenStream {
-    let name = match &attrs.name {
+fn spec(p: &TokenStream, options: &Options, function: &ToolFn) -> TokenStream {
+    let name = match &options.name {
         Some(name) => name.value.clone(),
-        None => LitStr::new(&tool.ident.unraw().to_string(), tool.ident.span()),
+        None => LitStr::new(&function.ident.unraw().to_string(), function.ident.span()),
     };
-    let description = match &attrs.description {
+    let description = match &options.description {
         Some(description) => description.value.to_token_stream(),
-        None => description_from_docs(&tool.docs),
+        None => description_from_docs(&function.docs),
     };
     let mut fields = Vec::new();
-    if let Some(key) = &attrs.key {
+    if let Some(key) = &options.key {
         let key = match &key.value {
             KeyOpt::Default => quote!(#p::KeySpec::Default),
             KeyOpt::Natural { fields, window } => {
@@ -121,23 +130,23 @@ fn spec(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> TokenStream {
         };
         fields.push(quote!(key: #key));
     }
-    if let Some(version) = &attrs.key_version {
+    if let Some(version) = &options.key_version {
         let version = Literal::u32_unsuffixed(version.value);
         fields.push(quote!(key_version: #version));
     }
-    if let Some(ttl) = &attrs.ttl {
+    if let Some(ttl) = &options.ttl {
         let ttl = option(Some(duration(&ttl.value)));
         fields.push(quote!(ttl: #ttl));
     }
-    if let Some(timeout) = &attrs.timeout {
+    if let Some(timeout) = &options.timeout {
         let timeout = option(Some(duration(&timeout.value)));
         fields.push(quote!(timeout: #timeout));
     }
-    if let Some(max) = &attrs.max_attempts {
+    if let Some(max) = &options.max_attempts {
         let max = option(Some(Literal::u32_unsuffixed(max.value).into_token_stream()));
         fields.push(quote!(max_attempts: #max));
     }
-    if attrs.reconcile.is_some() {
+    if options.reconcile.is_some() {
         fields.push(quote!(has_reconcile: true));
     }
     let new = quote!(#p::ToolSpec::new(#name, #description));
@@ -191,9 +200,9 @@ fn option(value: Option<TokenStream>) -> TokenStream {
 }
 
 /// `ToolDef::key_material` for natural and custom keys.
-fn key_material(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> Option<TokenStream> {
-    let args_ty = tool.args_ty.expect("validated");
-    let body = match &attrs.key.as_ref()?.value {
+fn key_material(p: &TokenStream, options: &Options, signature: &Signature) -> Option<TokenStream> {
+    let args_ty = signature.args_ty;
+    let body = match &options.key.as_ref()?.value {
         KeyOpt::Default => return None,
         KeyOpt::Natural { fields, .. } => {
             let entries = fields.iter().map(|field| {
@@ -224,18 +233,18 @@ fn key_material(p: &TokenStream, attrs: &Attrs, tool: &ToolFn) -> Option<TokenSt
 
 /// `Tool::call`: run the body as a future; a plain `fn` runs when the
 /// future is first polled, like an `async fn`.
-fn call(p: &TokenStream, tool: &ToolFn) -> TokenStream {
+fn call(p: &TokenStream, function: &ToolFn, signature: &Signature) -> TokenStream {
     // The tool arguments, the context and each `State<T>`, in the order the
     // function declares them.
-    let args = tool.params.iter().map(|param| match param {
+    let args = signature.params.iter().map(|param| match param {
         Param::Args => quote!(__args),
         Param::Ctx => quote!(__ctx),
         Param::State(_) => quote!(#p::State::from_state(__state)),
     });
-    let args_ty = tool.args_ty.expect("validated");
-    let output_ty = tool.output_ty.expect("validated");
-    let ret = &tool.item.sig.output;
-    let run = if tool.is_async() {
+    let args_ty = signature.args_ty;
+    let output_ty = signature.output_ty;
+    let ret = &function.item.sig.output;
+    let run = if function.is_async() {
         quote!(Self::run(#(#args),*).await)
     } else {
         quote!(Self::run(#(#args),*))
@@ -264,10 +273,10 @@ fn call(p: &TokenStream, tool: &ToolFn) -> TokenStream {
 
 /// `Tool::reconcile`: call the hook with `&args`, the context and the same
 /// `State<T>` parameters as the tool, in the tool's order.
-fn reconcile(p: &TokenStream, tool: &ToolFn, hook: &Path) -> TokenStream {
-    let args_ty = tool.args_ty.expect("validated");
-    let output_ty = tool.output_ty.expect("validated");
-    let states = tool
+fn reconcile(p: &TokenStream, signature: &Signature, hook: &Path) -> TokenStream {
+    let args_ty = signature.args_ty;
+    let output_ty = signature.output_ty;
+    let states = signature
         .state_types()
         .map(|_| quote!(#p::State::from_state(__state)));
     let body = quote_spanned! {hook.span()=> #hook(__args, __ctx, #(#states),*) };

@@ -5,11 +5,19 @@
 //! to `::idem::__private` only.
 //!
 //! Inside, parse → validate → expand, one file each: `attr` parses the
-//! options, `ast` models the function, `valid` checks them against each
-//! other (every error collected in a `ctxt::Ctxt` and reported together),
-//! `expand` generates the code and `fallback` is what is emitted when the
-//! input is invalid (the errors plus the function as written). `tools`
-//! implements `tools![…]`.
+//! options, `ast` models the function (its attributes, and its signature
+//! when it has a tool's), `valid` checks them against each other and builds
+//! a `ValidTool` whose every part is understood, and `expand` generates the
+//! code from it. Every error is collected in a `ctxt::Ctxt` and reported
+//! together.
+//!
+//! An error does not throw away what was understood. A bad option is
+//! reported and left out, and the tool is still generated, so one typo in
+//! `#[tool(…)]` is one error, not one more at every `tools![…]` and
+//! `executor.call(…)` that names the tool. Only when no sound tool exists
+//! (the function is not a tool's signature, or the class is missing or
+//! unknown, which is never guessed) does `fallback` emit the function as
+//! written instead. `tools` implements `tools![…]`.
 
 mod ast;
 mod attr;
@@ -52,16 +60,18 @@ pub(crate) fn expand_tool(
                 proc_macro2::Span::call_site(),
                 "`#[tool]` goes on a function (`fn` or `async fn`): the function becomes the tool",
             );
-            return fallback::tool(item, error);
+            return fallback::function(item, error);
         }
     };
     let mut cx = ctxt::Ctxt::new();
     let attrs = attr::parse(&mut cx, args);
-    let tool = ast::ToolFn::from_item(&mut cx, &function);
-    let class = valid::check(&mut cx, &attrs, &tool);
-    match (cx.check(), class) {
-        (Ok(()), Some(class)) => expand::tool(&attrs, &tool, class),
-        (Err(errors), _) => fallback::tool(item, errors),
-        (Ok(()), None) => unreachable!("a missing class is an error"),
+    let tool = ast::ToolFn::from_item(&function);
+    let signature = ast::Signature::from_item(&mut cx, &function);
+    let valid = valid::check(&mut cx, attrs, tool, signature);
+    match (valid, cx.check()) {
+        (Some(valid), Ok(())) => expand::tool(&valid),
+        (Some(valid), Err(errors)) => fallback::tool(expand::tool(&valid), errors),
+        (None, Err(errors)) => fallback::function(item, errors),
+        (None, Ok(())) => unreachable!("`valid::check` records why there is no tool"),
     }
 }
