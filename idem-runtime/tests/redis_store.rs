@@ -298,3 +298,48 @@ async fn server_going_away_fails_writes_closed() {
     let store = RedisStore::connect(&server.url()).await.unwrap();
     fails_closed_when_the_server_goes_away(store, || server.stop()).await;
 }
+
+/// A server out of memory under `noeviction` refuses the claim as `Full`,
+/// and a read-only replica as `ReadOnly`: the classification reads the
+/// redis crate's error kinds, which changed shape in its 1.0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn full_and_read_only_servers_are_told_apart() {
+    // A server of its own: it is made full, then a replica.
+    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip("redis full and read-only", "redis-server");
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let mut raw = raw(&server.url()).await;
+    let config =
+        |name: &str, value: &str| redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone();
+    let f = fingerprint();
+    let _: () = config("maxmemory-policy", "noeviction")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = config("maxmemory", "1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    match store.claim(&request(&random_key(), &f)).await {
+        Err(StoreError::Full { store: name, .. }) => assert_eq!(name, store.describe()),
+        other => panic!("a full server must refuse the claim as Full, got {other:?}"),
+    }
+    let _: () = config("maxmemory", "0")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let _: () = redis::cmd("REPLICAOF")
+        .arg("127.0.0.1")
+        .arg(closed_port())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    match store.claim(&request(&random_key(), &f)).await {
+        Err(StoreError::ReadOnly { store: name, .. }) => assert_eq!(name, store.describe()),
+        other => panic!("a replica must refuse the claim as ReadOnly, got {other:?}"),
+    }
+}

@@ -205,10 +205,10 @@ impl RedisStore {
             cause: e.to_string(),
         };
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(options.connection_timeout)
-            .set_response_timeout(options.response_timeout)
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_response_timeout(Some(options.response_timeout))
             .set_number_of_retries(2)
-            .set_max_delay(500);
+            .set_max_delay(Duration::from_millis(500));
         let mut conn = tokio::time::timeout(
             options.connection_timeout * 3,
             ConnectionManager::new_with_config(client.clone(), config),
@@ -297,7 +297,7 @@ impl RedisStore {
     }
 
     fn unavailable(&self, e: redis::RedisError) -> StoreError {
-        if e.kind() == redis::ErrorKind::ReadOnly {
+        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
             return StoreError::ReadOnly {
                 store: self.name.clone(),
                 cause: e.to_string(),

@@ -459,10 +459,13 @@ fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, S
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(sql)?;
     if let Some(bytes) = options.max_size {
-        let page: u64 = conn
+        // SQLite integers are i64 (rusqlite maps no u64).
+        let page: i64 = conn
             .pragma_query_value(None, "page_size", |row| row.get(0))
             .map_err(sql)?;
-        conn.pragma_update(None, "max_page_count", (bytes / page.max(1)).max(1))
+        let pages = bytes / page.max(1).unsigned_abs();
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX).max(1);
+        conn.pragma_update(None, "max_page_count", pages)
             .map_err(sql)?;
     }
     migrate(&mut conn, shared)?;
