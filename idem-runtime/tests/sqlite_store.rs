@@ -497,3 +497,25 @@ async fn fences_are_not_handed_out_again_after_a_restart() {
         Err(StoreError::StaleFence { .. })
     ));
 }
+
+/// The SQLite store reads its own URL, as the Redis and PostgreSQL stores
+/// do; `store::connect` only picks it by the scheme.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reads_its_own_url() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let url = format!("sqlite://{}?synchronous=normal", path.display());
+    let store = SqliteStore::connect(&url).await.unwrap();
+    assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
+    record(&store, &random_key(), &sent("m-1")).await;
+    for (url, says) in [
+        ("redis://cache/0", "not a SQLite URL"),
+        ("sqlite:", "names no file"),
+        ("sqlite://idem.db?journal=off", "unknown SQLite option"),
+    ] {
+        match SqliteStore::connect(url).await {
+            Err(StoreError::Config(message)) => assert!(message.contains(says), "{url}: {message}"),
+            other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
+}

@@ -35,24 +35,29 @@ use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record};
 
 pub mod memory;
+mod poll;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod redact;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod sweeper;
 pub mod transition;
 pub mod url;
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 mod waiters;
 
 pub use memory::MemoryStore;
+pub use poll::poll_wait;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use sweeper::{spawn_sweeper, SweeperHandle};
 pub use url::{connect, from_env, STORE_ENV};
 
 /// The longest lease or TTL the remote stores write, in milliseconds:
@@ -300,31 +305,6 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn now(&self) -> Result<Timestamp, StoreError>;
 }
 
-/// The polling implementation of [`Store::wait`], for stores without
-/// notifications.
-pub async fn poll_wait<S: Store + ?Sized>(
-    store: &S,
-    key: &IdempotencyKey,
-    timeout: Duration,
-) -> Result<Option<Record>, StoreError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        let record = store.get(key).await?;
-        let now = store.now().await?;
-        match &record {
-            Some(r) if r.outcome().is_none() && !r.lease_expired(now) => {}
-            _ => return Ok(record),
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            return Ok(record);
-        }
-        tokio::time::sleep(pause.min(left)).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
-}
-
 #[async_trait]
 impl<S: Store + ?Sized> Store for Arc<S> {
     fn describe(&self) -> String {
@@ -370,33 +350,5 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn now(&self) -> Result<Timestamp, StoreError> {
         (**self).now().await
-    }
-}
-
-/// Run [`Store::sweep`] every `every` until the returned handle is dropped
-/// or aborted. Sweep errors are logged and retried at the next tick.
-pub fn spawn_sweeper<S: Store + ?Sized>(store: Arc<S>, every: Duration) -> SweeperHandle {
-    let task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            match store.sweep().await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(deleted = n, "idem sweeper deleted expired records"),
-                Err(e) => tracing::warn!(error = %e, "idem sweeper failed; will retry"),
-            }
-        }
-    });
-    SweeperHandle(task)
-}
-
-/// Stops the sweeper when dropped.
-#[derive(Debug)]
-pub struct SweeperHandle(tokio::task::JoinHandle<()>);
-
-impl Drop for SweeperHandle {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }

@@ -40,7 +40,7 @@ use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
-use super::url::redact;
+use super::redact::redact;
 use super::waiters::Waiters;
 use super::{transition, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
 use crate::clock::Timestamp;

@@ -56,7 +56,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script, Value as RedisValue};
 use serde_json::Value;
 
-use super::url::redact;
+use super::redact::redact;
 use super::waiters::Waiters;
 use super::{Claim, ClaimRequest, Store, StoreError, Takeover};
 use crate::clock::Timestamp;

@@ -238,6 +238,29 @@ enum Answer {
 }
 
 impl SqliteStore {
+    /// Open (creating if needed) the store a `sqlite:` URL names, with
+    /// default options: `sqlite://idem.db` (relative to the working
+    /// directory) or `sqlite:///var/lib/app/idem.db`. The query may set
+    /// `synchronous=full` (default) or `synchronous=normal` (see
+    /// [`Synchronous`]) and `busy_timeout_ms=N`.
+    ///
+    /// A URL without a file or with an unknown option is a
+    /// [`StoreError::Config`]; otherwise it fails as [`SqliteStore::open_with`]
+    /// does.
+    pub async fn connect(url: &str) -> Result<SqliteStore, StoreError> {
+        Self::connect_with(url, SqliteOptions::default()).await
+    }
+
+    /// Like [`SqliteStore::connect`], starting from `options`: the URL's
+    /// query options override theirs.
+    pub async fn connect_with(
+        url: &str,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let (path, options) = parse_url(url, options)?;
+        Self::open_with(path, options).await
+    }
+
     /// Open (creating if needed) the store at `path` with default options.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         Self::open_with(path, SqliteOptions::default()).await
@@ -366,6 +389,46 @@ impl SqliteStore {
         let now = self.shared.clock.now();
         Ok((record.filter(|r| !r.is_expired(now)), now))
     }
+}
+
+/// The file and options of a `sqlite:` URL, the query's options applied to
+/// `options`.
+fn parse_url(url: &str, mut options: SqliteOptions) -> Result<(&str, SqliteOptions), StoreError> {
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        return Err(StoreError::Config(format!(
+            "{url:?} is not a SQLite URL; write sqlite://idem.db or sqlite:///absolute/path.db"
+        )));
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() {
+        return Err(StoreError::Config(format!(
+            "{url:?} names no file; write sqlite://idem.db or sqlite:///absolute/path.db"
+        )));
+    }
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = param.split_once('=').unwrap_or((param, ""));
+        options = match (name, value.to_ascii_lowercase().as_str()) {
+            ("synchronous", "full") => options.synchronous(Synchronous::Full),
+            ("synchronous", "normal") => options.synchronous(Synchronous::Normal),
+            ("busy_timeout_ms", ms) => match ms.parse() {
+                Ok(ms) => options.busy_timeout(Duration::from_millis(ms)),
+                Err(_) => {
+                    return Err(StoreError::Config(format!(
+                        "busy_timeout_ms must be a number of milliseconds, not {value:?}"
+                    )))
+                }
+            },
+            _ => {
+                return Err(StoreError::Config(format!(
+                    "unknown SQLite option {param:?} in {url:?}; known: synchronous=full|normal, busy_timeout_ms=N"
+                )))
+            }
+        };
+    }
+    Ok((path, options))
 }
 
 impl Shared {
