@@ -12,8 +12,8 @@ use idem_runtime::conformance::random_key;
 use idem_runtime::store::{Claim, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
 use support::{
-    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
-    wake_up_latencies,
+    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
+    request, sent, wake_up_latencies,
 };
 
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
@@ -225,6 +225,22 @@ async fn unreachable_server_fails_closed_naming_the_store() {
         }
         other => panic!("expected Unavailable, got {other:?}"),
     }
+}
+
+/// tokio-postgres's error stays the source of the store's error, for
+/// reporters that print the chain and callers that look at the driver's
+/// error (its SQLSTATE, its I/O cause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_keeps_the_driver_error_as_source() {
+    let url = format!(
+        "postgres://idem:secret@127.0.0.1:{}/postgres",
+        closed_port()
+    );
+    let e = PostgresStore::connect(&url).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    let driver: &tokio_postgres::Error = driver_error(&e);
+    assert!(driver.as_db_error().is_none(), "{driver:?}");
+    assert!(!e.to_string().contains("secret"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

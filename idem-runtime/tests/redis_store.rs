@@ -14,8 +14,8 @@ use idem_runtime::store::redis::RedisOptions;
 use idem_runtime::store::{Claim, RedisStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
 use support::{
-    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
-    wake_up_latencies,
+    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
+    request, sent, wake_up_latencies,
 };
 
 static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
@@ -285,6 +285,19 @@ async fn unreachable_server_fails_closed_naming_the_store() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+/// The redis crate's error stays the source of the store's error, for
+/// reporters that print the chain and callers that look at the driver's
+/// error kind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_keeps_the_driver_error_as_source() {
+    let url = format!("redis://:secret@127.0.0.1:{}/", closed_port());
+    let e = RedisStore::connect(&url).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    let driver: &redis::RedisError = driver_error(&e);
+    assert!(driver.is_connection_refusal(), "{driver:?}");
+    assert!(!e.to_string().contains("secret"), "{e}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -32,8 +32,9 @@ use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CorruptRecord, Fence, Outcome, Record};
+use crate::record::{Fence, Outcome, Record};
 
+mod error;
 pub mod memory;
 mod poll;
 #[cfg(feature = "postgres")]
@@ -49,6 +50,7 @@ pub mod url;
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 mod waiters;
 
+pub use error::{Cause, FenceHolder, StoreError};
 pub use memory::MemoryStore;
 pub use poll::poll_wait;
 #[cfg(feature = "postgres")]
@@ -131,99 +133,6 @@ pub enum Claim {
 pub struct Takeover {
     /// The vanished owner's fence; it can no longer write.
     pub previous: Fence,
-}
-
-/// A store failed. Writes fail closed on any of these: nothing runs.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The store cannot be reached or refused the operation.
-    #[error("store {store} is unavailable: {cause}")]
-    Unavailable {
-        /// The store (`"sqlite:/var/lib/app/idem.db"`, `"redis://…"`).
-        store: String,
-        /// The cause.
-        cause: String,
-    },
-    /// The writer's fence is not the current owner's.
-    #[error("stale fence for key {key}: {given} is no longer the owner (current owner: {current}); the write was rejected")]
-    StaleFence {
-        /// The key.
-        key: IdempotencyKey,
-        /// The fence offered.
-        given: Fence,
-        /// The current owner, if any.
-        current: FenceHolder,
-    },
-    /// A stored record could not be decoded.
-    #[error(transparent)]
-    Corrupt(#[from] CorruptRecord),
-    /// The store holds data written by a newer version of idem.
-    #[error("store {store} has schema version {found}, newer than this idem understands ({supported}); upgrade idem")]
-    SchemaTooNew {
-        /// The store.
-        store: String,
-        /// The version found.
-        found: u32,
-        /// The newest version understood.
-        supported: u32,
-    },
-    /// The store is full or out of space.
-    #[error("store {store} is full: {cause}")]
-    Full {
-        /// The store.
-        store: String,
-        /// The cause.
-        cause: String,
-    },
-    /// The store only allows reading (a read-only database file or
-    /// directory, a read-only replica): no claim can be recorded, so nothing
-    /// may run.
-    #[error("store {store} is read-only: {cause}; nothing was written and nothing ran")]
-    ReadOnly {
-        /// The store.
-        store: String,
-        /// The cause.
-        cause: String,
-    },
-    /// The store is misconfigured (bad URL, unknown scheme, bad option).
-    #[error("store configuration error: {0}")]
-    Config(String),
-}
-
-/// Who holds a key, as reported by a stale-fence rejection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceHolder {
-    /// Another owner holds it in flight.
-    InFlight(Fence),
-    /// It was completed by this fence.
-    Completed(Fence),
-    /// No record exists (released, swept).
-    Nobody,
-}
-
-impl fmt::Display for FenceHolder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FenceHolder::InFlight(fence) => write!(f, "{fence}, in flight"),
-            FenceHolder::Completed(fence) => write!(f, "{fence}, completed"),
-            FenceHolder::Nobody => f.write_str("nobody"),
-        }
-    }
-}
-
-impl FenceHolder {
-    /// The holder of `record`, or nobody.
-    pub fn of(record: Option<&Record>) -> FenceHolder {
-        match record.map(|r| &r.state) {
-            None => FenceHolder::Nobody,
-            Some(crate::record::RecordState::InFlight { fence, .. }) => {
-                FenceHolder::InFlight(*fence)
-            }
-            Some(crate::record::RecordState::Completed { fence, .. }) => {
-                FenceHolder::Completed(*fence)
-            }
-        }
-    }
 }
 
 /// A persistent or in-memory home for records. See the module docs for the

@@ -42,7 +42,7 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
 use super::redact::redact;
 use super::waiters::Waiters;
-use super::{transition, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
+use super::{transition, Cause, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -345,7 +345,7 @@ impl PostgresStore {
             .await
             .map_err(|_| StoreError::Unavailable {
                 store: name.clone(),
-                cause: format!("no connection within {:?}", options.connect_timeout),
+                cause: format!("no connection within {:?}", options.connect_timeout).into(),
             })?
             .map_err(fail)?;
         migrate(client, &name).await?;
@@ -447,21 +447,26 @@ impl PostgresStore {
     }
 }
 
-/// The typed error for a PostgreSQL failure.
+/// The typed error for a PostgreSQL failure; `e` stays its source.
 fn error(store: &str, e: tokio_postgres::Error) -> StoreError {
     let store = store.to_owned();
     let Some(db) = e.as_db_error() else {
-        let mut cause = e.to_string();
+        let mut message = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
-            cause.push_str(": ");
-            cause.push_str(&s.to_string());
+            message.push_str(": ");
+            message.push_str(&s.to_string());
             source = s.source();
         }
-        return StoreError::Unavailable { store, cause };
+        return StoreError::Unavailable {
+            store,
+            cause: Cause::with_source(message, e),
+        };
     };
-    let cause = format!("{} ({})", db.message(), db.code().code());
-    match *db.code() {
+    let message = format!("{} ({})", db.message(), db.code().code());
+    let code = db.code().clone();
+    let cause = Cause::with_source(message, e);
+    match code {
         SqlState::DISK_FULL | SqlState::OUT_OF_MEMORY | SqlState::INSUFFICIENT_RESOURCES => {
             StoreError::Full { store, cause }
         }
@@ -765,7 +770,7 @@ impl PostgresStore {
     fn protocol(&self, what: &str) -> StoreError {
         StoreError::Unavailable {
             store: self.name.clone(),
-            cause: what.to_owned(),
+            cause: what.into(),
         }
     }
 }

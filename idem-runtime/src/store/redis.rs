@@ -58,7 +58,7 @@ use serde_json::Value;
 
 use super::redact::redact;
 use super::waiters::Waiters;
-use super::{Claim, ClaimRequest, Store, StoreError, Takeover};
+use super::{Cause, Claim, ClaimRequest, Store, StoreError, Takeover};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -202,7 +202,7 @@ impl RedisStore {
             .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?;
         let unavailable = |e: redis::RedisError| StoreError::Unavailable {
             store: name.clone(),
-            cause: e.to_string(),
+            cause: Cause::from_error(e),
         };
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(options.connection_timeout))
@@ -216,7 +216,7 @@ impl RedisStore {
         .await
         .map_err(|_| StoreError::Unavailable {
             store: name.clone(),
-            cause: format!("no connection within {:?}", options.connection_timeout * 3),
+            cause: format!("no connection within {:?}", options.connection_timeout * 3).into(),
         })?
         .map_err(unavailable)?;
 
@@ -248,7 +248,8 @@ impl RedisStore {
                     store: name,
                     cause: format!(
                         "{schema_key} holds {found:?}, not a schema version this idem knows ({SCHEMA_VERSION})"
-                    ),
+                    )
+                    .into(),
                 })
             }
         }
@@ -296,23 +297,17 @@ impl RedisStore {
         format!("{}:{{{}}}:fence", self.prefix, slot(key))
     }
 
+    /// The typed error for a Redis failure; `e` stays its source.
     fn unavailable(&self, e: redis::RedisError) -> StoreError {
-        if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly) {
-            return StoreError::ReadOnly {
-                store: self.name.clone(),
-                cause: e.to_string(),
-            };
-        }
-        let cause = e.to_string();
-        if cause.contains("OOM") {
-            return StoreError::Full {
-                store: self.name.clone(),
-                cause,
-            };
-        }
-        StoreError::Unavailable {
-            store: self.name.clone(),
-            cause,
+        let store = self.name.clone();
+        let read_only = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        let cause = Cause::from_error(e);
+        if read_only {
+            StoreError::ReadOnly { store, cause }
+        } else if cause.contains("OOM") {
+            StoreError::Full { store, cause }
+        } else {
+            StoreError::Unavailable { store, cause }
         }
     }
 
@@ -365,7 +360,7 @@ impl RedisStore {
     fn protocol(&self, what: &str) -> StoreError {
         StoreError::Unavailable {
             store: self.name.clone(),
-            cause: format!("unexpected reply from an idem script: {what:?}"),
+            cause: format!("unexpected reply from an idem script: {what:?}").into(),
         }
     }
 

@@ -43,7 +43,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use super::transition;
 use super::waiters::Waiters;
-use super::{Claim, ClaimRequest, Store, StoreError};
+use super::{Cause, Claim, ClaimRequest, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{Fence, Outcome, Record, RecordState};
@@ -305,10 +305,15 @@ impl SqliteStore {
                     let _ = ready_tx.send(Err(e));
                 }
             })
-            .map_err(|e| shared.unavailable(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|e| {
+                shared.unavailable(Cause::with_source(
+                    format!("cannot start the writer thread: {e}"),
+                    e,
+                ))
+            })?;
         ready_rx
             .await
-            .map_err(|_| shared.unavailable("the writer thread died while opening".into()))??;
+            .map_err(|_| shared.unavailable("the writer thread died while opening"))??;
         Ok(SqliteStore {
             shared,
             writer,
@@ -339,14 +344,12 @@ impl SqliteStore {
 
     async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.writer.send(Job { op, reply }).map_err(|_| {
-            self.shared
-                .unavailable("the writer thread has stopped".into())
-        })?;
-        answer.await.map_err(|_| {
-            self.shared
-                .unavailable("the writer thread has stopped".into())
-        })?
+        self.writer
+            .send(Job { op, reply })
+            .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?;
+        answer
+            .await
+            .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?
     }
 
     /// Run `f` on a read connection, off the async runtime.
@@ -371,7 +374,10 @@ impl SqliteStore {
             result
         })
         .await
-        .map_err(|e| self.shared.unavailable(format!("read task failed: {e}")))?
+        .map_err(|e| {
+            self.shared
+                .unavailable(Cause::with_source(format!("read task failed: {e}"), e))
+        })?
     }
 
     async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
@@ -432,44 +438,49 @@ fn parse_url(url: &str, mut options: SqliteOptions) -> Result<(&str, SqliteOptio
 }
 
 impl Shared {
-    fn unavailable(&self, cause: String) -> StoreError {
+    fn unavailable(&self, cause: impl Into<Cause>) -> StoreError {
         StoreError::Unavailable {
             store: self.name.clone(),
-            cause,
+            cause: cause.into(),
         }
     }
 
-    /// The typed error for a SQLite failure.
+    /// The typed error for a SQLite failure; `e` stays its source.
     fn sql(&self, e: rusqlite::Error) -> StoreError {
         let store = self.name.clone();
-        let code = e.sqlite_error_code();
-        match code {
+        match e.sqlite_error_code() {
             Some(ffi::ErrorCode::DiskFull) => StoreError::Full {
                 store,
-                cause: e.to_string(),
+                cause: Cause::from_error(e),
             },
             Some(ffi::ErrorCode::ReadOnly) => StoreError::ReadOnly {
                 store,
-                cause: e.to_string(),
+                cause: Cause::from_error(e),
             },
             Some(ffi::ErrorCode::NotADatabase) => StoreError::Unavailable {
                 store,
-                cause: format!(
-                    "the file is not a SQLite database ({e}); it was left untouched — point the store at another path"
+                cause: Cause::with_source(
+                    format!(
+                        "the file is not a SQLite database ({e}); it was left untouched — point the store at another path"
+                    ),
+                    e,
                 ),
             },
             Some(ffi::ErrorCode::DatabaseBusy | ffi::ErrorCode::DatabaseLocked) => {
                 StoreError::Unavailable {
                     store,
-                    cause: format!(
-                        "the database stayed locked by another connection for longer than the busy timeout ({:?}): {e}",
-                        self.busy_timeout
+                    cause: Cause::with_source(
+                        format!(
+                            "the database stayed locked by another connection for longer than the busy timeout ({:?}): {e}",
+                            self.busy_timeout
+                        ),
+                        e,
                     ),
                 }
             }
             _ => StoreError::Unavailable {
                 store,
-                cause: e.to_string(),
+                cause: Cause::from_error(e),
             },
         }
     }
