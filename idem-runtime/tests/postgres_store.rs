@@ -254,3 +254,40 @@ async fn server_going_away_fails_writes_closed() {
     let store = PostgresStore::connect(&server.url()).await.unwrap();
     fails_closed_when_the_server_goes_away(store, || server.stop()).await;
 }
+
+/// `close` closes the pool's connections and the listener's, once their
+/// work is done; the server sees them go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_closes_every_connection() {
+    let Some(url) = server_url("postgres close").await else {
+        return;
+    };
+    let url = fresh_database(&url).await;
+    let raw = connect_raw(&url).await;
+    let connections = || async {
+        let row = raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'idem' AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    acquire(&store, &random_key()).await;
+    assert!(
+        connections().await >= 2,
+        "the pool and the listener are connected"
+    );
+    store.close().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while connections().await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "connections still open 10 s after close"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -356,3 +356,45 @@ async fn full_and_read_only_servers_are_told_apart() {
         other => panic!("a replica must refuse the claim as ReadOnly, got {other:?}"),
     }
 }
+
+/// `close` drops the store's connection and its subscriber's; the server
+/// sees them go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_closes_every_connection() {
+    // A server of its own, so only this test's clients are counted.
+    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip("redis close", "redis-server");
+    };
+    let mut raw = raw(&server.url()).await;
+    let clients = || {
+        let mut raw = raw.clone();
+        async move {
+            let list: String = redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            list.lines().count()
+        }
+    };
+    let alone = clients().await;
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    acquire(&store, &random_key()).await;
+    assert!(
+        clients().await >= alone + 2,
+        "the store and its subscriber are connected"
+    );
+    store.close().await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while clients().await > alone {
+        assert!(
+            Instant::now() < deadline,
+            "connections still open 10 s after close"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _: () = redis::cmd("PING").query_async(&mut raw).await.unwrap();
+}

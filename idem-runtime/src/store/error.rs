@@ -62,6 +62,12 @@ pub enum StoreError {
     },
     /// The store is misconfigured (bad URL, unknown scheme, bad option).
     Config(String),
+    /// The store was closed with [`Store::close`](super::Store::close):
+    /// nothing was written and nothing ran.
+    Closed {
+        /// The store.
+        store: String,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -93,6 +99,10 @@ impl fmt::Display for StoreError {
                 "store {store} is read-only: {cause}; nothing was written and nothing ran"
             ),
             StoreError::Config(message) => write!(f, "store configuration error: {message}"),
+            StoreError::Closed { store } => write!(
+                f,
+                "store {store} is closed; nothing was written and nothing ran"
+            ),
         }
     }
 }

@@ -13,6 +13,7 @@
 //! | [`Store::get`] | read |
 //! | [`Store::wait`] | block until the record leaves the in-flight state |
 //! | [`Store::sweep`] | delete expired *completed* records |
+//! | [`Store::close`] | finish pending writes, release connections; later operations fail with [`StoreError::Closed`] |
 //!
 //! Every mutation after the claim carries the owner's [`Fence`]; a mutation
 //! with any other fence is refused with [`StoreError::StaleFence`] and
@@ -212,6 +213,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The store's current time (the server clock for remote stores), used
     /// to judge leases and expiry the way the store does.
     async fn now(&self) -> Result<Timestamp, StoreError>;
+
+    /// Finish the writes in progress and release what the store holds (the
+    /// SQLite writer thread and file connections, Redis connections, the
+    /// PostgreSQL pool). Afterwards every operation fails with
+    /// [`StoreError::Closed`] instead of hanging, waiters included; closing
+    /// again does nothing. Reachable through the `Arc<dyn Store>` that
+    /// [`connect`] returns.
+    ///
+    /// The default does nothing, for stores that hold nothing worth
+    /// closing; the conformance suite expects a closed store to refuse
+    /// operations.
+    async fn close(&self) {}
 }
 
 #[async_trait]
@@ -259,5 +272,8 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn now(&self) -> Result<Timestamp, StoreError> {
         (**self).now().await
+    }
+    async fn close(&self) {
+        (**self).close().await
     }
 }

@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -230,7 +230,8 @@ impl PostgresOptions {
 
 /// Records in PostgreSQL. See the [module docs](self).
 pub struct PostgresStore {
-    pool: bb8::Pool<Manager>,
+    /// `None` once closed.
+    pool: Mutex<Option<bb8::Pool<Manager>>>,
     name: String,
     waiters: Arc<Waiters>,
     listener: tokio::task::JoinHandle<()>,
@@ -370,15 +371,22 @@ impl PostgresStore {
         ));
         let _ = tokio::time::timeout(options.connect_timeout, ready).await;
         Ok(PostgresStore {
-            pool,
+            pool: Mutex::new(Some(pool)),
             name,
             waiters,
             listener,
         })
     }
 
-    async fn conn(&self) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
-        self.pool.get().await.map_err(|e| match e {
+    /// A pooled connection, or [`StoreError::Closed`].
+    async fn conn(&self) -> Result<bb8::PooledConnection<'static, Manager>, StoreError> {
+        let pool = self.pool.lock().expect("not poisoned").clone();
+        let Some(pool) = pool else {
+            return Err(StoreError::Closed {
+                store: self.name.clone(),
+            });
+        };
+        pool.get_owned().await.map_err(|e| match e {
             bb8::RunError::User(e) => self.error(e),
             bb8::RunError::TimedOut => StoreError::Unavailable {
                 store: self.name.clone(),
@@ -763,6 +771,17 @@ impl Store for PostgresStore {
             .await
             .map_err(|e| self.error(e))?;
         Ok(Timestamp(row.get::<_, i64>(0) as u64))
+    }
+
+    /// Stop the listener and drop the pool: idle connections close now,
+    /// connections in use when their operation ends (every transition is
+    /// one statement, so none is left half done). Later operations, and
+    /// waiters, fail with [`StoreError::Closed`].
+    async fn close(&self) {
+        let pool = self.pool.lock().expect("not poisoned").take();
+        drop(pool);
+        self.listener.abort();
+        self.waiters.wake_all();
     }
 }
 

@@ -47,7 +47,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -123,7 +123,8 @@ impl RedisOptions {
 
 /// Records in Redis. See the [module docs](self).
 pub struct RedisStore {
-    conn: ConnectionManager,
+    /// Shared by every operation; `None` once closed.
+    conn: Mutex<Option<ConnectionManager>>,
     scripts: Arc<Scripts>,
     name: String,
     prefix: String,
@@ -278,7 +279,7 @@ impl RedisStore {
         let _ = tokio::time::timeout(options.connection_timeout, ready).await;
 
         Ok(RedisStore {
-            conn,
+            conn: Mutex::new(Some(conn)),
             scripts,
             name,
             prefix: options.prefix,
@@ -286,6 +287,17 @@ impl RedisStore {
             waiters,
             subscriber,
         })
+    }
+
+    /// A handle on the shared connection, or [`StoreError::Closed`].
+    fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        self.conn
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .ok_or_else(|| StoreError::Closed {
+                store: self.name.clone(),
+            })
     }
 
     /// The Redis key holding the record of `key`.
@@ -325,7 +337,7 @@ impl RedisStore {
         for a in args {
             invocation.arg(*a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         invocation
             .invoke_async(&mut conn)
             .await
@@ -641,16 +653,28 @@ impl Store for RedisStore {
 
     async fn sweep(&self) -> Result<u64, StoreError> {
         // Completed records carry a key TTL: Redis deletes them itself.
+        self.conn()?;
         Ok(0)
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(|e| self.unavailable(e))?;
         Ok(Timestamp(secs * 1000 + micros / 1000))
+    }
+
+    /// Stop the subscriber and drop the store's connection; it closes once
+    /// the operations already under way have their replies (every
+    /// transition is one script, so none is left half done). Later
+    /// operations, and waiters, fail with [`StoreError::Closed`].
+    async fn close(&self) {
+        let conn = self.conn.lock().expect("not poisoned").take();
+        drop(conn);
+        self.subscriber.abort();
+        self.waiters.wake_all();
     }
 }
 

@@ -33,6 +33,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -175,8 +176,9 @@ impl SqliteOptions {
 /// ```
 pub struct SqliteStore {
     shared: Arc<Shared>,
-    writer: mpsc::Sender<Job>,
-    writer_thread: Option<std::thread::JoinHandle<()>>,
+    /// The only sender to the writer thread; `None` once closed.
+    writer: Mutex<Option<mpsc::Sender<Job>>>,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 struct Shared {
@@ -187,6 +189,7 @@ struct Shared {
     idle_readers: Mutex<Vec<Connection>>,
     read_slots: Semaphore,
     waiters: Waiters,
+    closed: AtomicBool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -286,6 +289,7 @@ impl SqliteStore {
             idle_readers: Mutex::new(Vec::new()),
             read_slots: Semaphore::new(options.readers),
             waiters: Waiters::default(),
+            closed: AtomicBool::new(false),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let (writer, jobs) = mpsc::channel();
@@ -316,25 +320,9 @@ impl SqliteStore {
             .map_err(|_| shared.unavailable("the writer thread died while opening"))??;
         Ok(SqliteStore {
             shared,
-            writer,
-            writer_thread: Some(writer_thread),
+            writer: Mutex::new(Some(writer)),
+            writer_thread: Mutex::new(Some(writer_thread)),
         })
-    }
-
-    /// Finish the writes in progress and close every connection to the
-    /// file. Dropping the store does the same in the background.
-    pub async fn close(mut self) {
-        self.shared
-            .idle_readers
-            .lock()
-            .expect("not poisoned")
-            .clear();
-        let thread = self.writer_thread.take();
-        // Dropping the only sender ends the writer's loop.
-        drop(self);
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
     }
 
     /// The database file.
@@ -344,9 +332,14 @@ impl SqliteStore {
 
     async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.writer
-            .send(Job { op, reply })
-            .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?;
+        // Sent under the lock, so `close` cannot take the sender between
+        // the check and the send: a job is either refused or committed.
+        match &*self.writer.lock().expect("not poisoned") {
+            None => return Err(self.shared.closed_error()),
+            Some(writer) => writer
+                .send(Job { op, reply })
+                .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?,
+        }
         answer
             .await
             .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?
@@ -357,6 +350,7 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.shared.check_open()?;
         let _slot = self
             .shared
             .read_slots
@@ -370,7 +364,9 @@ impl SqliteStore {
                 None => shared.open_reader()?,
             };
             let result = f(&conn);
-            shared.idle_readers.lock().expect("not poisoned").push(conn);
+            if !shared.closed.load(Ordering::SeqCst) {
+                shared.idle_readers.lock().expect("not poisoned").push(conn);
+            }
             result
         })
         .await
@@ -438,6 +434,20 @@ fn parse_url(url: &str, mut options: SqliteOptions) -> Result<(&str, SqliteOptio
 }
 
 impl Shared {
+    /// [`StoreError::Closed`] once [`Store::close`] was called.
+    fn check_open(&self) -> Result<(), StoreError> {
+        match self.closed.load(Ordering::SeqCst) {
+            false => Ok(()),
+            true => Err(self.closed_error()),
+        }
+    }
+
+    fn closed_error(&self) -> StoreError {
+        StoreError::Closed {
+            store: self.name.clone(),
+        }
+    }
+
     fn unavailable(&self, cause: impl Into<Cause>) -> StoreError {
         StoreError::Unavailable {
             store: self.name.clone(),
@@ -965,6 +975,30 @@ impl Store for SqliteStore {
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.shared.check_open()?;
         Ok(self.shared.clock.now())
+    }
+
+    /// Commit the writes already queued (their callers are answered as
+    /// usual), stop the writer thread and close every connection to the
+    /// file. Later operations, and waiters, fail with
+    /// [`StoreError::Closed`]. Dropping the store without closing it does
+    /// the same in the background.
+    async fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        // Dropping the only sender ends the writer's loop once every job
+        // already queued is committed and answered.
+        let writer = self.writer.lock().expect("not poisoned").take();
+        drop(writer);
+        let thread = self.writer_thread.lock().expect("not poisoned").take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        self.shared
+            .idle_readers
+            .lock()
+            .expect("not poisoned")
+            .clear();
+        self.shared.waiters.wake_all();
     }
 }

@@ -3,10 +3,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::Store;
+use super::{Store, StoreError};
 
 /// Run [`Store::sweep`] every `every` until the returned handle is dropped
-/// or aborted. Sweep errors are logged and retried at the next tick.
+/// or aborted, or the store is closed. Sweep errors are logged and retried
+/// at the next tick.
 pub fn spawn_sweeper<S: Store + ?Sized>(store: Arc<S>, every: Duration) -> SweeperHandle {
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(every);
@@ -16,6 +17,10 @@ pub fn spawn_sweeper<S: Store + ?Sized>(store: Arc<S>, every: Duration) -> Sweep
             match store.sweep().await {
                 Ok(0) => {}
                 Ok(n) => tracing::debug!(deleted = n, "idem sweeper deleted expired records"),
+                Err(StoreError::Closed { .. }) => {
+                    tracing::debug!("idem sweeper stopped: the store was closed");
+                    return;
+                }
                 Err(e) => tracing::warn!(error = %e, "idem sweeper failed; will retry"),
             }
         }
