@@ -25,6 +25,12 @@ async fn server_url(test: &str) -> Option<String> {
     .await
 }
 
+/// The URL of [`fresh_database`] on the shared server, or `None` after a
+/// loud skip.
+async fn own_database(test: &str) -> Option<String> {
+    Some(fresh_database(&server_url(test).await?).await)
+}
+
 /// A fresh database on the shared server, so a test that counts
 /// statements or rewrites the schema sees only its own.
 async fn fresh_database(url: &str) -> String {
@@ -75,10 +81,9 @@ async fn statements<T>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_duplicate_one() {
-    let Some(url) = server_url("postgres round trips").await else {
+    let Some(url) = own_database("postgres round trips").await else {
         return;
     };
-    let url = fresh_database(&url).await;
     let stats = connect_raw(&url).await;
     stats
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -193,10 +198,9 @@ async fn corrupt_outcome_is_reported_and_left_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_from_a_newer_idem_is_refused() {
-    let Some(url) = server_url("postgres newer schema").await else {
+    let Some(url) = own_database("postgres newer schema").await else {
         return;
     };
-    let url = fresh_database(&url).await;
     drop(PostgresStore::connect(&url).await.unwrap());
     connect_raw(&url)
         .await
@@ -259,10 +263,9 @@ async fn server_going_away_fails_writes_closed() {
 /// work is done; the server sees them go.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_closes_every_connection() {
-    let Some(url) = server_url("postgres close").await else {
+    let Some(url) = own_database("postgres close").await else {
         return;
     };
-    let url = fresh_database(&url).await;
     let raw = connect_raw(&url).await;
     let connections = || async {
         let row = raw

@@ -27,6 +27,28 @@ async fn server_url(test: &str) -> Option<String> {
     .await
 }
 
+/// Run `line` (words separated by spaces) on `raw`, expecting `OK`.
+async fn command(raw: &mut redis::aio::MultiplexedConnection, line: &str) {
+    let words: Vec<&str> = line.split(' ').collect();
+    let _: () = redis::cmd(words[0])
+        .arg(&words[1..])
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+/// A server of the test's own (to count only its commands or clients, or to
+/// reconfigure or stop it), or `None` after a loud skip.
+async fn own_server(test: &str) -> Option<RedisServer> {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    if server.is_none() {
+        skip(test, "redis-server");
+    }
+    server
+}
+
 /// A plain connection for looking at what the store wrote.
 async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
@@ -73,11 +95,8 @@ async fn client_commands<T>(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_duplicate_one() {
     // A server of its own, so no other test's commands are counted.
-    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .unwrap()
-    else {
-        return skip("redis round trips", "redis-server");
+    let Some(server) = own_server("redis round trips").await else {
+        return;
     };
     let url = server.url();
     let store = RedisStore::connect(&url).await.unwrap();
@@ -302,11 +321,8 @@ async fn unreachable_server_keeps_the_driver_error_as_source() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_going_away_fails_writes_closed() {
-    let Some(mut server) = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .unwrap()
-    else {
-        return skip("redis server going away", "redis-server");
+    let Some(mut server) = own_server("redis server going away").await else {
+        return;
     };
     let store = RedisStore::connect(&server.url()).await.unwrap();
     fails_closed_when_the_server_goes_away(store, || server.stop()).await;
@@ -318,39 +334,20 @@ async fn server_going_away_fails_writes_closed() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_and_read_only_servers_are_told_apart() {
     // A server of its own: it is made full, then a replica.
-    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .unwrap()
-    else {
-        return skip("redis full and read-only", "redis-server");
+    let Some(server) = own_server("redis full and read-only").await else {
+        return;
     };
     let store = RedisStore::connect(&server.url()).await.unwrap();
     let mut raw = raw(&server.url()).await;
-    let config =
-        |name: &str, value: &str| redis::cmd("CONFIG").arg("SET").arg(name).arg(value).clone();
     let f = fingerprint();
-    let _: () = config("maxmemory-policy", "noeviction")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: () = config("maxmemory", "1")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    command(&mut raw, "CONFIG SET maxmemory-policy noeviction").await;
+    command(&mut raw, "CONFIG SET maxmemory 1").await;
     match store.claim(&request(&random_key(), &f)).await {
         Err(StoreError::Full { store: name, .. }) => assert_eq!(name, store.describe()),
         other => panic!("a full server must refuse the claim as Full, got {other:?}"),
     }
-    let _: () = config("maxmemory", "0")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let _: () = redis::cmd("REPLICAOF")
-        .arg("127.0.0.1")
-        .arg(closed_port())
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    command(&mut raw, "CONFIG SET maxmemory 0").await;
+    command(&mut raw, &format!("REPLICAOF 127.0.0.1 {}", closed_port())).await;
     match store.claim(&request(&random_key(), &f)).await {
         Err(StoreError::ReadOnly { store: name, .. }) => assert_eq!(name, store.describe()),
         other => panic!("a replica must refuse the claim as ReadOnly, got {other:?}"),
@@ -362,11 +359,8 @@ async fn full_and_read_only_servers_are_told_apart() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn close_closes_every_connection() {
     // A server of its own, so only this test's clients are counted.
-    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
-        .await
-        .unwrap()
-    else {
-        return skip("redis close", "redis-server");
+    let Some(server) = own_server("redis close").await else {
+        return;
     };
     let mut raw = raw(&server.url()).await;
     let clients = || {
