@@ -183,7 +183,7 @@ fn description_from_docs(docs: &[DocPart]) -> TokenStream {
 }
 
 fn duration(d: &Duration) -> TokenStream {
-    if d.millis % 1_000 == 0 {
+    if d.millis.is_multiple_of(1_000) {
         let secs = Literal::u64_unsuffixed(d.millis / 1_000);
         quote!(::core::time::Duration::from_secs(#secs))
     } else {

@@ -67,6 +67,15 @@ pub trait Harness: Send + Sync + 'static {
     fn expires_natively(&self) -> bool {
         false
     }
+
+    /// A new store on the same data as [`Harness::store`], opened after that
+    /// one was closed, so the close case can check that closing lost no
+    /// acknowledged write. `None` (the default) when the harness cannot
+    /// reopen its store (an in-memory store); the case then checks only
+    /// that the closed store refuses operations.
+    fn reopen(&self) -> impl Future<Output = Option<Arc<Self::Store>>> + Send {
+        std::future::ready(None)
+    }
 }
 
 /// The harness of [`MemoryStore`] on a [`ManualClock`].
@@ -600,6 +609,144 @@ pub async fn waiter_is_woken_by_release<H: Harness>(h: H) {
     assert!(record.is_none());
 }
 
+async fn outcome_of<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Option<Outcome> {
+    store
+        .get(key)
+        .await
+        .unwrap()
+        .and_then(|r| r.outcome().cloned())
+}
+
+fn assert_closed<T: std::fmt::Debug>(result: Result<T, StoreError>, what: &str) {
+    match result {
+        Err(StoreError::Closed { .. }) => {}
+        other => panic!("{what} after close: expected StoreError::Closed, got {other:?}"),
+    }
+}
+
+/// [`Store::close`] finishes what is under way and then refuses: every
+/// write racing with it is either acknowledged and kept (it is there when
+/// the store is reopened) or refused with [`StoreError::Closed`] and not
+/// applied; a waiter blocked on an in-flight record is released with
+/// `Closed`; every operation afterwards fails with `Closed` at once instead
+/// of hanging; closing twice is harmless.
+pub async fn close_flushes_and_refuses_further_writes<H: Harness>(h: H) {
+    let store = h.store();
+    let f = fp("a");
+    let lease = h.tick() * 100;
+    let done = random_key();
+    let fence = acquire(&*store, &req(&done, &f, lease)).await;
+    store
+        .complete(&done, fence, &success(1), lease)
+        .await
+        .unwrap();
+    let pending = random_key();
+    let pending_fence = acquire(&*store, &req(&pending, &f, lease)).await;
+    let waiter = {
+        let (store, pending) = (store.clone(), pending.clone());
+        tokio::spawn(async move { store.wait(&pending, Duration::from_secs(60)).await })
+    };
+    let mut racing = Vec::new();
+    for i in 0..16 {
+        let key = random_key();
+        let fence = acquire(&*store, &req(&key, &f, lease)).await;
+        racing.push((key, fence, success(100 + i)));
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Completions staggered over 0-3 ms, and the close after 1 ms: some
+    // are answered before it, some are under way (queued for SQLite's
+    // writer, awaiting a reply), some start after it.
+    let completions: Vec<_> = racing
+        .iter()
+        .enumerate()
+        .map(|(i, (key, fence, outcome))| {
+            let (store, key, fence, outcome) =
+                (store.clone(), key.clone(), *fence, outcome.clone());
+            let delay = Duration::from_millis(i as u64 % 4);
+            tokio::spawn(async move {
+                tokio::time::sleep(delay).await;
+                store.complete(&key, fence, &outcome, lease).await
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    tokio::time::timeout(Duration::from_secs(10), store.close())
+        .await
+        .expect("close finished within 10 s");
+
+    let mut acknowledged = Vec::new();
+    for (task, (key, _, outcome)) in completions.into_iter().zip(&racing) {
+        let result = tokio::time::timeout(Duration::from_secs(10), task)
+            .await
+            .expect("a write racing with close was answered within 10 s")
+            .expect("task");
+        match result {
+            Ok(()) => acknowledged.push((key, outcome)),
+            Err(StoreError::Closed { .. }) => {}
+            Err(e) => panic!("a write racing with close failed with {e:?}, not Closed"),
+        }
+    }
+    let waited = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("close released the waiter within 10 s")
+        .expect("waiter task");
+    assert_closed(waited, "a waiter blocked on an in-flight record");
+
+    tokio::time::timeout(Duration::from_secs(10), async {
+        assert_closed(store.claim(&req(&random_key(), &f, lease)).await, "claim");
+        assert_closed(
+            store
+                .checkpoint(&pending, pending_fence, "s", &json!(1), lease)
+                .await,
+            "checkpoint",
+        );
+        assert_closed(
+            store
+                .complete(&pending, pending_fence, &success(2), lease)
+                .await,
+            "complete",
+        );
+        assert_closed(store.release(&pending, pending_fence).await, "release");
+        assert_closed(store.get(&done).await, "get");
+        assert_closed(store.wait(&pending, h.tick()).await, "wait");
+        assert_closed(store.sweep().await, "sweep");
+        assert_closed(store.now().await, "now");
+        store.close().await;
+    })
+    .await
+    .expect("operations after close failed at once");
+
+    let Some(reopened) = h.reopen().await else {
+        return;
+    };
+    assert_eq!(
+        outcome_of(&*reopened, &done).await,
+        Some(success(1)),
+        "a completed record was lost"
+    );
+    for (key, want) in &acknowledged {
+        assert_eq!(
+            outcome_of(&*reopened, key).await.as_ref(),
+            Some(*want),
+            "an acknowledged completion was lost by close"
+        );
+    }
+    for (key, _, _) in &racing {
+        if !acknowledged.iter().any(|(k, _)| *k == key) {
+            assert_eq!(
+                outcome_of(&*reopened, key).await,
+                None,
+                "a refused completion was applied"
+            );
+        }
+    }
+    assert!(
+        reopened.get(&pending).await.unwrap().is_some(),
+        "the in-flight record was lost"
+    );
+    reopened.close().await;
+}
+
 /// Many concurrent claims of one key: exactly one owner runs, and every
 /// claimant ends with the owner's outcome.
 pub async fn concurrent_claims_have_one_owner<H: Harness>(h: H) {
@@ -687,6 +834,7 @@ macro_rules! store_conformance_tests {
             concurrent_claims_have_one_owner,
             very_long_leases_and_ttls_mean_forever,
             values_round_trip_exactly,
+            close_flushes_and_refuses_further_writes,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

@@ -387,7 +387,9 @@ fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
     }
 }
 
-/// Lowercase hex of `bytes`.
+/// Lowercase hex of `bytes` (random keys and names for the conformance
+/// suite and the test support).
+#[cfg(feature = "conformance")]
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);

@@ -19,8 +19,13 @@ async fn harness() -> Option<ServerClockHarness<PostgresStore>> {
     // than the default 5 s for a connection and failed closed, which is
     // right under overload but not what the case is about.
     let options = PostgresOptions::default().connect_timeout(Duration::from_secs(60));
-    let store = PostgresStore::connect_with(&url, options).await.unwrap();
-    Some(ServerClockHarness::new(store))
+    let store = PostgresStore::connect_with(&url, options.clone())
+        .await
+        .unwrap();
+    Some(ServerClockHarness::new(store).reopening(move || {
+        let (url, options) = (url.clone(), options.clone());
+        async move { PostgresStore::connect_with(&url, options).await.unwrap() }
+    }))
 }
 
 idem_runtime::store_conformance_tests!(harness);

@@ -12,8 +12,8 @@ use idem_runtime::conformance::random_key;
 use idem_runtime::store::{Claim, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
 use support::{
-    acquire, closed_port, fails_closed_when_the_server_goes_away, fingerprint, request, sent,
-    wake_up_latencies,
+    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
+    request, sent, wake_up_latencies,
 };
 
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
@@ -23,6 +23,12 @@ async fn server_url(test: &str) -> Option<String> {
         SERVER.as_ref().map(PostgresServer::url)
     })
     .await
+}
+
+/// The URL of [`fresh_database`] on the shared server, or `None` after a
+/// loud skip.
+async fn own_database(test: &str) -> Option<String> {
+    Some(fresh_database(&server_url(test).await?).await)
 }
 
 /// A fresh database on the shared server, so a test that counts
@@ -75,10 +81,9 @@ async fn statements<T>(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_duplicate_one() {
-    let Some(url) = server_url("postgres round trips").await else {
+    let Some(url) = own_database("postgres round trips").await else {
         return;
     };
-    let url = fresh_database(&url).await;
     let stats = connect_raw(&url).await;
     stats
         .batch_execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
@@ -193,10 +198,9 @@ async fn corrupt_outcome_is_reported_and_left_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_from_a_newer_idem_is_refused() {
-    let Some(url) = server_url("postgres newer schema").await else {
+    let Some(url) = own_database("postgres newer schema").await else {
         return;
     };
-    let url = fresh_database(&url).await;
     drop(PostgresStore::connect(&url).await.unwrap());
     connect_raw(&url)
         .await
@@ -227,6 +231,22 @@ async fn unreachable_server_fails_closed_naming_the_store() {
     }
 }
 
+/// tokio-postgres's error stays the source of the store's error, for
+/// reporters that print the chain and callers that look at the driver's
+/// error (its SQLSTATE, its I/O cause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_keeps_the_driver_error_as_source() {
+    let url = format!(
+        "postgres://idem:secret@127.0.0.1:{}/postgres",
+        closed_port()
+    );
+    let e = PostgresStore::connect(&url).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    let driver: &tokio_postgres::Error = driver_error(&e);
+    assert!(driver.as_db_error().is_none(), "{driver:?}");
+    assert!(!e.to_string().contains("secret"), "{e}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_going_away_fails_writes_closed() {
     let Some(mut server) = tokio::task::spawn_blocking(PostgresServer::start)
@@ -237,4 +257,40 @@ async fn server_going_away_fails_writes_closed() {
     };
     let store = PostgresStore::connect(&server.url()).await.unwrap();
     fails_closed_when_the_server_goes_away(store, || server.stop()).await;
+}
+
+/// `close` closes the pool's connections and the listener's, once their
+/// work is done; the server sees them go.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn close_closes_every_connection() {
+    let Some(url) = own_database("postgres close").await else {
+        return;
+    };
+    let raw = connect_raw(&url).await;
+    let connections = || async {
+        let row = raw
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE application_name = 'idem' AND datname = current_database()",
+                &[],
+            )
+            .await
+            .unwrap();
+        row.get::<_, i64>(0)
+    };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    acquire(&store, &random_key()).await;
+    assert!(
+        connections().await >= 2,
+        "the pool and the listener are connected"
+    );
+    store.close().await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while connections().await > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "connections still open 10 s after close"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -15,7 +15,14 @@ async fn harness() -> Option<ServerClockHarness<RedisStore>> {
         .unwrap()?;
     let store = RedisStore::connect(&url).await.unwrap();
     // Completed records expire through their key TTL.
-    Some(ServerClockHarness::new(store).expiring_natively())
+    Some(
+        ServerClockHarness::new(store)
+            .expiring_natively()
+            .reopening(move || {
+                let url = url.clone();
+                async move { RedisStore::connect(&url).await.unwrap() }
+            }),
+    )
 }
 
 idem_runtime::store_conformance_tests!(harness);

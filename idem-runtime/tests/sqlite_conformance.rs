@@ -13,7 +13,7 @@ use idem_runtime::testing::TempDir;
 struct SqliteHarness {
     store: Arc<SqliteStore>,
     clock: ManualClock,
-    _dir: TempDir,
+    dir: TempDir,
 }
 
 impl Harness for SqliteHarness {
@@ -24,19 +24,26 @@ impl Harness for SqliteHarness {
     async fn advance(&self, by: Duration) {
         self.clock.advance(by);
     }
+    async fn reopen(&self) -> Option<Arc<SqliteStore>> {
+        Some(Arc::new(open(&self.dir, &self.clock).await))
+    }
+}
+
+async fn open(dir: &TempDir, clock: &ManualClock) -> SqliteStore {
+    let options = SqliteOptions::default().clock(Arc::new(clock.clone()));
+    SqliteStore::open_with(dir.path().join("idem.db"), options)
+        .await
+        .unwrap()
 }
 
 async fn harness() -> Option<SqliteHarness> {
     let dir = TempDir::new("idem-sqlite-conformance").unwrap();
     let clock = ManualClock::new(1_700_000_000_000);
-    let options = SqliteOptions::default().clock(Arc::new(clock.clone()));
-    let store = SqliteStore::open_with(dir.path().join("idem.db"), options)
-        .await
-        .unwrap();
+    let store = open(&dir, &clock).await;
     Some(SqliteHarness {
         store: Arc::new(store),
         clock,
-        _dir: dir,
+        dir,
     })
 }
 

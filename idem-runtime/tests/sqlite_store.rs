@@ -15,7 +15,7 @@ use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{Claim, SqliteOptions, SqliteStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
-use support::{acquire, fingerprint, request, sent, wake_up_latencies};
+use support::{acquire, driver_error, fingerprint, request, sent, wake_up_latencies};
 
 /// Claim and complete `key` with `outcome`.
 async fn record(store: &SqliteStore, key: &IdempotencyKey, outcome: &Outcome) {
@@ -175,6 +175,22 @@ async fn file_that_is_not_sqlite_is_refused_and_not_overwritten() {
         other => panic!("expected Unavailable, got {other:?}"),
     }
     assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+/// rusqlite's error stays the source of the store's error, for reporters
+/// that print the chain and callers that look at SQLite's error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unopenable_file_keeps_the_driver_error_as_source() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "not a database\n".repeat(200)).unwrap();
+    let e = SqliteStore::open(&path).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    let driver: &rusqlite::Error = driver_error(&e);
+    assert_eq!(
+        driver.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase)
+    );
 }
 
 /// Set or clear a file attribute (`+i`: immutable, even for root).
@@ -496,4 +512,26 @@ async fn fences_are_not_handed_out_again_after_a_restart() {
             .await,
         Err(StoreError::StaleFence { .. })
     ));
+}
+
+/// The SQLite store reads its own URL, as the Redis and PostgreSQL stores
+/// do; `store::connect` only picks it by the scheme.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reads_its_own_url() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let url = format!("sqlite://{}?synchronous=normal", path.display());
+    let store = SqliteStore::connect(&url).await.unwrap();
+    assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
+    record(&store, &random_key(), &sent("m-1")).await;
+    for (url, says) in [
+        ("redis://cache/0", "not a SQLite URL"),
+        ("sqlite:", "names no file"),
+        ("sqlite://idem.db?journal=off", "unknown SQLite option"),
+    ] {
+        match SqliteStore::connect(url).await {
+            Err(StoreError::Config(message)) => assert!(message.contains(says), "{url}: {message}"),
+            other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
 }

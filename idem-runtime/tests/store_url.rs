@@ -74,6 +74,22 @@ async fn sqlite_url_selects_a_file_with_its_options() {
     assert_eq!(mode, "wal");
 }
 
+/// `close` reaches the store behind the `Arc<dyn Store>` that `connect`
+/// returns: afterwards operations fail with `Closed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_store_can_be_closed() {
+    let dir = TempDir::new("idem-url").unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("app.db").display());
+    for url in ["memory:", sqlite.as_str()] {
+        let store = connect(url).await.unwrap();
+        store.close().await;
+        match store.get(&random_key()).await {
+            Err(StoreError::Closed { store: name }) => assert_eq!(name, store.describe()),
+            other => panic!("{url}: expected Closed after close, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_urls_are_configuration_errors() {
     for (url, says) in [

@@ -1,7 +1,7 @@
 //! An in-memory store on a sharded concurrent map, for tests and
 //! single-process programs that do not need records to survive a restart.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -32,6 +32,7 @@ pub struct MemoryStore {
     records: DashMap<IdempotencyKey, Slot, KeyHashBuilder>,
     clock: Arc<dyn Clock>,
     fences: AtomicU64,
+    closed: AtomicBool,
 }
 
 #[derive(Debug)]
@@ -68,6 +69,7 @@ impl MemoryStore {
             records: DashMap::with_hasher(KeyHashBuilder),
             clock,
             fences: AtomicU64::new(0),
+            closed: AtomicBool::new(false),
         }
     }
 
@@ -80,6 +82,16 @@ impl MemoryStore {
     /// Whether the store holds no records.
     pub fn is_empty(&self) -> bool {
         self.records.is_empty()
+    }
+
+    /// [`StoreError::Closed`] once [`Store::close`] was called.
+    fn open(&self) -> Result<(), StoreError> {
+        match self.closed.load(Ordering::SeqCst) {
+            false => Ok(()),
+            true => Err(StoreError::Closed {
+                store: self.describe(),
+            }),
+        }
     }
 
     fn fresh_fence(&self) -> Fence {
@@ -117,6 +129,7 @@ impl Store for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+        self.open()?;
         let now = self.clock.now();
         match self.records.entry(req.key.clone()) {
             Entry::Vacant(v) => {
@@ -149,6 +162,7 @@ impl Store for MemoryStore {
         value: &Value,
         lease: Duration,
     ) -> Result<(), StoreError> {
+        self.open()?;
         let now = self.clock.now();
         self.update(key, false, |r| {
             transition::checkpoint_in_place(r, key, fence, step, value, lease, now)
@@ -162,6 +176,7 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
+        self.open()?;
         let now = self.clock.now();
         self.update(key, true, |r| {
             transition::complete_in_place(r, key, fence, outcome, ttl, now)
@@ -169,6 +184,7 @@ impl Store for MemoryStore {
     }
 
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+        self.open()?;
         let mut result = Ok(());
         let removed = self.records.remove_if(key, |_, slot| {
             match transition::check_owner(Some(&slot.record), key, fence) {
@@ -190,6 +206,7 @@ impl Store for MemoryStore {
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.open()?;
         let now = self.clock.now();
         Ok(self
             .records
@@ -203,6 +220,7 @@ impl Store for MemoryStore {
         key: &IdempotencyKey,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
+        self.open()?;
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
             let changed = match self.records.get_mut(key) {
@@ -214,6 +232,8 @@ impl Store for MemoryStore {
             let notified = changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
+            // After registering: `close` sets the flag, then wakes.
+            self.open()?;
             let now = self.clock.now();
             let lease_until = match self.records.get(key) {
                 None => return Ok(None),
@@ -238,6 +258,7 @@ impl Store for MemoryStore {
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {
+        self.open()?;
         let now = self.clock.now();
         let mut deleted = 0u64;
         self.records.retain(|_, slot| {
@@ -249,6 +270,17 @@ impl Store for MemoryStore {
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.open()?;
         Ok(self.clock.now())
+    }
+
+    /// Refuse every later operation with [`StoreError::Closed`] and wake the
+    /// waiters, which then fail the same way. The records stay in memory
+    /// until the store is dropped.
+    async fn close(&self) {
+        self.closed.store(true, Ordering::SeqCst);
+        for slot in self.records.iter() {
+            slot.wake();
+        }
     }
 }

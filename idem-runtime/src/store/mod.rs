@@ -13,6 +13,7 @@
 //! | [`Store::get`] | read |
 //! | [`Store::wait`] | block until the record leaves the in-flight state |
 //! | [`Store::sweep`] | delete expired *completed* records |
+//! | [`Store::close`] | finish pending writes, release connections; later operations fail with [`StoreError::Closed`] |
 //!
 //! Every mutation after the claim carries the owner's [`Fence`]; a mutation
 //! with any other fence is refused with [`StoreError::StaleFence`] and
@@ -32,27 +33,34 @@ use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CorruptRecord, Fence, Outcome, Record};
+use crate::record::{Fence, Outcome, Record};
 
+mod error;
 pub mod memory;
+mod poll;
 #[cfg(feature = "postgres")]
 pub mod postgres;
+mod redact;
 #[cfg(feature = "redis")]
 pub mod redis;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+mod sweeper;
 pub mod transition;
 pub mod url;
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 mod waiters;
 
+pub use error::{Cause, FenceHolder, StoreError};
 pub use memory::MemoryStore;
+pub use poll::poll_wait;
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
 pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use sweeper::{spawn_sweeper, SweeperHandle};
 pub use url::{connect, from_env, STORE_ENV};
 
 /// The longest lease or TTL the remote stores write, in milliseconds:
@@ -126,99 +134,6 @@ pub enum Claim {
 pub struct Takeover {
     /// The vanished owner's fence; it can no longer write.
     pub previous: Fence,
-}
-
-/// A store failed. Writes fail closed on any of these: nothing runs.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The store cannot be reached or refused the operation.
-    #[error("store {store} is unavailable: {cause}")]
-    Unavailable {
-        /// The store (`"sqlite:/var/lib/app/idem.db"`, `"redis://…"`).
-        store: String,
-        /// The cause.
-        cause: String,
-    },
-    /// The writer's fence is not the current owner's.
-    #[error("stale fence for key {key}: {given} is no longer the owner (current owner: {current}); the write was rejected")]
-    StaleFence {
-        /// The key.
-        key: IdempotencyKey,
-        /// The fence offered.
-        given: Fence,
-        /// The current owner, if any.
-        current: FenceHolder,
-    },
-    /// A stored record could not be decoded.
-    #[error(transparent)]
-    Corrupt(#[from] CorruptRecord),
-    /// The store holds data written by a newer version of idem.
-    #[error("store {store} has schema version {found}, newer than this idem understands ({supported}); upgrade idem")]
-    SchemaTooNew {
-        /// The store.
-        store: String,
-        /// The version found.
-        found: u32,
-        /// The newest version understood.
-        supported: u32,
-    },
-    /// The store is full or out of space.
-    #[error("store {store} is full: {cause}")]
-    Full {
-        /// The store.
-        store: String,
-        /// The cause.
-        cause: String,
-    },
-    /// The store only allows reading (a read-only database file or
-    /// directory, a read-only replica): no claim can be recorded, so nothing
-    /// may run.
-    #[error("store {store} is read-only: {cause}; nothing was written and nothing ran")]
-    ReadOnly {
-        /// The store.
-        store: String,
-        /// The cause.
-        cause: String,
-    },
-    /// The store is misconfigured (bad URL, unknown scheme, bad option).
-    #[error("store configuration error: {0}")]
-    Config(String),
-}
-
-/// Who holds a key, as reported by a stale-fence rejection.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FenceHolder {
-    /// Another owner holds it in flight.
-    InFlight(Fence),
-    /// It was completed by this fence.
-    Completed(Fence),
-    /// No record exists (released, swept).
-    Nobody,
-}
-
-impl fmt::Display for FenceHolder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FenceHolder::InFlight(fence) => write!(f, "{fence}, in flight"),
-            FenceHolder::Completed(fence) => write!(f, "{fence}, completed"),
-            FenceHolder::Nobody => f.write_str("nobody"),
-        }
-    }
-}
-
-impl FenceHolder {
-    /// The holder of `record`, or nobody.
-    pub fn of(record: Option<&Record>) -> FenceHolder {
-        match record.map(|r| &r.state) {
-            None => FenceHolder::Nobody,
-            Some(crate::record::RecordState::InFlight { fence, .. }) => {
-                FenceHolder::InFlight(*fence)
-            }
-            Some(crate::record::RecordState::Completed { fence, .. }) => {
-                FenceHolder::Completed(*fence)
-            }
-        }
-    }
 }
 
 /// A persistent or in-memory home for records. See the module docs for the
@@ -298,31 +213,18 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// The store's current time (the server clock for remote stores), used
     /// to judge leases and expiry the way the store does.
     async fn now(&self) -> Result<Timestamp, StoreError>;
-}
 
-/// The polling implementation of [`Store::wait`], for stores without
-/// notifications.
-pub async fn poll_wait<S: Store + ?Sized>(
-    store: &S,
-    key: &IdempotencyKey,
-    timeout: Duration,
-) -> Result<Option<Record>, StoreError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut pause = Duration::from_millis(5);
-    loop {
-        let record = store.get(key).await?;
-        let now = store.now().await?;
-        match &record {
-            Some(r) if r.outcome().is_none() && !r.lease_expired(now) => {}
-            _ => return Ok(record),
-        }
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if left.is_zero() {
-            return Ok(record);
-        }
-        tokio::time::sleep(pause.min(left)).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
-    }
+    /// Finish the writes in progress and release what the store holds (the
+    /// SQLite writer thread and file connections, Redis connections, the
+    /// PostgreSQL pool). Afterwards every operation fails with
+    /// [`StoreError::Closed`] instead of hanging, waiters included; closing
+    /// again does nothing. Reachable through the `Arc<dyn Store>` that
+    /// [`connect`] returns.
+    ///
+    /// The default does nothing, for stores that hold nothing worth
+    /// closing; the conformance suite expects a closed store to refuse
+    /// operations.
+    async fn close(&self) {}
 }
 
 #[async_trait]
@@ -371,32 +273,7 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn now(&self) -> Result<Timestamp, StoreError> {
         (**self).now().await
     }
-}
-
-/// Run [`Store::sweep`] every `every` until the returned handle is dropped
-/// or aborted. Sweep errors are logged and retried at the next tick.
-pub fn spawn_sweeper<S: Store + ?Sized>(store: Arc<S>, every: Duration) -> SweeperHandle {
-    let task = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(every);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            match store.sweep().await {
-                Ok(0) => {}
-                Ok(n) => tracing::debug!(deleted = n, "idem sweeper deleted expired records"),
-                Err(e) => tracing::warn!(error = %e, "idem sweeper failed; will retry"),
-            }
-        }
-    });
-    SweeperHandle(task)
-}
-
-/// Stops the sweeper when dropped.
-#[derive(Debug)]
-pub struct SweeperHandle(tokio::task::JoinHandle<()>);
-
-impl Drop for SweeperHandle {
-    fn drop(&mut self) {
-        self.0.abort();
+    async fn close(&self) {
+        (**self).close().await
     }
 }

@@ -31,7 +31,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::{Arc, LazyLock};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -40,9 +40,9 @@ use serde_json::Value;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
-use super::url::redact;
+use super::redact::redact;
 use super::waiters::Waiters;
-use super::{transition, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
+use super::{transition, Cause, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -230,7 +230,8 @@ impl PostgresOptions {
 
 /// Records in PostgreSQL. See the [module docs](self).
 pub struct PostgresStore {
-    pool: bb8::Pool<Manager>,
+    /// `None` once closed.
+    pool: Mutex<Option<bb8::Pool<Manager>>>,
     name: String,
     waiters: Arc<Waiters>,
     listener: tokio::task::JoinHandle<()>,
@@ -345,7 +346,7 @@ impl PostgresStore {
             .await
             .map_err(|_| StoreError::Unavailable {
                 store: name.clone(),
-                cause: format!("no connection within {:?}", options.connect_timeout),
+                cause: format!("no connection within {:?}", options.connect_timeout).into(),
             })?
             .map_err(fail)?;
         migrate(client, &name).await?;
@@ -370,15 +371,22 @@ impl PostgresStore {
         ));
         let _ = tokio::time::timeout(options.connect_timeout, ready).await;
         Ok(PostgresStore {
-            pool,
+            pool: Mutex::new(Some(pool)),
             name,
             waiters,
             listener,
         })
     }
 
-    async fn conn(&self) -> Result<bb8::PooledConnection<'_, Manager>, StoreError> {
-        self.pool.get().await.map_err(|e| match e {
+    /// A pooled connection, or [`StoreError::Closed`].
+    async fn conn(&self) -> Result<bb8::PooledConnection<'static, Manager>, StoreError> {
+        let pool = self.pool.lock().expect("not poisoned").clone();
+        let Some(pool) = pool else {
+            return Err(StoreError::Closed {
+                store: self.name.clone(),
+            });
+        };
+        pool.get_owned().await.map_err(|e| match e {
             bb8::RunError::User(e) => self.error(e),
             bb8::RunError::TimedOut => StoreError::Unavailable {
                 store: self.name.clone(),
@@ -447,21 +455,26 @@ impl PostgresStore {
     }
 }
 
-/// The typed error for a PostgreSQL failure.
+/// The typed error for a PostgreSQL failure; `e` stays its source.
 fn error(store: &str, e: tokio_postgres::Error) -> StoreError {
     let store = store.to_owned();
     let Some(db) = e.as_db_error() else {
-        let mut cause = e.to_string();
+        let mut message = e.to_string();
         let mut source = std::error::Error::source(&e);
         while let Some(s) = source {
-            cause.push_str(": ");
-            cause.push_str(&s.to_string());
+            message.push_str(": ");
+            message.push_str(&s.to_string());
             source = s.source();
         }
-        return StoreError::Unavailable { store, cause };
+        return StoreError::Unavailable {
+            store,
+            cause: Cause::with_source(message, e),
+        };
     };
-    let cause = format!("{} ({})", db.message(), db.code().code());
-    match *db.code() {
+    let message = format!("{} ({})", db.message(), db.code().code());
+    let code = db.code().clone();
+    let cause = Cause::with_source(message, e);
+    match code {
         SqlState::DISK_FULL | SqlState::OUT_OF_MEMORY | SqlState::INSUFFICIENT_RESOURCES => {
             StoreError::Full { store, cause }
         }
@@ -759,13 +772,24 @@ impl Store for PostgresStore {
             .map_err(|e| self.error(e))?;
         Ok(Timestamp(row.get::<_, i64>(0) as u64))
     }
+
+    /// Stop the listener and drop the pool: idle connections close now,
+    /// connections in use when their operation ends (every transition is
+    /// one statement, so none is left half done). Later operations, and
+    /// waiters, fail with [`StoreError::Closed`].
+    async fn close(&self) {
+        let pool = self.pool.lock().expect("not poisoned").take();
+        drop(pool);
+        self.listener.abort();
+        self.waiters.wake_all();
+    }
 }
 
 impl PostgresStore {
     fn protocol(&self, what: &str) -> StoreError {
         StoreError::Unavailable {
             store: self.name.clone(),
-            cause: what.to_owned(),
+            cause: what.into(),
         }
     }
 }

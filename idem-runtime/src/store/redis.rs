@@ -47,7 +47,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -56,9 +56,9 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script, Value as RedisValue};
 use serde_json::Value;
 
-use super::url::redact;
+use super::redact::redact;
 use super::waiters::Waiters;
-use super::{Claim, ClaimRequest, Store, StoreError, Takeover};
+use super::{Cause, Claim, ClaimRequest, Store, StoreError, Takeover};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -123,7 +123,8 @@ impl RedisOptions {
 
 /// Records in Redis. See the [module docs](self).
 pub struct RedisStore {
-    conn: ConnectionManager,
+    /// Shared by every operation; `None` once closed.
+    conn: Mutex<Option<ConnectionManager>>,
     scripts: Arc<Scripts>,
     name: String,
     prefix: String,
@@ -202,13 +203,13 @@ impl RedisStore {
             .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?;
         let unavailable = |e: redis::RedisError| StoreError::Unavailable {
             store: name.clone(),
-            cause: e.to_string(),
+            cause: Cause::from_error(e),
         };
         let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(options.connection_timeout)
-            .set_response_timeout(options.response_timeout)
+            .set_connection_timeout(Some(options.connection_timeout))
+            .set_response_timeout(Some(options.response_timeout))
             .set_number_of_retries(2)
-            .set_max_delay(500);
+            .set_max_delay(Duration::from_millis(500));
         let mut conn = tokio::time::timeout(
             options.connection_timeout * 3,
             ConnectionManager::new_with_config(client.clone(), config),
@@ -216,7 +217,7 @@ impl RedisStore {
         .await
         .map_err(|_| StoreError::Unavailable {
             store: name.clone(),
-            cause: format!("no connection within {:?}", options.connection_timeout * 3),
+            cause: format!("no connection within {:?}", options.connection_timeout * 3).into(),
         })?
         .map_err(unavailable)?;
 
@@ -248,7 +249,8 @@ impl RedisStore {
                     store: name,
                     cause: format!(
                         "{schema_key} holds {found:?}, not a schema version this idem knows ({SCHEMA_VERSION})"
-                    ),
+                    )
+                    .into(),
                 })
             }
         }
@@ -277,7 +279,7 @@ impl RedisStore {
         let _ = tokio::time::timeout(options.connection_timeout, ready).await;
 
         Ok(RedisStore {
-            conn,
+            conn: Mutex::new(Some(conn)),
             scripts,
             name,
             prefix: options.prefix,
@@ -285,6 +287,17 @@ impl RedisStore {
             waiters,
             subscriber,
         })
+    }
+
+    /// A handle on the shared connection, or [`StoreError::Closed`].
+    fn conn(&self) -> Result<ConnectionManager, StoreError> {
+        self.conn
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .ok_or_else(|| StoreError::Closed {
+                store: self.name.clone(),
+            })
     }
 
     /// The Redis key holding the record of `key`.
@@ -296,23 +309,17 @@ impl RedisStore {
         format!("{}:{{{}}}:fence", self.prefix, slot(key))
     }
 
+    /// The typed error for a Redis failure; `e` stays its source.
     fn unavailable(&self, e: redis::RedisError) -> StoreError {
-        if e.kind() == redis::ErrorKind::ReadOnly {
-            return StoreError::ReadOnly {
-                store: self.name.clone(),
-                cause: e.to_string(),
-            };
-        }
-        let cause = e.to_string();
-        if cause.contains("OOM") {
-            return StoreError::Full {
-                store: self.name.clone(),
-                cause,
-            };
-        }
-        StoreError::Unavailable {
-            store: self.name.clone(),
-            cause,
+        let store = self.name.clone();
+        let read_only = e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly);
+        let cause = Cause::from_error(e);
+        if read_only {
+            StoreError::ReadOnly { store, cause }
+        } else if cause.contains("OOM") {
+            StoreError::Full { store, cause }
+        } else {
+            StoreError::Unavailable { store, cause }
         }
     }
 
@@ -330,7 +337,7 @@ impl RedisStore {
         for a in args {
             invocation.arg(*a);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         invocation
             .invoke_async(&mut conn)
             .await
@@ -365,7 +372,7 @@ impl RedisStore {
     fn protocol(&self, what: &str) -> StoreError {
         StoreError::Unavailable {
             store: self.name.clone(),
-            cause: format!("unexpected reply from an idem script: {what:?}"),
+            cause: format!("unexpected reply from an idem script: {what:?}").into(),
         }
     }
 
@@ -646,16 +653,28 @@ impl Store for RedisStore {
 
     async fn sweep(&self) -> Result<u64, StoreError> {
         // Completed records carry a key TTL: Redis deletes them itself.
+        self.conn()?;
         Ok(0)
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn()?;
         let (secs, micros): (u64, u64) = redis::cmd("TIME")
             .query_async(&mut conn)
             .await
             .map_err(|e| self.unavailable(e))?;
         Ok(Timestamp(secs * 1000 + micros / 1000))
+    }
+
+    /// Stop the subscriber and drop the store's connection; it closes once
+    /// the operations already under way have their replies (every
+    /// transition is one script, so none is left half done). Later
+    /// operations, and waiters, fail with [`StoreError::Closed`].
+    async fn close(&self) {
+        let conn = self.conn.lock().expect("not poisoned").take();
+        drop(conn);
+        self.subscriber.abort();
+        self.waiters.wake_all();
     }
 }
 

@@ -33,6 +33,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use super::transition;
 use super::waiters::Waiters;
-use super::{Claim, ClaimRequest, Store, StoreError};
+use super::{Cause, Claim, ClaimRequest, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{Fence, Outcome, Record, RecordState};
@@ -175,8 +176,9 @@ impl SqliteOptions {
 /// ```
 pub struct SqliteStore {
     shared: Arc<Shared>,
-    writer: mpsc::Sender<Job>,
-    writer_thread: Option<std::thread::JoinHandle<()>>,
+    /// The only sender to the writer thread; `None` once closed.
+    writer: Mutex<Option<mpsc::Sender<Job>>>,
+    writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
 
 struct Shared {
@@ -187,6 +189,7 @@ struct Shared {
     idle_readers: Mutex<Vec<Connection>>,
     read_slots: Semaphore,
     waiters: Waiters,
+    closed: AtomicBool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -238,6 +241,29 @@ enum Answer {
 }
 
 impl SqliteStore {
+    /// Open (creating if needed) the store a `sqlite:` URL names, with
+    /// default options: `sqlite://idem.db` (relative to the working
+    /// directory) or `sqlite:///var/lib/app/idem.db`. The query may set
+    /// `synchronous=full` (default) or `synchronous=normal` (see
+    /// [`Synchronous`]) and `busy_timeout_ms=N`.
+    ///
+    /// A URL without a file or with an unknown option is a
+    /// [`StoreError::Config`]; otherwise it fails as [`SqliteStore::open_with`]
+    /// does.
+    pub async fn connect(url: &str) -> Result<SqliteStore, StoreError> {
+        Self::connect_with(url, SqliteOptions::default()).await
+    }
+
+    /// Like [`SqliteStore::connect`], starting from `options`: the URL's
+    /// query options override theirs.
+    pub async fn connect_with(
+        url: &str,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let (path, options) = parse_url(url, options)?;
+        Self::open_with(path, options).await
+    }
+
     /// Open (creating if needed) the store at `path` with default options.
     pub async fn open(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
         Self::open_with(path, SqliteOptions::default()).await
@@ -263,6 +289,7 @@ impl SqliteStore {
             idle_readers: Mutex::new(Vec::new()),
             read_slots: Semaphore::new(options.readers),
             waiters: Waiters::default(),
+            closed: AtomicBool::new(false),
         });
         let (ready_tx, ready_rx) = oneshot::channel();
         let (writer, jobs) = mpsc::channel();
@@ -282,31 +309,20 @@ impl SqliteStore {
                     let _ = ready_tx.send(Err(e));
                 }
             })
-            .map_err(|e| shared.unavailable(format!("cannot start the writer thread: {e}")))?;
+            .map_err(|e| {
+                shared.unavailable(Cause::with_source(
+                    format!("cannot start the writer thread: {e}"),
+                    e,
+                ))
+            })?;
         ready_rx
             .await
-            .map_err(|_| shared.unavailable("the writer thread died while opening".into()))??;
+            .map_err(|_| shared.unavailable("the writer thread died while opening"))??;
         Ok(SqliteStore {
             shared,
-            writer,
-            writer_thread: Some(writer_thread),
+            writer: Mutex::new(Some(writer)),
+            writer_thread: Mutex::new(Some(writer_thread)),
         })
-    }
-
-    /// Finish the writes in progress and close every connection to the
-    /// file. Dropping the store does the same in the background.
-    pub async fn close(mut self) {
-        self.shared
-            .idle_readers
-            .lock()
-            .expect("not poisoned")
-            .clear();
-        let thread = self.writer_thread.take();
-        // Dropping the only sender ends the writer's loop.
-        drop(self);
-        if let Some(thread) = thread {
-            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
-        }
     }
 
     /// The database file.
@@ -316,14 +332,17 @@ impl SqliteStore {
 
     async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
         let (reply, answer) = oneshot::channel();
-        self.writer.send(Job { op, reply }).map_err(|_| {
-            self.shared
-                .unavailable("the writer thread has stopped".into())
-        })?;
-        answer.await.map_err(|_| {
-            self.shared
-                .unavailable("the writer thread has stopped".into())
-        })?
+        // Sent under the lock, so `close` cannot take the sender between
+        // the check and the send: a job is either refused or committed.
+        match &*self.writer.lock().expect("not poisoned") {
+            None => return Err(self.shared.closed_error()),
+            Some(writer) => writer
+                .send(Job { op, reply })
+                .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?,
+        }
+        answer
+            .await
+            .map_err(|_| self.shared.unavailable("the writer thread has stopped"))?
     }
 
     /// Run `f` on a read connection, off the async runtime.
@@ -331,6 +350,7 @@ impl SqliteStore {
         &self,
         f: impl FnOnce(&Connection) -> Result<T, StoreError> + Send + 'static,
     ) -> Result<T, StoreError> {
+        self.shared.check_open()?;
         let _slot = self
             .shared
             .read_slots
@@ -344,11 +364,16 @@ impl SqliteStore {
                 None => shared.open_reader()?,
             };
             let result = f(&conn);
-            shared.idle_readers.lock().expect("not poisoned").push(conn);
+            if !shared.closed.load(Ordering::SeqCst) {
+                shared.idle_readers.lock().expect("not poisoned").push(conn);
+            }
             result
         })
         .await
-        .map_err(|e| self.shared.unavailable(format!("read task failed: {e}")))?
+        .map_err(|e| {
+            self.shared
+                .unavailable(Cause::with_source(format!("read task failed: {e}"), e))
+        })?
     }
 
     async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
@@ -368,45 +393,104 @@ impl SqliteStore {
     }
 }
 
+/// The file and options of a `sqlite:` URL, the query's options applied to
+/// `options`.
+fn parse_url(url: &str, mut options: SqliteOptions) -> Result<(&str, SqliteOptions), StoreError> {
+    let Some(rest) = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))
+    else {
+        return Err(StoreError::Config(format!(
+            "{url:?} is not a SQLite URL; write sqlite://idem.db or sqlite:///absolute/path.db"
+        )));
+    };
+    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if path.is_empty() {
+        return Err(StoreError::Config(format!(
+            "{url:?} names no file; write sqlite://idem.db or sqlite:///absolute/path.db"
+        )));
+    }
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = param.split_once('=').unwrap_or((param, ""));
+        options = match (name, value.to_ascii_lowercase().as_str()) {
+            ("synchronous", "full") => options.synchronous(Synchronous::Full),
+            ("synchronous", "normal") => options.synchronous(Synchronous::Normal),
+            ("busy_timeout_ms", ms) => match ms.parse() {
+                Ok(ms) => options.busy_timeout(Duration::from_millis(ms)),
+                Err(_) => {
+                    return Err(StoreError::Config(format!(
+                        "busy_timeout_ms must be a number of milliseconds, not {value:?}"
+                    )))
+                }
+            },
+            _ => {
+                return Err(StoreError::Config(format!(
+                    "unknown SQLite option {param:?} in {url:?}; known: synchronous=full|normal, busy_timeout_ms=N"
+                )))
+            }
+        };
+    }
+    Ok((path, options))
+}
+
 impl Shared {
-    fn unavailable(&self, cause: String) -> StoreError {
-        StoreError::Unavailable {
-            store: self.name.clone(),
-            cause,
+    /// [`StoreError::Closed`] once [`Store::close`] was called.
+    fn check_open(&self) -> Result<(), StoreError> {
+        match self.closed.load(Ordering::SeqCst) {
+            false => Ok(()),
+            true => Err(self.closed_error()),
         }
     }
 
-    /// The typed error for a SQLite failure.
+    fn closed_error(&self) -> StoreError {
+        StoreError::Closed {
+            store: self.name.clone(),
+        }
+    }
+
+    fn unavailable(&self, cause: impl Into<Cause>) -> StoreError {
+        StoreError::Unavailable {
+            store: self.name.clone(),
+            cause: cause.into(),
+        }
+    }
+
+    /// The typed error for a SQLite failure; `e` stays its source.
     fn sql(&self, e: rusqlite::Error) -> StoreError {
         let store = self.name.clone();
-        let code = e.sqlite_error_code();
-        match code {
+        match e.sqlite_error_code() {
             Some(ffi::ErrorCode::DiskFull) => StoreError::Full {
                 store,
-                cause: e.to_string(),
+                cause: Cause::from_error(e),
             },
             Some(ffi::ErrorCode::ReadOnly) => StoreError::ReadOnly {
                 store,
-                cause: e.to_string(),
+                cause: Cause::from_error(e),
             },
             Some(ffi::ErrorCode::NotADatabase) => StoreError::Unavailable {
                 store,
-                cause: format!(
-                    "the file is not a SQLite database ({e}); it was left untouched — point the store at another path"
+                cause: Cause::with_source(
+                    format!(
+                        "the file is not a SQLite database ({e}); it was left untouched — point the store at another path"
+                    ),
+                    e,
                 ),
             },
             Some(ffi::ErrorCode::DatabaseBusy | ffi::ErrorCode::DatabaseLocked) => {
                 StoreError::Unavailable {
                     store,
-                    cause: format!(
-                        "the database stayed locked by another connection for longer than the busy timeout ({:?}): {e}",
-                        self.busy_timeout
+                    cause: Cause::with_source(
+                        format!(
+                            "the database stayed locked by another connection for longer than the busy timeout ({:?}): {e}",
+                            self.busy_timeout
+                        ),
+                        e,
                     ),
                 }
             }
             _ => StoreError::Unavailable {
                 store,
-                cause: e.to_string(),
+                cause: Cause::from_error(e),
             },
         }
     }
@@ -459,10 +543,13 @@ fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, S
     conn.pragma_update(None, "synchronous", options.synchronous.pragma())
         .map_err(sql)?;
     if let Some(bytes) = options.max_size {
-        let page: u64 = conn
+        // SQLite integers are i64 (rusqlite maps no u64).
+        let page: i64 = conn
             .pragma_query_value(None, "page_size", |row| row.get(0))
             .map_err(sql)?;
-        conn.pragma_update(None, "max_page_count", (bytes / page.max(1)).max(1))
+        let pages = bytes / page.max(1).unsigned_abs();
+        let pages = i64::try_from(pages).unwrap_or(i64::MAX).max(1);
+        conn.pragma_update(None, "max_page_count", pages)
             .map_err(sql)?;
     }
     migrate(&mut conn, shared)?;
@@ -888,6 +975,30 @@ impl Store for SqliteStore {
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.shared.check_open()?;
         Ok(self.shared.clock.now())
+    }
+
+    /// Commit the writes already queued (their callers are answered as
+    /// usual), stop the writer thread and close every connection to the
+    /// file. Later operations, and waiters, fail with
+    /// [`StoreError::Closed`]. Dropping the store without closing it does
+    /// the same in the background.
+    async fn close(&self) {
+        self.shared.closed.store(true, Ordering::SeqCst);
+        // Dropping the only sender ends the writer's loop once every job
+        // already queued is committed and answered.
+        let writer = self.writer.lock().expect("not poisoned").take();
+        drop(writer);
+        let thread = self.writer_thread.lock().expect("not poisoned").take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        self.shared
+            .idle_readers
+            .lock()
+            .expect("not poisoned")
+            .clear();
+        self.shared.waiters.wake_all();
     }
 }

@@ -9,7 +9,11 @@
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://…` | [`RedisStore`](super::RedisStore) (feature `redis`) |
 //! | `postgres://user[:password]@host[:port]/db`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`) |
 //!
-//! SQLite takes options in the query: `synchronous=full` (default) or
+//! [`connect`] only picks the store by the URL's scheme; each store reads
+//! the rest of its URL itself ([`SqliteStore::connect`](super::SqliteStore::connect),
+//! [`RedisStore::connect`](super::RedisStore::connect),
+//! [`PostgresStore::connect`](super::PostgresStore::connect)). SQLite takes
+//! options in the query: `synchronous=full` (default) or
 //! `synchronous=normal` (see [`Synchronous`](super::Synchronous)), and
 //! `busy_timeout_ms=5000`.
 //!
@@ -25,6 +29,7 @@
 
 use std::sync::Arc;
 
+pub use super::redact::redact;
 use super::{MemoryStore, Store, StoreError};
 
 /// The environment variable [`from_env`] reads.
@@ -66,52 +71,6 @@ pub async fn from_env() -> Result<Arc<dyn Store>, StoreError> {
     }
 }
 
-/// `url` with any password replaced by `***`, for error messages and
-/// [`Store::describe`].
-///
-/// ```
-/// use idem_runtime::store::url::redact;
-/// assert_eq!(redact("redis://:hunter2@cache:6379/0"), "redis://:***@cache:6379/0");
-/// assert_eq!(redact("postgres://app:pw@db/idem?password=pw&sslmode=disable"),
-///            "postgres://app:***@db/idem?password=***&sslmode=disable");
-/// // Passwords may contain `/`, `?` and `@`.
-/// assert_eq!(redact("postgres://app:p/w?x@y@db/idem"), "postgres://app:***@db/idem");
-/// assert_eq!(redact("sqlite:///var/lib/idem.db"), "sqlite:///var/lib/idem.db");
-/// ```
-pub fn redact(url: &str) -> String {
-    // The credentials end at the last `@` before the host: a password may
-    // itself contain `/`, `?` or `@`, so the userinfo is cut off first and
-    // the path and query are looked for only after it.
-    let (prefix, rest) = match url.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((userinfo, after)) => {
-                let user = userinfo.split(':').next().unwrap_or_default();
-                let hidden = if userinfo.contains(':') { ":***" } else { "" };
-                (format!("{scheme}://{user}{hidden}@"), after)
-            }
-            None => (format!("{scheme}://"), rest),
-        },
-        None => (String::new(), url),
-    };
-    let (base, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let mut out = prefix + base;
-    if let Some(query) = query {
-        let params: Vec<String> = query
-            .split('&')
-            .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
-                _ => p.to_owned(),
-            })
-            .collect();
-        out.push('?');
-        out.push_str(&params.join("&"));
-    }
-    out
-}
-
 #[cfg(not(all(feature = "sqlite", feature = "redis", feature = "postgres")))]
 fn not_built(url: &str, feature: &str) -> StoreError {
     StoreError::Config(format!(
@@ -122,40 +81,7 @@ fn not_built(url: &str, feature: &str) -> StoreError {
 
 #[cfg(feature = "sqlite")]
 async fn sqlite(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    use super::sqlite::{SqliteOptions, SqliteStore, Synchronous};
-
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-        .unwrap_or_default();
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if path.is_empty() {
-        return Err(StoreError::Config(format!(
-            "{url:?} names no file; write sqlite://idem.db or sqlite:///absolute/path.db"
-        )));
-    }
-    let mut options = SqliteOptions::default();
-    for param in query.split('&').filter(|p| !p.is_empty()) {
-        let (name, value) = param.split_once('=').unwrap_or((param, ""));
-        options = match (name, value.to_ascii_lowercase().as_str()) {
-            ("synchronous", "full") => options.synchronous(Synchronous::Full),
-            ("synchronous", "normal") => options.synchronous(Synchronous::Normal),
-            ("busy_timeout_ms", ms) => match ms.parse() {
-                Ok(ms) => options.busy_timeout(std::time::Duration::from_millis(ms)),
-                Err(_) => {
-                    return Err(StoreError::Config(format!(
-                        "busy_timeout_ms must be a number of milliseconds, not {value:?}"
-                    )))
-                }
-            },
-            _ => {
-                return Err(StoreError::Config(format!(
-                    "unknown SQLite option {param:?} in {url:?}; known: synchronous=full|normal, busy_timeout_ms=N"
-                )))
-            }
-        };
-    }
-    Ok(Arc::new(SqliteStore::open_with(path, options).await?))
+    Ok(Arc::new(super::sqlite::SqliteStore::connect(url).await?))
 }
 
 #[cfg(not(feature = "sqlite"))]

@@ -32,7 +32,6 @@ impl Waiters {
 
     /// Wake every waiter, e.g. after the notification channel reconnected
     /// and messages may have been lost: each re-reads its record.
-    #[cfg_attr(not(any(feature = "redis", feature = "postgres")), allow(dead_code))]
     pub(crate) fn wake_all(&self) {
         self.keys.retain(|_, notify| {
             notify.notify_waiters();

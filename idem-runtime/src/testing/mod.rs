@@ -175,10 +175,23 @@ pub async fn run_child() {
 /// The conformance harness of a store that runs on its server's clock
 /// (Redis, PostgreSQL): time passes by sleeping, so the cases use 200 ms
 /// ticks.
-#[derive(Debug)]
 pub struct ServerClockHarness<S> {
     store: std::sync::Arc<S>,
     expires_natively: bool,
+    reopen: Option<Reopen<S>>,
+}
+
+/// Connects a second store to the same server.
+type Reopen<S> =
+    Box<dyn Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = S> + Send>> + Send + Sync>;
+
+impl<S> std::fmt::Debug for ServerClockHarness<S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ServerClockHarness")
+            .field("expires_natively", &self.expires_natively)
+            .field("reopens", &self.reopen.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<S: crate::store::Store> ServerClockHarness<S> {
@@ -187,6 +200,7 @@ impl<S: crate::store::Store> ServerClockHarness<S> {
         ServerClockHarness {
             store: std::sync::Arc::new(store),
             expires_natively: false,
+            reopen: None,
         }
     }
 
@@ -194,6 +208,17 @@ impl<S: crate::store::Store> ServerClockHarness<S> {
     /// [`Harness::expires_natively`](crate::conformance::Harness::expires_natively)).
     pub fn expiring_natively(mut self) -> Self {
         self.expires_natively = true;
+        self
+    }
+
+    /// How to connect a new store to the same server (see
+    /// [`Harness::reopen`](crate::conformance::Harness::reopen)).
+    pub fn reopening<F, Fut>(mut self, connect: F) -> Self
+    where
+        F: Fn() -> Fut + Send + Sync + 'static,
+        Fut: std::future::Future<Output = S> + Send + 'static,
+    {
+        self.reopen = Some(Box::new(move || Box::pin(connect())));
         self
     }
 }
@@ -215,5 +240,12 @@ impl<S: crate::store::Store> crate::conformance::Harness for ServerClockHarness<
 
     fn expires_natively(&self) -> bool {
         self.expires_natively
+    }
+
+    async fn reopen(&self) -> Option<std::sync::Arc<S>> {
+        match &self.reopen {
+            Some(connect) => Some(std::sync::Arc::new(connect().await)),
+            None => None,
+        }
     }
 }

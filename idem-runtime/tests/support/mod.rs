@@ -123,3 +123,21 @@ pub async fn server_url(test: &str, server: &str, url: fn() -> Option<String>) -
     }
     found
 }
+
+/// The driver's error behind `e`: its `Error::source`, which must be of
+/// type `D`. The message names the driver's error too.
+pub fn driver_error<D: std::error::Error + 'static>(e: &StoreError) -> &D {
+    let source = std::error::Error::source(e)
+        .unwrap_or_else(|| panic!("{e:?} has no source; the driver's error was dropped"));
+    let driver = source.downcast_ref::<D>().unwrap_or_else(|| {
+        panic!(
+            "the source of {e:?} is not a {}",
+            std::any::type_name::<D>()
+        )
+    });
+    assert!(
+        e.to_string().contains(&driver.to_string()),
+        "{e} does not name the cause {driver}"
+    );
+    driver
+}
