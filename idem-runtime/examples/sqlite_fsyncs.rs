@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Outcome, OutputJson};
-use idem_runtime::store::{Claim, ClaimRequest, SqliteOptions, SqliteStore, Store, Synchronous};
+use idem_runtime::store::{
+    ClaimOutcome, ClaimRequest, SqliteOptions, SqliteStore, Store, Synchronous,
+};
 
 fn key(i: usize) -> IdempotencyKey {
     IdempotencyKey::parse(&format!("{i:064x}")).expect("64 hex digits")
@@ -36,7 +38,7 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
         lease: Duration::from_secs(60),
     };
     match store.claim(&req).await.expect("claim") {
-        Claim::Acquired { fence, .. } => {
+        ClaimOutcome::Acquired { fence, .. } => {
             let outcome = Outcome::Success {
                 output: OutputJson::from_value(&serde_json::json!({ "message_id": i })),
             };
@@ -46,7 +48,7 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
                 .expect("complete");
             true
         }
-        Claim::Completed(_) => false,
+        ClaimOutcome::Completed(_) => false,
         other => panic!("unexpected {other:?}"),
     }
 }

@@ -33,7 +33,7 @@ use serde_json::json;
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, RecordState, StoredFailure};
-use crate::store::{Claim, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError};
+use crate::store::{ClaimOutcome, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError};
 
 /// A store under test and control over its notion of time.
 pub trait Harness: Send + Sync + 'static {
@@ -161,7 +161,7 @@ fn success(n: i64) -> Outcome {
 
 async fn acquire<S: Store + ?Sized>(store: &S, r: &ClaimRequest<'_>) -> Fence {
     match store.claim(r).await.expect("claim") {
-        Claim::Acquired { fence, .. } => fence,
+        ClaimOutcome::Acquired { fence, .. } => fence,
         other => panic!("expected to acquire the key, got {other:?}"),
     }
 }
@@ -192,7 +192,7 @@ pub async fn claim_while_in_flight_reports_owner<H: Harness>(h: H) {
     let (key, f) = (random_key(), fp("a"));
     let fence = acquire(&*store, &req(&key, &f, h.tick() * 5)).await;
     match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
-        Claim::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
+        ClaimOutcome::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
         other => panic!("expected in flight, got {other:?}"),
     }
 }
@@ -207,7 +207,7 @@ pub async fn completed_outcome_is_returned_exactly<H: Harness>(h: H) {
         .await
         .unwrap();
     match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
-        Claim::Completed(record) => {
+        ClaimOutcome::Completed(record) => {
             assert_eq!(record.outcome(), Some(&success(7)));
             assert_eq!(record.fence(), fence);
         }
@@ -244,7 +244,7 @@ pub async fn key_reuse_with_other_arguments_is_reported<H: Harness>(h: H) {
     let (key, a, b) = (random_key(), fp("a"), fp("b"));
     let fence = acquire(&*store, &req(&key, &a, h.tick())).await;
     match store.claim(&req(&key, &b, h.tick())).await.unwrap() {
-        Claim::KeyReused { tool, fingerprint } => {
+        ClaimOutcome::KeyReused { tool, fingerprint } => {
             assert_eq!(tool, "conformance_tool");
             assert_eq!(fingerprint, a);
         }
@@ -254,13 +254,13 @@ pub async fn key_reuse_with_other_arguments_is_reported<H: Harness>(h: H) {
     natural.check_fingerprint = false;
     assert!(matches!(
         store.claim(&natural).await.unwrap(),
-        Claim::InFlight { .. }
+        ClaimOutcome::InFlight { .. }
     ));
     // Another tool under the same key is refused even without the check.
     natural.tool = "another_tool";
     assert!(matches!(
         store.claim(&natural).await.unwrap(),
-        Claim::KeyReused { .. }
+        ClaimOutcome::KeyReused { .. }
     ));
     store
         .complete(&key, fence, &success(1), h.tick())
@@ -277,7 +277,7 @@ pub async fn stale_owner_cannot_complete<H: Harness>(h: H) {
     let old = acquire(&*store, &req(&key, &f, h.tick())).await;
     h.advance(h.tick() * 2).await;
     let new = match store.claim(&req(&key, &f, h.tick() * 10)).await.unwrap() {
-        Claim::Acquired {
+        ClaimOutcome::Acquired {
             fence,
             takeover: Some(t),
             ..
@@ -356,7 +356,7 @@ pub async fn steps_survive_a_takeover<H: Harness>(h: H) {
         .unwrap();
     h.advance(h.tick() * 3).await;
     match store.claim(&req(&key, &f, h.tick() * 10)).await.unwrap() {
-        Claim::Acquired {
+        ClaimOutcome::Acquired {
             steps,
             takeover: Some(_),
             ..
@@ -383,7 +383,7 @@ pub async fn checkpoint_extends_the_lease<H: Harness>(h: H) {
     // Without the extension the lease would have run out by now.
     assert!(matches!(
         store.claim(&req(&key, &f, h.tick())).await.unwrap(),
-        Claim::InFlight { .. }
+        ClaimOutcome::InFlight { .. }
     ));
     store
         .complete(&key, fence, &success(1), h.tick() * 10)
@@ -512,7 +512,7 @@ pub async fn values_round_trip_exactly<H: Harness>(h: H) {
     assert_eq!(record.steps, want);
     assert_eq!(record.outcome(), Some(&outcome));
     match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
-        Claim::Completed(record) => {
+        ClaimOutcome::Completed(record) => {
             assert_eq!(record.outcome(), Some(&outcome));
             assert_eq!(record.steps, want);
         }
@@ -530,7 +530,7 @@ pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
     let fence = acquire(&*store, &req(&key, &f, Duration::MAX)).await;
     h.advance(h.tick() * 2).await;
     match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
-        Claim::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
+        ClaimOutcome::InFlight { fence: owner, .. } => assert_eq!(owner, fence),
         other => panic!("a lease of Duration::MAX ran out: {other:?}"),
     }
     store
@@ -539,7 +539,7 @@ pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
         .unwrap();
     assert!(matches!(
         store.claim(&req(&key, &f, h.tick())).await.unwrap(),
-        Claim::InFlight { .. }
+        ClaimOutcome::InFlight { .. }
     ));
     store
         .complete(&key, fence, &success(4), Duration::MAX)
@@ -554,7 +554,7 @@ pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
         .expect("the outcome was lost");
     assert_eq!(record.outcome(), Some(&success(4)));
     match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
-        Claim::Completed(record) => assert_eq!(record.outcome(), Some(&success(4))),
+        ClaimOutcome::Completed(record) => assert_eq!(record.outcome(), Some(&success(4))),
         other => panic!("a TTL of Duration::MAX expired: {other:?}"),
     }
 }
@@ -783,7 +783,7 @@ pub async fn contend_for_key<S: Store + ?Sized>(
             let f = fp("same");
             loop {
                 match store.claim(&req(&key, &f, lease)).await.expect("claim") {
-                    Claim::Acquired { fence, .. } => {
+                    ClaimOutcome::Acquired { fence, .. } => {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::task::yield_now().await;
                         store
@@ -792,14 +792,16 @@ pub async fn contend_for_key<S: Store + ?Sized>(
                             .unwrap();
                         return success(tag);
                     }
-                    Claim::Completed(record) => return record.outcome().unwrap().clone(),
-                    Claim::InFlight { .. } => {
+                    ClaimOutcome::Completed(record) => return record.outcome().unwrap().clone(),
+                    ClaimOutcome::InFlight { .. } => {
                         store
                             .wait(&key, Duration::from_secs(60))
                             .await
                             .expect("wait");
                     }
-                    Claim::KeyReused { .. } => panic!("same arguments reported as key reuse"),
+                    ClaimOutcome::KeyReused { .. } => {
+                        panic!("same arguments reported as key reuse")
+                    }
                 }
             }
         });

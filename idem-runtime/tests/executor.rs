@@ -13,7 +13,7 @@ use idem_runtime::clock::ManualClock;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::executor::InFlightPolicy;
 use idem_runtime::record::{Fence, Outcome};
-use idem_runtime::store::{Claim, ClaimRequest, MemoryStore, Store};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use idem_runtime::{
     ErrorKind, Executor, IdemError, Reconciled, RetryPolicy, Tool, ToolCtx, ToolDef, ToolError,
     ToolSpec,
@@ -141,7 +141,7 @@ impl Store for BrokenStore {
     fn describe(&self) -> String {
         "redis://10.0.0.9:6379".into()
     }
-    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim(&self, _: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         self.fail()
     }
     async fn checkpoint(
@@ -472,7 +472,7 @@ async fn crashed_owner(
         })
         .await
         .unwrap();
-    assert!(matches!(claim, Claim::Acquired { .. }));
+    assert!(matches!(claim, ClaimOutcome::Acquired { .. }));
     clock.advance(Duration::from_secs(41));
 }
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use idem_runtime::conformance::random_key;
-use idem_runtime::store::{Claim, PostgresStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
 use support::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
@@ -96,7 +96,7 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
     let key = random_key();
     let f = fingerprint();
     let (claim, by_claim) = statements(&stats, store.claim(&request(&key, &f))).await;
-    let Claim::Acquired { fence, .. } = claim.unwrap() else {
+    let ClaimOutcome::Acquired { fence, .. } = claim.unwrap() else {
         panic!("fresh key not acquired");
     };
     let (done, by_complete) = statements(
@@ -106,7 +106,7 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
     .await;
     done.unwrap();
     let (dup, by_dup) = statements(&stats, store.claim(&request(&key, &f))).await;
-    assert!(matches!(dup.unwrap(), Claim::Completed(_)));
+    assert!(matches!(dup.unwrap(), ClaimOutcome::Completed(_)));
 
     for (what, seen) in [
         ("claim", &by_claim),

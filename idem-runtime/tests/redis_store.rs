@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use idem_runtime::conformance::random_key;
 use idem_runtime::store::redis::RedisOptions;
-use idem_runtime::store::{Claim, RedisStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, RedisStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
 use support::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
@@ -104,7 +104,7 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
     let f = fingerprint();
 
     let (claim, sent_claim) = client_commands(&url, store.claim(&request(&key, &f))).await;
-    let Claim::Acquired { fence, .. } = claim.unwrap() else {
+    let ClaimOutcome::Acquired { fence, .. } = claim.unwrap() else {
         panic!("fresh key not acquired");
     };
     let (done, sent_complete) = client_commands(
@@ -114,7 +114,7 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
     .await;
     done.unwrap();
     let (dup, sent_dup) = client_commands(&url, store.claim(&request(&key, &f))).await;
-    assert!(matches!(dup.unwrap(), Claim::Completed(_)));
+    assert!(matches!(dup.unwrap(), ClaimOutcome::Completed(_)));
 
     eprintln!("redis round trips: claim {sent_claim:?}, complete {sent_complete:?}, duplicate {sent_dup:?}");
     for (what, sent) in [

@@ -12,7 +12,7 @@ use std::time::Duration;
 use idem_runtime::conformance::random_key;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Outcome, OutputJson};
-use idem_runtime::store::{Claim, SqliteOptions, SqliteStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, SqliteOptions, SqliteStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
 use support::{acquire, driver_error, fingerprint, request, sent, wake_up_latencies};
@@ -43,7 +43,7 @@ async fn completed_record_survives_a_restart_of_the_store() {
     let reopened = SqliteStore::open(&path).await.unwrap();
     let f = fingerprint();
     match reopened.claim(&request(&key, &f)).await.unwrap() {
-        Claim::Completed(r) => assert_eq!(r.outcome(), Some(&sent("m-1"))),
+        ClaimOutcome::Completed(r) => assert_eq!(r.outcome(), Some(&sent("m-1"))),
         other => panic!("the completed call was forgotten: {other:?}"),
     }
 }
@@ -71,7 +71,7 @@ async fn duplicate_of_a_completed_call_writes_nothing() {
     for _ in 0..20 {
         assert!(matches!(
             store.claim(&request(&key, &f)).await.unwrap(),
-            Claim::Completed(_)
+            ClaimOutcome::Completed(_)
         ));
     }
     assert_eq!(version(&path), before, "a duplicate appended to the WAL");
@@ -252,7 +252,7 @@ async fn full_database_fails_closed_with_full() {
     for _ in 0..100 {
         let key = random_key();
         match store.claim(&request(&key, &f)).await {
-            Ok(Claim::Acquired { fence, .. }) => {
+            Ok(ClaimOutcome::Acquired { fence, .. }) => {
                 if let Err(e) = store
                     .complete(&key, fence, &big, Duration::from_secs(60))
                     .await
@@ -440,7 +440,7 @@ async fn a_lease_runs_from_when_the_claim_is_written_not_from_when_it_was_queued
     let released = store.now().await.unwrap();
     drop(lock);
     match claim.await.unwrap().unwrap() {
-        Claim::Acquired { lease_until, .. } => {
+        ClaimOutcome::Acquired { lease_until, .. } => {
             let lease = request(&key, &fingerprint()).lease;
             assert!(
                 lease_until >= released.plus(lease),
@@ -482,8 +482,8 @@ async fn claims_of_one_key_in_one_group_commit_have_one_owner() {
     let mut seen = Vec::new();
     for claim in claims {
         match claim.await.unwrap().unwrap() {
-            Claim::Acquired { fence, .. } => owners.push(fence),
-            Claim::InFlight { fence, .. } => seen.push(fence),
+            ClaimOutcome::Acquired { fence, .. } => owners.push(fence),
+            ClaimOutcome::InFlight { fence, .. } => seen.push(fence),
             other => panic!("unexpected {other:?}"),
         }
     }

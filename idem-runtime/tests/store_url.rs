@@ -13,7 +13,7 @@ use std::time::Duration;
 use idem_runtime::conformance::random_key;
 use idem_runtime::key::Fingerprint;
 use idem_runtime::record::{Outcome, OutputJson};
-use idem_runtime::store::{connect, Claim, ClaimRequest, Store, StoreError};
+use idem_runtime::store::{connect, ClaimOutcome, ClaimRequest, Store, StoreError};
 use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::json;
 
@@ -29,7 +29,7 @@ async fn first_call_then_duplicate(store: Arc<dyn Store>) {
         check_fingerprint: true,
         lease: Duration::from_secs(30),
     };
-    let Claim::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
+    let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("fresh key not acquired on {}", store.describe());
     };
     let outcome = Outcome::Success {
@@ -40,7 +40,7 @@ async fn first_call_then_duplicate(store: Arc<dyn Store>) {
         .await
         .unwrap();
     match store.claim(&req).await.unwrap() {
-        Claim::Completed(r) => assert_eq!(r.outcome(), Some(&outcome)),
+        ClaimOutcome::Completed(r) => assert_eq!(r.outcome(), Some(&outcome)),
         other => panic!(
             "duplicate not deduplicated on {}: {other:?}",
             store.describe()

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, Record};
-use crate::store::{Claim, ClaimRequest, Takeover};
+use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
 
 use super::key::CallKey;
 use super::metrics::Metrics;
@@ -64,7 +64,7 @@ impl CallEnv<'_> {
                 .await
                 .map_err(|e| self.store_err(e))?
             {
-                Claim::Acquired {
+                ClaimOutcome::Acquired {
                     fence,
                     steps,
                     takeover,
@@ -78,15 +78,15 @@ impl CallEnv<'_> {
                         namespace: call.namespace.clone(),
                     }))
                 }
-                Claim::Completed(record) => return Ok(Claimed::Recorded(record)),
-                Claim::KeyReused { tool, fingerprint } => {
+                ClaimOutcome::Completed(record) => return Ok(Claimed::Recorded(record)),
+                ClaimOutcome::KeyReused { tool, fingerprint } => {
                     return Err(self.refuse(IdemError::KeyReused {
                         key: key.clone(),
                         stored_tool: tool,
                         stored_fingerprint: fingerprint.to_string(),
                     }))
                 }
-                Claim::InFlight { .. } => {
+                ClaimOutcome::InFlight { .. } => {
                     let max = match self.core.config.in_flight {
                         InFlightPolicy::Wait(max) => max,
                         InFlightPolicy::Reject => Duration::ZERO,

@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::transition;
-use super::{Claim, ClaimRequest, Store, StoreError};
+use super::{ClaimOutcome, ClaimRequest, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{Fence, Outcome, Record};
@@ -128,7 +128,7 @@ impl Store for MemoryStore {
         "memory".to_owned()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         self.open()?;
         let now = self.clock.now();
         match self.records.entry(req.key.clone()) {

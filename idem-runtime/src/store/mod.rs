@@ -94,7 +94,7 @@ pub struct ClaimRequest<'a> {
 
 /// What a claim found.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Claim {
+pub enum ClaimOutcome {
     /// The caller owns the key and must run the call, then complete or
     /// release it with `fence`.
     Acquired {
@@ -146,14 +146,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Try to own `req.key`. One round trip.
     ///
     /// * No record, or a completed record past its expiry: a new in-flight
-    ///   record with a fresh fence → [`Claim::Acquired`].
+    ///   record with a fresh fence → [`ClaimOutcome::Acquired`].
     /// * A record for another tool, or (when `check_fingerprint`) another
-    ///   fingerprint → [`Claim::KeyReused`]; nothing changes.
-    /// * In flight with a live lease → [`Claim::InFlight`].
+    ///   fingerprint → [`ClaimOutcome::KeyReused`]; nothing changes.
+    /// * In flight with a live lease → [`ClaimOutcome::InFlight`].
     /// * In flight with an expired lease → the record gets a fresh fence and
-    ///   lease, keeps its steps → [`Claim::Acquired`] with a [`Takeover`].
-    /// * Completed → [`Claim::Completed`].
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError>;
+    ///   lease, keeps its steps → [`ClaimOutcome::Acquired`] with a [`Takeover`].
+    /// * Completed → [`ClaimOutcome::Completed`].
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
 
     /// Record that step `step` of an in-flight call finished with `value`,
     /// and extend the lease by `lease` from now. One round trip.
@@ -232,7 +232,7 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     fn describe(&self) -> String {
         (**self).describe()
     }
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         (**self).claim(req).await
     }
     async fn checkpoint(

@@ -42,7 +42,9 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
 use super::redact::redact;
 use super::waiters::Waiters;
-use super::{transition, Cause, Claim, ClaimRequest, FenceHolder, Store, StoreError, Takeover};
+use super::{
+    transition, Cause, ClaimOutcome, ClaimRequest, FenceHolder, Store, StoreError, Takeover,
+};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -637,7 +639,7 @@ impl Store for PostgresStore {
         self.name.clone()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = millis(req.lease);
         // Normally one pass. A second is needed only when a concurrent
         // claim inserted or changed the row after this statement's snapshot
@@ -665,7 +667,7 @@ impl Store for PostgresStore {
                 let RecordState::InFlight { fence, lease_until } = record.state else {
                     return Err(self.protocol("a claim stored a completed record"));
                 };
-                return Ok(Claim::Acquired {
+                return Ok(ClaimOutcome::Acquired {
                     fence,
                     lease_until,
                     steps: record.steps,

@@ -58,7 +58,7 @@ use serde_json::Value;
 
 use super::redact::redact;
 use super::waiters::Waiters;
-use super::{Cause, Claim, ClaimRequest, Store, StoreError, Takeover};
+use super::{Cause, ClaimOutcome, ClaimRequest, Store, StoreError, Takeover};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -518,7 +518,7 @@ impl Store for RedisStore {
         self.name.clone()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = super::span_millis(req.lease).to_string();
         let reply = self
             .run(
@@ -545,13 +545,13 @@ impl Store for RedisStore {
             _ => Err(self.protocol(&word(0))),
         };
         match word(0).as_str() {
-            "acquired" => Ok(Claim::Acquired {
+            "acquired" => Ok(ClaimOutcome::Acquired {
                 fence: Fence(num(1)?),
                 lease_until: Timestamp(num(2)?),
                 steps: BTreeMap::new(),
                 takeover: None,
             }),
-            "taken_over" => Ok(Claim::Acquired {
+            "taken_over" => Ok(ClaimOutcome::Acquired {
                 fence: Fence(num(1)?),
                 lease_until: Timestamp(num(2)?),
                 takeover: Some(Takeover {
@@ -559,12 +559,12 @@ impl Store for RedisStore {
                 }),
                 steps: flat(4)?.steps,
             }),
-            "in_flight" => Ok(Claim::InFlight {
+            "in_flight" => Ok(ClaimOutcome::InFlight {
                 fence: Fence(num(1)?),
                 lease_until: Timestamp(num(2)?),
             }),
-            "completed" => Ok(Claim::Completed(Arc::new(flat(2)?))),
-            "reused" => Ok(Claim::KeyReused {
+            "completed" => Ok(ClaimOutcome::Completed(Arc::new(flat(2)?))),
+            "reused" => Ok(ClaimOutcome::KeyReused {
                 tool: word(1),
                 fingerprint: Fingerprint::new(word(2)),
             }),

@@ -44,7 +44,7 @@ use tokio::sync::{oneshot, Semaphore};
 
 use super::transition;
 use super::waiters::Waiters;
-use super::{Cause, Claim, ClaimRequest, Store, StoreError};
+use super::{Cause, ClaimOutcome, ClaimRequest, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{Fence, Outcome, Record, RecordState};
@@ -235,7 +235,7 @@ enum Op {
 }
 
 enum Answer {
-    Claim(Claim),
+    Claim(ClaimOutcome),
     Done,
     Swept(u64),
 }
@@ -879,7 +879,7 @@ impl Store for SqliteStore {
         self.shared.name.clone()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<Claim, StoreError> {
+    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         // A duplicate (completed, in flight, key reused) is answered from a
         // read connection without touching the write lock; only a claim
         // that must write goes to the writer, which decides again inside

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Claim, ClaimRequest, FenceHolder, StoreError, Takeover};
+use super::{ClaimOutcome, ClaimRequest, FenceHolder, StoreError, Takeover};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::{Fence, Outcome, Record, RecordState};
@@ -18,7 +18,7 @@ use crate::record::{Fence, Outcome, Record, RecordState};
 #[derive(Debug)]
 pub struct ClaimDecision {
     /// The answer for the caller.
-    pub claim: Claim,
+    pub claim: ClaimOutcome,
     /// The record to store in place of the existing one (`None`: unchanged).
     pub write: Option<Record>,
 }
@@ -36,7 +36,7 @@ pub fn claim(
         let fence = fresh();
         let lease_until = now.plus(req.lease);
         return ClaimDecision {
-            claim: Claim::Acquired {
+            claim: ClaimOutcome::Acquired {
                 fence,
                 lease_until,
                 steps: Default::default(),
@@ -55,7 +55,7 @@ pub fn claim(
     if record.tool != req.tool || (req.check_fingerprint && &record.fingerprint != req.fingerprint)
     {
         return ClaimDecision {
-            claim: Claim::KeyReused {
+            claim: ClaimOutcome::KeyReused {
                 tool: record.tool.clone(),
                 fingerprint: record.fingerprint.clone(),
             },
@@ -64,11 +64,11 @@ pub fn claim(
     }
     match record.state {
         RecordState::Completed { .. } => ClaimDecision {
-            claim: Claim::Completed(record),
+            claim: ClaimOutcome::Completed(record),
             write: None,
         },
         RecordState::InFlight { fence, lease_until } if lease_until > now => ClaimDecision {
-            claim: Claim::InFlight { fence, lease_until },
+            claim: ClaimOutcome::InFlight { fence, lease_until },
             write: None,
         },
         RecordState::InFlight {
@@ -79,7 +79,7 @@ pub fn claim(
             let mut record = Arc::unwrap_or_clone(record);
             record.state = RecordState::InFlight { fence, lease_until };
             ClaimDecision {
-                claim: Claim::Acquired {
+                claim: ClaimOutcome::Acquired {
                     fence,
                     lease_until,
                     steps: record.steps.clone(),

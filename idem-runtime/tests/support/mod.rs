@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Fence, Outcome, OutputJson};
-use idem_runtime::store::{Claim, ClaimRequest, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store, StoreError};
 use serde_json::json;
 
 /// The fingerprint of the arguments of every call in these tests.
@@ -36,7 +36,7 @@ pub fn sent(id: &str) -> Outcome {
 pub async fn acquire<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Fence {
     let f = fingerprint();
     match store.claim(&request(key, &f)).await.unwrap() {
-        Claim::Acquired { fence, .. } => fence,
+        ClaimOutcome::Acquired { fence, .. } => fence,
         other => panic!("expected to own a fresh key, got {other:?}"),
     }
 }
