@@ -82,7 +82,9 @@ pub struct CallBuilder<'e, S, T: ToolDef> {
     exec: &'e Executor<S>,
     tool: T,
     args: T::Args,
-    call_id: Option<String>,
+    /// The provider's call id (not named `call_id`: rustc would point at a
+    /// private field when the method `call_id` is not available).
+    provider_id: Option<String>,
     run: RunContext,
     retry: Option<RetryPolicy>,
     approval: ApprovalSource,
@@ -99,7 +101,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
             exec,
             tool,
             args,
-            call_id: None,
+            provider_id: None,
             run: RunContext::default(),
             retry: None,
             approval,
@@ -108,7 +110,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
 
     /// The provider's tool-call id: the key source.
     pub fn call_id(mut self, id: impl Into<String>) -> Self {
-        self.call_id = Some(id.into());
+        self.provider_id = Some(id.into());
         self
     }
 
@@ -153,7 +155,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S,
                 .execute(
                     &self.tool,
                     self.args,
-                    self.call_id,
+                    self.provider_id,
                     self.run,
                     self.retry,
                     self.approval,
