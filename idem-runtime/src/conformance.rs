@@ -391,6 +391,41 @@ pub async fn checkpoint_extends_the_lease<H: Harness>(h: H) {
         .unwrap();
 }
 
+/// A renewal extends the owner's lease and changes nothing else; a stale
+/// fence cannot renew (the superseded owner learns it lost the key).
+pub async fn renewal_extends_the_lease_and_is_fenced<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let fence = acquire(&*store, &req(&key, &f, h.tick() * 2)).await;
+    h.advance(h.tick()).await;
+    store.renew(&key, fence, h.tick() * 4).await.unwrap();
+    h.advance(h.tick() * 2).await;
+    // Without the renewal the lease would have run out by now.
+    assert!(matches!(
+        store.claim(&req(&key, &f, h.tick())).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert!(record.steps.is_empty(), "a renewal records no step");
+    // Once the lease runs out and another owner takes over, the first
+    // owner's renewal is refused.
+    h.advance(h.tick() * 3).await;
+    let ClaimOutcome::Acquired { fence: second, .. } =
+        store.claim(&req(&key, &f, h.tick() * 10)).await.unwrap()
+    else {
+        panic!("the lapsed lease is taken over");
+    };
+    assert_stale(store.renew(&key, fence, h.tick() * 10).await);
+    store.renew(&key, second, h.tick() * 10).await.unwrap();
+    // A renewal never revives a completed or absent record.
+    store
+        .complete(&key, second, &success(1), h.tick() * 10)
+        .await
+        .unwrap();
+    assert_stale(store.renew(&key, second, h.tick()).await);
+    assert_stale(store.renew(&random_key(), second, h.tick()).await);
+}
+
 /// A released key can be claimed again, under a fence never used before, and
 /// the earlier fence cannot write to the new claim.
 pub async fn released_key_is_claimed_with_a_new_fence<H: Harness>(h: H) {
@@ -828,6 +863,7 @@ macro_rules! store_conformance_tests {
             writes_to_an_absent_key_are_rejected,
             steps_survive_a_takeover,
             checkpoint_extends_the_lease,
+            renewal_extends_the_lease_and_is_fenced,
             released_key_is_claimed_with_a_new_fence,
             expired_record_is_swept_and_key_reclaimed,
             sweep_spares_in_flight_and_live_records,

@@ -34,6 +34,29 @@ struct Shared {
     key: Option<IdempotencyKey>,
     call_id: Option<String>,
     steps: Option<StepLog>,
+    /// Whether this call still owns its key (keyed owners only).
+    lease: Option<LeaseWatch>,
+}
+
+/// The step under which [`ToolCtx::intent`] records what a tool is about
+/// to do.
+pub const INTENT_STEP: &str = "idem:intent";
+
+/// Tells a running tool that its call no longer owns its key.
+#[derive(Debug, Clone)]
+pub(crate) struct LeaseWatch(tokio::sync::watch::Receiver<bool>);
+
+impl LeaseWatch {
+    /// A watch and the sender that marks the lease lost.
+    pub(crate) fn new() -> (tokio::sync::watch::Sender<bool>, LeaseWatch) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        (tx, LeaseWatch(rx))
+    }
+
+    /// Whether the lease was lost.
+    pub(crate) fn is_lost(&self) -> bool {
+        *self.0.borrow()
+    }
 }
 
 /// Where a keyed call's step results are checkpointed.
@@ -76,6 +99,27 @@ impl StepLog {
             done: Mutex::new(done),
         }
     }
+
+    /// The stored value of step `name`, if it completed.
+    fn get(&self, name: &str) -> Option<Value> {
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    /// Checkpoint step `name` with `value` (fenced), then remember it.
+    async fn record(&self, name: &str, value: Value) -> Result<(), crate::store::StoreError> {
+        self.store
+            .checkpoint(&self.key, self.fence, name, &value, self.lease)
+            .await?;
+        self.done
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name.to_owned(), value);
+        Ok(())
+    }
 }
 
 impl ToolCtx {
@@ -90,6 +134,7 @@ impl ToolCtx {
                 key: None,
                 call_id: None,
                 steps: None,
+                lease: None,
             }),
             attempt: 1,
         }
@@ -123,6 +168,88 @@ impl ToolCtx {
     pub(crate) fn with_steps(mut self, log: StepLog) -> Self {
         Arc::make_mut(&mut self.call).steps = Some(log);
         self
+    }
+
+    /// Report the loss of the key through `lease`.
+    pub(crate) fn with_lease(mut self, lease: LeaseWatch) -> Self {
+        Arc::make_mut(&mut self.call).lease = Some(lease);
+        self
+    }
+
+    /// Whether this call has lost its key: its lease ran out (renewals
+    /// failed, or the process was paused past it) and another caller may
+    /// have taken the key over. Whatever the tool does from here on is not
+    /// recorded; it should stop before its next side effect.
+    ///
+    /// Always `false` for `read` tools, which hold no key.
+    pub fn is_superseded(&self) -> bool {
+        self.call.lease.as_ref().is_some_and(LeaseWatch::is_lost)
+    }
+
+    /// Resolves when this call loses its key (see
+    /// [`ToolCtx::is_superseded`]); never, for a call that keeps it. A tool
+    /// doing slow work races it to stop early:
+    ///
+    /// ```
+    /// # use idem_runtime::{ToolCtx, ToolError};
+    /// # async fn send_slowly(ctx: &ToolCtx) -> Result<&'static str, ToolError> {
+    /// // Stands for a slow provider call.
+    /// let sending = async {
+    ///     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    ///     Ok("sent")
+    /// };
+    /// tokio::select! {
+    ///     sent = sending => sent,
+    ///     () = ctx.superseded() => Err(ToolError::transient("superseded before sending")),
+    /// }
+    /// # }
+    /// ```
+    pub async fn superseded(&self) {
+        match &self.call.lease {
+            Some(lease) => {
+                let mut rx = lease.0.clone();
+                if rx.wait_for(|lost| *lost).await.is_err() {
+                    // The owner is gone without marking the lease lost: the
+                    // call is over, nothing will be recorded for it.
+                    std::future::pending::<()>().await
+                }
+            }
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Record what this call is about to do, before it does it: a generated
+    /// Message-ID, an order reference, the request sent to a provider. It is
+    /// stored under the key (one round trip) before this returns, so that if
+    /// the call's owner vanishes, the next owner's reconcile hook reads it
+    /// back with [`ToolCtx::recorded_intent`] and can look the effect up.
+    ///
+    /// A later `intent` replaces an earlier one. For `read` tools (no key)
+    /// this does nothing.
+    pub async fn intent<T: Serialize>(&self, intent: &T) -> Result<(), ToolError> {
+        let Some(log) = &self.call.steps else {
+            return Ok(());
+        };
+        let value = serde_json::to_value(intent).map_err(|e| {
+            ToolError::permanent(format!("the intent could not be serialized: {e}"))
+        })?;
+        log.record(INTENT_STEP, value).await.map_err(|e| {
+            // Nothing was done yet: the provider was not called.
+            ToolError::transient(format!("the intent could not be recorded: {e}"))
+        })
+    }
+
+    /// The intent recorded with [`ToolCtx::intent`] by this call or by a
+    /// previous owner of its key, if any. Reconcile hooks read it to find
+    /// out whether the effect happened.
+    pub fn recorded_intent<T: DeserializeOwned>(&self) -> Option<Result<T, ToolError>> {
+        let log = self.call.steps.as_ref()?;
+        let value = log.get(INTENT_STEP)?;
+        Some(serde_json::from_value(value).map_err(|e| {
+            ToolError::permanent(format!(
+                "the recorded intent does not match the type asked for: {e}"
+            ))
+        }))
     }
 
     /// The tool's name.
@@ -186,13 +313,7 @@ impl ToolCtx {
         let Some(log) = &self.call.steps else {
             return f().await;
         };
-        let stored = log
-            .done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(name)
-            .cloned();
-        if let Some(value) = stored {
+        if let Some(value) = log.get(name) {
             return serde_json::from_value(value).map_err(|e| {
                 ToolError::permanent(format!(
                     "stored result of step `{name}` does not match its type: {e}"
@@ -205,18 +326,11 @@ impl ToolCtx {
                 "step `{name}` ran but its result could not be serialized for the checkpoint: {e}"
             ))
         })?;
-        log.store
-            .checkpoint(&log.key, log.fence, name, &value, log.lease)
-            .await
-            .map_err(|e| {
-                ToolError::ambiguous(format!(
-                    "step `{name}` ran but its checkpoint could not be stored: {e}"
-                ))
-            })?;
-        log.done
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(name.to_owned(), value);
+        log.record(name, value).await.map_err(|e| {
+            ToolError::ambiguous(format!(
+                "step `{name}` ran but its checkpoint could not be stored: {e}"
+            ))
+        })?;
         Ok(out)
     }
 }

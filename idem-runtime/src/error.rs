@@ -165,17 +165,19 @@ pub enum IdemError {
         /// The store's error.
         source: crate::store::StoreError,
     },
-    /// This caller's lease ran out and another caller took the key over
-    /// (its fence is stale): whatever this caller did is not recorded, and
-    /// the new owner's outcome is the call's outcome.
-    #[error("tool `{tool}`: the call with key {key} was taken over by another owner after this one's lease ran out; its result was not recorded ({source})")]
+    /// This caller lost its key while it worked: a renewal of its lease
+    /// found that another caller had taken the key over, or could not reach
+    /// the store before the lease ran out. Whatever it did is not recorded
+    /// as the call's outcome; the new owner's outcome stands.
+    #[error("tool `{tool}`: the call with key {key} lost its lease (taken over by another owner, or not renewed before it ran out); its result was not recorded, and the outcome is the new owner's")]
     Superseded {
         /// The tool.
         tool: String,
         /// The key.
         key: crate::key::IdempotencyKey,
-        /// The store's stale-fence rejection.
-        source: crate::store::StoreError,
+        /// The store's rejection (a stale fence) or the renewal failure,
+        /// when there was one.
+        source: Option<crate::store::StoreError>,
     },
     /// The key is recorded for other arguments: nothing ran.
     #[error("key {key} was already used by tool `{stored_tool}` with other arguments (stored fingerprint {stored_fingerprint}); nothing ran. A retry must send the same arguments; a new intent needs a new call id")]

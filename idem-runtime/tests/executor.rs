@@ -442,13 +442,27 @@ async fn a_duplicate_can_be_rejected_while_in_flight() {
     assert_eq!(world.calls(), 1);
 }
 
-/// Claim a key as a worker that then crashes, and let its lease run out.
+/// Claim a key as a worker that starts the tool and then crashes, and let
+/// its lease run out.
 async fn crashed_owner(
     exec: &Executor<App>,
     clock: &ManualClock,
     tool: &'static str,
     to: &str,
     call_id: &str,
+) {
+    crashed(exec, clock, tool, to, call_id, true).await
+}
+
+/// Claim a key as a worker that crashes, having started the tool or not,
+/// and let its lease run out.
+async fn crashed(
+    exec: &Executor<App>,
+    clock: &ManualClock,
+    tool: &'static str,
+    to: &str,
+    call_id: &str,
+    started: bool,
 ) {
     let call = Msg { to: to.into() };
     let value = serde_json::to_value(&call).unwrap();
@@ -472,7 +486,22 @@ async fn crashed_owner(
         })
         .await
         .unwrap();
-    assert!(matches!(claim, ClaimOutcome::Acquired { .. }));
+    let ClaimOutcome::Acquired { fence, .. } = claim else {
+        panic!("expected to own the key, got {claim:?}");
+    };
+    if started {
+        // What the executor writes just before the tool body runs.
+        exec.store()
+            .checkpoint(
+                &key,
+                fence,
+                idem_runtime::executor::ATTEMPT_STEP,
+                &Value::from(1),
+                Duration::from_secs(40),
+            )
+            .await
+            .unwrap();
+    }
     clock.advance(Duration::from_secs(41));
 }
 
@@ -754,4 +783,285 @@ async fn an_owner_whose_lease_was_taken_over_is_told_it_was_superseded_and_recor
     let again = send(&exec, "ada", "c").await.unwrap();
     assert!(again.meta.deduplicated);
     assert_eq!(again.output, second.output);
+}
+
+#[tokio::test]
+async fn after_a_crash_before_the_tool_started_a_non_idempotent_write_simply_runs() {
+    let (exec, world, clock) = with_clock();
+    crashed(&exec, &clock, "charge_card", "ada", "c", false).await;
+    let out = charge(&exec, "ada", "c").await.unwrap();
+    assert!(!out.meta.deduplicated);
+    assert_eq!(
+        world.effects(),
+        ["charge_card:ada"],
+        "known not applied: runs once"
+    );
+}
+
+#[tokio::test]
+async fn a_non_idempotent_write_marks_its_attempt_started_before_its_body_runs() {
+    let (exec, _world) = fresh();
+    let out = charge(&exec, "ada", "c").await.unwrap();
+    let key = out.meta.key.unwrap();
+    let record = exec.store().get(&key).await.unwrap().unwrap();
+    assert_eq!(record.steps[idem_runtime::executor::ATTEMPT_STEP], 1);
+    // An idempotent write needs no mark: a takeover re-runs it anyway.
+    let out = send(&exec, "ada", "s").await.unwrap();
+    let record = exec
+        .store()
+        .get(&out.meta.key.unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(record.steps.is_empty());
+}
+
+/// An executor with a short lease (renewed every third of it).
+fn short_lease(lease: Duration) -> (Executor<App>, App) {
+    let world = App::default();
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .lease(lease)
+        .build();
+    (exec, world)
+}
+
+#[tokio::test]
+async fn a_call_slower_than_its_lease_keeps_it_and_a_duplicate_waits_for_its_result() {
+    let (exec, world) = short_lease(Duration::from_millis(150));
+    *world.delay.lock().unwrap() = Some(Duration::from_millis(600));
+    let first = tokio::spawn({
+        let exec = exec.clone();
+        async move { send(&exec, "ada", "c").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Twice the lease later, the owner still holds the key: the duplicate
+    // waits instead of taking over.
+    let dup = send(&exec, "ada", "c").await.unwrap();
+    let first = first.await.unwrap().unwrap();
+    assert!(dup.meta.deduplicated);
+    assert_eq!(dup.output, first.output);
+    assert_eq!(world.calls(), 1, "one run");
+}
+
+#[tokio::test]
+async fn an_approval_slower_than_the_lease_is_asked_once_and_runs_once() {
+    use idem_runtime::approval::{ApprovalDecision, Callback};
+    use idem_runtime::dispatch::{Arguments, Dispatcher, ToolCall};
+    use idem_runtime::registry::Registry;
+    use idem_runtime::RunContext;
+
+    let asked = Arc::new(AtomicUsize::new(0));
+    let world = App::default();
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .lease(Duration::from_millis(150))
+        .approvals(Callback::new({
+            let asked = asked.clone();
+            move |_| {
+                asked.fetch_add(1, Ordering::SeqCst);
+                async {
+                    // A person takes their time: many leases long.
+                    tokio::time::sleep(Duration::from_millis(800)).await;
+                    Ok(ApprovalDecision::Approved(Approval::granted_by("ops")))
+                }
+            }
+        }))
+        .build();
+    let d = Dispatcher::new(exec, Registry::new().with(DeleteAccount));
+    let call = || ToolCall {
+        id: Some("toolu_1".into()),
+        name: "delete_account".into(),
+        arguments: Arguments::Json(serde_json::json!({"to": "ada"})),
+    };
+    let first = tokio::spawn({
+        let d = d.clone();
+        async move { d.dispatch_one(call(), &RunContext::default()).await }
+    });
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    // The model repeats the call while the person is still deciding.
+    let second = d.dispatch_one(call(), &RunContext::default()).await;
+    let first = first.await.unwrap();
+    assert!(first.result.is_ok(), "{:?}", first.result);
+    assert!(second.result.is_ok(), "{:?}", second.result);
+    assert!(second.deduplicated());
+    assert_eq!(first.content(), second.content());
+    assert_eq!(asked.load(Ordering::SeqCst), 1, "the policy is asked once");
+    assert_eq!(world.effects(), ["delete_account:ada"], "it runs once");
+}
+
+/// A tool that waits to be told it lost its key, and reports what it saw.
+#[derive(Clone, Copy)]
+struct Patient;
+impl ToolDef for Patient {
+    type Class = NonIdempotentWrite;
+    type Args = Msg;
+    type Output = Sent;
+    const SPEC: ToolSpec = ToolSpec::new("patient", "waits for its lease to be lost");
+}
+impl Tool<App> for Patient {
+    fn call(
+        &self,
+        _args: Msg,
+        ctx: &ToolCtx,
+        world: &App,
+    ) -> impl Future<Output = Result<Sent, ToolError>> + Send {
+        let (ctx, world) = (ctx.clone(), world.clone());
+        async move {
+            assert!(!ctx.is_superseded());
+            ctx.superseded().await;
+            assert!(ctx.is_superseded());
+            world.calls.fetch_add(1, Ordering::SeqCst);
+            // A tool that ignores the signal and "finishes" anyway.
+            Ok(Sent {
+                id: "late".into(),
+                key: None,
+            })
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_owner_taken_over_is_told_through_its_ctx_and_its_late_result_is_not_recorded() {
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+    let world = App::default();
+    let exec = Executor::builder_shared(store.clone())
+        .state(world.clone())
+        .lease(Duration::from_millis(90))
+        .build();
+    let first = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.call(Patient, msg("ada")).call_id("c").await }
+    });
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    // The store's clock jumps past the lease (a paused process, a clock
+    // step), and another worker takes the key over before the next renewal.
+    let ns = idem_runtime::Namespace::default();
+    let key = idem_runtime::key::derive_key(&idem_runtime::key::KeyInput {
+        version: 1,
+        namespace: &ns,
+        tool: "patient",
+        source: idem_runtime::key::KeySource::CallId("c"),
+    })
+    .unwrap();
+    let args = serde_json::to_value(msg("ada")).unwrap();
+    let fingerprint = idem_runtime::key::CanonicalArgs::from_value(&args)
+        .unwrap()
+        .fingerprint;
+    clock.advance(Duration::from_secs(1));
+    let ClaimOutcome::Acquired {
+        fence, takeover, ..
+    } = store
+        .claim(&ClaimRequest {
+            key: &key,
+            tool: "patient",
+            fingerprint: &fingerprint,
+            check_fingerprint: true,
+            lease: Duration::from_secs(60),
+        })
+        .await
+        .unwrap()
+    else {
+        panic!("the lapsed lease is taken over");
+    };
+    assert!(takeover.is_some());
+    // The first owner's next renewal finds the newer fence: its tool is
+    // told, and what it returns afterwards is not recorded.
+    let err = first.await.unwrap().unwrap_err();
+    assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
+    assert_eq!(world.calls(), 1, "the tool saw the signal");
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.fence(), fence, "the new owner still holds the key");
+    assert!(
+        record.outcome().is_none(),
+        "nothing recorded by the old owner"
+    );
+}
+
+/// A store whose renewals fail as if it could not be reached; with `down`,
+/// so does recording an outcome.
+#[derive(Debug)]
+struct NoRenewals(MemoryStore, bool);
+
+impl NoRenewals {
+    fn unreachable() -> StoreError {
+        StoreError::Unavailable {
+            store: "no-renewals".into(),
+            cause: "connection refused".into(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Store for NoRenewals {
+    fn describe(&self) -> String {
+        "no-renewals".into()
+    }
+    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.0.claim(r).await
+    }
+    async fn checkpoint(
+        &self,
+        k: &IdempotencyKey,
+        f: Fence,
+        s: &str,
+        v: &Value,
+        l: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.checkpoint(k, f, s, v, l).await
+    }
+    async fn renew(&self, _: &IdempotencyKey, _: Fence, _: Duration) -> Result<(), StoreError> {
+        Err(Self::unreachable())
+    }
+    async fn complete(
+        &self,
+        k: &IdempotencyKey,
+        f: Fence,
+        o: &Outcome,
+        t: Duration,
+    ) -> Result<(), StoreError> {
+        if self.1 {
+            return Err(Self::unreachable());
+        }
+        self.0.complete(k, f, o, t).await
+    }
+    async fn release(&self, k: &IdempotencyKey, f: Fence) -> Result<(), StoreError> {
+        self.0.release(k, f).await
+    }
+    async fn get(&self, k: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.0.get(k).await
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.0.sweep().await
+    }
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.0.now().await
+    }
+}
+
+#[tokio::test]
+async fn when_renewals_cannot_reach_the_store_the_owner_is_told_once_its_lease_would_lapse() {
+    for down in [false, true] {
+        let world = App::default();
+        let exec = Executor::builder(NoRenewals(MemoryStore::new(), down))
+            .state(world.clone())
+            .lease(Duration::from_millis(90))
+            .build();
+        let started = tokio::time::Instant::now();
+        let result = exec.call(Patient, msg("ada")).call_id("c").await;
+        // The tool was told only once the lease could have lapsed.
+        assert!(started.elapsed() >= Duration::from_millis(90));
+        assert_eq!(world.calls(), 1);
+        if down {
+            // Nothing could be recorded: the caller learns it was superseded.
+            let err = result.unwrap_err();
+            assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
+            assert!(std::error::Error::source(&err).is_some());
+        } else {
+            // Nobody took the key over meanwhile, so the fenced write of the
+            // outcome is still the owner's, and it is accepted.
+            assert_eq!(result.unwrap().output.id, "late");
+        }
+    }
 }

@@ -61,7 +61,7 @@ impl CallEnv<'_> {
                 self.store()
                     .checkpoint(&owner.key, owner.fence, APPROVAL_STEP, &value, self.lease())
                     .await
-                    .map_err(|e| self.store_err(e))
+                    .map_err(|e| self.owner_err(owner, e))
             }
             ApprovalDecision::Denied { reason } => {
                 Metrics::bump(&self.metrics().approvals_denied);

@@ -10,23 +10,23 @@ use serde_json::Value;
 
 use crate::ctx::ToolCtx;
 use crate::error::ToolError;
-use crate::key::IdempotencyKey;
-use crate::record::Fence;
 use crate::retry::may_retry;
 use crate::tool::Tool;
 
+use super::claim::Owner;
 use super::metrics::Metrics;
 use super::{Call, CallEnv, ATTEMPT_STEP};
 
 impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     /// Run attempts until success, a non-retryable error or the limit.
-    /// With `lease` (a keyed owner), the lease is extended before a retry.
+    /// With `owner` (a keyed call), the lease is extended before a retry,
+    /// and no retry starts once the lease is lost.
     /// Returns the last result and how many attempts were made.
     pub(super) async fn attempts(
         &self,
         args: &T::Args,
         base: ToolCtx,
-        lease: Option<(&IdempotencyKey, Fence)>,
+        owner: Option<&Owner>,
     ) -> (Result<T::Output, ToolError>, u32) {
         let timeout = self.env.timeout();
         let mut attempt = 1;
@@ -44,7 +44,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                 Ok(output) => return (Ok(output), attempt),
                 Err(error) => error,
             };
-            match self.env.before_retry(attempt, &error, lease).await {
+            match self.env.before_retry(attempt, &error, owner).await {
                 Some(pause) => tokio::time::sleep(pause).await,
                 None => return (Err(error), attempt),
             }
@@ -61,22 +61,23 @@ impl CallEnv<'_> {
         &self,
         attempt: u32,
         error: &ToolError,
-        lease: Option<(&IdempotencyKey, Fence)>,
+        owner: Option<&Owner>,
     ) -> Option<Duration> {
         let retryable = attempt < self.policy.attempts()
+            && !owner.is_some_and(Owner::lost)
             && may_retry(self.class, error.kind())
             && !self.policy.retry_after_too_long(error.retry_after());
         if !retryable {
             return None;
         }
         let pause = self.policy.delay(attempt, error.retry_after());
-        if let Some((key, fence)) = lease {
+        if let Some(owner) = owner {
             // Keep ownership through the pause and the next attempt.
             let extend = self
                 .store()
                 .checkpoint(
-                    key,
-                    fence,
+                    &owner.key,
+                    owner.fence,
                     ATTEMPT_STEP,
                     &Value::from(attempt + 1),
                     pause.saturating_add(self.lease()),

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, Record};
@@ -38,6 +39,16 @@ pub(super) struct Owner {
     /// Set when a previous owner vanished without an outcome.
     pub(super) takeover: Option<Takeover>,
     pub(super) namespace: Namespace,
+    /// Whether this owner still holds the key, once its lease is watched.
+    pub(super) lease: Option<LeaseWatch>,
+}
+
+impl Owner {
+    /// Whether the lease was lost (a renewal found a newer fence, or could
+    /// not reach the store before the lease ran out).
+    pub(super) fn lost(&self) -> bool {
+        self.lease.as_ref().is_some_and(LeaseWatch::is_lost)
+    }
 }
 
 impl CallEnv<'_> {
@@ -76,6 +87,7 @@ impl CallEnv<'_> {
                         steps,
                         takeover,
                         namespace: call.namespace.clone(),
+                        lease: None,
                     }))
                 }
                 ClaimOutcome::Completed(record) => return Ok(Claimed::Recorded(record)),

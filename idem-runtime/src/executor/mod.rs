@@ -70,9 +70,15 @@ use metrics::Metrics;
 
 /// The step name under which an approval decision is recorded.
 pub const APPROVAL_STEP: &str = "idem:approval";
-/// The step name under which the next attempt number is recorded (it also
-/// extends the lease before a retry).
+/// The step name under which the number of the attempt about to start is
+/// recorded, before the tool body runs, for classes that are never re-run
+/// (`non_idempotent_write`, `irreversible`), and before every retry. A
+/// takeover that finds no such step knows the previous owner never started
+/// the tool, so the call simply runs.
 pub const ATTEMPT_STEP: &str = "idem:attempt";
+
+/// The default lease: 15 s, renewed every 5 s while the owner works.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 
 /// What to do when a duplicate arrives while the first call is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,9 +103,11 @@ pub struct ExecutorConfig {
     pub in_flight: InFlightPolicy,
     /// Namespace of calls that do not name one.
     pub namespace: Namespace,
-    /// Added to the timeout to make the lease: how long past its deadline an
-    /// owner is still presumed alive (10 s).
-    pub lease_margin: Duration,
+    /// How long an owner that stopped renewing is presumed alive (15 s).
+    /// The executor renews the lease every third of it while the owner
+    /// works, so a crashed owner is found within this, whatever the tool's
+    /// timeout.
+    pub lease: Duration,
 }
 
 impl Default for ExecutorConfig {
@@ -110,7 +118,7 @@ impl Default for ExecutorConfig {
             retry: RetryPolicy::default(),
             in_flight: InFlightPolicy::Wait(Duration::from_secs(300)),
             namespace: Namespace::default(),
-            lease_margin: Duration::from_secs(10),
+            lease: DEFAULT_LEASE,
         }
     }
 }
@@ -241,9 +249,12 @@ impl<S> ExecutorBuilder<S> {
         self
     }
 
-    /// How long past its timeout an owner is presumed alive.
-    pub fn lease_margin(mut self, margin: Duration) -> Self {
-        self.config.lease_margin = margin;
+    /// How long an owner that stopped renewing its lease is presumed alive
+    /// (15 s); the lease is renewed every third of it. Shorter finds a
+    /// crashed owner sooner, at the price of more renewals of slow calls.
+    /// Zero is taken as one millisecond.
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.config.lease = lease.max(Duration::from_millis(1));
         self
     }
 
@@ -463,7 +474,7 @@ impl CallEnv<'_> {
     }
 
     fn lease(&self) -> Duration {
-        self.timeout().saturating_add(self.core.config.lease_margin)
+        self.core.config.lease
     }
 
     fn ttl(&self) -> Duration {
@@ -484,7 +495,7 @@ impl CallEnv<'_> {
             StoreError::StaleFence { ref key, .. } => IdemError::Superseded {
                 tool: self.name().to_owned(),
                 key: key.clone(),
-                source,
+                source: Some(source),
             },
             source => IdemError::Store {
                 tool: self.name().to_owned(),

@@ -9,16 +9,19 @@
 //! * ambiguous for `non_idempotent_write` / `irreversible` → the reconcile
 //!   hook decides; without an answer the outcome is recorded as unknown.
 
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+
 use serde_json::Value;
 
-use crate::ctx::{StepLog, ToolCtx};
+use crate::ctx::{LeaseWatch, StepLog, ToolCtx};
 use crate::error::{ErrorKind, IdemError, ToolError};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, StoredFailure};
-use crate::store::Takeover;
+use crate::store::{StoreError, Takeover};
 use crate::tool::{Reconciled, Tool};
 
 use super::claim::Owner;
-use super::{Call, CallEnv, CallOutput, APPROVAL_STEP};
+use super::{Call, CallEnv, CallOutput, APPROVAL_STEP, ATTEMPT_STEP};
 
 /// What the class decides about a failed owner's key without the tool.
 enum Settled {
@@ -30,75 +33,105 @@ enum Settled {
 }
 
 impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
-    /// We own the key: reconcile a takeover, get an approval, run, record.
+    /// We own the key: keep the lease alive while phases 3 to 6 run.
     pub(super) async fn owned(
         self,
         args: T::Args,
         mut owner: Owner,
     ) -> Result<CallOutput<T::Output>, IdemError> {
+        let (lost, watch) = LeaseWatch::new();
+        owner.lease = Some(watch.clone());
+        let steps = std::mem::take(&mut owner.steps);
+        let work = self.own(&args, &owner, steps, watch);
+        let keep = self.env.keep_lease(&owner, &lost);
+        tokio::select! {
+            biased;
+            result = work => result,
+            never = keep => match never {},
+        }
+    }
+
+    /// Reconcile a takeover, get an approval, run, record.
+    async fn own(
+        &self,
+        args: &T::Args,
+        owner: &Owner,
+        steps: BTreeMap<String, Value>,
+        watch: LeaseWatch,
+    ) -> Result<CallOutput<T::Output>, IdemError> {
         let env = &self.env;
-        let approved = owner.steps.contains_key(APPROVAL_STEP);
+        let approved = steps.contains_key(APPROVAL_STEP);
+        let started = steps.contains_key(ATTEMPT_STEP);
         let log = StepLog::new(
             env.core.store.clone(),
             owner.key.clone(),
             owner.fence,
             env.lease(),
-            std::mem::take(&mut owner.steps),
+            steps,
         );
-        let ctx = env.owner_ctx(&owner).with_steps(log);
+        let ctx = env.owner_ctx(owner).with_steps(log).with_lease(watch);
 
-        // Phase 3: a previous owner vanished without an outcome.
+        // Phase 3: a previous owner vanished without an outcome. If it never
+        // started the tool, nothing happened: the call simply runs.
         if let Some(Takeover { previous }) = owner.takeover {
-            if !env.class.may_rerun_unknown_outcome() {
+            if !env.class.may_rerun_unknown_outcome() && started {
                 tracing::warn!(
                     previous = previous.0,
-                    "previous owner vanished; reconciling"
+                    "previous owner vanished mid-call; reconciling"
                 );
-                match self.tool.reconcile(&args, &ctx, self.state).await {
+                match self.tool.reconcile(args, &ctx, self.state).await {
                     Ok(Reconciled::Applied(output)) => {
-                        return env.succeed(&owner, output, 0, true).await
+                        return env.succeed(owner, output, 0, true).await
                     }
                     Ok(Reconciled::NotApplied) => {}
                     Ok(Reconciled::Unknown) => {
                         let reason = env.vanished(previous);
-                        return Err(env.unknown(&owner, reason).await);
+                        return Err(env.unknown(owner, reason).await);
                     }
-                    Err(e) => return Err(env.reconcile_failed(&owner, e)),
+                    Err(e) => return Err(env.reconcile_failed(owner, e)),
                 }
+            } else if !started {
+                tracing::info!(
+                    previous = previous.0,
+                    "previous owner vanished before starting the tool; running it"
+                );
             }
         }
 
         // Phase 4.
         if env.class.needs_approval() && !approved {
-            env.approve(&owner, &|| {
-                serde_json::to_value(&args).unwrap_or(Value::Null)
-            })
-            .await?;
+            env.approve(owner, &|| serde_json::to_value(args).unwrap_or(Value::Null))
+                .await?;
+        }
+
+        // Intent before effect: a class that is never re-run marks the
+        // attempt as started before its body runs, so that a takeover can
+        // tell "never started" from "outcome unknown".
+        if !env.class.may_rerun_unknown_outcome() {
+            env.mark_started(owner).await?;
         }
 
         // Phase 5.
-        let (result, attempts) = self
-            .attempts(&args, ctx.clone(), Some((&owner.key, owner.fence)))
-            .await;
+        let (result, attempts) = self.attempts(args, ctx.clone(), Some(owner)).await;
 
         // Phase 6.
         let error = match result {
-            Ok(output) => return env.succeed(&owner, output, attempts, false).await,
+            Ok(output) => return env.succeed(owner, output, attempts, false).await,
             Err(error) => error,
         };
-        let error = match env.settle_failure(&owner, error).await? {
+        let error = match env.settle_failure(owner, error).await? {
             Settled::Done(e) => return Err(e),
             Settled::Reconcile(error) => error,
         };
-        match self.tool.reconcile(&args, &ctx, self.state).await {
-            Ok(Reconciled::Applied(output)) => env.succeed(&owner, output, attempts, false).await,
+        match self.tool.reconcile(args, &ctx, self.state).await {
+            Ok(Reconciled::Applied(output)) => env.succeed(owner, output, attempts, false).await,
             Ok(Reconciled::NotApplied) => {
-                env.release(&owner).await?;
+                env.release(owner).await?;
                 Err(env.tool_failed(error, false))
             }
             Ok(Reconciled::Unknown) | Err(_) => {
                 let reason = format!("the call failed ambiguously: {}", error.message());
-                Err(env.unknown(&owner, reason).await)
+                Err(env.unknown(owner, reason).await)
             }
         }
     }
@@ -169,14 +202,96 @@ impl CallEnv<'_> {
         self.store()
             .complete(&owner.key, owner.fence, &outcome, self.ttl())
             .await
-            .map_err(|e| self.store_err(e))
+            .map_err(|e| self.owner_err(owner, e))
     }
 
     pub(super) async fn release(&self, owner: &Owner) -> Result<(), IdemError> {
         self.store()
             .release(&owner.key, owner.fence)
             .await
-            .map_err(|e| self.store_err(e))
+            .map_err(|e| self.owner_err(owner, e))
+    }
+
+    /// Record that attempt 1 is starting (see [`ATTEMPT_STEP`]).
+    async fn mark_started(&self, owner: &Owner) -> Result<(), IdemError> {
+        if owner.lost() {
+            return Err(self.superseded(owner, None));
+        }
+        self.store()
+            .checkpoint(
+                &owner.key,
+                owner.fence,
+                ATTEMPT_STEP,
+                &Value::from(1),
+                self.lease(),
+            )
+            .await
+            .map_err(|e| self.owner_err(owner, e))
+    }
+
+    /// A store failure of an owner: once its lease is lost, any failure to
+    /// write means it was superseded (the new owner's outcome stands).
+    pub(super) fn owner_err(&self, owner: &Owner, e: StoreError) -> IdemError {
+        if owner.lost() {
+            self.superseded(owner, Some(e))
+        } else {
+            self.store_err(e)
+        }
+    }
+
+    /// The caller's error when its owner lost the key.
+    fn superseded(&self, owner: &Owner, cause: Option<StoreError>) -> IdemError {
+        IdemError::Superseded {
+            tool: self.name().to_owned(),
+            key: owner.key.clone(),
+            source: cause,
+        }
+    }
+
+    /// Renew the owner's lease every third of it, for as long as the owner
+    /// works (the caller drops this future when the work ends, so a call
+    /// that finishes within a third of the lease pays no renewal). When a
+    /// renewal finds a newer fence, or the store stays unreachable until
+    /// the lease would have run out, the lease is marked lost: the tool
+    /// sees it (`ctx.superseded()`), no retry starts, and nothing this
+    /// owner writes is accepted as its outcome.
+    async fn keep_lease(
+        &self,
+        owner: &Owner,
+        lost: &tokio::sync::watch::Sender<bool>,
+    ) -> Infallible {
+        let lease = self.lease();
+        let every = lease / 3;
+        // Until when the store is known to keep our lease: measured from
+        // before each request, so never later than the store's own.
+        let mut held_until = tokio::time::Instant::now() + lease;
+        let mut next = every;
+        loop {
+            tokio::time::sleep(next).await;
+            let sent = tokio::time::Instant::now();
+            match self.store().renew(&owner.key, owner.fence, lease).await {
+                Ok(()) => {
+                    held_until = sent + lease;
+                    next = every;
+                }
+                Err(e @ StoreError::StaleFence { .. }) => {
+                    tracing::warn!(error = %e, "lease taken over by another owner; stopping");
+                    break;
+                }
+                Err(e) => {
+                    let left = held_until.saturating_duration_since(tokio::time::Instant::now());
+                    if left.is_zero() {
+                        tracing::warn!(error = %e, "could not renew the lease before it ran out; stopping");
+                        break;
+                    }
+                    tracing::warn!(error = %e, "could not renew the lease; trying again");
+                    // Again soon, and at the latest when the lease runs out.
+                    next = left.min(every);
+                }
+            }
+        }
+        lost.send_replace(true);
+        std::future::pending().await
     }
 
     /// Why the outcome of a call whose owner `previous` vanished is unknown.

@@ -165,7 +165,20 @@ impl Store for MemoryStore {
         self.open()?;
         let now = self.clock.now();
         self.update(key, false, |r| {
-            transition::checkpoint_in_place(r, key, fence, step, value, lease, now)
+            transition::checkpoint_in_place(r, key, fence, Some((step, value)), lease, now)
+        })
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.open()?;
+        let now = self.clock.now();
+        self.update(key, false, |r| {
+            transition::checkpoint_in_place(r, key, fence, None, lease, now)
         })
     }
 

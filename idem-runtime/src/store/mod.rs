@@ -8,6 +8,7 @@
 //! |---|---|
 //! | [`Store::claim`] | absent / expired → in flight (owner); expired lease → in flight (takeover); otherwise report what is there |
 //! | [`Store::checkpoint`] | in flight → in flight, with one more completed step |
+//! | [`Store::renew`] | in flight → in flight, with a later lease |
 //! | [`Store::complete`] | in flight → completed |
 //! | [`Store::release`] | in flight → absent (the call is known not to have applied) |
 //! | [`Store::get`] | read |
@@ -166,6 +167,25 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         lease: Duration,
     ) -> Result<(), StoreError>;
 
+    /// Extend the lease of the in-flight record owned by `fence` to `lease`
+    /// from now. One round trip, nothing else changes. Refused with
+    /// [`StoreError::StaleFence`] when `fence` no longer owns the record:
+    /// the owner then knows it was superseded and stops.
+    ///
+    /// The executor calls it every third of the lease while the owner
+    /// works. The default records the renewal as a checkpoint of the
+    /// reserved step `idem:lease`; stores override it with a write of the
+    /// lease alone.
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.checkpoint(key, fence, "idem:lease", &Value::Null, lease)
+            .await
+    }
+
     /// Complete an in-flight call with `outcome`, kept for `ttl`. One round
     /// trip. Refused with [`StoreError::StaleFence`] unless `fence` owns the
     /// key and the record is in flight: a completed outcome is never
@@ -244,6 +264,14 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         lease: Duration,
     ) -> Result<(), StoreError> {
         (**self).checkpoint(key, fence, step, value, lease).await
+    }
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        (**self).renew(key, fence, lease).await
     }
     async fn complete(
         &self,

@@ -86,6 +86,7 @@ const SWEEP_BATCH: i64 = 1000;
 struct Sql {
     claim: String,
     checkpoint: String,
+    renew: String,
     complete: String,
     release: String,
     get: String,
@@ -149,6 +150,17 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
                UPDATE idem_records
                SET steps = steps || jsonb_build_object($3::text, $4::text),
                    lease_until = {{now}} + $5
+               WHERE key = $1 AND fence = $2 AND state = 0
+               RETURNING key
+             )
+             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
+             UNION ALL {}",
+            stale("changed")
+        )),
+        renew: fill(&format!(
+            "WITH changed AS (
+               UPDATE idem_records
+               SET lease_until = {{now}} + $3
                WHERE key = $1 AND fence = $2 AND state = 0
                RETURNING key
              )
@@ -258,6 +270,7 @@ struct Conn {
     client: Client,
     claim: Statement,
     checkpoint: Statement,
+    renew: Statement,
     complete: Statement,
     release: Statement,
     get: Statement,
@@ -288,9 +301,10 @@ impl bb8::ManageConnection for Manager {
         let client = open(&self.config).await?;
         let sql = &*SQL;
         // Prepared concurrently: the client pipelines them.
-        let (claim, checkpoint, complete, release, get, sweep, now) = tokio::try_join!(
+        let (claim, checkpoint, renew, complete, release, get, sweep, now) = tokio::try_join!(
             client.prepare(&sql.claim),
             client.prepare(&sql.checkpoint),
+            client.prepare(&sql.renew),
             client.prepare(&sql.complete),
             client.prepare(&sql.release),
             client.prepare(&sql.get),
@@ -301,6 +315,7 @@ impl bb8::ManageConnection for Manager {
             client,
             claim,
             checkpoint,
+            renew,
             complete,
             release,
             get,
@@ -704,6 +719,21 @@ impl Store for PostgresStore {
                 &value,
                 &millis(lease),
             ],
+        )
+        .await
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.fenced(
+            key,
+            fence,
+            |c| &c.renew,
+            &[&key.as_str(), &(fence.0 as i64), &millis(lease)],
         )
         .await
     }

@@ -136,6 +136,7 @@ pub struct RedisStore {
 struct Scripts {
     claim: Script,
     checkpoint: Script,
+    renew: Script,
     complete: Script,
     release: Script,
     get: Script,
@@ -146,16 +147,18 @@ impl Scripts {
         Scripts {
             claim: Script::new(script!("claim.lua")),
             checkpoint: Script::new(script!("checkpoint.lua")),
+            renew: Script::new(script!("renew.lua")),
             complete: Script::new(script!("complete.lua")),
             release: Script::new(script!("release.lua")),
             get: Script::new(script!("get.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 5] {
+    fn all(&self) -> [&Script; 6] {
         [
             &self.claim,
             &self.checkpoint,
+            &self.renew,
             &self.complete,
             &self.release,
             &self.get,
@@ -590,6 +593,26 @@ impl Store for RedisStore {
                     fence.0.to_string().as_bytes(),
                     step.as_bytes(),
                     &serde_json::to_vec(value).expect("a JSON value serializes"),
+                    super::span_millis(lease).to_string().as_bytes(),
+                ],
+            )
+            .await?;
+        self.ok(key, fence, &reply)
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        let reply = self
+            .run(
+                &self.scripts.renew,
+                key,
+                None,
+                &[
+                    fence.0.to_string().as_bytes(),
                     super::span_millis(lease).to_string().as_bytes(),
                 ],
             )

@@ -214,11 +214,11 @@ enum Op {
         check_fingerprint: bool,
         lease: Duration,
     },
+    /// A completed step (or, without one, a lease renewal).
     Checkpoint {
         key: IdempotencyKey,
         fence: Fence,
-        step: String,
-        value: Value,
+        step: Option<(String, Value)>,
         lease: Duration,
     },
     Complete {
@@ -828,11 +828,11 @@ fn apply(
             key,
             fence,
             step,
-            value,
             lease,
-        } => match existing(key)?
-            .and_then(|r| transition::checkpoint(r, key, *fence, step, value, *lease, now))
-        {
+        } => match existing(key)?.and_then(|r| {
+            let step = step.as_ref().map(|(name, value)| (name.as_str(), value));
+            transition::checkpoint(r, key, *fence, step, *lease, now)
+        }) {
             Ok(record) => store(tx, &record).map(|()| Ok(Answer::Done))?,
             Err(e) => Err(e),
         },
@@ -918,8 +918,23 @@ impl Store for SqliteStore {
         self.submit(Op::Checkpoint {
             key: key.clone(),
             fence,
-            step: step.to_owned(),
-            value: value.clone(),
+            step: Some((step.to_owned(), value.clone())),
+            lease,
+        })
+        .await
+        .map(drop)
+    }
+
+    async fn renew(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        lease: Duration,
+    ) -> Result<(), StoreError> {
+        self.submit(Op::Checkpoint {
+            key: key.clone(),
+            fence,
+            step: None,
             lease,
         })
         .await

@@ -119,20 +119,21 @@ pub fn owned(
     Ok(existing.expect("checked"))
 }
 
-/// Record in place that step `step` completed with `value`.
-#[allow(clippy::too_many_arguments)]
+/// Record in place that step `step` completed with `value`, or (`None`)
+/// only extend the lease.
 pub fn checkpoint_in_place(
     existing: Option<&mut Record>,
     key: &IdempotencyKey,
     fence: Fence,
-    step: &str,
-    value: &Value,
+    step: Option<(&str, &Value)>,
     lease: Duration,
     now: Timestamp,
 ) -> Result<(), StoreError> {
     check_owner(existing.as_deref(), key, fence)?;
     let record = existing.expect("checked");
-    record.steps.insert(step.to_owned(), value.clone());
+    if let Some((step, value)) = step {
+        record.steps.insert(step.to_owned(), value.clone());
+    }
     record.state = RecordState::InFlight {
         fence,
         lease_until: now.plus(lease),
@@ -140,17 +141,17 @@ pub fn checkpoint_in_place(
     Ok(())
 }
 
-/// The record after step `step` completed with `value`.
+/// The record after step `step` completed with `value`, or (`None`) with
+/// only its lease extended.
 pub fn checkpoint(
     mut existing: Option<Record>,
     key: &IdempotencyKey,
     fence: Fence,
-    step: &str,
-    value: &Value,
+    step: Option<(&str, &Value)>,
     lease: Duration,
     now: Timestamp,
 ) -> Result<Record, StoreError> {
-    checkpoint_in_place(existing.as_mut(), key, fence, step, value, lease, now)?;
+    checkpoint_in_place(existing.as_mut(), key, fence, step, lease, now)?;
     Ok(existing.expect("checked"))
 }
 
