@@ -42,20 +42,44 @@ struct Shared {
 /// to do.
 pub const INTENT_STEP: &str = "idem:intent";
 
-/// Tells a running tool that its call no longer owns its key.
-#[derive(Debug, Clone)]
-pub(crate) struct LeaseWatch(tokio::sync::watch::Receiver<bool>);
+/// Tells a running tool that its call no longer owns its key. One small
+/// allocation per owner: a flag and the wake-up for those awaiting it.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct LeaseWatch(Arc<LeaseState>);
+
+#[derive(Debug, Default)]
+struct LeaseState {
+    lost: std::sync::atomic::AtomicBool,
+    notify: tokio::sync::Notify,
+}
 
 impl LeaseWatch {
-    /// A watch and the sender that marks the lease lost.
-    pub(crate) fn new() -> (tokio::sync::watch::Sender<bool>, LeaseWatch) {
-        let (tx, rx) = tokio::sync::watch::channel(false);
-        (tx, LeaseWatch(rx))
+    /// Mark the lease lost and wake everyone awaiting it.
+    pub(crate) fn lose(&self) {
+        self.0
+            .lost
+            .store(true, std::sync::atomic::Ordering::Release);
+        self.0.notify.notify_waiters();
     }
 
     /// Whether the lease was lost.
     pub(crate) fn is_lost(&self) -> bool {
-        *self.0.borrow()
+        self.0.lost.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves once the lease is lost.
+    async fn lost(&self) {
+        loop {
+            let notified = self.0.notify.notified();
+            tokio::pin!(notified);
+            // Registered before the flag is read, so a `lose` between the
+            // read and the await still wakes this waiter.
+            notified.as_mut().enable();
+            if self.is_lost() {
+                return;
+            }
+            notified.await;
+        }
     }
 }
 
@@ -206,14 +230,7 @@ impl ToolCtx {
     /// ```
     pub async fn superseded(&self) {
         match &self.call.lease {
-            Some(lease) => {
-                let mut rx = lease.0.clone();
-                if rx.wait_for(|lost| *lost).await.is_err() {
-                    // The owner is gone without marking the lease lost: the
-                    // call is over, nothing will be recorded for it.
-                    std::future::pending::<()>().await
-                }
-            }
+            Some(lease) => lease.lost().await,
             None => std::future::pending().await,
         }
     }

@@ -39,11 +39,11 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         args: T::Args,
         mut owner: Owner,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        let (lost, watch) = LeaseWatch::new();
+        let watch = LeaseWatch::default();
         owner.lease = Some(watch.clone());
         let steps = std::mem::take(&mut owner.steps);
-        let work = self.own(&args, &owner, steps, watch);
-        let keep = self.env.keep_lease(&owner, &lost);
+        let work = self.own(&args, &owner, steps, watch.clone());
+        let keep = self.env.keep_lease(&owner, &watch);
         tokio::select! {
             biased;
             result = work => result,
@@ -255,11 +255,7 @@ impl CallEnv<'_> {
     /// the lease would have run out, the lease is marked lost: the tool
     /// sees it (`ctx.superseded()`), no retry starts, and nothing this
     /// owner writes is accepted as its outcome.
-    async fn keep_lease(
-        &self,
-        owner: &Owner,
-        lost: &tokio::sync::watch::Sender<bool>,
-    ) -> Infallible {
+    async fn keep_lease(&self, owner: &Owner, lost: &LeaseWatch) -> Infallible {
         let lease = self.lease();
         let every = lease / 3;
         // Until when the store is known to keep our lease: measured from
@@ -290,7 +286,7 @@ impl CallEnv<'_> {
                 }
             }
         }
-        lost.send_replace(true);
+        lost.lose();
         std::future::pending().await
     }
 
