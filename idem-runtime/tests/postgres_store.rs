@@ -121,6 +121,60 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
     assert!(by_complete[0].0.contains("UPDATE idem_records"));
 }
 
+/// A replayed run asks for calls that are already recorded: answering them
+/// must not write. Measured on a server of its own (WAL is server-wide):
+/// the WAL position and the fence sequence before and after 100 duplicates.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
+    let Some(server) = PostgresServer::start() else {
+        skip(
+            "a_duplicate_of_a_completed_call_writes_no_wal",
+            "PostgreSQL",
+        );
+        return;
+    };
+    let url = server.url();
+    let raw = connect_raw(&url).await;
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let (key, f) = (random_key(), fingerprint());
+    let fence = acquire(&store, &key).await;
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let (before, fence_before) = wal_and_fences(&raw).await;
+    for _ in 0..100 {
+        let dup = store.claim(&request(&key, &f)).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::Completed(_)), "{dup:?}");
+    }
+    let (after, fence_after) = wal_and_fences(&raw).await;
+    let wal: i64 = raw
+        .query_one(
+            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
+            &[&after, &before],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    eprintln!("postgres: 100 duplicates wrote {wal} WAL bytes");
+    // Background records (a running-transactions snapshot) may land in the
+    // window; a duplicate that wrote would add about 100 bytes each.
+    assert!(wal < 200, "100 duplicates wrote {wal} WAL bytes");
+    assert_eq!(fence_before, fence_after, "a duplicate drew fences");
+}
+
+/// The server's WAL insert position and the fence sequence's last value.
+async fn wal_and_fences(raw: &tokio_postgres::Client) -> (String, i64) {
+    let row = raw
+        .query_one(
+            "SELECT pg_current_wal_insert_lsn()::text, (SELECT last_value FROM idem_fence)",
+            &[],
+        )
+        .await
+        .unwrap();
+    (row.get(0), row.get(1))
+}
+
 // The entry point of the child processes of the multi-process test.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "entry point of the child processes started by the multi-process tests"]

@@ -117,11 +117,25 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
     };
     let notify = "notified AS (SELECT pg_notify('idem_done', key) FROM changed)";
     Sql {
+        // `cur` reads the row first: when it is a live completed record, a
+        // live owner's, or another call's, nothing is inserted, so a
+        // duplicate takes no row lock, writes no WAL and draws no fence.
+        // Otherwise the upsert decides, as the authority on races.
         claim: fill(
-            "WITH claimed AS (
+            "WITH cur AS (
+               SELECT * FROM idem_records WHERE key = $1
+             ),
+             claimed AS (
                INSERT INTO idem_records AS r
                    (key, tool, fingerprint, created_at, fence, state, lease_until)
-               VALUES ($1, $2, $3, {now}, nextval('idem_fence'), 0, {now} + $5)
+               SELECT $1::text, $2::text, $3::text, {now}, nextval('idem_fence'), 0, {now} + $5::bigint
+               WHERE NOT EXISTS (
+                   SELECT 1 FROM cur
+                   WHERE (cur.state = 1 AND cur.expires_at > {now})
+                      OR (cur.state = 0 AND cur.lease_until > {now})
+                      OR (cur.state = 0 AND (cur.tool <> $2::text
+                          OR ($4::boolean AND cur.fingerprint <> $3::text)))
+               )
                ON CONFLICT (key) DO UPDATE SET
                    fingerprint  = CASE WHEN r.state = 1 THEN excluded.fingerprint ELSE r.fingerprint END,
                    created_at   = CASE WHEN r.state = 1 THEN excluded.created_at ELSE r.created_at END,
@@ -137,13 +151,13 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
                WHERE (r.state = 1 AND r.expires_at <= excluded.created_at)
                   OR (r.state = 0 AND r.lease_until <= excluded.created_at
                       AND r.tool = excluded.tool
-                      AND (NOT $4 OR r.fingerprint = excluded.fingerprint))
+                      AND (NOT $4::boolean OR r.fingerprint = excluded.fingerprint))
                RETURNING r.*
              )
              SELECT true, {record}, {now} FROM claimed
              UNION ALL
-             SELECT false, {record}, {now} FROM idem_records
-             WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM claimed)",
+             SELECT false, {record}, {now} FROM cur
+             WHERE NOT EXISTS (SELECT 1 FROM claimed)",
         ),
         checkpoint: fill(&format!(
             "WITH changed AS (
