@@ -1,0 +1,65 @@
+//! Worker processes killed with SIGKILL in the middle of calls, then
+//! restarted, on every durable store: the simulated providers' ledgers,
+//! which no kill can touch, show no duplicate effect, no re-run of a
+//! started non-idempotent call, no lost result, and every unknown outcome
+//! surfaced as `outcome_unknown` (the scenario: `kill_support`).
+#![cfg(feature = "test-servers")]
+
+mod kill_support;
+
+#[allow(unused_imports)] // each store's test uses its own, under its feature
+use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+#[allow(unused_imports)]
+use idem_runtime::Store;
+use kill_support::{kill_workers_mid_call, run_worker};
+
+/// The name of the entry point below, which the workers run.
+const ENTRY: &str = "kill_worker";
+
+// The entry point of the worker processes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child process"]
+async fn kill_worker() {
+    run_worker().await;
+}
+
+#[cfg(feature = "sqlite")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
+    let dir = TempDir::new("idem-kill-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    // Create the file first so the workers race on claims, not on setup.
+    idem_runtime::store::SqliteStore::open(&path)
+        .await
+        .unwrap()
+        .close()
+        .await;
+    let url = format!("sqlite://{}", path.display());
+    kill_workers_mid_call("sqlite", ENTRY, &url).await;
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
+    let test = "redis workers killed mid-call";
+    let Some(server) = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip(test, "redis-server");
+    };
+    kill_workers_mid_call("redis", ENTRY, &server.url()).await;
+}
+
+#[cfg(feature = "postgres")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
+    let test = "postgres workers killed mid-call";
+    let Some(server) = tokio::task::spawn_blocking(PostgresServer::start)
+        .await
+        .unwrap()
+    else {
+        return skip(test, "PostgreSQL");
+    };
+    kill_workers_mid_call("postgres", ENTRY, &server.url()).await;
+}
