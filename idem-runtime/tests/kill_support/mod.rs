@@ -168,72 +168,61 @@ async fn pause() {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
-/// Sends an email through the provider that honours keys, with the call's
-/// key: safe to re-run after a takeover.
-#[derive(Clone, Copy)]
-struct SendEmail;
+/// A tool that, after a random pause, sends its call to one provider
+/// under the call's key, then pauses again before it returns: a kill can
+/// land before the effect, or after it but before the outcome is recorded.
+macro_rules! provider_tool {
+    ($(#[$doc:meta])* $ty:ident, $class:ty, $name:literal, $provider:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, Copy)]
+        struct $ty;
 
-impl ToolDef for SendEmail {
-    type Class = IdempotentWrite;
-    type Args = Order;
-    type Output = Receipt;
-    const SPEC: ToolSpec = ToolSpec::new("send_email", "sends through a provider that dedupes");
-}
-
-impl Tool<Arc<Providers>> for SendEmail {
-    fn call(
-        &self,
-        args: Order,
-        ctx: &ToolCtx,
-        providers: &Arc<Providers>,
-    ) -> impl Future<Output = Result<Receipt, ToolError>> + Send {
-        let (providers, key) = (providers.clone(), ctx.key().cloned());
-        async move {
-            let key = key.expect("a keyed call");
-            pause().await;
-            providers.honouring.receive(&args.call, key.as_str());
-            pause().await;
-            Ok(Receipt {
-                pid: std::process::id(),
-            })
+        impl ToolDef for $ty {
+            type Class = $class;
+            type Args = Order;
+            type Output = Receipt;
+            const SPEC: ToolSpec = ToolSpec::new($name, stringify!($provider));
         }
-    }
-}
 
-/// Charges a card through the provider that ignores keys: every run is a
-/// charge, so a call whose outcome is unknown must never run again.
-#[derive(Clone, Copy)]
-struct ChargeCard;
-
-impl ToolDef for ChargeCard {
-    type Class = NonIdempotentWrite;
-    type Args = Order;
-    type Output = Receipt;
-    const SPEC: ToolSpec = ToolSpec::new(
-        "charge_card",
-        "charges through a provider that does not dedupe",
-    );
-}
-
-impl Tool<Arc<Providers>> for ChargeCard {
-    fn call(
-        &self,
-        args: Order,
-        ctx: &ToolCtx,
-        providers: &Arc<Providers>,
-    ) -> impl Future<Output = Result<Receipt, ToolError>> + Send {
-        let (providers, key) = (providers.clone(), ctx.key().cloned());
-        async move {
-            let key = key.expect("a keyed call");
-            pause().await;
-            providers.plain.receive(&args.call, key.as_str());
-            pause().await;
-            Ok(Receipt {
-                pid: std::process::id(),
-            })
+        impl Tool<Arc<Providers>> for $ty {
+            fn call(
+                &self,
+                args: Order,
+                ctx: &ToolCtx,
+                providers: &Arc<Providers>,
+            ) -> impl Future<Output = Result<Receipt, ToolError>> + Send {
+                let (providers, key) = (providers.clone(), ctx.key().cloned());
+                async move {
+                    let key = key.expect("a keyed call");
+                    pause().await;
+                    providers.$provider.receive(&args.call, key.as_str());
+                    pause().await;
+                    Ok(Receipt {
+                        pid: std::process::id(),
+                    })
+                }
+            }
         }
-    }
+    };
 }
+
+provider_tool!(
+    /// Sends an email through the provider that honours keys: safe to
+    /// re-run after a takeover, since the re-run carries the same key.
+    SendEmail,
+    IdempotentWrite,
+    "send_email",
+    honouring
+);
+
+provider_tool!(
+    /// Charges a card through the provider that ignores keys: every run is
+    /// a charge, so a call whose outcome is unknown must never run again.
+    ChargeCard,
+    NonIdempotentWrite,
+    "charge_card",
+    plain
+);
 
 /// The fixed calls: `send-NN` and `charge-NN`.
 fn calls() -> Vec<String> {
