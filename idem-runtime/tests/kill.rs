@@ -3,30 +3,34 @@
 //! which no kill can touch, show no duplicate effect, no re-run of a
 //! started non-idempotent call, no lost result, and every unknown outcome
 //! surfaced as `outcome_unknown` (the scenario: `kill_support`).
-#![cfg(feature = "test-servers")]
+//!
+//! Each test prints its counts on a `KILL-TEST` line (`--nocapture`).
+#![cfg(all(
+    feature = "test-servers",
+    any(feature = "sqlite", feature = "redis", feature = "postgres")
+))]
 
 mod kill_support;
 
-#[allow(unused_imports)] // each store's test uses its own, under its feature
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
-#[allow(unused_imports)]
-use idem_runtime::Store;
 use kill_support::{kill_workers_mid_call, run_worker};
 
 /// The name of the entry point below, which the workers run.
 const ENTRY: &str = "kill_worker";
 
-// The entry point of the worker processes.
+/// The entry point of the worker processes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "entry point of the child process"]
 async fn kill_worker() {
     run_worker().await;
 }
 
+/// Workers share one SQLite file in a temporary directory.
 #[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
-    let dir = TempDir::new("idem-kill-sqlite").unwrap();
+    use idem_runtime::Store;
+
+    let dir = idem_runtime::testing::TempDir::new("idem-kill-sqlite").unwrap();
     let path = dir.path().join("idem.db");
     // Create the file first so the workers race on claims, not on setup.
     idem_runtime::store::SqliteStore::open(&path)
@@ -41,7 +45,7 @@ async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() 
 /// Run the scenario on a server of its own that `start` brings up, or skip
 /// loudly when its binaries are missing (a failure under
 /// `IDEM_REQUIRE_SERVERS=1`).
-#[allow(dead_code)] // with neither server store enabled
+#[cfg(any(feature = "redis", feature = "postgres"))]
 async fn on_server<S: Send + 'static>(
     store: &str,
     server: &str,
@@ -49,14 +53,18 @@ async fn on_server<S: Send + 'static>(
     url: fn(&S) -> String,
 ) {
     let Some(running) = tokio::task::spawn_blocking(start).await.unwrap() else {
-        return skip(&format!("{store} workers killed mid-call"), server);
+        let test = format!("{store} workers killed mid-call");
+        return idem_runtime::testing::skip(&test, server);
     };
     kill_workers_mid_call(store, ENTRY, &url(&running)).await;
 }
 
+/// Workers share one `redis-server` of the test's own.
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
+    use idem_runtime::testing::RedisServer;
+
     on_server(
         "redis",
         "redis-server",
@@ -66,9 +74,12 @@ async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
     .await;
 }
 
+/// Workers share one PostgreSQL server of the test's own.
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
+    use idem_runtime::testing::PostgresServer;
+
     on_server(
         "postgres",
         "PostgreSQL",
