@@ -7,13 +7,14 @@
 //! The scenario, on one store:
 //!
 //! 1. Several rounds: worker processes (this test binary, re-run through
-//!    [`WORKER_ENV`]) call every keyed call in a random order, several calls
-//!    at a time, with a short lease and tool bodies that take random short
-//!    times; each worker is killed with SIGKILL at a random instant, most
-//!    often in the middle of a call.
+//!    [`WORKER_ENV`]) make the keyed calls given out so far (each round adds
+//!    a slice of fresh ones) in a random order, several at a time, with a
+//!    short lease, tool bodies that take random short times and a store
+//!    that answers a little late; each worker is killed with SIGKILL at a
+//!    random instant, most often in the middle of a call.
 //! 2. The state of every `charge_card` record is read from the store.
-//! 3. A final worker, never killed, calls every key again until each has
-//!    a definite answer.
+//! 3. A final worker, never killed, makes every call (the last slice for
+//!    the first time) until each has a definite answer.
 //! 4. The providers' ledgers, which no kill can touch, must show what the
 //!    classes promise (see [`check`]).
 //!
