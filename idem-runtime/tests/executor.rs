@@ -772,9 +772,14 @@ async fn an_owner_whose_lease_was_taken_over_is_told_it_was_superseded_and_recor
     });
     tokio::time::sleep(Duration::from_millis(50)).await;
     // The first owner is still working when its lease runs out (a pause,
-    // a slow provider); a duplicate takes the key over and runs it again.
+    // a slow provider); a duplicate in another worker (an executor of its
+    // own: within one executor it would wait for the first) takes the key
+    // over and runs it again.
     clock.advance(Duration::from_secs(41));
-    let second = send(&exec, "ada", "c").await.unwrap();
+    let other_worker = Executor::builder_shared(exec.store().clone())
+        .state(world.clone())
+        .build();
+    let second = send(&other_worker, "ada", "c").await.unwrap();
     let err = first.await.unwrap().unwrap_err();
     assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
     assert_eq!(err.code(), idem_runtime::ErrorCode::Superseded);
@@ -1064,4 +1069,117 @@ async fn when_renewals_cannot_reach_the_store_the_owner_is_told_once_its_lease_w
             assert_eq!(result.unwrap().output.id, "late");
         }
     }
+}
+
+/// A store that counts the claims that reach it.
+#[derive(Debug)]
+struct CountingClaims(Arc<dyn Store>, AtomicUsize);
+
+#[async_trait::async_trait]
+impl Store for CountingClaims {
+    fn describe(&self) -> String {
+        self.0.describe()
+    }
+    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.1.fetch_add(1, Ordering::SeqCst);
+        self.0.claim(r).await
+    }
+    async fn checkpoint(
+        &self,
+        k: &IdempotencyKey,
+        f: Fence,
+        s: &str,
+        v: &Value,
+        l: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.checkpoint(k, f, s, v, l).await
+    }
+    async fn complete(
+        &self,
+        k: &IdempotencyKey,
+        f: Fence,
+        o: &Outcome,
+        t: Duration,
+    ) -> Result<(), StoreError> {
+        self.0.complete(k, f, o, t).await
+    }
+    async fn release(&self, k: &IdempotencyKey, f: Fence) -> Result<(), StoreError> {
+        self.0.release(k, f).await
+    }
+    async fn get(&self, k: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        self.0.get(k).await
+    }
+    async fn sweep(&self) -> Result<u64, StoreError> {
+        self.0.sweep().await
+    }
+    async fn now(&self) -> Result<Timestamp, StoreError> {
+        self.0.now().await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
+    #[allow(unused_mut)]
+    let mut stores: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryStore::new())];
+    #[cfg(feature = "sqlite")]
+    let dir = idem_runtime::testing::TempDir::new("idem-burst").unwrap();
+    #[cfg(feature = "sqlite")]
+    stores.push(Arc::new(
+        idem_runtime::store::SqliteStore::open(dir.path().join("burst.db"))
+            .await
+            .unwrap(),
+    ));
+    for inner in stores {
+        let store = Arc::new(CountingClaims(inner, AtomicUsize::new(0)));
+        let world = App::default();
+        // The call takes long enough for the whole burst to arrive (in a
+        // debug build, 10,000 key derivations take about a second).
+        *world.delay.lock().unwrap() = Some(Duration::from_secs(3));
+        let exec = Executor::builder_shared(store.clone())
+            .state(world.clone())
+            .build();
+        let mut calls = tokio::task::JoinSet::new();
+        for _ in 0..10_000 {
+            let exec = exec.clone();
+            calls.spawn(async move { send(&exec, "ada", "storm").await });
+        }
+        let mut outputs = std::collections::BTreeSet::new();
+        let mut deduplicated = 0;
+        while let Some(done) = calls.join_next().await {
+            let sent = done.unwrap().unwrap();
+            deduplicated += usize::from(sent.meta.deduplicated);
+            outputs.insert(sent.output.id);
+        }
+        let what = store.describe();
+        assert_eq!(world.calls(), 1, "{what}: the tool ran once");
+        assert_eq!(deduplicated, 9_999, "{what}");
+        assert_eq!(outputs.len(), 1, "{what}: every caller got the same output");
+        assert_eq!(
+            store.1.load(Ordering::SeqCst),
+            1,
+            "{what}: one claim reached the store"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_follower_whose_leader_records_nothing_asks_the_store_itself() {
+    let (exec, world) = fresh();
+    *world.delay.lock().unwrap() = Some(Duration::from_millis(100));
+    // The leader fails transiently: the key is released, nothing recorded.
+    world.fail_next([ToolError::transient("503")]);
+    let exec2 = exec.clone();
+    let leader = tokio::spawn(async move { exec2.call(ChargeCard, msg("ada")).call_id("c").await });
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let follower = charge(&exec, "ada", "c").await;
+    assert!(
+        leader.await.unwrap().is_err(),
+        "the leader's transient failure"
+    );
+    let follower = follower.unwrap();
+    assert!(
+        !follower.meta.deduplicated,
+        "the follower ran the call itself"
+    );
+    assert_eq!(world.effects(), ["charge_card:ada"]);
 }

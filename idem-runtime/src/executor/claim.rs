@@ -18,6 +18,7 @@ use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, Record};
 use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
 
+use super::flight::Flight;
 use super::key::CallKey;
 use super::metrics::Metrics;
 use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
@@ -122,6 +123,35 @@ impl CallEnv<'_> {
         }
     }
 
+    /// Wait, as [`InFlightPolicy`] says, for the leader of this key's flight
+    /// in this process: its recorded outcome, or `None` when it recorded
+    /// none.
+    pub(super) async fn follow<'f>(
+        &self,
+        key: &IdempotencyKey,
+        flight: &'f Flight,
+    ) -> Result<Option<&'f Outcome>, IdemError> {
+        if let Some(landed) = flight.try_landed() {
+            return Ok(landed);
+        }
+        let max = match self.core.config.in_flight {
+            InFlightPolicy::Wait(max) => max,
+            InFlightPolicy::Reject => Duration::ZERO,
+        };
+        let in_flight = || {
+            self.refuse(IdemError::InFlight {
+                tool: self.name().to_owned(),
+                key: key.clone(),
+            })
+        };
+        if max.is_zero() {
+            return Err(in_flight());
+        }
+        tokio::time::timeout(max, flight.landed())
+            .await
+            .map_err(|_| in_flight())
+    }
+
     /// Replay mode: the recorded outcome, or refused; never a claim.
     async fn replay(&self, key: &IdempotencyKey) -> Result<Claimed, IdemError> {
         match self.store().get(key).await.map_err(|e| self.store_err(e))? {
@@ -138,7 +168,17 @@ impl CallEnv<'_> {
         &self,
         record: &Record,
     ) -> Result<CallOutput<O>, IdemError> {
-        let output = self.recorded_output(record)?;
+        self.answer_outcome(&record.key, record.outcome())
+    }
+
+    /// Answer a duplicate from the outcome recorded under `key` (`None`:
+    /// still in flight).
+    pub(super) fn answer_outcome<O: serde::de::DeserializeOwned>(
+        &self,
+        key: &IdempotencyKey,
+        outcome: Option<&Outcome>,
+    ) -> Result<CallOutput<O>, IdemError> {
+        let output = self.recorded_output(key, outcome)?;
         let output = output
             .parse::<O>()
             .map_err(|e| IdemError::RecordedOutputMismatch {
@@ -147,15 +187,19 @@ impl CallEnv<'_> {
             })?;
         Ok(CallOutput {
             output,
-            meta: self.meta(Some(record.key.clone()), true, 0),
+            meta: self.meta(Some(key.clone()), true, 0),
         })
     }
 
     /// The recorded output of a successful call, or the error every
     /// duplicate of a failed, denied or unknown call gets.
-    fn recorded_output<'r>(&self, record: &'r Record) -> Result<&'r OutputJson, IdemError> {
+    fn recorded_output<'r>(
+        &self,
+        key: &IdempotencyKey,
+        outcome: Option<&'r Outcome>,
+    ) -> Result<&'r OutputJson, IdemError> {
         Metrics::bump(&self.metrics().dedup_hits);
-        match record.outcome() {
+        match outcome {
             Some(Outcome::Success { output }) => Ok(output),
             Some(Outcome::Failure { failure }) if failure.code == FailureCode::ApprovalDenied => {
                 Err(IdemError::ApprovalDenied {
@@ -173,12 +217,12 @@ impl CallEnv<'_> {
             }
             Some(Outcome::Unknown { reason }) => Err(self.refuse(IdemError::OutcomeUnknown {
                 tool: self.name().to_owned(),
-                key: record.key.clone(),
+                key: key.clone(),
                 reason: reason.clone(),
             })),
             None => Err(IdemError::InFlight {
                 tool: self.name().to_owned(),
-                key: record.key.clone(),
+                key: key.clone(),
             }),
         }
     }

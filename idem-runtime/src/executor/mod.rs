@@ -44,6 +44,7 @@ mod approval;
 mod attempts;
 mod call;
 mod claim;
+mod flight;
 mod key;
 mod metrics;
 mod owner;
@@ -145,6 +146,8 @@ struct Core {
     approvals: Option<Arc<dyn ApprovalPolicy>>,
     clock: Arc<dyn Clock>,
     metrics: Metrics,
+    /// Keys this executor is claiming now (in-process single-flight).
+    flights: flight::Flights,
 }
 
 struct Inner<S> {
@@ -280,6 +283,7 @@ impl<S> ExecutorBuilder<S> {
                     approvals: self.approvals,
                     clock: self.clock,
                     metrics: Metrics::default(),
+                    flights: flight::Flights::default(),
                 },
                 state: self.state,
             }),
@@ -396,6 +400,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 policy: retry.unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
                 approval,
                 span: span.clone(),
+                flight: None,
             };
             let call = Call {
                 env,
@@ -452,6 +457,8 @@ struct CallEnv<'a> {
     approval: ApprovalSource,
     /// The call's `idem.call` span, to record the key into.
     span: tracing::Span,
+    /// Set when this call leads the in-process flight of its key.
+    flight: Option<flight::FlightGuard<'a>>,
 }
 
 impl CallEnv<'_> {
@@ -557,16 +564,43 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         }
     }
 
-    /// A keyed class: phase 1 (key), 2 (claim), then as the owner the rest.
-    async fn keyed(self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
+    /// A keyed class: phase 1 (key), 2 (claim, shared by the calls of the
+    /// key in this process), then as the owner the rest.
+    async fn keyed(mut self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
         let key = self.env.key(&args, T::key_material(&args))?;
+        if self.env.mode == Mode::Live {
+            let core = self.env.core;
+            loop {
+                match core
+                    .flights
+                    .join(&key.key, self.env.name(), &key.args.fingerprint)
+                {
+                    flight::Joined::Leader(guard) => {
+                        self.env.flight = Some(guard);
+                        break;
+                    }
+                    flight::Joined::Follower(flight) => {
+                        if let Some(outcome) = self.env.follow(&key.key, &flight).await? {
+                            return self.env.answer_outcome(&key.key, Some(outcome));
+                        }
+                        // The leader recorded nothing: ask the store.
+                    }
+                    flight::Joined::Apart => break,
+                }
+            }
+        }
         match self.env.claim(&key).await? {
             claim::Claimed::Owner(owner) => {
                 // Boxed: the owner's path is large and is not taken by
                 // duplicates, whose future stays small and cheap to move.
                 Box::pin(self.owned(args, owner)).await
             }
-            claim::Claimed::Recorded(record) => self.env.answer(&record),
+            claim::Claimed::Recorded(record) => {
+                if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome()) {
+                    flight.publish(outcome);
+                }
+                self.env.answer(&record)
+            }
         }
     }
 }

@@ -202,7 +202,11 @@ impl CallEnv<'_> {
         self.store()
             .complete(&owner.key, owner.fence, &outcome, self.ttl())
             .await
-            .map_err(|e| self.owner_err(owner, e))
+            .map_err(|e| self.owner_err(owner, e))?;
+        if let Some(flight) = &self.flight {
+            flight.publish(&outcome);
+        }
+        Ok(())
     }
 
     pub(super) async fn release(&self, owner: &Owner) -> Result<(), IdemError> {
