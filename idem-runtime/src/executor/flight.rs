@@ -7,6 +7,13 @@
 //! cancelled), its followers go to the store themselves, so they get the
 //! store's answer. A burst of 10,000 duplicates thus costs one claim.
 //!
+//! The flight is registered before the claim, not after it is won: with a
+//! store whose claim takes milliseconds (SQLite's group commit, a remote
+//! server), a burst arrives while the first claim is still on its way, and
+//! every call of it would reach the store (measured: 19,907 claims for
+//! 10,000 calls on SQLite). It costs every keyed call one map insert and
+//! removal.
+//!
 //! The store remains the authority: this only saves round trips between
 //! calls that the store would have answered the same way.
 
