@@ -58,6 +58,51 @@ async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
+/// Writes the server applied since it started (`rdb_changes_since_last_save`
+/// with saving off): every write command adds to it, reads do not.
+async fn writes_applied(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("persistence")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+        .expect("INFO persistence lists rdb_changes_since_last_save")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// A replayed run asks for calls that are already recorded: answering them
+/// runs the claim script, which must take its read-only branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_of_a_completed_call_writes_nothing() {
+    let Some(server) = own_server("redis duplicate writes").await else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = raw(&url).await;
+    let store = RedisStore::connect(&url).await.unwrap();
+    let (key, f) = (random_key(), fingerprint());
+    let fence = acquire(&store, &key).await;
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let before = writes_applied(&mut raw).await;
+    for _ in 0..100 {
+        let dup = store.claim(&request(&key, &f)).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::Completed(_)), "{dup:?}");
+    }
+    let after = writes_applied(&mut raw).await;
+    eprintln!("redis: 100 duplicates applied {} writes", after - before);
+    assert_eq!(after, before, "a duplicate wrote");
+    // The counter does count the script's writes: a first call's claim.
+    acquire(&store, &random_key()).await;
+    assert!(writes_applied(&mut raw).await > after);
+}
+
 /// The commands clients sent to the server while `op` ran, as MONITOR saw
 /// them; commands run inside scripts (`[0 lua]`) are not round trips and
 /// are left out.
