@@ -1183,3 +1183,85 @@ async fn a_follower_whose_leader_records_nothing_asks_the_store_itself() {
     );
     assert_eq!(world.effects(), ["charge_card:ada"]);
 }
+
+/// A mail tool whose provider keeps a sent log but ignores idempotency keys:
+/// it records the Message-ID it generates before sending, and its reconcile
+/// hook looks that Message-ID up in the sent log. Its first run dies after
+/// the provider accepted the mail, before the outcome is recorded.
+#[derive(Clone, Copy)]
+struct MailWithIntent;
+impl ToolDef for MailWithIntent {
+    type Class = NonIdempotentWrite;
+    type Args = Msg;
+    type Output = Sent;
+    const SPEC: ToolSpec = ToolSpec {
+        has_reconcile: true,
+        ..ToolSpec::new("mail_with_intent", "sends one mail")
+    };
+}
+impl Tool<App> for MailWithIntent {
+    fn call(
+        &self,
+        args: Msg,
+        ctx: &ToolCtx,
+        world: &App,
+    ) -> impl Future<Output = Result<Sent, ToolError>> + Send {
+        let (ctx, world) = (ctx.clone(), world.clone());
+        async move {
+            // Not derived from the key: the provider makes it up.
+            let message_id = format!("<{}.{}@mail>", args.to, world.calls() + 7);
+            ctx.intent(&message_id).await?;
+            world.calls.fetch_add(1, Ordering::SeqCst);
+            world.effects.lock().unwrap().push(message_id.clone());
+            if !world.crashed.swap(true, Ordering::SeqCst) {
+                panic!("process killed after the provider accepted the mail");
+            }
+            Ok(Sent {
+                id: message_id,
+                key: None,
+            })
+        }
+    }
+    fn reconcile(
+        &self,
+        _args: &Msg,
+        ctx: &ToolCtx,
+        world: &App,
+    ) -> impl Future<Output = Result<Reconciled<Sent>, ToolError>> + Send {
+        let found = match ctx.recorded_intent::<String>() {
+            Some(Ok(message_id)) if world.effects().contains(&message_id) => {
+                Reconciled::Applied(Sent {
+                    id: message_id,
+                    key: None,
+                })
+            }
+            Some(Ok(_)) => Reconciled::NotApplied,
+            Some(Err(_)) | None => Reconciled::Unknown,
+        };
+        std::future::ready(Ok(found))
+    }
+}
+
+#[tokio::test]
+async fn a_reconcile_hook_finds_the_mail_by_the_intent_recorded_before_sending() {
+    let (exec, world, clock) = with_clock();
+    let first = {
+        let exec = exec.clone();
+        tokio::spawn(async move { exec.call(MailWithIntent, msg("ada")).call_id("m").await })
+    };
+    assert!(first.await.unwrap_err().is_panic());
+    assert_eq!(world.effects(), ["<ada.7@mail>"]);
+    // The dead owner's lease runs out; the model's retry takes the key over.
+    clock.advance(Duration::from_secs(60));
+    let out = exec
+        .call(MailWithIntent, msg("ada"))
+        .call_id("m")
+        .await
+        .unwrap();
+    assert_eq!(
+        out.output.id, "<ada.7@mail>",
+        "found by its recorded intent"
+    );
+    assert!(out.meta.deduplicated, "not sent again");
+    assert_eq!(world.effects(), ["<ada.7@mail>"]);
+}
