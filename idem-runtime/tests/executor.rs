@@ -1122,12 +1122,10 @@ async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
     #[allow(unused_mut)]
     let mut stores: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryStore::new())];
     #[cfg(feature = "sqlite")]
-    let dir = idem_runtime::testing::TempDir::new("idem-burst").unwrap();
+    let file = std::env::temp_dir().join(format!("idem-burst-{}.db", std::process::id()));
     #[cfg(feature = "sqlite")]
     stores.push(Arc::new(
-        idem_runtime::store::SqliteStore::open(dir.path().join("burst.db"))
-            .await
-            .unwrap(),
+        idem_runtime::store::SqliteStore::open(&file).await.unwrap(),
     ));
     for inner in stores {
         let store = Arc::new(CountingClaims(inner, AtomicUsize::new(0)));
@@ -1159,6 +1157,10 @@ async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
             1,
             "{what}: one claim reached the store"
         );
+    }
+    #[cfg(feature = "sqlite")]
+    for suffix in ["", "-wal", "-shm"] {
+        let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }
 }
 
