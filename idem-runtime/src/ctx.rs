@@ -42,18 +42,53 @@ struct Shared {
 /// to do.
 pub const INTENT_STEP: &str = "idem:intent";
 
-/// Tells a running tool that its call no longer owns its key. One small
-/// allocation per owner: a flag and the wake-up for those awaiting it.
-#[derive(Debug, Clone, Default)]
+/// Tells a running tool that its call no longer owns its key: a renewal
+/// found a newer owner or could not reach the store, or the lease's
+/// deadline passed without a renewal (the process was paused, starved of
+/// CPU, or a renewal hung) — the deadline is read by the tool itself, so it
+/// holds even when the renewal loop could not run. One small allocation per
+/// owner.
+#[derive(Debug, Clone)]
 pub(crate) struct LeaseWatch(Arc<LeaseState>);
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct LeaseState {
     lost: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
+    /// The deadline is `base` plus this many nanoseconds.
+    held_until: std::sync::atomic::AtomicU64,
+    base: tokio::time::Instant,
 }
 
 impl LeaseWatch {
+    /// A lease held until `until` unless extended.
+    pub(crate) fn new(until: tokio::time::Instant) -> Self {
+        let base = tokio::time::Instant::now();
+        let watch = LeaseWatch(Arc::new(LeaseState {
+            lost: std::sync::atomic::AtomicBool::new(false),
+            notify: tokio::sync::Notify::new(),
+            held_until: std::sync::atomic::AtomicU64::new(0),
+            base,
+        }));
+        watch.extend(until);
+        watch
+    }
+
+    /// Until when the store is known to keep the lease.
+    pub(crate) fn held_until(&self) -> tokio::time::Instant {
+        let nanos = self.0.held_until.load(std::sync::atomic::Ordering::Acquire);
+        self.0.base + std::time::Duration::from_nanos(nanos)
+    }
+
+    /// A renewal moved the deadline to `until`.
+    pub(crate) fn extend(&self, until: tokio::time::Instant) {
+        let nanos = until.saturating_duration_since(self.0.base).as_nanos();
+        self.0.held_until.store(
+            u64::try_from(nanos).unwrap_or(u64::MAX),
+            std::sync::atomic::Ordering::Release,
+        );
+    }
+
     /// Mark the lease lost and wake everyone awaiting it.
     pub(crate) fn lose(&self) {
         self.0
@@ -62,12 +97,13 @@ impl LeaseWatch {
         self.0.notify.notify_waiters();
     }
 
-    /// Whether the lease was lost.
+    /// Whether the lease was lost, or its deadline passed.
     pub(crate) fn is_lost(&self) -> bool {
         self.0.lost.load(std::sync::atomic::Ordering::Acquire)
+            || tokio::time::Instant::now() >= self.held_until()
     }
 
-    /// Resolves once the lease is lost.
+    /// Resolves once the lease is lost or its deadline passes.
     async fn lost(&self) {
         loop {
             let notified = self.0.notify.notified();
@@ -78,7 +114,12 @@ impl LeaseWatch {
             if self.is_lost() {
                 return;
             }
-            notified.await;
+            // Woken by a loss, or at the deadline (re-read: a renewal may
+            // have moved it meanwhile).
+            tokio::select! {
+                () = notified => {}
+                () = tokio::time::sleep_until(self.held_until()) => {}
+            }
         }
     }
 }

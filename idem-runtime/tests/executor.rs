@@ -984,10 +984,17 @@ async fn an_owner_taken_over_is_told_through_its_ctx_and_its_late_result_is_not_
     );
 }
 
-/// A store whose renewals fail as if it could not be reached; with `down`,
-/// so does recording an outcome.
+/// A store whose renewals fail as if it could not be reached (`Refused`;
+/// `Down`: recording an outcome fails too), or never answer (`Hang`).
 #[derive(Debug)]
-struct NoRenewals(MemoryStore, bool);
+struct NoRenewals(MemoryStore, Renewals);
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Renewals {
+    Refused,
+    Down,
+    Hang,
+}
 
 impl NoRenewals {
     fn unreachable() -> StoreError {
@@ -1017,6 +1024,9 @@ impl Store for NoRenewals {
         self.0.checkpoint(k, f, s, v, l).await
     }
     async fn renew(&self, _: &IdempotencyKey, _: Fence, _: Duration) -> Result<(), StoreError> {
+        if self.1 == Renewals::Hang {
+            std::future::pending::<()>().await;
+        }
         Err(Self::unreachable())
     }
     async fn complete(
@@ -1026,7 +1036,7 @@ impl Store for NoRenewals {
         o: &Outcome,
         t: Duration,
     ) -> Result<(), StoreError> {
-        if self.1 {
+        if self.1 == Renewals::Down {
             return Err(Self::unreachable());
         }
         self.0.complete(k, f, o, t).await
@@ -1046,10 +1056,10 @@ impl Store for NoRenewals {
 }
 
 #[tokio::test]
-async fn when_renewals_cannot_reach_the_store_the_owner_is_told_once_its_lease_would_lapse() {
-    for down in [false, true] {
+async fn when_renewals_fail_or_hang_the_owner_is_told_once_its_lease_would_lapse() {
+    for renewals in [Renewals::Refused, Renewals::Down, Renewals::Hang] {
         let world = App::default();
-        let exec = Executor::builder(NoRenewals(MemoryStore::new(), down))
+        let exec = Executor::builder(NoRenewals(MemoryStore::new(), renewals))
             .state(world.clone())
             .lease(Duration::from_millis(90))
             .build();
@@ -1058,7 +1068,7 @@ async fn when_renewals_cannot_reach_the_store_the_owner_is_told_once_its_lease_w
         // The tool was told only once the lease could have lapsed.
         assert!(started.elapsed() >= Duration::from_millis(90));
         assert_eq!(world.calls(), 1);
-        if down {
+        if renewals == Renewals::Down {
             // Nothing could be recorded: the caller learns it was superseded.
             let err = result.unwrap_err();
             assert!(matches!(err, IdemError::Superseded { .. }), "{err}");

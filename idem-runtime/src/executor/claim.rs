@@ -42,6 +42,9 @@ pub(super) struct Owner {
     pub(super) namespace: Namespace,
     /// Whether this owner still holds the key, once its lease is watched.
     pub(super) lease: Option<LeaseWatch>,
+    /// Just before the winning claim was sent: the lease runs from no
+    /// earlier than this on the store.
+    pub(super) claimed_at: tokio::time::Instant,
 }
 
 impl Owner {
@@ -70,6 +73,7 @@ impl CallEnv<'_> {
         // Set when the first in-flight answer arrives.
         let mut wait_until = None;
         loop {
+            let sent = tokio::time::Instant::now();
             match self
                 .store()
                 .claim(&request)
@@ -89,6 +93,7 @@ impl CallEnv<'_> {
                         takeover,
                         namespace: call.namespace.clone(),
                         lease: None,
+                        claimed_at: sent,
                     }))
                 }
                 ClaimOutcome::Completed(record) => return Ok(Claimed::Recorded(record)),

@@ -39,7 +39,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         args: T::Args,
         mut owner: Owner,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        let watch = LeaseWatch::default();
+        let watch = LeaseWatch::new(owner.claimed_at + self.env.lease());
         owner.lease = Some(watch.clone());
         let steps = std::mem::take(&mut owner.steps);
         let work = self.own(&args, &owner, steps, watch.clone());
@@ -262,24 +262,27 @@ impl CallEnv<'_> {
     async fn keep_lease(&self, owner: &Owner, lost: &LeaseWatch) -> Infallible {
         let lease = self.lease();
         let every = lease / 3;
-        // Until when the store is known to keep our lease: measured from
-        // before each request, so never later than the store's own.
-        let mut held_until = tokio::time::Instant::now() + lease;
         let mut next = every;
         loop {
             tokio::time::sleep(next).await;
+            // The deadline is measured from before each request (and from
+            // before the claim), so it is never later than the store's.
             let sent = tokio::time::Instant::now();
-            match self.store().renew(&owner.key, owner.fence, lease).await {
-                Ok(()) => {
-                    held_until = sent + lease;
+            let left = lost.held_until().saturating_duration_since(sent);
+            let renewal = self.store().renew(&owner.key, owner.fence, lease);
+            match tokio::time::timeout(left, renewal).await {
+                Ok(Ok(())) => {
+                    lost.extend(sent + lease);
                     next = every;
                 }
-                Err(e @ StoreError::StaleFence { .. }) => {
+                Ok(Err(e @ StoreError::StaleFence { .. })) => {
                     tracing::warn!(error = %e, "lease taken over by another owner; stopping");
                     break;
                 }
-                Err(e) => {
-                    let left = held_until.saturating_duration_since(tokio::time::Instant::now());
+                Ok(Err(e)) => {
+                    let left = lost
+                        .held_until()
+                        .saturating_duration_since(tokio::time::Instant::now());
                     if left.is_zero() {
                         tracing::warn!(error = %e, "could not renew the lease before it ran out; stopping");
                         break;
@@ -287,6 +290,10 @@ impl CallEnv<'_> {
                     tracing::warn!(error = %e, "could not renew the lease; trying again");
                     // Again soon, and at the latest when the lease runs out.
                     next = left.min(every);
+                }
+                Err(_) => {
+                    tracing::warn!("the lease ran out while a renewal was unanswered; stopping");
+                    break;
                 }
             }
         }
