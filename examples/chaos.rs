@@ -187,7 +187,7 @@ fn run_durable(
             while running.len() < args.concurrency {
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
-                running.spawn(async move { idem_sim::run_durable(store, seed, &tag).await });
+                running.spawn(async move { idem_sim::run_durable(store, seed, &tag, idem_sim::Timing::real_time()).await });
             }
             let Some(done) = running.join_next().await else {
                 break;

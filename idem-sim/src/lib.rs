@@ -71,8 +71,18 @@ pub fn run_memory_with(
 /// namespace made of `run_tag` and the seed, so that schedules, and runs
 /// against the same server, do not share keys. Needs a tokio runtime with
 /// time enabled (and I/O for Redis and PostgreSQL).
-pub async fn run_durable(store: Arc<dyn Store>, seed: u64, run_tag: &str) -> ScheduleReport {
-    let timing = Timing::real_time();
+///
+/// In real time a lease means what it says: a process starved of CPU for
+/// longer than the lease while its provider call is in flight is a pause
+/// past the lease that no store can see, so `timing` must leave the
+/// machine room (many schedules at once on a loaded machine need a longer
+/// lease than [`Timing::real_time`]).
+pub async fn run_durable(
+    store: Arc<dyn Store>,
+    seed: u64,
+    run_tag: &str,
+    timing: Timing,
+) -> ScheduleReport {
     let schedule = Schedule::draw(seed, &timing);
     let namespace = Namespace::new(format!("chaos-{run_tag}-{seed}"))
         .expect("a short namespace is valid");
