@@ -59,7 +59,11 @@ fn parse_args() -> Result<Args, String> {
                     "fencing" => Breakage::NoFencing,
                     "claim" => Breakage::RacyClaim,
                     "renewal" => Breakage::NoRenewal,
-                    other => return Err(format!("--broken {other}: expected fencing, claim or renewal")),
+                    other => {
+                        return Err(format!(
+                            "--broken {other}: expected fencing, claim or renewal"
+                        ))
+                    }
                 })
             }
             "-h" | "--help" => return Err(USAGE.into()),
@@ -102,7 +106,7 @@ impl Progress {
         }
         let done = self.summary.schedules;
         let step = (self.total / 10).max(1);
-        if done % step == 0 || done == self.total {
+        if done.is_multiple_of(step) || done == self.total {
             println!(
                 "{done}/{} schedules ({}%), {:.1} s, {} failing so far",
                 self.total,
@@ -131,9 +135,11 @@ fn main() -> ExitCode {
     let seeds = args.seed..args.seed.saturating_add(args.schedules);
     if matches!(args.store.trim(), "memory:" | "memory://") {
         for seed in seeds {
-            progress.add(&idem_sim::run_memory_with(seed, |store| match args.broken {
-                Some(breakage) => Arc::new(BrokenStore::new(store, breakage)) as Arc<dyn Store>,
-                None => store,
+            progress.add(&idem_sim::run_memory_with(seed, |store| {
+                match args.broken {
+                    Some(breakage) => Arc::new(BrokenStore::new(store, breakage)) as Arc<dyn Store>,
+                    None => store,
+                }
             }));
         }
     } else if args.broken.is_some() {
@@ -187,7 +193,9 @@ fn run_durable(
             while running.len() < args.concurrency {
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
-                running.spawn(async move { idem_sim::run_durable(store, seed, &tag, idem_sim::Timing::real_time()).await });
+                running.spawn(async move {
+                    idem_sim::run_durable(store, seed, &tag, idem_sim::Timing::real_time()).await
+                });
             }
             let Some(done) = running.join_next().await else {
                 break;

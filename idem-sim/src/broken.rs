@@ -30,7 +30,11 @@ pub enum Breakage {
 
 impl Breakage {
     /// All three.
-    pub const ALL: [Breakage; 3] = [Breakage::NoFencing, Breakage::RacyClaim, Breakage::NoRenewal];
+    pub const ALL: [Breakage; 3] = [
+        Breakage::NoFencing,
+        Breakage::RacyClaim,
+        Breakage::NoRenewal,
+    ];
 }
 
 /// A store that forwards to a correct one, except for its [`Breakage`].

@@ -117,7 +117,11 @@ impl fmt::Display for Fault {
             Fault::None => f.write_str("no fault"),
             Fault::Crash(p) => write!(f, "crash {p:?}"),
             Fault::StoreFails { op, applied } => {
-                write!(f, "store fails {op:?} {}", if *applied { "after" } else { "before" })
+                write!(
+                    f,
+                    "store fails {op:?} {}",
+                    if *applied { "after" } else { "before" }
+                )
             }
             Fault::Pause(p, d) => write!(f, "pause {p:?} {}ms", d.as_millis()),
             Fault::SlowProvider(d) => write!(f, "slow provider {}ms", d.as_millis()),
@@ -234,11 +238,18 @@ pub(crate) async fn tool_starts() {
 /// The provider's latency for the running call: the worker's usual one,
 /// or a slow one when that is its fault.
 pub(crate) async fn provider_latency() {
-    let Some(w) = current() else { return };
-    let slow = w.strike(|f| match f {
+    delay(|f| match f {
         Fault::SlowProvider(d) => Some(*d),
         _ => None,
-    });
+    })
+    .await
+}
+
+/// Sleep the running worker's usual latency, or the slow delay `slow`
+/// picks from its fault.
+async fn delay(slow: fn(&Fault) -> Option<Duration>) {
+    let Some(w) = current() else { return };
+    let slow = w.strike(slow);
     tokio::time::sleep(slow.unwrap_or(w.latency)).await;
 }
 
@@ -247,8 +258,7 @@ pub(crate) async fn provider_latency() {
 pub(crate) async fn provider_applied() {
     let Some(w) = current() else { return };
     w.crash_at(CrashPoint::AfterProvider).await;
-    if w
-        .strike(|f| (*f == Fault::TimeoutAfterAccept).then_some(()))
+    if w.strike(|f| (*f == Fault::TimeoutAfterAccept).then_some(()))
         .is_some()
     {
         // Far beyond any timeout: the executor gives up first.
@@ -258,12 +268,11 @@ pub(crate) async fn provider_applied() {
 
 /// The approval policy's delay for the running call.
 pub(crate) async fn approval_delay() {
-    let Some(w) = current() else { return };
-    let slow = w.strike(|f| match f {
+    delay(|f| match f {
         Fault::SlowApproval(d) => Some(*d),
         _ => None,
-    });
-    tokio::time::sleep(slow.unwrap_or(w.latency)).await;
+    })
+    .await
 }
 
 /// How a store answer shows in the trace, and whether it made the caller
@@ -362,14 +371,18 @@ impl SimStore {
     ) -> Result<T, StoreError> {
         let worker = current();
         let who = worker.as_ref().map_or(0, |w| w.id);
-        let what = format!("w{who} {op:?}{} key={}", step.map(|s| format!(" {s}")).unwrap_or_default(), short(key.as_str()));
+        let what = format!(
+            "w{who} {op:?}{} key={}",
+            step.map(|s| format!(" {s}")).unwrap_or_default(),
+            short(key.as_str())
+        );
         if let Some(w) = &worker {
             w.thawed().await;
-            if w
-                .strike(|f| (*f == Fault::StoreFails { op, applied: false }).then_some(()))
+            if w.strike(|f| (*f == Fault::StoreFails { op, applied: false }).then_some(()))
                 .is_some()
             {
-                self.world.event(format!("{what} -> unreachable (not applied)"));
+                self.world
+                    .event(format!("{what} -> unreachable (not applied)"));
                 return Err(self.unreachable(op, false));
             }
             if op == Op::Complete {
@@ -391,8 +404,7 @@ impl SimStore {
         }
         let Some(w) = worker else { return result };
         let Ok(answer) = &result else { return result };
-        if w
-            .strike(|f| (*f == Fault::StoreFails { op, applied: true }).then_some(()))
+        if w.strike(|f| (*f == Fault::StoreFails { op, applied: true }).then_some(()))
             .is_some()
         {
             self.world.event(format!("{what} -> unreachable (applied)"));

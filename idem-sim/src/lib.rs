@@ -84,8 +84,8 @@ pub async fn run_durable(
     timing: Timing,
 ) -> ScheduleReport {
     let schedule = Schedule::draw(seed, &timing);
-    let namespace = Namespace::new(format!("chaos-{run_tag}-{seed}"))
-        .expect("a short namespace is valid");
+    let namespace =
+        Namespace::new(format!("chaos-{run_tag}-{seed}")).expect("a short namespace is valid");
     run_schedule(store, &schedule, timing, namespace).await
 }
 

@@ -169,10 +169,14 @@ impl Schedule {
         let mut rng = StdRng::seed_from_u64(seed);
         let mix = FaultMix::draw(&mut rng);
         // Swarm over the tools too: some runs only send emails.
-        let tools: Vec<ToolKind> = [ToolKind::Charge, ToolKind::SendEmail, ToolKind::DeleteAccount]
-            .into_iter()
-            .filter(|_| rng.random_bool(0.6))
-            .collect();
+        let tools: Vec<ToolKind> = [
+            ToolKind::Charge,
+            ToolKind::SendEmail,
+            ToolKind::DeleteAccount,
+        ]
+        .into_iter()
+        .filter(|_| rng.random_bool(0.6))
+        .collect();
         let tools = if tools.is_empty() {
             vec![ToolKind::SendEmail]
         } else {
@@ -405,7 +409,10 @@ impl Sim {
             if replay { "replays " } else { "calls " },
             call.label()
         ));
-        let work = WORKER.scope(worker.clone(), dispatcher.dispatch_one(call.tool_call(), &run));
+        let work = WORKER.scope(
+            worker.clone(),
+            dispatcher.dispatch_one(call.tool_call(), &run),
+        );
         tokio::select! {
             biased;
             () = worker.crashed.notified() => Answer::Crashed,
@@ -520,7 +527,9 @@ pub async fn run_schedule(
         }
     }
     for (c, task) in tasks {
-        let answer = task.await.unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
+        let answer = task
+            .await
+            .unwrap_or_else(|e| std::panic::resume_unwind(e.into_panic()));
         tally.note(&schedule.calls[c], &answer);
     }
 

@@ -119,14 +119,24 @@ fn key_of(ctx: &ToolCtx) -> Result<String, ToolError> {
         .ok_or_else(|| ToolError::permanent("a keyed tool ran without a key"))
 }
 
-/// Stop before the effect when the call lost its key. A well-behaved tool
-/// does this after its last fenced write.
-fn still_owner(ctx: &ToolCtx) -> Result<(), ToolError> {
+/// The way a tool whose provider does not deduplicate reaches it: record
+/// the intent (a fenced write: a superseded owner stops here), check that
+/// the key is still owned, then call the provider, which applies `effect`
+/// after its latency.
+async fn intent_then_effect(
+    ctx: &ToolCtx,
+    intent: &str,
+    effect: impl FnOnce(),
+) -> Result<(), ToolError> {
+    ctx.intent(&intent).await?;
     if ctx.is_superseded() {
         return Err(ToolError::transient(
             "superseded before calling the provider",
         ));
     }
+    faults::provider_latency().await;
+    effect();
+    faults::provider_applied().await;
     Ok(())
 }
 
@@ -162,12 +172,15 @@ impl Tool<App> for SendEmail {
             let key = key_of(&ctx)?;
             // A fresh Message-ID per attempt, recorded before the send so a
             // reconcile hook can look it up.
-            let message_id = format!("<{}.{}@sim.invalid>", world.fresh_id(), crate::world::short(&key));
-            ctx.intent(&message_id).await?;
-            still_owner(&ctx)?;
-            faults::provider_latency().await;
-            world.send_mail(&key, &message_id, &args.to);
-            faults::provider_applied().await;
+            let message_id = format!(
+                "<{}.{}@sim.invalid>",
+                world.fresh_id(),
+                crate::world::short(&key)
+            );
+            intent_then_effect(&ctx, &message_id, || {
+                world.send_mail(&key, &message_id, &args.to)
+            })
+            .await?;
             Ok(Sent { message_id })
         }
     }
@@ -217,11 +230,10 @@ impl Tool<App> for DeleteAccount {
             faults::tool_starts().await;
             let key = key_of(&ctx)?;
             let request_id = format!("del-{}", world.fresh_id());
-            ctx.intent(&request_id).await?;
-            still_owner(&ctx)?;
-            faults::provider_latency().await;
-            world.delete_account(&key, &request_id, &args.account);
-            faults::provider_applied().await;
+            intent_then_effect(&ctx, &request_id, || {
+                world.delete_account(&key, &request_id, &args.account)
+            })
+            .await?;
             Ok(Deleted { request_id })
         }
     }

@@ -20,7 +20,10 @@ fn caught(breakage: Breakage) -> (f64, Option<u64>) {
             .failed()
         })
         .collect();
-    (failing.len() as f64 / SEEDS as f64, failing.first().copied())
+    (
+        failing.len() as f64 / SEEDS as f64,
+        failing.first().copied(),
+    )
 }
 
 /// The least share of seeds on which `breakage` must be caught: a little

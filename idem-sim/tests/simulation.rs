@@ -31,7 +31,11 @@ fn memory_store_no_duplicates_and_no_lost_results() {
         summary.add(&idem_sim::run_memory(seed));
     }
     eprintln!("memory: {}", summary.line());
-    assert!(summary.passed(), "failing seeds: {:?}", summary.failing_seeds);
+    assert!(
+        summary.passed(),
+        "failing seeds: {:?}",
+        summary.failing_seeds
+    );
     // The faults did strike.
     assert!(summary.stale_writes_rejected > 0 && summary.unknown_outcomes > 0);
     assert!(summary.reconciled > 0);
@@ -60,14 +64,19 @@ fn on_durable(name: &str, url: String, schedules: u64) {
             while running.len() < 10 {
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
-                running.spawn(async move { idem_sim::run_durable(store, seed, &tag, timing).await });
+                running
+                    .spawn(async move { idem_sim::run_durable(store, seed, &tag, timing).await });
             }
             let Some(report) = running.join_next().await else {
                 break;
             };
             let report = report.unwrap();
             if report.failed() {
-                eprintln!("{name} seed {} failed:\n{}", report.seed, report.trace.join("\n"));
+                eprintln!(
+                    "{name} seed {} failed:\n{}",
+                    report.seed,
+                    report.trace.join("\n")
+                );
             }
             summary.add(&report);
         }
@@ -75,7 +84,11 @@ fn on_durable(name: &str, url: String, schedules: u64) {
         summary
     });
     eprintln!("{name}: {}", summary.line());
-    assert!(summary.passed(), "failing seeds: {:?}", summary.failing_seeds);
+    assert!(
+        summary.passed(),
+        "failing seeds: {:?}",
+        summary.failing_seeds
+    );
 }
 
 #[test]
@@ -88,7 +101,10 @@ fn sqlite_store_no_duplicates_and_no_lost_results() {
 #[test]
 fn redis_store_no_duplicates_and_no_lost_results() {
     let Some(server) = RedisServer::start() else {
-        return skip("redis_store_no_duplicates_and_no_lost_results", "redis-server");
+        return skip(
+            "redis_store_no_duplicates_and_no_lost_results",
+            "redis-server",
+        );
     };
     on_durable("redis", server.url(), 40);
 }
@@ -96,7 +112,10 @@ fn redis_store_no_duplicates_and_no_lost_results() {
 #[test]
 fn postgres_store_no_duplicates_and_no_lost_results() {
     let Some(server) = PostgresServer::start() else {
-        return skip("postgres_store_no_duplicates_and_no_lost_results", "PostgreSQL");
+        return skip(
+            "postgres_store_no_duplicates_and_no_lost_results",
+            "PostgreSQL",
+        );
     };
     on_durable("postgres", server.url(), 40);
 }
