@@ -348,8 +348,13 @@ enum Answer {
 /// The running simulation of one schedule.
 struct Sim {
     world: Arc<World>,
-    live: Dispatcher<App>,
-    replay: Dispatcher<App>,
+    /// Builds a worker's executor: each simulated worker is a process of
+    /// its own, with its own executor on the shared store (within one
+    /// executor, concurrent calls of a key share one claim and never race
+    /// at the store).
+    make: Box<dyn Fn() -> Executor<App> + Send + Sync>,
+    /// Each worker's dispatcher, made on its first call.
+    workers: std::sync::Mutex<std::collections::HashMap<usize, Dispatcher<App>>>,
     namespace: Namespace,
 }
 
@@ -364,37 +369,55 @@ impl Sim {
     fn new(store: Arc<dyn Store>, timing: Timing, namespace: Namespace) -> Sim {
         let world = Arc::new(World::new());
         let sim_store: Arc<dyn Store> = Arc::new(SimStore::new(store, world.clone()));
-        let approvals = Callback::new(|_request| async {
-            faults::approval_delay().await;
-            Ok(ApprovalDecision::Approved(Approval::granted_by(
-                "sim-policy",
-            )))
-        });
-        let executor = Executor::builder_shared(sim_store)
-            .state(world.clone())
-            .lease(timing.lease)
-            .timeout(timing.timeout())
-            .retry(
-                RetryPolicy::exponential()
-                    .initial_delay(timing.of_lease(0.1))
-                    .without_jitter()
-                    .max_attempts(3),
-            )
-            .on_in_flight(InFlightPolicy::Wait(timing.lease * 20))
-            .namespace(namespace.clone())
-            .approvals(approvals)
-            .build();
+        let make = {
+            let (world, namespace) = (world.clone(), namespace.clone());
+            move || {
+                let approvals = Callback::new(|_request| async {
+                    faults::approval_delay().await;
+                    Ok(ApprovalDecision::Approved(Approval::granted_by(
+                        "sim-policy",
+                    )))
+                });
+                Executor::builder_shared(sim_store.clone())
+                    .state(world.clone())
+                    .lease(timing.lease)
+                    .timeout(timing.timeout())
+                    .retry(
+                        RetryPolicy::exponential()
+                            .initial_delay(timing.of_lease(0.1))
+                            .without_jitter()
+                            .max_attempts(3),
+                    )
+                    .on_in_flight(InFlightPolicy::Wait(timing.lease * 20))
+                    .namespace(namespace.clone())
+                    .approvals(approvals)
+                    .build()
+            }
+        };
+        Sim {
+            world,
+            make: Box::new(make),
+            workers: Default::default(),
+            namespace,
+        }
+    }
+
+    /// Worker `id`'s dispatcher, live or replaying.
+    fn dispatcher(&self, id: usize, replay: bool) -> Dispatcher<App> {
         let registry = || {
             Registry::new()
                 .with(Charge)
                 .with(SendEmail)
                 .with(DeleteAccount)
         };
-        Sim {
-            world,
-            replay: Dispatcher::new(executor.replaying(), registry()),
-            live: Dispatcher::new(executor, registry()),
-            namespace,
+        let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
+        let live = workers
+            .entry(id)
+            .or_insert_with(|| Dispatcher::new((self.make)(), registry()));
+        if replay {
+            Dispatcher::new(live.executor().replaying(), registry())
+        } else {
+            live.clone()
         }
     }
 
@@ -402,7 +425,7 @@ impl Sim {
     /// stands.
     async fn invoke(&self, worker: Arc<Worker>, call: &PlannedCall, replay: bool) -> Answer {
         let run = RunContext::new("run", call.step).namespace(self.namespace.clone());
-        let dispatcher = if replay { &self.replay } else { &self.live };
+        let dispatcher = self.dispatcher(worker.id, replay);
         self.world.event(format!(
             "w{} {}{}",
             worker.id,

@@ -32,12 +32,16 @@ fn caught(breakage: Breakage) -> (f64, Option<u64>) {
 /// Disabled fencing is caught less often than the others, and that is the
 /// nature of the bug: a superseded owner's write lands only while the new
 /// owner is still in flight; once the new owner has completed, the record's
-/// state refuses the stale write with or without a fence.
+/// state refuses the stale write with or without a fence. And the executor
+/// itself stops most superseded owners first: past its lease's deadline an
+/// owner neither retries nor calls its provider (`ctx.is_superseded()`), so
+/// only a write already under way as the lease ran out needs the fence
+/// (8.5% of 200 seeds since that check; 15.5% before it).
 fn min_share(breakage: Breakage) -> f64 {
     match breakage {
         Breakage::RacyClaim => 0.30,
         Breakage::NoRenewal => 0.25,
-        Breakage::NoFencing => 0.10,
+        Breakage::NoFencing => 0.05,
     }
 }
 
