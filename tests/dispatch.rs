@@ -271,3 +271,142 @@ async fn arguments_that_break_a_schema_rule_are_refused_before_running() {
     let results = d.anthropic(&fixed, &RunContext::default()).await.unwrap();
     assert!(!results[0].is_error(), "{:?}", results[0].result);
 }
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Transfer {
+    /// Whole cents.
+    amount_cents: u32,
+    /// Any number.
+    rate: f64,
+}
+
+/// Credit an amount to the ledger; answers what it credited.
+#[tool(class = "idempotent_write")]
+async fn transfer(
+    args: Transfer,
+    State(ledger): State<std::sync::Arc<Ledger>>,
+) -> Result<Transfer, ToolError> {
+    ledger.add(i64::from(args.amount_cents)).await;
+    Ok(args)
+}
+
+fn transfer_dispatcher(app: &App) -> Dispatcher<App> {
+    let exec = Executor::builder(MemoryStore::new())
+        .state(app.clone())
+        .build();
+    Dispatcher::new(exec, idem::tools![transfer])
+}
+
+/// One chat-completions call of `transfer` with `arguments` as sent.
+fn transfer_call(id: &str, arguments: &str) -> Value {
+    json!({"tool_calls": [
+        {"id": id, "type": "function", "function": {"name": "transfer", "arguments": arguments}}
+    ]})
+}
+
+/// JSON Schema counts `1000.0` and `1e3` as integers; so does the
+/// dispatcher: the tool runs, with the key and recorded result of `1000`.
+#[tokio::test]
+async fn an_integral_float_is_an_integer_with_the_same_key_and_result() {
+    let mut answers = Vec::new();
+    for amount in ["1000", "1000.0", "1e3", "10E2"] {
+        let app = App::default();
+        let arguments = format!(r#"{{"amount_cents": {amount}, "rate": 2.5}}"#);
+        let results = transfer_dispatcher(&app)
+            .openai(
+                &transfer_call("call_q7Zt", &arguments),
+                &RunContext::default(),
+            )
+            .await
+            .unwrap();
+        let meta = results[0]
+            .meta()
+            .unwrap_or_else(|| panic!("{amount}: {:?}", results[0].result));
+        assert_eq!(app.ledger.balance(), 1000, "{amount}: the tool ran once");
+        answers.push((meta.key.clone().unwrap(), results[0].content()));
+    }
+    assert_eq!(
+        answers[0].1,
+        json!({"amount_cents": 1000, "rate": 2.5}),
+        "the float field keeps 2.5"
+    );
+    assert!(answers.iter().all(|a| *a == answers[0]), "{answers:?}");
+
+    // In one store: `1000.0` after `1000` under the same call id is the same
+    // call (same fingerprint, no key reuse), answered from the record; an
+    // Anthropic `input` holding the float itself too.
+    let app = App::default();
+    let d = transfer_dispatcher(&app);
+    let run = RunContext::default();
+    let first = d
+        .openai(
+            &transfer_call("call_q7Zt", r#"{"amount_cents": 1000, "rate": 2.5}"#),
+            &run,
+        )
+        .await
+        .unwrap();
+    let again = d
+        .openai(
+            &transfer_call("call_q7Zt", r#"{"amount_cents": 1000.0, "rate": 2.5}"#),
+            &run,
+        )
+        .await
+        .unwrap();
+    let anthropic = d
+        .anthropic(
+            &json!({"content": [{"type": "tool_use", "id": "call_q7Zt", "name": "transfer",
+                                 "input": {"amount_cents": 1e3, "rate": 2.5}}]}),
+            &run,
+        )
+        .await
+        .unwrap();
+    for duplicate in [&again[0], &anthropic[0]] {
+        assert!(duplicate.deduplicated(), "{:?}", duplicate.result);
+        assert_eq!(duplicate.content(), first[0].content());
+        assert_eq!(duplicate.meta().unwrap().key, first[0].meta().unwrap().key);
+    }
+    assert_eq!(app.ledger.balance(), 1000);
+}
+
+#[tokio::test]
+async fn a_fractional_number_for_an_integer_field_is_refused() {
+    let app = App::default();
+    let results = transfer_dispatcher(&app)
+        .openai(
+            &transfer_call("call_q7Zt", r#"{"amount_cents": 1000.5, "rate": 2.5}"#),
+            &RunContext::default(),
+        )
+        .await
+        .unwrap();
+    let error = results[0].content()["error"].clone();
+    assert_eq!(error["code"], "invalid_arguments", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message.contains("amount_cents") && message.contains("nothing ran"),
+        "{message}"
+    );
+    assert_eq!(app.ledger.balance(), 0);
+}
+
+/// A float field takes what it is sent: `2.5` stays `2.5`, and `2.0` (now
+/// read as the integer 2) is still the float 2.0 to the tool.
+#[tokio::test]
+async fn a_float_field_keeps_its_value() {
+    let app = App::default();
+    let d = transfer_dispatcher(&app);
+    let results = d
+        .openai(
+            &json!({"tool_calls": [
+                {"id": "call_a", "type": "function", "function": {"name": "transfer",
+                 "arguments": "{\"amount_cents\": 1, \"rate\": 2.5}"}},
+                {"id": "call_b", "type": "function", "function": {"name": "transfer",
+                 "arguments": "{\"amount_cents\": 1, \"rate\": 2.0}"}}
+            ]}),
+            &RunContext::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(results[0].content()["rate"].as_f64(), Some(2.5));
+    assert_eq!(results[1].content()["rate"].as_f64(), Some(2.0));
+    assert_eq!(app.ledger.balance(), 2);
+}

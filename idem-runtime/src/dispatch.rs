@@ -19,6 +19,11 @@
 //! enforces the schema's structure). A failed check becomes an error result
 //! the model can read; nothing runs.
 //!
+//! **Numbers** are read as JSON Schema reads them: a float with an integral
+//! value (`1000.0`, `1e3`, up to ±2^53) is an integer, so an integer field
+//! accepts it, with the same key as `1000` (RFC 8785 writes both `1000`).
+//! `1000.5` stays a float and an integer field refuses it.
+//!
 //! **Ordering.** The calls of one response run concurrently by default
 //! (models emit parallel calls when they are independent). Results come back
 //! in the order of the calls, whatever order they finish in. Two calls of one
@@ -34,6 +39,8 @@ use crate::error::IdemError;
 use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
 use crate::key::json_type;
 use crate::registry::Registry;
+
+mod numbers;
 
 /// The default limit on the size of one call's arguments: 64 KiB.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
@@ -311,7 +318,7 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
             len,
             max: self.max_argument_bytes,
         };
-        let args = match &call.arguments {
+        let mut args = match &call.arguments {
             Arguments::Text(text) if text.len() > self.max_argument_bytes => {
                 return Err(too_large(text.len()))
             }
@@ -335,6 +342,9 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
                 json_type(&args)
             )));
         }
+        // `1000.0` is an integer to JSON Schema (and to the key): let an
+        // integer field accept it too.
+        numbers::integral_floats_as_integers(&mut args);
         #[cfg(feature = "schema-validation")]
         if let Some(schema) = self.registry.argument_schema(&call.name) {
             schema.check(&args).map_err(|e| {
