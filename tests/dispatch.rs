@@ -203,6 +203,26 @@ async fn a_message_in_the_wrong_shape_is_a_typed_error() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no `content`"), "{err}");
+
+    // A bad item is named by its index, and none of the calls runs.
+    let err = d
+        .openai(
+            &json!({"tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "lookup_customer", "arguments": "{}"}},
+                {"id": "c2", "type": "function", "function": {"arguments": "{}"}}
+            ]}),
+            &RunContext::default(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err,
+        idem::dispatch::DispatchError::MalformedItem {
+            provider: "OpenAI",
+            index: 1,
+            detail: "tool_calls[1].function has no string `name`".into(),
+        }
+    );
 }
 
 #[test]

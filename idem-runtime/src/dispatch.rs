@@ -11,6 +11,10 @@
 //!   themselves; `tool_use` blocks (`{ "id", "name", "input" }`) are calls.
 //!   Results are `tool_result` blocks in one `role: "user"` message.
 //!
+//! A call is keyed by its provider id (`tool_calls[].id`, `tool_use.id`).
+//! A message whose shape is wrong is a [`DispatchError`] and none of its
+//! calls runs.
+//!
 //! Before anything runs, each call is checked: the tool must be registered,
 //! the arguments no larger than the limit ([`DEFAULT_MAX_ARGUMENT_BYTES`]),
 //! valid JSON, an object, valid against the tool's JSON Schema (feature
@@ -41,6 +45,9 @@ use crate::key::json_type;
 use crate::registry::Registry;
 
 mod numbers;
+mod parse;
+
+pub use parse::{parse_anthropic, parse_openai};
 
 /// The default limit on the size of one call's arguments: 64 KiB.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
@@ -76,94 +83,19 @@ pub enum DispatchError {
         /// What is wrong.
         detail: String,
     },
-}
-
-fn malformed(provider: &'static str, detail: impl Into<String>) -> DispatchError {
-    DispatchError::Malformed {
-        provider,
-        detail: detail.into(),
-    }
-}
-
-/// The tool calls of an OpenAI chat-completions message.
-pub fn parse_openai(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    const P: &str = "OpenAI";
-    let calls = if let Some(choices) = message.get("choices") {
-        choices
-            .get(0)
-            .and_then(|c| c.get("message"))
-            .and_then(|m| m.get("tool_calls"))
-    } else if message.is_array() {
-        Some(message)
-    } else {
-        message.get("tool_calls")
-    };
-    let Some(calls) = calls else {
-        return Ok(Vec::new());
-    };
-    let calls = calls.as_array().ok_or_else(|| {
-        malformed(
-            P,
-            format!("`tool_calls` is {}, not an array", json_type(calls)),
-        )
-    })?;
-    calls
-        .iter()
-        .enumerate()
-        .map(|(i, call)| {
-            let function = call
-                .get("function")
-                .ok_or_else(|| malformed(P, format!("tool_calls[{i}] has no `function`")))?;
-            let name = function
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    malformed(P, format!("tool_calls[{i}].function has no string `name`"))
-                })?;
-            let arguments = match function.get("arguments") {
-                Some(Value::String(text)) => Arguments::Text(text.clone()),
-                // Some compatible servers send an object; accept it as is.
-                Some(other) => Arguments::Json(other.clone()),
-                None => Arguments::Text(String::new()),
-            };
-            Ok(ToolCall {
-                id: call.get("id").and_then(Value::as_str).map(str::to_owned),
-                name: name.to_owned(),
-                arguments,
-            })
-        })
-        .collect()
-}
-
-/// The tool calls (`tool_use` blocks) of an Anthropic message.
-pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    const P: &str = "Anthropic";
-    let blocks = if message.is_array() {
-        message
-    } else {
-        message
-            .get("content")
-            .ok_or_else(|| malformed(P, "no `content`"))?
-    };
-    let Some(blocks) = blocks.as_array() else {
-        // A plain text content has no tool calls.
-        return Ok(Vec::new());
-    };
-    blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-        .map(|(i, block)| {
-            let name = block.get("name").and_then(Value::as_str).ok_or_else(|| {
-                malformed(P, format!("content[{i}] (tool_use) has no string `name`"))
-            })?;
-            Ok(ToolCall {
-                id: block.get("id").and_then(Value::as_str).map(str::to_owned),
-                name: name.to_owned(),
-                arguments: Arguments::Json(block.get("input").cloned().unwrap_or(Value::Null)),
-            })
-        })
-        .collect()
+    /// One item of the message's list of calls (`tool_calls`, `content`
+    /// blocks) is not in the provider's shape. None of the
+    /// message's calls runs.
+    #[error("not an {provider} tool-call message: {detail}")]
+    MalformedItem {
+        /// `"OpenAI"` or `"Anthropic"`.
+        provider: &'static str,
+        /// The item's position in its list, from 0.
+        index: usize,
+        /// What is wrong, naming the item (`tool_calls[2].function has no
+        /// string `name``).
+        detail: String,
+    },
 }
 
 /// The result of one call, ready to send back to the model.
