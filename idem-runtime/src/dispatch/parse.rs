@@ -1,6 +1,6 @@
 //! Reading the tool calls out of each provider's message shape.
 //!
-//! The shapes differ in where the calls are and what they are
+//! The three shapes differ in where the calls are and what they are
 //! called, not in what a call is: a name, an id and arguments. What they
 //! share (a list that must be an array, an item that must have a string
 //! field, arguments sent as text or as JSON) is written once, in
@@ -13,9 +13,9 @@ use crate::key::json_type;
 
 /// One provider's shape: its name in errors and the list holding its calls.
 struct Shape {
-    /// `"OpenAI"`, `"Anthropic"`.
+    /// `"OpenAI"`, `"Anthropic"`, `"OpenAI Responses"`.
     provider: &'static str,
-    /// The list the calls are items of: `tool_calls`, `content`.
+    /// The list the calls are items of: `tool_calls`, `content`, `output`.
     list: &'static str,
 }
 
@@ -179,6 +179,75 @@ pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> 
                 name: SHAPE.required(i, " (tool_use)", block, "name")?.to_owned(),
                 arguments: Arguments::Json(block.get("input").cloned().unwrap_or(Value::Null)),
             })
+        })
+        .collect()
+}
+
+/// The tool calls (`function_call` items) of an OpenAI Responses API
+/// response, or of its `output` array.
+///
+/// Each `function_call` item needs a string `call_id` (the call's key, as
+/// `tool_calls[].id` is in chat completions) and a string `name`;
+/// `arguments` is a JSON string. Other items (`message`, `reasoning`,
+/// built-in tool calls such as `web_search_call`) are skipped. An item
+/// without a string `type`, or a `function_call` without `call_id` or
+/// `name`, is a [`DispatchError::MalformedItem`] naming its index.
+///
+/// ```
+/// use idem_runtime::dispatch::{parse_openai_responses, Arguments, DispatchError};
+/// use serde_json::json;
+///
+/// let calls = parse_openai_responses(&json!({
+///     "object": "response",
+///     "status": "completed",
+///     "output": [
+///         {"type": "reasoning", "id": "rs_68af1c2e", "summary": []},
+///         {"type": "function_call", "id": "fc_68af1c2f", "call_id": "call_9f8e7d6c5b4a",
+///          "name": "send_email", "arguments": "{\"to\":\"ada@example.com\"}",
+///          "status": "completed"}
+///     ]
+/// }))?;
+/// assert_eq!(calls.len(), 1);
+/// assert_eq!(calls[0].id.as_deref(), Some("call_9f8e7d6c5b4a"));
+/// assert_eq!(calls[0].name, "send_email");
+///
+/// let err = parse_openai_responses(&json!({"output": [
+///     {"type": "function_call", "name": "send_email", "arguments": "{}"}
+/// ]}))
+/// .unwrap_err();
+/// assert!(matches!(err, DispatchError::MalformedItem { index: 0, .. }));
+/// assert!(err.to_string().contains("output[0] (function_call) has no string `call_id`"));
+/// # Ok::<(), DispatchError>(())
+/// ```
+pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    const SHAPE: Shape = Shape {
+        provider: "OpenAI Responses",
+        list: "output",
+    };
+    const AT: &str = " (function_call)";
+    let output = if response.is_array() {
+        response
+    } else {
+        response
+            .get("output")
+            .ok_or_else(|| SHAPE.malformed("no `output`"))?
+    };
+    let call = |i: usize, item: &Value| {
+        Ok(ToolCall {
+            id: Some(SHAPE.required(i, AT, item, "call_id")?.to_owned()),
+            name: SHAPE.required(i, AT, item, "name")?.to_owned(),
+            arguments: arguments(item.get("arguments")),
+        })
+    };
+    SHAPE
+        .items(output)?
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => Some(call(i, item)),
+            Some(_) => None,
+            // Not skipped: an item of no known kind could be a call.
+            None => Some(Err(SHAPE.item_error(i, " has no string `type`"))),
         })
         .collect()
 }
