@@ -1,7 +1,8 @@
 //! The OpenAI Responses API through the public API: a real-shaped response
 //! in (`output` items: reasoning, a message, function calls), keyed by each
 //! call's `call_id`, answered with `function_call_output` items; malformed
-//! items refused before anything runs.
+//! items refused before anything runs; tool definitions in the Responses
+//! shape.
 
 mod common;
 
@@ -245,4 +246,41 @@ async fn a_bad_call_is_an_error_output_the_model_can_read() {
     assert_eq!(output(&input[1])["error"]["code"], "invalid_arguments");
     assert_eq!(output(&input[2]), json!({"message_id": "msg_1"}));
     assert!(app.tickets.created.lock().unwrap().is_empty());
+}
+
+/// The Responses API wants flat function definitions with `strict`; the
+/// transcript's `tools` (what the API echoed of the request) are exactly
+/// what the registry exports.
+#[test]
+fn tool_definitions_export_in_the_responses_api_shape() {
+    let registry = registry();
+    let tools = registry.openai_responses_tools();
+    let chat = registry.openai_tools();
+    let tools = tools.as_array().unwrap();
+    assert_eq!(tools.len(), registry.len());
+    for (tool, chat) in tools.iter().zip(chat.as_array().unwrap()) {
+        let function = &chat["function"];
+        assert_eq!(
+            *tool,
+            json!({
+                "type": "function",
+                "name": function["name"],
+                "description": function["description"],
+                "parameters": function["parameters"],
+                "strict": false,
+            })
+        );
+    }
+    assert_eq!(tools[1]["name"], "send_email");
+    assert_eq!(
+        tools[1]["parameters"]["required"],
+        json!(["to", "subject", "body"])
+    );
+
+    let echoed = transcript("openai_responses.json")["tools"].clone();
+    let exported: Vec<&Value> = tools
+        .iter()
+        .filter(|t| t["name"] == "send_email" || t["name"] == "create_ticket")
+        .collect();
+    assert_eq!(json!(exported), echoed);
 }
