@@ -37,6 +37,17 @@ impl Shape {
         }
     }
 
+    /// The list in `message`: `message` itself when it is an array, else
+    /// its field named after the list, which must be there.
+    fn list_in<'v>(&self, message: &'v Value) -> Result<&'v Value, DispatchError> {
+        if message.is_array() {
+            return Ok(message);
+        }
+        message
+            .get(self.list)
+            .ok_or_else(|| self.malformed(format!("no `{}`", self.list)))
+    }
+
     /// The list itself, which must be an array.
     fn items<'v>(&self, list: &'v Value) -> Result<&'v [Value], DispatchError> {
         list.as_array().map(Vec::as_slice).ok_or_else(|| {
@@ -158,14 +169,7 @@ pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> 
         provider: "Anthropic",
         list: "content",
     };
-    let blocks = if message.is_array() {
-        message
-    } else {
-        message
-            .get("content")
-            .ok_or_else(|| SHAPE.malformed("no `content`"))?
-    };
-    let Some(blocks) = blocks.as_array() else {
+    let Some(blocks) = SHAPE.list_in(message)?.as_array() else {
         // A plain text content has no tool calls.
         return Ok(Vec::new());
     };
@@ -225,13 +229,6 @@ pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, Dispatc
         list: "output",
     };
     const AT: &str = " (function_call)";
-    let output = if response.is_array() {
-        response
-    } else {
-        response
-            .get("output")
-            .ok_or_else(|| SHAPE.malformed("no `output`"))?
-    };
     let call = |i: usize, item: &Value| {
         Ok(ToolCall {
             id: Some(SHAPE.required(i, AT, item, "call_id")?.to_owned()),
@@ -240,7 +237,7 @@ pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, Dispatc
         })
     };
     SHAPE
-        .items(output)?
+        .items(SHAPE.list_in(response)?)?
         .iter()
         .enumerate()
         .filter_map(|(i, item)| match item.get("type").and_then(Value::as_str) {
