@@ -198,7 +198,7 @@ pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> 
 /// `name`, is a [`DispatchError::MalformedItem`] naming its index.
 ///
 /// ```
-/// use idem_runtime::dispatch::{parse_openai_responses, Arguments, DispatchError};
+/// use idem_runtime::dispatch::{parse_openai_responses, DispatchError};
 /// use serde_json::json;
 ///
 /// let calls = parse_openai_responses(&json!({
