@@ -10,6 +10,16 @@
 //! * **Anthropic messages**: a message with `content` blocks, or the blocks
 //!   themselves; `tool_use` blocks (`{ "id", "name", "input" }`) are calls.
 //!   Results are `tool_result` blocks in one `role: "user"` message.
+//! * **OpenAI Responses API**: a response with `output` items, or the items
+//!   themselves; `function_call` items (`{ "call_id", "name", "arguments" }`,
+//!   `arguments` a JSON *string*) are calls, other items (`message`,
+//!   `reasoning`, …) are skipped. Results are `function_call_output` items
+//!   for the next request's `input`.
+//!
+//! A call is keyed by its provider id (`tool_calls[].id`, `tool_use.id`,
+//! `call_id`), so one call id is one key whichever route it comes by. A
+//! message whose shape is wrong is a [`DispatchError`] and none of its
+//! calls runs.
 //!
 //! Before anything runs, each call is checked: the tool must be registered,
 //! the arguments no larger than the limit ([`DEFAULT_MAX_ARGUMENT_BYTES`]),
@@ -18,6 +28,11 @@
 //! patterns) and deserializable into the tool's argument type (which
 //! enforces the schema's structure). A failed check becomes an error result
 //! the model can read; nothing runs.
+//!
+//! **Numbers** are read as JSON Schema reads them: a float with an integral
+//! value (`1000.0`, `1e3`, up to ±2^53) is an integer, so an integer field
+//! accepts it, with the same key as `1000` (RFC 8785 writes both `1000`).
+//! `1000.5` stays a float and an integer field refuses it.
 //!
 //! **Ordering.** The calls of one response run concurrently by default
 //! (models emit parallel calls when they are independent). Results come back
@@ -34,6 +49,11 @@ use crate::error::IdemError;
 use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
 use crate::key::json_type;
 use crate::registry::Registry;
+
+mod numbers;
+mod parse;
+
+pub use parse::{parse_anthropic, parse_openai, parse_openai_responses};
 
 /// The default limit on the size of one call's arguments: 64 KiB.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
@@ -64,99 +84,24 @@ pub enum DispatchError {
     /// The message is not in the provider's shape.
     #[error("not an {provider} tool-call message: {detail}")]
     Malformed {
-        /// `"OpenAI"` or `"Anthropic"`.
+        /// `"OpenAI"`, `"Anthropic"` or `"OpenAI Responses"`.
         provider: &'static str,
         /// What is wrong.
         detail: String,
     },
-}
-
-fn malformed(provider: &'static str, detail: impl Into<String>) -> DispatchError {
-    DispatchError::Malformed {
-        provider,
-        detail: detail.into(),
-    }
-}
-
-/// The tool calls of an OpenAI chat-completions message.
-pub fn parse_openai(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    const P: &str = "OpenAI";
-    let calls = if let Some(choices) = message.get("choices") {
-        choices
-            .get(0)
-            .and_then(|c| c.get("message"))
-            .and_then(|m| m.get("tool_calls"))
-    } else if message.is_array() {
-        Some(message)
-    } else {
-        message.get("tool_calls")
-    };
-    let Some(calls) = calls else {
-        return Ok(Vec::new());
-    };
-    let calls = calls.as_array().ok_or_else(|| {
-        malformed(
-            P,
-            format!("`tool_calls` is {}, not an array", json_type(calls)),
-        )
-    })?;
-    calls
-        .iter()
-        .enumerate()
-        .map(|(i, call)| {
-            let function = call
-                .get("function")
-                .ok_or_else(|| malformed(P, format!("tool_calls[{i}] has no `function`")))?;
-            let name = function
-                .get("name")
-                .and_then(Value::as_str)
-                .ok_or_else(|| {
-                    malformed(P, format!("tool_calls[{i}].function has no string `name`"))
-                })?;
-            let arguments = match function.get("arguments") {
-                Some(Value::String(text)) => Arguments::Text(text.clone()),
-                // Some compatible servers send an object; accept it as is.
-                Some(other) => Arguments::Json(other.clone()),
-                None => Arguments::Text(String::new()),
-            };
-            Ok(ToolCall {
-                id: call.get("id").and_then(Value::as_str).map(str::to_owned),
-                name: name.to_owned(),
-                arguments,
-            })
-        })
-        .collect()
-}
-
-/// The tool calls (`tool_use` blocks) of an Anthropic message.
-pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    const P: &str = "Anthropic";
-    let blocks = if message.is_array() {
-        message
-    } else {
-        message
-            .get("content")
-            .ok_or_else(|| malformed(P, "no `content`"))?
-    };
-    let Some(blocks) = blocks.as_array() else {
-        // A plain text content has no tool calls.
-        return Ok(Vec::new());
-    };
-    blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-        .map(|(i, block)| {
-            let name = block.get("name").and_then(Value::as_str).ok_or_else(|| {
-                malformed(P, format!("content[{i}] (tool_use) has no string `name`"))
-            })?;
-            Ok(ToolCall {
-                id: block.get("id").and_then(Value::as_str).map(str::to_owned),
-                name: name.to_owned(),
-                arguments: Arguments::Json(block.get("input").cloned().unwrap_or(Value::Null)),
-            })
-        })
-        .collect()
+    /// One item of the message's list of calls (`tool_calls`, `content`
+    /// blocks, `output` items) is not in the provider's shape. None of the
+    /// message's calls runs.
+    #[error("not an {provider} tool-call message: {detail}")]
+    MalformedItem {
+        /// `"OpenAI"`, `"Anthropic"` or `"OpenAI Responses"`.
+        provider: &'static str,
+        /// The item's position in its list, from 0.
+        index: usize,
+        /// What is wrong, naming the item, as in
+        /// ``output[2] (function_call) has no string `call_id` ``.
+        detail: String,
+    },
 }
 
 /// The result of one call, ready to send back to the model.
@@ -216,6 +161,37 @@ impl ToolResult {
             "role": "tool",
             "tool_call_id": self.call_id,
             "content": self.content().to_string(),
+        })
+    }
+
+    /// An OpenAI Responses API `function_call_output` item, to send in the
+    /// next request's `input` (see [`openai_responses_input`]).
+    ///
+    /// ```
+    /// use idem_runtime::dispatch::ToolResult;
+    /// use idem_runtime::error::IdemError;
+    ///
+    /// let refused = ToolResult {
+    ///     call_id: Some("call_9f8e7d6c5b4a".into()),
+    ///     tool: "send_emial".into(),
+    ///     result: Err(IdemError::UnknownTool {
+    ///         name: "send_emial".into(),
+    ///         suggestion: Some("send_email".into()),
+    ///     }),
+    /// };
+    /// let item = refused.to_openai_response_item();
+    /// assert_eq!(item["type"], "function_call_output");
+    /// assert_eq!(item["call_id"], "call_9f8e7d6c5b4a");
+    /// // `output` is JSON text, as the Responses API wants it.
+    /// let output: serde_json::Value = serde_json::from_str(item["output"].as_str().unwrap())?;
+    /// assert_eq!(output["error"]["code"], "unknown_tool");
+    /// # Ok::<(), serde_json::Error>(())
+    /// ```
+    pub fn to_openai_response_item(&self) -> Value {
+        json!({
+            "type": "function_call_output",
+            "call_id": self.call_id,
+            "output": self.content().to_string(),
         })
     }
 
@@ -311,7 +287,7 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
             len,
             max: self.max_argument_bytes,
         };
-        let args = match &call.arguments {
+        let mut args = match &call.arguments {
             Arguments::Text(text) if text.len() > self.max_argument_bytes => {
                 return Err(too_large(text.len()))
             }
@@ -335,6 +311,9 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
                 json_type(&args)
             )));
         }
+        // `1000.0` is an integer to JSON Schema (and to the key): let an
+        // integer field accept it too.
+        numbers::integral_floats_as_integers(&mut args);
         #[cfg(feature = "schema-validation")]
         if let Some(schema) = self.registry.argument_schema(&call.name) {
             schema.check(&args).map_err(|e| {
@@ -398,11 +377,54 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         let calls = parse_anthropic(message)?;
         Ok(self.dispatch(calls, run).await)
     }
+
+    /// Run the `function_call` items of an OpenAI Responses API response;
+    /// returns the results (see [`openai_responses_input`] for the
+    /// `function_call_output` items of the next request). Each call is
+    /// keyed by its `call_id`, exactly as a chat-completions call is by its
+    /// `tool_calls[].id`: the same call id is the same key on both routes.
+    pub async fn openai_responses(
+        &self,
+        response: &Value,
+        run: &RunContext,
+    ) -> Result<Vec<ToolResult>, DispatchError> {
+        let calls = parse_openai_responses(response)?;
+        Ok(self.dispatch(calls, run).await)
+    }
 }
 
 /// The OpenAI messages for `results`.
 pub fn openai_messages(results: &[ToolResult]) -> Vec<Value> {
     results.iter().map(ToolResult::to_openai).collect()
+}
+
+/// The OpenAI Responses API `function_call_output` items for `results`, in
+/// call order: the next request's `input`.
+///
+/// With `previous_response_id` (the server kept the response) these items
+/// are the whole `input`. Without it (`store: false`, or a conversation
+/// the client keeps) the API needs the calls they answer too: send the
+/// previous response's `output` items first (its `reasoning` items
+/// included, for reasoning models), then these.
+///
+/// ```
+/// use idem_runtime::dispatch::{openai_responses_input, ToolResult};
+/// use idem_runtime::error::IdemError;
+///
+/// let result = |id: &str| ToolResult {
+///     call_id: Some(id.into()),
+///     tool: "nope".into(),
+///     result: Err(IdemError::UnknownTool { name: "nope".into(), suggestion: None }),
+/// };
+/// let input = openai_responses_input(&[result("call_1"), result("call_2")]);
+/// assert_eq!(input.len(), 2);
+/// assert_eq!(input[1]["call_id"], "call_2");
+/// ```
+pub fn openai_responses_input(results: &[ToolResult]) -> Vec<Value> {
+    results
+        .iter()
+        .map(ToolResult::to_openai_response_item)
+        .collect()
 }
 
 /// The Anthropic `role: "user"` message carrying `results`.

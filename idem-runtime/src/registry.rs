@@ -229,14 +229,31 @@ impl<S: 'static> Registry<S> {
     /// Definitions for the OpenAI chat-completions `tools` parameter.
     pub fn openai_tools(&self) -> Value {
         self.definitions(|spec, schema, _| {
-            json!({
-                "type": "function",
-                "function": {
-                    "name": spec.name,
-                    "description": spec.description,
-                    "parameters": schema,
-                }
-            })
+            json!({ "type": "function", "function": openai_function(spec, schema) })
+        })
+    }
+
+    /// Definitions for the OpenAI Responses API `tools` parameter:
+    /// `{"type": "function", "name", "description", "parameters", "strict"}`,
+    /// flat where chat completions nest them under `function`.
+    ///
+    /// `strict` is `false`: strict mode wants every property required and
+    /// `additionalProperties: false`, which a schema with optional fields
+    /// or defaults does not say; the dispatcher checks the arguments
+    /// itself.
+    ///
+    /// ```
+    /// use idem_runtime::registry::Registry;
+    ///
+    /// let registry: Registry = Registry::new();
+    /// assert_eq!(registry.openai_responses_tools(), serde_json::json!([]));
+    /// ```
+    pub fn openai_responses_tools(&self) -> Value {
+        self.definitions(|spec, schema, _| {
+            let mut tool = openai_function(spec, schema);
+            tool.insert("type".into(), json!("function"));
+            tool.insert("strict".into(), json!(false));
+            Value::Object(tool)
         })
     }
 
@@ -271,4 +288,14 @@ impl<S: 'static> Registry<S> {
             .map(|t| shape(&t.spec(), t.input_schema(), t.class()))
             .collect()
     }
+}
+
+/// What both OpenAI APIs say of a function: its name, description and
+/// parameters.
+fn openai_function(spec: &ToolSpec, schema: Value) -> serde_json::Map<String, Value> {
+    let mut function = serde_json::Map::new();
+    function.insert("name".into(), json!(spec.name));
+    function.insert("description".into(), json!(spec.description));
+    function.insert("parameters".into(), schema);
+    function
 }
