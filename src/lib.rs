@@ -141,7 +141,7 @@ macro_rules! tools {
 
 /// What a tool author and a caller need: `use idem::prelude::*;`.
 ///
-/// Tools: [`tool`](crate::tool), [`ToolCtx`], [`ToolError`], [`ErrorKind`],
+/// Tools: [`tool`], [`ToolCtx`], [`ToolError`], [`ErrorKind`],
 /// [`State`], [`FromRef`]. Calls: [`Executor`], [`Dispatcher`],
 /// [`Registry`], [`tools!`](crate::tools), [`RunContext`], [`Approval`],
 /// [`IdemError`]. Keys and stores: [`IdempotencyKey`], [`Namespace`],
