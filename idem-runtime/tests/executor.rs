@@ -190,6 +190,9 @@ fn executor(store: Arc<MemoryStore>) -> (Executor<App>, App) {
                 .initial_delay(Duration::from_millis(1))
                 .without_jitter(),
         )
+        // Short, so reconciling a takeover (which first outlasts the
+        // previous owner's attempt) takes a second, not thirty.
+        .timeout(Duration::from_secs(1))
         .build();
     (exec, world)
 }
@@ -1223,6 +1226,11 @@ impl Tool<App> for MailWithIntent {
             // Not derived from the key: the provider makes it up.
             let message_id = format!("<{}.{}@mail>", args.to, world.calls() + 7);
             ctx.intent(&message_id).await?;
+            // A slow provider, when the test asks for one.
+            let latency = *world.delay.lock().unwrap();
+            if let Some(latency) = latency {
+                tokio::time::sleep(latency).await;
+            }
             world.calls.fetch_add(1, Ordering::SeqCst);
             world.effects.lock().unwrap().push(message_id.clone());
             if !world.crashed.swap(true, Ordering::SeqCst) {
@@ -1276,4 +1284,41 @@ async fn a_reconcile_hook_finds_the_mail_by_the_intent_recorded_before_sending()
     );
     assert!(out.meta.deduplicated, "not sent again");
     assert_eq!(world.effects(), ["<ada.7@mail>"]);
+}
+
+#[tokio::test]
+async fn a_takeover_reconciles_only_once_the_previous_owners_attempt_must_be_over() {
+    // Worker A's renewals hang (a store too busy to answer in time), so its
+    // lease lapses on the store while it is inside a slow provider call.
+    let clock = ManualClock::new(1_700_000_000_000);
+    let store: Arc<dyn Store> = Arc::new(NoRenewals(
+        MemoryStore::with_clock(Arc::new(clock.clone())),
+        Renewals::Hang,
+    ));
+    let world = App::default();
+    world.crashed.store(true, Ordering::SeqCst); // no crash: a slow mail
+    *world.delay.lock().unwrap() = Some(Duration::from_millis(300));
+    let worker = || {
+        Executor::builder_shared(store.clone())
+            .state(world.clone())
+            .lease(Duration::from_secs(5))
+            .timeout(Duration::from_secs(1))
+            .build()
+    };
+    let (a, b) = (worker(), worker());
+    let first = tokio::spawn(async move { a.call(MailWithIntent, msg("ada")).call_id("m").await });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    clock.advance(Duration::from_secs(60));
+    // Worker B takes the key over while A's mail is still on its way. Asked
+    // now, the sent log would not have it yet; B waits out A's attempt.
+    let out = b
+        .call(MailWithIntent, msg("ada"))
+        .call_id("m")
+        .await
+        .unwrap();
+    assert_eq!(world.effects().len(), 1, "one mail: {:?}", world.effects());
+    assert_eq!(out.output.id, world.effects()[0], "found in the sent log");
+    assert!(out.meta.deduplicated);
+    let err = first.await.unwrap().unwrap_err();
+    assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
 }

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::time::Duration;
 
 use serde_json::Value;
 
@@ -77,8 +78,9 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             if !env.class.may_rerun_unknown_outcome() && started {
                 tracing::warn!(
                     previous = previous.0,
-                    "previous owner vanished mid-call; reconciling"
+                    "previous owner vanished mid-call; reconciling once its attempt must be over"
                 );
+                env.outlast_previous_attempt(owner).await?;
                 match self.tool.reconcile(args, &ctx, self.state).await {
                     Ok(Reconciled::Applied(output)) => {
                         return env.succeed(owner, output, 0, true).await
@@ -299,6 +301,27 @@ impl CallEnv<'_> {
         }
         lost.lose();
         std::future::pending().await
+    }
+
+    /// Wait, holding the key (its lease is renewed meanwhile), until the
+    /// previous owner's attempt must be over: its lease lapsed, but it may
+    /// only have been unable to renew — a process paused, a store too busy
+    /// to answer in time — while already inside its provider call, past its
+    /// last `ctx.is_superseded()` check. A reconcile hook asked before that
+    /// call lands would find nothing and let the call run a second time.
+    /// The attempt started before the lease lapsed and runs at most the
+    /// tool's timeout, so that is the wait. A tool without a timeout
+    /// (`Duration::MAX`) gives no bound, and is reconciled at once.
+    async fn outlast_previous_attempt(&self, owner: &Owner) -> Result<(), IdemError> {
+        let timeout = self.timeout();
+        if timeout == Duration::MAX {
+            return Ok(());
+        }
+        tokio::time::sleep(timeout).await;
+        if owner.lost() {
+            return Err(self.superseded(owner, None));
+        }
+        Ok(())
     }
 
     /// Why the outcome of a call whose owner `previous` vanished is unknown.

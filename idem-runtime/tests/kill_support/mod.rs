@@ -367,6 +367,9 @@ pub async fn run_worker() {
     })
     .state(providers)
     .lease(LEASE)
+    // Above any tool body here; a takeover of a started charge waits this
+    // long before it reconciles.
+    .timeout(Duration::from_secs(1))
     // A duplicate of a killed owner's call waits for its lease to run out.
     .on_in_flight(InFlightPolicy::Wait(Duration::from_secs(10)))
     .build();
