@@ -987,34 +987,54 @@ async fn an_owner_taken_over_is_told_through_its_ctx_and_its_late_result_is_not_
     );
 }
 
-/// A store whose renewals fail as if it could not be reached (`Refused`;
-/// `Down`: recording an outcome fails too), or never answer (`Hang`).
+/// A store wrapper for the tests: counts the claims that reach the store,
+/// and makes renewals work (`Renew`), fail as if the store could not be
+/// reached (`Refused`; `Down`: recording an outcome fails too), or never
+/// answer (`Hang`).
 #[derive(Debug)]
-struct NoRenewals(MemoryStore, Renewals);
+struct Probe {
+    inner: Arc<dyn Store>,
+    renewals: Renewals,
+    claims: AtomicUsize,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Renewals {
+    Renew,
     Refused,
     Down,
     Hang,
 }
 
-impl NoRenewals {
+impl Probe {
+    fn new(inner: impl Store, renewals: Renewals) -> Probe {
+        Probe::shared(Arc::new(inner), renewals)
+    }
+
+    fn shared(inner: Arc<dyn Store>, renewals: Renewals) -> Probe {
+        Probe {
+            inner,
+            renewals,
+            claims: AtomicUsize::new(0),
+        }
+    }
+
     fn unreachable() -> StoreError {
         StoreError::Unavailable {
-            store: "no-renewals".into(),
+            store: "probe".into(),
             cause: "connection refused".into(),
         }
     }
 }
 
 #[async_trait::async_trait]
-impl Store for NoRenewals {
+impl Store for Probe {
     fn describe(&self) -> String {
-        "no-renewals".into()
+        self.inner.describe()
     }
     async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.0.claim(r).await
+        self.claims.fetch_add(1, Ordering::SeqCst);
+        self.inner.claim(r).await
     }
     async fn checkpoint(
         &self,
@@ -1024,13 +1044,14 @@ impl Store for NoRenewals {
         v: &Value,
         l: Duration,
     ) -> Result<(), StoreError> {
-        self.0.checkpoint(k, f, s, v, l).await
+        self.inner.checkpoint(k, f, s, v, l).await
     }
-    async fn renew(&self, _: &IdempotencyKey, _: Fence, _: Duration) -> Result<(), StoreError> {
-        if self.1 == Renewals::Hang {
-            std::future::pending::<()>().await;
+    async fn renew(&self, k: &IdempotencyKey, f: Fence, l: Duration) -> Result<(), StoreError> {
+        match self.renewals {
+            Renewals::Renew => self.inner.renew(k, f, l).await,
+            Renewals::Hang => std::future::pending().await,
+            Renewals::Refused | Renewals::Down => Err(Self::unreachable()),
         }
-        Err(Self::unreachable())
     }
     async fn complete(
         &self,
@@ -1039,22 +1060,22 @@ impl Store for NoRenewals {
         o: &Outcome,
         t: Duration,
     ) -> Result<(), StoreError> {
-        if self.1 == Renewals::Down {
+        if self.renewals == Renewals::Down {
             return Err(Self::unreachable());
         }
-        self.0.complete(k, f, o, t).await
+        self.inner.complete(k, f, o, t).await
     }
     async fn release(&self, k: &IdempotencyKey, f: Fence) -> Result<(), StoreError> {
-        self.0.release(k, f).await
+        self.inner.release(k, f).await
     }
     async fn get(&self, k: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.0.get(k).await
+        self.inner.get(k).await
     }
     async fn sweep(&self) -> Result<u64, StoreError> {
-        self.0.sweep().await
+        self.inner.sweep().await
     }
     async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.0.now().await
+        self.inner.now().await
     }
 }
 
@@ -1062,7 +1083,7 @@ impl Store for NoRenewals {
 async fn when_renewals_fail_or_hang_the_owner_is_told_once_its_lease_would_lapse() {
     for renewals in [Renewals::Refused, Renewals::Down, Renewals::Hang] {
         let world = App::default();
-        let exec = Executor::builder(NoRenewals(MemoryStore::new(), renewals))
+        let exec = Executor::builder(Probe::new(MemoryStore::new(), renewals))
             .state(world.clone())
             .lease(Duration::from_millis(90))
             .build();
@@ -1084,52 +1105,6 @@ async fn when_renewals_fail_or_hang_the_owner_is_told_once_its_lease_would_lapse
     }
 }
 
-/// A store that counts the claims that reach it.
-#[derive(Debug)]
-struct CountingClaims(Arc<dyn Store>, AtomicUsize);
-
-#[async_trait::async_trait]
-impl Store for CountingClaims {
-    fn describe(&self) -> String {
-        self.0.describe()
-    }
-    async fn claim(&self, r: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.1.fetch_add(1, Ordering::SeqCst);
-        self.0.claim(r).await
-    }
-    async fn checkpoint(
-        &self,
-        k: &IdempotencyKey,
-        f: Fence,
-        s: &str,
-        v: &Value,
-        l: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.checkpoint(k, f, s, v, l).await
-    }
-    async fn complete(
-        &self,
-        k: &IdempotencyKey,
-        f: Fence,
-        o: &Outcome,
-        t: Duration,
-    ) -> Result<(), StoreError> {
-        self.0.complete(k, f, o, t).await
-    }
-    async fn release(&self, k: &IdempotencyKey, f: Fence) -> Result<(), StoreError> {
-        self.0.release(k, f).await
-    }
-    async fn get(&self, k: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.0.get(k).await
-    }
-    async fn sweep(&self) -> Result<u64, StoreError> {
-        self.0.sweep().await
-    }
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.0.now().await
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
     #[allow(unused_mut)]
@@ -1141,7 +1116,7 @@ async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
         idem_runtime::store::SqliteStore::open(&file).await.unwrap(),
     ));
     for inner in stores {
-        let store = Arc::new(CountingClaims(inner, AtomicUsize::new(0)));
+        let store = Arc::new(Probe::shared(inner, Renewals::Renew));
         let world = App::default();
         // The call takes long enough for the whole burst to arrive (in a
         // debug build, 10,000 key derivations take about a second).
@@ -1166,7 +1141,7 @@ async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
         assert_eq!(deduplicated, 9_999, "{what}");
         assert_eq!(outputs.len(), 1, "{what}: every caller got the same output");
         assert_eq!(
-            store.1.load(Ordering::SeqCst),
+            store.claims.load(Ordering::SeqCst),
             1,
             "{what}: one claim reached the store"
         );
@@ -1291,7 +1266,7 @@ async fn a_takeover_reconciles_only_once_the_previous_owners_attempt_must_be_ove
     // Worker A's renewals hang (a store too busy to answer in time), so its
     // lease lapses on the store while it is inside a slow provider call.
     let clock = ManualClock::new(1_700_000_000_000);
-    let store: Arc<dyn Store> = Arc::new(NoRenewals(
+    let store: Arc<dyn Store> = Arc::new(Probe::new(
         MemoryStore::with_clock(Arc::new(clock.clone())),
         Renewals::Hang,
     ));
