@@ -40,18 +40,17 @@ pub(super) struct Owner {
     /// Set when a previous owner vanished without an outcome.
     pub(super) takeover: Option<Takeover>,
     pub(super) namespace: Namespace,
-    /// Whether this owner still holds the key, once its lease is watched.
-    pub(super) lease: Option<LeaseWatch>,
-    /// Just before the winning claim was sent: the lease runs from no
-    /// earlier than this on the store.
-    pub(super) claimed_at: tokio::time::Instant,
+    /// Whether this owner still holds the key: its deadline starts from
+    /// just before the winning claim was sent, so it is never later than
+    /// the store's.
+    pub(super) lease: LeaseWatch,
 }
 
 impl Owner {
     /// Whether the lease was lost (a renewal found a newer fence, or could
     /// not reach the store before the lease ran out).
     pub(super) fn lost(&self) -> bool {
-        self.lease.as_ref().is_some_and(LeaseWatch::is_lost)
+        self.lease.is_lost()
     }
 }
 
@@ -92,8 +91,7 @@ impl CallEnv<'_> {
                         steps,
                         takeover,
                         namespace: call.namespace.clone(),
-                        lease: None,
-                        claimed_at: sent,
+                        lease: LeaseWatch::new(sent + self.lease()),
                     }))
                 }
                 ClaimOutcome::Completed(record) => return Ok(Claimed::Recorded(record)),

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::ctx::{LeaseWatch, StepLog, ToolCtx};
+use crate::ctx::{StepLog, ToolCtx};
 use crate::error::{ErrorKind, IdemError, ToolError};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, StoredFailure};
 use crate::store::{StoreError, Takeover};
@@ -40,11 +40,9 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         args: T::Args,
         mut owner: Owner,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        let watch = LeaseWatch::new(owner.claimed_at + self.env.lease());
-        owner.lease = Some(watch.clone());
         let steps = std::mem::take(&mut owner.steps);
-        let work = self.own(&args, &owner, steps, watch.clone());
-        let keep = self.env.keep_lease(&owner, &watch);
+        let work = self.own(&args, &owner, steps);
+        let keep = self.env.keep_lease(&owner);
         tokio::select! {
             biased;
             result = work => result,
@@ -58,7 +56,6 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         args: &T::Args,
         owner: &Owner,
         steps: BTreeMap<String, Value>,
-        watch: LeaseWatch,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let env = &self.env;
         let approved = steps.contains_key(APPROVAL_STEP);
@@ -70,7 +67,10 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             env.lease(),
             steps,
         );
-        let ctx = env.owner_ctx(owner).with_steps(log).with_lease(watch);
+        let ctx = env
+            .owner_ctx(owner)
+            .with_steps(log)
+            .with_lease(owner.lease.clone());
 
         // Phase 3: a previous owner vanished without an outcome. If it never
         // started the tool, nothing happened: the call simply runs.
@@ -261,7 +261,8 @@ impl CallEnv<'_> {
     /// the lease would have run out, the lease is marked lost: the tool
     /// sees it (`ctx.superseded()`), no retry starts, and nothing this
     /// owner writes is accepted as its outcome.
-    async fn keep_lease(&self, owner: &Owner, lost: &LeaseWatch) -> Infallible {
+    async fn keep_lease(&self, owner: &Owner) -> Infallible {
+        let lost = &owner.lease;
         let lease = self.lease();
         let every = lease / 3;
         let mut next = every;
