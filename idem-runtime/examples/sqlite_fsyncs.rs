@@ -36,6 +36,8 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
         fingerprint: &f,
         check_fingerprint: true,
         lease: Duration::from_secs(60),
+        info: &idem_runtime::record::CallInfo::EMPTY,
+        worker: None,
     };
     match store.claim(&req).await.expect("claim") {
         ClaimOutcome::Acquired { fence, .. } => {

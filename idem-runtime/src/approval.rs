@@ -54,6 +54,17 @@ pub enum ApprovalDecision {
         /// Why.
         reason: String,
     },
+    /// A person decides later. The call is recorded as awaiting approval
+    /// (holding no lease, since nothing runs) and the caller gets
+    /// [`IdemError::ApprovalPending`](crate::error::IdemError::ApprovalPending);
+    /// an operator approves or denies it with
+    /// [`Operator`](crate::operator::Operator) or the `idem` command, and the
+    /// next call with the same key runs under that approval, or gets the
+    /// denial.
+    Pending {
+        /// What the person is asked, or where (shown by `idem show`).
+        message: String,
+    },
 }
 
 /// What a policy is asked about.

@@ -30,6 +30,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
+mod operations;
+pub use operations::*;
+
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, RecordState, StoredFailure};
@@ -148,6 +151,8 @@ fn req<'a>(
         fingerprint,
         check_fingerprint: true,
         lease,
+        info: &crate::record::CallInfo::EMPTY,
+        worker: None,
     }
 }
 
@@ -837,6 +842,9 @@ pub async fn contend_for_key<S: Store + ?Sized>(
                     ClaimOutcome::KeyReused { .. } => {
                         panic!("same arguments reported as key reuse")
                     }
+                    ClaimOutcome::AwaitingApproval(_) => {
+                        panic!("nothing here asks for an approval")
+                    }
                 }
             }
         });
@@ -873,6 +881,14 @@ macro_rules! store_conformance_tests {
             very_long_leases_and_ttls_mean_forever,
             values_round_trip_exactly,
             close_flushes_and_refuses_further_writes,
+            claim_records_call_details_and_worker,
+            replace_swaps_only_the_record_it_expects,
+            awaiting_approval_is_never_taken_over,
+            approved_call_is_claimed_once_with_its_approval,
+            replace_overrules_only_an_expired_lease,
+            completed_record_is_replaced_and_deleted,
+            unanswered_approval_request_expires,
+            scan_returns_every_record_once,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

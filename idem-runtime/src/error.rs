@@ -219,6 +219,18 @@ pub enum IdemError {
         /// The denial was recorded by an earlier call with this key.
         deduplicated: bool,
     },
+    /// An irreversible call waits for a person's approval: nothing ran.
+    /// Calling again with the same key after an approval runs it once
+    /// under that approval; after a denial, every call gets the denial.
+    #[error("irreversible tool `{tool}` awaits approval ({message}); nothing ran yet. Key {key}: once a person approves it (`idem approve {key}`), call again with the same key to run it once")]
+    ApprovalPending {
+        /// The tool.
+        tool: String,
+        /// The key the request is recorded under.
+        key: crate::key::IdempotencyKey,
+        /// What the approval policy said.
+        message: String,
+    },
     /// An irreversible call reached an executor with no approval policy.
     #[error("irreversible tool `{tool}` needs an approval and this executor has no approval policy; nothing ran")]
     ApprovalRequired {
@@ -292,6 +304,7 @@ impl IdemError {
             IdemError::InFlight { .. } => ErrorCode::InFlight,
             IdemError::OutcomeUnknown { .. } => ErrorCode::OutcomeUnknown,
             IdemError::ApprovalDenied { .. } => ErrorCode::ApprovalDenied,
+            IdemError::ApprovalPending { .. } => ErrorCode::ApprovalPending,
             IdemError::ApprovalRequired { .. } => ErrorCode::ApprovalRequired,
             IdemError::NotRecorded { .. } => ErrorCode::NotRecorded,
             IdemError::RecordedOutputMismatch { .. } => ErrorCode::RecordedOutputMismatch,
@@ -348,6 +361,8 @@ pub enum ErrorCode {
     OutcomeUnknown,
     /// [`IdemError::ApprovalDenied`].
     ApprovalDenied,
+    /// [`IdemError::ApprovalPending`].
+    ApprovalPending,
     /// [`IdemError::ApprovalRequired`].
     ApprovalRequired,
     /// [`IdemError::NotRecorded`].
@@ -376,6 +391,7 @@ impl ErrorCode {
             ErrorCode::InFlight => "in_flight",
             ErrorCode::OutcomeUnknown => "outcome_unknown",
             ErrorCode::ApprovalDenied => "approval_denied",
+            ErrorCode::ApprovalPending => "approval_pending",
             ErrorCode::ApprovalRequired => "approval_required",
             ErrorCode::NotRecorded => "not_recorded",
             ErrorCode::RecordedOutputMismatch => "recorded_output_mismatch",

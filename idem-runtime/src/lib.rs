@@ -19,6 +19,7 @@ pub mod dispatch;
 pub mod error;
 pub mod executor;
 pub mod key;
+pub mod operator;
 pub mod record;
 pub mod registry;
 pub mod retry;

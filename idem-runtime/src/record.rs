@@ -136,6 +136,22 @@ pub enum RecordState {
         /// The owner is presumed dead after this instant.
         lease_until: Timestamp,
     },
+    /// An `irreversible` call waits for a person's decision. Nothing runs
+    /// and no lease is held. Once approved (the approval is recorded as the
+    /// step [`APPROVAL_STEP`]) the next claim of the key owns it and runs
+    /// the call; a denial completes the record as a failure.
+    AwaitingApproval {
+        /// The fence of the last writer (the owner that asked, or the
+        /// operator that approved); operator actions are fenced with it.
+        fence: Fence,
+        /// When the approval was asked for.
+        requested_at: Timestamp,
+        /// When the request lapses unanswered (the record is then swept like
+        /// an expired completed record, and a later call asks again).
+        expires_at: Timestamp,
+        /// What the approval policy said when it left the call pending.
+        message: String,
+    },
     /// The call finished.
     Completed {
         /// The owner that completed it.
@@ -149,6 +165,165 @@ pub enum RecordState {
     },
 }
 
+/// The step name under which an approval decision is recorded: by the
+/// executor before an `irreversible` tool runs, or by an operator approving
+/// a call that awaits approval.
+pub const APPROVAL_STEP: &str = "idem:approval";
+
+/// Where a record stands, as an operator filters and counts records.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum Status {
+    /// A call owns the key (its lease may have run out: see
+    /// [`Record::lease_expired`]).
+    InFlight,
+    /// Waiting for a person to approve or deny it.
+    AwaitingApproval,
+    /// Approved, and not yet claimed by the call that will run it.
+    Approved,
+    /// Completed with an output.
+    Succeeded,
+    /// Completed with a definite failure (a denial included).
+    Failed,
+    /// Completed as unknown: nobody knows whether the effect happened.
+    Unknown,
+}
+
+impl Status {
+    /// Every status, in the order [`Status::as_str`] lists them.
+    pub const ALL: [Status; 6] = [
+        Status::InFlight,
+        Status::AwaitingApproval,
+        Status::Approved,
+        Status::Succeeded,
+        Status::Failed,
+        Status::Unknown,
+    ];
+
+    /// The status as written in filters and JSON (`"in_flight"`,
+    /// `"awaiting_approval"`, `"approved"`, `"succeeded"`, `"failed"`,
+    /// `"unknown"`).
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Status::InFlight => "in_flight",
+            Status::AwaitingApproval => "awaiting_approval",
+            Status::Approved => "approved",
+            Status::Succeeded => "succeeded",
+            Status::Failed => "failed",
+            Status::Unknown => "unknown",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for Status {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let wanted = s.replace('-', "_");
+        Status::ALL
+            .into_iter()
+            .find(|status| status.as_str() == wanted)
+            .ok_or_else(|| {
+                let known: Vec<_> = Status::ALL.iter().map(|s| s.as_str()).collect();
+                format!("unknown state `{s}` (expected one of {})", known.join(", "))
+            })
+    }
+}
+
+/// What the first claim of a key recorded about the call: what an operator
+/// needs to find it and judge it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CallInfo {
+    /// The tenant / principal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// The provider's call id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<String>,
+    /// The agent run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<String>,
+    /// The step within the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// The canonical arguments (RFC 8785 JSON text), unless the tool keeps
+    /// its arguments out of the store (`#[tool(sensitive)]`): then only the
+    /// record's fingerprint identifies them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<String>,
+}
+
+impl CallInfo {
+    /// Nothing known (records written before idem 0.2, stores tested alone).
+    pub const EMPTY: CallInfo = CallInfo {
+        namespace: None,
+        call_id: None,
+        run_id: None,
+        step: None,
+        args: None,
+    };
+
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::EMPTY
+    }
+}
+
+/// An operator action, as recorded on the record it changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AuditEntry {
+    /// When (the store's clock).
+    pub at: Timestamp,
+    /// Who (as given with `--by`).
+    pub by: String,
+    /// What.
+    pub action: AuditAction,
+    /// Why, or the note given with an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What an operator did to a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AuditAction {
+    /// Approved a call awaiting approval.
+    Approved,
+    /// Denied a call awaiting approval.
+    Denied,
+    /// Settled an unknown outcome (or a dead owner's call) as succeeded.
+    ResolvedSucceeded,
+    /// Settled an unknown outcome (or a dead owner's call) as failed.
+    ResolvedFailed,
+}
+
+impl AuditAction {
+    /// The action as stored.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::Approved => "approved",
+            AuditAction::Denied => "denied",
+            AuditAction::ResolvedSucceeded => "resolved_succeeded",
+            AuditAction::ResolvedFailed => "resolved_failed",
+        }
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// Everything a store keeps under a key.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Record {
@@ -160,12 +335,21 @@ pub struct Record {
     pub fingerprint: Fingerprint,
     /// When the key was first claimed.
     pub created_at: Timestamp,
-    /// In flight or completed.
+    /// In flight, awaiting approval, or completed.
     #[serde(flatten)]
     pub state: RecordState,
     /// Progress of a multi-step tool: step name → stored step result.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub steps: BTreeMap<String, Value>,
+    /// What the first claim recorded about the call.
+    #[serde(default, skip_serializing_if = "CallInfo::is_empty")]
+    pub info: CallInfo,
+    /// The worker that holds the key, or last held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Operator actions on the record, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
 }
 
 impl Record {
@@ -173,14 +357,50 @@ impl Record {
     pub fn outcome(&self) -> Option<&Outcome> {
         match &self.state {
             RecordState::Completed { outcome, .. } => Some(outcome),
-            RecordState::InFlight { .. } => None,
+            RecordState::InFlight { .. } | RecordState::AwaitingApproval { .. } => None,
         }
     }
 
     /// The current fence.
     pub fn fence(&self) -> Fence {
         match &self.state {
-            RecordState::InFlight { fence, .. } | RecordState::Completed { fence, .. } => *fence,
+            RecordState::InFlight { fence, .. }
+            | RecordState::AwaitingApproval { fence, .. }
+            | RecordState::Completed { fence, .. } => *fence,
+        }
+    }
+
+    /// The approval recorded under [`APPROVAL_STEP`], if any.
+    pub fn approval(&self) -> Option<crate::approval::Approval> {
+        match serde_json::from_value(self.steps.get(APPROVAL_STEP)?.clone()) {
+            Ok(crate::approval::ApprovalDecision::Approved(approval)) => Some(approval),
+            _ => None,
+        }
+    }
+
+    /// Where the record stands.
+    pub fn status(&self) -> Status {
+        match &self.state {
+            RecordState::InFlight { .. } => Status::InFlight,
+            RecordState::AwaitingApproval { .. } if self.steps.contains_key(APPROVAL_STEP) => {
+                Status::Approved
+            }
+            RecordState::AwaitingApproval { .. } => Status::AwaitingApproval,
+            RecordState::Completed { outcome, .. } => match outcome {
+                Outcome::Success { .. } => Status::Succeeded,
+                Outcome::Failure { .. } => Status::Failed,
+                Outcome::Unknown { .. } => Status::Unknown,
+            },
+        }
+    }
+
+    /// When the record lapses: a completed record's or an approval
+    /// request's expiry; `None` in flight.
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        match &self.state {
+            RecordState::InFlight { .. } => None,
+            RecordState::AwaitingApproval { expires_at, .. }
+            | RecordState::Completed { expires_at, .. } => Some(*expires_at),
         }
     }
 
@@ -189,9 +409,10 @@ impl Record {
         matches!(self.state, RecordState::InFlight { lease_until, .. } if lease_until <= now)
     }
 
-    /// Whether the record is completed and past its expiry at `now`.
+    /// Whether the record is completed, or awaiting an approval, and past
+    /// its expiry at `now`: it then reads as absent and may be swept.
     pub fn is_expired(&self, now: Timestamp) -> bool {
-        matches!(self.state, RecordState::Completed { expires_at, .. } if expires_at <= now)
+        self.expires_at().is_some_and(|at| at <= now)
     }
 
     /// Encode for a store that keeps records as bytes.

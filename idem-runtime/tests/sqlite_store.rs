@@ -156,9 +156,75 @@ async fn schema_from_a_newer_idem_is_refused() {
     match SqliteStore::open(&path).await {
         Err(StoreError::SchemaTooNew {
             found, supported, ..
-        }) => assert_eq!((found, supported), (99, 1)),
+        }) => assert_eq!(
+            (found, supported),
+            (99, idem_runtime::store::sqlite::SCHEMA_VERSION)
+        ),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
+}
+
+/// A file written by idem 0.1 (schema version 1, exactly as 0.1 created
+/// it) is migrated on open: its records read unchanged, a duplicate gets its
+/// recorded answer, and its unknown outcome can be settled by an operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_by_schema_version_1_is_migrated_and_reads() {
+    use idem_runtime::operator::{Actor, Operator, Resolution};
+    use idem_runtime::record::Status;
+
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem-0.1.db");
+    let (done, unknown) = (random_key(), random_key());
+    // The 0.1 schema and two records as 0.1 serialized them.
+    let far = 4_000_000_000_000u64;
+    sqlite(
+        &path,
+        &format!(
+            r#"CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+               CREATE TABLE idem_records (key TEXT PRIMARY KEY NOT NULL, expires_at INTEGER, record BLOB NOT NULL);
+               CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE expires_at IS NOT NULL;
+               INSERT INTO idem_meta (name, value) VALUES ('next_fence', 3), ('schema_version', 1);
+               INSERT INTO idem_records VALUES ('{done}', {far}, CAST('{{"key":"{done}","tool":"send_email","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":1,"outcome":{{"status":"success","output":"{{\"id\":\"m-1\"}}"}},"completed_at":1700000000100,"expires_at":{far}}}' AS BLOB));
+               INSERT INTO idem_records VALUES ('{unknown}', {far}, CAST('{{"key":"{unknown}","tool":"charge_card","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":2,"outcome":{{"status":"unknown","reason":"owner vanished"}},"completed_at":1700000000100,"expires_at":{far},"steps":{{"idem:attempt":1}}}}' AS BLOB));"#,
+            fp = fingerprint(),
+        ),
+    );
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let f = fingerprint();
+    match store.claim(&request(&done, &f)).await.unwrap() {
+        ClaimOutcome::Completed(record) => assert_eq!(
+            record.outcome(),
+            Some(&Outcome::Success {
+                output: OutputJson::from_value(&json!({ "id": "m-1" }))
+            })
+        ),
+        other => panic!("expected the 0.1 record, got {other:?}"),
+    }
+    let operator = Operator::new(store.clone());
+    let record = operator.show(&unknown).await.unwrap();
+    assert_eq!(record.status(), Status::Unknown);
+    assert!(record.info.is_empty() && record.audit.is_empty());
+    let settled = operator
+        .resolve(
+            &unknown,
+            Resolution::Succeeded(json!({ "charge": "ch_1" })),
+            &Actor::new("ana").because("the processor shows the charge"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(settled.status(), Status::Succeeded);
+    assert!(settled.fence().0 >= 3, "fences continue after 0.1's");
+    store.close().await;
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -28,6 +28,8 @@ async fn first_call_then_duplicate(store: Arc<dyn Store>) {
         fingerprint: &f,
         check_fingerprint: true,
         lease: Duration::from_secs(30),
+        info: &idem_runtime::record::CallInfo::EMPTY,
+        worker: None,
     };
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("fresh key not acquired on {}", store.describe());

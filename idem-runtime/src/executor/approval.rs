@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use crate::approval::{ApprovalDecision, ApprovalRequest};
 use crate::error::IdemError;
-use crate::record::{FailureCode, Outcome, StoredFailure};
+use crate::record::{FailureCode, Outcome, RecordState, StoredFailure};
+use crate::store::{Expected, ExpectedState};
 
 use super::claim::Owner;
 use super::metrics::Metrics;
@@ -63,6 +64,15 @@ impl CallEnv<'_> {
                     .await
                     .map_err(|e| self.owner_err(owner, e))
             }
+            ApprovalDecision::Pending { message } => {
+                Metrics::bump(&self.metrics().approvals_pending);
+                self.park(owner, &message).await?;
+                Err(IdemError::ApprovalPending {
+                    tool: self.name().to_owned(),
+                    key: owner.key.clone(),
+                    message,
+                })
+            }
             ApprovalDecision::Denied { reason } => {
                 Metrics::bump(&self.metrics().approvals_denied);
                 let failure = StoredFailure {
@@ -78,5 +88,39 @@ impl CallEnv<'_> {
                 }))
             }
         }
+    }
+
+    /// Record the call as awaiting approval: the owner gives up its lease,
+    /// since nothing runs until a person decides.
+    async fn park(&self, owner: &Owner, message: &str) -> Result<(), IdemError> {
+        let store = self.store();
+        let err = |e| self.owner_err(owner, e);
+        let now = store.now().await.map_err(err)?;
+        let Some(mut record) = store.get(&owner.key).await.map_err(err)? else {
+            return Err(IdemError::Superseded {
+                tool: self.name().to_owned(),
+                key: owner.key.clone(),
+                source: None,
+            });
+        };
+        record.state = RecordState::AwaitingApproval {
+            fence: owner.fence,
+            requested_at: now,
+            expires_at: now.plus(self.core.config.approval_ttl),
+            message: message.to_owned(),
+        };
+        let expected = Expected {
+            fence: owner.fence,
+            state: ExpectedState::InFlight,
+        };
+        store
+            .replace(&owner.key, expected, Some(&record))
+            .await
+            .map_err(err)?;
+        tracing::info!(
+            key = owner.key.as_str(),
+            "approval pending; recorded for a person to decide"
+        );
+        Ok(())
     }
 }

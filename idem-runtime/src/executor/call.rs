@@ -86,8 +86,17 @@ pub struct CallBuilder<'e, S, T: ToolDef> {
     /// private field when the method `call_id` is not available).
     provider_id: Option<String>,
     run: RunContext,
-    retry: Option<RetryPolicy>,
+    options: CallOptions,
     approval: ApprovalSource,
+}
+
+/// What a call may set beyond its key source.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallOptions {
+    /// The retry policy, instead of the tool's default.
+    pub(crate) retry: Option<RetryPolicy>,
+    /// How long to wait for a pending approval, instead of the executor's.
+    pub(crate) approval_wait: Option<std::time::Duration>,
 }
 
 impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
@@ -103,7 +112,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
             args,
             provider_id: None,
             run: RunContext::default(),
-            retry: None,
+            options: CallOptions::default(),
             approval,
         }
     }
@@ -140,7 +149,19 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
     where
         T::Class: RetrySafe,
     {
-        self.retry = Some(policy);
+        self.options.retry = Some(policy);
+        self
+    }
+
+    /// When this call's approval is pending, wait up to `wait` for a
+    /// person's decision (then run under the approval, or return the
+    /// denial) instead of returning [`IdemError::ApprovalPending`] at once.
+    /// Waiting holds no lease: the decision may come from any process.
+    pub fn wait_for_approval(mut self, wait: std::time::Duration) -> Self
+    where
+        T::Class: crate::class::NeedsApproval,
+    {
+        self.options.approval_wait = Some(wait);
         self
     }
 }
@@ -157,7 +178,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S,
                     self.args,
                     self.provider_id,
                     self.run,
-                    self.retry,
+                    self.options,
                     self.approval,
                 )
                 .await

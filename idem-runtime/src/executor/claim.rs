@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
-use crate::record::{FailureCode, Fence, Outcome, OutputJson, Record};
+use crate::record::{CallInfo, FailureCode, Fence, Outcome, OutputJson, Record, RecordState};
 use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
 
 use super::flight::Flight;
@@ -62,12 +62,21 @@ impl CallEnv<'_> {
         if self.mode == Mode::Replay {
             return self.replay(key).await;
         }
+        let info = CallInfo {
+            namespace: Some(call.namespace.as_str().to_owned()),
+            call_id: self.call_id.clone(),
+            run_id: self.run.run_id.clone(),
+            step: self.run.run_id.is_some().then_some(self.run.step),
+            args: Some(call.args.text.clone()),
+        };
         let request = ClaimRequest {
             key,
             tool: self.name(),
             fingerprint: &call.args.fingerprint,
             check_fingerprint: call.check_fingerprint,
             lease: self.lease(),
+            info: &info,
+            worker: Some(&self.core.config.worker),
         };
         // Set when the first in-flight answer arrives.
         let mut wait_until = None;
@@ -95,6 +104,7 @@ impl CallEnv<'_> {
                     }))
                 }
                 ClaimOutcome::Completed(record) => return Ok(Claimed::Recorded(record)),
+                ClaimOutcome::AwaitingApproval(record) => return Err(self.pending(&record)),
                 ClaimOutcome::KeyReused { tool, fingerprint } => {
                     return Err(self.refuse(IdemError::KeyReused {
                         key: key.clone(),
@@ -153,6 +163,19 @@ impl CallEnv<'_> {
         tokio::time::timeout(max, flight.landed())
             .await
             .map_err(|_| in_flight())
+    }
+
+    /// The error of a call whose approval is pending.
+    pub(super) fn pending(&self, record: &Record) -> IdemError {
+        let message = match &record.state {
+            RecordState::AwaitingApproval { message, .. } => message.clone(),
+            _ => String::new(),
+        };
+        IdemError::ApprovalPending {
+            tool: self.name().to_owned(),
+            key: record.key.clone(),
+            message,
+        }
     }
 
     /// Replay mode: the recorded outcome, or refused; never a claim.

@@ -11,6 +11,7 @@ pub(super) struct Metrics {
     pub(super) refusals: AtomicU64,
     pub(super) approvals_requested: AtomicU64,
     pub(super) approvals_denied: AtomicU64,
+    pub(super) approvals_pending: AtomicU64,
 }
 
 /// A snapshot of the executor's counters.
@@ -29,6 +30,8 @@ pub struct MetricsSnapshot {
     pub approvals_requested: u64,
     /// Approvals denied.
     pub approvals_denied: u64,
+    /// Calls left awaiting a person's approval.
+    pub approvals_pending: u64,
 }
 
 impl Metrics {
@@ -45,6 +48,7 @@ impl Metrics {
             refusals: get(&self.refusals),
             approvals_requested: get(&self.approvals_requested),
             approvals_denied: get(&self.approvals_denied),
+            approvals_pending: get(&self.approvals_pending),
         }
     }
 }

@@ -69,8 +69,7 @@ pub use metrics::MetricsSnapshot;
 
 use metrics::Metrics;
 
-/// The step name under which an approval decision is recorded.
-pub const APPROVAL_STEP: &str = "idem:approval";
+pub use crate::record::APPROVAL_STEP;
 /// The step name under which the number of the attempt about to start is
 /// recorded, before the tool body runs, for classes that are never re-run
 /// (`non_idempotent_write`, `irreversible`), and before every retry. A
@@ -109,6 +108,31 @@ pub struct ExecutorConfig {
     /// works, so a crashed owner is found within this, whatever the tool's
     /// timeout.
     pub lease: Duration,
+    /// How long a call awaiting a person's approval stays recorded
+    /// unanswered (24 h); afterwards it lapses and a later call asks again.
+    pub approval_ttl: Duration,
+    /// How long a call that finds its approval pending waits for the
+    /// decision before returning [`IdemError::ApprovalPending`] (zero: not
+    /// at all, the default).
+    pub approval_wait: Duration,
+    /// This worker's name, recorded on the keys it claims so that an
+    /// operator sees who held a call (`host:pid` unless set).
+    pub worker: String,
+}
+
+/// `host:pid`, the default [`ExecutorConfig::worker`].
+fn default_worker() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/etc/hostname")
+                .ok()
+                .map(|h| h.trim().to_owned())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "localhost".to_owned());
+    format!("{host}:{}", std::process::id())
 }
 
 impl Default for ExecutorConfig {
@@ -120,6 +144,9 @@ impl Default for ExecutorConfig {
             in_flight: InFlightPolicy::Wait(Duration::from_secs(300)),
             namespace: Namespace::default(),
             lease: DEFAULT_LEASE,
+            approval_ttl: DEFAULT_TTL,
+            approval_wait: Duration::ZERO,
+            worker: default_worker(),
         }
     }
 }
@@ -261,6 +288,27 @@ impl<S> ExecutorBuilder<S> {
         self
     }
 
+    /// How long a call awaiting approval stays recorded unanswered (24 h).
+    pub fn approval_ttl(mut self, ttl: Duration) -> Self {
+        self.config.approval_ttl = ttl;
+        self
+    }
+
+    /// How long a call whose approval is pending waits for a person's
+    /// decision before returning [`IdemError::ApprovalPending`] (zero, the
+    /// default: return at once; the caller calls again later with the same
+    /// key). Per call: [`CallBuilder::wait_for_approval`].
+    pub fn approval_wait(mut self, wait: Duration) -> Self {
+        self.config.approval_wait = wait;
+        self
+    }
+
+    /// This worker's name, recorded on the keys it claims (`host:pid`).
+    pub fn worker(mut self, name: impl Into<String>) -> Self {
+        self.config.worker = name.into();
+        self
+    }
+
     /// The approval policy for irreversible tools dispatched by name.
     pub fn approvals(mut self, policy: impl ApprovalPolicy) -> Self {
         self.approvals = Some(Arc::new(policy));
@@ -366,7 +414,8 @@ impl<S: Send + Sync + 'static> Executor<S> {
         call_id: Option<String>,
         run: RunContext,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        self.execute(tool, args, call_id, run, None, ApprovalSource::Policy)
+        let options = call::CallOptions::default();
+        self.execute(tool, args, call_id, run, options, ApprovalSource::Policy)
             .await
     }
 
@@ -376,7 +425,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         args: T::Args,
         call_id: Option<String>,
         run: RunContext,
-        retry: Option<RetryPolicy>,
+        options: call::CallOptions,
         approval: ApprovalSource,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let class = <T::Class as Class>::KIND;
@@ -397,7 +446,12 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 class,
                 call_id,
                 run,
-                policy: retry.unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
+                policy: options
+                    .retry
+                    .unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
+                approval_wait: options
+                    .approval_wait
+                    .unwrap_or(self.inner.core.config.approval_wait),
                 approval,
                 span: span.clone(),
                 flight: None,
@@ -454,6 +508,8 @@ struct CallEnv<'a> {
     /// The run and step, and the tenant.
     run: RunContext,
     policy: RetryPolicy,
+    /// How long to wait for a pending approval's decision.
+    approval_wait: Duration,
     approval: ApprovalSource,
     /// The call's `idem.call` span, to record the key into.
     span: tracing::Span,
@@ -589,17 +645,36 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                 }
             }
         }
-        match self.env.claim(&key).await? {
-            claim::Claimed::Owner(owner) => {
-                // Boxed: the owner's path is large and is not taken by
-                // duplicates, whose future stays small and cheap to move.
-                Box::pin(self.owned(args, owner)).await
-            }
-            claim::Claimed::Recorded(record) => {
-                if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome()) {
-                    flight.publish(outcome);
+        let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
+        loop {
+            let result = match self.env.claim(&key).await? {
+                claim::Claimed::Owner(owner) => {
+                    // Boxed: the owner's path is large and is not taken by
+                    // duplicates, whose future stays small and cheap to move.
+                    Box::pin(self.owned(&args, owner)).await
                 }
-                self.env.answer(&record)
+                claim::Claimed::Recorded(record) => {
+                    if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome()) {
+                        flight.publish(outcome);
+                    }
+                    return self.env.answer(&record);
+                }
+            };
+            let Err(IdemError::ApprovalPending { .. }) = &result else {
+                return result;
+            };
+            // Pending: wait for a person's decision if the call may, then
+            // claim again (to run under the approval, or to get the denial).
+            let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return result;
+            }
+            tracing::info!("approval pending; waiting for a decision");
+            let decided = crate::operator::wait_for_decision(self.env.store(), &key.key, left)
+                .await
+                .map_err(|e| self.env.store_err(e))?;
+            if decided.is_some_and(|r| r.status() == crate::record::Status::AwaitingApproval) {
+                return result;
             }
         }
     }

@@ -36,12 +36,12 @@ enum Settled {
 impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     /// We own the key: keep the lease alive while phases 3 to 6 run.
     pub(super) async fn owned(
-        self,
-        args: T::Args,
+        &self,
+        args: &T::Args,
         mut owner: Owner,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let steps = std::mem::take(&mut owner.steps);
-        let work = self.own(&args, &owner, steps);
+        let work = self.own(args, &owner, steps);
         let keep = self.env.keep_lease(&owner);
         tokio::select! {
             biased;

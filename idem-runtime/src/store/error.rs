@@ -234,6 +234,8 @@ impl From<&str> for Cause {
 pub enum FenceHolder {
     /// Another owner holds it in flight.
     InFlight(Fence),
+    /// It awaits approval, last written with this fence.
+    AwaitingApproval(Fence),
     /// It was completed by this fence.
     Completed(Fence),
     /// No record exists (released, swept).
@@ -244,6 +246,7 @@ impl fmt::Display for FenceHolder {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             FenceHolder::InFlight(fence) => write!(f, "{fence}, in flight"),
+            FenceHolder::AwaitingApproval(fence) => write!(f, "{fence}, awaiting approval"),
             FenceHolder::Completed(fence) => write!(f, "{fence}, completed"),
             FenceHolder::Nobody => f.write_str("nobody"),
         }
@@ -256,6 +259,9 @@ impl FenceHolder {
         match record.map(|r| &r.state) {
             None => FenceHolder::Nobody,
             Some(RecordState::InFlight { fence, .. }) => FenceHolder::InFlight(*fence),
+            Some(RecordState::AwaitingApproval { fence, .. }) => {
+                FenceHolder::AwaitingApproval(*fence)
+            }
             Some(RecordState::Completed { fence, .. }) => FenceHolder::Completed(*fence),
         }
     }

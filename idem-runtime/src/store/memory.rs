@@ -12,7 +12,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::transition;
-use super::{ClaimOutcome, ClaimRequest, Store, StoreError};
+use super::{ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{Fence, Outcome, Record};
@@ -226,6 +226,61 @@ impl Store for MemoryStore {
             .get(key)
             .map(|slot| Record::clone(&slot.record))
             .filter(|r| !r.is_expired(now)))
+    }
+
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.open()?;
+        let now = self.clock.now();
+        let Entry::Occupied(mut o) = self.records.entry(key.clone()) else {
+            return transition::check_expected(None, key, expected, now).map(|()| None);
+        };
+        transition::check_expected(Some(&o.get().record), key, expected, now)?;
+        match new {
+            None => {
+                o.remove().wake();
+                Ok(None)
+            }
+            Some(new) => {
+                let fence = self.fresh_fence();
+                o.get_mut().record = Arc::new(transition::replacement(key, new, fence));
+                o.get().wake();
+                Ok(Some(fence))
+            }
+        }
+    }
+
+    /// Pages in key order; the cursor is the last key of the page. Each
+    /// page looks at every key once (the map has no order), which suits the
+    /// store's use in tests and single processes.
+    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        self.open()?;
+        let now = self.clock.now();
+        let mut page: Vec<Arc<Record>> = self
+            .records
+            .iter()
+            .filter(|slot| cursor.is_none_or(|c| slot.key().as_str() > c))
+            .map(|slot| slot.record.clone())
+            .collect();
+        page.sort_unstable_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+        let limit = limit.max(1);
+        let more = page.len() > limit;
+        page.truncate(limit);
+        let cursor = more
+            .then(|| page.last().map(|r| r.key.as_str().to_owned()))
+            .flatten();
+        Ok(ScanPage {
+            records: page
+                .into_iter()
+                .filter(|r| !r.is_expired(now))
+                .map(Arc::unwrap_or_clone)
+                .collect(),
+            cursor,
+        })
     }
 
     async fn wait(

@@ -12,6 +12,8 @@
 //! | [`Store::complete`] | in flight → completed |
 //! | [`Store::release`] | in flight → absent (the call is known not to have applied) |
 //! | [`Store::get`] | read |
+//! | [`Store::replace`] | an operator's or an approval's change: fenced compare-and-swap of a whole record |
+//! | [`Store::scan`] | read records a page at a time, for operators |
 //! | [`Store::wait`] | block until the record leaves the in-flight state |
 //! | [`Store::sweep`] | delete expired *completed* records |
 //! | [`Store::close`] | finish pending writes, release connections; later operations fail with [`StoreError::Closed`] |
@@ -34,7 +36,7 @@ use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{Fence, Outcome, Record};
+use crate::record::{CallInfo, Fence, Outcome, Record};
 
 mod error;
 pub mod memory;
@@ -91,6 +93,12 @@ pub struct ClaimRequest<'a> {
     pub check_fingerprint: bool,
     /// How long the owner is presumed alive.
     pub lease: Duration,
+    /// What to record about the call when the claim creates the record
+    /// (ignored when the record exists).
+    pub info: &'a CallInfo,
+    /// The claiming worker, recorded as the record's
+    /// [`worker`](Record::worker) when the claim acquires the key.
+    pub worker: Option<&'a str>,
 }
 
 /// What a claim found.
@@ -120,6 +128,8 @@ pub enum ClaimOutcome {
     /// The call already completed; here is its record (shared: a store that
     /// keeps records in memory hands out its own copy without cloning).
     Completed(Arc<Record>),
+    /// The call waits for a person's approval; nothing was changed.
+    AwaitingApproval(Arc<Record>),
     /// The key is recorded for different arguments or another tool; nothing
     /// was changed.
     KeyReused {
@@ -128,6 +138,43 @@ pub enum ClaimOutcome {
         /// The fingerprint stored with it.
         fingerprint: Fingerprint,
     },
+}
+
+/// What a [`Store::replace`] must find under the key for the swap to
+/// happen: a record with this fence, in this state. Anything else — another
+/// fence, another state, no record, an expired record — refuses the swap
+/// with [`StoreError::StaleFence`] and changes nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Expected {
+    /// The fence the record must hold.
+    pub fence: Fence,
+    /// The state it must be in.
+    pub state: ExpectedState,
+}
+
+/// The state half of [`Expected`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpectedState {
+    /// In flight, whatever its lease (the owner itself swaps).
+    InFlight,
+    /// In flight with a lease that has run out by the store's clock (an
+    /// operator settles a dead owner's call; a live owner is never
+    /// overruled).
+    LeaseExpired,
+    /// Awaiting approval (approved or not).
+    AwaitingApproval,
+    /// Completed and not expired.
+    Completed,
+}
+
+/// One page of [`Store::scan`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ScanPage {
+    /// Records of this page (expired records are left out).
+    pub records: Vec<Record>,
+    /// Where the next page starts; `None` after the last page. Opaque:
+    /// pass it back to [`Store::scan`] unchanged.
+    pub cursor: Option<String>,
 }
 
 /// A previous owner vanished (its lease expired before it completed).
@@ -205,6 +252,34 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// Read a record. Expired completed records read as absent.
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError>;
 
+    /// Swap the record of `key` for `new` (or delete it, `None`) if it is
+    /// as `expected` says; otherwise refuse with [`StoreError::StaleFence`]
+    /// and change nothing. One round trip.
+    ///
+    /// The new record gets a fresh fence (the one in `new` is ignored),
+    /// returned on success (`None` for a delete): an operator's change is a
+    /// new writer, so whoever read the record before it — another operator,
+    /// an owner coming back from the dead — is refused. A new record
+    /// awaiting approval or completed is kept until its `expires_at`; a
+    /// completed one or a delete wakes the key's waiters.
+    ///
+    /// Used by the executor to park a call awaiting approval, and by
+    /// [`Operator`](crate::operator::Operator) for every change it makes.
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError>;
+
+    /// Read up to about `limit` records, starting where `cursor` says
+    /// (`None`: from the start), without expired ones. Every record present
+    /// for the whole scan is returned exactly once over the pages, in an
+    /// order of the store's choosing; a page may hold fewer records than
+    /// `limit`, even none, before the last page. For operators: no store
+    /// is read whole at once.
+    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError>;
+
     /// Wait until the record is no longer in flight under a live lease —
     /// completed, released, or its lease expired — or `timeout` passes.
     /// Returns the record as it then is.
@@ -226,8 +301,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         poll_wait(self, key, timeout).await
     }
 
-    /// Delete every completed record past its expiry; in-flight records are
-    /// never touched. Returns how many were deleted.
+    /// Delete every completed record, and every approval request, past its
+    /// expiry; in-flight records are never touched. Returns how many were deleted.
     async fn sweep(&self) -> Result<u64, StoreError>;
 
     /// The store's current time (the server clock for remote stores), used
@@ -287,6 +362,17 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         (**self).get(key).await
+    }
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        (**self).replace(key, expected, new).await
+    }
+    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        (**self).scan(cursor, limit).await
     }
     async fn wait(
         &self,

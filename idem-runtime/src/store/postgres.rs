@@ -607,6 +607,10 @@ fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptR
         created_at: time(3),
         state,
         steps,
+        // STUB: not stored yet.
+        info: Default::default(),
+        worker: None,
+        audit: Vec::new(),
     })
 }
 
@@ -791,6 +795,27 @@ impl Store for PostgresStore {
         self.waiters
             .wait(key, timeout, SAFETY_POLL, || self.read(key))
             .await
+    }
+
+    async fn replace(
+        &self,
+        _key: &IdempotencyKey,
+        _expected: super::Expected,
+        _new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        Err(StoreError::Config(
+            "STUB: replace is not implemented on PostgreSQL yet".into(),
+        ))
+    }
+
+    async fn scan(
+        &self,
+        _cursor: Option<&str>,
+        _limit: usize,
+    ) -> Result<super::ScanPage, StoreError> {
+        Err(StoreError::Config(
+            "STUB: scan is not implemented on PostgreSQL yet".into(),
+        ))
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

@@ -477,6 +477,10 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
         created_at: time("created")?,
         state,
         steps,
+        // STUB: not stored yet.
+        info: Default::default(),
+        worker: None,
+        audit: Vec::new(),
     })
 }
 
@@ -672,6 +676,27 @@ impl Store for RedisStore {
         self.waiters
             .wait(key, timeout, SAFETY_POLL, || self.read(key))
             .await
+    }
+
+    async fn replace(
+        &self,
+        _key: &IdempotencyKey,
+        _expected: super::Expected,
+        _new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        Err(StoreError::Config(
+            "STUB: replace is not implemented on Redis yet".into(),
+        ))
+    }
+
+    async fn scan(
+        &self,
+        _cursor: Option<&str>,
+        _limit: usize,
+    ) -> Result<super::ScanPage, StoreError> {
+        Err(StoreError::Config(
+            "STUB: scan is not implemented on Redis yet".into(),
+        ))
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

@@ -44,13 +44,17 @@ use tokio::sync::{oneshot, Semaphore};
 
 use super::transition;
 use super::waiters::Waiters;
-use super::{Cause, ClaimOutcome, ClaimRequest, Store, StoreError};
+use super::{Cause, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{Fence, Outcome, Record, RecordState};
+use crate::record::{CallInfo, Fence, Outcome, Record};
 
-/// The schema version this build writes and understands.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build writes and understands. Version 2 (idem
+/// 0.2) adds records awaiting approval, call details and operator audit to
+/// the stored record; a version 1 file is migrated in place on open (its
+/// records read unchanged), and a version 1 build refuses a version 2 file
+/// rather than misreading a record it does not know.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The longest a waiter goes without re-reading its record, to see a
 /// completion written by another process.
@@ -213,6 +217,13 @@ enum Op {
         fingerprint: Fingerprint,
         check_fingerprint: bool,
         lease: Duration,
+        info: CallInfo,
+        worker: Option<String>,
+    },
+    Replace {
+        key: IdempotencyKey,
+        expected: Expected,
+        new: Option<Record>,
     },
     /// A completed step (or, without one, a lease renewal).
     Checkpoint {
@@ -236,6 +247,7 @@ enum Op {
 
 enum Answer {
     Claim(ClaimOutcome),
+    Replaced(Option<Fence>),
     Done,
     Swept(u64),
 }
@@ -597,6 +609,14 @@ fn migrate(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
             )
             .map_err(sql)?;
         }
+        Some(1) => {
+            // Version 2 only adds optional fields to the record itself.
+            tx.execute(
+                "UPDATE idem_meta SET value = ?1 WHERE name = 'schema_version'",
+                [SCHEMA_VERSION],
+            )
+            .map_err(sql)?;
+        }
         Some(v) if v == i64::from(SCHEMA_VERSION) => {}
         Some(v) if v > i64::from(SCHEMA_VERSION) => {
             return Err(StoreError::SchemaTooNew {
@@ -630,11 +650,42 @@ fn load(
         .map_err(StoreError::from))
 }
 
+/// Read up to `limit` records after `cursor`, in key order.
+fn scan(
+    conn: &Connection,
+    cursor: Option<&str>,
+    limit: usize,
+    now: Timestamp,
+) -> rusqlite::Result<Result<ScanPage, StoreError>> {
+    let limit = limit.clamp(1, 10_000);
+    let mut stmt = conn.prepare_cached(
+        "SELECT key, record FROM idem_records WHERE key > ?1 ORDER BY key LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(
+        rusqlite::params![cursor.unwrap_or(""), limit as i64],
+        |row| Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?)),
+    )?;
+    let mut records = Vec::new();
+    let mut last = None;
+    let mut seen = 0;
+    for row in rows {
+        let (key, bytes) = row?;
+        seen += 1;
+        match Record::from_bytes(&key, &bytes) {
+            Ok(record) if record.is_expired(now) => {}
+            Ok(record) => records.push(record),
+            Err(e) => return Ok(Err(e.into())),
+        }
+        last = Some(key);
+    }
+    Ok(Ok(ScanPage {
+        records,
+        cursor: if seen == limit { last } else { None },
+    }))
+}
+
 fn store(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
-    let expires_at = match record.state {
-        RecordState::Completed { expires_at, .. } => Some(millis(expires_at)),
-        RecordState::InFlight { .. } => None,
-    };
+    let expires_at = record.expires_at().map(millis);
     conn.prepare_cached(
         "INSERT INTO idem_records (key, expires_at, record) VALUES (?1, ?2, ?3)
          ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, record = excluded.record",
@@ -690,7 +741,10 @@ impl Writer {
                 Ok(answers) => {
                     for (job, answer) in batch.into_iter().zip(answers) {
                         if answer.is_ok() {
-                            if let Op::Complete { key, .. } | Op::Release { key, .. } = &job.op {
+                            if let Op::Complete { key, .. }
+                            | Op::Release { key, .. }
+                            | Op::Replace { key, .. } = &job.op
+                            {
                                 shared.waiters.wake(key.as_str());
                             }
                         }
@@ -728,7 +782,10 @@ impl Writer {
         // another process's transaction must not shorten the leases and
         // retention granted here.
         let now = self.shared.clock.now();
-        let mut fences = match batch.iter().any(|j| matches!(j.op, Op::Claim { .. })) {
+        let mut fences = match batch
+            .iter()
+            .any(|j| matches!(j.op, Op::Claim { .. } | Op::Replace { .. }))
+        {
             true => Some(FenceCounter::load(&tx).map_err(Failed::Transaction)?),
             false => None,
         };
@@ -805,6 +862,8 @@ fn apply(
             fingerprint,
             check_fingerprint,
             lease,
+            info,
+            worker,
         } => {
             let existing = match existing(key)? {
                 Ok(r) => r,
@@ -816,6 +875,8 @@ fn apply(
                 fingerprint,
                 check_fingerprint: *check_fingerprint,
                 lease: *lease,
+                info,
+                worker: worker.as_deref(),
             };
             let fences = fences.expect("loaded for a batch with claims");
             let decision = transition::claim(existing.map(Arc::new), &req, now, || fences.take());
@@ -864,6 +925,27 @@ fn apply(
             }
             Err(e) => Err(e),
         },
+        Op::Replace { key, expected, new } => {
+            let existing = match existing(key)? {
+                Ok(r) => r,
+                Err(e) => return Ok(Err(e)),
+            };
+            if let Err(e) = transition::check_expected(existing.as_ref(), key, *expected, now) {
+                return Ok(Err(e));
+            }
+            match new {
+                None => {
+                    tx.prepare_cached("DELETE FROM idem_records WHERE key = ?1")?
+                        .execute([key.as_str()])?;
+                    Ok(Answer::Replaced(None))
+                }
+                Some(new) => {
+                    let fence = fences.expect("loaded for a batch with replaces").take();
+                    store(tx, &transition::replacement(key, new, fence))?;
+                    Ok(Answer::Replaced(Some(fence)))
+                }
+            }
+        }
         Op::Sweep => {
             let n = tx
                 .prepare_cached("DELETE FROM idem_records WHERE expires_at <= ?1")?
@@ -899,6 +981,8 @@ impl Store for SqliteStore {
                 fingerprint: req.fingerprint.clone(),
                 check_fingerprint: req.check_fingerprint,
                 lease: req.lease,
+                info: req.info.clone(),
+                worker: req.worker.map(str::to_owned),
             })
             .await?
         {
@@ -969,6 +1053,36 @@ impl Store for SqliteStore {
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Ok(self.read_live(key).await?.0)
+    }
+
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        match self
+            .submit(Op::Replace {
+                key: key.clone(),
+                expected,
+                new: new.cloned(),
+            })
+            .await?
+        {
+            Answer::Replaced(fence) => Ok(fence),
+            _ => unreachable!("the writer answers a replace with a fence"),
+        }
+    }
+
+    /// Pages in key order; the cursor is the last key of the page.
+    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        let shared = self.shared.clone();
+        let cursor = cursor.map(str::to_owned);
+        let now = self.shared.clock.now();
+        self.read(move |conn| {
+            scan(conn, cursor.as_deref(), limit, now).map_err(|e| shared.sql(e))?
+        })
+        .await
     }
 
     async fn wait(

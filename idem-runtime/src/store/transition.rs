@@ -9,10 +9,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{ClaimOutcome, ClaimRequest, FenceHolder, StoreError, Takeover};
+use super::{
+    ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, StoreError, Takeover,
+};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
-use crate::record::{Fence, Outcome, Record, RecordState};
+use crate::record::{Fence, Outcome, Record, RecordState, APPROVAL_STEP};
 
 /// What a claim decided: the answer, and the record to write, if any.
 #[derive(Debug)]
@@ -49,6 +51,9 @@ pub fn claim(
                 created_at: now,
                 state: RecordState::InFlight { fence, lease_until },
                 steps: Default::default(),
+                info: req.info.clone(),
+                worker: req.worker.map(str::to_owned),
+                audit: Vec::new(),
             }),
         };
     };
@@ -71,6 +76,30 @@ pub fn claim(
             claim: ClaimOutcome::InFlight { fence, lease_until },
             write: None,
         },
+        RecordState::AwaitingApproval { .. } if !record.steps.contains_key(APPROVAL_STEP) => {
+            ClaimDecision {
+                claim: ClaimOutcome::AwaitingApproval(record),
+                write: None,
+            }
+        }
+        RecordState::AwaitingApproval { .. } => {
+            // Approved: this claim owns the key and runs the call under the
+            // recorded approval. Nothing ran before, so no takeover.
+            let fence = fresh();
+            let lease_until = now.plus(req.lease);
+            let mut record = Arc::unwrap_or_clone(record);
+            record.state = RecordState::InFlight { fence, lease_until };
+            record.worker = req.worker.map(str::to_owned);
+            ClaimDecision {
+                claim: ClaimOutcome::Acquired {
+                    fence,
+                    lease_until,
+                    steps: record.steps.clone(),
+                    takeover: None,
+                },
+                write: Some(record),
+            }
+        }
         RecordState::InFlight {
             fence: previous, ..
         } => {
@@ -78,6 +107,7 @@ pub fn claim(
             let lease_until = now.plus(req.lease);
             let mut record = Arc::unwrap_or_clone(record);
             record.state = RecordState::InFlight { fence, lease_until };
+            record.worker = req.worker.map(str::to_owned);
             ClaimDecision {
                 claim: ClaimOutcome::Acquired {
                     fence,
@@ -186,4 +216,49 @@ pub fn complete(
 ) -> Result<Record, StoreError> {
     complete_in_place(existing.as_mut(), key, fence, outcome, ttl, now)?;
     Ok(existing.expect("checked"))
+}
+
+/// Check that `existing` is as `expected` says at `now` (see
+/// [`Store::replace`](super::Store::replace)); an expired record counts as
+/// absent.
+pub fn check_expected(
+    existing: Option<&Record>,
+    key: &IdempotencyKey,
+    expected: Expected,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    let existing = existing.filter(|r| !r.is_expired(now));
+    let matches = existing.is_some_and(|r| {
+        r.fence() == expected.fence
+            && match (expected.state, &r.state) {
+                (ExpectedState::InFlight, RecordState::InFlight { .. }) => true,
+                (ExpectedState::LeaseExpired, RecordState::InFlight { lease_until, .. }) => {
+                    *lease_until <= now
+                }
+                (ExpectedState::AwaitingApproval, RecordState::AwaitingApproval { .. }) => true,
+                (ExpectedState::Completed, RecordState::Completed { .. }) => true,
+                _ => false,
+            }
+    });
+    if matches {
+        Ok(())
+    } else {
+        Err(StoreError::StaleFence {
+            key: key.clone(),
+            given: expected.fence,
+            current: FenceHolder::of(existing),
+        })
+    }
+}
+
+/// `new` as a replace writes it: under `key`, holding `fence`.
+pub fn replacement(key: &IdempotencyKey, new: &Record, fence: Fence) -> Record {
+    let mut record = new.clone();
+    record.key = key.clone();
+    match &mut record.state {
+        RecordState::InFlight { fence: f, .. }
+        | RecordState::AwaitingApproval { fence: f, .. }
+        | RecordState::Completed { fence: f, .. } => *f = fence,
+    }
+    record
 }

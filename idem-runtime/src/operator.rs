@@ -1,0 +1,622 @@
+//! What a person does with records: list and inspect them, approve or deny
+//! calls awaiting approval, settle what idem refused to guess.
+//!
+//! idem refuses rather than acting twice: an `irreversible` call waits for
+//! an approval, a call whose outcome is unknown is never re-run. Someone
+//! must then decide, and [`Operator`] is how — from a program, or through
+//! the `idem` command-line program, which is a thin layer over it. Every
+//! change is fenced (it applies to the record as it was read, or is refused
+//! with [`OperatorError::Changed`] and changes nothing), never overrules an
+//! owner whose lease is live, never overwrites a recorded outcome, and is
+//! recorded on the record with who, when and why ([`AuditEntry`]).
+//!
+//! ```
+//! use idem_runtime::operator::{Filter, Operator};
+//! use idem_runtime::record::Status;
+//! use idem_runtime::store::MemoryStore;
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! let operator = Operator::new(std::sync::Arc::new(MemoryStore::new()));
+//! let unknown = operator
+//!     .list(&Filter::status(Status::Unknown), None, 50)
+//!     .await
+//!     .unwrap();
+//! assert!(unknown.records.is_empty());
+//! # });
+//! ```
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::approval::{Approval, ApprovalDecision};
+use crate::clock::Timestamp;
+use crate::key::IdempotencyKey;
+use crate::record::{
+    AuditAction, AuditEntry, FailureCode, Outcome, OutputJson, Record, RecordState, Status,
+    StoredFailure, APPROVAL_STEP, DEFAULT_TTL,
+};
+use crate::store::{Expected, ExpectedState, Store, StoreError};
+
+/// How many records one [`Store::scan`] page asks for.
+const SCAN_PAGE: usize = 500;
+
+/// How many candidates an ambiguous prefix lists.
+const MAX_CANDIDATES: usize = 10;
+
+/// Which records [`Operator::list`] returns; every field set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Any of these statuses (empty: any).
+    pub status: Vec<Status>,
+    /// This tool.
+    pub tool: Option<String>,
+    /// This namespace.
+    pub namespace: Option<String>,
+    /// Created at or after this instant.
+    pub since: Option<Timestamp>,
+}
+
+impl Filter {
+    /// Records in `status`.
+    pub fn status(status: Status) -> Self {
+        Filter {
+            status: vec![status],
+            ..Filter::default()
+        }
+    }
+
+    /// Whether `record` passes.
+    pub fn matches(&self, record: &Record) -> bool {
+        (self.status.is_empty() || self.status.contains(&record.status()))
+            && self.tool.as_ref().is_none_or(|t| *t == record.tool)
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|n| record.info.namespace.as_ref() == Some(n))
+            && self.since.is_none_or(|since| record.created_at >= since)
+    }
+}
+
+/// One page of [`Operator::list`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// The matching records read for this page.
+    pub records: Vec<Record>,
+    /// Pass back to [`Operator::list`] for the next page; `None` after the
+    /// last.
+    pub cursor: Option<String>,
+}
+
+/// How many records are in each status ([`Operator::counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Records per status; statuses with none are absent.
+    pub by_status: BTreeMap<Status, u64>,
+    /// Records per tool.
+    pub by_tool: BTreeMap<String, u64>,
+    /// All records (expired ones not included).
+    pub total: u64,
+}
+
+/// How [`Operator::resolve`] settles a call.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Resolution {
+    /// The effect happened; duplicates get this output.
+    Succeeded(Value),
+    /// The effect did not happen and must not be tried again; duplicates get
+    /// this failure.
+    Failed(String),
+    /// The effect did not happen; the record is deleted so that a new call
+    /// with the key runs.
+    Release,
+}
+
+/// Who does an operator action, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Actor {
+    /// Who (a user name, a bot).
+    pub by: String,
+    /// Why, or a note.
+    pub reason: Option<String>,
+}
+
+impl Actor {
+    /// `by`, with no reason given.
+    pub fn new(by: impl Into<String>) -> Self {
+        Actor {
+            by: by.into(),
+            reason: None,
+        }
+    }
+
+    /// With a reason.
+    pub fn because(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
+        self
+    }
+}
+
+/// Why an operator action was refused. Nothing was changed.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum OperatorError {
+    /// No record under the key (never written, released, swept, expired).
+    #[error("no record with key {key}")]
+    NotFound {
+        /// The key or prefix given.
+        key: String,
+    },
+    /// A key prefix matched several records.
+    #[error("key prefix {prefix} is ambiguous; it matches {}{}", candidates.join(", "), if *more { ", …" } else { "" })]
+    Ambiguous {
+        /// The prefix given.
+        prefix: String,
+        /// Some of the keys it matches.
+        candidates: Vec<String>,
+        /// Whether it matches more than those.
+        more: bool,
+    },
+    /// Not a key, nor a prefix of one.
+    #[error(
+        "{given:?} is not a key or a key prefix (a key is 64 hexadecimal digits; give at least 4)"
+    )]
+    InvalidKey {
+        /// What was given.
+        given: String,
+    },
+    /// Approving or denying a record that does not await approval.
+    #[error("key {key} is not awaiting approval (it is {status})")]
+    NotPending {
+        /// The key.
+        key: IdempotencyKey,
+        /// What it is.
+        status: Status,
+    },
+    /// Approving or denying a call that is already approved.
+    #[error("key {key} is already approved (by {by}); it runs on the next call with its key")]
+    AlreadyApproved {
+        /// The key.
+        key: IdempotencyKey,
+        /// Who approved it.
+        by: String,
+    },
+    /// Settling a call whose owner holds a live lease.
+    #[error("key {key} is in flight under a live lease (until {until} ms since the epoch, worker {worker}); wait for it to finish or its lease to run out")]
+    LiveLease {
+        /// The key.
+        key: IdempotencyKey,
+        /// When the lease runs out.
+        until: Timestamp,
+        /// The worker holding it.
+        worker: String,
+    },
+    /// Settling a record that has a definite outcome already.
+    #[error("key {key} is already {status}; a recorded outcome is never overwritten")]
+    AlreadySettled {
+        /// The key.
+        key: IdempotencyKey,
+        /// Its status.
+        status: Status,
+    },
+    /// Resolving a record that awaits approval (approve or deny it).
+    #[error("key {key} is {status}; approve or deny it instead of resolving it")]
+    AwaitsDecision {
+        /// The key.
+        key: IdempotencyKey,
+        /// Its status.
+        status: Status,
+    },
+    /// The record changed between reading it and changing it (another
+    /// operator, a call that claimed it).
+    #[error("the record with key {key} changed while this action was being made; nothing was changed — look at it again")]
+    Changed {
+        /// The key.
+        key: IdempotencyKey,
+    },
+    /// The store failed; nothing was changed.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// Operator actions on a store. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Operator {
+    store: Arc<dyn Store>,
+    ttl: Duration,
+}
+
+impl Operator {
+    /// Act on `store`. Records settled by an operator are kept for 24 h.
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Operator {
+            store,
+            ttl: DEFAULT_TTL,
+        }
+    }
+
+    /// Keep records an operator settles (resolves, denies) for `ttl`.
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+
+    /// Records matching `filter`, from `cursor` on (`None`: the start).
+    /// Reads the store a page at a time until about `limit` records match
+    /// or the store ends; a page may hold a few more than `limit`.
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, OperatorError> {
+        let mut cursor = cursor.map(str::to_owned);
+        let mut records = Vec::new();
+        loop {
+            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
+            records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
+            cursor = page.cursor;
+            if cursor.is_none() || records.len() >= limit {
+                return Ok(Page { records, cursor });
+            }
+        }
+    }
+
+    /// Calls awaiting approval that match `filter` (its status is ignored).
+    pub async fn pending(&self, filter: &Filter) -> Result<Vec<Record>, OperatorError> {
+        let filter = Filter {
+            status: vec![Status::AwaitingApproval],
+            ..filter.clone()
+        };
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.list(&filter, cursor.as_deref(), SCAN_PAGE).await?;
+            all.extend(page.records);
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// Records per status and tool, read a page at a time.
+    pub async fn counts(&self) -> Result<Counts, OperatorError> {
+        let mut counts = Counts::default();
+        let mut cursor = None;
+        loop {
+            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
+            for record in &page.records {
+                *counts.by_status.entry(record.status()).or_default() += 1;
+                *counts.by_tool.entry(record.tool.clone()).or_default() += 1;
+                counts.total += 1;
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(counts),
+            }
+        }
+    }
+
+    /// The key a full key or a unique prefix of one names (at least four
+    /// hexadecimal digits for a prefix, like git).
+    pub async fn find(&self, given: &str) -> Result<IdempotencyKey, OperatorError> {
+        let given = given.trim().to_ascii_lowercase();
+        let given = given.as_str();
+        if let Ok(key) = IdempotencyKey::parse(given) {
+            return Ok(key);
+        }
+        let hex = given
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex || given.len() < 4 || given.len() > 64 {
+            return Err(OperatorError::InvalidKey {
+                given: given.to_owned(),
+            });
+        }
+        let mut found: Vec<IdempotencyKey> = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
+            found.extend(
+                page.records
+                    .into_iter()
+                    .filter(|r| r.key.as_str().starts_with(given))
+                    .map(|r| r.key),
+            );
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        found.sort();
+        match found.len() {
+            0 => Err(OperatorError::NotFound {
+                key: given.to_owned(),
+            }),
+            1 => Ok(found.remove(0)),
+            n => Err(OperatorError::Ambiguous {
+                prefix: given.to_owned(),
+                more: n > MAX_CANDIDATES,
+                candidates: found
+                    .into_iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|k| k.as_str().to_owned())
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The record under `key`, steps and audit included.
+    pub async fn show(&self, key: &IdempotencyKey) -> Result<Record, OperatorError> {
+        self.store
+            .get(key)
+            .await?
+            .ok_or_else(|| OperatorError::NotFound {
+                key: key.as_str().to_owned(),
+            })
+    }
+
+    /// Approve a call awaiting approval: the next call with its key runs it
+    /// once, under `approval`. Refused for a record that is not awaiting
+    /// approval, or already approved.
+    pub async fn approve(
+        &self,
+        key: &IdempotencyKey,
+        approval: Approval,
+    ) -> Result<Record, OperatorError> {
+        let record = self.show(key).await?;
+        self.check_pending(&record)?;
+        let at = self.store.now().await?;
+        let mut new = record.clone();
+        let value = serde_json::to_value(ApprovalDecision::Approved(approval.clone()))
+            .expect("an approval serializes");
+        new.steps.insert(APPROVAL_STEP.to_owned(), value);
+        new.audit.push(AuditEntry {
+            at,
+            by: approval.approver,
+            action: AuditAction::Approved,
+            reason: approval.note,
+        });
+        self.swap(&record, ExpectedState::AwaitingApproval, new)
+            .await
+    }
+
+    /// Deny a call awaiting approval: it never runs, and every call with its
+    /// key gets `reason`.
+    pub async fn deny(
+        &self,
+        key: &IdempotencyKey,
+        by: &str,
+        reason: &str,
+    ) -> Result<Record, OperatorError> {
+        let record = self.show(key).await?;
+        self.check_pending(&record)?;
+        let at = self.store.now().await?;
+        let mut new = record.clone();
+        new.state = RecordState::Completed {
+            fence: record.fence(),
+            outcome: Outcome::Failure {
+                failure: StoredFailure {
+                    code: FailureCode::ApprovalDenied,
+                    message: reason.to_owned(),
+                    details: None,
+                },
+            },
+            completed_at: at,
+            expires_at: at.plus(self.ttl),
+        };
+        new.audit.push(AuditEntry {
+            at,
+            by: by.to_owned(),
+            action: AuditAction::Denied,
+            reason: Some(reason.to_owned()),
+        });
+        self.swap(&record, ExpectedState::AwaitingApproval, new)
+            .await
+    }
+
+    /// Settle a call idem cannot settle itself: an unknown outcome, or a
+    /// call whose owner vanished and was never taken over (its lease ran
+    /// out). Returns the record as resolved (`None` when released).
+    ///
+    /// Refused for a call in flight under a live lease, one with a definite
+    /// outcome, and one awaiting approval.
+    pub async fn resolve(
+        &self,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        actor: &Actor,
+    ) -> Result<Option<Record>, OperatorError> {
+        let record = self.show(key).await?;
+        let now = self.store.now().await?;
+        let expected = match (&record.state, record.status()) {
+            (_, Status::Unknown) => ExpectedState::Completed,
+            (RecordState::InFlight { lease_until, .. }, _) if *lease_until > now => {
+                return Err(OperatorError::LiveLease {
+                    key: key.clone(),
+                    until: *lease_until,
+                    worker: record.worker.clone().unwrap_or_else(|| "unknown".into()),
+                })
+            }
+            (RecordState::InFlight { .. }, _) => ExpectedState::LeaseExpired,
+            (_, status @ (Status::AwaitingApproval | Status::Approved)) => {
+                return Err(OperatorError::AwaitsDecision {
+                    key: key.clone(),
+                    status,
+                })
+            }
+            (_, status) => {
+                return Err(OperatorError::AlreadySettled {
+                    key: key.clone(),
+                    status,
+                })
+            }
+        };
+        let (outcome, action) = match resolution {
+            Resolution::Release => {
+                self.replace(&record, expected, None).await?;
+                tracing::info!(
+                    key = key.as_str(),
+                    by = actor.by,
+                    reason = actor.reason.as_deref().unwrap_or(""),
+                    "operator released a key"
+                );
+                return Ok(None);
+            }
+            Resolution::Succeeded(output) => (
+                Outcome::Success {
+                    output: OutputJson::from_value(&output),
+                },
+                AuditAction::ResolvedSucceeded,
+            ),
+            Resolution::Failed(message) => (
+                Outcome::Failure {
+                    failure: StoredFailure {
+                        code: FailureCode::Permanent,
+                        message,
+                        details: None,
+                    },
+                },
+                AuditAction::ResolvedFailed,
+            ),
+        };
+        let mut new = record.clone();
+        new.state = RecordState::Completed {
+            fence: record.fence(),
+            outcome,
+            completed_at: now,
+            expires_at: now.plus(self.ttl),
+        };
+        new.audit.push(AuditEntry {
+            at: now,
+            by: actor.by.clone(),
+            action,
+            reason: actor.reason.clone(),
+        });
+        self.swap(&record, expected, new).await.map(Some)
+    }
+
+    /// Delete a record, so that the next call with its key runs as new.
+    /// Refused for a call in flight under a live lease.
+    pub async fn delete(&self, key: &IdempotencyKey, actor: &Actor) -> Result<(), OperatorError> {
+        let record = self.show(key).await?;
+        let expected = match &record.state {
+            RecordState::InFlight { lease_until, .. } => {
+                let now = self.store.now().await?;
+                if *lease_until > now {
+                    return Err(OperatorError::LiveLease {
+                        key: key.clone(),
+                        until: *lease_until,
+                        worker: record.worker.clone().unwrap_or_else(|| "unknown".into()),
+                    });
+                }
+                ExpectedState::LeaseExpired
+            }
+            RecordState::AwaitingApproval { .. } => ExpectedState::AwaitingApproval,
+            RecordState::Completed { .. } => ExpectedState::Completed,
+        };
+        self.replace(&record, expected, None).await?;
+        tracing::info!(
+            key = key.as_str(),
+            by = actor.by,
+            reason = actor.reason.as_deref().unwrap_or(""),
+            "operator deleted a record"
+        );
+        Ok(())
+    }
+
+    /// Delete expired records (completed ones and lapsed approval
+    /// requests); returns how many.
+    pub async fn purge_expired(&self) -> Result<u64, OperatorError> {
+        Ok(self.store.sweep().await?)
+    }
+
+    /// Wait up to `timeout` for a decision on a call awaiting approval: the
+    /// record as it then is (approved, denied, or still awaiting), `None`
+    /// when it is gone (expired, deleted).
+    pub async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, OperatorError> {
+        Ok(wait_for_decision(&*self.store, key, timeout).await?)
+    }
+
+    fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {
+        match record.status() {
+            Status::AwaitingApproval => Ok(()),
+            Status::Approved => Err(OperatorError::AlreadyApproved {
+                key: record.key.clone(),
+                by: record
+                    .approval()
+                    .map(|a| a.approver)
+                    .unwrap_or_else(|| "unknown".into()),
+            }),
+            status => Err(OperatorError::NotPending {
+                key: record.key.clone(),
+                status,
+            }),
+        }
+    }
+
+    async fn swap(
+        &self,
+        old: &Record,
+        expected: ExpectedState,
+        mut new: Record,
+    ) -> Result<Record, OperatorError> {
+        let fence = self.replace(old, expected, Some(&new)).await?;
+        if let Some(fence) = fence {
+            new = crate::store::transition::replacement(&old.key, &new, fence);
+        }
+        Ok(new)
+    }
+
+    async fn replace(
+        &self,
+        old: &Record,
+        state: ExpectedState,
+        new: Option<&Record>,
+    ) -> Result<Option<crate::record::Fence>, OperatorError> {
+        let expected = Expected {
+            fence: old.fence(),
+            state,
+        };
+        self.store
+            .replace(&old.key, expected, new)
+            .await
+            .map_err(|e| match e {
+                StoreError::StaleFence { key, .. } => OperatorError::Changed { key },
+                e => OperatorError::Store(e),
+            })
+    }
+}
+
+/// Poll `key` until it no longer awaits a decision, or `timeout` passes.
+pub(crate) async fn wait_for_decision(
+    store: &dyn Store,
+    key: &IdempotencyKey,
+    timeout: Duration,
+) -> Result<Option<Record>, StoreError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut nap = Duration::from_millis(5);
+    loop {
+        let record = store.get(key).await?;
+        let waiting = record
+            .as_ref()
+            .is_some_and(|r| r.status() == Status::AwaitingApproval);
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        if !waiting || left.is_zero() {
+            return Ok(record);
+        }
+        tokio::time::sleep(nap.min(left)).await;
+        nap = (nap * 2).min(Duration::from_millis(250));
+    }
+}
