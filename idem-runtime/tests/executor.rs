@@ -169,6 +169,21 @@ impl Store for BrokenStore {
     async fn get(&self, _: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.fail()
     }
+    async fn replace(
+        &self,
+        _: &IdempotencyKey,
+        _: idem_runtime::store::Expected,
+        _: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.fail()
+    }
+    async fn scan(
+        &self,
+        _: Option<&str>,
+        _: usize,
+    ) -> Result<idem_runtime::store::ScanPage, StoreError> {
+        self.fail()
+    }
     async fn sweep(&self) -> Result<u64, StoreError> {
         self.fail()
     }
@@ -1074,6 +1089,21 @@ impl Store for Probe {
     }
     async fn get(&self, k: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(k).await
+    }
+    async fn replace(
+        &self,
+        k: &IdempotencyKey,
+        e: idem_runtime::store::Expected,
+        n: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.inner.replace(k, e, n).await
+    }
+    async fn scan(
+        &self,
+        c: Option<&str>,
+        l: usize,
+    ) -> Result<idem_runtime::store::ScanPage, StoreError> {
+        self.inner.scan(c, l).await
     }
     async fn sweep(&self) -> Result<u64, StoreError> {
         self.inner.sweep().await

@@ -135,6 +135,23 @@ impl Store for BrokenStore {
         self.inner.get(key).await
     }
 
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: idem_runtime::store::Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.inner.replace(key, expected, new).await
+    }
+
+    async fn scan(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<idem_runtime::store::ScanPage, StoreError> {
+        self.inner.scan(cursor, limit).await
+    }
+
     async fn wait(
         &self,
         key: &IdempotencyKey,

@@ -296,6 +296,7 @@ impl Traced for ClaimOutcome {
             ClaimOutcome::InFlight { fence, .. } => format!("in flight under {fence}"),
             ClaimOutcome::Completed(_) => "completed".into(),
             ClaimOutcome::KeyReused { .. } => "key reused".into(),
+            ClaimOutcome::AwaitingApproval(_) => "awaiting approval".into(),
         }
     }
     fn acquired(&self) -> bool {
@@ -478,6 +479,23 @@ impl Store for SimStore {
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.guard(Op::Get, key, None, self.inner.get(key)).await
+    }
+
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: idem_runtime::store::Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.inner.replace(key, expected, new).await
+    }
+
+    async fn scan(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<idem_runtime::store::ScanPage, StoreError> {
+        self.inner.scan(cursor, limit).await
     }
 
     async fn wait(

@@ -327,6 +327,21 @@ impl Store for Watched {
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.inner.get(key).await
     }
+    async fn replace(
+        &self,
+        key: &IdempotencyKey,
+        expected: idem_runtime::store::Expected,
+        new: Option<&Record>,
+    ) -> Result<Option<Fence>, StoreError> {
+        self.inner.replace(key, expected, new).await
+    }
+    async fn scan(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<idem_runtime::store::ScanPage, StoreError> {
+        self.inner.scan(cursor, limit).await
+    }
     async fn wait(
         &self,
         key: &IdempotencyKey,
@@ -466,6 +481,9 @@ fn before_final(record: Option<&Record>) -> Before {
         } => Before::Succeeded,
         RecordState::Completed { outcome, .. } => {
             panic!("{}: a failure nobody caused: {outcome:?}", record.key)
+        }
+        RecordState::AwaitingApproval { .. } => {
+            panic!("{}: no tool here asks for an approval", record.key)
         }
     }
 }
