@@ -50,6 +50,18 @@ async fn open_ticket(args: Ticket, State(bank): State<Arc<Bank>>) -> Result<u64,
     Ok(7)
 }
 
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Login {
+    user: String,
+    password: String,
+}
+
+/// Log a user in somewhere; the password must not be kept in the store.
+#[idem::tool(class = "non_idempotent_write", store_args = false)]
+async fn log_in(args: Login) -> Result<String, ToolError> {
+    Ok(format!("session for {}", args.user))
+}
+
 /// A policy that leaves every refund to a person, counting how often it is
 /// asked.
 fn ask_a_person(asked: Arc<AtomicUsize>) -> Callback {
@@ -444,4 +456,26 @@ async fn a_released_unknown_outcome_runs_again_and_a_live_call_is_never_overrule
     let counts = operator.counts().await.unwrap();
     assert_eq!(counts.by_status.get(&Status::Unknown), Some(&1));
     assert_eq!(counts.total, 1);
+}
+
+#[tokio::test]
+async fn a_tool_can_keep_its_arguments_out_of_the_store() {
+    let exec = Executor::builder(MemoryStore::new()).build();
+    let login = Login {
+        user: "ana".into(),
+        password: "hunter2".into(),
+    };
+    let out = exec
+        .call(log_in, login)
+        .call_id("call_login")
+        .await
+        .unwrap();
+    let record = exec
+        .operator()
+        .show(out.meta.key.as_ref().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(record.info.args, None);
+    assert_eq!(record.info.call_id.as_deref(), Some("call_login"));
+    assert!(!format!("{record:?}").contains("hunter2"));
 }

@@ -29,6 +29,7 @@ pub(crate) const OPTIONS: &[&str] = &[
     "max_attempts",
     "reconcile",
     "key_version",
+    "store_args",
     "crate",
 ];
 
@@ -153,6 +154,7 @@ pub(crate) struct Options {
     pub(crate) max_attempts: Option<Opt<u32>>,
     pub(crate) reconcile: Option<Opt<Path>>,
     pub(crate) key_version: Option<Opt<u32>>,
+    pub(crate) store_args: Option<Opt<bool>>,
     pub(crate) krate: Option<Opt<Path>>,
 }
 
@@ -309,6 +311,13 @@ fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
             name,
             parse_positive.parse2(value),
         ),
+        "store_args" => set(
+            cx,
+            &mut attrs.rejected,
+            &mut attrs.options.store_args,
+            name,
+            parse_bool.parse2(value),
+        ),
         "crate" => set(
             cx,
             &mut attrs.rejected,
@@ -446,6 +455,13 @@ fn parse_positive(input: ParseStream) -> syn::Result<u32> {
             "expected a whole number between 1 and 4294967295",
         )),
     }
+}
+
+fn parse_bool(input: ParseStream) -> syn::Result<bool> {
+    input
+        .parse::<syn::LitBool>()
+        .map(|b| b.value)
+        .map_err(|e| syn::Error::new(e.span(), "expected `true` or `false`"))
 }
 
 fn parse_path(option: &'static str) -> impl Fn(ParseStream) -> syn::Result<Path> {

@@ -149,6 +149,10 @@ fn spec(p: &TokenStream, options: &Options, function: &ToolFn) -> TokenStream {
     if options.reconcile.is_some() {
         fields.push(quote!(has_reconcile: true));
     }
+    if let Some(store) = &options.store_args {
+        let store = store.value;
+        fields.push(quote!(store_args: #store));
+    }
     let new = quote!(#p::ToolSpec::new(#name, #description));
     if fields.is_empty() {
         new

@@ -93,6 +93,7 @@ fn drop_options_not_allowed(cx: &mut Ctxt, class: Class, options: &mut Options) 
             options.key.take().map(|o| o.name),
             options.ttl.take().map(|o| o.name),
             options.key_version.take().map(|o| o.name),
+            options.store_args.take().map(|o| o.name),
         ];
         for name in keyed_options.into_iter().flatten() {
             cx.error_spanned_by(

@@ -64,6 +64,10 @@ pub struct ToolSpec {
     pub max_attempts: Option<u32>,
     /// Whether [`Tool::reconcile`] is implemented.
     pub has_reconcile: bool,
+    /// Whether the call's canonical arguments are kept with its record for
+    /// operators to read (`true`); `false` for arguments too sensitive to
+    /// store, which are then known by their fingerprint only.
+    pub store_args: bool,
 }
 
 impl ToolSpec {
@@ -78,6 +82,7 @@ impl ToolSpec {
             timeout: None,
             max_attempts: None,
             has_reconcile: false,
+            store_args: true,
         }
     }
 }

@@ -67,7 +67,7 @@ impl CallEnv<'_> {
             call_id: self.call_id.clone(),
             run_id: self.run.run_id.clone(),
             step: self.run.run_id.is_some().then_some(self.run.step),
-            args: Some(call.args.text.clone()),
+            args: self.spec.store_args.then(|| call.args.text.clone()),
         };
         let request = ClaimRequest {
             key,

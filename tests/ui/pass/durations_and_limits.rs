@@ -7,7 +7,7 @@ pub struct Args {
 }
 
 /// Every duration unit, a retry limit and a key version.
-#[tool(class = "idempotent_write", ttl = "7d", timeout = "250ms", max_attempts = 5, key_version = 3)]
+#[tool(class = "idempotent_write", ttl = "7d", timeout = "250ms", max_attempts = 5, key_version = 3, store_args = false)]
 async fn put(_args: Args) -> Result<(), ToolError> {
     Ok(())
 }
@@ -29,6 +29,7 @@ fn main() {
     assert_eq!(put::SPEC.timeout, Some(Duration::from_millis(250)));
     assert_eq!(put::SPEC.max_attempts, Some(5));
     assert_eq!(put::SPEC.key_version, 3);
+    assert!(!put::SPEC.store_args);
     assert_eq!(get::SPEC.timeout, Some(Duration::from_secs(300)));
     assert_eq!(get::SPEC.max_attempts, Some(1));
     assert_eq!(post::SPEC.ttl, Some(Duration::from_secs(86_400)));
