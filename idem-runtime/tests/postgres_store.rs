@@ -123,10 +123,15 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
 }
 
 /// A replayed run asks for calls that are already recorded: answering them
-/// must not write. Measured on a server of its own (WAL is server-wide):
-/// the WAL position and the fence sequence before and after 100 duplicates.
+/// must not write. Nor must asking again for a call that awaits an
+/// approval (the agent retrying while nobody has answered). Measured on a
+/// server of its own (WAL is server-wide): the WAL position and the fence
+/// sequence before and after 100 duplicates of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
+    use idem_runtime::record::RecordState;
+    use idem_runtime::store::{Expected, ExpectedState};
+
     let Some(server) = PostgresServer::start() else {
         skip(
             "a_duplicate_of_a_completed_call_writes_no_wal",
@@ -137,31 +142,63 @@ async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
     let url = server.url();
     let raw = connect_raw(&url).await;
     let store = PostgresStore::connect(&url).await.unwrap();
-    let (key, f) = (random_key(), fingerprint());
-    let fence = acquire(&store, &key).await;
+    let (done, waiting, f) = (random_key(), random_key(), fingerprint());
+    let fence = acquire(&store, &done).await;
     store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .complete(&done, fence, &sent("m-1"), Duration::from_secs(600))
         .await
         .unwrap();
-    let (before, fence_before) = wal_and_fences(&raw).await;
-    for _ in 0..100 {
-        let dup = store.claim(&request(&key, &f)).await.unwrap();
-        assert!(matches!(dup, ClaimOutcome::Completed(_)), "{dup:?}");
-    }
-    let (after, fence_after) = wal_and_fences(&raw).await;
-    let wal: i64 = raw
-        .query_one(
-            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
-            &[&after, &before],
-        )
+    let fence = acquire(&store, &waiting).await;
+    let mut parked = store.get(&waiting).await.unwrap().unwrap();
+    let now = store.now().await.unwrap();
+    parked.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(Duration::from_secs(600)),
+        message: "ask a person".into(),
+    };
+    let expected = Expected {
+        fence,
+        state: ExpectedState::InFlight,
+    };
+    store
+        .replace(&waiting, expected, Some(&parked))
         .await
-        .unwrap()
-        .get(0);
-    eprintln!("postgres: 100 duplicates wrote {wal} WAL bytes");
-    // Background records (a running-transactions snapshot) may land in the
-    // window; a duplicate that wrote would add about 100 bytes each.
-    assert!(wal < 200, "100 duplicates wrote {wal} WAL bytes");
-    assert_eq!(fence_before, fence_after, "a duplicate drew fences");
+        .unwrap();
+
+    for (what, key) in [("completed", &done), ("awaiting approval", &waiting)] {
+        let (before, fence_before) = wal_and_fences(&raw).await;
+        for _ in 0..100 {
+            let dup = store.claim(&request(key, &f)).await.unwrap();
+            assert!(
+                matches!(
+                    dup,
+                    ClaimOutcome::Completed(_) | ClaimOutcome::AwaitingApproval(_)
+                ),
+                "{dup:?}"
+            );
+        }
+        let (after, fence_after) = wal_and_fences(&raw).await;
+        let wal: i64 = raw
+            .query_one(
+                "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
+                &[&after, &before],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        eprintln!("postgres: 100 claims of the {what} record wrote {wal} WAL bytes");
+        // Background records (a running-transactions snapshot) may land in
+        // the window; a claim that wrote would add about 100 bytes each.
+        assert!(
+            wal < 200,
+            "100 claims of the {what} record wrote {wal} WAL bytes"
+        );
+        assert_eq!(
+            fence_before, fence_after,
+            "a claim of the {what} record drew fences"
+        );
+    }
 }
 
 /// The server's WAL insert position and the fence sequence's last value.
