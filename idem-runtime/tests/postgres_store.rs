@@ -11,6 +11,7 @@ use std::time::Duration;
 use idem_runtime::conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
+use serde_json::json;
 use support::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
     request, sent, wake_up_latencies,
@@ -122,10 +123,15 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
 }
 
 /// A replayed run asks for calls that are already recorded: answering them
-/// must not write. Measured on a server of its own (WAL is server-wide):
-/// the WAL position and the fence sequence before and after 100 duplicates.
+/// must not write. Nor must asking again for a call that awaits an
+/// approval (the agent retrying while nobody has answered). Measured on a
+/// server of its own (WAL is server-wide): the WAL position and the fence
+/// sequence before and after 100 duplicates of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
+    use idem_runtime::record::RecordState;
+    use idem_runtime::store::{Expected, ExpectedState};
+
     let Some(server) = PostgresServer::start() else {
         skip(
             "a_duplicate_of_a_completed_call_writes_no_wal",
@@ -136,31 +142,63 @@ async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
     let url = server.url();
     let raw = connect_raw(&url).await;
     let store = PostgresStore::connect(&url).await.unwrap();
-    let (key, f) = (random_key(), fingerprint());
-    let fence = acquire(&store, &key).await;
+    let (done, waiting, f) = (random_key(), random_key(), fingerprint());
+    let fence = acquire(&store, &done).await;
     store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .complete(&done, fence, &sent("m-1"), Duration::from_secs(600))
         .await
         .unwrap();
-    let (before, fence_before) = wal_and_fences(&raw).await;
-    for _ in 0..100 {
-        let dup = store.claim(&request(&key, &f)).await.unwrap();
-        assert!(matches!(dup, ClaimOutcome::Completed(_)), "{dup:?}");
-    }
-    let (after, fence_after) = wal_and_fences(&raw).await;
-    let wal: i64 = raw
-        .query_one(
-            "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
-            &[&after, &before],
-        )
+    let fence = acquire(&store, &waiting).await;
+    let mut parked = store.get(&waiting).await.unwrap().unwrap();
+    let now = store.now().await.unwrap();
+    parked.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(Duration::from_secs(600)),
+        message: "ask a person".into(),
+    };
+    let expected = Expected {
+        fence,
+        state: ExpectedState::InFlight,
+    };
+    store
+        .replace(&waiting, expected, Some(&parked))
         .await
-        .unwrap()
-        .get(0);
-    eprintln!("postgres: 100 duplicates wrote {wal} WAL bytes");
-    // Background records (a running-transactions snapshot) may land in the
-    // window; a duplicate that wrote would add about 100 bytes each.
-    assert!(wal < 200, "100 duplicates wrote {wal} WAL bytes");
-    assert_eq!(fence_before, fence_after, "a duplicate drew fences");
+        .unwrap();
+
+    for (what, key) in [("completed", &done), ("awaiting approval", &waiting)] {
+        let (before, fence_before) = wal_and_fences(&raw).await;
+        for _ in 0..100 {
+            let dup = store.claim(&request(key, &f)).await.unwrap();
+            assert!(
+                matches!(
+                    dup,
+                    ClaimOutcome::Completed(_) | ClaimOutcome::AwaitingApproval(_)
+                ),
+                "{dup:?}"
+            );
+        }
+        let (after, fence_after) = wal_and_fences(&raw).await;
+        let wal: i64 = raw
+            .query_one(
+                "SELECT pg_wal_lsn_diff($1::text::pg_lsn, $2::text::pg_lsn)::bigint",
+                &[&after, &before],
+            )
+            .await
+            .unwrap()
+            .get(0);
+        eprintln!("postgres: 100 claims of the {what} record wrote {wal} WAL bytes");
+        // Background records (a running-transactions snapshot) may land in
+        // the window; a claim that wrote would add about 100 bytes each.
+        assert!(
+            wal < 200,
+            "100 claims of the {what} record wrote {wal} WAL bytes"
+        );
+        assert_eq!(
+            fence_before, fence_after,
+            "a claim of the {what} record drew fences"
+        );
+    }
 }
 
 /// The server's WAL insert position and the fence sequence's last value.
@@ -264,9 +302,172 @@ async fn schema_from_a_newer_idem_is_refused() {
     match PostgresStore::connect(&url).await {
         Err(StoreError::SchemaTooNew {
             found, supported, ..
-        }) => assert_eq!((found, supported), (7, 1)),
+        }) => assert_eq!(
+            (found, supported),
+            (7, idem_runtime::store::postgres::SCHEMA_VERSION)
+        ),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
+}
+
+/// A database set up by idem 0.1 (schema version 1, exactly as 0.1
+/// created it, with rows as 0.1 wrote them) is migrated on connect: its
+/// records read unchanged, a duplicate gets its recorded answer, a dead
+/// owner's call is taken over, expired records are still swept, and the
+/// new states and operator changes work on the migrated table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_written_by_schema_version_1_is_migrated_and_reads() {
+    use idem_runtime::operator::{Actor, Operator, Resolution};
+    use idem_runtime::record::{CallInfo, RecordState, Status};
+    use idem_runtime::store::{Expected, ExpectedState};
+
+    let Some(url) = own_database("postgres schema 1 migration").await else {
+        return;
+    };
+    let raw = connect_raw(&url).await;
+    let (done, unknown, dead, lapsed) = (random_key(), random_key(), random_key(), random_key());
+    // 0.1's migration 1 and its `idem_meta`, then four records as 0.1's
+    // statements left them: completed, completed as unknown (with a step),
+    // a dead owner's in flight (with a step), and an expired one.
+    let (long_ago, far) = (1_700_000_000_000i64, 4_000_000_000_000i64);
+    raw.batch_execute(&format!(
+        r#"CREATE TABLE IF NOT EXISTS idem_meta (name text PRIMARY KEY, value bigint NOT NULL);
+           CREATE SEQUENCE idem_fence;
+           CREATE TABLE idem_records (
+               key          text PRIMARY KEY,
+               tool         text NOT NULL,
+               fingerprint  text NOT NULL,
+               created_at   bigint NOT NULL,
+               fence        bigint NOT NULL,
+               prev_fence   bigint,
+               state        smallint NOT NULL CHECK (state IN (0, 1)),
+               lease_until  bigint,
+               outcome      text,
+               completed_at bigint,
+               expires_at   bigint,
+               steps        jsonb NOT NULL DEFAULT '{{}}'
+           );
+           CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;
+           INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1);
+           SELECT setval('idem_fence', 4);
+           INSERT INTO idem_records VALUES
+             ('{done}', 'send_email', '{fp}', {long_ago}, 1, NULL, 1, NULL,
+              '{{"status":"success","output":"{{\"message_id\":\"m-1\"}}"}}',
+              {long_ago} + 100, {far}, '{{}}'),
+             ('{unknown}', 'send_email', '{fp}', {long_ago}, 2, NULL, 1, NULL,
+              '{{"status":"unknown","reason":"owner vanished"}}',
+              {long_ago} + 100, {far}, '{{"idem:attempt": "1"}}'),
+             ('{dead}', 'send_email', '{fp}', {long_ago}, 3, NULL, 0, {long_ago} + 30000,
+              NULL, NULL, NULL, '{{"charged": "{{\"id\":\"ch_1\"}}"}}'),
+             ('{lapsed}', 'send_email', '{fp}', {long_ago}, 4, NULL, 1, NULL,
+              '{{"status":"success","output":"{{\"message_id\":\"m-0\"}}"}}',
+              {long_ago} + 100, {long_ago} + 200, '{{}}');"#,
+        fp = fingerprint(),
+    ))
+    .await
+    .unwrap();
+
+    let store = Arc::new(PostgresStore::connect(&url).await.unwrap());
+    let f = fingerprint();
+    match store.claim(&request(&done, &f)).await.unwrap() {
+        ClaimOutcome::Completed(record) => {
+            assert_eq!(record.outcome(), Some(&sent("m-1")));
+            assert_eq!(record.fence().0, 1);
+        }
+        other => panic!("expected the 0.1 record, got {other:?}"),
+    }
+    let record = store.get(&unknown).await.unwrap().unwrap();
+    assert_eq!(record.status(), Status::Unknown);
+    assert_eq!(record.steps.get("idem:attempt"), Some(&json!(1)));
+    assert_eq!(record.info, CallInfo::EMPTY);
+    assert_eq!((record.worker.as_deref(), record.audit.len()), (None, 0));
+    assert_eq!(store.get(&lapsed).await.unwrap(), None);
+    assert_eq!(store.sweep().await.unwrap(), 1, "the expired 0.1 record");
+
+    // The dead owner's call is taken over by a worker that says who it is.
+    let mut takeover = request(&dead, &f);
+    takeover.worker = Some("host-b:202");
+    let owner = match store.claim(&takeover).await.unwrap() {
+        ClaimOutcome::Acquired {
+            fence,
+            steps,
+            takeover: Some(t),
+            ..
+        } => {
+            assert_eq!(t.previous.0, 3);
+            assert_eq!(steps.get("charged"), Some(&json!({ "id": "ch_1" })));
+            assert!(fence.0 > 4, "fences continue after 0.1's");
+            fence
+        }
+        other => panic!("expected a takeover of the 0.1 record, got {other:?}"),
+    };
+    assert_eq!(
+        store.get(&dead).await.unwrap().unwrap().worker.as_deref(),
+        Some("host-b:202")
+    );
+    // The migrated table takes the new state: park the call for approval.
+    let mut parked = store.get(&dead).await.unwrap().unwrap();
+    let now = store.now().await.unwrap();
+    parked.state = RecordState::AwaitingApproval {
+        fence: owner,
+        requested_at: now,
+        expires_at: now.plus(Duration::from_secs(600)),
+        message: "ask #payments-oncall".into(),
+    };
+    let expected = Expected {
+        fence: owner,
+        state: ExpectedState::InFlight,
+    };
+    store
+        .replace(&dead, expected, Some(&parked))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        store.claim(&request(&dead, &f)).await.unwrap(),
+        ClaimOutcome::AwaitingApproval(_)
+    ));
+
+    // An operator settles the 0.1 unknown outcome.
+    let operator = Operator::new(store.clone());
+    let settled = operator
+        .resolve(
+            &unknown,
+            Resolution::Succeeded(json!({ "message_id": "m-2" })),
+            &Actor::new("ana").because("the provider shows it sent"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(settled.status(), Status::Succeeded);
+    assert_eq!(settled.audit.len(), 1);
+    assert_eq!(store.get(&unknown).await.unwrap().unwrap(), settled);
+    store.close().await;
+
+    let version: i64 = raw
+        .query_one(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(version, 2);
+    let index: String = raw
+        .query_one(
+            "SELECT indexdef FROM pg_indexes WHERE indexname = 'idem_records_expiry'",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert!(index.contains("ARRAY[1, 2]"), "{index}");
+    // Connecting again migrates nothing and reads the same.
+    let again = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(
+        again.get(&done).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,26 +4,28 @@
 //!
 //! * Each transition is one prepared statement, so one round trip: a claim
 //!   is an `INSERT … ON CONFLICT DO UPDATE … WHERE` (insert a new record,
-//!   replace an expired one, or take over an expired lease) that, when it
-//!   changes nothing, returns the existing row from the same statement;
-//!   checkpoint, complete and release are single-row updates fenced by
-//!   `WHERE key = $1 AND fence = $2 AND state = in flight` that report the
-//!   current holder when they match nothing.
+//!   replace an expired one, take over an expired lease, or acquire an
+//!   approved call) that, when it changes nothing, returns the existing row
+//!   from the same statement; checkpoint, complete and release are
+//!   single-row updates fenced by `WHERE key = $1 AND fence = $2 AND state =
+//!   in flight` (a replace by the fence and state it expects) that report
+//!   the current holder when they match nothing.
 //! * Fences come from a sequence, so they are unique per key forever.
 //! * Times come from the server's clock (`statement_timestamp()`), never
 //!   the worker's.
 //! * The schema (`idem_meta`, `idem_records`, sequence `idem_fence`) is
 //!   created or migrated on start under an advisory lock; a schema newer
 //!   than this build is refused with [`StoreError::SchemaTooNew`].
-//! * Sweeping deletes expired completed records in batches selected with
-//!   `FOR UPDATE SKIP LOCKED`, so several sweepers never block each other
-//!   or a claim.
-//! * Waiters are woken by LISTEN/NOTIFY: completing or releasing a record
-//!   notifies channel `idem_done` with the key, inside the same statement
-//!   (delivered at commit), and one listening connection per store wakes
-//!   the local waiters of that key, typically within a millisecond. As a
-//!   safety net waiters also re-read their record with a back-off from 5 ms
-//!   to [`SAFETY_POLL`].
+//! * Sweeping deletes expired completed records and approval requests in
+//!   batches selected with `FOR UPDATE SKIP LOCKED`, so several sweepers
+//!   never block each other or a claim.
+//! * Scanning pages through the primary key (`key > cursor ORDER BY key`).
+//! * Waiters are woken by LISTEN/NOTIFY: completing, releasing or replacing
+//!   a record notifies channel `idem_done` with the key, inside the same
+//!   statement (delivered at commit), and one listening connection per
+//!   store wakes the local waiters of that key, typically within a
+//!   millisecond. As a safety net waiters also re-read their record with a
+//!   back-off from 5 ms to [`SAFETY_POLL`].
 //! * Connections come from a [`bb8`] pool; each connection prepares every
 //!   statement once when it opens. Nothing is retried with a request, so a
 //!   transition is never applied twice.
@@ -43,14 +45,21 @@ use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 use super::redact::redact;
 use super::waiters::Waiters;
 use super::{
-    transition, Cause, ClaimOutcome, ClaimRequest, FenceHolder, Store, StoreError, Takeover,
+    transition, Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, ScanPage,
+    Store, StoreError, Takeover,
 };
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
+use crate::record::{
+    AuditEntry, CallInfo, CorruptRecord, Fence, Outcome, Record, RecordState, APPROVAL_STEP,
+};
 
-/// The schema version this build creates and understands.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version this build creates and understands. Version 2 (idem
+/// 0.2) adds records awaiting approval (state 2), the call's details, the
+/// worker and the operator audit; a version 1 schema is migrated on
+/// connect (its records read unchanged), and a version 1 build refuses a
+/// version 2 schema rather than misreading a record it does not know.
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// The longest a waiter goes without re-reading its record when no
 /// notification arrives.
@@ -61,7 +70,8 @@ pub const SAFETY_POLL: Duration = Duration::from_secs(1);
 const LISTEN: &str = "LISTEN idem_done";
 
 /// Migrations: entry `i` takes the schema from version `i` to `i + 1`.
-const MIGRATIONS: &[&str] = &["CREATE SEQUENCE idem_fence;
+const MIGRATIONS: &[&str] = &[
+    "CREATE SEQUENCE idem_fence;
      CREATE TABLE idem_records (
          key          text PRIMARY KEY,
          tool         text NOT NULL,
@@ -76,37 +86,75 @@ const MIGRATIONS: &[&str] = &["CREATE SEQUENCE idem_fence;
          expires_at   bigint,
          steps        jsonb NOT NULL DEFAULT '{}'
      );
-     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;"];
+     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;",
+    // Adding nullable columns and a constant default rewrites nothing. The
+    // new state check is a superset of the old one, which every row already
+    // passed, so it is added NOT VALID instead of scanning the table under
+    // the migration's exclusive lock. The expiry index now covers approval
+    // requests too, which lapse and are swept like completed records.
+    "ALTER TABLE idem_records
+         ADD COLUMN requested_at bigint,
+         ADD COLUMN message      text,
+         ADD COLUMN namespace    text,
+         ADD COLUMN call_id      text,
+         ADD COLUMN run_id       text,
+         ADD COLUMN step         bigint,
+         ADD COLUMN args         text,
+         ADD COLUMN worker       text,
+         ADD COLUMN audit        jsonb NOT NULL DEFAULT '[]',
+         DROP CONSTRAINT idem_records_state_check,
+         ADD CONSTRAINT idem_records_state_check CHECK (state IN (0, 1, 2)) NOT VALID;
+     DROP INDEX idem_records_expiry;
+     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state IN (1, 2);",
+];
 
 /// How many expired records one sweep statement deletes at most.
 const SWEEP_BATCH: i64 = 1000;
 
-/// The statements, with `{now}` (the server's time in milliseconds) and
-/// `{record}` (a record's columns) filled in.
+/// The most records one scan page reads.
+const SCAN_MAX: usize = 10_000;
+
+/// A record's columns, in the order [`decode`] reads them.
+const RECORD: &str = "key, tool, fingerprint, created_at, fence, prev_fence, state, lease_until, \
+     outcome, completed_at, expires_at, steps::text, requested_at, message, \
+     namespace, call_id, run_id, step, args, worker, audit::text";
+
+/// How many columns [`RECORD`] lists.
+const RECORD_COLUMNS: usize = 21;
+
+/// States as stored.
+const IN_FLIGHT: i16 = 0;
+const COMPLETED: i16 = 1;
+const AWAITING_APPROVAL: i16 = 2;
+
+/// The statements, with `{now}` (the server's time in milliseconds),
+/// `{record}` (a record's columns) and `{approval}` (the approval step's
+/// name) filled in.
 struct Sql {
     claim: String,
     checkpoint: String,
     renew: String,
     complete: String,
     release: String,
+    replace: String,
+    remove: String,
     get: String,
+    scan: String,
     sweep: String,
     now: String,
 }
 
 static SQL: LazyLock<Sql> = LazyLock::new(|| {
-    // States: 0 in flight, 1 completed. Steps hold each step's value as
-    // JSON text, so values come back byte for byte.
+    // States: 0 in flight, 1 completed, 2 awaiting approval (approved once
+    // the step `idem:approval` is among its steps). Steps hold each step's
+    // value as JSON text, so values come back byte for byte.
     let fill = |s: &str| {
         s.replace(
             "{now}",
             "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint",
         )
-        .replace(
-            "{record}",
-            "key, tool, fingerprint, created_at, fence, prev_fence, state, lease_until, \
-             outcome, completed_at, expires_at, steps::text",
-        )
+        .replace("{record}", RECORD)
+        .replace("{approval}", APPROVAL_STEP)
     };
     // Who holds the key, for a fenced write that matched nothing.
     let stale = |cte: &str| {
@@ -116,48 +164,81 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
         )
     };
     let notify = "notified AS (SELECT pg_notify('idem_done', key) FROM changed)";
+    // The record of key $1 holds fence $2 and is as the `ExpectedState`
+    // coded in $3 says (see `expected_state`); an expired record counts as
+    // absent.
+    let expected = "key = $1 AND fence = $2 AND CASE $3::smallint
+                 WHEN 0 THEN state = 0
+                 WHEN 1 THEN state = 0 AND lease_until <= {now}
+                 WHEN 2 THEN state = 2 AND expires_at > {now}
+                 WHEN 3 THEN state = 1 AND expires_at > {now}
+                 ELSE false
+               END";
     Sql {
         // `cur` reads the row first: when it is a live completed record, a
-        // live owner's, or another call's, nothing is inserted, so a
-        // duplicate takes no row lock, writes no WAL and draws no fence.
-        // Otherwise the upsert decides, as the authority on races.
+        // live owner's, one awaiting an approval not yet given, or another
+        // call's, nothing is inserted, so a duplicate takes no row lock,
+        // writes no WAL and draws no fence. Otherwise the upsert decides, as
+        // the authority on races: it creates the record, replaces an
+        // expired one (then it counts as absent: `fresh`), takes over an
+        // expired lease, or acquires an approved call (no takeover: nothing
+        // ran before).
         claim: fill(
-            "WITH cur AS (
+            &"WITH cur AS (
                SELECT * FROM idem_records WHERE key = $1
              ),
              claimed AS (
                INSERT INTO idem_records AS r
-                   (key, tool, fingerprint, created_at, fence, state, lease_until)
-               SELECT $1::text, $2::text, $3::text, {now}, nextval('idem_fence'), 0, {now} + $5::bigint
+                   (key, tool, fingerprint, created_at, fence, state, lease_until,
+                    namespace, call_id, run_id, step, args, worker)
+               SELECT $1::text, $2::text, $3::text, {now}, nextval('idem_fence'), 0,
+                      {now} + $5::bigint,
+                      $6::text, $7::text, $8::text, $9::bigint, $10::text, $11::text
                WHERE NOT EXISTS (
                    SELECT 1 FROM cur
-                   WHERE (cur.state = 1 AND cur.expires_at > {now})
-                      OR (cur.state = 0 AND cur.lease_until > {now})
-                      OR (cur.state = 0 AND (cur.tool <> $2::text
-                          OR ($4::boolean AND cur.fingerprint <> $3::text)))
+                   WHERE (cur.state = 0 OR cur.expires_at > {now})
+                     AND (cur.tool <> $2::text
+                          OR ($4::boolean AND cur.fingerprint <> $3::text)
+                          OR cur.state = 1
+                          OR (cur.state = 0 AND cur.lease_until > {now})
+                          OR (cur.state = 2 AND NOT cur.steps ? '{approval}'))
                )
                ON CONFLICT (key) DO UPDATE SET
-                   fingerprint  = CASE WHEN r.state = 1 THEN excluded.fingerprint ELSE r.fingerprint END,
-                   created_at   = CASE WHEN r.state = 1 THEN excluded.created_at ELSE r.created_at END,
-                   steps        = CASE WHEN r.state = 1 THEN '{}'::jsonb ELSE r.steps END,
+                   fingerprint  = CASE WHEN {fresh} THEN excluded.fingerprint ELSE r.fingerprint END,
+                   created_at   = CASE WHEN {fresh} THEN excluded.created_at ELSE r.created_at END,
+                   steps        = CASE WHEN {fresh} THEN '{}'::jsonb ELSE r.steps END,
+                   namespace    = CASE WHEN {fresh} THEN excluded.namespace ELSE r.namespace END,
+                   call_id      = CASE WHEN {fresh} THEN excluded.call_id ELSE r.call_id END,
+                   run_id       = CASE WHEN {fresh} THEN excluded.run_id ELSE r.run_id END,
+                   step         = CASE WHEN {fresh} THEN excluded.step ELSE r.step END,
+                   args         = CASE WHEN {fresh} THEN excluded.args ELSE r.args END,
+                   audit        = CASE WHEN {fresh} THEN '[]'::jsonb ELSE r.audit END,
                    prev_fence   = CASE WHEN r.state = 0 THEN r.fence END,
+                   worker       = excluded.worker,
                    tool         = excluded.tool,
                    fence        = excluded.fence,
                    state        = 0,
                    lease_until  = excluded.lease_until,
                    outcome      = NULL,
                    completed_at = NULL,
-                   expires_at   = NULL
-               WHERE (r.state = 1 AND r.expires_at <= excluded.created_at)
-                  OR (r.state = 0 AND r.lease_until <= excluded.created_at
-                      AND r.tool = excluded.tool
-                      AND (NOT $4::boolean OR r.fingerprint = excluded.fingerprint))
+                   expires_at   = NULL,
+                   requested_at = NULL,
+                   message      = NULL
+               WHERE {fresh}
+                  OR (r.tool = excluded.tool
+                      AND (NOT $4::boolean OR r.fingerprint = excluded.fingerprint)
+                      AND ((r.state = 0 AND r.lease_until <= excluded.created_at)
+                           OR (r.state = 2 AND r.steps ? '{approval}')))
                RETURNING r.*
              )
              SELECT true, {record}, {now} FROM claimed
              UNION ALL
              SELECT false, {record}, {now} FROM cur
-             WHERE NOT EXISTS (SELECT 1 FROM claimed)",
+             WHERE NOT EXISTS (SELECT 1 FROM claimed)"
+                .replace(
+                    "{fresh}",
+                    "(r.state <> 0 AND r.expires_at <= excluded.created_at)",
+                ),
         ),
         checkpoint: fill(&format!(
             "WITH changed AS (
@@ -206,20 +287,58 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
              UNION ALL {}",
             stale("changed")
         )),
+        // Every column from the record, under a fresh fence (returned in
+        // the third column); waiters are woken as by a completion.
+        replace: fill(&format!(
+            "WITH changed AS (
+               UPDATE idem_records
+               SET tool = $4, fingerprint = $5, created_at = $6,
+                   fence = nextval('idem_fence'), prev_fence = NULL,
+                   state = $7, lease_until = $8, outcome = $9, completed_at = $10,
+                   expires_at = $11, steps = $12::text::jsonb, requested_at = $13,
+                   message = $14, namespace = $15, call_id = $16, run_id = $17,
+                   step = $18, args = $19, worker = $20, audit = $21::text::jsonb
+               WHERE {expected}
+               RETURNING key, fence
+             ), {notify}
+             SELECT 'ok', NULL::smallint, fence, NULL::bigint, {{now}} FROM changed
+             WHERE (SELECT count(*) FROM notified) >= 0
+             UNION ALL {}",
+            stale("changed")
+        )),
+        remove: fill(&format!(
+            "WITH changed AS (
+               DELETE FROM idem_records
+               WHERE {expected}
+               RETURNING key
+             ), {notify}
+             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
+             WHERE (SELECT count(*) FROM notified) >= 0
+             UNION ALL {}",
+            stale("changed")
+        )),
         get: fill(
             "SELECT {now}, {record} FROM (SELECT 1) AS one
              LEFT JOIN idem_records ON key = $1",
         ),
+        // Expired records are read (and left out by the caller), so a page
+        // costs at most `limit` rows however much is waiting to be swept.
+        scan: fill(
+            "SELECT {now}, {record} FROM idem_records
+             WHERE key > $1
+             ORDER BY key
+             LIMIT $2",
+        ),
         sweep: fill(
             "WITH doomed AS (
                SELECT key FROM idem_records
-               WHERE state = 1 AND expires_at <= {now}
+               WHERE state IN (1, 2) AND expires_at <= {now}
                ORDER BY expires_at
                LIMIT $1
                FOR UPDATE SKIP LOCKED
              )
              DELETE FROM idem_records AS r USING doomed
-             WHERE r.key = doomed.key AND r.state = 1 AND r.expires_at <= {now}",
+             WHERE r.key = doomed.key AND r.state IN (1, 2) AND r.expires_at <= {now}",
         ),
         now: fill("SELECT {now}"),
     }
@@ -287,7 +406,10 @@ struct Conn {
     renew: Statement,
     complete: Statement,
     release: Statement,
+    replace: Statement,
+    remove: Statement,
     get: Statement,
+    scan: Statement,
     sweep: Statement,
     now: Statement,
 }
@@ -315,16 +437,20 @@ impl bb8::ManageConnection for Manager {
         let client = open(&self.config).await?;
         let sql = &*SQL;
         // Prepared concurrently: the client pipelines them.
-        let (claim, checkpoint, renew, complete, release, get, sweep, now) = tokio::try_join!(
-            client.prepare(&sql.claim),
-            client.prepare(&sql.checkpoint),
-            client.prepare(&sql.renew),
-            client.prepare(&sql.complete),
-            client.prepare(&sql.release),
-            client.prepare(&sql.get),
-            client.prepare(&sql.sweep),
-            client.prepare(&sql.now),
-        )?;
+        let (claim, checkpoint, renew, complete, release, replace, remove, get, scan, sweep, now) =
+            tokio::try_join!(
+                client.prepare(&sql.claim),
+                client.prepare(&sql.checkpoint),
+                client.prepare(&sql.renew),
+                client.prepare(&sql.complete),
+                client.prepare(&sql.release),
+                client.prepare(&sql.replace),
+                client.prepare(&sql.remove),
+                client.prepare(&sql.get),
+                client.prepare(&sql.scan),
+                client.prepare(&sql.sweep),
+                client.prepare(&sql.now),
+            )?;
         Ok(Conn {
             client,
             claim,
@@ -332,7 +458,10 @@ impl bb8::ManageConnection for Manager {
             renew,
             complete,
             release,
+            replace,
+            remove,
             get,
+            scan,
             sweep,
             now,
         })
@@ -431,13 +560,14 @@ impl PostgresStore {
     }
 
     /// Run a fenced write and turn "matched nothing" into the rejection.
+    /// Returns the new fence a replace wrote (`None` for other writes).
     async fn fenced(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
         statement: impl Fn(&Conn) -> &Statement,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
-    ) -> Result<(), StoreError> {
+    ) -> Result<Option<Fence>, StoreError> {
         let conn = self.conn().await?;
         let rows = conn
             .client
@@ -453,14 +583,14 @@ impl PostgresStore {
         };
         let status: &str = row.get(0);
         if status == "ok" {
-            return Ok(());
+            return Ok(row.get::<_, Option<i64>>(2).map(|f| Fence(f as u64)));
         }
         let now: i64 = row.get(4);
-        let current = match (row.get::<_, i16>(1), row.get::<_, i64>(2)) {
-            (0, f) => FenceHolder::InFlight(Fence(f as u64)),
-            (_, f) if row.get::<_, Option<i64>>(3).is_some_and(|e| e > now) => {
-                FenceHolder::Completed(Fence(f as u64))
-            }
+        let live = row.get::<_, Option<i64>>(3).is_some_and(|e| e > now);
+        let current = match (row.get::<_, i16>(1), Fence(row.get::<_, i64>(2) as u64)) {
+            (IN_FLIGHT, f) => FenceHolder::InFlight(f),
+            (AWAITING_APPROVAL, f) if live => FenceHolder::AwaitingApproval(f),
+            (COMPLETED, f) if live => FenceHolder::Completed(f),
             _ => FenceHolder::Nobody,
         };
         Err(StoreError::StaleFence {
@@ -554,37 +684,44 @@ async fn migrate(mut client: Client, name: &str) -> Result<(), StoreError> {
 }
 
 /// Decode the record whose columns start at `at` (in the order of
-/// `{record}`). Malformed stored JSON is a [`CorruptRecord`].
+/// [`RECORD`]). Malformed stored JSON is a [`CorruptRecord`]. Rows written
+/// by schema version 1 have no call details, worker or audit.
 fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptRecord> {
     let corrupt = |detail: String| CorruptRecord {
         key: key.as_str().to_owned(),
         detail,
     };
     let time = |i: usize| Timestamp(row.get::<_, i64>(at + i) as u64);
+    let when = |i: usize, what: &str| {
+        row.get::<_, Option<i64>>(at + i)
+            .map(|t| Timestamp(t as u64))
+            .ok_or_else(|| corrupt(format!("{what} lacks its times")))
+    };
     let fence = Fence(row.get::<_, i64>(at + 4) as u64);
     let state = match row.get::<_, i16>(at + 6) {
-        0 => RecordState::InFlight {
+        IN_FLIGHT => RecordState::InFlight {
             fence,
             lease_until: row
                 .get::<_, Option<i64>>(at + 7)
                 .map(|t| Timestamp(t as u64))
                 .ok_or_else(|| corrupt("an in-flight record has no lease".into()))?,
         },
+        AWAITING_APPROVAL => RecordState::AwaitingApproval {
+            fence,
+            requested_at: when(12, "a record awaiting approval")?,
+            expires_at: when(10, "a record awaiting approval")?,
+            message: row.get::<_, Option<String>>(at + 13).unwrap_or_default(),
+        },
         _ => {
             let outcome: Option<String> = row.get(at + 8);
-            let when = |i: usize| {
-                row.get::<_, Option<i64>>(at + i)
-                    .map(|t| Timestamp(t as u64))
-                    .ok_or_else(|| corrupt("a completed record lacks its times".into()))
-            };
             RecordState::Completed {
                 fence,
                 outcome: serde_json::from_str(
                     &outcome.ok_or_else(|| corrupt("a completed record has no outcome".into()))?,
                 )
                 .map_err(|e| corrupt(format!("outcome: {e}")))?,
-                completed_at: when(9)?,
-                expires_at: when(10)?,
+                completed_at: when(9, "a completed record")?,
+                expires_at: when(10, "a completed record")?,
             }
         }
     };
@@ -600,6 +737,9 @@ fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptR
             serde_json::from_str(&text).map_err(|e| corrupt(format!("step {name}: {e}")))?;
         steps.insert(name, value);
     }
+    let audit_text: String = row.get(at + 20);
+    let audit: Vec<AuditEntry> =
+        serde_json::from_str(&audit_text).map_err(|e| corrupt(format!("audit: {e}")))?;
     Ok(Record {
         key: key.clone(),
         tool: row.get(at + 1),
@@ -607,11 +747,93 @@ fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptR
         created_at: time(3),
         state,
         steps,
-        // STUB: not stored yet.
-        info: Default::default(),
-        worker: None,
-        audit: Vec::new(),
+        info: CallInfo {
+            namespace: row.get(at + 14),
+            call_id: row.get(at + 15),
+            run_id: row.get(at + 16),
+            step: row.get::<_, Option<i64>>(at + 17).map(|s| s as u64),
+            args: row.get(at + 18),
+        },
+        worker: row.get(at + 19),
+        audit,
     })
+}
+
+/// Steps as stored: each step's value as JSON text, so that it comes back
+/// byte for byte.
+fn encode_steps(steps: &BTreeMap<String, Value>) -> String {
+    let stored: serde_json::Map<String, Value> = steps
+        .iter()
+        .map(|(name, value)| {
+            let text = serde_json::to_string(value).expect("a JSON value serializes");
+            (name.clone(), Value::String(text))
+        })
+        .collect();
+    Value::Object(stored).to_string()
+}
+
+/// An instant as stored: milliseconds, at most `i64::MAX` (a later instant
+/// would read back as a negative, long past, one).
+fn stored(t: Timestamp) -> i64 {
+    t.0.min(i64::MAX as u64) as i64
+}
+
+/// The columns a record's state is stored in (the rest are `NULL`).
+#[derive(Default)]
+struct StateColumns<'a> {
+    state: i16,
+    lease_until: Option<i64>,
+    outcome: Option<String>,
+    completed_at: Option<i64>,
+    expires_at: Option<i64>,
+    requested_at: Option<i64>,
+    message: Option<&'a str>,
+}
+
+impl<'a> StateColumns<'a> {
+    fn of(state: &'a RecordState) -> Self {
+        match state {
+            RecordState::InFlight { lease_until, .. } => StateColumns {
+                state: IN_FLIGHT,
+                lease_until: Some(stored(*lease_until)),
+                ..Default::default()
+            },
+            RecordState::AwaitingApproval {
+                requested_at,
+                expires_at,
+                message,
+                ..
+            } => StateColumns {
+                state: AWAITING_APPROVAL,
+                expires_at: Some(stored(*expires_at)),
+                requested_at: Some(stored(*requested_at)),
+                message: Some(message),
+                ..Default::default()
+            },
+            RecordState::Completed {
+                outcome,
+                completed_at,
+                expires_at,
+                ..
+            } => StateColumns {
+                state: COMPLETED,
+                outcome: Some(serde_json::to_string(outcome).expect("an outcome serializes")),
+                completed_at: Some(stored(*completed_at)),
+                expires_at: Some(stored(*expires_at)),
+                ..Default::default()
+            },
+        }
+    }
+}
+
+/// How the replace statements code an [`ExpectedState`] (`$3`).
+fn expected_state(state: ExpectedState) -> i16 {
+    match state {
+        ExpectedState::InFlight => 0,
+        ExpectedState::LeaseExpired => 1,
+        ExpectedState::AwaitingApproval => 2,
+        ExpectedState::Completed => 3,
+    }
 }
 
 /// Keep one connection LISTENing on `idem_done`, waking the waiters of
@@ -674,6 +896,7 @@ impl Store for PostgresStore {
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = millis(req.lease);
+        let step = req.info.step.map(|s| s as i64);
         // Normally one pass. A second is needed only when a concurrent
         // claim inserted or changed the row after this statement's snapshot
         // was taken, so neither branch of the statement saw it.
@@ -689,13 +912,19 @@ impl Store for PostgresStore {
                         &req.fingerprint.as_str(),
                         &req.check_fingerprint,
                         &lease,
+                        &req.info.namespace,
+                        &req.info.call_id,
+                        &req.info.run_id,
+                        &step,
+                        &req.info.args,
+                        &req.worker,
                     ],
                 )
                 .await
                 .map_err(|e| self.error(e))?;
             let Some(row) = rows.first() else { continue };
             let record = decode(req.key, row, 1)?;
-            let now = Timestamp(row.get::<_, i64>(13) as u64);
+            let now = Timestamp(row.get::<_, i64>(1 + RECORD_COLUMNS) as u64);
             if row.get::<_, bool>(0) {
                 let RecordState::InFlight { fence, lease_until } = record.state else {
                     return Err(self.protocol("a claim stored a completed record"));
@@ -739,6 +968,7 @@ impl Store for PostgresStore {
             ],
         )
         .await
+        .map(drop)
     }
 
     async fn renew(
@@ -754,6 +984,7 @@ impl Store for PostgresStore {
             &[&key.as_str(), &(fence.0 as i64), &millis(lease)],
         )
         .await
+        .map(drop)
     }
 
     async fn complete(
@@ -771,6 +1002,7 @@ impl Store for PostgresStore {
             &[&key.as_str(), &(fence.0 as i64), &outcome, &millis(ttl)],
         )
         .await
+        .map(drop)
     }
 
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
@@ -781,6 +1013,7 @@ impl Store for PostgresStore {
             &[&key.as_str(), &(fence.0 as i64)],
         )
         .await
+        .map(drop)
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
@@ -799,23 +1032,95 @@ impl Store for PostgresStore {
 
     async fn replace(
         &self,
-        _key: &IdempotencyKey,
-        _expected: super::Expected,
-        _new: Option<&Record>,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
     ) -> Result<Option<Fence>, StoreError> {
-        Err(StoreError::Config(
-            "STUB: replace is not implemented on PostgreSQL yet".into(),
-        ))
+        let (fence, state) = (expected.fence.0 as i64, expected_state(expected.state));
+        let Some(new) = new else {
+            return self
+                .fenced(
+                    key,
+                    expected.fence,
+                    |c| &c.remove,
+                    &[&key.as_str(), &fence, &state],
+                )
+                .await
+                .map(|_| None);
+        };
+        let columns = StateColumns::of(&new.state);
+        let steps = encode_steps(&new.steps);
+        let audit = serde_json::to_string(&new.audit).expect("an audit serializes");
+        let info = &new.info;
+        let step = info.step.map(|s| s as i64);
+        let written = self
+            .fenced(
+                key,
+                expected.fence,
+                |c| &c.replace,
+                &[
+                    &key.as_str(),
+                    &fence,
+                    &state,
+                    &new.tool,
+                    &new.fingerprint.as_str(),
+                    &stored(new.created_at),
+                    &columns.state,
+                    &columns.lease_until,
+                    &columns.outcome,
+                    &columns.completed_at,
+                    &columns.expires_at,
+                    &steps,
+                    &columns.requested_at,
+                    &columns.message,
+                    &info.namespace,
+                    &info.call_id,
+                    &info.run_id,
+                    &step,
+                    &info.args,
+                    &new.worker,
+                    &audit,
+                ],
+            )
+            .await?;
+        match written {
+            Some(fence) => Ok(Some(fence)),
+            None => Err(self.protocol("a replace returned no fence")),
+        }
     }
 
-    async fn scan(
-        &self,
-        _cursor: Option<&str>,
-        _limit: usize,
-    ) -> Result<super::ScanPage, StoreError> {
-        Err(StoreError::Config(
-            "STUB: scan is not implemented on PostgreSQL yet".into(),
-        ))
+    /// Pages in key order; the cursor is the last key of a full page.
+    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        let limit = limit.clamp(1, SCAN_MAX);
+        let conn = self.conn().await?;
+        let rows = conn
+            .client
+            .query(&conn.scan, &[&cursor.unwrap_or(""), &(limit as i64)])
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut records = Vec::with_capacity(rows.len());
+        let mut last = None;
+        for row in &rows {
+            let now = Timestamp(row.get::<_, i64>(0) as u64);
+            let text: String = row.get(1);
+            let key = IdempotencyKey::parse(&text).map_err(|e| CorruptRecord {
+                key: text.clone(),
+                detail: format!("stored under a malformed key: {e}"),
+            })?;
+            let record = decode(&key, row, 1)?;
+            if !record.is_expired(now) {
+                records.push(record);
+            }
+            last = Some(key);
+        }
+        Ok(ScanPage {
+            records,
+            cursor: if rows.len() == limit {
+                last.map(|k| k.as_str().to_owned())
+            } else {
+                None
+            },
+        })
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {
