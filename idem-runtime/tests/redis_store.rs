@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use idem_runtime::conformance::random_key;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::{Fence, RecordState};
 use idem_runtime::store::redis::RedisOptions;
-use idem_runtime::store::{ClaimOutcome, RedisStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, RedisStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
+use serde_json::json;
 use support::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
     request, sent, wake_up_latencies,
@@ -101,6 +104,46 @@ async fn a_duplicate_of_a_completed_call_writes_nothing() {
     // The counter does count the script's writes: a first call's claim.
     acquire(&store, &random_key()).await;
     assert!(writes_applied(&mut raw).await > after);
+
+    // Nor does a duplicate of a call awaiting approval write.
+    let waiting = random_key();
+    let fence = acquire(&store, &waiting).await;
+    park(&store, &waiting, fence, Duration::from_secs(600)).await;
+    let before = writes_applied(&mut raw).await;
+    for _ in 0..100 {
+        let dup = store.claim(&request(&waiting, &f)).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::AwaitingApproval(_)), "{dup:?}");
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        before,
+        "a duplicate of a call awaiting approval wrote"
+    );
+}
+
+/// Park the in-flight call `key` owned by `fence` as awaiting approval for
+/// `ttl`; returns the record's new fence.
+async fn park(store: &RedisStore, key: &IdempotencyKey, fence: Fence, ttl: Duration) -> Fence {
+    let now = store.now().await.unwrap();
+    let mut record = store.get(key).await.unwrap().expect("in flight");
+    record.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(ttl),
+        message: "ask #payments-oncall".into(),
+    };
+    store
+        .replace(
+            key,
+            Expected {
+                fence,
+                state: ExpectedState::InFlight,
+            },
+            Some(&record),
+        )
+        .await
+        .unwrap()
+        .expect("a fence for the new record")
 }
 
 /// The commands clients sent to the server while `op` ran, as MONITOR saw
@@ -238,6 +281,75 @@ async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
         (590_000..=600_000).contains(&pttl),
         "the record's retention is its key TTL, got {pttl} ms"
     );
+}
+
+/// A request for approval lapses through its key's TTL, like a completed
+/// record; once approved, the claim that runs the call makes the record
+/// in flight again, without a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_request_lapses_by_its_key_ttl_until_an_approved_claim_owns_it() {
+    let Some(url) = server_url("redis approval retention").await else {
+        return;
+    };
+    let store = RedisStore::connect(&url).await.unwrap();
+    let mut raw = raw(&url).await;
+    let (key, f) = (random_key(), fingerprint());
+    let fence = acquire(&store, &key).await;
+    let parked = park(&store, &key, fence, Duration::from_secs(600)).await;
+    let redis_key = store.record_key(&key);
+    let pttl = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        let redis_key = redis_key.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(&redis_key)
+                .query_async::<i64>(&mut raw)
+                .await
+                .unwrap()
+        }
+    };
+    let left = pttl(&mut raw).await;
+    assert!(
+        (590_000..=600_000).contains(&left),
+        "a request's retention is its key TTL, got {left} ms"
+    );
+
+    let mut approved = store.get(&key).await.unwrap().unwrap();
+    approved.steps.insert(
+        idem_runtime::record::APPROVAL_STEP.into(),
+        json!({ "approved": { "approver": "ana" } }),
+    );
+    store
+        .replace(
+            &key,
+            Expected {
+                fence: parked,
+                state: ExpectedState::AwaitingApproval,
+            },
+            Some(&approved),
+        )
+        .await
+        .unwrap();
+    match store.claim(&request(&key, &f)).await.unwrap() {
+        ClaimOutcome::Acquired { takeover: None, .. } => {}
+        other => panic!("expected the approved call, got {other:?}"),
+    }
+    assert_eq!(
+        pttl(&mut raw).await,
+        -1,
+        "an in-flight record must not lapse"
+    );
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(store.record_key(&key))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for gone in ["req", "exp", "msg"] {
+        assert!(
+            !fields.iter().any(|f| f == gone),
+            "{gone} left in {fields:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -3,8 +3,10 @@
 //! # How it works
 //!
 //! * Each transition is one Lua script (`store/redis/*.lua`), so it is one
-//!   round trip and atomic: claim, checkpoint, complete, release, get. The
-//!   scripts are loaded when the store connects, so a call is one `EVALSHA`.
+//!   round trip and atomic: claim, checkpoint, complete, release, replace,
+//!   get. The scripts are loaded when the store connects, so a call is one
+//!   `EVALSHA`. The layout of a record's hash is described at the top of
+//!   `store/redis/common.lua`.
 //! * A record is a hash under `PREFIX:{SLOT}:r:KEY`, where `SLOT` is the
 //!   first three hex digits of the key: a record and the fence counter of
 //!   its slot (`PREFIX:{SLOT}:fence`) share a hash tag, so every script
@@ -15,14 +17,15 @@
 //!   the worker's. A completed record's retention is the key's TTL
 //!   (`PEXPIREAT`); the lease is a field of the hash — key expiry never
 //!   doubles as the lease, and an in-flight record has no TTL (it is never
-//!   swept). Redis deletes expired records itself, so [`Store::sweep`] has
-//!   nothing to do and returns 0.
-//! * Waiters are woken by pub/sub: the complete and release scripts publish
-//!   the key on `PREFIX:done`, and one subscriber connection per store wakes
-//!   the local waiters of that key, typically within a millisecond. As a
-//!   safety net (a message lost while the subscriber reconnects), waiters
-//!   also re-read their record with a back-off from 5 ms to
-//!   [`SAFETY_POLL`].
+//!   swept). A record awaiting approval lapses the same way. Redis deletes
+//!   expired records itself, so [`Store::sweep`] has nothing to do and
+//!   returns 0.
+//! * Waiters are woken by pub/sub: the complete, release and replace
+//!   scripts publish the key on `PREFIX:done`, and one subscriber connection
+//!   per store wakes the local waiters of that key, typically within a
+//!   millisecond. As a safety net (a message lost while the subscriber
+//!   reconnects), waiters also re-read their record with a back-off from
+//!   5 ms to [`SAFETY_POLL`].
 //! * A store that cannot be reached fails every operation with
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
 //!   the cause. Connections are never retried *with* a request, so a
@@ -58,10 +61,13 @@ use serde_json::Value;
 
 use super::redact::redact;
 use super::waiters::Waiters;
-use super::{Cause, ClaimOutcome, ClaimRequest, Store, StoreError, Takeover};
+use super::{
+    Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, Store, StoreError,
+    Takeover,
+};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
+use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record, RecordState};
 
 /// The data layout this build writes and understands, kept under
 /// `PREFIX:schema`.
@@ -139,6 +145,7 @@ struct Scripts {
     renew: Script,
     complete: Script,
     release: Script,
+    replace: Script,
     get: Script,
 }
 
@@ -150,17 +157,19 @@ impl Scripts {
             renew: Script::new(script!("renew.lua")),
             complete: Script::new(script!("complete.lua")),
             release: Script::new(script!("release.lua")),
+            replace: Script::new(script!("replace.lua")),
             get: Script::new(script!("get.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 6] {
+    fn all(&self) -> [&Script; 7] {
         [
             &self.claim,
             &self.checkpoint,
             &self.renew,
             &self.complete,
             &self.release,
+            &self.replace,
             &self.get,
         ]
     }
@@ -330,11 +339,11 @@ impl RedisStore {
         &self,
         script: &Script,
         key: &IdempotencyKey,
-        extra_key: Option<String>,
+        extra_keys: &[String],
         args: &[&[u8]],
     ) -> Result<Vec<RedisValue>, StoreError> {
         let mut invocation = script.key(self.record_key(key));
-        if let Some(k) = extra_key {
+        for k in extra_keys {
             invocation.key(k);
         }
         for a in args {
@@ -354,9 +363,10 @@ impl RedisStore {
             "stale" => {
                 let holder = word(2).parse().map(Fence);
                 let current = match (word(1).as_str(), holder) {
-                    ("in_flight", Ok(f)) => super::FenceHolder::InFlight(f),
-                    ("completed", Ok(f)) => super::FenceHolder::Completed(f),
-                    _ => super::FenceHolder::Nobody,
+                    ("in_flight", Ok(f)) => FenceHolder::InFlight(f),
+                    ("awaiting_approval", Ok(f)) => FenceHolder::AwaitingApproval(f),
+                    ("completed", Ok(f)) => FenceHolder::Completed(f),
+                    _ => FenceHolder::Nobody,
                 };
                 StoreError::StaleFence {
                     key: key.clone(),
@@ -380,7 +390,7 @@ impl RedisStore {
     }
 
     async fn read(&self, key: &IdempotencyKey) -> Result<(Option<Record>, Timestamp), StoreError> {
-        let reply = self.run(&self.scripts.get, key, None, &[]).await?;
+        let reply = self.run(&self.scripts.get, key, &[], &[]).await?;
         let now = reply
             .first()
             .and_then(number)
@@ -453,6 +463,12 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
             fence,
             lease_until: time("lease")?,
         },
+        "a" => RecordState::AwaitingApproval {
+            fence,
+            requested_at: time("req")?,
+            expires_at: time("exp")?,
+            message: field("msg")?,
+        },
         "c" => RecordState::Completed {
             fence,
             outcome: serde_json::from_str::<Outcome>(&field("outcome")?)
@@ -470,6 +486,19 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
             steps.insert(step.to_owned(), value);
         }
     }
+    // Fields that came with schema version 2: absent from older records.
+    let info = match fields.get("info") {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| corrupt(format!("field info: {e}")))?
+        }
+        None => CallInfo::default(),
+    };
+    let audit = match fields.get("audit") {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| corrupt(format!("field audit: {e}")))?
+        }
+        None => Vec::new(),
+    };
     Ok(Record {
         key: key.clone(),
         tool: field("tool")?,
@@ -477,11 +506,67 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
         created_at: time("created")?,
         state,
         steps,
-        // STUB: not stored yet.
-        info: Default::default(),
-        worker: None,
-        audit: Vec::new(),
+        info,
+        worker: fields.get("worker").cloned(),
+        audit,
     })
+}
+
+/// `value` as JSON text.
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).expect("a record's parts serialize")
+}
+
+/// The hash fields of `record` as [`decode`] reads them, but its fence
+/// (which the replace script allocates).
+fn encode(record: &Record) -> Vec<(String, String)> {
+    let mut fields: Vec<(String, String)> = vec![
+        ("tool".into(), record.tool.clone()),
+        ("fp".into(), record.fingerprint.as_str().to_owned()),
+        ("created".into(), record.created_at.0.to_string()),
+    ];
+    let mut field = |name: &str, value: String| fields.push((name.to_owned(), value));
+    match &record.state {
+        RecordState::InFlight { lease_until, .. } => {
+            field("state", "f".into());
+            field("lease", lease_until.0.to_string());
+        }
+        RecordState::AwaitingApproval {
+            requested_at,
+            expires_at,
+            message,
+            ..
+        } => {
+            field("state", "a".into());
+            field("req", requested_at.0.to_string());
+            field("exp", expires_at.0.to_string());
+            field("msg", message.clone());
+        }
+        RecordState::Completed {
+            outcome,
+            completed_at,
+            expires_at,
+            ..
+        } => {
+            field("state", "c".into());
+            field("outcome", json(outcome));
+            field("done", completed_at.0.to_string());
+            field("exp", expires_at.0.to_string());
+        }
+    }
+    if !record.info.is_empty() {
+        field("info", json(&record.info));
+    }
+    if let Some(worker) = &record.worker {
+        field("worker", worker.clone());
+    }
+    if !record.audit.is_empty() {
+        field("audit", json(&record.audit));
+    }
+    for (step, value) in &record.steps {
+        field(&format!("s:{step}"), json(value));
+    }
+    fields
 }
 
 /// Keep one subscription to `channel` alive, waking the waiters of each key
@@ -527,16 +612,23 @@ impl Store for RedisStore {
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = super::span_millis(req.lease).to_string();
+        let info = match req.info.is_empty() {
+            true => String::new(),
+            false => json(req.info),
+        };
         let reply = self
             .run(
                 &self.scripts.claim,
                 req.key,
-                Some(self.fence_key(req.key)),
+                &[self.fence_key(req.key)],
                 &[
                     req.tool.as_bytes(),
                     req.fingerprint.as_str().as_bytes(),
                     if req.check_fingerprint { b"1" } else { b"0" },
                     lease.as_bytes(),
+                    if req.worker.is_some() { b"1" } else { b"0" },
+                    req.worker.unwrap_or_default().as_bytes(),
+                    info.as_bytes(),
                 ],
             )
             .await?;
@@ -566,6 +658,13 @@ impl Store for RedisStore {
                 }),
                 steps: flat(4)?.steps,
             }),
+            "approved" => Ok(ClaimOutcome::Acquired {
+                fence: Fence(num(1)?),
+                lease_until: Timestamp(num(2)?),
+                takeover: None,
+                steps: flat(3)?.steps,
+            }),
+            "awaiting" => Ok(ClaimOutcome::AwaitingApproval(Arc::new(flat(2)?))),
             "in_flight" => Ok(ClaimOutcome::InFlight {
                 fence: Fence(num(1)?),
                 lease_until: Timestamp(num(2)?),
@@ -592,7 +691,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.checkpoint,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     step.as_bytes(),
@@ -614,7 +713,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.renew,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     super::span_millis(lease).to_string().as_bytes(),
@@ -635,7 +734,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.complete,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     &serde_json::to_vec(outcome).expect("an outcome serializes"),
@@ -653,7 +752,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.release,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     self.channel.as_bytes(),
@@ -680,13 +779,45 @@ impl Store for RedisStore {
 
     async fn replace(
         &self,
-        _key: &IdempotencyKey,
-        _expected: super::Expected,
-        _new: Option<&Record>,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
     ) -> Result<Option<Fence>, StoreError> {
-        Err(StoreError::Config(
-            "STUB: replace is not implemented on Redis yet".into(),
-        ))
+        let state: &[u8] = match expected.state {
+            ExpectedState::InFlight => b"f",
+            ExpectedState::LeaseExpired => b"l",
+            ExpectedState::AwaitingApproval => b"a",
+            ExpectedState::Completed => b"c",
+        };
+        let fence = expected.fence.0.to_string();
+        let fields = new.map(encode).unwrap_or_default();
+        let mut args: Vec<&[u8]> = vec![
+            fence.as_bytes(),
+            state,
+            self.channel.as_bytes(),
+            key.as_str().as_bytes(),
+        ];
+        for (name, value) in &fields {
+            args.extend([name.as_bytes(), value.as_bytes()]);
+        }
+        let reply = self
+            .run(&self.scripts.replace, key, &[self.fence_key(key)], &args)
+            .await?;
+        match (reply.first().and_then(text).as_deref(), new) {
+            (Some("ok"), None) => Ok(None),
+            (Some("ok"), Some(_)) => match reply.get(1).and_then(number) {
+                Some(fence) => Ok(Some(Fence(fence))),
+                None => Err(self.protocol("replace without a fence")),
+            },
+            (Some("invalid"), _) => Err(StoreError::Corrupt(CorruptRecord {
+                key: key.as_str().to_owned(),
+                detail: format!(
+                    "the replacement was refused, nothing was written: {}",
+                    reply.get(1).and_then(text).unwrap_or_default()
+                ),
+            })),
+            _ => Err(self.rejection(key, expected.fence, &reply)),
+        }
     }
 
     async fn scan(
@@ -700,7 +831,8 @@ impl Store for RedisStore {
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {
-        // Completed records carry a key TTL: Redis deletes them itself.
+        // Completed records and approval requests carry a key TTL: Redis
+        // deletes them itself.
         self.conn()?;
         Ok(0)
     }
