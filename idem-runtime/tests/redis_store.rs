@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use futures_util::StreamExt;
 use idem_runtime::conformance::random_key;
 use idem_runtime::key::IdempotencyKey;
-use idem_runtime::record::{Fence, RecordState};
+use idem_runtime::record::{Fence, Outcome, OutputJson, Record, RecordState, Status};
 use idem_runtime::store::redis::RedisOptions;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, RedisStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
@@ -352,6 +352,284 @@ async fn an_approval_request_lapses_by_its_key_ttl_until_an_approved_claim_owns_
     }
 }
 
+/// Every record of the store, each once, over `page`-sized scan pages.
+async fn scan_all(store: &RedisStore, page: usize) -> Vec<Record> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let got = store.scan(cursor.as_deref(), page).await.unwrap();
+        assert!(got.records.len() <= page, "a page larger than asked for");
+        all.extend(got.records);
+        match got.cursor {
+            Some(next) => {
+                assert!(
+                    cursor.as_ref().is_none_or(|c| next > *c),
+                    "the scan went back"
+                );
+                cursor = Some(next);
+            }
+            None => return all,
+        }
+    }
+}
+
+/// Scans page through the slots' indexes: records of other prefixes are
+/// not read, every record comes once in key order, records that lapsed are
+/// left out although their keys are still indexed, and a claim creating a
+/// record next to such a key drops it from the index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
+    let Some(url) = server_url("redis scan").await else {
+        return;
+    };
+    let prefix = format!("idem-scan-{}", &random_key().as_str()[..8]);
+    let store = RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+    let mut raw = raw(&url).await;
+    assert!(
+        scan_all(&store, 10).await.is_empty(),
+        "a new prefix is empty"
+    );
+
+    // Two keys of one slot, a lapsing record under the greater.
+    let slot = random_key().as_str()[..3].to_owned();
+    let low = IdempotencyKey::parse(&format!("{slot}{}", "0".repeat(61))).unwrap();
+    let high = IdempotencyKey::parse(&format!("{slot}{}", "1".repeat(61))).unwrap();
+    let fence = acquire(&store, &high).await;
+    store
+        .complete(&high, fence, &sent("m-0"), Duration::from_millis(50))
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    for i in 0..30 {
+        let key = random_key();
+        let fence = acquire(&store, &key).await;
+        if i % 2 == 0 {
+            store
+                .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+                .await
+                .unwrap();
+        }
+        keys.push(key);
+    }
+    keys.sort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let index = format!("{prefix}:{{{slot}}}:keys");
+    let indexed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(indexed.contains(&high.as_str().to_owned()), "{indexed:?}");
+
+    for page in [1, 4, 1000] {
+        let found: Vec<IdempotencyKey> = scan_all(&store, page)
+            .await
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(found, keys, "page size {page}");
+    }
+    // RESP3 answers HGETALL with a map, not a list.
+    let resp3 = RedisStore::connect_with(
+        &format!("{url}?protocol=resp3"),
+        RedisOptions::default().prefix(&prefix),
+    )
+    .await
+    .unwrap();
+    let found: Vec<IdempotencyKey> = scan_all(&resp3, 7)
+        .await
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert_eq!(found, keys, "over RESP3");
+
+    // A claim next to the lapsed key drops it from the index.
+    acquire(&store, &low).await;
+    let indexed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(indexed.contains(&low.as_str().to_owned()), "{indexed:?}");
+    assert!(!indexed.contains(&high.as_str().to_owned()), "{indexed:?}");
+
+    // A released record leaves its index.
+    let gone = random_key();
+    let fence = acquire(&store, &gone).await;
+    store.release(&gone, fence).await.unwrap();
+    let rank: Option<i64> = redis::cmd("ZRANK")
+        .arg(format!("{prefix}:{{{}}}:keys", &gone.as_str()[..3]))
+        .arg(gone.as_str())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(rank, None, "a released key is still indexed");
+
+    for bad in ["", "xyz", "abcd", &"g".repeat(64)] {
+        assert!(
+            matches!(store.scan(Some(bad), 10).await, Err(StoreError::Config(_))),
+            "cursor {bad:?} accepted"
+        );
+    }
+}
+
+/// Data written by idem 0.1 (schema version 1: hashes without call details,
+/// worker or audit, and no indexes) is migrated when a store connects: the
+/// version becomes 2, its records read unchanged and are found by scans,
+/// its fences continue, and an operator can settle its unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_written_by_schema_version_1_is_migrated_and_reads() {
+    let Some(url) = server_url("redis schema 1").await else {
+        return;
+    };
+    let prefix = format!("idem-v1-{}", &random_key().as_str()[..8]);
+    let mut raw = raw(&url).await;
+    let (done, unknown, running) = (random_key(), random_key(), random_key());
+    let fp = "f".repeat(64);
+    let far = 4_000_000_000_000u64;
+    let hset = |key: &IdempotencyKey, fields: &[(&str, String)]| {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(format!(
+            "{prefix}:{{{}}}:r:{}",
+            &key.as_str()[..3],
+            key.as_str()
+        ));
+        for (name, value) in fields {
+            cmd.arg(*name).arg(value);
+        }
+        cmd
+    };
+    let common = |fence: u64| {
+        vec![
+            ("tool", "send_email".to_owned()),
+            ("fp", fp.clone()),
+            ("created", "1700000000000".to_owned()),
+            ("fence", fence.to_string()),
+        ]
+    };
+    let completed = |fence: u64, outcome: &str| {
+        let mut fields = common(fence);
+        fields.extend([
+            ("state", "c".to_owned()),
+            ("outcome", outcome.to_owned()),
+            ("done", "1700000000100".to_owned()),
+            ("exp", far.to_string()),
+        ]);
+        fields
+    };
+    let mut pipe = redis::pipe();
+    pipe.add_command(hset(
+        &done,
+        &completed(1, r#"{"status":"success","output":"{\"id\":\"m-1\"}"}"#),
+    ))
+    .add_command(hset(&unknown, &{
+        let mut fields = completed(2, r#"{"status":"unknown","reason":"owner vanished"}"#);
+        fields.push(("s:idem:attempt", "1".to_owned()));
+        fields
+    }))
+    .add_command(hset(&running, &{
+        let mut fields = common(3);
+        fields.extend([("state", "f".to_owned()), ("lease", far.to_string())]);
+        fields
+    }));
+    for key in [&done, &unknown] {
+        pipe.cmd("PEXPIREAT")
+            .arg(format!(
+                "{prefix}:{{{}}}:r:{}",
+                &key.as_str()[..3],
+                key.as_str()
+            ))
+            .arg(far);
+    }
+    for key in [&done, &unknown, &running] {
+        pipe.cmd("SET")
+            .arg(format!("{prefix}:{{{}}}:fence", &key.as_str()[..3]))
+            .arg(3);
+    }
+    pipe.cmd("SET").arg(format!("{prefix}:schema")).arg(1);
+    let _: () = pipe.query_async(&mut raw).await.unwrap();
+
+    let store = RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+    let version: String = redis::cmd("GET")
+        .arg(format!("{prefix}:schema"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(version, "2");
+
+    let f = fingerprint();
+    match store.claim(&request(&done, &f)).await.unwrap() {
+        ClaimOutcome::Completed(record) => {
+            assert_eq!(
+                record.outcome(),
+                Some(&Outcome::Success {
+                    output: OutputJson::from_value(&json!({ "id": "m-1" }))
+                })
+            );
+            assert!(record.info.is_empty() && record.worker.is_none() && record.audit.is_empty());
+        }
+        other => panic!("expected the 0.1 record, got {other:?}"),
+    }
+    assert!(matches!(
+        store.claim(&request(&running, &f)).await.unwrap(),
+        ClaimOutcome::InFlight {
+            fence: Fence(3),
+            ..
+        }
+    ));
+    let mut expected = vec![done.clone(), unknown.clone(), running.clone()];
+    expected.sort();
+    for page in [1, 2, 10] {
+        let found: Vec<IdempotencyKey> = scan_all(&store, page)
+            .await
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(found, expected, "page size {page}");
+    }
+
+    // An operator settles the unknown outcome.
+    let record = store.get(&unknown).await.unwrap().unwrap();
+    assert_eq!(record.status(), Status::Unknown);
+    let now = store.now().await.unwrap();
+    let mut settled = record.clone();
+    settled.state = RecordState::Completed {
+        fence: record.fence(),
+        outcome: sent("ch_1"),
+        completed_at: now,
+        expires_at: now.plus(Duration::from_secs(600)),
+    };
+    let fence = store
+        .replace(
+            &unknown,
+            Expected {
+                fence: Fence(2),
+                state: ExpectedState::Completed,
+            },
+            Some(&settled),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(fence.0 > 3, "fences continue after 0.1's, got {fence}");
+    let read = store.get(&unknown).await.unwrap().unwrap();
+    assert_eq!(read.status(), Status::Succeeded);
+    assert_eq!(read.steps.get("idem:attempt"), Some(&json!(1)));
+
+    // A second store finds the data migrated.
+    RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_by_pub_sub_within_milliseconds() {
     let Some(url) = server_url("redis wake-up latency").await else {
@@ -436,14 +714,17 @@ async fn data_from_a_newer_idem_is_refused() {
     let mut raw = raw(&url).await;
     let _: () = redis::cmd("SET")
         .arg(format!("{prefix}:schema"))
-        .arg(2)
+        .arg(99)
         .query_async(&mut raw)
         .await
         .unwrap();
     match RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix)).await {
         Err(StoreError::SchemaTooNew {
             found, supported, ..
-        }) => assert_eq!((found, supported), (2, 1)),
+        }) => assert_eq!(
+            (found, supported),
+            (99, idem_runtime::store::redis::SCHEMA_VERSION)
+        ),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
 }

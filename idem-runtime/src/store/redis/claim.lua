@@ -1,6 +1,7 @@
--- claim: KEYS[1] record, KEYS[2] the fence counter of its slot.
+-- claim: KEYS[1] record, KEYS[2] the fence counter of its slot, KEYS[3] the
+-- index of its slot.
 -- ARGV: tool, fingerprint, check fingerprint ('1'/'0'), lease ms, worker
--- given ('1'/'0'), worker, call details JSON ('' when nothing is known).
+-- given ('1'/'0'), worker, call details JSON ('' when nothing is known), key.
 -- Answers that change nothing write nothing.
 local now = now_ms()
 local lease_until = now + tonumber(ARGV[4])
@@ -19,6 +20,7 @@ if h == nil then
   if ARGV[5] == '1' then
     redis.call('HSET', KEYS[1], 'worker', ARGV[6])
   end
+  index(KEYS[3], ARGV[8])
   return {'acquired', fmt(fence), fmt(lease_until)}
 end
 if h.tool ~= ARGV[1] or (ARGV[3] == '1' and h.fp ~= ARGV[2]) then

@@ -19,6 +19,13 @@
 -- written by version 1 simply lacks them.
 -- Times are the server's clock in milliseconds; retention (exp) is also the
 -- key's TTL, the lease is a field only.
+--
+-- Each slot also keeps an index, PREFIX:{SLOT}:keys: a sorted set (every
+-- score 0, so ordered by member) of the keys of its records, which scans
+-- page through. A claim that creates a record and a replace add the key; a
+-- release and a replace that deletes remove it. A record that lapses is
+-- deleted by Redis, which leaves its key in the index: claims that create a
+-- record drop such keys next to theirs (see `index`), scans skip them.
 
 local function now_ms()
   local t = redis.call('TIME')
@@ -124,5 +131,23 @@ local function set_worker(given, worker)
     redis.call('HSET', KEYS[1], 'worker', worker)
   else
     redis.call('HDEL', KEYS[1], 'worker')
+  end
+end
+
+-- How many keys after a new one a claim looks at to drop lapsed records
+-- from the index: with k, at most about 1/k of the index is lapsed keys.
+local INDEX_PROBES = 4
+
+-- Add `member`, the key of the record KEYS[1], to the slot's index `idx`,
+-- and drop from it the next few keys whose records are gone (they lapsed
+-- and Redis deleted them). Their record keys share the slot's hash tag.
+local function index(idx, member)
+  redis.call('ZADD', idx, 0, member)
+  local base = string.sub(KEYS[1], 1, #KEYS[1] - #member)
+  local after = redis.call('ZRANGEBYLEX', idx, '(' .. member, '+', 'LIMIT', 0, INDEX_PROBES)
+  for _, other in ipairs(after) do
+    if redis.call('EXISTS', base .. other) == 0 then
+      redis.call('ZREM', idx, other)
+    end
   end
 end

@@ -1,4 +1,5 @@
--- replace: KEYS[1] record, KEYS[2] the fence counter of its slot.
+-- replace: KEYS[1] record, KEYS[2] the fence counter of its slot, KEYS[3]
+-- the index of its slot.
 -- ARGV: expected fence, expected state ('f' in flight, 'l' in flight with
 -- its lease run out, 'a' awaiting approval, 'c' completed), channel, key,
 -- then the new record's fields and values (without its fence), or nothing
@@ -19,6 +20,7 @@ if not matches then
 end
 if #ARGV == 4 then
   redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return {'ok'}
 end
@@ -40,5 +42,6 @@ end
 if new.state ~= 'f' then
   redis.call('PEXPIREAT', KEYS[1], new.exp)
 end
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {'ok', fence}
