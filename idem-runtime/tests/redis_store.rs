@@ -10,9 +10,12 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use idem_runtime::conformance::random_key;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::{Fence, Outcome, OutputJson, Record, RecordState, Status};
 use idem_runtime::store::redis::RedisOptions;
-use idem_runtime::store::{ClaimOutcome, RedisStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, RedisStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
+use serde_json::json;
 use support::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
     request, sent, wake_up_latencies,
@@ -101,6 +104,46 @@ async fn a_duplicate_of_a_completed_call_writes_nothing() {
     // The counter does count the script's writes: a first call's claim.
     acquire(&store, &random_key()).await;
     assert!(writes_applied(&mut raw).await > after);
+
+    // Nor does a duplicate of a call awaiting approval write.
+    let waiting = random_key();
+    let fence = acquire(&store, &waiting).await;
+    park(&store, &waiting, fence, Duration::from_secs(600)).await;
+    let before = writes_applied(&mut raw).await;
+    for _ in 0..100 {
+        let dup = store.claim(&request(&waiting, &f)).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::AwaitingApproval(_)), "{dup:?}");
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        before,
+        "a duplicate of a call awaiting approval wrote"
+    );
+}
+
+/// Park the in-flight call `key` owned by `fence` as awaiting approval for
+/// `ttl`; returns the record's new fence.
+async fn park(store: &RedisStore, key: &IdempotencyKey, fence: Fence, ttl: Duration) -> Fence {
+    let now = store.now().await.unwrap();
+    let mut record = store.get(key).await.unwrap().expect("in flight");
+    record.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(ttl),
+        message: "ask #payments-oncall".into(),
+    };
+    store
+        .replace(
+            key,
+            Expected {
+                fence,
+                state: ExpectedState::InFlight,
+            },
+            Some(&record),
+        )
+        .await
+        .unwrap()
+        .expect("a fence for the new record")
 }
 
 /// The commands clients sent to the server while `op` ran, as MONITOR saw
@@ -240,6 +283,353 @@ async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
     );
 }
 
+/// A request for approval lapses through its key's TTL, like a completed
+/// record; once approved, the claim that runs the call makes the record
+/// in flight again, without a TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_request_lapses_by_its_key_ttl_until_an_approved_claim_owns_it() {
+    let Some(url) = server_url("redis approval retention").await else {
+        return;
+    };
+    let store = RedisStore::connect(&url).await.unwrap();
+    let mut raw = raw(&url).await;
+    let (key, f) = (random_key(), fingerprint());
+    let fence = acquire(&store, &key).await;
+    let parked = park(&store, &key, fence, Duration::from_secs(600)).await;
+    let redis_key = store.record_key(&key);
+    let pttl = |raw: &mut redis::aio::MultiplexedConnection| {
+        let mut raw = raw.clone();
+        let redis_key = redis_key.clone();
+        async move {
+            redis::cmd("PTTL")
+                .arg(&redis_key)
+                .query_async::<i64>(&mut raw)
+                .await
+                .unwrap()
+        }
+    };
+    let left = pttl(&mut raw).await;
+    assert!(
+        (590_000..=600_000).contains(&left),
+        "a request's retention is its key TTL, got {left} ms"
+    );
+
+    let mut approved = store.get(&key).await.unwrap().unwrap();
+    approved.steps.insert(
+        idem_runtime::record::APPROVAL_STEP.into(),
+        json!({ "approved": { "approver": "ana" } }),
+    );
+    store
+        .replace(
+            &key,
+            Expected {
+                fence: parked,
+                state: ExpectedState::AwaitingApproval,
+            },
+            Some(&approved),
+        )
+        .await
+        .unwrap();
+    match store.claim(&request(&key, &f)).await.unwrap() {
+        ClaimOutcome::Acquired { takeover: None, .. } => {}
+        other => panic!("expected the approved call, got {other:?}"),
+    }
+    assert_eq!(
+        pttl(&mut raw).await,
+        -1,
+        "an in-flight record must not lapse"
+    );
+    let fields: Vec<String> = redis::cmd("HKEYS")
+        .arg(store.record_key(&key))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    for gone in ["req", "exp", "msg"] {
+        assert!(
+            !fields.iter().any(|f| f == gone),
+            "{gone} left in {fields:?}"
+        );
+    }
+}
+
+/// Every record of the store, each once, over `page`-sized scan pages.
+async fn scan_all(store: &RedisStore, page: usize) -> Vec<Record> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let got = store.scan(cursor.as_deref(), page).await.unwrap();
+        assert!(got.records.len() <= page, "a page larger than asked for");
+        all.extend(got.records);
+        match got.cursor {
+            Some(next) => {
+                assert!(
+                    cursor.as_ref().is_none_or(|c| next > *c),
+                    "the scan went back"
+                );
+                cursor = Some(next);
+            }
+            None => return all,
+        }
+    }
+}
+
+/// Scans page through the slots' indexes: records of other prefixes are
+/// not read, every record comes once in key order, records that lapsed are
+/// left out although their keys are still indexed, and a claim creating a
+/// record next to such a key drops it from the index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
+    let Some(url) = server_url("redis scan").await else {
+        return;
+    };
+    let prefix = format!("idem-scan-{}", &random_key().as_str()[..8]);
+    let store = RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+    let mut raw = raw(&url).await;
+    assert!(
+        scan_all(&store, 10).await.is_empty(),
+        "a new prefix is empty"
+    );
+
+    // Two keys of one slot, a lapsing record under the greater.
+    let slot = random_key().as_str()[..3].to_owned();
+    let low = IdempotencyKey::parse(&format!("{slot}{}", "0".repeat(61))).unwrap();
+    let high = IdempotencyKey::parse(&format!("{slot}{}", "1".repeat(61))).unwrap();
+    let fence = acquire(&store, &high).await;
+    store
+        .complete(&high, fence, &sent("m-0"), Duration::from_millis(50))
+        .await
+        .unwrap();
+    let mut keys = Vec::new();
+    for i in 0..30 {
+        let key = random_key();
+        let fence = acquire(&store, &key).await;
+        if i % 2 == 0 {
+            store
+                .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+                .await
+                .unwrap();
+        }
+        keys.push(key);
+    }
+    keys.sort();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let index = format!("{prefix}:{{{slot}}}:keys");
+    let indexed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(indexed.contains(&high.as_str().to_owned()), "{indexed:?}");
+
+    for page in [1, 4, 1000] {
+        let found: Vec<IdempotencyKey> = scan_all(&store, page)
+            .await
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(found, keys, "page size {page}");
+    }
+    // RESP3 answers HGETALL with a map, not a list.
+    let resp3 = RedisStore::connect_with(
+        &format!("{url}?protocol=resp3"),
+        RedisOptions::default().prefix(&prefix),
+    )
+    .await
+    .unwrap();
+    let found: Vec<IdempotencyKey> = scan_all(&resp3, 7)
+        .await
+        .into_iter()
+        .map(|r| r.key)
+        .collect();
+    assert_eq!(found, keys, "over RESP3");
+
+    // A claim next to the lapsed key drops it from the index.
+    acquire(&store, &low).await;
+    let indexed: Vec<String> = redis::cmd("ZRANGE")
+        .arg(&index)
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(indexed.contains(&low.as_str().to_owned()), "{indexed:?}");
+    assert!(!indexed.contains(&high.as_str().to_owned()), "{indexed:?}");
+
+    // A released record leaves its index.
+    let gone = random_key();
+    let fence = acquire(&store, &gone).await;
+    store.release(&gone, fence).await.unwrap();
+    let rank: Option<i64> = redis::cmd("ZRANK")
+        .arg(format!("{prefix}:{{{}}}:keys", &gone.as_str()[..3]))
+        .arg(gone.as_str())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(rank, None, "a released key is still indexed");
+
+    for bad in ["", "xyz", "abcd", &"g".repeat(64)] {
+        assert!(
+            matches!(store.scan(Some(bad), 10).await, Err(StoreError::Config(_))),
+            "cursor {bad:?} accepted"
+        );
+    }
+}
+
+/// Data written by idem 0.1 (schema version 1: hashes without call details,
+/// worker or audit, and no indexes) is migrated when a store connects: the
+/// version becomes 2, its records read unchanged and are found by scans,
+/// its fences continue, and an operator can settle its unknown outcome.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_written_by_schema_version_1_is_migrated_and_reads() {
+    let Some(url) = server_url("redis schema 1").await else {
+        return;
+    };
+    let prefix = format!("idem-v1-{}", &random_key().as_str()[..8]);
+    let mut raw = raw(&url).await;
+    let (done, unknown, running) = (random_key(), random_key(), random_key());
+    let fp = "f".repeat(64);
+    let far = 4_000_000_000_000u64;
+    let hset = |key: &IdempotencyKey, fields: &[(&str, String)]| {
+        let mut cmd = redis::cmd("HSET");
+        cmd.arg(format!(
+            "{prefix}:{{{}}}:r:{}",
+            &key.as_str()[..3],
+            key.as_str()
+        ));
+        for (name, value) in fields {
+            cmd.arg(*name).arg(value);
+        }
+        cmd
+    };
+    let common = |fence: u64| {
+        vec![
+            ("tool", "send_email".to_owned()),
+            ("fp", fp.clone()),
+            ("created", "1700000000000".to_owned()),
+            ("fence", fence.to_string()),
+        ]
+    };
+    let completed = |fence: u64, outcome: &str| {
+        let mut fields = common(fence);
+        fields.extend([
+            ("state", "c".to_owned()),
+            ("outcome", outcome.to_owned()),
+            ("done", "1700000000100".to_owned()),
+            ("exp", far.to_string()),
+        ]);
+        fields
+    };
+    let mut pipe = redis::pipe();
+    pipe.add_command(hset(
+        &done,
+        &completed(1, r#"{"status":"success","output":"{\"id\":\"m-1\"}"}"#),
+    ))
+    .add_command(hset(&unknown, &{
+        let mut fields = completed(2, r#"{"status":"unknown","reason":"owner vanished"}"#);
+        fields.push(("s:idem:attempt", "1".to_owned()));
+        fields
+    }))
+    .add_command(hset(&running, &{
+        let mut fields = common(3);
+        fields.extend([("state", "f".to_owned()), ("lease", far.to_string())]);
+        fields
+    }));
+    for key in [&done, &unknown] {
+        pipe.cmd("PEXPIREAT")
+            .arg(format!(
+                "{prefix}:{{{}}}:r:{}",
+                &key.as_str()[..3],
+                key.as_str()
+            ))
+            .arg(far);
+    }
+    for key in [&done, &unknown, &running] {
+        pipe.cmd("SET")
+            .arg(format!("{prefix}:{{{}}}:fence", &key.as_str()[..3]))
+            .arg(3);
+    }
+    pipe.cmd("SET").arg(format!("{prefix}:schema")).arg(1);
+    let _: () = pipe.query_async(&mut raw).await.unwrap();
+
+    let store = RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+    let version: String = redis::cmd("GET")
+        .arg(format!("{prefix}:schema"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(version, "2");
+
+    let f = fingerprint();
+    match store.claim(&request(&done, &f)).await.unwrap() {
+        ClaimOutcome::Completed(record) => {
+            assert_eq!(
+                record.outcome(),
+                Some(&Outcome::Success {
+                    output: OutputJson::from_value(&json!({ "id": "m-1" }))
+                })
+            );
+            assert!(record.info.is_empty() && record.worker.is_none() && record.audit.is_empty());
+        }
+        other => panic!("expected the 0.1 record, got {other:?}"),
+    }
+    assert!(matches!(
+        store.claim(&request(&running, &f)).await.unwrap(),
+        ClaimOutcome::InFlight {
+            fence: Fence(3),
+            ..
+        }
+    ));
+    let mut expected = vec![done.clone(), unknown.clone(), running.clone()];
+    expected.sort();
+    for page in [1, 2, 10] {
+        let found: Vec<IdempotencyKey> = scan_all(&store, page)
+            .await
+            .into_iter()
+            .map(|r| r.key)
+            .collect();
+        assert_eq!(found, expected, "page size {page}");
+    }
+
+    // An operator settles the unknown outcome.
+    let record = store.get(&unknown).await.unwrap().unwrap();
+    assert_eq!(record.status(), Status::Unknown);
+    let now = store.now().await.unwrap();
+    let mut settled = record.clone();
+    settled.state = RecordState::Completed {
+        fence: record.fence(),
+        outcome: sent("ch_1"),
+        completed_at: now,
+        expires_at: now.plus(Duration::from_secs(600)),
+    };
+    let fence = store
+        .replace(
+            &unknown,
+            Expected {
+                fence: Fence(2),
+                state: ExpectedState::Completed,
+            },
+            Some(&settled),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(fence.0 > 3, "fences continue after 0.1's, got {fence}");
+    let read = store.get(&unknown).await.unwrap().unwrap();
+    assert_eq!(read.status(), Status::Succeeded);
+    assert_eq!(read.steps.get("idem:attempt"), Some(&json!(1)));
+
+    // A second store finds the data migrated.
+    RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_by_pub_sub_within_milliseconds() {
     let Some(url) = server_url("redis wake-up latency").await else {
@@ -324,14 +714,17 @@ async fn data_from_a_newer_idem_is_refused() {
     let mut raw = raw(&url).await;
     let _: () = redis::cmd("SET")
         .arg(format!("{prefix}:schema"))
-        .arg(2)
+        .arg(99)
         .query_async(&mut raw)
         .await
         .unwrap();
     match RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix)).await {
         Err(StoreError::SchemaTooNew {
             found, supported, ..
-        }) => assert_eq!((found, supported), (2, 1)),
+        }) => assert_eq!(
+            (found, supported),
+            (99, idem_runtime::store::redis::SCHEMA_VERSION)
+        ),
         other => panic!("expected SchemaTooNew, got {other:?}"),
     }
 }

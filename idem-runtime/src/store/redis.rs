@@ -3,26 +3,39 @@
 //! # How it works
 //!
 //! * Each transition is one Lua script (`store/redis/*.lua`), so it is one
-//!   round trip and atomic: claim, checkpoint, complete, release, get. The
-//!   scripts are loaded when the store connects, so a call is one `EVALSHA`.
+//!   round trip and atomic: claim, checkpoint, complete, release, replace,
+//!   get. The scripts are loaded when the store connects, so a call is one
+//!   `EVALSHA`. The layout of a record's hash is described at the top of
+//!   `store/redis/common.lua`.
 //! * A record is a hash under `PREFIX:{SLOT}:r:KEY`, where `SLOT` is the
-//!   first three hex digits of the key: a record and the fence counter of
-//!   its slot (`PREFIX:{SLOT}:fence`) share a hash tag, so every script
-//!   touches keys of one Redis Cluster slot. The 4,096 counters are never
-//!   deleted, so a fence is never handed out twice for a key, even after the
-//!   key was released or expired.
+//!   first three hex digits of the key: a record, the fence counter of its
+//!   slot (`PREFIX:{SLOT}:fence`) and the index of its slot
+//!   (`PREFIX:{SLOT}:keys`) share a hash tag, so every script touches keys
+//!   of one Redis Cluster slot. The 4,096 counters are never deleted, so a
+//!   fence is never handed out twice for a key, even after the key was
+//!   released or expired.
+//! * [`Store::scan`] pages through the slots' indexes — sorted sets of the
+//!   keys of their records, kept by the scripts that create and delete
+//!   records — in key order, the cursor being the last key returned. Unlike
+//!   `SCAN`, which may return a key twice when the server resizes its
+//!   table between two calls, this returns every record present for the
+//!   whole scan exactly once, and reads no key of other data sharing the
+//!   server. A record that lapses is deleted by Redis but stays in its
+//!   index until a claim creating a record next to it drops it (scans skip
+//!   it): in the steady state about a quarter of an index is such keys.
 //! * Times come from the server's clock (`TIME` inside the scripts), never
 //!   the worker's. A completed record's retention is the key's TTL
 //!   (`PEXPIREAT`); the lease is a field of the hash — key expiry never
 //!   doubles as the lease, and an in-flight record has no TTL (it is never
-//!   swept). Redis deletes expired records itself, so [`Store::sweep`] has
-//!   nothing to do and returns 0.
-//! * Waiters are woken by pub/sub: the complete and release scripts publish
-//!   the key on `PREFIX:done`, and one subscriber connection per store wakes
-//!   the local waiters of that key, typically within a millisecond. As a
-//!   safety net (a message lost while the subscriber reconnects), waiters
-//!   also re-read their record with a back-off from 5 ms to
-//!   [`SAFETY_POLL`].
+//!   swept). A record awaiting approval lapses the same way. Redis deletes
+//!   expired records itself, so [`Store::sweep`] has nothing to do and
+//!   returns 0.
+//! * Waiters are woken by pub/sub: the complete, release and replace
+//!   scripts publish the key on `PREFIX:done`, and one subscriber connection
+//!   per store wakes the local waiters of that key, typically within a
+//!   millisecond. As a safety net (a message lost while the subscriber
+//!   reconnects), waiters also re-read their record with a back-off from
+//!   5 ms to [`SAFETY_POLL`].
 //! * A store that cannot be reached fails every operation with
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
 //!   the cause. Connections are never retried *with* a request, so a
@@ -34,9 +47,10 @@
 //!
 //! * `maxmemory-policy noeviction` (or no `maxmemory`). Under an
 //!   `allkeys-*` policy Redis may evict an in-flight record (its call can
-//!   then run again) or a fence counter (a fence can then be handed out
-//!   twice); under a `volatile-*` policy it may evict a completed record
-//!   before its retention ends (a duplicate then runs again). With
+//!   then run again), a fence counter (a fence can then be handed out
+//!   twice) or an index (scans then miss its slot's records); under a
+//!   `volatile-*` policy it may evict a completed record before its
+//!   retention ends (a duplicate then runs again). With
 //!   `noeviction` a full server refuses the write, which idem reports as
 //!   [`StoreError::Full`] and nothing runs.
 //! * Persistence (`appendonly yes`) if records must survive a restart of
@@ -58,14 +72,38 @@ use serde_json::Value;
 
 use super::redact::redact;
 use super::waiters::Waiters;
-use super::{Cause, ClaimOutcome, ClaimRequest, Store, StoreError, Takeover};
+use super::{
+    Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, ScanPage, Store,
+    StoreError, Takeover,
+};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
+use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record, RecordState};
 
 /// The data layout this build writes and understands, kept under
 /// `PREFIX:schema`.
-pub const SCHEMA_VERSION: u32 = 1;
+///
+/// Version 2 (idem 0.2) adds records awaiting approval, call details, the
+/// worker and operator audit to the record's hash, and the per-slot
+/// indexes that scans page through. Data of version 1 is migrated when a
+/// version 2 store connects to it: its records are indexed (they read
+/// unchanged, lacking only what version 1 did not record), then the version
+/// is set to 2, so a version 1 build refuses to connect rather than
+/// misread a record awaiting approval. Records that version 1 workers still
+/// connected at that moment create afterwards are not indexed: claims and
+/// reads find them, scans do not, so stop version 1 workers before the
+/// first version 2 store connects.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// How many slots (hash tags) the records are spread over: keys are hex,
+/// and a slot is a key's first three digits.
+const SLOTS: u16 = 4096;
+
+/// How many slots' index sizes one round trip of a scan counts.
+const COUNT_WINDOW: u16 = 512;
+
+/// The most records one scan page reads.
+const MAX_SCAN_PAGE: usize = 10_000;
 
 /// The longest a waiter goes without re-reading its record when no
 /// notification arrives.
@@ -139,6 +177,7 @@ struct Scripts {
     renew: Script,
     complete: Script,
     release: Script,
+    replace: Script,
     get: Script,
 }
 
@@ -150,17 +189,19 @@ impl Scripts {
             renew: Script::new(script!("renew.lua")),
             complete: Script::new(script!("complete.lua")),
             release: Script::new(script!("release.lua")),
+            replace: Script::new(script!("replace.lua")),
             get: Script::new(script!("get.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 6] {
+    fn all(&self) -> [&Script; 7] {
         [
             &self.claim,
             &self.checkpoint,
             &self.renew,
             &self.complete,
             &self.release,
+            &self.replace,
             &self.get,
         ]
     }
@@ -190,6 +231,9 @@ impl RedisStore {
 
     /// Connect to `url`, check the data layout version, load the scripts and
     /// start the subscriber that wakes waiters.
+    ///
+    /// Data written by an older idem is migrated first (see
+    /// [`SCHEMA_VERSION`]).
     ///
     /// Fails with [`StoreError::Unavailable`] when the server cannot be
     /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
@@ -227,7 +271,7 @@ impl RedisStore {
         let schema_key = format!("{}:schema", options.prefix);
         // Claim the layout for this version if the store is new, then read
         // what is there: one round trip.
-        let (found,): (String,) = redis::pipe()
+        let (mut found,): (String,) = redis::pipe()
             .cmd("SET")
             .arg(&schema_key)
             .arg(SCHEMA_VERSION)
@@ -238,6 +282,11 @@ impl RedisStore {
             .query_async(&mut conn)
             .await
             .map_err(unavailable)?;
+        if found == "1" {
+            found = migrate_from_1(&mut conn, &options.prefix, &schema_key)
+                .await
+                .map_err(unavailable)?;
+        }
         match found.parse::<u32>() {
             Ok(v) if v == SCHEMA_VERSION => {}
             Ok(v) if v > SCHEMA_VERSION => {
@@ -312,6 +361,11 @@ impl RedisStore {
         format!("{}:{{{}}}:fence", self.prefix, slot(key))
     }
 
+    /// The index of the slot of `key`.
+    fn index_key(&self, key: &IdempotencyKey) -> String {
+        index_key(&self.prefix, slot(key))
+    }
+
     /// The typed error for a Redis failure; `e` stays its source.
     fn unavailable(&self, e: redis::RedisError) -> StoreError {
         let store = self.name.clone();
@@ -330,11 +384,11 @@ impl RedisStore {
         &self,
         script: &Script,
         key: &IdempotencyKey,
-        extra_key: Option<String>,
+        extra_keys: &[String],
         args: &[&[u8]],
     ) -> Result<Vec<RedisValue>, StoreError> {
         let mut invocation = script.key(self.record_key(key));
-        if let Some(k) = extra_key {
+        for k in extra_keys {
             invocation.key(k);
         }
         for a in args {
@@ -354,9 +408,10 @@ impl RedisStore {
             "stale" => {
                 let holder = word(2).parse().map(Fence);
                 let current = match (word(1).as_str(), holder) {
-                    ("in_flight", Ok(f)) => super::FenceHolder::InFlight(f),
-                    ("completed", Ok(f)) => super::FenceHolder::Completed(f),
-                    _ => super::FenceHolder::Nobody,
+                    ("in_flight", Ok(f)) => FenceHolder::InFlight(f),
+                    ("awaiting_approval", Ok(f)) => FenceHolder::AwaitingApproval(f),
+                    ("completed", Ok(f)) => FenceHolder::Completed(f),
+                    _ => FenceHolder::Nobody,
                 };
                 StoreError::StaleFence {
                     key: key.clone(),
@@ -380,7 +435,7 @@ impl RedisStore {
     }
 
     async fn read(&self, key: &IdempotencyKey) -> Result<(Option<Record>, Timestamp), StoreError> {
-        let reply = self.run(&self.scripts.get, key, None, &[]).await?;
+        let reply = self.run(&self.scripts.get, key, &[], &[]).await?;
         let now = reply
             .first()
             .and_then(number)
@@ -398,6 +453,98 @@ impl RedisStore {
 /// The hash slot tag of `key`: its first three hex digits (4,096 slots).
 fn slot(key: &IdempotencyKey) -> &str {
     &key.as_str()[..3]
+}
+
+/// The index of the records of `slot` (three hex digits).
+fn index_key(prefix: &str, slot: &str) -> String {
+    format!("{prefix}:{{{slot}}}:keys")
+}
+
+/// Where a scan resumes: the slot to read first, and the last key returned
+/// in it (`None`: from the slot's start). A cursor is that key, or the name
+/// of the slot (three hex digits) when the previous page ended with a whole
+/// slot.
+fn parse_cursor(cursor: &str) -> Option<(u16, Option<&str>)> {
+    let slot = cursor.get(..3)?;
+    if !slot.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+        return None;
+    }
+    let slot = u16::from_str_radix(slot, 16).ok()?;
+    match cursor.len() {
+        3 => Some((slot, None)),
+        _ => IdempotencyKey::parse(cursor)
+            .ok()
+            .map(|_| (slot, Some(cursor))),
+    }
+}
+
+/// `text` as a literal in a `SCAN MATCH` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The slot and key of a record's Redis key `PREFIX:{SLOT}:r:KEY`, or
+/// `None` for any other key.
+fn parse_record_key<'a>(prefix: &str, redis_key: &'a str) -> Option<(&'a str, &'a str)> {
+    let rest = redis_key.strip_prefix(prefix)?.strip_prefix(":{")?;
+    let (slot, key) = rest.split_once("}:r:")?;
+    (slot.len() == 3 && key.starts_with(slot) && IdempotencyKey::parse(key).is_ok())
+        .then_some((slot, key))
+}
+
+/// Migrate data of schema version 1 to 2: index every record (version 1
+/// kept no indexes), then set the version, unless another store did it
+/// meanwhile. Returns the version then found. Several stores connecting at
+/// once may all do it; indexing a key twice changes nothing.
+async fn migrate_from_1(
+    conn: &mut ConnectionManager,
+    prefix: &str,
+    schema_key: &str,
+) -> redis::RedisResult<String> {
+    let pattern = format!("{}:{{???}}:r:*", glob_escape(prefix));
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        for redis_key in &keys {
+            if let Some((slot, key)) = parse_record_key(prefix, redis_key) {
+                pipe.cmd("ZADD")
+                    .arg(index_key(prefix, slot))
+                    .arg(0)
+                    .arg(key)
+                    .ignore();
+            }
+        }
+        if !keys.is_empty() {
+            pipe.query_async::<()>(conn).await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == '1' then redis.call('SET', KEYS[1], ARGV[1]) end \
+         return redis.call('GET', KEYS[1])",
+    )
+    .key(schema_key)
+    .arg(SCHEMA_VERSION)
+    .invoke_async(conn)
+    .await
 }
 
 fn text(v: &RedisValue) -> Option<String> {
@@ -453,6 +600,12 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
             fence,
             lease_until: time("lease")?,
         },
+        "a" => RecordState::AwaitingApproval {
+            fence,
+            requested_at: time("req")?,
+            expires_at: time("exp")?,
+            message: field("msg")?,
+        },
         "c" => RecordState::Completed {
             fence,
             outcome: serde_json::from_str::<Outcome>(&field("outcome")?)
@@ -470,6 +623,19 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
             steps.insert(step.to_owned(), value);
         }
     }
+    // Fields that came with schema version 2: absent from older records.
+    let info = match fields.get("info") {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| corrupt(format!("field info: {e}")))?
+        }
+        None => CallInfo::default(),
+    };
+    let audit = match fields.get("audit") {
+        Some(text) => {
+            serde_json::from_str(text).map_err(|e| corrupt(format!("field audit: {e}")))?
+        }
+        None => Vec::new(),
+    };
     Ok(Record {
         key: key.clone(),
         tool: field("tool")?,
@@ -477,11 +643,67 @@ fn decode(key: &IdempotencyKey, flat: &[RedisValue]) -> Result<Record, CorruptRe
         created_at: time("created")?,
         state,
         steps,
-        // STUB: not stored yet.
-        info: Default::default(),
-        worker: None,
-        audit: Vec::new(),
+        info,
+        worker: fields.get("worker").cloned(),
+        audit,
     })
+}
+
+/// `value` as JSON text.
+fn json<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).expect("a record's parts serialize")
+}
+
+/// The hash fields of `record` as [`decode`] reads them, but its fence
+/// (which the replace script allocates).
+fn encode(record: &Record) -> Vec<(String, String)> {
+    let mut fields: Vec<(String, String)> = vec![
+        ("tool".into(), record.tool.clone()),
+        ("fp".into(), record.fingerprint.as_str().to_owned()),
+        ("created".into(), record.created_at.0.to_string()),
+    ];
+    let mut field = |name: &str, value: String| fields.push((name.to_owned(), value));
+    match &record.state {
+        RecordState::InFlight { lease_until, .. } => {
+            field("state", "f".into());
+            field("lease", lease_until.0.to_string());
+        }
+        RecordState::AwaitingApproval {
+            requested_at,
+            expires_at,
+            message,
+            ..
+        } => {
+            field("state", "a".into());
+            field("req", requested_at.0.to_string());
+            field("exp", expires_at.0.to_string());
+            field("msg", message.clone());
+        }
+        RecordState::Completed {
+            outcome,
+            completed_at,
+            expires_at,
+            ..
+        } => {
+            field("state", "c".into());
+            field("outcome", json(outcome));
+            field("done", completed_at.0.to_string());
+            field("exp", expires_at.0.to_string());
+        }
+    }
+    if !record.info.is_empty() {
+        field("info", json(&record.info));
+    }
+    if let Some(worker) = &record.worker {
+        field("worker", worker.clone());
+    }
+    if !record.audit.is_empty() {
+        field("audit", json(&record.audit));
+    }
+    for (step, value) in &record.steps {
+        field(&format!("s:{step}"), json(value));
+    }
+    fields
 }
 
 /// Keep one subscription to `channel` alive, waking the waiters of each key
@@ -527,16 +749,24 @@ impl Store for RedisStore {
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = super::span_millis(req.lease).to_string();
+        let info = match req.info.is_empty() {
+            true => String::new(),
+            false => json(req.info),
+        };
         let reply = self
             .run(
                 &self.scripts.claim,
                 req.key,
-                Some(self.fence_key(req.key)),
+                &[self.fence_key(req.key), self.index_key(req.key)],
                 &[
                     req.tool.as_bytes(),
                     req.fingerprint.as_str().as_bytes(),
                     if req.check_fingerprint { b"1" } else { b"0" },
                     lease.as_bytes(),
+                    if req.worker.is_some() { b"1" } else { b"0" },
+                    req.worker.unwrap_or_default().as_bytes(),
+                    info.as_bytes(),
+                    req.key.as_str().as_bytes(),
                 ],
             )
             .await?;
@@ -566,6 +796,13 @@ impl Store for RedisStore {
                 }),
                 steps: flat(4)?.steps,
             }),
+            "approved" => Ok(ClaimOutcome::Acquired {
+                fence: Fence(num(1)?),
+                lease_until: Timestamp(num(2)?),
+                takeover: None,
+                steps: flat(3)?.steps,
+            }),
+            "awaiting" => Ok(ClaimOutcome::AwaitingApproval(Arc::new(flat(2)?))),
             "in_flight" => Ok(ClaimOutcome::InFlight {
                 fence: Fence(num(1)?),
                 lease_until: Timestamp(num(2)?),
@@ -592,7 +829,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.checkpoint,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     step.as_bytes(),
@@ -614,7 +851,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.renew,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     super::span_millis(lease).to_string().as_bytes(),
@@ -635,7 +872,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.complete,
                 key,
-                None,
+                &[],
                 &[
                     fence.0.to_string().as_bytes(),
                     &serde_json::to_vec(outcome).expect("an outcome serializes"),
@@ -653,7 +890,7 @@ impl Store for RedisStore {
             .run(
                 &self.scripts.release,
                 key,
-                None,
+                &[self.index_key(key)],
                 &[
                     fence.0.to_string().as_bytes(),
                     self.channel.as_bytes(),
@@ -680,27 +917,176 @@ impl Store for RedisStore {
 
     async fn replace(
         &self,
-        _key: &IdempotencyKey,
-        _expected: super::Expected,
-        _new: Option<&Record>,
+        key: &IdempotencyKey,
+        expected: Expected,
+        new: Option<&Record>,
     ) -> Result<Option<Fence>, StoreError> {
-        Err(StoreError::Config(
-            "STUB: replace is not implemented on Redis yet".into(),
-        ))
+        let state: &[u8] = match expected.state {
+            ExpectedState::InFlight => b"f",
+            ExpectedState::LeaseExpired => b"l",
+            ExpectedState::AwaitingApproval => b"a",
+            ExpectedState::Completed => b"c",
+        };
+        let fence = expected.fence.0.to_string();
+        let fields = new.map(encode).unwrap_or_default();
+        let mut args: Vec<&[u8]> = vec![
+            fence.as_bytes(),
+            state,
+            self.channel.as_bytes(),
+            key.as_str().as_bytes(),
+        ];
+        for (name, value) in &fields {
+            args.extend([name.as_bytes(), value.as_bytes()]);
+        }
+        let reply = self
+            .run(
+                &self.scripts.replace,
+                key,
+                &[self.fence_key(key), self.index_key(key)],
+                &args,
+            )
+            .await?;
+        match (reply.first().and_then(text).as_deref(), new) {
+            (Some("ok"), None) => Ok(None),
+            (Some("ok"), Some(_)) => match reply.get(1).and_then(number) {
+                Some(fence) => Ok(Some(Fence(fence))),
+                None => Err(self.protocol("replace without a fence")),
+            },
+            (Some("invalid"), _) => Err(StoreError::Corrupt(CorruptRecord {
+                key: key.as_str().to_owned(),
+                detail: format!(
+                    "the replacement was refused, nothing was written: {}",
+                    reply.get(1).and_then(text).unwrap_or_default()
+                ),
+            })),
+            _ => Err(self.rejection(key, expected.fence, &reply)),
+        }
     }
 
-    async fn scan(
-        &self,
-        _cursor: Option<&str>,
-        _limit: usize,
-    ) -> Result<super::ScanPage, StoreError> {
-        Err(StoreError::Config(
-            "STUB: scan is not implemented on Redis yet".into(),
-        ))
+    /// Pages in key order through the slots' indexes (see the [module
+    /// docs](self)); the cursor is the last key of the page, or the next
+    /// slot's name. A page costs a round trip to count the keys of the next
+    /// slots (more for a sparse store: 512 slots a trip), one to list them
+    /// and one to read their records.
+    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        let limit = limit.clamp(1, MAX_SCAN_PAGE);
+        let (mut next, after) = match cursor {
+            None => (0, None),
+            Some(c) => parse_cursor(c).ok_or_else(|| {
+                StoreError::Config(format!("{c:?} is not a scan cursor of {}", self.name))
+            })?,
+        };
+        let from = |slot: u16| match after {
+            Some(key) if key.starts_with(&format!("{slot:03x}")) => format!("({key}"),
+            _ => "-".to_owned(),
+        };
+        let index = |slot: u16| index_key(&self.prefix, &format!("{slot:03x}"));
+        let mut conn = self.conn()?;
+
+        // The slots that hold the page's keys, counted a window at a time.
+        let mut slots = Vec::new();
+        let mut counted = 0;
+        while next < SLOTS && counted < limit {
+            let window = next..(next + COUNT_WINDOW).min(SLOTS);
+            let mut pipe = redis::pipe();
+            for slot in window.clone() {
+                pipe.cmd("ZLEXCOUNT")
+                    .arg(index(slot))
+                    .arg(from(slot))
+                    .arg("+");
+            }
+            let counts: Vec<usize> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.unavailable(e))?;
+            for (slot, count) in window.zip(counts) {
+                next = slot + 1;
+                if count > 0 {
+                    slots.push(slot);
+                    counted += count;
+                    if counted >= limit {
+                        break;
+                    }
+                }
+            }
+        }
+
+        // Their keys, in order. Every slot but the last holds fewer than
+        // `limit`, so the reply holds fewer than twice `limit` keys.
+        let mut keys: Vec<String> = Vec::new();
+        if !slots.is_empty() {
+            let mut pipe = redis::pipe();
+            for &slot in &slots {
+                pipe.cmd("ZRANGEBYLEX")
+                    .arg(index(slot))
+                    .arg(from(slot))
+                    .arg("+")
+                    .arg("LIMIT")
+                    .arg(0)
+                    .arg(limit);
+            }
+            let ranges: Vec<Vec<String>> = pipe
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| self.unavailable(e))?;
+            keys = ranges.into_iter().flatten().take(limit).collect();
+        }
+        // A full page ends at its last key (its slot may hold more);
+        // otherwise every slot listed was read whole.
+        let cursor = match keys.last() {
+            Some(last) if keys.len() == limit => Some(last.clone()),
+            _ if next < SLOTS => Some(format!("{next:03x}")),
+            _ => None,
+        };
+
+        // Their records; a key whose record lapsed, or was released since
+        // it was listed, reads as nothing and is left out.
+        let mut keys_read = Vec::with_capacity(keys.len());
+        let mut pipe = redis::pipe();
+        pipe.cmd("TIME");
+        for key in &keys {
+            let key = IdempotencyKey::parse(key).map_err(|_| CorruptRecord {
+                key: key.clone(),
+                detail: "the index of its slot holds a malformed key".into(),
+            })?;
+            pipe.cmd("HGETALL").arg(self.record_key(&key));
+            keys_read.push(key);
+        }
+        let replies: Vec<RedisValue> = pipe
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        let now = match replies.first() {
+            Some(RedisValue::Array(time)) => {
+                match (time.first().and_then(number), time.get(1).and_then(number)) {
+                    (Some(secs), Some(micros)) => Timestamp(secs * 1000 + micros / 1000),
+                    _ => return Err(self.protocol("TIME")),
+                }
+            }
+            _ => return Err(self.protocol("TIME")),
+        };
+        let mut records = Vec::with_capacity(keys_read.len());
+        for (key, reply) in keys_read.iter().zip(replies.into_iter().skip(1)) {
+            let flat = match reply {
+                RedisValue::Array(flat) => flat,
+                // RESP3 answers HGETALL with a map.
+                RedisValue::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
+                _ => return Err(self.protocol("HGETALL")),
+            };
+            if flat.is_empty() {
+                continue;
+            }
+            let record = decode(key, &flat)?;
+            if !record.is_expired(now) {
+                records.push(record);
+            }
+        }
+        Ok(ScanPage { records, cursor })
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {
-        // Completed records carry a key TTL: Redis deletes them itself.
+        // Completed records and approval requests carry a key TTL: Redis
+        // deletes them itself.
         self.conn()?;
         Ok(0)
     }

@@ -1,0 +1,47 @@
+-- replace: KEYS[1] record, KEYS[2] the fence counter of its slot, KEYS[3]
+-- the index of its slot.
+-- ARGV: expected fence, expected state ('f' in flight, 'l' in flight with
+-- its lease run out, 'a' awaiting approval, 'c' completed), channel, key,
+-- then the new record's fields and values (without its fence), or nothing
+-- to delete the record.
+local now = now_ms()
+local h, _, rejection = load_live(now)
+if rejection then
+  return rejection
+end
+local want = ARGV[2]
+local matches = h ~= nil and h.fence == ARGV[1] and (
+  (want == 'f' and h.state == 'f')
+  or (want == 'l' and h.state == 'f' and tonumber(h.lease) <= now)
+  or (want == 'a' and h.state == 'a')
+  or (want == 'c' and h.state == 'c'))
+if not matches then
+  return stale(h)
+end
+if #ARGV == 4 then
+  redis.call('DEL', KEYS[1])
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('PUBLISH', ARGV[3], ARGV[4])
+  return {'ok'}
+end
+local new = {fence = '0'}
+for i = 5, #ARGV, 2 do
+  new[ARGV[i]] = ARGV[i + 1]
+end
+local bad = corrupt(new)
+if bad then
+  -- Never write what no reader could trust.
+  return {'invalid', bad}
+end
+local fence = fmt(redis.call('INCR', KEYS[2]))
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], 'fence', fence)
+for i = 5, #ARGV, 2 do
+  redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
+end
+if new.state ~= 'f' then
+  redis.call('PEXPIREAT', KEYS[1], new.exp)
+end
+redis.call('ZADD', KEYS[3], 0, ARGV[4])
+redis.call('PUBLISH', ARGV[3], ARGV[4])
+return {'ok', fence}
