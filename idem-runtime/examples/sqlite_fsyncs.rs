@@ -36,7 +36,7 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
         fingerprint: &f,
         check_fingerprint: true,
         lease: Duration::from_secs(60),
-        info: &idem_runtime::record::CallInfo::EMPTY,
+        info: idem_runtime::record::CallInfoRef::EMPTY,
         worker: None,
     };
     match store.claim(&req).await.expect("claim") {

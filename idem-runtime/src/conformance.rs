@@ -151,7 +151,7 @@ fn req<'a>(
         fingerprint,
         check_fingerprint: true,
         lease,
-        info: &crate::record::CallInfo::EMPTY,
+        info: crate::record::CallInfoRef::EMPTY,
         worker: None,
     }
 }

@@ -261,7 +261,66 @@ pub struct CallInfo {
     pub args: Option<String>,
 }
 
+/// [`CallInfo`] borrowed from the call, as a claim carries it: a store
+/// copies it only when the claim creates a record.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CallInfoRef<'a> {
+    /// The tenant / principal.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<&'a str>,
+    /// The provider's call id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub call_id: Option<&'a str>,
+    /// The agent run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_id: Option<&'a str>,
+    /// The step within the run.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub step: Option<u64>,
+    /// The canonical arguments, unless the tool keeps them out of the store.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub args: Option<&'a str>,
+}
+
+impl CallInfoRef<'_> {
+    /// Nothing known.
+    pub const EMPTY: CallInfoRef<'static> = CallInfoRef {
+        namespace: None,
+        call_id: None,
+        run_id: None,
+        step: None,
+        args: None,
+    };
+
+    /// Whether nothing is known.
+    pub fn is_empty(&self) -> bool {
+        *self == CallInfoRef::EMPTY
+    }
+
+    /// An owned copy, for the record.
+    pub fn to_owned(&self) -> CallInfo {
+        CallInfo {
+            namespace: self.namespace.map(str::to_owned),
+            call_id: self.call_id.map(str::to_owned),
+            run_id: self.run_id.map(str::to_owned),
+            step: self.step,
+            args: self.args.map(str::to_owned),
+        }
+    }
+}
+
 impl CallInfo {
+    /// Borrowed, as a claim carries it.
+    pub fn as_ref(&self) -> CallInfoRef<'_> {
+        CallInfoRef {
+            namespace: self.namespace.as_deref(),
+            call_id: self.call_id.as_deref(),
+            run_id: self.run_id.as_deref(),
+            step: self.step,
+            args: self.args.as_deref(),
+        }
+    }
+
     /// Nothing known (records written before idem 0.2, stores tested alone).
     pub const EMPTY: CallInfo = CallInfo {
         namespace: None,

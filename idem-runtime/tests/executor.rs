@@ -501,7 +501,7 @@ async fn crashed(
             fingerprint: &args.fingerprint,
             check_fingerprint: true,
             lease: Duration::from_secs(40),
-            info: &idem_runtime::record::CallInfo::EMPTY,
+            info: idem_runtime::record::CallInfoRef::EMPTY,
             worker: None,
         })
         .await
@@ -984,7 +984,7 @@ async fn an_owner_taken_over_is_told_through_its_ctx_and_its_late_result_is_not_
             fingerprint: &fingerprint,
             check_fingerprint: true,
             lease: Duration::from_secs(60),
-            info: &idem_runtime::record::CallInfo::EMPTY,
+            info: idem_runtime::record::CallInfoRef::EMPTY,
             worker: None,
         })
         .await

@@ -28,7 +28,7 @@ async fn first_call_then_duplicate(store: Arc<dyn Store>) {
         fingerprint: &f,
         check_fingerprint: true,
         lease: Duration::from_secs(30),
-        info: &idem_runtime::record::CallInfo::EMPTY,
+        info: idem_runtime::record::CallInfoRef::EMPTY,
         worker: None,
     };
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {

@@ -77,7 +77,7 @@ pub async fn claim_records_call_details_and_worker<H: Harness>(h: H) {
     let (key, f) = (random_key(), fp("a"));
     let details = info();
     let mut first = req(&key, &f, h.tick());
-    first.info = &details;
+    first.info = details.as_ref();
     first.worker = Some("host-a:101");
     acquire(&*store, &first).await;
     let record = store.get(&key).await.unwrap().unwrap();
@@ -286,7 +286,7 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
     let (key, f) = (random_key(), fp("a"));
     let details = info();
     let mut first = req(&key, &f, h.tick());
-    first.info = &details;
+    first.info = details.as_ref();
     let fence = acquire(&*store, &first).await;
     let unknown = Outcome::Unknown {
         reason: "owner vanished mid-call".into(),

@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
-use crate::record::{CallInfo, FailureCode, Fence, Outcome, OutputJson, Record, RecordState};
+use crate::record::{CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState};
 use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
 
 use super::flight::Flight;
@@ -62,12 +62,12 @@ impl CallEnv<'_> {
         if self.mode == Mode::Replay {
             return self.replay(key).await;
         }
-        let info = CallInfo {
-            namespace: Some(call.namespace.as_str().to_owned()),
-            call_id: self.call_id.clone(),
-            run_id: self.run.run_id.clone(),
+        let info = CallInfoRef {
+            namespace: Some(call.namespace.as_str()),
+            call_id: self.call_id.as_deref(),
+            run_id: self.run.run_id.as_deref(),
             step: self.run.run_id.is_some().then_some(self.run.step),
-            args: self.spec.store_args.then(|| call.args.text.clone()),
+            args: self.spec.store_args.then_some(call.args.text.as_str()),
         };
         let request = ClaimRequest {
             key,
@@ -75,7 +75,7 @@ impl CallEnv<'_> {
             fingerprint: &call.args.fingerprint,
             check_fingerprint: call.check_fingerprint,
             lease: self.lease(),
-            info: &info,
+            info,
             worker: Some(&self.core.config.worker),
         };
         // Set when the first in-flight answer arrives.

@@ -36,7 +36,7 @@ use serde_json::Value;
 
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CallInfo, Fence, Outcome, Record};
+use crate::record::{CallInfoRef, Fence, Outcome, Record};
 
 mod error;
 pub mod memory;
@@ -95,7 +95,7 @@ pub struct ClaimRequest<'a> {
     pub lease: Duration,
     /// What to record about the call when the claim creates the record
     /// (ignored when the record exists).
-    pub info: &'a CallInfo,
+    pub info: CallInfoRef<'a>,
     /// The claiming worker, recorded as the record's
     /// [`worker`](Record::worker) when the claim acquires the key.
     pub worker: Option<&'a str>,

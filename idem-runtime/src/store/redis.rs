@@ -751,7 +751,7 @@ impl Store for RedisStore {
         let lease = super::span_millis(req.lease).to_string();
         let info = match req.info.is_empty() {
             true => String::new(),
-            false => json(req.info),
+            false => json(&req.info),
         };
         let reply = self
             .run(

@@ -875,7 +875,7 @@ fn apply(
                 fingerprint,
                 check_fingerprint: *check_fingerprint,
                 lease: *lease,
-                info,
+                info: info.as_ref(),
                 worker: worker.as_deref(),
             };
             let fences = fences.expect("loaded for a batch with claims");
@@ -981,7 +981,7 @@ impl Store for SqliteStore {
                 fingerprint: req.fingerprint.clone(),
                 check_fingerprint: req.check_fingerprint,
                 lease: req.lease,
-                info: req.info.clone(),
+                info: req.info.to_owned(),
                 worker: req.worker.map(str::to_owned),
             })
             .await?

@@ -51,7 +51,7 @@ pub fn claim(
                 created_at: now,
                 state: RecordState::InFlight { fence, lease_until },
                 steps: Default::default(),
-                info: req.info.clone(),
+                info: req.info.to_owned(),
                 worker: req.worker.map(str::to_owned),
                 audit: Vec::new(),
             }),

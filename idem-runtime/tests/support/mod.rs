@@ -22,7 +22,7 @@ pub fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> Cla
         fingerprint,
         check_fingerprint: true,
         lease: Duration::from_secs(30),
-        info: &idem_runtime::record::CallInfo::EMPTY,
+        info: idem_runtime::record::CallInfoRef::EMPTY,
         worker: None,
     }
 }
