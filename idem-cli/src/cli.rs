@@ -1,0 +1,278 @@
+//! The command line: every command, option and its help text (clap derive).
+//!
+//! Parsing only: nothing here touches a store. What each command does lives
+//! in `commands/`, one file per command or pair of commands.
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use idem_runtime::record::Status;
+
+/// The store used when neither `--store` nor `IDEM_STORE` names one: the
+/// SQLite file the demo writes.
+pub const DEFAULT_STORE: &str = idem_runtime::store::url::DEFAULT_STORE_URL;
+
+/// List, inspect and settle the records of an idem store: find the calls
+/// idem refused to guess about (outcomes unknown, approvals pending) and
+/// decide them.
+///
+/// A KEY is a full 64-digit key or a unique prefix of one (at least 4
+/// digits), as git takes commits.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, max_term_width = 100)]
+pub struct Cli {
+    /// The store: sqlite://PATH, redis://HOST[:PORT][/DB] or
+    /// postgres://USER@HOST/DB [default: sqlite://idem.db].
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "IDEM_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
+
+    /// Print JSON for scripts (the schema is in docs/cli.md) instead of
+    /// tables; never coloured.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List records, newest first.
+    #[command(visible_alias = "list")]
+    Ls(LsArgs),
+    /// Everything a record holds: state, call, arguments, steps, outcome,
+    /// audit.
+    #[command(visible_alias = "describe")]
+    Show(KeyArg),
+    /// Approve a call awaiting approval: the next call with its key runs it
+    /// once.
+    Approve(ApproveArgs),
+    /// Deny a call awaiting approval: it never runs, and every call with its
+    /// key gets the reason.
+    Deny(DenyArgs),
+    /// Settle a call whose outcome idem does not know (or whose owner
+    /// vanished): as succeeded, as failed, or released to run again.
+    Resolve(ResolveArgs),
+    /// Delete a record, so that the next call with its key runs as new.
+    Delete(DeleteArgs),
+    /// Delete records past their expiry.
+    Purge(PurgeArgs),
+    /// How many records are in each state, and per tool.
+    Stats,
+    /// Derive the key of a call, exactly as the executor does
+    /// (docs/keys.md), to find its record from a transcript. Reads no store.
+    Key(KeyDeriveArgs),
+}
+
+impl Command {
+    /// Whether the command changes records (its errors then say that
+    /// nothing was changed).
+    pub fn changes_records(&self) -> bool {
+        matches!(
+            self,
+            Command::Approve(_)
+                | Command::Deny(_)
+                | Command::Resolve(_)
+                | Command::Delete(_)
+                | Command::Purge(_)
+        )
+    }
+}
+
+/// `idem ls`.
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Only records in this state (repeat or separate with commas for
+    /// several): in_flight, awaiting_approval, approved, succeeded, failed,
+    /// unknown.
+    #[arg(long = "state", value_name = "STATE", value_delimiter = ',')]
+    pub states: Vec<Status>,
+    /// Only calls of this tool.
+    #[arg(long, value_name = "TOOL")]
+    pub tool: Option<String>,
+    /// Only calls of this namespace (tenant).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only records created since then: a duration back from now (90s, 15m,
+    /// 2h, 7d, 1h30m) or an RFC 3339 time (2026-05-01T09:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Show at most this many records, the newest (0: all).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+}
+
+/// A command that names one record.
+#[derive(Debug, Args)]
+pub struct KeyArg {
+    /// The record's key, or a unique prefix of it (at least 4 digits).
+    pub key: String,
+}
+
+/// `idem approve`.
+#[derive(Debug, Args)]
+pub struct ApproveArgs {
+    /// The key (or a unique prefix) of the call awaiting approval.
+    pub key: String,
+    /// Who approves (recorded on the record).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// A note recorded with the approval.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+}
+
+/// `idem deny`.
+#[derive(Debug, Args)]
+pub struct DenyArgs {
+    /// The key (or a unique prefix) of the call awaiting approval.
+    pub key: String,
+    /// Who denies (recorded on the record).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why: every later call with the key gets this reason.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+/// `idem resolve`.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("resolution")
+        .required(true)
+        .args(["succeeded", "failed", "release"])
+))]
+pub struct ResolveArgs {
+    /// The key (or a unique prefix) of the call to settle.
+    pub key: String,
+    /// The effect happened: duplicates get this output (JSON).
+    #[arg(long, value_name = "JSON")]
+    pub succeeded: Option<String>,
+    /// The effect did not happen and must not be tried again: duplicates
+    /// get this failure message.
+    #[arg(long, value_name = "MESSAGE")]
+    pub failed: Option<String>,
+    /// The effect did not happen: delete the record, so that the next call
+    /// with the key runs the tool.
+    #[arg(long)]
+    pub release: bool,
+    /// Who settles it (recorded on the record).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why (recorded on the record).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+/// `idem delete`.
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    /// The key (or a unique prefix) of the record.
+    pub key: String,
+    /// Who deletes it.
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+/// `idem purge`.
+#[derive(Debug, Args)]
+pub struct PurgeArgs {
+    /// Delete completed records and unanswered approval requests past their
+    /// expiry (they already read as absent).
+    #[arg(long, required = true)]
+    pub expired: bool,
+}
+
+/// `idem key`.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("source")
+        .required(true)
+        .args(["call_id", "run", "natural", "custom"])
+))]
+pub struct KeyDeriveArgs {
+    /// The tool's name.
+    #[arg(long, value_name = "TOOL")]
+    pub tool: String,
+    /// The provider's tool-call id (OpenAI `tool_calls[].id`, Anthropic
+    /// `tool_use.id`).
+    #[arg(long, value_name = "ID")]
+    pub call_id: Option<String>,
+    /// The agent run, for a call without a call id (with --step and --args).
+    #[arg(long, value_name = "RUN", requires_all = ["step", "args"])]
+    pub run: Option<String>,
+    /// The step of the run that made the call.
+    #[arg(long, value_name = "N", requires = "run")]
+    pub step: Option<u64>,
+    /// A natural key: the tool's natural-key fields as a JSON object, after
+    /// the tool's normalisers.
+    #[arg(long, value_name = "FIELDS")]
+    pub natural: Option<String>,
+    /// The time-window number of a natural key (floor(unix seconds / window
+    /// seconds)).
+    #[arg(long, value_name = "N", requires = "natural")]
+    pub window: Option<u64>,
+    /// The material a tool's custom key function returned.
+    #[arg(long, value_name = "MATERIAL")]
+    pub custom: Option<String>,
+    /// The call's arguments as JSON (needed with --run; with --call-id, only
+    /// to print their fingerprint).
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
+    /// The namespace (tenant).
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// The tool's key derivation version (its `key_version`).
+    #[arg(long, value_name = "V", default_value_t = idem_runtime::key::DEFAULT_KEY_VERSION)]
+    pub key_version: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn states_are_read_repeated_or_comma_separated() {
+        let cli = Cli::try_parse_from([
+            "idem",
+            "ls",
+            "--state",
+            "unknown,awaiting-approval",
+            "--state",
+            "failed",
+        ])
+        .unwrap();
+        let Command::Ls(ls) = cli.command else {
+            panic!("not ls")
+        };
+        assert_eq!(
+            ls.states,
+            [Status::Unknown, Status::AwaitingApproval, Status::Failed]
+        );
+    }
+
+    #[test]
+    fn resolve_takes_exactly_one_resolution() {
+        let base = ["idem", "resolve", "abcd", "--by", "ada", "--reason", "r"];
+        let with =
+            |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra).copied()).map(|_| ());
+        assert!(with(&["--release"]).is_ok());
+        assert!(with(&[]).is_err());
+        assert!(with(&["--release", "--failed", "no"]).is_err());
+    }
+}

@@ -1,0 +1,74 @@
+//! `idem approve` and `idem deny`: a person's decision on a call awaiting
+//! approval, recorded on the record with who and why.
+
+use idem_runtime::approval::Approval;
+use idem_runtime::operator::Operator;
+use idem_runtime::record::Record;
+
+use super::{find, now, refused, required, Output};
+use crate::cli::{ApproveArgs, DenyArgs};
+use crate::error::CliError;
+use crate::render::json::RecordJson;
+use crate::render::short_key;
+
+pub async fn approve(
+    operator: &Operator,
+    args: &ApproveArgs,
+    out: &Output,
+) -> Result<(), CliError> {
+    let by = required("--by", &args.by)?;
+    let mut approval = Approval::granted_by(by);
+    if let Some(note) = &args.note {
+        approval = approval.with_note(required("--note", note)?);
+    }
+    let key = find(operator, &args.key).await?;
+    let record = match operator.approve(&key, approval).await {
+        Ok(record) => record,
+        Err(e) => return Err(refused(operator, e).await),
+    };
+    let line = format!(
+        "approved {} ({}) by {}: the next call with its key runs it once\n",
+        short_key(key.as_str()),
+        what(&record),
+        args.by.trim()
+    );
+    print(operator, &record, &line, out).await
+}
+
+pub async fn deny(operator: &Operator, args: &DenyArgs, out: &Output) -> Result<(), CliError> {
+    let by = required("--by", &args.by)?;
+    let reason = required("--reason", &args.reason)?;
+    let key = find(operator, &args.key).await?;
+    let record = match operator.deny(&key, &by, &reason).await {
+        Ok(record) => record,
+        Err(e) => return Err(refused(operator, e).await),
+    };
+    let line = format!(
+        "denied {} ({}) by {by}: it never runs, and every call with its key gets the reason\n",
+        short_key(key.as_str()),
+        what(&record),
+    );
+    print(operator, &record, &line, out).await
+}
+
+/// The tool and namespace of a record, to say what was acted on.
+pub(super) fn what(record: &Record) -> String {
+    match &record.info.namespace {
+        Some(ns) => format!("{}, namespace {ns}", record.tool),
+        None => record.tool.clone(),
+    }
+}
+
+/// The record as changed (`--json`), or `line`.
+pub(super) async fn print(
+    operator: &Operator,
+    record: &Record,
+    line: &str,
+    out: &Output,
+) -> Result<(), CliError> {
+    if out.json {
+        out.json(&RecordJson::new(record, now(operator).await?))
+    } else {
+        out.text(line)
+    }
+}

@@ -1,0 +1,44 @@
+//! `idem stats`: how many records are in each state, and per tool.
+
+use idem_runtime::operator::Operator;
+use idem_runtime::record::Status;
+
+use super::Output;
+use crate::error::CliError;
+use crate::render::json::StatsJson;
+use crate::render::style::{status as status_style, HEADER};
+use crate::render::table::{Cell, Table};
+
+pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
+    let counts = operator.counts().await?;
+    if out.json {
+        return out.json(&StatsJson::new(&counts));
+    }
+    let mut states = Table::new(&["STATE", "RECORDS"]);
+    for status in Status::ALL {
+        let n = counts.by_status.get(&status).copied().unwrap_or(0);
+        let style = if n > 0 {
+            status_style(status)
+        } else {
+            anstyle::Style::new()
+        };
+        states.row(vec![
+            Cell::styled(status.as_str(), style),
+            Cell::plain(n.to_string()),
+        ]);
+    }
+    states.row(vec![
+        Cell::styled("total", HEADER),
+        Cell::styled(counts.total.to_string(), HEADER),
+    ]);
+    let mut text = states.render();
+    if !counts.by_tool.is_empty() {
+        let mut tools = Table::new(&["TOOL", "RECORDS"]);
+        for (tool, n) in &counts.by_tool {
+            tools.row(vec![Cell::plain(tool.as_str()), Cell::plain(n.to_string())]);
+        }
+        text.push('\n');
+        text.push_str(&tools.render());
+    }
+    out.text(&text)
+}

@@ -1,0 +1,183 @@
+//! What can go wrong, as one line on stderr and an exit code per kind, so a
+//! script can tell "no such record" from "the store is down" without
+//! reading the message. Every refusal happens before anything is written:
+//! whatever the error, nothing changed.
+
+use std::process::ExitCode;
+
+use idem_runtime::clock::Timestamp;
+use idem_runtime::operator::OperatorError;
+use idem_runtime::store::StoreError;
+
+use crate::time::{relative, rfc3339};
+
+/// The exit codes (documented in `docs/cli.md`).
+pub mod exit {
+    /// Done.
+    pub const OK: u8 = 0;
+    /// The record's state does not allow the action (not awaiting approval,
+    /// already approved, already settled, in flight under a live lease,
+    /// changed meanwhile).
+    pub const REFUSED: u8 = 1;
+    /// Bad command line: unknown option, malformed JSON, bad key text, bad
+    /// time (clap's own code for usage errors).
+    pub const USAGE: u8 = 2;
+    /// No record matches the key or prefix.
+    pub const NOT_FOUND: u8 = 3;
+    /// The key prefix matches several records.
+    pub const AMBIGUOUS: u8 = 4;
+    /// The store cannot be used: unreachable, misconfigured, written by a
+    /// newer idem, corrupt.
+    pub const STORE: u8 = 5;
+}
+
+/// Why a command failed. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    /// The command line is wrong in a way clap cannot see (malformed JSON,
+    /// an unreadable time).
+    #[error("{0}")]
+    Usage(String),
+    /// The store could not be opened.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// An operator action was refused.
+    #[error("{}", operator_message(.error, *.now))]
+    Operator {
+        /// Why.
+        error: OperatorError,
+        /// The store's time, to say "in 12s" rather than an epoch number
+        /// (`None` when it could not be read).
+        now: Option<Timestamp>,
+    },
+    /// Writing the output failed (a closed pipe).
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl From<OperatorError> for CliError {
+    fn from(error: OperatorError) -> Self {
+        CliError::Operator { error, now: None }
+    }
+}
+
+impl CliError {
+    /// The process's exit code.
+    pub fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CliError::Usage(_) => exit::USAGE,
+            CliError::Store(_) => exit::STORE,
+            CliError::Output(_) => exit::STORE,
+            CliError::Operator { error, .. } => match error {
+                OperatorError::NotFound { .. } => exit::NOT_FOUND,
+                OperatorError::Ambiguous { .. } => exit::AMBIGUOUS,
+                OperatorError::InvalidKey { .. } => exit::USAGE,
+                OperatorError::Store(_) => exit::STORE,
+                _ => exit::REFUSED,
+            },
+        })
+    }
+
+    /// Whether the output stream was closed under us (`idem ls | head`):
+    /// not worth a message.
+    pub fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
+    /// The message on one line; for a command that changes records
+    /// (`acting`), saying that nothing was changed.
+    pub fn line(&self, acting: bool) -> String {
+        let text = self.to_string();
+        let mut line: String = text
+            .split(['\n', '\r'])
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        if acting && !matches!(self, CliError::Output(_)) && !line.contains("nothing") {
+            line.push_str("; nothing was changed");
+        }
+        line
+    }
+}
+
+/// The library's message, with times said as times rather than epoch
+/// milliseconds.
+fn operator_message(error: &OperatorError, now: Option<Timestamp>) -> String {
+    match error {
+        OperatorError::LiveLease { key, until, worker } => {
+            let when = match now {
+                Some(now) => format!("{} ({})", rfc3339(*until), relative(now, *until)),
+                None => rfc3339(*until),
+            };
+            format!(
+                "key {key} is in flight under a live lease (worker {worker}, until {when}); wait for it to finish or for its lease to run out"
+            )
+        }
+        error => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_runtime::key::IdempotencyKey;
+    use idem_runtime::record::Status;
+
+    fn key() -> IdempotencyKey {
+        IdempotencyKey::parse(&"ab".repeat(32)).unwrap()
+    }
+
+    #[test]
+    fn each_kind_of_failure_has_its_exit_code() {
+        let code = |e: CliError| e.exit_code();
+        assert_eq!(code(CliError::Usage("x".into())), ExitCode::from(2));
+        assert_eq!(
+            code(OperatorError::NotFound { key: "abcd".into() }.into()),
+            ExitCode::from(3)
+        );
+        assert_eq!(
+            code(
+                OperatorError::Ambiguous {
+                    prefix: "abcd".into(),
+                    candidates: vec![],
+                    more: false
+                }
+                .into()
+            ),
+            ExitCode::from(4)
+        );
+        assert_eq!(
+            code(
+                OperatorError::NotPending {
+                    key: key(),
+                    status: Status::Succeeded
+                }
+                .into()
+            ),
+            ExitCode::from(1)
+        );
+        assert_eq!(
+            code(StoreError::Config("bad".into()).into()),
+            ExitCode::from(5)
+        );
+    }
+
+    #[test]
+    fn a_live_lease_is_said_in_times_not_epoch_numbers() {
+        let error = CliError::Operator {
+            error: OperatorError::LiveLease {
+                key: key(),
+                until: Timestamp(30_000),
+                worker: "w1:7".into(),
+            },
+            now: Some(Timestamp(18_000)),
+        };
+        let line = error.line(true);
+        assert!(
+            line.contains("1970-01-01T00:00:30.000Z (in 12s)") && line.contains("worker w1:7"),
+            "{line}"
+        );
+        assert!(line.ends_with("nothing was changed"), "{line}");
+    }
+}

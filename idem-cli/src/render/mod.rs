@@ -1,0 +1,72 @@
+//! How records are shown: tables and descriptions for people (`table`,
+//! `describe`, coloured by `style`), the stable JSON schema for scripts
+//! (`json`). Commands decide what to show; this folder only shapes it.
+
+pub mod describe;
+pub mod json;
+pub mod style;
+pub mod table;
+
+use idem_runtime::clock::Timestamp;
+use idem_runtime::record::{Outcome, Record, RecordState, Status};
+
+use crate::time::relative;
+
+/// How many digits of a key tables show (unique in practice, and accepted
+/// back as a prefix).
+pub const SHORT_KEY: usize = 12;
+
+/// The first [`SHORT_KEY`] digits of a key.
+pub fn short_key(key: &str) -> &str {
+    &key[..SHORT_KEY.min(key.len())]
+}
+
+/// One line saying where a record stands beyond its state: the lease of a
+/// call in flight, what an approval waits for, the outcome.
+pub fn summary(record: &Record, now: Timestamp) -> String {
+    match (&record.state, record.status()) {
+        (RecordState::InFlight { lease_until, .. }, _) if record.lease_expired(now) => format!(
+            "lease ran out {}: the owner vanished",
+            relative(now, *lease_until)
+        ),
+        (RecordState::InFlight { lease_until, .. }, _) => {
+            format!("running; lease until {}", relative(now, *lease_until))
+        }
+        (_, Status::Approved) => match record.approval() {
+            Some(a) => format!("approved by {}; runs on the next call", a.approver),
+            None => "approved; runs on the next call".to_owned(),
+        },
+        (RecordState::AwaitingApproval { message, .. }, _) => message.clone(),
+        (RecordState::Completed { outcome, .. }, _) => match outcome {
+            Outcome::Success { output } => format!("→ {}", output.as_str()),
+            Outcome::Failure { failure } => format!("{}: {}", failure.code, failure.message),
+            Outcome::Unknown { reason } => reason.clone(),
+        },
+    }
+}
+
+/// `text` cut to `max` characters, with an ellipsis when cut, on one line.
+pub fn clip(text: &str, max: usize) -> String {
+    let one_line: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    if one_line.chars().count() <= max {
+        return one_line;
+    }
+    let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipped_text_stays_on_one_line() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("a\nb", 10), "a b");
+        assert_eq!(clip("abcdefghijkl", 6), "abcde…");
+    }
+}
