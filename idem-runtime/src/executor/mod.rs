@@ -685,18 +685,21 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         }
         let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
         loop {
-            let result = match self.env.claim(&key).await? {
-                claim::Claimed::Owner(owner) => {
+            let result = match self.env.claim(&key).await {
+                Ok(claim::Claimed::Owner(owner)) => {
                     // Boxed: the owner's path is large and is not taken by
                     // duplicates, whose future stays small and cheap to move.
                     Box::pin(self.owned(&args, owner)).await
                 }
-                claim::Claimed::Recorded(record) => {
+                Ok(claim::Claimed::Recorded(record)) => {
                     if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome()) {
                         flight.publish(outcome);
                     }
                     return self.env.answer(&record);
                 }
+                // Pending because an earlier call parked the key: this call
+                // waits for the decision as if it had parked it itself.
+                Err(e) => Err(e),
             };
             let Err(IdemError::ApprovalPending { .. }) = &result else {
                 return result;
