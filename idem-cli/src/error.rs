@@ -41,6 +41,14 @@ pub enum CliError {
     /// The store could not be opened.
     #[error("{0}")]
     Store(#[from] StoreError),
+    /// The SQLite file named does not exist (and is not created).
+    #[error("there is no idem store at {url}: the file {path} does not exist (name the store with --store URL or IDEM_STORE)")]
+    NoSqliteFile {
+        /// The store's URL, password hidden.
+        url: String,
+        /// The file.
+        path: String,
+    },
     /// An operator action was refused.
     #[error("{}", operator_message(.error, *.now))]
     Operator {
@@ -66,8 +74,7 @@ impl CliError {
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
             CliError::Usage(_) => exit::USAGE,
-            CliError::Store(_) => exit::STORE,
-            CliError::Output(_) => exit::STORE,
+            CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
             CliError::Operator { error, .. } => match error {
                 OperatorError::NotFound { .. } => exit::NOT_FOUND,
                 OperatorError::Ambiguous { .. } => exit::AMBIGUOUS,

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use idem_runtime::operator::Operator;
 use idem_runtime::store::url::redact;
-use idem_runtime::store::{Store, StoreError};
+use idem_runtime::store::Store;
 
 use crate::cli::DEFAULT_STORE;
 use crate::error::CliError;
@@ -27,10 +27,10 @@ pub fn url(given: Option<&str>) -> &str {
 pub async fn open(url: &str) -> Result<Operator, CliError> {
     if let Some(path) = sqlite_path(url) {
         if !path.is_empty() && !std::path::Path::new(path).exists() {
-            return Err(CliError::Store(StoreError::Config(format!(
-                "there is no idem store at {}: the file {path} does not exist (name the store with --store URL or IDEM_STORE)",
-                redact(url)
-            ))));
+            return Err(CliError::NoSqliteFile {
+                url: redact(url),
+                path: path.to_owned(),
+            });
         }
     }
     let store: Arc<dyn Store> = idem_runtime::store::connect(url).await?;

@@ -1,0 +1,204 @@
+//! Running the real `idem` binary against a store, and the stores: a
+//! SQLite file per test, and the Redis and PostgreSQL servers of
+//! `idem_runtime::testing` (skipped loudly when not installed, a failure
+//! under `IDEM_REQUIRE_SERVERS=1`).
+#![allow(dead_code)]
+
+pub mod schema;
+pub mod tools;
+
+use std::process::Command;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::LazyLock;
+use std::time::{Duration, Instant};
+
+use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+use serde_json::Value;
+
+/// The binary under test.
+pub const IDEM: &str = env!("CARGO_BIN_EXE_idem");
+
+/// The `idem` program on one store.
+#[derive(Debug, Clone)]
+pub struct Idem {
+    pub url: String,
+}
+
+/// What one run of `idem` did.
+#[derive(Debug)]
+pub struct Run {
+    pub command: String,
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Idem {
+    pub fn new(url: &str) -> Self {
+        Idem {
+            url: url.to_owned(),
+        }
+    }
+
+    /// `idem --store URL ARGS…`, with no colour or store from the
+    /// environment.
+    pub async fn run(&self, args: &[&str]) -> Run {
+        let mut all = vec!["--store", self.url.as_str()];
+        all.extend_from_slice(args);
+        run(&all, &[]).await
+    }
+}
+
+/// `idem ARGS…` with `env` set and nothing else from the environment that
+/// `idem` reads.
+pub async fn run(args: &[&str], env: &[(&str, &str)]) -> Run {
+    run_in(args, env, None).await
+}
+
+/// [`run`] in directory `dir`.
+pub async fn run_in(args: &[&str], env: &[(&str, &str)], dir: Option<&std::path::Path>) -> Run {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    let dir = dir.map(|d| d.to_owned());
+    tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(IDEM);
+        command.args(&args);
+        for var in ["IDEM_STORE", "NO_COLOR", "CLICOLOR", "CLICOLOR_FORCE"] {
+            command.env_remove(var);
+        }
+        command.envs(env);
+        if let Some(dir) = dir {
+            command.current_dir(dir);
+        }
+        let out = command.output().expect("run the idem binary");
+        Run {
+            command: format!("idem {}", args.join(" ")),
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8(out.stdout).expect("UTF-8 stdout"),
+            stderr: String::from_utf8(out.stderr).expect("UTF-8 stderr"),
+        }
+    })
+    .await
+    .unwrap()
+}
+
+impl Run {
+    /// Succeeded: its stdout.
+    pub fn ok(&self) -> &str {
+        assert_eq!(
+            self.code, 0,
+            "`{}` failed with {}: {}{}",
+            self.command, self.code, self.stdout, self.stderr
+        );
+        &self.stdout
+    }
+
+    /// Succeeded, printing JSON: the JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(self.ok())
+            .unwrap_or_else(|e| panic!("`{}` printed no JSON ({e}): {}", self.command, self.stdout))
+    }
+
+    /// Failed with exit code `code` and one line on stderr containing
+    /// `needle`, printing nothing on stdout. Returns the line.
+    pub fn fails(&self, code: i32, needle: &str) -> &str {
+        assert_eq!(
+            self.code, code,
+            "`{}` exited with {}, not {code}: {}{}",
+            self.command, self.code, self.stdout, self.stderr
+        );
+        assert_eq!(self.stdout, "", "`{}` printed on stdout", self.command);
+        let lines: Vec<&str> = self.stderr.lines().collect();
+        assert_eq!(
+            lines.len(),
+            1,
+            "`{}` should say what is wrong on one line: {}",
+            self.command,
+            self.stderr
+        );
+        assert!(
+            lines[0].starts_with("error: "),
+            "`{}`: {}",
+            self.command,
+            lines[0]
+        );
+        assert!(
+            lines[0].contains(needle),
+            "`{}` should name {needle:?}: {}",
+            self.command,
+            lines[0]
+        );
+        lines[0]
+    }
+}
+
+/// A name no other test (or earlier run on the same server) uses.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}-{:x}-{:x}-{}",
+        std::process::id(),
+        nanos,
+        COUNTER.fetch_add(1, Ordering::SeqCst)
+    )
+}
+
+/// A fresh SQLite store file (the directory goes with the guard).
+pub fn sqlite() -> (TempDir, String) {
+    let dir = TempDir::new("idem-cli").unwrap();
+    let url = format!("sqlite://{}", dir.path().join("idem.db").display());
+    (dir, url)
+}
+
+static REDIS: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
+static POSTGRES: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
+
+/// The shared Redis server's URL, or `None` after a loud skip of `test`.
+pub async fn redis(test: &str) -> Option<String> {
+    let url = tokio::task::spawn_blocking(|| REDIS.as_ref().map(RedisServer::url))
+        .await
+        .unwrap();
+    if url.is_none() {
+        skip(test, "redis-server");
+    }
+    url
+}
+
+/// The shared PostgreSQL server's URL, or `None` after a loud skip of
+/// `test`.
+pub async fn postgres(test: &str) -> Option<String> {
+    let url = tokio::task::spawn_blocking(|| POSTGRES.as_ref().map(PostgresServer::url))
+        .await
+        .unwrap();
+    if url.is_none() {
+        skip(test, "PostgreSQL");
+    }
+    url
+}
+
+/// Poll `idem ls --state STATE --namespace NS` until one record is listed;
+/// its key.
+pub async fn listed(idem: &Idem, namespace: &str, state: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let page = idem
+            .run(&["ls", "--state", state, "--namespace", namespace, "--json"])
+            .await
+            .json();
+        if let Some(record) = page["records"].as_array().and_then(|r| r.first()) {
+            return record["key"].as_str().unwrap().to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no {state} record in namespace {namespace} after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
