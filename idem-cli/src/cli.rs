@@ -19,8 +19,8 @@ pub const DEFAULT_STORE: &str = idem_runtime::store::url::DEFAULT_STORE_URL;
 #[derive(Debug, Parser)]
 #[command(name = "idem", version, max_term_width = 100)]
 pub struct Cli {
-    /// The store: sqlite://PATH, redis://HOST[:PORT][/DB] or
-    /// postgres://USER@HOST/DB [default: sqlite://idem.db].
+    /// The store: sqlite://PATH, redis://HOST:PORT/DB or
+    /// postgres://USER@HOST/DB (default: sqlite://idem.db).
     #[arg(
         long,
         global = true,

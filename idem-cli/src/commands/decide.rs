@@ -11,6 +11,7 @@ use crate::error::CliError;
 use crate::render::json::RecordJson;
 use crate::render::short_key;
 
+/// `idem approve`: record the approval; the next call with the key runs.
 pub async fn approve(
     operator: &Operator,
     args: &ApproveArgs,
@@ -35,6 +36,7 @@ pub async fn approve(
     print(operator, &record, &line, out).await
 }
 
+/// `idem deny`: complete the call as denied, with the reason.
 pub async fn deny(operator: &Operator, args: &DenyArgs, out: &Output) -> Result<(), CliError> {
     let by = required("--by", &args.by)?;
     let reason = required("--reason", &args.reason)?;

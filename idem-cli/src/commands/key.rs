@@ -10,6 +10,7 @@ use crate::cli::KeyDeriveArgs;
 use crate::error::CliError;
 use crate::render::json::KeyJson;
 
+/// `idem key`: print the derived key (or its JSON).
 pub fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
     let usage = |e: idem_runtime::key::KeyError| CliError::Usage(e.to_string());
     let namespace = Namespace::new(args.namespace.clone()).map_err(usage)?;

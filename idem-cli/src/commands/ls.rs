@@ -22,6 +22,7 @@ const PAGE: usize = 500;
 /// How wide the DETAILS column may grow.
 const DETAILS: usize = 60;
 
+/// `idem ls`: the newest matching records as a table (or JSON).
 pub async fn run(operator: &Operator, args: &LsArgs, out: &Output) -> Result<(), CliError> {
     let now = now(operator).await?;
     let since = match &args.since {

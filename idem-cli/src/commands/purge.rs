@@ -6,6 +6,7 @@ use super::Output;
 use crate::error::CliError;
 use crate::render::json::DeletedJson;
 
+/// `idem purge --expired`: delete expired records, saying how many.
 pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
     let deleted = operator.purge_expired().await?;
     if out.json {

@@ -10,6 +10,7 @@ use crate::error::CliError;
 use crate::render::json::DeletedJson;
 use crate::render::short_key;
 
+/// `idem resolve`: settle the call as succeeded or failed, or release it.
 pub async fn resolve(
     operator: &Operator,
     args: &ResolveArgs,
@@ -44,6 +45,7 @@ pub async fn resolve(
     }
 }
 
+/// `idem delete`: delete the record unless a live lease holds it.
 pub async fn delete(operator: &Operator, args: &DeleteArgs, out: &Output) -> Result<(), CliError> {
     let actor =
         Actor::new(required("--by", &args.by)?).because(required("--reason", &args.reason)?);

@@ -7,6 +7,7 @@ use crate::error::CliError;
 use crate::render::describe::describe;
 use crate::render::json::RecordJson;
 
+/// `idem show`: the record described (or its JSON).
 pub async fn run(operator: &Operator, given: &str, out: &Output) -> Result<(), CliError> {
     let key = find(operator, given).await?;
     let record = operator.show(&key).await?;

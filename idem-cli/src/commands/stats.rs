@@ -9,6 +9,7 @@ use crate::render::json::StatsJson;
 use crate::render::style::{status as status_style, HEADER};
 use crate::render::table::{Cell, Table};
 
+/// `idem stats`: records per state and per tool.
 pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
     let counts = operator.counts().await?;
     if out.json {
