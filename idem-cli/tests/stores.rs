@@ -277,6 +277,45 @@ async fn unknown_outcomes_resolved_as_failed_or_released(url: &str) {
         .unwrap();
     assert!(!again.meta.deduplicated);
     assert_eq!(app.charges(), 3);
+
+    // A call whose owner vanished (its lease ran out, nobody took it over)
+    // is settled the same way.
+    let vanished = unique("call");
+    let key = claim_directly(
+        url,
+        &namespace,
+        &vanished,
+        Some("{}"),
+        Duration::from_millis(200),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let shown = idem.run(&["show", key.as_str(), "--json"]).await.json();
+    assert_eq!(shown["status"], "in_flight");
+    assert_eq!(shown["lease"]["expired"], true);
+    let described = idem.run(&["show", key.as_str()]).await;
+    assert!(
+        described.ok().contains("the owner vanished"),
+        "{}",
+        described.stdout
+    );
+    let resolved = idem
+        .run(&[
+            "resolve",
+            key.as_str(),
+            "--failed",
+            "the worker died before charging",
+            "--by",
+            "ada",
+            "--reason",
+            "no charge at the bank",
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(resolved["status"], "failed");
+    assert_eq!(resolved["outcome"]["code"], "permanent");
+    assert_eq!(resolved["audit"][0]["action"], "resolved_failed");
 }
 
 async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url: &str) {
