@@ -1,0 +1,201 @@
+//! Heap allocations per call on the in-memory store, against the naive
+//! `Mutex<HashMap>` wrapper of `benches/overhead.rs`, counted with a
+//! counting global allocator. Unlike timings, the counts do not depend on
+//! the machine or its load, so they say where the in-memory path's time
+//! goes (boxed futures, key and fingerprint strings, record copies) and
+//! show when a change adds to it.
+//!
+//! Run with `cargo bench --bench allocations`.
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use idem::{tool, Executor, MemoryStore, ToolError};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+/// Counts allocations (and reallocations) and their bytes.
+struct Counting;
+
+static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
+static BYTES: AtomicU64 = AtomicU64::new(0);
+
+// SAFETY: forwards to the system allocator; only counts.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        // SAFETY: the caller upholds `alloc`'s contract.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: the caller upholds `dealloc`'s contract.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        // SAFETY: the caller upholds `realloc`'s contract.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
+struct SendEmail {
+    to: String,
+    subject: String,
+    body: String,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct EmailSent {
+    message_id: String,
+}
+
+fn send(args: &SendEmail) -> EmailSent {
+    EmailSent {
+        message_id: format!("<{}@example.com>", args.to.len()),
+    }
+}
+
+/// Send an email (a no-op provider).
+#[tool(class = "idempotent_write")]
+async fn send_email(args: SendEmail) -> Result<EmailSent, ToolError> {
+    Ok(send(&args))
+}
+
+/// Look something up.
+#[tool(class = "read")]
+async fn look_up(args: SendEmail) -> Result<EmailSent, ToolError> {
+    Ok(send(&args))
+}
+
+/// The naive wrapper of `benches/overhead.rs`.
+#[derive(Default)]
+struct Naive {
+    done: Mutex<HashMap<String, String>>,
+}
+
+impl Naive {
+    async fn call(&self, run: &str, step: u64, tool: &str, args: &SendEmail) -> EmailSent {
+        let text = serde_json::to_string(args).unwrap();
+        let key = hex::encode(Sha256::digest(format!("{run}:{step}:{tool}:{text}")));
+        if let Some(hit) = self.done.lock().unwrap().get(&key) {
+            return serde_json::from_str(hit).unwrap();
+        }
+        let out = send(args);
+        self.done
+            .lock()
+            .unwrap()
+            .insert(key, serde_json::to_string(&out).unwrap());
+        out
+    }
+}
+
+fn args() -> SendEmail {
+    SendEmail {
+        to: "ada@example.com".into(),
+        subject: "Your invoice".into(),
+        body: "Hello Ada, your invoice for November is attached.".into(),
+    }
+}
+
+const CALLS: u64 = 2_000;
+
+/// Allocations and bytes per call of `CALLS` calls of `call(i)`.
+async fn per_call<F, Fut>(call: F) -> (f64, f64)
+where
+    F: Fn(u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    // Warm up lazily initialized state (maps growing, thread locals).
+    for i in 0..CALLS {
+        call(i).await;
+    }
+    let (a, b) = (
+        ALLOCATIONS.load(Ordering::Relaxed),
+        BYTES.load(Ordering::Relaxed),
+    );
+    for i in CALLS..2 * CALLS {
+        call(i).await;
+    }
+    let n = CALLS as f64;
+    (
+        (ALLOCATIONS.load(Ordering::Relaxed) - a) as f64 / n,
+        (BYTES.load(Ordering::Relaxed) - b) as f64 / n,
+    )
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // First calls: a new step each time (the map grows, as it would).
+        let naive = Naive::default();
+        let naive_first = per_call(|i| {
+            let naive = &naive;
+            async move {
+                naive.call("run-1", i, "send_email", &args()).await;
+            }
+        })
+        .await;
+        let exec = Executor::builder_shared(Arc::new(MemoryStore::new())).build();
+        let idem_first = per_call(|i| {
+            let exec = &exec;
+            async move {
+                exec.call(send_email, args())
+                    .run("run-1", i)
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        // Duplicates: step 0, recorded above, again and again.
+        let naive_duplicate = per_call(|_| {
+            let naive = &naive;
+            async move {
+                naive.call("run-1", 0, "send_email", &args()).await;
+            }
+        })
+        .await;
+        let idem_duplicate = per_call(|_| {
+            let exec = &exec;
+            async move {
+                exec.call(send_email, args()).run("run-1", 0).await.unwrap();
+            }
+        })
+        .await;
+        let idem_read = per_call(|_| {
+            let exec = &exec;
+            async move {
+                exec.call(look_up, args()).await.unwrap();
+            }
+        })
+        .await;
+
+        println!("heap allocations per call, in-memory store ({CALLS} calls each; the arguments' own 3 strings included):");
+        println!("  {:<16} {:>8} {:>10}", "path", "allocs", "bytes");
+        for (name, (a, b)) in [
+            ("naive_first", naive_first),
+            ("idem_first", idem_first),
+            ("naive_duplicate", naive_duplicate),
+            ("idem_duplicate", idem_duplicate),
+            ("idem_read", idem_read),
+        ] {
+            println!("  {name:<16} {a:>8.1} {b:>10.0}");
+        }
+        println!(
+            "  ratios: first {:.2}x, duplicate {:.2}x (allocations, idem / naive)",
+            idem_first.0 / naive_first.0,
+            idem_duplicate.0 / naive_duplicate.0
+        );
+    });
+}
