@@ -162,7 +162,8 @@ pub mod prelude {
 pub mod __private {
     pub use idem_macros::tools;
     pub use idem_runtime::__macro_support::{
-        custom_key, into_tool_result, key_field, natural_key, str_eq,
+        custom_key, into_tool_result, key_field, natural_key, str_eq, OutputSchemaProbe,
+        WithOutputSchema, WithoutOutputSchema,
     };
     pub use idem_runtime::{
         FromRef, IdempotentWrite, Irreversible, KeyMaterial, KeySpec, NonIdempotentWrite, Read,
