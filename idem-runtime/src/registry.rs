@@ -28,9 +28,17 @@ pub trait DynTool<S>: Send + Sync + 'static {
     fn input_schema(&self) -> Value;
     /// JSON Schema of the output as the tool writes it, when the output
     /// type has one ([`ToolDef::output_schema`](crate::tool::ToolDef::output_schema))
-    /// that says something: a schema object, never the bare `true` of an
-    /// output that may be any JSON.
+    /// that says something: never the schema of an output that may be any
+    /// JSON (`serde_json::Value`'s).
     fn output_schema(&self) -> Option<Value>;
+    /// The output schema as MCP declares it (`outputSchema`): the output
+    /// schema when it describes a JSON object, since MCP before 2026-07-28
+    /// accepts no other (a tool with a string output declares none, and its
+    /// output is sent as text only).
+    fn mcp_output_schema(&self) -> Option<Value> {
+        self.output_schema()
+            .filter(|schema| schema.get("type").and_then(Value::as_str) == Some("object"))
+    }
     /// Deserialize `args` (naming the offending field on failure) and run
     /// the call through `exec`; the output comes back as JSON.
     fn call_json<'a>(
@@ -64,7 +72,9 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
         let mut schema = serde_json::to_value(T::output_schema()?).ok()?;
         let obj = schema.as_object_mut()?;
         obj.remove("$schema");
-        Some(schema)
+        // `true`, or `{"title": "AnyValue"}`: any JSON at all.
+        let constrains = |key: &String| !matches!(key.as_str(), "title" | "description");
+        obj.keys().any(constrains).then_some(schema)
     }
 
     fn call_json<'a>(
@@ -282,7 +292,8 @@ impl<S: 'static> Registry<S> {
 
     /// MCP `Tool` objects, with annotations derived from each tool's class
     /// (so what a tool advertises and how idem runs it cannot disagree),
-    /// and an `outputSchema` where the output type has one.
+    /// and an `outputSchema` where the output is a JSON object with a
+    /// schema ([`DynTool::mcp_output_schema`]).
     pub fn mcp_tools(&self) -> Value {
         self.tools
             .iter()
@@ -294,7 +305,7 @@ impl<S: 'static> Registry<S> {
                     "inputSchema": t.input_schema(),
                     "annotations": t.class().annotations(),
                 });
-                if let Some(output) = t.output_schema() {
+                if let Some(output) = t.mcp_output_schema() {
                     tool["outputSchema"] = output;
                 }
                 tool
