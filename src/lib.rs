@@ -106,6 +106,9 @@ pub use idem_runtime::{
 #[cfg(feature = "conformance")]
 pub use idem_runtime::conformance;
 
+#[cfg(feature = "mcp")]
+pub mod mcp;
+
 /// An explicit registry of tools, with duplicate names rejected at compile
 /// time.
 ///
