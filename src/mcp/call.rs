@@ -8,11 +8,10 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
-use idem_runtime::dispatch::Arguments;
-use idem_runtime::key::KeyError;
-
 use super::key::{self, IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META};
 use super::{DEDUPLICATED_META, KEY_META};
+use crate::dispatch::Arguments;
+use crate::key::KeyError;
 use crate::{Dispatcher, ErrorCode, IdemError, Namespace, RunContext, ToolCall, ToolResult};
 
 /// What a server and its router fragments share: the dispatcher and the
@@ -66,11 +65,12 @@ impl<S: Send + Sync + 'static> Tools<S> {
         let keying = match key::keying(meta, context.extensions.get::<http::request::Parts>()) {
             Ok(keying) => keying,
             Err(problem) => {
-                return Ok(error_result(json!({ "error": {
+                let content = json!({ "error": {
                     "code": ErrorCode::InvalidKey,
                     "message": format!("tool `{name}`: {problem}; nothing ran"),
                     "hint": how_to_send_a_key(),
-                }})))
+                }});
+                return Ok(error_result(content, false));
             }
         };
         let call = ToolCall {
@@ -105,16 +105,14 @@ impl<S: Send + Sync + 'static> Tools<S> {
     }
 
     fn unknown_tool(&self, name: &str) -> ErrorData {
+        let suggestion = self.dispatcher.registry().suggest(name);
+        let mut data = json!({ "code": ErrorCode::UnknownTool });
+        if let Some(suggestion) = suggestion {
+            data["suggestion"] = json!(suggestion);
+        }
         let error = IdemError::UnknownTool {
             name: name.to_owned(),
-            suggestion: self.dispatcher.registry().suggest(name).map(str::to_owned),
-        };
-        let data = match &error {
-            IdemError::UnknownTool {
-                suggestion: Some(s),
-                ..
-            } => json!({ "code": error.code(), "suggestion": s }),
-            _ => json!({ "code": error.code() }),
+            suggestion: suggestion.map(str::to_owned),
         };
         ErrorData::invalid_params(error.to_string(), Some(data))
     }
@@ -139,7 +137,7 @@ pub(crate) fn call_tool_result(result: &ToolResult, structured: bool) -> CallToo
             ) {
                 content["error"]["hint"] = how_to_send_a_key();
             }
-            return error_result(content).with_meta(Some(result_meta(result.deduplicated(), None)));
+            return error_result(content, result.deduplicated());
         }
     };
     let key = result
@@ -159,8 +157,9 @@ fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {
 }
 
 /// An `isError` result whose text is `content` as JSON.
-fn error_result(content: Value) -> CallToolResult {
+fn error_result(content: Value, deduplicated: bool) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(content.to_string())])
+        .with_meta(Some(result_meta(deduplicated, None)))
 }
 
 /// What a write without a key is told.
@@ -177,24 +176,26 @@ fn how_to_send_a_key() -> Value {
 /// (MCP says a cancelled request gets no response); it is there for
 /// servers that do.
 fn cancelled(name: &str) -> CallToolResult {
-    error_result(json!({ "error": {
+    let content = json!({ "error": {
         "code": "cancelled",
         "message": format!(
             "the request for `{name}` was cancelled; a call that had started goes on and records \
              its outcome: call again with the same key to receive it"
         ),
-    }}))
+    }});
+    error_result(content, false)
 }
 
 /// The answer when the tool panicked. Whether its effect happened is
 /// unknown; its record stays in flight and the lease decides, as if the
 /// process had crashed.
 fn panicked(name: &str, error: tokio::task::JoinError) -> CallToolResult {
-    error_result(json!({ "error": {
+    let content = json!({ "error": {
         "code": "panicked",
         "message": format!(
             "tool `{name}` did not finish ({error}); whether its effect happened is unknown, and \
              its record is left to its lease, as after a crash"
         ),
-    }}))
+    }});
+    error_result(content, false)
 }
