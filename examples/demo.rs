@@ -4,127 +4,15 @@
 //! Run it twice: the second run finds every write recorded in the file and
 //! performs none of them again.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+mod common;
 
+use std::sync::atomic::Ordering;
+
+use common::{charge_card, delete_account, lookup_customer, send_email, App, Charge};
 use idem::approval::AllowList;
 use idem::dispatch::{anthropic_reply, openai_messages};
 use idem::prelude::*;
-use schemars::JsonSchema;
-use serde::{Deserialize, Serialize};
 use serde_json::json;
-
-/// A mail provider that deduplicates on `Idempotency-Key`, as real ones do.
-#[derive(Default)]
-struct MailProvider {
-    sent: Mutex<Vec<String>>,
-    keys: Mutex<Vec<String>>,
-    lose_next_response: AtomicBool,
-}
-
-/// A payment provider without idempotency keys.
-#[derive(Default)]
-struct Payments {
-    charges: AtomicUsize,
-    hang_next: AtomicBool,
-}
-
-#[derive(Clone, Default)]
-struct App {
-    mail: Arc<MailProvider>,
-    payments: Arc<Payments>,
-}
-
-impl FromRef<App> for Arc<MailProvider> {
-    fn from_ref(app: &App) -> Self {
-        app.mail.clone()
-    }
-}
-
-impl FromRef<App> for Arc<Payments> {
-    fn from_ref(app: &App) -> Self {
-        app.payments.clone()
-    }
-}
-
-#[derive(Clone, Serialize, Deserialize, JsonSchema)]
-struct SendEmail {
-    /// Recipient address.
-    to: String,
-    subject: String,
-}
-
-#[derive(Clone, Debug, Serialize, Deserialize)]
-struct EmailSent {
-    message_id: String,
-}
-
-/// Send an email to a customer.
-#[tool(class = "idempotent_write", timeout = "1s")]
-async fn send_email(
-    args: SendEmail,
-    ctx: &ToolCtx,
-    State(mail): State<Arc<MailProvider>>,
-) -> Result<EmailSent, ToolError> {
-    let key = ctx.key().expect("writes are keyed").to_string();
-    let message_id = format!("<{}@demo.idem>", &key[..16]);
-    let first_time = {
-        let mut keys = mail.keys.lock().unwrap();
-        let new = !keys.contains(&key);
-        if new {
-            keys.push(key);
-        }
-        new
-    };
-    if first_time {
-        mail.sent.lock().unwrap().push(args.to.clone());
-    }
-    if mail.lose_next_response.swap(false, Ordering::SeqCst) {
-        std::future::pending::<()>().await;
-    }
-    Ok(EmailSent { message_id })
-}
-
-#[derive(Clone, Serialize, Deserialize, JsonSchema)]
-struct Charge {
-    customer: String,
-    cents: u64,
-}
-
-/// Charge a customer's card.
-#[tool(class = "non_idempotent_write", timeout = "1s")]
-async fn charge_card(
-    args: Charge,
-    State(payments): State<Arc<Payments>>,
-) -> Result<String, ToolError> {
-    payments.charges.fetch_add(1, Ordering::SeqCst);
-    if payments.hang_next.swap(false, Ordering::SeqCst) {
-        std::future::pending::<()>().await;
-    }
-    Ok(format!("charged {} cents to {}", args.cents, args.customer))
-}
-
-#[derive(Clone, Serialize, Deserialize, JsonSchema)]
-struct Lookup {
-    email: String,
-}
-
-/// Look a customer up by email address.
-#[tool(class = "read")]
-async fn lookup_customer(args: Lookup) -> Result<serde_json::Value, ToolError> {
-    Ok(json!({ "email": args.email, "plan": "pro" }))
-}
-
-#[derive(Clone, Serialize, Deserialize, JsonSchema)]
-struct DeleteAccount {
-    customer: String,
-}
-
-/// Delete a customer's account and every record of it.
-#[tool(class = "irreversible")]
-async fn delete_account(args: DeleteAccount) -> Result<String, ToolError> {
-    Ok(format!("deleted {}", args.customer))
-}
 
 fn step(title: &str) {
     println!("\n{title}");

@@ -65,8 +65,31 @@
 //! * Keys: [`key`] (derivation, namespaces; see `docs/keys.md`).
 //! * Records and stores: [`store`] (`store::connect(url)`), [`record`].
 //! * Approvals of irreversible calls: [`approval`]. Retries: [`retry`].
+//! * Serving tools over MCP with rmcp (feature `mcp`): `mcp` (`McpServer`,
+//!   its `ToolRouter` fragment, keys for rmcp clients).
 //!
 //! Most programs need only `use idem::prelude::*;`.
+//!
+//! # Next to rmcp's `#[tool]`
+//!
+//! rmcp, swiftide and AutoAgents export an attribute called `tool` too.
+//! With one of them imported by name (`use rmcp::tool;`), a bare `#[tool]`
+//! is theirs, and rmcp's answers `Unknown field: class`. In such modules
+//! write idem's by its path, `#[idem::tool(class = "…")]`, which means the
+//! same everywhere:
+//!
+//! ```
+//! use idem::prelude::*;
+//! # #[derive(Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+//! # pub struct Charge { pub customer: String, pub cents: u64 }
+//!
+//! /// Charge a customer's card.
+//! #[idem::tool(class = "non_idempotent_write")]
+//! async fn charge_card(args: Charge) -> Result<String, ToolError> {
+//!     Ok(format!("charged {} cents", args.cents))
+//! }
+//! # fn main() { assert_eq!(charge_card::SPEC.name, "charge_card"); }
+//! ```
 #![warn(missing_docs)]
 
 /// `#[tool]`: turn a function into a tool. See its documentation for the
@@ -106,6 +129,9 @@ pub use idem_runtime::{
 
 #[cfg(feature = "conformance")]
 pub use idem_runtime::conformance;
+
+#[cfg(feature = "mcp")]
+pub mod mcp;
 
 /// An explicit registry of tools, with duplicate names rejected at compile
 /// time.
@@ -163,7 +189,8 @@ pub mod prelude {
 pub mod __private {
     pub use idem_macros::tools;
     pub use idem_runtime::__macro_support::{
-        custom_key, into_tool_result, key_field, natural_key, str_eq,
+        custom_key, into_tool_result, key_field, natural_key, str_eq, OutputSchemaProbe,
+        WithOutputSchema, WithoutOutputSchema,
     };
     pub use idem_runtime::{
         FromRef, IdempotentWrite, Irreversible, KeyMaterial, KeySpec, NonIdempotentWrite, Read,

@@ -247,6 +247,14 @@ fn the_schema_describes_the_arguments() {
     assert_eq!(schema["properties"]["subject"]["type"], "string");
 }
 
+#[test]
+fn an_output_type_with_a_json_schema_gives_the_tool_an_output_schema() {
+    // `u64` has a schema; `EmailSent` derives none, which is no error.
+    let schema = serde_json::to_value(create_customer::output_schema().unwrap()).unwrap();
+    assert_eq!(schema["type"], "integer");
+    assert!(send_email::output_schema().is_none());
+}
+
 #[tokio::test]
 async fn the_generated_call_runs_the_body_with_its_state() {
     let app = App {

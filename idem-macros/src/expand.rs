@@ -7,7 +7,7 @@
 //!    for its name, so a reviewer sees the body as written (and calling the
 //!    side effect around idem is not the easy path);
 //! 3. `impl ToolDef for send_email` — class, argument and output types,
-//!    name, description, options and key derivation;
+//!    name, description, options, key derivation and the output's schema;
 //! 4. `impl<S> Tool<S> for send_email` — the call (and the reconcile hook),
 //!    taking each `State<T>` parameter from the executor's state.
 //!
@@ -50,6 +50,7 @@ pub(crate) fn tool(tool: &ValidTool) -> TokenStream {
     let output_ty = signature.output_ty;
     let spec = spec(p, options, function);
     let key_material = key_material(p, options, signature);
+    let output_schema = output_schema(p);
     let call = call(p, function, signature);
     let reconcile = options
         .reconcile
@@ -84,6 +85,7 @@ pub(crate) fn tool(tool: &ValidTool) -> TokenStream {
             type Output = #output_ty;
             const SPEC: #p::ToolSpec = #spec;
             #key_material
+            #output_schema
         }
 
         #(#cfgs)*
@@ -233,6 +235,18 @@ fn key_material(p: &TokenStream, options: &Options, signature: &Signature) -> Op
             #body
         }
     })
+}
+
+/// `ToolDef::output_schema`: the output type's JSON Schema if it has one,
+/// found by method resolution (see `OutputSchemaProbe` in the runtime), so
+/// an output type without `JsonSchema` is no error, just no schema.
+fn output_schema(p: &TokenStream) -> TokenStream {
+    quote! {
+        fn output_schema() -> ::core::option::Option<#p::schemars::Schema> {
+            use #p::{WithOutputSchema as _, WithoutOutputSchema as _};
+            (&#p::OutputSchemaProbe::<<Self as #p::ToolDef>::Output>::NEW).output_schema()
+        }
+    }
 }
 
 /// `Tool::call`: run the body as a future; a plain `fn` runs when the

@@ -4,6 +4,8 @@
 //! so the generated code stays short enough to read in `cargo expand`
 //! output, and so the conversions it needs are written (and tested) once.
 
+use std::marker::PhantomData;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 
@@ -48,6 +50,49 @@ pub fn custom_key(material: impl Into<String>) -> Option<KeyMaterial> {
     Some(KeyMaterial::Custom(material.into()))
 }
 
+/// Probes whether a tool's output type has a JSON Schema, for
+/// [`ToolDef::output_schema`](crate::tool::ToolDef::output_schema).
+///
+/// Rust has no specialization, so `#[tool]` asks by method resolution
+/// ("autoref specialization"): with both traits below in scope,
+/// `(&OutputSchemaProbe::<T>::NEW).output_schema()` picks
+/// [`WithOutputSchema`] when `T: JsonSchema` (its receiver matches without
+/// an extra borrow) and falls back to [`WithoutOutputSchema`] otherwise.
+/// This only works where `T` is a concrete type, which it is in the
+/// generated `impl ToolDef`.
+pub struct OutputSchemaProbe<T: ?Sized>(PhantomData<fn() -> *const T>);
+
+impl<T: ?Sized> OutputSchemaProbe<T> {
+    /// The probe value.
+    pub const NEW: Self = OutputSchemaProbe(PhantomData);
+}
+
+/// The output type has a schema: generate it for serde's serialize
+/// contract (what the tool writes).
+pub trait WithOutputSchema {
+    /// The schema.
+    fn output_schema(&self) -> Option<schemars::Schema>;
+}
+
+impl<T: schemars::JsonSchema + ?Sized> WithOutputSchema for OutputSchemaProbe<T> {
+    fn output_schema(&self) -> Option<schemars::Schema> {
+        let settings = schemars::generate::SchemaSettings::draft2020_12().for_serialize();
+        Some(settings.into_generator().into_root_schema_for::<T>())
+    }
+}
+
+/// The output type has no schema.
+pub trait WithoutOutputSchema {
+    /// `None`.
+    fn output_schema(&self) -> Option<schemars::Schema>;
+}
+
+impl<T: ?Sized> WithoutOutputSchema for &OutputSchemaProbe<T> {
+    fn output_schema(&self) -> Option<schemars::Schema> {
+        None
+    }
+}
+
 /// `a == b` for string slices, usable in constants (the duplicate-name check
 /// of `tools![…]` runs at compile time).
 pub const fn str_eq(a: &str, b: &str) -> bool {
@@ -89,6 +134,24 @@ mod tests {
         let mut bad = std::collections::HashMap::new();
         bad.insert((1, 2), "tuple keys are not JSON object keys");
         assert_eq!(natural_key([("bad", key_field(&bad))]), None);
+    }
+
+    #[test]
+    // Written exactly as `#[tool]` writes it: the explicit borrow is what
+    // lets the fallback's `&&` receiver be found when there is no schema.
+    #[allow(clippy::needless_borrow)]
+    fn output_schema_probe_finds_a_schema_only_where_there_is_one() {
+        struct NoSchema;
+        #[derive(schemars::JsonSchema)]
+        #[allow(dead_code)]
+        struct Sent {
+            message_id: String,
+        }
+        let schema = (&OutputSchemaProbe::<Sent>::NEW).output_schema().unwrap();
+        assert_eq!(schema.get("type"), Some(&serde_json::json!("object")));
+        assert!((&OutputSchemaProbe::<NoSchema>::NEW)
+            .output_schema()
+            .is_none());
     }
 
     #[test]

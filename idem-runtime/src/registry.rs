@@ -26,6 +26,19 @@ pub trait DynTool<S>: Send + Sync + 'static {
     fn class(&self) -> ClassKind;
     /// JSON Schema of the arguments.
     fn input_schema(&self) -> Value;
+    /// JSON Schema of the output as the tool writes it, when the output
+    /// type has one ([`ToolDef::output_schema`](crate::tool::ToolDef::output_schema))
+    /// that says something: never the schema of an output that may be any
+    /// JSON (`serde_json::Value`'s).
+    fn output_schema(&self) -> Option<Value>;
+    /// The output schema as MCP declares it (`outputSchema`): the output
+    /// schema when it describes a JSON object, since MCP before 2026-07-28
+    /// accepts no other (a tool with a string output declares none, and its
+    /// output is sent as text only).
+    fn mcp_output_schema(&self) -> Option<Value> {
+        self.output_schema()
+            .filter(|schema| schema.get("type").and_then(Value::as_str) == Some("object"))
+    }
     /// Deserialize `args` (naming the offending field on failure) and run
     /// the call through `exec`; the output comes back as JSON.
     fn call_json<'a>(
@@ -53,6 +66,15 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
             obj.remove("$schema");
         }
         schema
+    }
+
+    fn output_schema(&self) -> Option<Value> {
+        let mut schema = serde_json::to_value(T::output_schema()?).ok()?;
+        let obj = schema.as_object_mut()?;
+        obj.remove("$schema");
+        // `true`, or `{"title": "AnyValue"}`: any JSON at all.
+        let constrains = |key: &String| !matches!(key.as_str(), "title" | "description");
+        obj.keys().any(constrains).then_some(schema)
     }
 
     fn call_json<'a>(
@@ -228,9 +250,9 @@ impl<S: 'static> Registry<S> {
 
     /// Definitions for the OpenAI chat-completions `tools` parameter.
     pub fn openai_tools(&self) -> Value {
-        self.definitions(|spec, schema, _| {
-            json!({ "type": "function", "function": openai_function(spec, schema) })
-        })
+        self.definitions(
+            |spec, schema| json!({ "type": "function", "function": openai_function(spec, schema) }),
+        )
     }
 
     /// Definitions for the OpenAI Responses API `tools` parameter:
@@ -249,7 +271,7 @@ impl<S: 'static> Registry<S> {
     /// assert_eq!(registry.openai_responses_tools(), serde_json::json!([]));
     /// ```
     pub fn openai_responses_tools(&self) -> Value {
-        self.definitions(|spec, schema, _| {
+        self.definitions(|spec, schema| {
             let mut tool = openai_function(spec, schema);
             tool.insert("type".into(), json!("function"));
             tool.insert("strict".into(), json!(false));
@@ -259,7 +281,7 @@ impl<S: 'static> Registry<S> {
 
     /// Definitions for the Anthropic messages `tools` parameter.
     pub fn anthropic_tools(&self) -> Value {
-        self.definitions(|spec, schema, _| {
+        self.definitions(|spec, schema| {
             json!({
                 "name": spec.name,
                 "description": spec.description,
@@ -269,23 +291,33 @@ impl<S: 'static> Registry<S> {
     }
 
     /// MCP `Tool` objects, with annotations derived from each tool's class
-    /// (so what a tool advertises and how idem runs it cannot disagree).
+    /// (so what a tool advertises and how idem runs it cannot disagree),
+    /// and an `outputSchema` where the output is a JSON object with a
+    /// schema ([`DynTool::mcp_output_schema`]).
     pub fn mcp_tools(&self) -> Value {
-        self.definitions(|spec, schema, class| {
-            json!({
-                "name": spec.name,
-                "description": spec.description,
-                "inputSchema": schema,
-                "annotations": class.annotations(),
+        self.tools
+            .iter()
+            .map(|t| {
+                let spec = t.spec();
+                let mut tool = json!({
+                    "name": spec.name,
+                    "description": spec.description,
+                    "inputSchema": t.input_schema(),
+                    "annotations": t.class().annotations(),
+                });
+                if let Some(output) = t.mcp_output_schema() {
+                    tool["outputSchema"] = output;
+                }
+                tool
             })
-        })
+            .collect()
     }
 
     /// One definition per tool, in registration order.
-    fn definitions(&self, shape: impl Fn(&ToolSpec, Value, ClassKind) -> Value) -> Value {
+    fn definitions(&self, shape: impl Fn(&ToolSpec, Value) -> Value) -> Value {
         self.tools
             .iter()
-            .map(|t| shape(&t.spec(), t.input_schema(), t.class()))
+            .map(|t| shape(&t.spec(), t.input_schema()))
             .collect()
     }
 }

@@ -125,6 +125,16 @@ pub trait ToolDef: Send + Sync + 'static {
         schemars::schema_for!(Self::Args)
     }
 
+    /// The JSON Schema of [`ToolDef::Output`] as the tool *writes* it
+    /// (serde's serialize contract), when the output type has one.
+    ///
+    /// `#[tool]` returns the schema whenever the output type implements
+    /// [`schemars::JsonSchema`], and `None` otherwise; MCP advertises it as
+    /// the tool's `outputSchema`. The default is `None`.
+    fn output_schema() -> Option<schemars::Schema> {
+        None
+    }
+
     /// Key material for [`KeySpec::Natural`] and [`KeySpec::Custom`] tools.
     fn key_material(_args: &Self::Args) -> Option<KeyMaterial> {
         None

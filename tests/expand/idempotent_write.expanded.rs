@@ -29,6 +29,13 @@ impl ::idem::__private::ToolDef for send_email {
         max_attempts: ::core::option::Option::Some(5),
         ..::idem::__private::ToolSpec::new("send_email", "Send an email to a customer.")
     };
+    fn output_schema() -> ::core::option::Option<::idem::__private::schemars::Schema> {
+        use ::idem::__private::{WithOutputSchema as _, WithoutOutputSchema as _};
+        (&::idem::__private::OutputSchemaProbe::<
+            <Self as ::idem::__private::ToolDef>::Output,
+        >::NEW)
+            .output_schema()
+    }
 }
 impl<__S> ::idem::__private::Tool<__S> for send_email
 where

@@ -35,6 +35,13 @@ impl ::idem::__private::ToolDef for refund {
     ) -> ::core::option::Option<::idem::__private::KeyMaterial> {
         ::idem::__private::custom_key(refund_key(__args))
     }
+    fn output_schema() -> ::core::option::Option<::idem::__private::schemars::Schema> {
+        use ::idem::__private::{WithOutputSchema as _, WithoutOutputSchema as _};
+        (&::idem::__private::OutputSchemaProbe::<
+            <Self as ::idem::__private::ToolDef>::Output,
+        >::NEW)
+            .output_schema()
+    }
 }
 impl<__S> ::idem::__private::Tool<__S> for refund
 where

@@ -43,6 +43,13 @@ impl ::idem::__private::ToolDef for create_customer {
             ("country", ::idem::__private::key_field(&__args.country)),
         ])
     }
+    fn output_schema() -> ::core::option::Option<::idem::__private::schemars::Schema> {
+        use ::idem::__private::{WithOutputSchema as _, WithoutOutputSchema as _};
+        (&::idem::__private::OutputSchemaProbe::<
+            <Self as ::idem::__private::ToolDef>::Output,
+        >::NEW)
+            .output_schema()
+    }
 }
 impl<__S> ::idem::__private::Tool<__S> for create_customer
 where

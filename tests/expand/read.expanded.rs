@@ -22,6 +22,13 @@ impl ::idem::__private::ToolDef for lookup_customer {
         "lookup_customer",
         "Look a customer up by email.",
     );
+    fn output_schema() -> ::core::option::Option<::idem::__private::schemars::Schema> {
+        use ::idem::__private::{WithOutputSchema as _, WithoutOutputSchema as _};
+        (&::idem::__private::OutputSchemaProbe::<
+            <Self as ::idem::__private::ToolDef>::Output,
+        >::NEW)
+            .output_schema()
+    }
 }
 impl<__S> ::idem::__private::Tool<__S> for lookup_customer
 where

@@ -1,0 +1,96 @@
+//! Serve idem tools over MCP with [rmcp](https://docs.rs/rmcp), the
+//! official Rust SDK (feature `mcp`, rmcp 3.11 or later 3.x).
+//!
+//! * [`McpServer`] is an rmcp [`ServerHandler`](rmcp::ServerHandler) for
+//!   the tools of a [`Dispatcher`](crate::Dispatcher): `tools/list` with
+//!   typed rmcp [`Tool`](rmcp::model::Tool)s (annotations from each tool's
+//!   class, an output schema where the output is a JSON object whose type
+//!   has one), and
+//!   `tools/call` through the dispatcher. Serve it on any rmcp transport.
+//! * [`McpServer::tool_router`] gives the same tools as a
+//!   [`ToolRouter`](rmcp::handler::server::router::tool::ToolRouter)
+//!   fragment, to merge into a server of your own next to its
+//!   `#[tool_router]` tools.
+//! * [`CallToolRequestParamsExt`] is the client side: it puts a key into a
+//!   `tools/call`'s `_meta`.
+//! * [`tool_definitions`] turns a registry into rmcp `Tool`s.
+//!
+//! # Keys
+//!
+//! MCP gives a `tools/call` nothing stable to key it by: its JSON-RPC id is
+//! new for every request, retries included, and so is its progress token.
+//! idem never uses either. The key of a call comes from, in this order:
+//!
+//! 1. the request's `_meta` field [`IDEMPOTENCY_KEY_META`]
+//!    (`"io.idem/idempotencyKey"`), a string the client keeps for one
+//!    intended effect;
+//! 2. the HTTP header [`IDEMPOTENCY_KEY_HEADER`] (`Idempotency-Key`), on
+//!    rmcp's streamable HTTP transport;
+//! 3. the `_meta` fields [`RUN_ID_META`] (`"io.idem/runId"`, a string) and
+//!    [`STEP_META`] (`"io.idem/step"`, an integer): the executor hashes them
+//!    with the tool's name and the canonical arguments;
+//! 4. the tool's natural or custom key, which it derives from its
+//!    arguments.
+//!
+//! The first two are the call's *call id* and the third its *run context*,
+//! exactly as a provider's tool-call id and a run are on the other routes:
+//! the executor derives the key from them (`docs/keys.md`), in the tenant's
+//! namespace and with the tool's key version. A tool declared with a
+//! natural or custom key is always keyed by it, on MCP as on every route:
+//! that key names the effect ("the customer with this email"), and keying
+//! one request differently from its duplicates would defeat it.
+//!
+//! A present but unusable field (a key that is not a string, a run id
+//! without a step, two `Idempotency-Key` headers) is an error, never a
+//! reason to fall through to the next source. A write that has none of
+//! these is refused before anything runs, with an error result that says
+//! how to send a key. Reads need no key.
+//!
+//! # Results
+//!
+//! A call's output is its JSON text, and also its `structuredContent` when
+//! the tool declares an output schema. A refusal, an unknown outcome, a
+//! pending or denied approval, invalid arguments or a failure of the tool is
+//! a tool error result (`isError: true`) whose text is the dispatcher's
+//! `{"error": {"code", "message", …}}`, for the model to read. Only a tool
+//! the server does not have is a protocol error (JSON-RPC "invalid
+//! params"). Each result's `_meta` has [`DEDUPLICATED_META`] (whether it
+//! came from the record of an earlier call) and, for an output,
+//! [`KEY_META`] (the key it is recorded under).
+//!
+//! # Cancellation
+//!
+//! Each call runs on a task of its own. When the client cancels the
+//! request (`notifications/cancelled`), hangs up, or the handler's future
+//! is dropped, the server stops waiting but the call does not stop: a
+//! write that has claimed its key finishes and records its outcome, and a
+//! retry with the same key receives it. Abandoning it instead would leave
+//! its outcome unknown.
+//!
+//! # Mixing with rmcp's `#[tool]`
+//!
+//! rmcp exports an attribute called `tool` too. With `use rmcp::tool;` (or
+//! `use rmcp::*`) in scope, a bare `#[tool(class = …)]` is rmcp's, which
+//! answers `Unknown field: class`. Write idem's by its path,
+//! `#[idem::tool(class = "…")]`, wherever both are in scope.
+
+mod call;
+mod client;
+mod key;
+mod server;
+mod tools;
+
+pub use client::CallToolRequestParamsExt;
+pub use key::{IDEMPOTENCY_KEY_HEADER, IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META};
+pub use server::McpServer;
+pub use tools::{tool_definition, tool_definitions};
+
+/// The `_meta` field of a `tools/call` result that says whether the answer
+/// is an earlier call's recorded result (`true`) or this call's (`false`):
+/// for tracing, since the content is the same either way.
+pub const DEDUPLICATED_META: &str = "io.idem/deduplicated";
+
+/// The `_meta` field of a successful `tools/call` result that holds the
+/// idempotency key the call is recorded under (64 hex digits), to find
+/// its record. Absent for reads, which are not recorded.
+pub const KEY_META: &str = "io.idem/key";
