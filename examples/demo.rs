@@ -9,7 +9,7 @@ mod common;
 use std::sync::atomic::Ordering;
 
 use common::{charge_card, delete_account, lookup_customer, send_email, App, Charge};
-use idem::approval::AllowList;
+use idem::approval::{ApprovalDecision, Callback};
 use idem::dispatch::{anthropic_reply, openai_messages};
 use idem::prelude::*;
 use serde_json::json;
@@ -46,7 +46,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let app = App::default();
     let executor = Executor::builder_shared(store)
         .state(app.clone())
-        .approvals(AllowList::new(["delete_account"]))
+        // Deleting an account waits for a person (`idem approve`).
+        .approvals(Callback::new(|_req| async {
+            Ok(ApprovalDecision::Pending {
+                message: "deleting an account needs a person".into(),
+            })
+        }))
         .build();
     let registry = tools![lookup_customer, send_email, charge_card, delete_account];
     let dispatcher = Dispatcher::new(executor.clone(), registry);
@@ -99,25 +104,32 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         match executor.call(charge_card, charge.clone()).call_id("call_demo_charge").await {
             Ok(c) => say(format!("{who}: {} (from the record: {})", c.output, c.meta.deduplicated)),
             Err(IdemError::OutcomeUnknown { .. }) => {
-                say(format!("{who}: refused — outcome unknown; never retried, never re-run, an operator decides"))
+                say(format!("{who}: refused — outcome unknown; never retried, never re-run: `idem ls --state unknown` shows it to an operator"))
             }
             Err(e) => say(format!("{who}: {e}")),
         }
     }
 
-    step("5. An irreversible call goes through the approval policy once; its decision is recorded");
+    step("5. An irreversible call waits for a person; asking again does not ask twice");
     let delete = json!({"tool_calls": [{"id": "call_demo_delete", "type": "function",
         "function": {"name": "delete_account", "arguments": "{\"customer\":\"mallory\"}"}}]});
     for _ in 0..2 {
         let r = dispatcher.openai(&delete, &run).await?;
-        say(format!(
-            "{:<16} {:<36} → {}",
-            r[0].tool,
-            how(&r[0]),
-            openai_messages(&r)[0]["content"]
-                .as_str()
-                .unwrap_or_default()
-        ));
+        match &r[0].result {
+            Err(IdemError::ApprovalPending { key, .. }) => say(format!(
+                "{:<16} awaits approval, nothing ran: `idem approve {} --by you`, then run the demo again",
+                r[0].tool,
+                &key.as_str()[..12]
+            )),
+            _ => say(format!(
+                "{:<16} {:<36} → {}",
+                r[0].tool,
+                how(&r[0]),
+                openai_messages(&r)[0]["content"]
+                    .as_str()
+                    .unwrap_or_default()
+            )),
+        }
     }
 
     step("6. Replay the run from its transcript: reads run, writes come from records, nothing is sent");
@@ -139,5 +151,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.retries,
         m.refusals,
     );
+    println!("What idem refused is for a person to settle: `idem ls --state unknown,awaiting_approval` (crate idem-cli).");
     Ok(())
 }
