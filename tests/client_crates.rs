@@ -1,5 +1,6 @@
 //! Tool calls as the client crates people use hand them over: genai (its
-//! serialized `ChatResponse`). It gives a call the key the provider's own
+//! serialized `ChatResponse`) and async-openai (its typed tool calls,
+//! feature `async-openai`). Each gives a call the key the provider's own
 //! JSON gives it, so a call seen on both routes runs once.
 //!
 //! The genai fixtures are real: genai 0.7.2's `Client::exec_chat` was
@@ -176,4 +177,68 @@ async fn a_malformed_genai_item_is_a_typed_error_and_nothing_runs() {
         Err(DispatchError::MalformedItem { index: 0, .. })
     ));
     assert_eq!(app.mail.requests.load(Ordering::SeqCst), 0);
+}
+
+#[cfg(feature = "async-openai")]
+mod async_openai {
+    use super::*;
+
+    use ::async_openai::types::chat::{
+        ChatCompletionMessageCustomToolCall, ChatCompletionMessageToolCalls,
+        CreateChatCompletionResponse, CustomTool,
+    };
+    use idem::dispatch::CustomToolCall;
+
+    /// The calls of a response async-openai deserialized, converted.
+    fn typed_calls(response: &CreateChatCompletionResponse) -> Vec<idem::ToolCall> {
+        response.choices[0]
+            .message
+            .tool_calls
+            .clone()
+            .unwrap_or_default()
+            .into_iter()
+            .map(idem::ToolCall::try_from)
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn async_openai_tool_calls_have_the_json_route_keys() {
+        let app = App::default();
+        let d = dispatcher(&app);
+        let run = RunContext::default();
+        let json = transcript("openai_chat_completion.json");
+        // What async-openai's client returns for this provider response.
+        let response: CreateChatCompletionResponse = serde_json::from_value(json.clone()).unwrap();
+
+        let calls = typed_calls(&response);
+        assert_eq!(calls, idem::dispatch::parse_openai(&json).unwrap());
+
+        let by_typed = d.dispatch(calls, &run).await;
+        let by_json = d.openai(&json, &run).await.unwrap();
+        assert_eq!(keys(&by_json), keys(&by_typed));
+        assert!(by_json[1].deduplicated() && by_json[2].deduplicated());
+        assert_eq!(app.mail.requests.load(Ordering::SeqCst), 1);
+        assert_eq!(app.tickets.created.lock().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn a_custom_tool_call_is_not_an_idem_call() {
+        let custom = ChatCompletionMessageToolCalls::Custom(ChatCompletionMessageCustomToolCall {
+            id: "call_Qm3Kd".into(),
+            custom_tool: CustomTool {
+                name: "apply_patch".into(),
+                input: "*** Begin Patch".into(),
+            },
+        });
+        let err = idem::ToolCall::try_from(custom).unwrap_err();
+        assert_eq!(
+            err,
+            CustomToolCall {
+                id: "call_Qm3Kd".into(),
+                name: "apply_patch".into()
+            }
+        );
+        assert!(err.to_string().contains("JSON arguments"), "{err}");
+    }
 }

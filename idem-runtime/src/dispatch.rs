@@ -18,7 +18,7 @@
 //!
 //! A call is keyed by its provider id (`tool_calls[].id`, `tool_use.id`,
 //! `call_id`), so one call id is one key whichever route it comes by (the
-//! provider's JSON, genai). A
+//! provider's JSON, genai, async-openai). A
 //! message whose shape is wrong is a [`DispatchError`] and none of its
 //! calls runs.
 //!
@@ -51,8 +51,13 @@ use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
 use crate::key::json_type;
 use crate::registry::Registry;
 
+#[cfg(feature = "async-openai")]
+mod async_openai;
 mod numbers;
 mod parse;
+
+#[cfg(feature = "async-openai")]
+pub use async_openai::CustomToolCall;
 
 pub use parse::{parse_anthropic, parse_genai, parse_openai, parse_openai_responses};
 
