@@ -65,6 +65,10 @@
 //! * Keys: [`key`] (derivation, namespaces; see `docs/keys.md`).
 //! * Records and stores: [`store`] (`store::connect(url)`), [`record`].
 //! * Approvals of irreversible calls: [`approval`]. Retries: [`retry`].
+//! * Where agents run: the OpenAI (chat completions and Responses API),
+//!   Anthropic and genai shapes in [`dispatch`]; async-openai's tool calls
+//!   convert into [`ToolCall`] (feature `async-openai`); `rig` (feature
+//!   `rig`) offers idem tools to rig agents.
 //!
 //! Most programs need only `use idem::prelude::*;`.
 #![warn(missing_docs)]
@@ -105,6 +109,9 @@ pub use idem_runtime::{
 
 #[cfg(feature = "conformance")]
 pub use idem_runtime::conformance;
+
+#[cfg(feature = "rig")]
+pub mod rig;
 
 /// An explicit registry of tools, with duplicate names rejected at compile
 /// time.
