@@ -265,9 +265,9 @@ pub fn tool<S: Send + Sync + 'static>(
 /// }
 ///
 /// let executor = Executor::builder(MemoryStore::new()).build();
-/// let weather = IdemTool::new(executor, weather);
+/// let tool = IdemTool::new(executor, weather);
 /// assert_eq!(rig_core::tool::tool_name::<IdemTool<weather>>(), "weather");
-/// let definition = rig_core::tool::tool_definition(&weather);
+/// let definition = rig_core::tool::tool_definition(&tool);
 /// assert!(definition.parameters.get("$schema").is_none());
 /// ```
 pub struct IdemTool<T, S = ()> {

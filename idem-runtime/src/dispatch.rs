@@ -65,6 +65,11 @@ pub use parse::{parse_anthropic, parse_genai, parse_openai, parse_openai_respons
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
 /// One tool call as a model emitted it.
+///
+/// Read from a provider's JSON by [`parse_openai`], [`parse_anthropic`],
+/// [`parse_openai_responses`] and [`parse_genai`]; with the
+/// `async-openai` feature, converted from async-openai's chat-completions
+/// tool calls (`ToolCall::from`, `ToolCall::try_from`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
     /// The provider's call id.
