@@ -8,8 +8,9 @@
 //! exactly as model output does: the arguments are checked, the key is
 //! claimed, an `irreversible` tool asks the executor's approval policy, and
 //! the outcome is recorded. rig sees the tool's name, description and JSON
-//! Schema (without `$schema`); rig 0.44's tool definition has no field for
-//! the class's annotations.
+//! Schema (without `$schema`). rig 0.44's tool definition has no field for
+//! the annotations a class implies (rig 0.46 adds `ToolAnnotations`, but
+//! needs Rust 1.97.1).
 //!
 //! # Keys: what rig gives a tool
 //!
