@@ -67,6 +67,10 @@
 //! * Approvals of irreversible calls: [`approval`]. Retries: [`retry`].
 //! * Serving tools over MCP with rmcp (feature `mcp`): `mcp` (`McpServer`,
 //!   its `ToolRouter` fragment, keys for rmcp clients).
+//! * Where agents run: the OpenAI (chat completions and Responses API),
+//!   Anthropic and genai shapes in [`dispatch`]; async-openai's tool calls
+//!   convert into [`ToolCall`] (feature `async-openai`); `rig` (feature
+//!   `rig`) offers idem tools to rig agents.
 //!
 //! Most programs need only `use idem::prelude::*;`.
 //!
@@ -132,6 +136,8 @@ pub use idem_runtime::conformance;
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "rig")]
+pub mod rig;
 
 /// An explicit registry of tools, with duplicate names rejected at compile
 /// time.

@@ -17,7 +17,8 @@
 //!   for the next request's `input`.
 //!
 //! A call is keyed by its provider id (`tool_calls[].id`, `tool_use.id`,
-//! `call_id`), so one call id is one key whichever route it comes by. A
+//! `call_id`), so one call id is one key whichever route it comes by (the
+//! provider's JSON, genai, async-openai). A
 //! message whose shape is wrong is a [`DispatchError`] and none of its
 //! calls runs.
 //!
@@ -50,15 +51,25 @@ use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
 use crate::key::json_type;
 use crate::registry::Registry;
 
+#[cfg(feature = "async-openai")]
+mod async_openai;
 mod numbers;
 mod parse;
 
-pub use parse::{parse_anthropic, parse_openai, parse_openai_responses};
+#[cfg(feature = "async-openai")]
+pub use async_openai::CustomToolCall;
+
+pub use parse::{parse_anthropic, parse_genai, parse_openai, parse_openai_responses};
 
 /// The default limit on the size of one call's arguments: 64 KiB.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
 /// One tool call as a model emitted it.
+///
+/// Read from a provider's JSON by [`parse_openai`], [`parse_anthropic`],
+/// [`parse_openai_responses`] and [`parse_genai`]; with the
+/// `async-openai` feature, converted from async-openai's chat-completions
+/// tool calls (`ToolCall::from`, `ToolCall::try_from`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
     /// The provider's call id.
@@ -84,7 +95,7 @@ pub enum DispatchError {
     /// The message is not in the provider's shape.
     #[error("not an {provider} tool-call message: {detail}")]
     Malformed {
-        /// `"OpenAI"`, `"Anthropic"` or `"OpenAI Responses"`.
+        /// `"OpenAI"`, `"Anthropic"`, `"OpenAI Responses"` or `"genai"`.
         provider: &'static str,
         /// What is wrong.
         detail: String,
@@ -94,7 +105,7 @@ pub enum DispatchError {
     /// message's calls runs.
     #[error("not an {provider} tool-call message: {detail}")]
     MalformedItem {
-        /// `"OpenAI"`, `"Anthropic"` or `"OpenAI Responses"`.
+        /// `"OpenAI"`, `"Anthropic"`, `"OpenAI Responses"` or `"genai"`.
         provider: &'static str,
         /// The item's position in its list, from 0.
         index: usize,
@@ -192,6 +203,32 @@ impl ToolResult {
             "type": "function_call_output",
             "call_id": self.call_id,
             "output": self.content().to_string(),
+        })
+    }
+
+    /// A genai `ToolResponse` (`{"call_id", "fn_name", "content"}`), to
+    /// deserialize with `serde_json::from_value` into
+    /// `genai::chat::ToolResponse` (see [`genai_tool_responses`]).
+    ///
+    /// ```
+    /// use idem_runtime::dispatch::ToolResult;
+    /// use idem_runtime::error::IdemError;
+    ///
+    /// let refused = ToolResult {
+    ///     call_id: Some("toolu_01A09q90qw90lq917835lq9".into()),
+    ///     tool: "send_emial".into(),
+    ///     result: Err(IdemError::UnknownTool { name: "send_emial".into(), suggestion: None }),
+    /// };
+    /// let response = refused.to_genai();
+    /// assert_eq!(response["call_id"], "toolu_01A09q90qw90lq917835lq9");
+    /// assert_eq!(response["fn_name"], "send_emial");
+    /// assert!(response["content"].as_str().unwrap().contains("unknown_tool"));
+    /// ```
+    pub fn to_genai(&self) -> Value {
+        json!({
+            "call_id": self.call_id,
+            "fn_name": self.tool,
+            "content": self.content().to_string(),
         })
     }
 
@@ -378,6 +415,21 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         Ok(self.dispatch(calls, run).await)
     }
 
+    /// Run the tool calls of a genai response, given as genai serializes
+    /// it (see [`parse_genai`]); returns the results (see
+    /// [`genai_tool_responses`] for genai's `ToolResponse`s). A call is
+    /// keyed by its `call_id`, the provider's id: the same key as the
+    /// provider's own JSON gets through [`Dispatcher::openai`] or
+    /// [`Dispatcher::anthropic`].
+    pub async fn genai(
+        &self,
+        response: &Value,
+        run: &RunContext,
+    ) -> Result<Vec<ToolResult>, DispatchError> {
+        let calls = parse_genai(response)?;
+        Ok(self.dispatch(calls, run).await)
+    }
+
     /// Run the `function_call` items of an OpenAI Responses API response;
     /// returns the results (see [`openai_responses_input`] for the
     /// `function_call_output` items of the next request). Each call is
@@ -391,6 +443,13 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         let calls = parse_openai_responses(response)?;
         Ok(self.dispatch(calls, run).await)
     }
+}
+
+/// The genai `ToolResponse`s for `results`, in call order:
+/// `serde_json::from_value::<Vec<genai::chat::ToolResponse>>` of them is
+/// what genai appends to the conversation.
+pub fn genai_tool_responses(results: &[ToolResult]) -> Vec<Value> {
+    results.iter().map(ToolResult::to_genai).collect()
 }
 
 /// The OpenAI messages for `results`.

@@ -51,8 +51,11 @@ pub struct ToolError {
     message: String,
     #[serde(default, skip_serializing_if = "Option::is_none", with = "millis")]
     retry_after: Option<Duration>,
+    /// Boxed: a `Value` is large when serde_json keeps object order (a
+    /// dependency such as rig-core may turn that on), and every `Result`
+    /// carrying an [`IdemError`] would pay for it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    details: Option<Value>,
+    details: Option<Box<Value>>,
 }
 
 impl ToolError {
@@ -89,7 +92,7 @@ impl ToolError {
 
     /// Attach structured details (returned to the model with the error).
     pub fn with_details(mut self, details: Value) -> Self {
-        self.details = Some(details);
+        self.details = Some(Box::new(details));
         self
     }
 
@@ -110,7 +113,7 @@ impl ToolError {
 
     /// Structured details, if any.
     pub fn details(&self) -> Option<&Value> {
-        self.details.as_ref()
+        self.details.as_deref()
     }
 }
 

@@ -248,3 +248,79 @@ pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, Dispatc
         })
         .collect()
 }
+
+/// The tool calls of a [genai](https://crates.io/crates/genai) response, as
+/// genai (0.4 to 0.7) serializes its types: a `ChatResponse` or
+/// `ChatMessage` (calls are the `{"ToolCall": {…}}` parts of its
+/// `content`), its content parts themselves, or its tool calls
+/// (`Vec<ToolCall>`, from `ChatResponse::tool_calls`), or one `ToolCall`.
+///
+/// genai cannot be built without an HTTP client (reqwest is not optional
+/// in any release), so idem does not depend on it: serialize genai's value
+/// with `serde_json::to_value` and parse that. A call is keyed by its
+/// `call_id`, which genai takes from the provider (`tool_calls[].id`,
+/// `tool_use.id`), so a call has the same key whether it arrives through
+/// genai or as the provider's own JSON. `fn_arguments` is the arguments as
+/// JSON; genai leaves it a string when a streamed call's arguments do not
+/// parse, and that string is read as the arguments' text.
+///
+/// ```
+/// use idem_runtime::dispatch::{parse_genai, Arguments};
+/// use serde_json::json;
+///
+/// // `serde_json::to_value(&chat_response)?` of a genai `ChatResponse`:
+/// let calls = parse_genai(&json!({
+///     "content": [
+///         {"Text": "Sending it now."},
+///         {"ToolCall": {"call_id": "call_9f8e7d6c5b4a", "fn_name": "send_email",
+///                       "fn_arguments": {"to": "ada@example.com"}}}
+///     ],
+///     "usage": {}
+/// }))?;
+/// assert_eq!(calls.len(), 1);
+/// assert_eq!(calls[0].id.as_deref(), Some("call_9f8e7d6c5b4a"));
+/// assert_eq!(calls[0].arguments, Arguments::Json(json!({"to": "ada@example.com"})));
+/// # Ok::<(), idem_runtime::dispatch::DispatchError>(())
+/// ```
+pub fn parse_genai(value: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    const SHAPE: Shape = Shape {
+        provider: "genai",
+        list: "content",
+    };
+    const AT: &str = " (ToolCall)";
+    let call = |i: usize, call: &Value| {
+        Ok(ToolCall {
+            id: Some(SHAPE.required(i, AT, call, "call_id")?.to_owned()),
+            name: SHAPE.required(i, AT, call, "fn_name")?.to_owned(),
+            arguments: match call.get("fn_arguments") {
+                Some(Value::String(text)) => Arguments::Text(text.clone()),
+                other => Arguments::Json(other.cloned().unwrap_or(Value::Null)),
+            },
+        })
+    };
+    if value.get("fn_name").is_some() {
+        return Ok(vec![call(0, value)?]);
+    }
+    SHAPE
+        .items(SHAPE.list_in(value)?)?
+        .iter()
+        .enumerate()
+        .filter_map(|(i, item)| {
+            if let Some(part) = item.get("ToolCall") {
+                return Some(call(i, part));
+            }
+            if item.get("fn_name").is_some() {
+                return Some(call(i, item));
+            }
+            match item.as_object() {
+                // Another content part (`Text`, `Binary`, `ToolResponse`,
+                // `ThoughtSignature`, …): one key naming its kind.
+                Some(part) if part.len() == 1 => None,
+                // Not skipped: an item of no known kind could be a call.
+                _ => Some(Err(
+                    SHAPE.item_error(i, " is neither a content part nor a ToolCall")
+                )),
+            }
+        })
+        .collect()
+}
