@@ -1,6 +1,10 @@
 //! Compile-fail and compile-pass cases of `#[tool]` and `tools!`, with the
 //! diagnostics users see checked in as `.stderr` snapshots.
-//! `TRYBUILD=overwrite cargo test --test ui` rewrites them.
+//! `TRYBUILD=overwrite cargo test --all-features --test ui` rewrites them.
+//! The snapshots are taken with every feature on, as the README's test
+//! command runs them: rustc's notes list what else implements a trait, and
+//! the optional integrations (serde_json's `raw_value` through rmcp and
+//! rig) add to that list.
 
 #[test]
 fn ui() {
