@@ -598,7 +598,10 @@ struct Sweep {
     deleted: u64,
     took: Duration,
     calls: u64,
+    median: Duration,
+    p99: Duration,
     worst: Duration,
+    baseline_median: Duration,
     baseline_worst: Duration,
 }
 
@@ -679,17 +682,25 @@ async fn throughput(b: &Arc<Backend>, workers: usize, budget: Duration) -> f64 {
     calls as f64 / started.elapsed().as_secs_f64()
 }
 
-/// The worst latency of a caller making first calls one after the other,
-/// until `stop` is set: (calls, worst).
-async fn caller(b: Arc<Backend>, run: String, stop: Arc<AtomicBool>) -> (u64, Duration) {
-    let (mut n, mut worst) = (0u64, Duration::ZERO);
+/// The latencies of a caller making first calls one after the other,
+/// until `stop` is set, sorted.
+async fn caller(b: Arc<Backend>, run: String, stop: Arc<AtomicBool>) -> Vec<Duration> {
+    let mut latencies = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         let started = Instant::now();
-        b.call(&run, n).await;
-        worst = worst.max(started.elapsed());
-        n += 1;
+        b.call(&run, latencies.len() as u64).await;
+        latencies.push(started.elapsed());
     }
-    (n, worst)
+    latencies.sort_unstable();
+    latencies
+}
+
+/// The `q` quantile of sorted `latencies`.
+fn quantile(latencies: &[Duration], q: f64) -> Duration {
+    match latencies.len() {
+        0 => Duration::ZERO,
+        n => latencies[((n - 1) as f64 * q).round() as usize],
+    }
 }
 
 /// Fill the store with `records` expired records and sweep them while a
@@ -702,7 +713,7 @@ async fn sweep_stall(b: &Arc<Backend>, records: u64, budget: Duration) -> Sweep 
     let alone = tokio::spawn(caller(b.clone(), "sweep-baseline".into(), stop.clone()));
     tokio::time::sleep(budget).await;
     stop.store(true, Ordering::Relaxed);
-    let (_, baseline_worst) = alone.await.unwrap();
+    let baseline = alone.await.unwrap();
 
     let stop = Arc::new(AtomicBool::new(false));
     let during = tokio::spawn(caller(b.clone(), "sweep-caller".into(), stop.clone()));
@@ -711,14 +722,17 @@ async fn sweep_stall(b: &Arc<Backend>, records: u64, budget: Duration) -> Sweep 
     let deleted = b.probe.sweep().await.expect("sweep");
     let took = started.elapsed();
     stop.store(true, Ordering::Relaxed);
-    let (calls, worst) = during.await.unwrap();
+    let during = during.await.unwrap();
     Sweep {
         records,
         deleted,
         took,
-        calls,
-        worst,
-        baseline_worst,
+        calls: during.len() as u64,
+        median: quantile(&during, 0.5),
+        p99: quantile(&during, 0.99),
+        worst: quantile(&during, 1.0),
+        baseline_median: quantile(&baseline, 0.5),
+        baseline_worst: quantile(&baseline, 1.0),
     }
 }
 
@@ -976,21 +990,25 @@ fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Report]
     if config.sweep > 0 {
         let _ = writeln!(
             s,
-            "\n| store | expired records | swept | sweep took | caller's calls meanwhile | caller's worst call during the sweep | caller's worst call, no sweep |"
+            "\n| store | expired records | swept | sweep took | caller's calls meanwhile | median / p99 / worst call during the sweep | median / worst call, no sweep |"
         );
         let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
         for r in reports {
             if let Some(w) = r.sweep {
                 let _ = writeln!(
                     s,
-                    "| {} | {} | {} | {:.2} s | {} | {:.1} ms | {:.1} ms |",
+                    "| {} | {} | {} | {:.1} s | {} | {:.1} / {:.1} / {:.1} ms | {:.1} / {:.1} ms |",
                     r.store,
                     w.records,
                     w.deleted,
                     w.took.as_secs_f64(),
                     w.calls,
-                    w.worst.as_secs_f64() * 1e3,
-                    w.baseline_worst.as_secs_f64() * 1e3
+                    ms(w.median),
+                    ms(w.p99),
+                    ms(w.worst),
+                    ms(w.baseline_median),
+                    ms(w.baseline_worst)
                 );
             }
         }
