@@ -8,72 +8,18 @@
 //!
 //! Run with `cargo bench --bench overhead`; the last lines print the ratios.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+mod common;
 
+use std::sync::Arc;
+
+use common::{args, send, send_email, EmailSent, Naive, SendEmail};
 use criterion::{criterion_group, BatchSize, Criterion};
 use idem::{tool, Executor, MemoryStore, ToolError};
-use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
-
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-struct SendEmail {
-    to: String,
-    subject: String,
-    body: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct EmailSent {
-    message_id: String,
-}
-
-fn send(args: &SendEmail) -> EmailSent {
-    EmailSent {
-        message_id: format!("<{}@example.com>", args.to.len()),
-    }
-}
-
-/// Send an email (a no-op provider, so only idem's overhead is measured).
-#[tool(class = "idempotent_write")]
-async fn send_email(args: SendEmail) -> Result<EmailSent, ToolError> {
-    Ok(send(&args))
-}
 
 /// Look something up (a read: no key, no store).
 #[tool(class = "read")]
 async fn look_up(args: SendEmail) -> Result<EmailSent, ToolError> {
     Ok(send(&args))
-}
-
-/// The naive wrapper.
-#[derive(Default)]
-struct Naive {
-    done: Mutex<HashMap<String, String>>,
-}
-
-impl Naive {
-    async fn call(&self, run: &str, step: u64, tool: &str, args: &SendEmail) -> EmailSent {
-        let text = serde_json::to_string(args).unwrap();
-        let key = hex::encode(Sha256::digest(format!("{run}:{step}:{tool}:{text}")));
-        if let Some(hit) = self.done.lock().unwrap().get(&key) {
-            return serde_json::from_str(hit).unwrap();
-        }
-        let out = send(args);
-        self.done
-            .lock()
-            .unwrap()
-            .insert(key, serde_json::to_string(&out).unwrap());
-        out
-    }
-}
-
-fn args() -> SendEmail {
-    SendEmail {
-        to: "ada@example.com".into(),
-        subject: "Your invoice".into(),
-        body: "Hello Ada, your invoice for November is attached.".into(),
-    }
 }
 
 fn overhead(c: &mut Criterion) {

@@ -33,14 +33,16 @@
 //! Nothing here is a test: `cargo test` never runs it, and no result is
 //! checked against a threshold.
 
-use std::collections::HashMap;
+mod common;
+
 use std::fmt::Write as _;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem::{tool, Executor, MemoryStore, ToolError};
+use common::{args, send_email, EmailSent, Naive};
+use idem::{Executor, MemoryStore};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, Record};
@@ -49,67 +51,8 @@ use idem_runtime::store::{
     SqliteStore, Store, StoreError, Synchronous,
 };
 use idem_runtime::testing::{PostgresServer, RedisServer, TempDir};
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
-
-// ---------------------------------------------------------------------------
-// The tool and the naive wrapper (as in benches/overhead.rs).
-
-#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema)]
-struct SendEmail {
-    to: String,
-    subject: String,
-    body: String,
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct EmailSent {
-    message_id: String,
-}
-
-fn send(args: &SendEmail) -> EmailSent {
-    EmailSent {
-        message_id: format!("<{}@example.com>", args.to.len()),
-    }
-}
-
-/// Send an email (a no-op provider, so only the store path is measured).
-#[tool(class = "idempotent_write")]
-async fn send_email(args: SendEmail) -> Result<EmailSent, ToolError> {
-    Ok(send(&args))
-}
-
-fn args() -> SendEmail {
-    SendEmail {
-        to: "ada@example.com".into(),
-        subject: "Your invoice".into(),
-        body: "Hello Ada, your invoice for November is attached.".into(),
-    }
-}
-
-/// The naive wrapper: key = SHA-256 of `run:step:tool:json(args)`, looked
-/// up in a locked map; no canonical form, fingerprints, leases or fencing.
-#[derive(Default)]
-struct Naive {
-    done: Mutex<HashMap<String, String>>,
-}
-
-impl Naive {
-    async fn call(&self, run: &str, step: u64, tool: &str, args: &SendEmail) -> EmailSent {
-        let text = serde_json::to_string(args).unwrap();
-        let key = hex::encode(Sha256::digest(format!("{run}:{step}:{tool}:{text}")));
-        if let Some(hit) = self.done.lock().unwrap().get(&key) {
-            return serde_json::from_str(hit).unwrap();
-        }
-        let out = send(args);
-        self.done
-            .lock()
-            .unwrap()
-            .insert(key, serde_json::to_string(&out).unwrap());
-        out
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Counting store operations.
