@@ -55,6 +55,38 @@ impl Owner {
 }
 
 impl CallEnv<'_> {
+    /// The claim of `call` as the store receives it.
+    fn request<'c>(&'c self, call: &'c CallKey) -> ClaimRequest<'c> {
+        ClaimRequest {
+            key: &call.key,
+            tool: self.name(),
+            fingerprint: &call.args.fingerprint,
+            check_fingerprint: call.check_fingerprint,
+            lease: self.lease(),
+            info: CallInfoRef {
+                namespace: Some(call.namespace.as_str()),
+                call_id: self.call_id.as_deref(),
+                run_id: self.run.run_id.as_deref(),
+                step: self.run.run_id.is_some().then_some(self.run.step),
+                args: self.spec.store_args.then_some(call.args.text.as_str()),
+            },
+            worker: Some(&self.core.config.worker),
+        }
+    }
+
+    /// The claim answered on this thread, when the store can
+    /// ([`Store::claim_local`](crate::store::Store::claim_local)): the
+    /// in-memory store always, SQLite for a completed call. `None`: claim
+    /// the usual way, which also waits for an owner in flight.
+    pub(super) fn claim_local(&self, call: &CallKey) -> Option<Result<Claimed, IdemError>> {
+        let sent = tokio::time::Instant::now();
+        match self.store().claim_local(&self.request(call))? {
+            Err(e) => Some(Err(self.store_err(e))),
+            Ok(ClaimOutcome::InFlight { .. }) => None,
+            Ok(outcome) => self.settle(call, outcome, sent).transpose(),
+        }
+    }
+
     /// Own the key, or find its record, waiting for an owner in flight as
     /// [`InFlightPolicy`] says.
     pub(super) async fn claim(&self, call: &CallKey) -> Result<Claimed, IdemError> {
@@ -62,77 +94,72 @@ impl CallEnv<'_> {
         if self.mode == Mode::Replay {
             return self.replay(key).await;
         }
-        let info = CallInfoRef {
-            namespace: Some(call.namespace.as_str()),
-            call_id: self.call_id.as_deref(),
-            run_id: self.run.run_id.as_deref(),
-            step: self.run.run_id.is_some().then_some(self.run.step),
-            args: self.spec.store_args.then_some(call.args.text.as_str()),
-        };
-        let request = ClaimRequest {
-            key,
-            tool: self.name(),
-            fingerprint: &call.args.fingerprint,
-            check_fingerprint: call.check_fingerprint,
-            lease: self.lease(),
-            info,
-            worker: Some(&self.core.config.worker),
-        };
+        let request = self.request(call);
         // Set when the first in-flight answer arrives.
         let mut wait_until = None;
         loop {
             let sent = tokio::time::Instant::now();
-            match self
+            let outcome = self
                 .store()
                 .claim(&request)
                 .await
-                .map_err(|e| self.store_err(e))?
-            {
-                ClaimOutcome::Acquired {
-                    fence,
-                    steps,
-                    takeover,
-                    ..
-                } => {
-                    return Ok(Claimed::Owner(Owner {
-                        key: key.clone(),
-                        fence,
-                        steps,
-                        takeover,
-                        namespace: call.namespace.clone(),
-                        lease: LeaseWatch::new(sent + self.lease()),
-                    }))
-                }
-                ClaimOutcome::Completed(record) => return Ok(Claimed::Recorded(record)),
-                ClaimOutcome::AwaitingApproval(record) => return Err(self.pending(&record)),
-                ClaimOutcome::KeyReused { tool, fingerprint } => {
-                    return Err(self.refuse(IdemError::KeyReused {
-                        key: key.clone(),
-                        stored_tool: tool,
-                        stored_fingerprint: fingerprint.to_string(),
-                    }))
-                }
-                ClaimOutcome::InFlight { .. } => {
-                    let max = match self.core.config.in_flight {
-                        InFlightPolicy::Wait(max) => max,
-                        InFlightPolicy::Reject => Duration::ZERO,
-                    };
-                    let until =
-                        *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + max);
-                    let left = until.saturating_duration_since(tokio::time::Instant::now());
-                    if left.is_zero() {
-                        return Err(self.refuse(IdemError::InFlight {
-                            tool: self.name().to_owned(),
-                            key: key.clone(),
-                        }));
-                    }
-                    tracing::debug!("duplicate of a call in flight; waiting for its outcome");
-                    self.store()
-                        .wait(key, left)
-                        .await
-                        .map_err(|e| self.store_err(e))?;
-                }
+                .map_err(|e| self.store_err(e))?;
+            if let Some(claimed) = self.settle(call, outcome, sent)? {
+                return Ok(claimed);
             }
+            let max = match self.core.config.in_flight {
+                InFlightPolicy::Wait(max) => max,
+                InFlightPolicy::Reject => Duration::ZERO,
+            };
+            let until = *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + max);
+            let left = until.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return Err(self.refuse(IdemError::InFlight {
+                    tool: self.name().to_owned(),
+                    key: key.clone(),
+                }));
+            }
+            tracing::debug!("duplicate of a call in flight; waiting for its outcome");
+            self.store()
+                .wait(key, left)
+                .await
+                .map_err(|e| self.store_err(e))?;
+        }
+    }
+
+    /// What the store's answer to a claim sent at `sent` means for the
+    /// call; `None` when another owner holds a live lease.
+    fn settle(
+        &self,
+        call: &CallKey,
+        outcome: ClaimOutcome,
+        sent: tokio::time::Instant,
+    ) -> Result<Option<Claimed>, IdemError> {
+        let key = &call.key;
+        match outcome {
+            ClaimOutcome::Acquired {
+                fence,
+                steps,
+                takeover,
+                ..
+            } => Ok(Some(Claimed::Owner(Owner {
+                key: key.clone(),
+                fence,
+                steps,
+                takeover,
+                namespace: call.namespace.clone(),
+                lease: LeaseWatch::new(sent + self.lease()),
+            }))),
+            ClaimOutcome::Completed(record) => Ok(Some(Claimed::Recorded(record))),
+            ClaimOutcome::AwaitingApproval(record) => Err(self.pending(&record)),
+            ClaimOutcome::KeyReused { tool, fingerprint } => {
+                Err(self.refuse(IdemError::KeyReused {
+                    key: key.clone(),
+                    stored_tool: tool,
+                    stored_fingerprint: fingerprint.to_string(),
+                }))
+            }
+            ClaimOutcome::InFlight { .. } => Ok(None),
         }
     }
 

@@ -662,7 +662,14 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     /// key in this process), then as the owner the rest.
     async fn keyed(mut self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
         let key = self.env.key(&args, T::key_material(&args))?;
-        if self.env.mode == Mode::Live {
+        // A store that answers on this thread (memory; SQLite for a
+        // duplicate) needs no flight: its answer is as quick as the
+        // flight's, and a flight would cost every call a map entry.
+        let mut local = match self.env.mode {
+            Mode::Live => self.env.claim_local(&key),
+            Mode::Replay => None,
+        };
+        if local.is_none() && self.env.mode == Mode::Live {
             let core = self.env.core;
             loop {
                 match core
@@ -685,7 +692,11 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         }
         let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
         loop {
-            let result = match self.env.claim(&key).await {
+            let claimed = match local.take() {
+                Some(claimed) => claimed,
+                None => self.env.claim(&key).await,
+            };
+            let result = match claimed {
                 Ok(claim::Claimed::Owner(owner)) => {
                     // Boxed: the owner's path is large and is not taken by
                     // duplicates, whose future stays small and cheap to move.

@@ -100,6 +100,42 @@ impl MemoryStore {
         Fence(self.fences.fetch_add(1, Ordering::Relaxed) + 1)
     }
 
+    /// [`Store::claim`], synchronously: a duplicate of a completed call
+    /// is answered under the shard's read lock; anything else takes the
+    /// write lock.
+    fn claim_now(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.open()?;
+        let now = self.clock.now();
+        if let Some(slot) = self.records.get(req.key) {
+            if !slot.record.is_expired(now) {
+                if let Some(answer) = transition::answer(&slot.record, req, now) {
+                    return Ok(answer);
+                }
+            }
+        }
+        match self.records.entry(req.key.clone()) {
+            Entry::Vacant(v) => {
+                let d = transition::claim(None, req, now, || self.fresh_fence());
+                if let Some(record) = d.write {
+                    v.insert(Slot {
+                        record: Arc::new(record),
+                        changed: None,
+                    });
+                }
+                Ok(d.claim)
+            }
+            Entry::Occupied(mut o) => {
+                let d = transition::claim(Some(o.get().record.clone()), req, now, || {
+                    self.fresh_fence()
+                });
+                if let Some(record) = d.write {
+                    o.get_mut().record = Arc::new(record);
+                }
+                Ok(d.claim)
+            }
+        }
+    }
+
     /// Change the record of an owned key in place, waking waiters when
     /// `wake`.
     fn update(
@@ -129,29 +165,11 @@ impl Store for MemoryStore {
     }
 
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.open()?;
-        let now = self.clock.now();
-        match self.records.entry(req.key.clone()) {
-            Entry::Vacant(v) => {
-                let d = transition::claim(None, req, now, || self.fresh_fence());
-                if let Some(record) = d.write {
-                    v.insert(Slot {
-                        record: Arc::new(record),
-                        changed: None,
-                    });
-                }
-                Ok(d.claim)
-            }
-            Entry::Occupied(mut o) => {
-                let d = transition::claim(Some(o.get().record.clone()), req, now, || {
-                    self.fresh_fence()
-                });
-                if let Some(record) = d.write {
-                    o.get_mut().record = Arc::new(record);
-                }
-                Ok(d.claim)
-            }
-        }
+        self.claim_now(req)
+    }
+
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        Some(self.claim_now(req))
     }
 
     async fn checkpoint(

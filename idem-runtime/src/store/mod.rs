@@ -203,6 +203,24 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// * Completed → [`ClaimOutcome::Completed`].
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
 
+    /// Answer a claim on the caller's thread, without awaiting anything,
+    /// when the store can: its records are in this process
+    /// ([`MemoryStore`]), or the answer is a read of a local file (a
+    /// duplicate of a completed call on SQLite). The executor asks this
+    /// first and calls [`Store::claim`] when it returns `None`, which is
+    /// the default and what a store over the network always returns.
+    ///
+    /// When it answers, the answer and any write must be exactly those
+    /// [`Store::claim`] would make at that moment. A store may answer only
+    /// some outcomes (a completed record, say) and return `None` for the
+    /// rest. It must not block for longer than a read of local memory or a
+    /// local file: no network, no waiting for a lock another writer holds
+    /// for long.
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        let _ = req;
+        None
+    }
+
     /// Record that step `step` of an in-flight call finished with `value`,
     /// and extend the lease by `lease` from now. One round trip.
     async fn checkpoint(
@@ -329,6 +347,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         (**self).claim(req).await
+    }
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        (**self).claim_local(req)
     }
     async fn checkpoint(
         &self,

@@ -57,31 +57,15 @@ pub fn claim(
             }),
         };
     };
-    if record.tool != req.tool || (req.check_fingerprint && &record.fingerprint != req.fingerprint)
-    {
-        return ClaimDecision {
-            claim: ClaimOutcome::KeyReused {
-                tool: record.tool.clone(),
-                fingerprint: record.fingerprint.clone(),
-            },
-            write: None,
-        };
+    if let Some(claim) = answer(&record, req, now) {
+        return ClaimDecision { claim, write: None };
     }
     match record.state {
+        // Answered above; kept so the match stays exhaustive.
         RecordState::Completed { .. } => ClaimDecision {
             claim: ClaimOutcome::Completed(record),
             write: None,
         },
-        RecordState::InFlight { fence, lease_until } if lease_until > now => ClaimDecision {
-            claim: ClaimOutcome::InFlight { fence, lease_until },
-            write: None,
-        },
-        RecordState::AwaitingApproval { .. } if !record.steps.contains_key(APPROVAL_STEP) => {
-            ClaimDecision {
-                claim: ClaimOutcome::AwaitingApproval(record),
-                write: None,
-            }
-        }
         RecordState::AwaitingApproval { .. } => {
             // Approved: this claim owns the key and runs the call under the
             // recorded approval. Nothing ran before, so no takeover.
@@ -118,6 +102,36 @@ pub fn claim(
                 write: Some(record),
             }
         }
+    }
+}
+
+/// The claim's answer when `existing` (present and not expired) decides
+/// it without a write: a key reuse, a completed call, a live owner, an
+/// approval still to be decided. `None`: the claim writes (it takes the
+/// key over, or runs an approved call). For a store's read-only fast path
+/// ([`Store::claim_local`](super::Store::claim_local)).
+pub fn answer(
+    existing: &Arc<Record>,
+    req: &ClaimRequest<'_>,
+    now: Timestamp,
+) -> Option<ClaimOutcome> {
+    let record = existing;
+    if record.tool != req.tool || (req.check_fingerprint && &record.fingerprint != req.fingerprint)
+    {
+        return Some(ClaimOutcome::KeyReused {
+            tool: record.tool.clone(),
+            fingerprint: record.fingerprint.clone(),
+        });
+    }
+    match record.state {
+        RecordState::Completed { .. } => Some(ClaimOutcome::Completed(record.clone())),
+        RecordState::InFlight { fence, lease_until } if lease_until > now => {
+            Some(ClaimOutcome::InFlight { fence, lease_until })
+        }
+        RecordState::AwaitingApproval { .. } if !record.steps.contains_key(APPROVAL_STEP) => {
+            Some(ClaimOutcome::AwaitingApproval(record.clone()))
+        }
+        _ => None,
     }
 }
 
