@@ -52,10 +52,39 @@ pub const MAX_KEY_PART_LEN: usize = 256;
 #[serde(try_from = "String", into = "String")]
 pub struct IdempotencyKey(Arc<str>);
 
+/// 64 lowercase hex digits, inline.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+struct Hex64([u8; 64]);
+
+impl Hex64 {
+    fn of(digest: [u8; 32]) -> Self {
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut text = [0u8; 64];
+        for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
+            pair[0] = DIGITS[usize::from(b >> 4)];
+            pair[1] = DIGITS[usize::from(b & 0xf)];
+        }
+        Hex64(text)
+    }
+
+    /// `s` if it is 64 lowercase hex digits.
+    fn parse(s: &str) -> Option<Self> {
+        let bytes: [u8; 64] = s.as_bytes().try_into().ok()?;
+        bytes
+            .iter()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            .then_some(Hex64(bytes))
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("hex digits are ASCII")
+    }
+}
+
 impl Hash for IdempotencyKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // The first 16 hex digits are the digest's first 64 bits.
-        let bits = self.0.bytes().take(16).fold(0u64, |acc, c| {
+        let bits = self.0.as_bytes()[..16].iter().fold(0u64, |acc, &c| {
             let nibble = match c {
                 b'0'..=b'9' => c - b'0',
                 _ => c.wrapping_sub(b'a').wrapping_add(10) & 0xf,
@@ -101,13 +130,11 @@ impl Hasher for KeyHasher {
 impl IdempotencyKey {
     /// Parse a key that was derived earlier (64 lowercase hex digits).
     pub fn parse(s: &str) -> Result<Self, KeyError> {
-        if s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
-            Ok(IdempotencyKey(Arc::from(s)))
-        } else {
-            Err(KeyError::Malformed {
+        Hex64::parse(s)
+            .map(|_| IdempotencyKey(Arc::from(s)))
+            .ok_or_else(|| KeyError::Malformed {
                 given: s.chars().take(80).collect(),
             })
-        }
     }
 
     /// The key as text.
@@ -128,19 +155,19 @@ impl IdempotencyKey {
 
 impl fmt::Display for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for IdempotencyKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "IdempotencyKey({})", self.0)
+        write!(f, "IdempotencyKey({})", self.as_str())
     }
 }
 
 impl AsRef<str> for IdempotencyKey {
     fn as_ref(&self) -> &str {
-        &self.0
+        self.as_str()
     }
 }
 
@@ -153,31 +180,79 @@ impl TryFrom<String> for IdempotencyKey {
 
 impl From<IdempotencyKey> for String {
     fn from(k: IdempotencyKey) -> String {
-        k.0.to_string()
+        k.as_str().to_owned()
     }
 }
 
 /// The lowercase hex SHA-256 of a call's canonical arguments. Cloning is
-/// cheap (a shared string).
-#[derive(Clone, PartialEq, Eq, Hash, Debug, serde::Serialize, serde::Deserialize)]
-#[serde(transparent)]
-pub struct Fingerprint(Arc<str>);
+/// cheap: a computed fingerprint is held inline, one read back from a store
+/// is a shared string.
+#[derive(Clone, serde::Serialize, serde::Deserialize)]
+#[serde(from = "String", into = "String")]
+pub struct Fingerprint(FingerprintText);
+
+#[derive(Clone)]
+enum FingerprintText {
+    Digest(Hex64),
+    Text(Arc<str>),
+}
 
 impl Fingerprint {
     /// A fingerprint from its text (as read back from a store).
     pub fn new(text: impl Into<Arc<str>>) -> Self {
-        Fingerprint(text.into())
+        Fingerprint(FingerprintText::Text(text.into()))
     }
 
     /// The fingerprint as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        match &self.0 {
+            FingerprintText::Digest(hex) => hex.as_str(),
+            FingerprintText::Text(text) => text,
+        }
+    }
+}
+
+impl PartialEq for Fingerprint {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (FingerprintText::Digest(a), FingerprintText::Digest(b)) => a == b,
+            _ => self.as_str() == other.as_str(),
+        }
+    }
+}
+
+impl Eq for Fingerprint {}
+
+impl Hash for Fingerprint {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for Fingerprint {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Fingerprint").field(&self.as_str()).finish()
+    }
+}
+
+impl From<String> for Fingerprint {
+    fn from(text: String) -> Self {
+        match Hex64::parse(&text) {
+            Some(hex) => Fingerprint(FingerprintText::Digest(hex)),
+            None => Fingerprint::new(text),
+        }
+    }
+}
+
+impl From<Fingerprint> for String {
+    fn from(f: Fingerprint) -> String {
+        f.as_str().to_owned()
     }
 }
 
 impl fmt::Display for Fingerprint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -261,7 +336,9 @@ impl CanonicalArgs {
     }
 
     fn from_text(text: String) -> Self {
-        let fingerprint = Fingerprint(digest_hex(Sha256::digest(text.as_bytes()).into()));
+        let fingerprint = Fingerprint(FingerprintText::Digest(Hex64::of(
+            Sha256::digest(text.as_bytes()).into(),
+        )));
         CanonicalArgs { text, fingerprint }
     }
 }
@@ -400,18 +477,6 @@ pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     out
 }
 
-/// A SHA-256 digest as a shared lowercase hex string, formatted on the
-/// stack so the shared string is the only allocation.
-fn digest_hex(digest: [u8; 32]) -> Arc<str> {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut text = [0u8; 64];
-    for (pair, b) in text.chunks_exact_mut(2).zip(digest) {
-        pair[0] = DIGITS[usize::from(b >> 4)];
-        pair[1] = DIGITS[usize::from(b & 0xf)];
-    }
-    Arc::from(std::str::from_utf8(&text).expect("hex digits are ASCII"))
-}
-
 /// SHA-256 over length-prefixed fields.
 struct Framer(Sha256);
 
@@ -429,7 +494,7 @@ impl Framer {
     }
 
     fn finish(self) -> IdempotencyKey {
-        IdempotencyKey(digest_hex(self.0.finalize().into()))
+        IdempotencyKey(Arc::from(Hex64::of(self.0.finalize().into()).as_str()))
     }
 }
 

@@ -99,8 +99,25 @@ fn write_value(out: &mut String, value: &Value) -> Result<(), CanonicalError> {
 }
 
 /// RFC 8785 §3.2.3: names sort by their UTF-16 code units.
+///
+/// UTF-8 bytes sort by code point, which agrees with UTF-16 except between
+/// U+E000..=U+FFFF and astral characters; so only the first character
+/// that differs is compared as UTF-16.
 pub(super) fn utf16_order(a: &str, b: &str) -> std::cmp::Ordering {
-    a.encode_utf16().cmp(b.encode_utf16())
+    let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+    // The bytes before `common` agree, so this is a boundary in both.
+    let start = (0..=common)
+        .rev()
+        .find(|&i| a.is_char_boundary(i))
+        .unwrap_or(0);
+    match (a[start..].chars().next(), b[start..].chars().next()) {
+        (Some(x), Some(y)) => {
+            let (mut ux, mut uy) = ([0u16; 2], [0u16; 2]);
+            x.encode_utf16(&mut ux).cmp(&y.encode_utf16(&mut uy))
+        }
+        // One is a prefix of the other.
+        _ => a.len().cmp(&b.len()),
+    }
 }
 
 fn write_members<'a>(
@@ -171,10 +188,38 @@ pub(super) fn write_double(out: &mut String, double: f64) -> Result<(), Canonica
     Ok(())
 }
 
+/// Whether `bytes` hold a control character, a quote or a backslash: eight
+/// bytes at a time, with the classic "has a byte less than n" bit tricks
+/// (exact for n <= 128).
+fn needs_escape(bytes: &[u8]) -> bool {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    let less_than = |v: u64, n: u8| v.wrapping_sub(ONES * u64::from(n)) & !v & HIGH != 0;
+    let has = |v: u64, b: u8| less_than(v ^ (ONES * u64::from(b)), 1);
+    let mut chunks = bytes.chunks_exact(8);
+    for chunk in &mut chunks {
+        let v = u64::from_ne_bytes(chunk.try_into().expect("chunks of eight"));
+        if less_than(v, 0x20) || has(v, b'"') || has(v, b'\\') {
+            return true;
+        }
+    }
+    chunks
+        .remainder()
+        .iter()
+        .any(|&b| b < 0x20 || b == b'"' || b == b'\\')
+}
+
 pub(super) fn write_string(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push('"');
     let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push('"');
+    if !needs_escape(bytes) {
+        // Nothing to escape (the usual case).
+        out.push_str(s);
+        out.push('"');
+        return;
+    }
     let mut start = 0;
     for (i, &b) in bytes.iter().enumerate() {
         // Only ASCII needs escaping, so slicing at `i` is on a char boundary.
@@ -206,6 +251,51 @@ pub(super) fn write_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn needs_escape_agrees_with_a_byte_by_byte_check() {
+        let slow = |b: &[u8]| b.iter().any(|&c| c < 0x20 || c == b'"' || c == b'\\');
+        for len in 0..20 {
+            for pos in 0..len {
+                for byte in 0..=255u8 {
+                    let mut text = vec![b'a'; len];
+                    text[pos] = byte;
+                    assert_eq!(needs_escape(&text), slow(&text), "{text:?}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn utf16_order_agrees_with_comparing_utf16_code_units() {
+        let names = [
+            "",
+            "a",
+            "ab",
+            "b",
+            "\u{7f}",
+            "\u{80}",
+            "\u{e000}",
+            "\u{ffff}",
+            "\u{10000}",
+            "\u{1f600}",
+            "a\u{e000}",
+            "a\u{1f600}",
+            "\u{e000}a",
+            "\u{1f600}a",
+            "é",
+            "éa",
+        ];
+        for a in names {
+            for b in names {
+                assert_eq!(
+                    utf16_order(a, b),
+                    a.encode_utf16().cmp(b.encode_utf16()),
+                    "{a:?} vs {b:?}"
+                );
+            }
+        }
+    }
 
     fn canon(text: &str) -> String {
         canonicalize(&serde_json::from_str(text).unwrap()).unwrap()

@@ -3,6 +3,7 @@
 
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
+use std::task::{Context, Poll};
 
 use crate::class::{ClassKind, RetrySafe};
 use crate::error::IdemError;
@@ -10,7 +11,7 @@ use crate::key::{IdempotencyKey, Namespace};
 use crate::retry::RetryPolicy;
 use crate::tool::{Tool, ToolDef};
 
-use super::{ApprovalSource, Executor};
+use super::{ApprovalSource, Executor, Started};
 
 /// Where calls come from: the agent run and its step (the key source of a
 /// call without a provider call id) and the tenant.
@@ -168,20 +169,63 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
 
 impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S, T> {
     type Output = Result<CallOutput<T::Output>, IdemError>;
-    type IntoFuture = Pin<Box<dyn Future<Output = Self::Output> + Send + 'e>>;
+    type IntoFuture = CallFuture<'e, T::Output>;
 
+    /// Derives the key and, on a store that answers on this thread (the
+    /// in-memory store; SQLite for a duplicate), claims it right here: a
+    /// duplicate is then answered without a boxed future.
     fn into_future(self) -> Self::IntoFuture {
-        Box::pin(async move {
-            self.exec
-                .execute(
-                    &self.tool,
-                    self.args,
-                    self.provider_id,
-                    self.run,
-                    self.options,
-                    self.approval,
-                )
-                .await
+        let exec = self.exec;
+        match exec.start::<T>(
+            self.args,
+            self.provider_id,
+            self.run,
+            self.options,
+            self.approval,
+        ) {
+            Started::Done(result) => CallFuture(Inner::Ready(Some(result))),
+            Started::Running(rest) => {
+                let tool = self.tool;
+                CallFuture(Inner::Running(Box::pin(async move {
+                    exec.finish(&tool, rest).await
+                })))
+            }
+        }
+    }
+}
+
+/// The future of an awaited [`CallBuilder`]: ready at once when the call
+/// was answered without waiting (a duplicate on the in-memory store),
+/// otherwise the call's remaining phases.
+#[must_use = "futures do nothing unless polled"]
+pub struct CallFuture<'e, O>(Inner<'e, O>);
+
+enum Inner<'e, O> {
+    Ready(Option<Result<CallOutput<O>, IdemError>>),
+    Running(Pin<Box<dyn Future<Output = Result<CallOutput<O>, IdemError>> + Send + 'e>>),
+}
+
+// The output is moved out, never pinned in place.
+impl<O> Unpin for CallFuture<'_, O> {}
+
+impl<O> Future for CallFuture<'_, O> {
+    type Output = Result<CallOutput<O>, IdemError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match &mut self.0 {
+            Inner::Ready(result) => {
+                Poll::Ready(result.take().expect("CallFuture polled after it completed"))
+            }
+            Inner::Running(future) => future.as_mut().poll(cx),
+        }
+    }
+}
+
+impl<O> std::fmt::Debug for CallFuture<'_, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self.0 {
+            Inner::Ready(_) => "CallFuture(ready)",
+            Inner::Running(_) => "CallFuture(running)",
         })
     }
 }

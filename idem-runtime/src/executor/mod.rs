@@ -64,7 +64,7 @@ use crate::retry::RetryPolicy;
 use crate::store::{Store, StoreError};
 use crate::tool::{Tool, ToolSpec};
 
-pub use call::{CallBuilder, CallMeta, CallOutput, RunContext};
+pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RunContext};
 pub use metrics::MetricsSnapshot;
 
 use metrics::Metrics;
@@ -466,6 +466,24 @@ impl<S: Send + Sync + 'static> Executor<S> {
         options: call::CallOptions,
         approval: ApprovalSource,
     ) -> Result<CallOutput<T::Output>, IdemError> {
+        match self.start::<T>(args, call_id, run, options, approval) {
+            Started::Done(result) => result,
+            Started::Running(rest) => self.finish(tool, rest).await,
+        }
+    }
+
+    /// What a call can do without awaiting: phase 1 (the key) and, when
+    /// the store answers on this thread, phase 2 (the claim). A duplicate
+    /// on the in-memory store is answered here, without a future, a task
+    /// switch or an allocation beyond its key.
+    fn start<T: Tool<S>>(
+        &self,
+        args: T::Args,
+        call_id: Option<String>,
+        run: RunContext,
+        options: call::CallOptions,
+        approval: ApprovalSource,
+    ) -> Started<'_, T::Args, T::Output> {
         let class = <T::Class as Class>::KIND;
         let span = tracing::info_span!(
             "idem.call",
@@ -476,49 +494,138 @@ impl<S: Send + Sync + 'static> Executor<S> {
             deduplicated = tracing::field::Empty,
             outcome = tracing::field::Empty,
         );
-        let result = async {
-            let env = CallEnv {
-                core: &self.inner.core,
-                mode: self.mode,
-                spec: T::SPEC,
-                class,
-                call_id,
-                run,
-                policy: options
-                    .retry
-                    .unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
-                approval_wait: options
-                    .approval_wait
-                    .unwrap_or(self.inner.core.config.approval_wait),
-                approval,
-                span: span.clone(),
-                flight: None,
-            };
-            let call = Call {
+        let entered = span.enter();
+        let env = CallEnv {
+            core: &self.inner.core,
+            mode: self.mode,
+            spec: T::SPEC,
+            class,
+            call_id,
+            run,
+            policy: options
+                .retry
+                .unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
+            approval_wait: options
+                .approval_wait
+                .unwrap_or(self.inner.core.config.approval_wait),
+            approval,
+            span: span.clone(),
+            flight: None,
+        };
+        if !class.is_keyed() {
+            drop(entered);
+            return Started::Running(Rest {
                 env,
-                tool,
-                state: &self.inner.state,
+                args,
+                key: None,
+            });
+        }
+        let result = env.key(&args, T::key_material(&args)).map(|key| {
+            // A store that answers on this thread (memory; SQLite for a
+            // duplicate) needs no flight: its answer is as quick as the
+            // flight's, and a flight would cost every call a map entry.
+            let local = match env.mode {
+                Mode::Live => env.claim_local(&key),
+                Mode::Replay => None,
             };
-            if class.is_keyed() {
-                Box::pin(call.keyed(args)).await
-            } else {
-                Box::pin(call.read(args)).await
+            (key, local)
+        });
+        let done = match result {
+            Err(e) => Err(e),
+            Ok((_, Some(Ok(claim::Claimed::Recorded(record))))) => env.answer(&record),
+            Ok((key, local)) => {
+                drop(entered);
+                return Started::Running(Rest {
+                    env,
+                    args,
+                    key: Some((key, local)),
+                });
             }
-        }
-        .instrument(span.clone())
-        .await;
-        match &result {
-            Ok(c) => {
-                span.record("attempts", c.meta.attempts);
-                span.record("deduplicated", c.meta.deduplicated);
-                span.record("outcome", "ok");
+        };
+        drop(entered);
+        record_result(&span, &done);
+        Started::Done(done)
+    }
+
+    /// The phases that await: the claim the usual way when the store did
+    /// not answer on this thread, then, as the key's owner, the tool.
+    async fn finish<T: Tool<S>>(
+        &self,
+        tool: &T,
+        rest: Rest<'_, T::Args>,
+    ) -> Result<CallOutput<T::Output>, IdemError> {
+        let span = rest.env.span.clone();
+        let call = Call {
+            env: rest.env,
+            tool,
+            state: &self.inner.state,
+        };
+        let result = match rest.key {
+            // Owned on this thread: straight to the owner's phases, without
+            // the claim loop's future; only a pending approval the call may
+            // wait for goes on to it.
+            Some((key, Some(Ok(claim::Claimed::Owner(owner))))) => {
+                let result = Box::pin(call.owned(&rest.args, owner))
+                    .instrument(span.clone())
+                    .await;
+                match result {
+                    Err(IdemError::ApprovalPending { .. }) if !call.env.approval_wait.is_zero() => {
+                        Box::pin(call.keyed(rest.args, key, None))
+                            .instrument(span.clone())
+                            .await
+                    }
+                    result => result,
+                }
             }
-            Err(e) => {
-                span.record("deduplicated", e.is_deduplicated());
-                span.record("outcome", e.code().as_str());
+            Some((key, local)) => {
+                Box::pin(call.keyed(rest.args, key, local))
+                    .instrument(span.clone())
+                    .await
             }
-        }
+            None => {
+                Box::pin(call.read(rest.args))
+                    .instrument(span.clone())
+                    .await
+            }
+        };
+        record_result(&span, &result);
         result
+    }
+}
+
+/// A call after [`Executor::start`].
+// Returned once and taken apart at once, never stored: boxing the large
+// variant would cost the first call an allocation for nothing.
+#[allow(clippy::large_enum_variant)]
+enum Started<'a, A, O> {
+    /// Answered (a duplicate on a store that answers on this thread), or
+    /// refused before anything ran.
+    Done(Result<CallOutput<O>, IdemError>),
+    /// Still to await.
+    Running(Rest<'a, A>),
+}
+
+/// What [`Executor::finish`] goes on with.
+struct Rest<'a, A> {
+    env: CallEnv<'a>,
+    args: A,
+    /// For a keyed class: the key, and the claim if the store answered it
+    /// on this thread.
+    key: Option<(key::CallKey, Option<Result<claim::Claimed, IdemError>>)>,
+}
+
+/// Record how a call ended on its `idem.call` span.
+fn record_result<O>(span: &tracing::Span, result: &Result<CallOutput<O>, IdemError>) {
+    match result {
+        Ok(c) => {
+            span.record("attempts", c.meta.attempts);
+            span.record("deduplicated", c.meta.deduplicated);
+            span.record("outcome", "ok");
+        }
+        Err(e) => {
+            span.record("deduplicated", e.is_deduplicated());
+            span.record("outcome", e.code().as_str());
+        }
     }
 }
 
@@ -658,17 +765,17 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         }
     }
 
-    /// A keyed class: phase 1 (key), 2 (claim, shared by the calls of the
-    /// key in this process), then as the owner the rest.
-    async fn keyed(mut self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
-        let key = self.env.key(&args, T::key_material(&args))?;
-        // A store that answers on this thread (memory; SQLite for a
-        // duplicate) needs no flight: its answer is as quick as the
-        // flight's, and a flight would cost every call a map entry.
-        let mut local = match self.env.mode {
-            Mode::Live => self.env.claim_local(&key),
-            Mode::Replay => None,
-        };
+    /// A keyed class, its key derived: phase 2 (claim, shared by the calls
+    /// of the key in this process), then as the owner the rest.
+    ///
+    /// `local` is the claim if the store answered it on this thread
+    /// ([`Executor::start`]).
+    async fn keyed(
+        mut self,
+        args: T::Args,
+        key: key::CallKey,
+        mut local: Option<Result<claim::Claimed, IdemError>>,
+    ) -> Result<CallOutput<T::Output>, IdemError> {
         if local.is_none() && self.env.mode == Mode::Live {
             let core = self.env.core;
             loop {
