@@ -126,6 +126,9 @@ pub struct RedisOptions {
     prefix: String,
     connection_timeout: Duration,
     response_timeout: Duration,
+    /// Replicas that must hold a write before it counts, and how long to
+    /// wait for them.
+    replicas: Option<(u32, Duration)>,
 }
 
 impl Default for RedisOptions {
@@ -134,6 +137,7 @@ impl Default for RedisOptions {
             prefix: "idem".into(),
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
+            replicas: None,
         }
     }
 }
@@ -159,6 +163,22 @@ impl RedisOptions {
         self.response_timeout = timeout;
         self
     }
+
+    /// Count a transition as done only once `replicas` replicas of the
+    /// primary hold it (`WAIT`, sent with the script in one round trip),
+    /// waiting at most `timeout` for them; fewer in time is a
+    /// [`StoreError::Unavailable`], so no call runs on a claim a failover
+    /// could lose. Off by default (`0`): Redis replicates asynchronously,
+    /// and a failover may lose the last transitions the old primary
+    /// acknowledged — a lost claim lets a duplicate run the call again.
+    /// The URL option `replicas=N` sets this with a 1 s timeout.
+    ///
+    /// While a replica is missing, every write waits out `timeout` on its
+    /// node's shared connection; keep it short.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
 }
 
 /// Records in Redis. See the [module docs](self).
@@ -171,6 +191,7 @@ pub struct RedisStore {
     channel: String,
     waiters: Arc<Waiters>,
     subscriber: tokio::task::JoinHandle<()>,
+    replicas: Option<(u32, Duration)>,
 }
 
 struct Scripts {
@@ -243,10 +264,13 @@ impl RedisStore {
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
         let name = redact(url);
         let target = connection::parse(url, &name)?;
-        let options = match target.prefix {
+        let mut options = match target.prefix {
             Some(prefix) => options.prefix(prefix),
             None => options,
         };
+        if let Some(replicas) = target.replicas {
+            options = options.wait_for_replicas(replicas, Duration::from_secs(1));
+        }
         if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
             return Err(StoreError::Config(format!(
                 "Redis key prefix {:?} must be non-empty and contain no braces",
@@ -344,6 +368,7 @@ impl RedisStore {
             channel,
             waiters,
             subscriber,
+            replicas: options.replicas,
         })
     }
 
@@ -393,17 +418,57 @@ impl RedisStore {
         extra_keys: &[String],
         args: &[&[u8]],
     ) -> Result<Vec<RedisValue>, StoreError> {
-        let mut invocation = script.key(self.record_key(key));
-        for k in extra_keys {
-            invocation.key(k);
-        }
-        for a in args {
-            invocation.arg(*a);
-        }
         let mut conn = self.conn()?;
-        conn.invoke(&invocation)
-            .await
-            .map_err(|e| self.unavailable(e))
+        let replicas = self
+            .replicas
+            .filter(|_| !std::ptr::eq(script, &self.scripts.get));
+        let Some((replicas, timeout)) = replicas else {
+            let mut invocation = script.key(self.record_key(key));
+            for k in extra_keys {
+                invocation.key(k);
+            }
+            for a in args {
+                invocation.arg(*a);
+            }
+            return conn
+                .invoke(&invocation)
+                .await
+                .map_err(|e| self.unavailable(e));
+        };
+        // The script and WAIT in one pipeline: on a cluster it goes whole
+        // to the primary of the record's slot, on one connection, so WAIT
+        // covers the script's writes.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1 + extra_keys.len())
+            .arg(self.record_key(key))
+            .arg(extra_keys)
+            .arg(args)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(super::span_millis(timeout));
+        let mut sent = conn.pipeline(&pipe).await;
+        if matches!(&sent, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            // A node that never saw the script (a replica promoted since
+            // it was loaded, say): load it there and send again.
+            conn.load(script).await.map_err(|e| self.unavailable(e))?;
+            sent = conn.pipeline(&pipe).await;
+        }
+        let (reply, acknowledged): (Vec<RedisValue>, u32) =
+            sent.map_err(|e| self.unavailable(e))?;
+        if acknowledged < replicas {
+            return Err(StoreError::Unavailable {
+                store: self.name.clone(),
+                cause: format!(
+                    "{acknowledged} of the {replicas} replicas required acknowledged the write within {timeout:?}; \
+                     it may be lost in a failover, so it does not count"
+                )
+                .into(),
+            });
+        }
+        Ok(reply)
     }
 
     /// Run `cmds` (see [`Connection::batch`]), each reply read as a `T`.

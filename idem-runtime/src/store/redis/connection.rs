@@ -26,6 +26,8 @@ pub(super) struct Target {
     pub(super) servers: Servers,
     /// `?prefix=…`, when given.
     pub(super) prefix: Option<String>,
+    /// `?replicas=N`, when given.
+    pub(super) replicas: Option<u32>,
 }
 
 /// The servers of a [`Target`], as URLs redis-rs reads.
@@ -40,18 +42,27 @@ pub(super) enum Servers {
 }
 
 /// The options a Redis URL's query may hold.
-const KNOWN_OPTIONS: &str = "prefix=NAME, protocol=resp2|resp3";
+const KNOWN_OPTIONS: &str = "prefix=NAME, replicas=N, protocol=resp2|resp3";
 
 /// Read `url` (which [`redact`](crate::store::url::redact)ed is `name`).
 pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut prefix = None;
+    let mut replicas = None;
     let mut passed = Vec::new();
     let mut unknown = Vec::new();
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (option, value) = param.split_once('=').unwrap_or((param, ""));
         match option {
             "prefix" => prefix = Some(percent_decode(value, name)?),
+            "replicas" => match value.parse() {
+                Ok(n) => replicas = Some(n),
+                Err(_) => {
+                    return Err(StoreError::Config(format!(
+                        "{name}: replicas must be a number of replicas, not {value:?}"
+                    )))
+                }
+            },
             "protocol" => passed.push(param),
             _ => unknown.push(format!("{option:?}")),
         }
@@ -98,7 +109,11 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
         }
         _ => Servers::Node(format!("{base}{query}")),
     };
-    Ok(Target { servers, prefix })
+    Ok(Target {
+        servers,
+        prefix,
+        replicas,
+    })
 }
 
 /// `text` with its `%XX` escapes decoded.
@@ -320,6 +335,7 @@ mod tests {
             Target {
                 servers: Servers::Node("redis://:pw@h:1/2?protocol=resp3".into()),
                 prefix: Some("app1".into()),
+                replicas: None,
             }
         );
         assert_eq!(
@@ -331,13 +347,14 @@ mod tests {
     #[test]
     fn a_cluster_url_becomes_one_url_per_seed_node_with_the_credentials() {
         assert_eq!(
-            parse_ok("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3&prefix=x%3Ay"),
+            parse_ok("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3&prefix=x%3Ay&replicas=1"),
             Target {
                 servers: Servers::Cluster(vec![
                     "redis://u:p@a:7000/?protocol=resp3".into(),
                     "redis://u:p@b:7001/?protocol=resp3".into(),
                 ]),
                 prefix: Some("x:y".into()),
+                replicas: Some(1),
             }
         );
         assert_eq!(
@@ -359,5 +376,6 @@ mod tests {
         assert!(parse_err("redis+cluster://a:1,,b:2").contains("empty seed node"));
         assert!(parse_err("redis://a:1,b:2").contains("redis+cluster://"));
         assert!(parse_err("redis://h/?prefix=%zz").contains("%-escape"));
+        assert!(parse_err("redis://h/?replicas=all").contains("number of replicas"));
     }
 }
