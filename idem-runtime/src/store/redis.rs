@@ -36,10 +36,47 @@
 //!   millisecond. As a safety net (a message lost while the subscriber
 //!   reconnects), waiters also re-read their record with a back-off from
 //!   5 ms to [`SAFETY_POLL`].
+//! * The URL chooses one server (`redis://`, `rediss://`) or a Redis
+//!   Cluster (`redis+cluster://host:port[,host:port…]`, see below), and
+//!   may carry `?prefix=NAME` (the `PREFIX` above, default `idem`: stores
+//!   with different prefixes share a server without seeing each other's
+//!   records), `?replicas=N` ([`RedisOptions::wait_for_replicas`]) and
+//!   redis-rs' `?protocol=resp3`. Other options are refused by name.
 //! * A store that cannot be reached fails every operation with
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
-//!   the cause. Connections are never retried *with* a request, so a
-//!   transition is never applied twice.
+//!   the cause. On one server, connections are never retried *with* a
+//!   request, so a transition is never applied twice (on a cluster, see
+//!   below).
+//!
+//! # Redis Cluster
+//!
+//! `redis+cluster://[user:password@]host:port[,host:port…]` lists seed
+//! nodes; redis-rs' cluster client learns the others and routes each
+//! command to the primary of its key's slot.
+//!
+//! * Every script's keys share one hash tag (`{SLOT}`), so each transition
+//!   is still one atomic script on one node. A scan sends its per-slot
+//!   commands each to its own node, at once, rather than as one pipeline.
+//! * A `PUBLISH` reaches every node of a cluster, so the subscriber that
+//!   wakes waiters listens on one seed node, moving to the next when that
+//!   one goes away; waiters re-read at least every [`SAFETY_POLL`] anyway.
+//! * The cluster client follows `MOVED`/`ASK`, waits out `TRYAGAIN` and
+//!   `CLUSTERDOWN`, and resends a request whose connection dropped, all
+//!   within the response timeout. A resent script may be applied twice,
+//!   which never runs a call twice: a repeated claim finds its own record
+//!   in flight (the call waits out the lease, then takes it over, nothing
+//!   having run), a repeated checkpoint or renewal changes nothing, and a
+//!   repeated completion, release or replacement is refused as a stale
+//!   fence (the first one stands; the caller sees an error).
+//! * The scripts read the time of the node that runs them: keep the
+//!   nodes' clocks in step (NTP), as for several workers.
+//! * A primary that dies takes its slots' records with it until a replica
+//!   takes over, and calls on those slots fail closed meanwhile. Writes the
+//!   old primary acknowledged but had not yet replicated are lost in the
+//!   takeover; with [`RedisOptions::wait_for_replicas`] no transition
+//!   counts before a replica holds it.
+//! * Data of schema version 1 (which never ran on a cluster) is migrated on
+//!   a single server only; a cluster holding it refuses to connect.
 //!
 //! # What the server must promise
 //!
@@ -144,6 +181,8 @@ impl Default for RedisOptions {
 
 impl RedisOptions {
     /// The prefix of every key idem writes (default `idem`); no braces.
+    /// Stores with different prefixes share a server or cluster without
+    /// seeing each other's records. The URL option `prefix=NAME` sets it.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -246,21 +285,25 @@ impl Drop for RedisStore {
 }
 
 impl RedisStore {
-    /// Connect to `url` (`redis://[user:password@]host[:port][/db]`) with
-    /// default options.
+    /// Connect to `url` with default options: one server,
+    /// `redis://[user:password@]host[:port][/db][?prefix=NAME]`, or a
+    /// cluster, `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`
+    /// (see the [module docs](self)).
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         Self::connect_with(url, RedisOptions::default()).await
     }
 
     /// Connect to `url`, check the data layout version, load the scripts and
-    /// start the subscriber that wakes waiters.
+    /// start the subscriber that wakes waiters. Options in the URL's query
+    /// (`prefix`, `replicas`) override those of `options`.
     ///
     /// Data written by an older idem is migrated first (see
-    /// [`SCHEMA_VERSION`]).
+    /// [`SCHEMA_VERSION`]; on a single server only).
     ///
     /// Fails with [`StoreError::Unavailable`] when the server cannot be
     /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
-    /// data, and [`StoreError::Config`] for a malformed URL or prefix.
+    /// data, and [`StoreError::Config`] for a malformed URL or prefix or an
+    /// unknown URL option.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
         let name = redact(url);
         let target = connection::parse(url, &name)?;
