@@ -830,3 +830,74 @@ async fn close_closes_every_connection() {
     }
     let _: () = redis::cmd("PING").query_async(&mut raw).await.unwrap();
 }
+
+/// Two applications share one server, each with its own `?prefix=`: a key
+/// one of them recorded is unknown to the other, which runs its own call
+/// under it, and each scan lists only its own records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_prefixes_on_one_server_do_not_see_each_others_records() {
+    let Some(url) = server_url("two_prefixes_on_one_server_do_not_see_each_others_records").await
+    else {
+        return;
+    };
+    let app1 = RedisStore::connect(&format!("{url}?prefix=app1"))
+        .await
+        .unwrap();
+    let app2 = RedisStore::connect(&format!("{url}?prefix=app2"))
+        .await
+        .unwrap();
+    let key = random_key();
+    let f = fingerprint();
+    let fence = acquire(&app1, &key).await;
+    app1.complete(&key, fence, &sent("app1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+
+    assert!(
+        app2.get(&key).await.unwrap().is_none(),
+        "app2 read app1's record"
+    );
+    let ClaimOutcome::Acquired { fence, .. } = app2.claim(&request(&key, &f)).await.unwrap() else {
+        panic!("app2 did not own the key app1 recorded");
+    };
+    app2.complete(&key, fence, &sent("app2"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let outcome = |r: Option<Record>| r.and_then(|r| r.outcome().cloned());
+    assert_eq!(outcome(app1.get(&key).await.unwrap()), Some(sent("app1")));
+    assert_eq!(outcome(app2.get(&key).await.unwrap()), Some(sent("app2")));
+
+    for (store, tag) in [(&app1, "app1"), (&app2, "app2")] {
+        let listed = scan_all(store, 100).await;
+        assert_eq!(listed.len(), 1, "{tag} lists another prefix's records");
+        assert_eq!(outcome(listed.into_iter().next()), Some(sent(tag)));
+    }
+    let mut raw = raw(&url).await;
+    let app1_keys: Vec<String> = redis::cmd("KEYS")
+        .arg("app1:*")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!app1_keys.is_empty() && app1_keys.iter().all(|k| k.starts_with("app1:")));
+}
+
+/// A misspelt URL option is refused by name, before anything connects.
+#[tokio::test]
+async fn an_unknown_url_option_is_refused_by_name() {
+    let err = RedisStore::connect("redis://127.0.0.1:1/?prefx=app1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Config(_)), "{err:?}");
+    assert!(err.to_string().contains(r#""prefx""#), "{err}");
+}
+
+/// This build has no Redis TLS feature: a TLS cluster URL is a
+/// configuration error, as a TLS single-server URL is, not a connection
+/// attempt in clear text.
+#[tokio::test]
+async fn a_tls_cluster_url_is_refused_without_a_tls_build() {
+    for url in ["rediss+cluster://127.0.0.1:1", "rediss://127.0.0.1:1"] {
+        let err = RedisStore::connect(url).await.unwrap_err();
+        assert!(matches!(err, StoreError::Config(_)), "{url}: {err:?}");
+    }
+}

@@ -36,10 +36,47 @@
 //!   millisecond. As a safety net (a message lost while the subscriber
 //!   reconnects), waiters also re-read their record with a back-off from
 //!   5 ms to [`SAFETY_POLL`].
+//! * The URL chooses one server (`redis://`, `rediss://`) or a Redis
+//!   Cluster (`redis+cluster://host:port[,host:port…]`, see below), and
+//!   may carry `?prefix=NAME` (the `PREFIX` above, default `idem`: stores
+//!   with different prefixes share a server without seeing each other's
+//!   records), `?replicas=N` ([`RedisOptions::wait_for_replicas`]) and
+//!   redis-rs' `?protocol=resp3`. Other options are refused by name.
 //! * A store that cannot be reached fails every operation with
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
-//!   the cause. Connections are never retried *with* a request, so a
-//!   transition is never applied twice.
+//!   the cause. On one server, connections are never retried *with* a
+//!   request, so a transition is never applied twice (on a cluster, see
+//!   below).
+//!
+//! # Redis Cluster
+//!
+//! `redis+cluster://[user:password@]host:port[,host:port…]` lists seed
+//! nodes; redis-rs' cluster client learns the others and routes each
+//! command to the primary of its key's slot.
+//!
+//! * Every script's keys share one hash tag (`{SLOT}`), so each transition
+//!   is still one atomic script on one node. A scan sends its per-slot
+//!   commands each to its own node, at once, rather than as one pipeline.
+//! * A `PUBLISH` reaches every node of a cluster, so the subscriber that
+//!   wakes waiters listens on one seed node, moving to the next when that
+//!   one goes away; waiters re-read at least every [`SAFETY_POLL`] anyway.
+//! * The cluster client follows `MOVED`/`ASK`, waits out `TRYAGAIN` and
+//!   `CLUSTERDOWN`, and resends a request whose connection dropped, all
+//!   within the response timeout. A resent script may be applied twice,
+//!   which never runs a call twice: a repeated claim finds its own record
+//!   in flight (the call waits out the lease, then takes it over, nothing
+//!   having run), a repeated checkpoint or renewal changes nothing, and a
+//!   repeated completion, release or replacement is refused as a stale
+//!   fence (the first one stands; the caller sees an error).
+//! * The scripts read the time of the node that runs them: keep the
+//!   nodes' clocks in step (NTP), as for several workers.
+//! * A primary that dies takes its slots' records with it until a replica
+//!   takes over, and calls on those slots fail closed meanwhile. Writes the
+//!   old primary acknowledged but had not yet replicated are lost in the
+//!   takeover; with [`RedisOptions::wait_for_replicas`] no transition
+//!   counts before a replica holds it.
+//! * Data of schema version 1 (which never ran on a cluster) is migrated on
+//!   a single server only; a cluster holding it refuses to connect.
 //!
 //! # What the server must promise
 //!
@@ -65,10 +102,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Client, Script, Value as RedisValue};
+use redis::{Script, Value as RedisValue};
 use serde_json::Value;
+
+use connection::Connection;
 
 use super::redact::redact;
 use super::waiters::Waiters;
@@ -79,6 +116,8 @@ use super::{
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record, RecordState};
+
+mod connection;
 
 /// The data layout this build writes and understands, kept under
 /// `PREFIX:schema`.
@@ -124,6 +163,9 @@ pub struct RedisOptions {
     prefix: String,
     connection_timeout: Duration,
     response_timeout: Duration,
+    /// Replicas that must hold a write before it counts, and how long to
+    /// wait for them.
+    replicas: Option<(u32, Duration)>,
 }
 
 impl Default for RedisOptions {
@@ -132,12 +174,15 @@ impl Default for RedisOptions {
             prefix: "idem".into(),
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
+            replicas: None,
         }
     }
 }
 
 impl RedisOptions {
     /// The prefix of every key idem writes (default `idem`); no braces.
+    /// Stores with different prefixes share a server or cluster without
+    /// seeing each other's records. The URL option `prefix=NAME` sets it.
     pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
         self.prefix = prefix.into();
         self
@@ -157,18 +202,35 @@ impl RedisOptions {
         self.response_timeout = timeout;
         self
     }
+
+    /// Count a transition as done only once `replicas` replicas of the
+    /// primary hold it (`WAIT`, sent with the script in one round trip),
+    /// waiting at most `timeout` for them; fewer in time is a
+    /// [`StoreError::Unavailable`], so no call runs on a claim a failover
+    /// could lose. Off by default (`0`): Redis replicates asynchronously,
+    /// and a failover may lose the last transitions the old primary
+    /// acknowledged — a lost claim lets a duplicate run the call again.
+    /// The URL option `replicas=N` sets this with a 1 s timeout.
+    ///
+    /// While a replica is missing, every write waits out `timeout` on its
+    /// node's shared connection; keep it short.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
 }
 
 /// Records in Redis. See the [module docs](self).
 pub struct RedisStore {
     /// Shared by every operation; `None` once closed.
-    conn: Mutex<Option<ConnectionManager>>,
+    conn: Mutex<Option<Connection>>,
     scripts: Arc<Scripts>,
     name: String,
     prefix: String,
     channel: String,
     waiters: Arc<Waiters>,
     subscriber: tokio::task::JoinHandle<()>,
+    replicas: Option<(u32, Duration)>,
 }
 
 struct Scripts {
@@ -223,69 +285,81 @@ impl Drop for RedisStore {
 }
 
 impl RedisStore {
-    /// Connect to `url` (`redis://[user:password@]host[:port][/db]`) with
-    /// default options.
+    /// Connect to `url` with default options: one server,
+    /// `redis://[user:password@]host[:port][/db][?prefix=NAME]`, or a
+    /// cluster, `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`
+    /// (see the [module docs](self)).
     pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
         Self::connect_with(url, RedisOptions::default()).await
     }
 
     /// Connect to `url`, check the data layout version, load the scripts and
-    /// start the subscriber that wakes waiters.
+    /// start the subscriber that wakes waiters. Options in the URL's query
+    /// (`prefix`, `replicas`) override those of `options`.
     ///
     /// Data written by an older idem is migrated first (see
-    /// [`SCHEMA_VERSION`]).
+    /// [`SCHEMA_VERSION`]; on a single server only).
     ///
     /// Fails with [`StoreError::Unavailable`] when the server cannot be
     /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
-    /// data, and [`StoreError::Config`] for a malformed URL or prefix.
+    /// data, and [`StoreError::Config`] for a malformed URL or prefix or an
+    /// unknown URL option.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
         let name = redact(url);
+        let target = connection::parse(url, &name)?;
+        let mut options = match target.prefix {
+            Some(prefix) => options.prefix(prefix),
+            None => options,
+        };
+        if let Some(replicas) = target.replicas {
+            options = options.wait_for_replicas(replicas, Duration::from_secs(1));
+        }
         if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
             return Err(StoreError::Config(format!(
                 "Redis key prefix {:?} must be non-empty and contain no braces",
                 options.prefix
             )));
         }
-        let client = Client::open(url)
-            .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?;
         let unavailable = |e: redis::RedisError| StoreError::Unavailable {
             store: name.clone(),
             cause: Cause::from_error(e),
         };
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(options.connection_timeout))
-            .set_response_timeout(Some(options.response_timeout))
-            .set_number_of_retries(2)
-            .set_max_delay(Duration::from_millis(500));
-        let mut conn = tokio::time::timeout(
-            options.connection_timeout * 3,
-            ConnectionManager::new_with_config(client.clone(), config),
-        )
-        .await
-        .map_err(|_| StoreError::Unavailable {
-            store: name.clone(),
-            cause: format!("no connection within {:?}", options.connection_timeout * 3).into(),
-        })?
-        .map_err(unavailable)?;
+        let mut conn = Connection::open(&target.servers, &options, unavailable, &name).await?;
 
         let schema_key = format!("{}:schema", options.prefix);
         // Claim the layout for this version if the store is new, then read
         // what is there: one round trip.
-        let (mut found,): (String,) = redis::pipe()
-            .cmd("SET")
-            .arg(&schema_key)
-            .arg(SCHEMA_VERSION)
-            .arg("NX")
-            .ignore()
-            .cmd("GET")
-            .arg(&schema_key)
-            .query_async(&mut conn)
+        let (mut found,): (String,) = conn
+            .pipeline(
+                redis::pipe()
+                    .cmd("SET")
+                    .arg(&schema_key)
+                    .arg(SCHEMA_VERSION)
+                    .arg("NX")
+                    .ignore()
+                    .cmd("GET")
+                    .arg(&schema_key),
+            )
             .await
             .map_err(unavailable)?;
         if found == "1" {
-            found = migrate_from_1(&mut conn, &options.prefix, &schema_key)
-                .await
-                .map_err(unavailable)?;
+            found = match &mut conn {
+                Connection::Node(node) => migrate_from_1(node, &options.prefix, &schema_key)
+                    .await
+                    .map_err(unavailable)?,
+                // Version 1 never ran on a cluster (it could not connect
+                // to one), so its data is there only if copied in.
+                Connection::Cluster(_) => {
+                    return Err(StoreError::Unavailable {
+                        store: name,
+                        cause: format!(
+                            "{schema_key} says schema version 1, which idem migrates on a single server only; \
+                             migrate it there (connect once to a server holding a copy) before moving the data to a cluster"
+                        )
+                        .into(),
+                    })
+                }
+            };
         }
         match found.parse::<u32>() {
             Ok(v) if v == SCHEMA_VERSION => {}
@@ -309,23 +383,22 @@ impl RedisStore {
 
         let scripts = Arc::new(Scripts::new());
         for script in scripts.all() {
-            script
-                .prepare_invoke()
-                .load_async(&mut conn)
-                .await
-                .map_err(unavailable)?;
+            conn.load(script).await.map_err(unavailable)?;
         }
 
         let waiters = Arc::new(Waiters::default());
         let channel = format!("{}:done", options.prefix);
         let (subscribed, ready) = tokio::sync::oneshot::channel();
-        let subscriber = tokio::spawn(subscribe(
-            client,
-            channel.clone(),
-            waiters.clone(),
-            options.connection_timeout,
-            subscribed,
-        ));
+        let subscriber = tokio::spawn(
+            connection::subscriber(
+                &target.servers,
+                channel.clone(),
+                waiters.clone(),
+                options.connection_timeout,
+                subscribed,
+            )
+            .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?,
+        );
         // Waiters poll as a safety net, so a slow subscriber is no error;
         // but give it a moment so the first waiters are woken promptly.
         let _ = tokio::time::timeout(options.connection_timeout, ready).await;
@@ -338,11 +411,12 @@ impl RedisStore {
             channel,
             waiters,
             subscriber,
+            replicas: options.replicas,
         })
     }
 
     /// A handle on the shared connection, or [`StoreError::Closed`].
-    fn conn(&self) -> Result<ConnectionManager, StoreError> {
+    fn conn(&self) -> Result<Connection, StoreError> {
         self.conn
             .lock()
             .expect("not poisoned")
@@ -387,18 +461,71 @@ impl RedisStore {
         extra_keys: &[String],
         args: &[&[u8]],
     ) -> Result<Vec<RedisValue>, StoreError> {
-        let mut invocation = script.key(self.record_key(key));
-        for k in extra_keys {
-            invocation.key(k);
-        }
-        for a in args {
-            invocation.arg(*a);
-        }
         let mut conn = self.conn()?;
-        invocation
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| self.unavailable(e))
+        let replicas = self
+            .replicas
+            .filter(|_| !std::ptr::eq(script, &self.scripts.get));
+        let Some((replicas, timeout)) = replicas else {
+            let mut invocation = script.key(self.record_key(key));
+            for k in extra_keys {
+                invocation.key(k);
+            }
+            for a in args {
+                invocation.arg(*a);
+            }
+            return conn
+                .invoke(&invocation)
+                .await
+                .map_err(|e| self.unavailable(e));
+        };
+        // The script and WAIT in one pipeline: on a cluster it goes whole
+        // to the primary of the record's slot, on one connection, so WAIT
+        // covers the script's writes.
+        let mut pipe = redis::pipe();
+        pipe.cmd("EVALSHA")
+            .arg(script.get_hash())
+            .arg(1 + extra_keys.len())
+            .arg(self.record_key(key))
+            .arg(extra_keys)
+            .arg(args)
+            .cmd("WAIT")
+            .arg(replicas)
+            .arg(super::span_millis(timeout));
+        let mut sent = conn.pipeline(&pipe).await;
+        if matches!(&sent, Err(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoScript))
+        {
+            // A node that never saw the script (a replica promoted since
+            // it was loaded, say): load it there and send again.
+            conn.load(script).await.map_err(|e| self.unavailable(e))?;
+            sent = conn.pipeline(&pipe).await;
+        }
+        let (reply, acknowledged): (Vec<RedisValue>, u32) =
+            sent.map_err(|e| self.unavailable(e))?;
+        if acknowledged < replicas {
+            return Err(StoreError::Unavailable {
+                store: self.name.clone(),
+                cause: format!(
+                    "{acknowledged} of the {replicas} replicas required acknowledged the write within {timeout:?}; \
+                     it may be lost in a failover, so it does not count"
+                )
+                .into(),
+            });
+        }
+        Ok(reply)
+    }
+
+    /// Run `cmds` (see [`Connection::batch`]), each reply read as a `T`.
+    async fn batch<T: redis::FromRedisValue>(
+        &self,
+        conn: &mut Connection,
+        cmds: Vec<redis::Cmd>,
+    ) -> Result<Vec<T>, StoreError> {
+        let replies = conn.batch(cmds).await.map_err(|e| self.unavailable(e))?;
+        replies
+            .into_iter()
+            .map(redis::from_redis_value)
+            .collect::<Result<_, _>>()
+            .map_err(|e| self.unavailable(e.into()))
     }
 
     /// Turn a script's rejection (`stale …`, `corrupt …`) into an error.
@@ -504,7 +631,7 @@ fn parse_record_key<'a>(prefix: &str, redis_key: &'a str) -> Option<(&'a str, &'
 /// meanwhile. Returns the version then found. Several stores connecting at
 /// once may all do it; indexing a key twice changes nothing.
 async fn migrate_from_1(
-    conn: &mut ConnectionManager,
+    conn: &mut redis::aio::ConnectionManager,
     prefix: &str,
     schema_key: &str,
 ) -> redis::RedisResult<String> {
@@ -704,41 +831,6 @@ fn encode(record: &Record) -> Vec<(String, String)> {
         field(&format!("s:{step}"), json(value));
     }
     fields
-}
-
-/// Keep one subscription to `channel` alive, waking the waiters of each key
-/// published on it. After every (re)connection all waiters re-read, since
-/// messages sent while disconnected are lost.
-async fn subscribe(
-    client: Client,
-    channel: String,
-    waiters: Arc<Waiters>,
-    connect_timeout: Duration,
-    subscribed: tokio::sync::oneshot::Sender<()>,
-) {
-    let mut subscribed = Some(subscribed);
-    let mut pause = Duration::from_millis(100);
-    loop {
-        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        if let Ok(Ok(mut pubsub)) = connected {
-            if pubsub.subscribe(&channel).await.is_ok() {
-                pause = Duration::from_millis(100);
-                if let Some(tx) = subscribed.take() {
-                    let _ = tx.send(());
-                }
-                waiters.wake_all();
-                let mut messages = pubsub.on_message();
-                while let Some(msg) = messages.next().await {
-                    if let Ok(key) = std::str::from_utf8(msg.get_payload_bytes()) {
-                        waiters.wake(key);
-                    }
-                }
-            }
-        }
-        waiters.wake_all();
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
-    }
 }
 
 #[async_trait]
@@ -988,17 +1080,12 @@ impl Store for RedisStore {
         let mut counted = 0;
         while next < SLOTS && counted < limit {
             let window = next..(next + COUNT_WINDOW).min(SLOTS);
-            let mut pipe = redis::pipe();
-            for slot in window.clone() {
-                pipe.cmd("ZLEXCOUNT")
-                    .arg(index(slot))
-                    .arg(from(slot))
-                    .arg("+");
-            }
-            let counts: Vec<usize> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.unavailable(e))?;
+            let cmds = window.clone().map(|slot| {
+                let mut cmd = redis::cmd("ZLEXCOUNT");
+                cmd.arg(index(slot)).arg(from(slot)).arg("+");
+                cmd
+            });
+            let counts: Vec<usize> = self.batch(&mut conn, cmds.collect()).await?;
             for (slot, count) in window.zip(counts) {
                 next = slot + 1;
                 if count > 0 {
@@ -1015,20 +1102,17 @@ impl Store for RedisStore {
         // `limit`, so the reply holds fewer than twice `limit` keys.
         let mut keys: Vec<String> = Vec::new();
         if !slots.is_empty() {
-            let mut pipe = redis::pipe();
-            for &slot in &slots {
-                pipe.cmd("ZRANGEBYLEX")
-                    .arg(index(slot))
+            let cmds = slots.iter().map(|&slot| {
+                let mut cmd = redis::cmd("ZRANGEBYLEX");
+                cmd.arg(index(slot))
                     .arg(from(slot))
                     .arg("+")
                     .arg("LIMIT")
                     .arg(0)
                     .arg(limit);
-            }
-            let ranges: Vec<Vec<String>> = pipe
-                .query_async(&mut conn)
-                .await
-                .map_err(|e| self.unavailable(e))?;
+                cmd
+            });
+            let ranges: Vec<Vec<String>> = self.batch(&mut conn, cmds.collect()).await?;
             keys = ranges.into_iter().flatten().take(limit).collect();
         }
         // A full page ends at its last key (its slot may hold more);
@@ -1042,20 +1126,18 @@ impl Store for RedisStore {
         // Their records; a key whose record lapsed, or was released since
         // it was listed, reads as nothing and is left out.
         let mut keys_read = Vec::with_capacity(keys.len());
-        let mut pipe = redis::pipe();
-        pipe.cmd("TIME");
+        let mut cmds = vec![redis::cmd("TIME")];
         for key in &keys {
             let key = IdempotencyKey::parse(key).map_err(|_| CorruptRecord {
                 key: key.clone(),
                 detail: "the index of its slot holds a malformed key".into(),
             })?;
-            pipe.cmd("HGETALL").arg(self.record_key(&key));
+            let mut cmd = redis::cmd("HGETALL");
+            cmd.arg(self.record_key(&key));
+            cmds.push(cmd);
             keys_read.push(key);
         }
-        let replies: Vec<RedisValue> = pipe
-            .query_async(&mut conn)
-            .await
-            .map_err(|e| self.unavailable(e))?;
+        let replies: Vec<RedisValue> = self.batch(&mut conn, cmds).await?;
         let now = match replies.first() {
             Some(RedisValue::Array(time)) => {
                 match (time.first().and_then(number), time.get(1).and_then(number)) {
@@ -1093,8 +1175,8 @@ impl Store for RedisStore {
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
         let mut conn = self.conn()?;
-        let (secs, micros): (u64, u64) = redis::cmd("TIME")
-            .query_async(&mut conn)
+        let (secs, micros): (u64, u64) = conn
+            .query(&redis::cmd("TIME"))
             .await
             .map_err(|e| self.unavailable(e))?;
         Ok(Timestamp(secs * 1000 + micros / 1000))

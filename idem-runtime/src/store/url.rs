@@ -6,7 +6,8 @@
 //! |---|---|
 //! | `memory:` | [`MemoryStore`]: nothing survives the process |
 //! | `sqlite://idem.db`, `sqlite:///var/lib/app/idem.db` | [`SqliteStore`](super::SqliteStore) (feature `sqlite`); relative paths are relative to the working directory |
-//! | `redis://[user:password@]host[:port][/db]`, `rediss://…` | [`RedisStore`](super::RedisStore) (feature `redis`) |
+//! | `redis://[user:password@]host[:port][/db][?prefix=NAME]`, `rediss://…` | [`RedisStore`](super::RedisStore) (feature `redis`) on one server |
+//! | `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`, `rediss+cluster://…` | [`RedisStore`](super::RedisStore) (feature `redis`) on a Redis Cluster, through the seed nodes listed |
 //! | `postgres://user[:password]@host[:port]/db`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`) |
 //!
 //! [`connect`] only picks the store by the URL's scheme; each store reads
@@ -15,7 +16,9 @@
 //! [`PostgresStore::connect`](super::PostgresStore::connect)). SQLite takes
 //! options in the query: `synchronous=full` (default) or
 //! `synchronous=normal` (see [`Synchronous`](super::Synchronous)), and
-//! `busy_timeout_ms=5000`.
+//! `busy_timeout_ms=5000`. Redis takes `prefix=NAME`, the prefix of every
+//! key idem writes (default `idem`), so applications sharing one server or
+//! cluster keep apart, and `protocol=resp3`. Any other option is refused.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -50,7 +53,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     match scheme {
         "memory" if matches!(url, "memory:" | "memory://") => Ok(Arc::new(MemoryStore::new())),
         "sqlite" => sqlite(url).await,
-        "redis" | "rediss" => redis(url).await,
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(url).await,
         "postgres" | "postgresql" => postgres(url).await,
         _ => Err(StoreError::Config(format!(
             "unknown store URL scheme in {:?}; expected memory:, sqlite://PATH, redis://HOST or postgres://HOST/DB",

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 mod servers;
 
-pub use servers::{PostgresServer, RedisServer};
+pub use servers::{PostgresServer, RedisCluster, RedisServer};
 
 /// A directory under the system's temporary directory, deleted with
 /// everything in it when dropped.

@@ -24,6 +24,18 @@ pub struct RedisServer {
     _dir: TempDir,
 }
 
+/// A Redis Cluster on 127.0.0.1: three primaries sharing the 16,384 slots,
+/// each with `replicas` replicas, every node a `redis-server` of its own
+/// (`--cluster-node-timeout 1000`, so a lost primary is failed over within
+/// a few seconds). Killed when dropped.
+#[derive(Debug)]
+pub struct RedisCluster {
+    /// The primaries first, in the order they were given the slots; then
+    /// the replicas.
+    nodes: Vec<RedisServer>,
+    primaries: usize,
+}
+
 /// A PostgreSQL server on 127.0.0.1 with a trusted superuser `idem`,
 /// `fsync=off` (a test server; its durability is not what is tested) and
 /// `pg_stat_statements` loaded. Stopped when dropped.
@@ -54,36 +66,42 @@ impl RedisServer {
         let binary = find_binary("redis-server", &[])?;
         let mut last_error = String::new();
         for _ in 0..3 {
-            let dir = TempDir::new("idem-redis").expect("create a temporary directory");
-            let port = free_port();
-            let log = dir.path().join("redis.log");
-            let child = Command::new(&binary)
-                .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
-                .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
-                .arg("--dir")
-                .arg(dir.path())
-                .arg("--logfile")
-                .arg(&log)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .spawn()
-                .expect("spawn redis-server");
-            let mut process = Process::new(child, "TERM", dir.path());
-            match wait_until(Duration::from_secs(10), &mut process, || redis_ping(port)) {
-                Ok(()) => {
-                    return Some(RedisServer {
-                        process,
-                        port,
-                        _dir: dir,
-                    })
-                }
-                Err(e) => {
-                    last_error = format!("{e}; log: {}", read_log(&log));
-                }
+            match RedisServer::spawn(&binary, &[]) {
+                Ok(server) => return Some(server),
+                Err(e) => last_error = e,
             }
         }
         panic!("redis-server did not start: {last_error}");
+    }
+
+    /// Start `binary` on a free port with `extra` arguments, and wait until
+    /// it answers.
+    fn spawn(binary: &Path, extra: &[&str]) -> Result<RedisServer, String> {
+        let dir = TempDir::new("idem-redis").expect("create a temporary directory");
+        let port = free_port();
+        let log = dir.path().join("redis.log");
+        let child = Command::new(binary)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(extra)
+            .arg("--dir")
+            .arg(dir.path())
+            .arg("--logfile")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn redis-server");
+        let mut process = Process::new(child, "TERM", dir.path());
+        match wait_until(Duration::from_secs(10), &mut process, || redis_ping(port)) {
+            Ok(()) => Ok(RedisServer {
+                process,
+                port,
+                _dir: dir,
+            }),
+            Err(e) => Err(format!("{e}; log: {}", read_log(&log))),
+        }
     }
 
     /// The server's URL, `redis://127.0.0.1:PORT/`.
@@ -99,6 +117,141 @@ impl RedisServer {
     /// Stop the server now (to test what happens when it goes away).
     pub fn stop(&mut self) {
         self.process.stop();
+    }
+}
+
+impl RedisCluster {
+    /// Start a cluster of three primaries, or `None` when `redis-server`
+    /// or `redis-cli` (which joins the nodes) is not installed.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the cluster does not come up.
+    pub fn start() -> Option<RedisCluster> {
+        Self::start_with_replicas(0)
+    }
+
+    /// Start a cluster of three primaries with `replicas` replicas each,
+    /// returning once every node sees the cluster healthy and every replica
+    /// is in sync with its primary.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the cluster does not come up.
+    pub fn start_with_replicas(replicas: usize) -> Option<RedisCluster> {
+        let server = find_binary("redis-server", &[])?;
+        let cli = find_binary("redis-cli", &[])?;
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match Self::try_start(&server, &cli, 3, replicas) {
+                Ok(cluster) => return Some(cluster),
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("the Redis Cluster did not start: {last_error}");
+    }
+
+    fn try_start(
+        server: &Path,
+        cli: &Path,
+        primaries: usize,
+        replicas: usize,
+    ) -> Result<RedisCluster, String> {
+        let mut nodes = Vec::new();
+        for _ in 0..primaries * (1 + replicas) {
+            let bus_port = free_port().to_string();
+            let node = RedisServer::spawn(
+                server,
+                &[
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-port",
+                    &bus_port,
+                    "--cluster-node-timeout",
+                    "1000",
+                ],
+            )?;
+            nodes.push(node);
+        }
+        let addresses: Vec<String> = nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let out = Command::new(cli)
+            .arg("--cluster")
+            .arg("create")
+            .args(&addresses)
+            .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("run redis-cli --cluster create: {e}"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "redis-cli --cluster create failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ));
+        }
+        let cluster = RedisCluster { nodes, primaries };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while !cluster.healthy(cli) {
+            if Instant::now() > deadline {
+                return Err("the cluster was not healthy after 30 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok(cluster)
+    }
+
+    /// Every node sees all slots served, and every replica is in sync.
+    fn healthy(&self, cli: &Path) -> bool {
+        let ask = |port: u16, words: &[&str]| {
+            Command::new(cli)
+                .args(["-h", "127.0.0.1", "-p", &port.to_string()])
+                .args(words)
+                .stdin(Stdio::null())
+                .output()
+                .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+                .unwrap_or_default()
+        };
+        self.nodes.iter().enumerate().all(|(i, node)| {
+            ask(node.port, &["cluster", "info"]).contains("cluster_state:ok")
+                && (i < self.primaries
+                    || ask(node.port, &["info", "replication"]).contains("master_link_status:up"))
+        })
+    }
+
+    /// The cluster's URL, `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`,
+    /// listing every primary as a seed node.
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self.nodes[..self.primaries]
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The ports of the primaries the cluster started with.
+    pub fn primary_ports(&self) -> Vec<u16> {
+        self.nodes[..self.primaries]
+            .iter()
+            .map(|n| n.port)
+            .collect()
+    }
+
+    /// Kill the node listening on `port` with `SIGKILL`, as a crash would:
+    /// no last write is flushed, no client is told.
+    ///
+    /// # Panics
+    ///
+    /// When no node of the cluster listens on `port`.
+    pub fn kill(&mut self, port: u16) {
+        let node = self
+            .nodes
+            .iter_mut()
+            .find(|n| n.port == port)
+            .expect("a node of this cluster");
+        node.process.kill();
     }
 }
 
@@ -231,6 +384,12 @@ impl Process {
             watchdog,
             stop_signal,
         }
+    }
+
+    /// Kill the server with `SIGKILL` and reap it.
+    fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     fn stop(&mut self) {
