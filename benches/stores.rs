@@ -82,6 +82,14 @@ impl Store for Probe {
         self.claims.fetch_add(1, Ordering::Relaxed);
         self.inner.claim(r).await
     }
+    fn claim_local(&self, r: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        // Counted when answered: a claim the store answered on the caller's
+        // thread is still one store operation (no round trip).
+        let answer = self.inner.claim_local(r)?;
+        self.count();
+        self.claims.fetch_add(1, Ordering::Relaxed);
+        Some(answer)
+    }
     async fn checkpoint(
         &self,
         k: &IdempotencyKey,
