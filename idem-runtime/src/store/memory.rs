@@ -17,6 +17,9 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{Fence, Outcome, Record};
 
+/// Expired records removed between two yields of a sweep.
+const SWEEP_BATCH: usize = 1024;
+
 /// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
 /// moment the record completes or is released; there is no polling.
 ///
@@ -346,12 +349,27 @@ impl Store for MemoryStore {
     async fn sweep(&self) -> Result<u64, StoreError> {
         self.open()?;
         let now = self.clock.now();
+        // Not `retain`, which holds each shard's write lock while it walks
+        // the shard and frees what it removes: the expired keys are found
+        // under read locks (claims of records present go on), then removed
+        // one at a time, each record freed outside the lock, yielding to
+        // other tasks every batch.
+        let expired: Vec<IdempotencyKey> = self
+            .records
+            .iter()
+            .filter(|slot| slot.record.is_expired(now))
+            .map(|slot| slot.key().clone())
+            .collect();
         let mut deleted = 0u64;
-        self.records.retain(|_, slot| {
-            let keep = !slot.record.is_expired(now);
-            deleted += u64::from(!keep);
-            keep
-        });
+        for batch in expired.chunks(SWEEP_BATCH) {
+            for key in batch {
+                let removed = self
+                    .records
+                    .remove_if(key, |_, slot| slot.record.is_expired(now));
+                deleted += u64::from(removed.is_some());
+            }
+            tokio::task::yield_now().await;
+        }
         Ok(deleted)
     }
 
