@@ -58,7 +58,8 @@ use sha2::{Digest, Sha256};
 // Counting store operations.
 
 /// Forwards to the real store, counting operations (each one round trip on
-/// Redis and PostgreSQL) and claims.
+/// Redis and PostgreSQL) and claims, those answered on the caller's thread
+/// ([`Store::claim_local`]) included.
 #[derive(Debug)]
 struct Probe {
     inner: Arc<dyn Store>,
@@ -81,6 +82,14 @@ impl Store for Probe {
         self.count();
         self.claims.fetch_add(1, Ordering::Relaxed);
         self.inner.claim(r).await
+    }
+    fn claim_local(&self, r: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        // Counted only when it answers: `None` is no round trip, and the
+        // claim that follows counts itself.
+        let answer = self.inner.claim_local(r)?;
+        self.count();
+        self.claims.fetch_add(1, Ordering::Relaxed);
+        Some(answer)
     }
     async fn checkpoint(
         &self,

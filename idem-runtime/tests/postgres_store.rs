@@ -13,7 +13,7 @@ use idem_runtime::store::{ClaimOutcome, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
 use serde_json::json;
 use support::{
-    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
+    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint, park,
     request, sent, wake_up_latencies,
 };
 
@@ -129,9 +129,6 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
 /// sequence before and after 100 duplicates of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
-    use idem_runtime::record::RecordState;
-    use idem_runtime::store::{Expected, ExpectedState};
-
     let Some(server) = PostgresServer::start() else {
         skip(
             "a_duplicate_of_a_completed_call_writes_no_wal",
@@ -148,23 +145,7 @@ async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
         .complete(&done, fence, &sent("m-1"), Duration::from_secs(600))
         .await
         .unwrap();
-    let fence = acquire(&store, &waiting).await;
-    let mut parked = store.get(&waiting).await.unwrap().unwrap();
-    let now = store.now().await.unwrap();
-    parked.state = RecordState::AwaitingApproval {
-        fence,
-        requested_at: now,
-        expires_at: now.plus(Duration::from_secs(600)),
-        message: "ask a person".into(),
-    };
-    let expected = Expected {
-        fence,
-        state: ExpectedState::InFlight,
-    };
-    store
-        .replace(&waiting, expected, Some(&parked))
-        .await
-        .unwrap();
+    park(&store, &waiting, acquire(&store, &waiting).await).await;
 
     for (what, key) in [("completed", &done), ("awaiting approval", &waiting)] {
         let (before, fence_before) = wal_and_fences(&raw).await;

@@ -17,9 +17,15 @@
 //!   are decided in order, each seeing the writes of the ones before it. A
 //!   request SQLite refuses (the file is full) fails alone: the others are
 //!   decided again without it, instead of failing with it.
-//! * Reads (a duplicate's claim, [`Store::get`]) run on a small pool of read
-//!   connections through [`tokio::task::spawn_blocking`] and never wait for
-//!   a commit. A duplicate of a completed call therefore writes nothing.
+//! * Reads (a duplicate's claim, [`Store::get`]) never wait for a commit:
+//!   in WAL mode a reader sees the last commit of any process without
+//!   taking the write lock. They run on the caller's thread, from a small
+//!   pool of connections with cached prepared statements, so a duplicate
+//!   of a completed call is answered by [`Store::claim_local`] without a
+//!   thread hop and writes nothing. Only a read that meets a lock (the
+//!   file recovering after a crash) goes to a blocking thread and waits
+//!   up to the busy timeout. No connection keeps a read transaction open
+//!   between reads, so checkpoints are never starved.
 //! * With [`Synchronous::Full`] (the default) a record is on disk, and
 //!   survives power loss, before the call that wrote it returns: at most two
 //!   durable commits per first call (the claim before the tool runs, the
@@ -65,6 +71,11 @@ pub const CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
 
 /// How many requests one write transaction takes at most.
 const MAX_BATCH: usize = 512;
+
+/// How many connections for reads on the caller's thread are kept open
+/// when idle; more are opened while more threads read at once, and closed
+/// after.
+const LOCAL_READERS: usize = 16;
 
 /// How many expired records one sweep transaction deletes at most. A sweep
 /// is a series of such transactions, so the claims and completions queued
@@ -205,6 +216,10 @@ struct Shared {
     clock: Arc<dyn Clock>,
     idle_readers: Mutex<Vec<Connection>>,
     read_slots: Semaphore,
+    /// Connections for reads on the caller's thread
+    /// ([`SqliteStore::read_here`]), opened on demand, at most
+    /// [`LOCAL_READERS`] kept idle.
+    local_readers: Mutex<Vec<Connection>>,
     waiters: Waiters,
     closed: AtomicBool,
 }
@@ -316,6 +331,7 @@ impl SqliteStore {
             clock: options.clock.clone(),
             idle_readers: Mutex::new(Vec::new()),
             read_slots: Semaphore::new(options.readers),
+            local_readers: Mutex::new(Vec::new()),
             waiters: Waiters::default(),
             closed: AtomicBool::new(false),
         });
@@ -404,7 +420,43 @@ impl SqliteStore {
         })?
     }
 
+    /// Read the record of `key` on this thread, from a cached connection
+    /// and prepared statement: no thread hop, no wait for the writer (WAL
+    /// readers see the last commit of any process without taking its
+    /// lock). `None` when SQLite cannot answer at once (the file is busy
+    /// recovering, say): the caller then reads the usual way, which waits
+    /// up to the busy timeout and reports the error. A closed store and a
+    /// corrupt row are answers: [`StoreError::Closed`],
+    /// [`StoreError::Corrupt`].
+    fn read_here(&self, key: &IdempotencyKey) -> Option<Result<Option<Record>, StoreError>> {
+        let shared = &self.shared;
+        if let Err(e) = shared.check_open() {
+            return Some(Err(e));
+        }
+        let popped = shared.local_readers.lock().expect("not poisoned").pop();
+        let conn = match popped {
+            Some(conn) => conn,
+            None => shared.open_local_reader().ok()?,
+        };
+        // The statement is reset when the row is read, which ends the read
+        // transaction: an idle connection holds no snapshot that would keep
+        // a checkpoint from reaching the end of the WAL.
+        let result = load(&conn, key).ok()?;
+        let mut idle = shared.local_readers.lock().expect("not poisoned");
+        // Checked under the lock `close` empties the pool under, so no
+        // connection is put back after it.
+        if !shared.closed.load(Ordering::SeqCst) && idle.len() < LOCAL_READERS {
+            idle.push(conn);
+        }
+        Some(result)
+    }
+
+    /// The record of `key`, expired or not: read on this thread when it
+    /// can be ([`SqliteStore::read_here`]), otherwise on a blocking thread.
     async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        if let Some(read) = self.read_here(key) {
+            return read;
+        }
         let shared = self.shared.clone();
         let key = key.clone();
         self.read(move |conn| load(conn, &key).map_err(|e| shared.sql(e))?)
@@ -521,6 +573,17 @@ impl Shared {
                 cause: Cause::from_error(e),
             },
         }
+    }
+
+    /// A connection for [`SqliteStore::read_here`]: no busy timeout, so a
+    /// lock it meets fails at once and the read goes the usual way.
+    fn open_local_reader(&self) -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::ZERO)?;
+        Ok(conn)
     }
 
     fn open_reader(&self) -> Result<Connection, StoreError> {
@@ -1019,6 +1082,28 @@ impl Store for SqliteStore {
         }
     }
 
+    /// Answers a claim that finds a completed call, an approval still to
+    /// be decided or a key reused, from a read on this thread (see
+    /// [`SqliteStore`'s module docs](self)). `None` for every claim that
+    /// writes, and for a call in flight: the executor then shares one
+    /// claim among this process's callers and waits for the owner.
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        let record = match self.read_here(req.key)? {
+            Ok(record) => record?,
+            Err(e) => return Some(Err(e)),
+        };
+        // Read after the record, as the usual claim does: a record that
+        // expires meanwhile counts as expired.
+        let now = self.shared.clock.now();
+        if record.is_expired(now) {
+            return None;
+        }
+        match transition::answer(&Arc::new(record), req, now)? {
+            ClaimOutcome::InFlight { .. } => None,
+            answer => Some(Ok(answer)),
+        }
+    }
+
     async fn checkpoint(
         &self,
         key: &IdempotencyKey,
@@ -1165,6 +1250,11 @@ impl Store for SqliteStore {
         }
         self.shared
             .idle_readers
+            .lock()
+            .expect("not poisoned")
+            .clear();
+        self.shared
+            .local_readers
             .lock()
             .expect("not poisoned")
             .clear();
