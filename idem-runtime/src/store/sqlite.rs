@@ -39,6 +39,14 @@
 //! * [`Store::sweep`] deletes expired records 100 at a time, one write
 //!   transaction per batch, so writes queued meanwhile go in between
 //!   the batches instead of waiting for a million rows to go.
+//! * Checkpoints (copying the WAL back into the database file) run on a
+//!   thread of their own, not on the writer's commit path: once the WAL
+//!   holds [`CHECKPOINT_PAGES`] pages the writer asks the checkpointer,
+//!   whose `PASSIVE` checkpoints never block the writer or the readers.
+//!   Under a steady stream of writes such a checkpoint never reaches the
+//!   end of the WAL, which therefore could not start over; past
+//!   [`WAL_LIMIT_PAGES`] the writer checkpoints the rest itself, once, so
+//!   the WAL stays bounded.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -47,6 +55,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rusqlite::wal::CheckpointMode;
 use rusqlite::{ffi, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::Value;
 use tokio::sync::{oneshot, Semaphore};
@@ -71,6 +80,16 @@ pub const CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
 
 /// How many requests one write transaction takes at most.
 const MAX_BATCH: usize = 512;
+
+/// WAL pages (4 KiB each by default) after which the checkpointer copies
+/// the WAL back into the database file: SQLite's own autocheckpoint
+/// threshold.
+pub const CHECKPOINT_PAGES: i32 = 1000;
+
+/// WAL pages after which the writer checkpoints itself, after a commit,
+/// when the checkpointer has not let the WAL start over: the bound on the
+/// WAL's size (plus one transaction).
+pub const WAL_LIMIT_PAGES: i32 = 8 * CHECKPOINT_PAGES;
 
 /// How many connections for reads on the caller's thread are kept open
 /// when idle; more are opened while more threads read at once, and closed
@@ -341,13 +360,19 @@ impl SqliteStore {
         let writer_thread = std::thread::Builder::new()
             .name("idem-sqlite-writer".into())
             .spawn(move || match open_writer(&thread_shared, &options) {
-                Ok(conn) => {
+                Ok(mut conn) => {
+                    let checkpointer = start_checkpointer(&thread_shared, &options, &mut conn);
                     let _ = ready_tx.send(Ok(()));
                     Writer {
                         conn,
                         shared: thread_shared,
                     }
                     .run(jobs);
+                    // The writer's connection, and with it the only sender
+                    // to the checkpointer, is gone: it stops.
+                    if let Some(checkpointer) = checkpointer {
+                        let _ = checkpointer.join();
+                    }
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -645,6 +670,64 @@ fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, S
     }
     migrate(&mut conn, shared)?;
     Ok(conn)
+}
+
+/// Move checkpoints off the writer's commit path: a thread with its own
+/// connection checkpoints when the writer's WAL hook says the WAL has grown
+/// past [`CHECKPOINT_PAGES`]; past [`WAL_LIMIT_PAGES`] the hook checkpoints
+/// itself. Registering the hook turns SQLite's autocheckpoint off; when
+/// anything here fails the autocheckpoint stays, as before. The thread
+/// ends once the writer's connection (which owns the hook, the only sender
+/// to the thread) is closed.
+fn start_checkpointer(
+    shared: &Shared,
+    options: &SqliteOptions,
+    writer: &mut Connection,
+) -> Option<std::thread::JoinHandle<()>> {
+    let warn = |e: &dyn fmt::Display| {
+        tracing::warn!(store = %shared.name, error = %e, "no checkpointer thread; the writer checkpoints");
+    };
+    let open = || -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &shared.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // What a checkpoint syncs follows the store's durability.
+        conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
+        Ok(conn)
+    };
+    let conn = open().map_err(|e| warn(&e)).ok()?;
+    // One pending request is enough: a checkpoint copies whatever the WAL
+    // holds when it starts.
+    let (ask, asked) = mpsc::sync_channel::<()>(1);
+    let thread = std::thread::Builder::new()
+        .name("idem-sqlite-checkpoint".into())
+        .spawn(move || {
+            while asked.recv().is_ok() {
+                // PASSIVE waits for nobody and copies what no reader still
+                // needs; a failure is retried at the next request.
+                let done = conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE);
+                if let Err(e) = done {
+                    tracing::debug!(error = %e, "checkpoint failed");
+                }
+            }
+        })
+        .map_err(|e| warn(&e))
+        .ok()?;
+    let hook = move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
+        if pages >= WAL_LIMIT_PAGES {
+            // The transaction is committed whatever this returns: an error
+            // here would only make its COMMIT report one.
+            let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
+        } else if pages >= CHECKPOINT_PAGES {
+            let _ = ask.try_send(());
+        }
+        Ok(())
+    };
+    if let Err(e) = writer.wal_hook(Some(hook)) {
+        warn(&e);
+    }
+    Some(thread)
 }
 
 /// Create the schema in a fresh file, or check the version of an existing
