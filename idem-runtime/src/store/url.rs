@@ -7,7 +7,7 @@
 //! | `memory:` | [`MemoryStore`]: nothing survives the process |
 //! | `sqlite://idem.db`, `sqlite:///var/lib/app/idem.db` | [`SqliteStore`](super::SqliteStore) (feature `sqlite`); relative paths are relative to the working directory |
 //! | `redis://[user:password@]host[:port][/db]`, `rediss://…` | [`RedisStore`](super::RedisStore) (feature `redis`) |
-//! | `postgres://user[:password]@host[:port]/db`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`) |
+//! | `postgres://user[:password]@host[:port]/db[?schema=name]`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`); `schema` keeps idem's tables in that PostgreSQL schema, created if missing, so applications can share a database |
 //!
 //! [`connect`] only picks the store by the URL's scheme; each store reads
 //! the rest of its URL itself ([`SqliteStore::connect`](super::SqliteStore::connect),
