@@ -714,12 +714,20 @@ fn start_checkpointer(
         })
         .map_err(|e| warn(&e))
         .ok()?;
+    // The WAL's size when the checkpointer was last asked: it is asked
+    // once per CHECKPOINT_PAGES new pages, not after every commit while
+    // the WAL is long (each checkpoint syncs both files).
+    let mut asked_at = 0;
     let hook = move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
+        if pages < asked_at {
+            asked_at = 0; // the WAL started over
+        }
         if pages >= WAL_LIMIT_PAGES {
             // The transaction is committed whatever this returns: an error
             // here would only make its COMMIT report one.
             let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
-        } else if pages >= CHECKPOINT_PAGES {
+        } else if pages - asked_at >= CHECKPOINT_PAGES {
+            asked_at = pages;
             let _ = ask.try_send(());
         }
         Ok(())
