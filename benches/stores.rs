@@ -58,7 +58,8 @@ use sha2::{Digest, Sha256};
 // Counting store operations.
 
 /// Forwards to the real store, counting operations (each one round trip on
-/// Redis and PostgreSQL) and claims.
+/// Redis and PostgreSQL) and claims, those answered on the caller's thread
+/// ([`Store::claim_local`]) included.
 #[derive(Debug)]
 struct Probe {
     inner: Arc<dyn Store>,

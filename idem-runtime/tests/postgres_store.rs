@@ -13,7 +13,7 @@ use idem_runtime::store::{ClaimOutcome, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
 use serde_json::json;
 use support::{
-    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
+    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint, park,
     request, sent, wake_up_latencies,
 };
 
@@ -129,9 +129,6 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
 /// sequence before and after 100 duplicates of each.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
-    use idem_runtime::record::RecordState;
-    use idem_runtime::store::{Expected, ExpectedState};
-
     let Some(server) = PostgresServer::start() else {
         skip(
             "a_duplicate_of_a_completed_call_writes_no_wal",
@@ -148,23 +145,7 @@ async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
         .complete(&done, fence, &sent("m-1"), Duration::from_secs(600))
         .await
         .unwrap();
-    let fence = acquire(&store, &waiting).await;
-    let mut parked = store.get(&waiting).await.unwrap().unwrap();
-    let now = store.now().await.unwrap();
-    parked.state = RecordState::AwaitingApproval {
-        fence,
-        requested_at: now,
-        expires_at: now.plus(Duration::from_secs(600)),
-        message: "ask a person".into(),
-    };
-    let expected = Expected {
-        fence,
-        state: ExpectedState::InFlight,
-    };
-    store
-        .replace(&waiting, expected, Some(&parked))
-        .await
-        .unwrap();
+    park(&store, &waiting, acquire(&store, &waiting).await).await;
 
     for (what, key) in [("completed", &done), ("awaiting approval", &waiting)] {
         let (before, fence_before) = wal_and_fences(&raw).await;
@@ -548,4 +529,94 @@ async fn close_closes_every_connection() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Two applications share one database, each in a schema of its own named
+/// in the URL: idem creates the schemas, and neither sees the other's
+/// records, sweeps them or draws fences from the other's sequence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stores_in_two_schemas_of_one_database_do_not_see_each_other() {
+    let Some(url) = own_database("postgres schemas").await else {
+        return;
+    };
+    let raw = connect_raw(&url).await;
+    let (app1, app2) = (
+        PostgresStore::connect(&format!("{url}?schema=app1"))
+            .await
+            .unwrap(),
+        PostgresStore::connect(&format!("{url}?connect_timeout=5&schema=app2"))
+            .await
+            .unwrap(),
+    );
+    let (key, lapsing, f) = (random_key(), random_key(), fingerprint());
+    let fence = acquire(&app1, &key).await;
+    app1.complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let fence = acquire(&app1, &lapsing).await;
+    app1.complete(&lapsing, fence, &sent("m-2"), Duration::from_millis(1))
+        .await
+        .unwrap();
+    // The same key is free in the other schema, with a fence from a
+    // sequence of its own (app1 drew 1 and 2 from its own).
+    assert_eq!(acquire(&app2, &key).await, idem_runtime::record::Fence(1));
+    assert_eq!(app2.scan(None, 100).await.unwrap().records.len(), 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(app2.sweep().await.unwrap(), 0, "app2 swept app1's record");
+    for (schema, records) in [("app1", 2), ("app2", 1)] {
+        let rows: i64 = raw
+            .query_one(&format!("SELECT count(*) FROM {schema}.idem_records"), &[])
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(rows, records, "{schema}");
+    }
+    let public: Option<String> = raw
+        .query_one("SELECT to_regclass('public.idem_records')::text", &[])
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(public, None, "idem wrote to public");
+    assert!(matches!(
+        app1.claim(&request(&key, &f)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+
+    // Connecting again finds the schema and its tables as they are.
+    let again = PostgresStore::connect(&format!("{url}?schema=app2"))
+        .await
+        .unwrap();
+    assert!(matches!(
+        again.claim(&request(&key, &f)).await.unwrap(),
+        ClaimOutcome::InFlight { .. }
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_schema_name_is_a_configuration_error() {
+    for (schema, says) in [
+        ("App1", "not a usable schema name"),
+        ("1app", "not a usable schema name"),
+        ("pg_idem", "not a usable schema name"),
+        ("app;drop", "not a usable schema name"),
+        ("%61pp", "not a usable schema name"),
+        ("", "not a usable schema name"),
+        ("a&schema=b", "names the schema twice"),
+    ] {
+        // No server is contacted: the URL is refused first.
+        let url = format!("postgres://idem:secret@127.0.0.1:1/db?schema={schema}");
+        match PostgresStore::connect(&url).await {
+            Err(StoreError::Config(message)) => {
+                assert!(message.contains(says), "{schema:?}: {message}");
+                assert!(!message.contains("secret"), "{message}");
+            }
+            other => panic!("{schema:?}: expected a configuration error, got {other:?}"),
+        }
+    }
+    let long = "a".repeat(64);
+    let url = format!("postgres://idem@127.0.0.1:1/db?schema={long}");
+    assert!(matches!(
+        PostgresStore::connect(&url).await,
+        Err(StoreError::Config(_))
+    ));
 }

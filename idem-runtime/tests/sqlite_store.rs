@@ -9,13 +9,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::clock::ManualClock;
 use idem_runtime::conformance::random_key;
-use idem_runtime::key::IdempotencyKey;
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{ClaimOutcome, SqliteOptions, SqliteStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
-use support::{acquire, driver_error, fingerprint, request, sent, wake_up_latencies};
+use support::{
+    acquire, approve, driver_error, fingerprint, park, request, sent, wake_up_latencies,
+};
 
 /// Claim and complete `key` with `outcome`.
 async fn record(store: &SqliteStore, key: &IdempotencyKey, outcome: &Outcome) {
@@ -120,6 +123,10 @@ async fn corrupt_row_is_reported_and_left_untouched() {
     assert!(matches!(
         store.claim(&request(&key, &f)).await,
         Err(StoreError::Corrupt(_))
+    ));
+    assert!(matches!(
+        store.claim_local(&request(&key, &f)),
+        Some(Err(StoreError::Corrupt(_)))
     ));
     assert!(matches!(store.get(&key).await, Err(StoreError::Corrupt(_))));
     let fence = idem_runtime::record::Fence(1);
@@ -600,4 +607,146 @@ async fn the_store_reads_its_own_url() {
             other => panic!("{url}: expected a configuration error, got {other:?}"),
         }
     }
+}
+
+// ---------------------------------------------------------------------------
+// Claims answered on the caller's thread (`Store::claim_local`).
+
+/// A store on `path` whose clock the test moves.
+async fn store_with_clock(path: &Path, clock: &ManualClock) -> SqliteStore {
+    let options = SqliteOptions::default().clock(Arc::new(clock.clone()));
+    SqliteStore::open_with(path, options).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_is_answered_on_the_callers_thread_from_a_record_another_connection_wrote() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let reader = SqliteStore::open(&path).await.unwrap();
+    let writer = SqliteStore::open(&path).await.unwrap();
+    let key = random_key();
+    let f = fingerprint();
+    // The reader's cached connection has read the key once, absent.
+    assert!(reader.claim_local(&request(&key, &f)).is_none());
+    record(&writer, &key, &sent("m-1")).await;
+    match reader.claim_local(&request(&key, &f)) {
+        Some(Ok(ClaimOutcome::Completed(r))) => assert_eq!(r.outcome(), Some(&sent("m-1"))),
+        other => panic!("the other connection's commit was not seen: {other:?}"),
+    }
+}
+
+/// For every state a record can be in, `claim_local` either declines or
+/// answers exactly what `claim` answers: it answers a completed call, a key
+/// reused and an approval still to be decided, and declines whatever writes
+/// (absent, expired, lease lapsed, approved) or waits (in flight).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_local_answers_as_claim_does_or_not_at_all() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let clock = ManualClock::new(1_000_000);
+    let store = store_with_clock(&path, &clock).await;
+    let (f, other) = (fingerprint(), Fingerprint::new("e".repeat(64)));
+    let [completed, expired, lapsed, awaiting, approved, in_flight, absent] =
+        std::array::from_fn(|_| random_key());
+
+    record(&store, &completed, &sent("m-1")).await;
+    let fence = acquire(&store, &expired).await;
+    let second = Duration::from_secs(1);
+    store
+        .complete(&expired, fence, &sent("m-2"), second)
+        .await
+        .unwrap();
+    acquire(&store, &lapsed).await;
+    park(&store, &awaiting, acquire(&store, &awaiting).await).await;
+    let fence = park(&store, &approved, acquire(&store, &approved).await).await;
+    approve(&store, &approved, fence).await;
+    // Past the 1 s retention and the 30 s lease of `request`.
+    clock.advance(Duration::from_secs(31));
+    acquire(&store, &in_flight).await;
+
+    let cases = [
+        ("completed", &completed, &f, true),
+        ("key reused", &completed, &other, true),
+        ("awaiting approval", &awaiting, &f, true),
+        ("absent", &absent, &f, false),
+        ("expired", &expired, &f, false),
+        ("in flight", &in_flight, &f, false),
+        ("lease lapsed", &lapsed, &f, false),
+        ("approved", &approved, &f, false),
+    ];
+    for (case, key, fingerprint, answered) in cases {
+        let req = request(key, fingerprint);
+        let local = store.claim_local(&req).map(Result::unwrap);
+        assert_eq!(local.is_some(), answered, "{case}: {local:?}");
+        let claimed = store.claim(&req).await.unwrap();
+        if let Some(local) = local {
+            assert_eq!(local, claimed, "{case}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_store_refuses_a_claim_on_the_callers_thread() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let store = SqliteStore::open(dir.path().join("idem.db")).await.unwrap();
+    let key = random_key();
+    record(&store, &key, &sent("m-1")).await;
+    store.close().await;
+    let f = fingerprint();
+    assert!(matches!(
+        store.claim_local(&request(&key, &f)),
+        Some(Err(StoreError::Closed { .. }))
+    ));
+}
+
+/// Another process holds the write lock: a duplicate is still answered,
+/// on the caller's thread and through `claim`, without waiting for it
+/// (WAL readers never wait for the writer). If the read waited for the
+/// lock, `claim_local` would decline and `claim` would fail after the
+/// busy timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_is_answered_while_another_process_holds_the_write_lock() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let options = SqliteOptions::default().busy_timeout(Duration::from_secs(3600));
+    let store = SqliteStore::open_with(&path, options).await.unwrap();
+    let key = random_key();
+    record(&store, &key, &sent("m-1")).await;
+    let f = fingerprint();
+    let lock = WriteLock::take(&path);
+    assert!(matches!(
+        store.claim_local(&request(&key, &f)),
+        Some(Ok(ClaimOutcome::Completed(_)))
+    ));
+    assert!(matches!(
+        store.claim(&request(&key, &f)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    drop(lock);
+}
+
+/// The connections kept for reads on the caller's thread hold no read
+/// transaction between reads: a checkpoint can copy the whole WAL back and
+/// truncate it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_on_the_callers_thread_leave_no_snapshot_open() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let f = fingerprint();
+    for _ in 0..10 {
+        let key = random_key();
+        record(&store, &key, &sent("m-1")).await;
+        assert!(store.claim_local(&request(&key, &f)).is_some());
+        assert!(store.get(&key).await.unwrap().is_some());
+    }
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let (busy, _, _): (i64, i64, i64) = conn
+        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+        })
+        .unwrap();
+    assert_eq!(busy, 0, "a reader kept a snapshot open");
+    let wal = std::fs::metadata(path.with_extension("db-wal")).unwrap();
+    assert_eq!(wal.len(), 0, "the WAL was not truncated");
 }

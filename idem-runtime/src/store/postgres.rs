@@ -16,6 +16,15 @@
 //! * The schema (`idem_meta`, `idem_records`, sequence `idem_fence`) is
 //!   created or migrated on start under an advisory lock; a schema newer
 //!   than this build is refused with [`StoreError::SchemaTooNew`].
+//! * Applications can share one database, each in a PostgreSQL schema of
+//!   its own: `postgres://u@h/db?schema=app1` creates schema `app1` if it
+//!   is missing and keeps idem's tables and sequence there (every
+//!   connection's `search_path` is set to it), migrating it under an
+//!   advisory lock of its own. Tables of two schemas never see each other.
+//!   Without `schema` the tables go where the connection's `search_path`
+//!   says, normally `public`. The notification channel is per database:
+//!   a completion in one schema may wake a waiter of the same key in
+//!   another, which re-reads its own record and waits on.
 //! * Sweeping deletes expired completed records and approval requests in
 //!   batches selected with `FOR UPDATE SKIP LOCKED`, so several sweepers
 //!   never block each other or a claim.
@@ -476,9 +485,64 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
+/// The advisory lock that serialises migrations of the default schema.
+const MIGRATION_LOCK: i64 = 7283640051;
+
+/// With a hash of its name, the advisory lock (two-key form, apart from
+/// [`MIGRATION_LOCK`]) that serialises migrations of a schema named in the
+/// URL.
+const SCHEMA_MIGRATION_LOCK: i32 = 728364005;
+
+/// `url` without its `schema` query parameter, and that parameter's
+/// value, checked: a PostgreSQL identifier idem can use unquoted and
+/// unambiguous (lower-case ASCII letters, digits and `_`, not starting with
+/// a digit or `pg_`, at most 63 bytes).
+fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some(("schema", value)) => {
+                if schema.replace(value).is_some() {
+                    return Err(StoreError::Config(format!(
+                        "{} names the schema twice",
+                        redact(url)
+                    )));
+                }
+            }
+            _ => rest.push(param),
+        }
+    }
+    if let Some(name) = schema {
+        let valid = !name.is_empty()
+            && name.len() <= 63
+            && !name.starts_with("pg_")
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(StoreError::Config(format!(
+                "schema {name:?} in {} is not a usable schema name: write lower-case letters, \
+                 digits and _ (not first a digit, not starting with pg_, at most 63 bytes)",
+                redact(url)
+            )));
+        }
+    }
+    let url = match rest.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", rest.join("&")),
+    };
+    Ok((url, schema.map(str::to_owned)))
+}
+
 impl PostgresStore {
-    /// Connect to `url` (`postgres://user[:password]@host[:port]/db`) with
-    /// default options.
+    /// Connect to `url` (`postgres://user[:password]@host[:port]/db`, with
+    /// `?schema=NAME` for a schema of idem's own: see the
+    /// [module docs](self)) with default options.
     pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
         Self::connect_with(url, PostgresOptions::default()).await
     }
@@ -488,14 +552,27 @@ impl PostgresStore {
     ///
     /// Fails with [`StoreError::Unavailable`] when the server cannot be
     /// reached, [`StoreError::SchemaTooNew`] when a newer idem created the
-    /// schema, and [`StoreError::Config`] for a malformed URL.
+    /// schema, and [`StoreError::Config`] for a malformed URL or schema
+    /// name.
     pub async fn connect_with(
         url: &str,
         options: PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
         let name = redact(url);
-        let mut config = Config::from_str(url)
+        let (driver_url, schema) = take_schema(url)?;
+        let mut config = Config::from_str(&driver_url)
             .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL {name}: {e}")))?;
+        if let Some(schema) = &schema {
+            // Every connection, pooled and listening, resolves idem's
+            // unqualified names in the schema; `options` the URL already
+            // gives are kept.
+            let path = format!("-c search_path={schema}");
+            let options = match config.get_options() {
+                Some(given) => format!("{given} {path}"),
+                None => path,
+            };
+            config.options(&options);
+        }
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(options.connect_timeout);
         }
@@ -509,7 +586,7 @@ impl PostgresStore {
                 cause: format!("no connection within {:?}", options.connect_timeout).into(),
             })?
             .map_err(fail)?;
-        migrate(client, &name).await?;
+        migrate(client, &name, schema.as_deref()).await?;
 
         let pool = bb8::Pool::builder()
             .max_size(options.pool_size)
@@ -645,13 +722,42 @@ fn error(store: &str, e: tokio_postgres::Error) -> StoreError {
 }
 
 /// Create the schema, or migrate it to [`SCHEMA_VERSION`], in one
-/// transaction under an advisory lock so concurrent starts do it once.
-async fn migrate(mut client: Client, name: &str) -> Result<(), StoreError> {
+/// transaction under an advisory lock so concurrent starts do it once;
+/// first the PostgreSQL schema `schema` (already the connection's
+/// `search_path`), if one is named and missing.
+async fn migrate(mut client: Client, name: &str, schema: Option<&str>) -> Result<(), StoreError> {
     let fail = |e| error(name, e);
     let tx = client.transaction().await.map_err(fail)?;
+    match schema {
+        None => {
+            tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+                .await
+                .map_err(fail)?;
+        }
+        Some(schema) => {
+            tx.execute(
+                "SELECT pg_advisory_xact_lock($1, hashtext($2))",
+                &[&SCHEMA_MIGRATION_LOCK, &schema],
+            )
+            .await
+            .map_err(fail)?;
+            // Looked up first: CREATE SCHEMA IF NOT EXISTS needs the right
+            // to create schemas even when this one exists.
+            let exists = tx
+                .query_opt("SELECT 1 FROM pg_namespace WHERE nspname = $1", &[&schema])
+                .await
+                .map_err(fail)?
+                .is_some();
+            if !exists {
+                // A checked name: lower-case letters, digits and _.
+                tx.batch_execute(&format!("CREATE SCHEMA IF NOT EXISTS {schema}"))
+                    .await
+                    .map_err(fail)?;
+            }
+        }
+    }
     tx.batch_execute(
-        "SELECT pg_advisory_xact_lock(7283640051);
-         CREATE TABLE IF NOT EXISTS idem_meta (name text PRIMARY KEY, value bigint NOT NULL);",
+        "CREATE TABLE IF NOT EXISTS idem_meta (name text PRIMARY KEY, value bigint NOT NULL);",
     )
     .await
     .map_err(fail)?;

@@ -17,9 +17,15 @@
 //!   are decided in order, each seeing the writes of the ones before it. A
 //!   request SQLite refuses (the file is full) fails alone: the others are
 //!   decided again without it, instead of failing with it.
-//! * Reads (a duplicate's claim, [`Store::get`]) run on a small pool of read
-//!   connections through [`tokio::task::spawn_blocking`] and never wait for
-//!   a commit. A duplicate of a completed call therefore writes nothing.
+//! * Reads (a duplicate's claim, [`Store::get`]) never wait for a commit:
+//!   in WAL mode a reader sees the last commit of any process without
+//!   taking the write lock. They run on the caller's thread, from a small
+//!   pool of connections with cached prepared statements, so a duplicate
+//!   of a completed call is answered by [`Store::claim_local`] without a
+//!   thread hop and writes nothing. Only a read that meets a lock (the
+//!   file recovering after a crash) goes to a blocking thread and waits
+//!   up to the busy timeout. No connection keeps a read transaction open
+//!   between reads, so checkpoints are never starved.
 //! * With [`Synchronous::Full`] (the default) a record is on disk, and
 //!   survives power loss, before the call that wrote it returns: at most two
 //!   durable commits per first call (the claim before the tool runs, the
@@ -33,6 +39,14 @@
 //! * [`Store::sweep`] deletes expired records 100 at a time, one write
 //!   transaction per batch, so writes queued meanwhile go in between
 //!   the batches instead of waiting for a million rows to go.
+//! * Checkpoints (copying the WAL back into the database file) run on a
+//!   thread of their own, not on the writer's commit path: once the WAL
+//!   holds [`CHECKPOINT_PAGES`] pages the writer asks the checkpointer,
+//!   whose `PASSIVE` checkpoints never block the writer or the readers.
+//!   Under a steady stream of writes such a checkpoint never reaches the
+//!   end of the WAL, which therefore could not start over; past
+//!   [`WAL_LIMIT_PAGES`] the writer checkpoints the rest itself, once, so
+//!   the WAL stays bounded.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -41,6 +55,7 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use rusqlite::wal::CheckpointMode;
 use rusqlite::{ffi, Connection, OpenFlags, OptionalExtension, TransactionBehavior};
 use serde_json::Value;
 use tokio::sync::{oneshot, Semaphore};
@@ -65,6 +80,21 @@ pub const CROSS_PROCESS_POLL: Duration = Duration::from_millis(100);
 
 /// How many requests one write transaction takes at most.
 const MAX_BATCH: usize = 512;
+
+/// WAL pages (4 KiB each by default) after which the checkpointer copies
+/// the WAL back into the database file: SQLite's own autocheckpoint
+/// threshold.
+pub const CHECKPOINT_PAGES: i32 = 1000;
+
+/// WAL pages after which the writer checkpoints itself, after a commit,
+/// when the checkpointer has not let the WAL start over: the bound on the
+/// WAL's size (plus one transaction).
+pub const WAL_LIMIT_PAGES: i32 = 8 * CHECKPOINT_PAGES;
+
+/// How many connections for reads on the caller's thread are kept open
+/// when idle; more are opened while more threads read at once, and closed
+/// after.
+const LOCAL_READERS: usize = 16;
 
 /// How many expired records one sweep transaction deletes at most. A sweep
 /// is a series of such transactions, so the claims and completions queued
@@ -205,6 +235,10 @@ struct Shared {
     clock: Arc<dyn Clock>,
     idle_readers: Mutex<Vec<Connection>>,
     read_slots: Semaphore,
+    /// Connections for reads on the caller's thread
+    /// ([`SqliteStore::read_here`]), opened on demand, at most
+    /// [`LOCAL_READERS`] kept idle.
+    local_readers: Mutex<Vec<Connection>>,
     waiters: Waiters,
     closed: AtomicBool,
 }
@@ -316,6 +350,7 @@ impl SqliteStore {
             clock: options.clock.clone(),
             idle_readers: Mutex::new(Vec::new()),
             read_slots: Semaphore::new(options.readers),
+            local_readers: Mutex::new(Vec::new()),
             waiters: Waiters::default(),
             closed: AtomicBool::new(false),
         });
@@ -325,13 +360,19 @@ impl SqliteStore {
         let writer_thread = std::thread::Builder::new()
             .name("idem-sqlite-writer".into())
             .spawn(move || match open_writer(&thread_shared, &options) {
-                Ok(conn) => {
+                Ok(mut conn) => {
+                    let checkpointer = start_checkpointer(&thread_shared, &options, &mut conn);
                     let _ = ready_tx.send(Ok(()));
                     Writer {
                         conn,
                         shared: thread_shared,
                     }
                     .run(jobs);
+                    // The writer's connection, and with it the only sender
+                    // to the checkpointer, is gone: it stops.
+                    if let Some(checkpointer) = checkpointer {
+                        let _ = checkpointer.join();
+                    }
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -404,7 +445,43 @@ impl SqliteStore {
         })?
     }
 
+    /// Read the record of `key` on this thread, from a cached connection
+    /// and prepared statement: no thread hop, no wait for the writer (WAL
+    /// readers see the last commit of any process without taking its
+    /// lock). `None` when SQLite cannot answer at once (the file is busy
+    /// recovering, say): the caller then reads the usual way, which waits
+    /// up to the busy timeout and reports the error. A closed store and a
+    /// corrupt row are answers: [`StoreError::Closed`],
+    /// [`StoreError::Corrupt`].
+    fn read_here(&self, key: &IdempotencyKey) -> Option<Result<Option<Record>, StoreError>> {
+        let shared = &self.shared;
+        if let Err(e) = shared.check_open() {
+            return Some(Err(e));
+        }
+        let popped = shared.local_readers.lock().expect("not poisoned").pop();
+        let conn = match popped {
+            Some(conn) => conn,
+            None => shared.open_local_reader().ok()?,
+        };
+        // The statement is reset when the row is read, which ends the read
+        // transaction: an idle connection holds no snapshot that would keep
+        // a checkpoint from reaching the end of the WAL.
+        let result = load(&conn, key).ok()?;
+        let mut idle = shared.local_readers.lock().expect("not poisoned");
+        // Checked under the lock `close` empties the pool under, so no
+        // connection is put back after it.
+        if !shared.closed.load(Ordering::SeqCst) && idle.len() < LOCAL_READERS {
+            idle.push(conn);
+        }
+        Some(result)
+    }
+
+    /// The record of `key`, expired or not: read on this thread when it
+    /// can be ([`SqliteStore::read_here`]), otherwise on a blocking thread.
     async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+        if let Some(read) = self.read_here(key) {
+            return read;
+        }
         let shared = self.shared.clone();
         let key = key.clone();
         self.read(move |conn| load(conn, &key).map_err(|e| shared.sql(e))?)
@@ -523,6 +600,17 @@ impl Shared {
         }
     }
 
+    /// A connection for [`SqliteStore::read_here`]: no busy timeout, so a
+    /// lock it meets fails at once and the read goes the usual way.
+    fn open_local_reader(&self) -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &self.path,
+            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        conn.busy_timeout(Duration::ZERO)?;
+        Ok(conn)
+    }
+
     fn open_reader(&self) -> Result<Connection, StoreError> {
         let conn = Connection::open_with_flags(
             &self.path,
@@ -582,6 +670,72 @@ fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, S
     }
     migrate(&mut conn, shared)?;
     Ok(conn)
+}
+
+/// Move checkpoints off the writer's commit path: a thread with its own
+/// connection checkpoints when the writer's WAL hook says the WAL has grown
+/// past [`CHECKPOINT_PAGES`]; past [`WAL_LIMIT_PAGES`] the hook checkpoints
+/// itself. Registering the hook turns SQLite's autocheckpoint off; when
+/// anything here fails the autocheckpoint stays, as before. The thread
+/// ends once the writer's connection (which owns the hook, the only sender
+/// to the thread) is closed.
+fn start_checkpointer(
+    shared: &Shared,
+    options: &SqliteOptions,
+    writer: &mut Connection,
+) -> Option<std::thread::JoinHandle<()>> {
+    let warn = |e: &dyn fmt::Display| {
+        tracing::warn!(store = %shared.name, error = %e, "no checkpointer thread; the writer checkpoints");
+    };
+    let open = || -> rusqlite::Result<Connection> {
+        let conn = Connection::open_with_flags(
+            &shared.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        // What a checkpoint syncs follows the store's durability.
+        conn.pragma_update(None, "synchronous", options.synchronous.pragma())?;
+        Ok(conn)
+    };
+    let conn = open().map_err(|e| warn(&e)).ok()?;
+    // One pending request is enough: a checkpoint copies whatever the WAL
+    // holds when it starts.
+    let (ask, asked) = mpsc::sync_channel::<()>(1);
+    let thread = std::thread::Builder::new()
+        .name("idem-sqlite-checkpoint".into())
+        .spawn(move || {
+            while asked.recv().is_ok() {
+                // PASSIVE waits for nobody and copies what no reader still
+                // needs; a failure is retried at the next request.
+                let done = conn.wal_checkpoint_v2(Some(rusqlite::MAIN_DB), CheckpointMode::PASSIVE);
+                if let Err(e) = done {
+                    tracing::debug!(error = %e, "checkpoint failed");
+                }
+            }
+        })
+        .map_err(|e| warn(&e))
+        .ok()?;
+    // The WAL's size when the checkpointer was last asked: it is asked
+    // once per CHECKPOINT_PAGES new pages, not after every commit while
+    // the WAL is long (each checkpoint syncs both files).
+    let mut asked_at = 0;
+    let hook = move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
+        if pages < asked_at {
+            asked_at = 0; // the WAL started over
+        }
+        if pages >= WAL_LIMIT_PAGES {
+            // The transaction is committed whatever this returns: an error
+            // here would only make its COMMIT report one.
+            let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
+        } else if pages - asked_at >= CHECKPOINT_PAGES {
+            asked_at = pages;
+            let _ = ask.try_send(());
+        }
+        Ok(())
+    };
+    if let Err(e) = writer.wal_hook(Some(hook)) {
+        warn(&e);
+    }
+    Some(thread)
 }
 
 /// Create the schema in a fresh file, or check the version of an existing
@@ -1019,6 +1173,28 @@ impl Store for SqliteStore {
         }
     }
 
+    /// Answers a claim that finds a completed call, an approval still to
+    /// be decided or a key reused, from a read on this thread (see
+    /// [`SqliteStore`'s module docs](self)). `None` for every claim that
+    /// writes, and for a call in flight: the executor then shares one
+    /// claim among this process's callers and waits for the owner.
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        let record = match self.read_here(req.key)? {
+            Ok(record) => record?,
+            Err(e) => return Some(Err(e)),
+        };
+        // Read after the record, as the usual claim does: a record that
+        // expires meanwhile counts as expired.
+        let now = self.shared.clock.now();
+        if record.is_expired(now) {
+            return None;
+        }
+        match transition::answer(&Arc::new(record), req, now)? {
+            ClaimOutcome::InFlight { .. } => None,
+            answer => Some(Ok(answer)),
+        }
+    }
+
     async fn checkpoint(
         &self,
         key: &IdempotencyKey,
@@ -1165,6 +1341,11 @@ impl Store for SqliteStore {
         }
         self.shared
             .idle_readers
+            .lock()
+            .expect("not poisoned")
+            .clear();
+        self.shared
+            .local_readers
             .lock()
             .expect("not poisoned")
             .clear();

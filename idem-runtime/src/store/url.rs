@@ -8,7 +8,7 @@
 //! | `sqlite://idem.db`, `sqlite:///var/lib/app/idem.db` | [`SqliteStore`](super::SqliteStore) (feature `sqlite`); relative paths are relative to the working directory |
 //! | `redis://[user:password@]host[:port][/db][?prefix=NAME]`, `rediss://…` | [`RedisStore`](super::RedisStore) (feature `redis`) on one server |
 //! | `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`, `rediss+cluster://…` | [`RedisStore`](super::RedisStore) (feature `redis`) on a Redis Cluster, through the seed nodes listed |
-//! | `postgres://user[:password]@host[:port]/db`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`) |
+//! | `postgres://user[:password]@host[:port]/db[?schema=name]`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`); `schema` keeps idem's tables in that PostgreSQL schema, created if missing, so applications can share a database |
 //!
 //! [`connect`] only picks the store by the URL's scheme; each store reads
 //! the rest of its URL itself ([`SqliteStore::connect`](super::SqliteStore::connect),

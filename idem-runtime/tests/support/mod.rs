@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::{Fence, Outcome, OutputJson};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store, StoreError};
+use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, APPROVAL_STEP};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
 use serde_json::json;
 
 /// The fingerprint of the arguments of every call in these tests.
@@ -41,6 +41,42 @@ pub async fn acquire<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Fenc
         ClaimOutcome::Acquired { fence, .. } => fence,
         other => panic!("expected to own a fresh key, got {other:?}"),
     }
+}
+
+/// Park the in-flight `key` owned by `fence` as awaiting a person's
+/// approval (asked an hour ago at most), as the executor does; returns the
+/// parked record's fence.
+pub async fn park<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: Fence) -> Fence {
+    let now = store.now().await.unwrap();
+    let mut record = store.get(key).await.unwrap().expect("in flight");
+    record.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(Duration::from_secs(3600)),
+        message: "ask a person".into(),
+    };
+    let expected = Expected {
+        fence,
+        state: ExpectedState::InFlight,
+    };
+    store
+        .replace(key, expected, Some(&record))
+        .await
+        .unwrap()
+        .expect("a fence for the parked record")
+}
+
+/// Approve the parked `key` holding `fence`: the next claim runs the call.
+pub async fn approve<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: Fence) {
+    let mut record = store.get(key).await.unwrap().expect("parked");
+    record
+        .steps
+        .insert(APPROVAL_STEP.into(), json!({ "by": "ada" }));
+    let expected = Expected {
+        fence,
+        state: ExpectedState::AwaitingApproval,
+    };
+    store.replace(key, expected, Some(&record)).await.unwrap();
 }
 
 /// Times from `complete` returning on `writer` to `wait` returning on
