@@ -2,6 +2,7 @@
 //! PostgreSQL server started for this test binary.
 #![cfg(all(feature = "postgres", feature = "test-servers"))]
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -10,10 +11,20 @@ use idem_runtime::testing::{PostgresServer, ServerClockHarness};
 
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
 
+/// Numbers each case's schema.
+static CASES: AtomicU32 = AtomicU32::new(0);
+
 async fn harness() -> Option<ServerClockHarness<PostgresStore>> {
     let url = tokio::task::spawn_blocking(|| SERVER.as_ref().map(PostgresServer::url))
         .await
         .unwrap()?;
+    // Each case in its own schema, as if each were its own application:
+    // the cases run in parallel on one server, and a case that counts what
+    // its sweep deleted must not have another case's sweep take its records.
+    let url = format!(
+        "{url}?schema=case_{}",
+        CASES.fetch_add(1, Ordering::Relaxed)
+    );
     // The concurrency case sends 10,000 claims (and their waits) through a
     // pool of 16 connections; on a busy machine the last of them waited more
     // than the default 5 s for a connection and failed closed, which is
