@@ -354,12 +354,14 @@ impl Store for MemoryStore {
         // under read locks (claims of records present go on), then removed
         // one at a time, each record freed outside the lock, yielding to
         // other tasks every batch.
-        let expired: Vec<IdempotencyKey> = self
-            .records
-            .iter()
-            .filter(|slot| slot.record.is_expired(now))
-            .map(|slot| slot.key().clone())
-            .collect();
+        // Sized up front: growing it would copy under a shard's lock.
+        let mut expired: Vec<IdempotencyKey> = Vec::with_capacity(self.records.len());
+        expired.extend(
+            self.records
+                .iter()
+                .filter(|slot| slot.record.is_expired(now))
+                .map(|slot| slot.key().clone()),
+        );
         let mut deleted = 0u64;
         for batch in expired.chunks(SWEEP_BATCH) {
             for key in batch {
