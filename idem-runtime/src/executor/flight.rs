@@ -51,6 +51,11 @@ pub(super) enum Joined<'a> {
 }
 
 impl Flights {
+    /// Whether a call of `key` is being claimed by this executor now.
+    pub(super) fn contains(&self, key: &IdempotencyKey) -> bool {
+        self.0.contains_key(key)
+    }
+
     /// Join the flight of `key`, or start it.
     pub(super) fn join(
         &self,

@@ -524,9 +524,12 @@ impl<S: Send + Sync + 'static> Executor<S> {
             // A store that answers on this thread (memory; SQLite for a
             // duplicate) needs no flight: its answer is as quick as the
             // flight's, and a flight would cost every call a map entry.
+            // A key already in flight here is followed instead: the burst
+            // of calls behind one first call waits for its outcome in
+            // memory rather than each reading the store.
             let local = match env.mode {
-                Mode::Live => env.claim_local(&key),
-                Mode::Replay => None,
+                Mode::Live if !env.core.flights.contains(&key.key) => env.claim_local(&key),
+                Mode::Live | Mode::Replay => None,
             };
             (key, local)
         });
