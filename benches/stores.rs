@@ -804,11 +804,7 @@ fn fsync_child(spec: &str) {
         _ => Synchronous::Full,
     };
     let (first, dups): (u64, u64) = (first.parse().unwrap(), dups.parse().unwrap());
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let options = SqliteOptions::default().synchronous(sync);
         let store = Arc::new(SqliteStore::open_with(path, options).await.unwrap());
@@ -997,6 +993,16 @@ fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Report]
     println!("{s}");
 }
 
+/// The runtime every part of the bench runs on: two workers, as the
+/// machine has two cores.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
 fn main() {
     if let Ok(spec) = std::env::var(FSYNC_CHILD) {
         fsync_child(&spec);
@@ -1004,11 +1010,7 @@ fn main() {
     }
     let config = Config::from_env();
     eprintln!("{config:?}");
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime();
     rt.block_on(async {
         let naive = naive(&config).await;
         eprintln!(

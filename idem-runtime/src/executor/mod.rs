@@ -564,22 +564,6 @@ impl<S: Send + Sync + 'static> Executor<S> {
             state: &self.inner.state,
         };
         let result = match rest.key {
-            // Owned on this thread: straight to the owner's phases, without
-            // the claim loop's future; only a pending approval the call may
-            // wait for goes on to it.
-            Some((key, Some(Ok(claim::Claimed::Owner(owner))))) => {
-                let result = Box::pin(call.owned(&rest.args, owner))
-                    .instrument(span.clone())
-                    .await;
-                match result {
-                    Err(IdemError::ApprovalPending { .. }) if !call.env.approval_wait.is_zero() => {
-                        Box::pin(call.keyed(rest.args, key, None))
-                            .instrument(span.clone())
-                            .await
-                    }
-                    result => result,
-                }
-            }
             Some((key, local)) => {
                 Box::pin(call.keyed(rest.args, key, local))
                     .instrument(span.clone())
