@@ -48,8 +48,7 @@ pub const MAX_KEY_PART_LEN: usize = 256;
 /// Cloning is cheap (a shared string), and hashing reads the first eight
 /// bytes of the digest: keys are SHA-256 outputs, already uniform, and no
 /// caller can choose a key's hash.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
-#[serde(try_from = "String", into = "String")]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub struct IdempotencyKey(Arc<str>);
 
 /// 64 lowercase hex digits, inline.
@@ -187,8 +186,7 @@ impl From<IdempotencyKey> for String {
 /// The lowercase hex SHA-256 of a call's canonical arguments. Cloning is
 /// cheap: a computed fingerprint is held inline, one read back from a store
 /// is a shared string.
-#[derive(Clone, serde::Serialize, serde::Deserialize)]
-#[serde(from = "String", into = "String")]
+#[derive(Clone)]
 pub struct Fingerprint(FingerprintText);
 
 #[derive(Clone)]
@@ -237,9 +235,85 @@ impl fmt::Debug for Fingerprint {
 
 impl From<String> for Fingerprint {
     fn from(text: String) -> Self {
-        match Hex64::parse(&text) {
+        Fingerprint::from(text.as_str())
+    }
+}
+
+impl From<&str> for Fingerprint {
+    fn from(text: &str) -> Self {
+        match Hex64::parse(text) {
             Some(hex) => Fingerprint(FingerprintText::Digest(hex)),
-            None => Fingerprint::new(text),
+            None => Fingerprint(FingerprintText::Text(Arc::from(text))),
+        }
+    }
+}
+
+/// Keys and fingerprints are written and read as JSON strings, without an
+/// intermediate `String` either way (they are in every record a store
+/// reads or writes).
+mod text_serde {
+    use std::fmt;
+    use std::marker::PhantomData;
+
+    use serde::de::{self, Deserializer, Visitor};
+    use serde::ser::Serializer;
+
+    use super::{Fingerprint, IdempotencyKey};
+
+    impl serde::Serialize for IdempotencyKey {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(self.as_str())
+        }
+    }
+
+    impl serde::Serialize for Fingerprint {
+        fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+            s.serialize_str(self.as_str())
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for IdempotencyKey {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_str(FromStr(PhantomData))
+        }
+    }
+
+    impl<'de> serde::Deserialize<'de> for Fingerprint {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            d.deserialize_str(FromStr(PhantomData))
+        }
+    }
+
+    /// Builds a `T` from a borrowed or transient string.
+    struct FromStr<T>(PhantomData<T>);
+
+    /// What [`FromStr`] builds.
+    trait Parse: Sized {
+        const EXPECTING: &'static str;
+        fn parse<E: de::Error>(s: &str) -> Result<Self, E>;
+    }
+
+    impl Parse for IdempotencyKey {
+        const EXPECTING: &'static str = "an idempotency key (64 lowercase hex digits)";
+        fn parse<E: de::Error>(s: &str) -> Result<Self, E> {
+            IdempotencyKey::parse(s).map_err(E::custom)
+        }
+    }
+
+    impl Parse for Fingerprint {
+        const EXPECTING: &'static str = "a fingerprint";
+        fn parse<E: de::Error>(s: &str) -> Result<Self, E> {
+            Ok(Fingerprint::from(s))
+        }
+    }
+
+    impl<T: Parse> Visitor<'_> for FromStr<T> {
+        type Value = T;
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str(T::EXPECTING)
+        }
+        fn visit_str<E: de::Error>(self, s: &str) -> Result<T, E> {
+            T::parse(s)
         }
     }
 }
@@ -466,7 +540,7 @@ fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
 
 /// Lowercase hex of `bytes` (random keys and names for the conformance
 /// suite and the test support).
-#[cfg(feature = "conformance")]
+#[cfg(any(feature = "conformance", test))]
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);

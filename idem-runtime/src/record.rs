@@ -486,15 +486,16 @@ impl Record {
     /// Decode bytes written by [`Record::to_bytes`]; garbage is a
     /// [`CorruptRecord`] error, never a silently empty record.
     pub fn from_bytes(key: &str, bytes: &[u8]) -> Result<Record, CorruptRecord> {
-        let record: Record = serde_json::from_slice(bytes).map_err(|e| CorruptRecord {
+        let corrupt = |detail: String| CorruptRecord {
             key: key.to_owned(),
-            detail: e.to_string(),
-        })?;
+            detail,
+        };
+        // Checked as UTF-8 once, rather than string by string as
+        // `from_slice` does.
+        let text = std::str::from_utf8(bytes).map_err(|e| corrupt(e.to_string()))?;
+        let record: Record = serde_json::from_str(text).map_err(|e| corrupt(e.to_string()))?;
         if record.key.as_str() != key {
-            return Err(CorruptRecord {
-                key: key.to_owned(),
-                detail: format!("record names key {} instead", record.key),
-            });
+            return Err(corrupt(format!("record names key {} instead", record.key)));
         }
         Ok(record)
     }

@@ -434,6 +434,38 @@ mod tests {
         );
     }
 
+    /// Objects share per-thread buffers: one abandoned half-way by an
+    /// error, or nested in another being reordered, leaves nothing behind
+    /// in the next.
+    #[test]
+    fn objects_after_a_failed_or_nested_object_are_unaffected() {
+        #[derive(Serialize)]
+        struct Inner {
+            z: f64,
+            a: u8,
+        }
+        #[derive(Serialize)]
+        struct Outer {
+            y: Inner,
+            b: Vec<Inner>,
+        }
+        let outer = |z: f64| Outer {
+            y: Inner { z, a: 1 },
+            b: vec![Inner { z: 2.0, a: 3 }, Inner { z: 4.0, a: 5 }],
+        };
+        let err = to_canonical_string(&outer(f64::INFINITY)).unwrap_err();
+        assert_eq!(
+            err,
+            CanonicalError::NonFinite {
+                path: "/y/z".into()
+            }
+        );
+        let expected = r#"{"b":[{"a":3,"z":2},{"a":5,"z":4}],"y":{"a":1,"z":1.5}}"#;
+        for _ in 0..3 {
+            assert_eq!(to_canonical_string(&outer(1.5)).unwrap(), expected);
+        }
+    }
+
     /// The direct writer and the `Value` route agree on every shape serde
     /// can produce.
     #[test]

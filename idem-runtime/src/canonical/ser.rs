@@ -4,8 +4,9 @@
 //! It produces exactly what `canonicalize(&serde_json::to_value(x)?)` would
 //! (a test holds the two together), with the checks `to_value` skips: NaN
 //! and infinities are refused rather than turned into `null`. Object members
-//! are written to a scratch buffer and emitted in UTF-16 order of their
-//! names, so an object costs two allocations however many members it has.
+//! are written as they come and put in UTF-16 order of their names when the
+//! object ends, through per-thread buffers: once those are warm, writing an
+//! object allocates nothing.
 
 use serde::ser::{self, Impossible, Serialize};
 
@@ -202,26 +203,22 @@ impl<'a> ser::Serializer for Writer<'a> {
             close: "]}",
         })
     }
-    fn serialize_map(self, len: Option<usize>) -> Result<Object<'a>, CanonicalError> {
-        Ok(Object::new(self.out, len.unwrap_or(4), None, false))
+    fn serialize_map(self, _: Option<usize>) -> Result<Object<'a>, CanonicalError> {
+        Ok(Object::new(self.out, None, false))
     }
-    fn serialize_struct(
-        self,
-        name: &'static str,
-        len: usize,
-    ) -> Result<Object<'a>, CanonicalError> {
-        Ok(Object::new(self.out, len, None, name == RAW_VALUE_TOKEN))
+    fn serialize_struct(self, name: &'static str, _: usize) -> Result<Object<'a>, CanonicalError> {
+        Ok(Object::new(self.out, None, name == RAW_VALUE_TOKEN))
     }
     fn serialize_struct_variant(
         self,
         _: &'static str,
         _: u32,
         variant: &'static str,
-        len: usize,
+        _: usize,
     ) -> Result<Object<'a>, CanonicalError> {
         let Writer { out } = self;
         Writer { out: &mut *out }.tagged(variant);
-        Ok(Object::new(out, len, Some(variant), false))
+        Ok(Object::new(out, Some(variant), false))
     }
 }
 
@@ -265,44 +262,119 @@ seq_impl!(
     SerializeTupleVariant::serialize_field
 );
 
-/// An object being written: members go to `scratch` (name and value text
-/// side by side) and are emitted sorted when it ends.
+/// An object being written. Members are written to `out` as they come,
+/// in their final form; if their names did not come in UTF-16 order, they
+/// are put in order when the object ends (through a reused per-thread
+/// buffer). A struct whose fields are declared in order is never copied.
 pub(super) struct Object<'a> {
     out: &'a mut String,
-    scratch: String,
-    /// (name range, value range) in `scratch`.
-    members: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)>,
+    /// Where the object's first member starts in `out` (after `{`).
+    body: usize,
+    /// The members written so far, and the names of a map's members.
+    scratch: Scratch,
+    /// Whether the members so far came in order.
+    sorted: bool,
     /// Set for a struct variant: close the wrapping object too.
     variant: Option<&'static str>,
     /// A serde_json `RawValue`: its one field is JSON text to canonicalize.
     raw: bool,
-    /// The name of the member whose value comes next (maps).
+    /// The name of the member whose value comes next (maps), in
+    /// `scratch.names`.
     pending: Option<std::ops::Range<usize>>,
 }
 
+/// One member of an [`Object`]: its name, and its text (`"name":value`)
+/// in the output.
+struct Member {
+    name: Name,
+    text: std::ops::Range<usize>,
+}
+
+/// A member's unescaped name.
+enum Name {
+    /// A struct field's.
+    Field(&'static str),
+    /// A map key's, in [`Scratch::names`].
+    Key(std::ops::Range<usize>),
+}
+
+/// An object's bookkeeping, taken from a per-thread pool so that writing
+/// an object allocates nothing once the pool is warm.
+#[derive(Default)]
+struct Scratch {
+    members: Vec<Member>,
+    names: String,
+}
+
+impl Scratch {
+    fn name<'s>(&'s self, member: &'s Member) -> &'s str {
+        match &member.name {
+            Name::Field(name) => name,
+            Name::Key(range) => &self.names[range.clone()],
+        }
+    }
+}
+
+thread_local! {
+    /// Bookkeeping of objects that ended (one per level of nesting), and
+    /// the buffer members are reordered through.
+    static POOL: std::cell::RefCell<(Vec<Scratch>, String)> = const {
+        std::cell::RefCell::new((Vec::new(), String::new()))
+    };
+}
+
+/// Pooled buffers larger than this are dropped rather than kept.
+const POOL_MAX_BYTES: usize = 64 * 1024;
+
 impl<'a> Object<'a> {
-    fn new(out: &'a mut String, len: usize, variant: Option<&'static str>, raw: bool) -> Self {
+    fn new(out: &'a mut String, variant: Option<&'static str>, raw: bool) -> Self {
+        if !raw {
+            out.push('{');
+        }
+        let scratch = POOL
+            .with(|pool| pool.borrow_mut().0.pop())
+            .unwrap_or_default();
         Object {
+            body: out.len(),
             out,
-            scratch: String::with_capacity(len * 24),
-            members: Vec::with_capacity(len),
+            scratch,
+            sorted: true,
             variant,
             raw,
             pending: None,
         }
     }
 
-    fn value<T: ?Sized + Serialize>(&mut self, name: std::ops::Range<usize>, v: &T) -> Done {
-        let start = self.scratch.len();
-        v.serialize(Writer {
-            out: &mut self.scratch,
-        })
-        .map_err(|e| e.under(&self.scratch[name.clone()]))?;
-        self.members.push((name, start..self.scratch.len()));
+    /// Write the member `name` with value `v`.
+    fn member<T: ?Sized + Serialize>(&mut self, name: Name, v: &T) -> Done {
+        let Object { out, scratch, .. } = self;
+        if out.len() > self.body {
+            out.push(',');
+        }
+        let start = out.len();
+        let member = Member {
+            name,
+            text: start..start,
+        };
+        let text = scratch.name(&member);
+        write_string(out, text);
+        out.push(':');
+        v.serialize(Writer { out: &mut **out })
+            .map_err(|e| e.under(text))?;
+        if let Some(last) = scratch.members.last() {
+            if self.sorted && super::utf16_order(scratch.name(last), text).is_gt() {
+                self.sorted = false;
+            }
+        }
+        let member = Member {
+            text: start..out.len(),
+            ..member
+        };
+        scratch.members.push(member);
         Ok(())
     }
 
-    fn field<T: ?Sized + Serialize>(&mut self, name: &str, v: &T) -> Done {
+    fn field<T: ?Sized + Serialize>(&mut self, name: &'static str, v: &T) -> Done {
         if self.raw {
             // The field is the raw JSON text: parse it and canonicalize that.
             let text = serde_json::to_value(v)
@@ -314,43 +386,56 @@ impl<'a> Object<'a> {
             self.out.push_str(&super::canonicalize(&value)?);
             return Ok(());
         }
-        let start = self.scratch.len();
-        self.scratch.push_str(name);
-        self.value(start..self.scratch.len(), v)
+        self.member(Name::Field(name), v)
     }
 
-    fn finish(self) -> Done {
-        if self.raw {
-            return Ok(());
-        }
-        let Object {
-            out,
-            scratch,
-            mut members,
-            variant,
-            ..
-        } = self;
-        let name = |r: &std::ops::Range<usize>| &scratch[r.clone()];
-        let sorted = members
-            .windows(2)
-            .all(|w| super::utf16_order(name(&w[0].0), name(&w[1].0)).is_le());
-        if !sorted {
-            members.sort_by(|a, b| super::utf16_order(name(&a.0), name(&b.0)));
-        }
-        out.push('{');
-        for (i, (n, v)) in members.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
+    fn finish(mut self) -> Done {
+        if !self.raw {
+            if !self.sorted {
+                self.reorder();
             }
-            write_string(out, name(n));
-            out.push(':');
-            out.push_str(&scratch[v.clone()]);
+            self.out.push('}');
+            if self.variant.is_some() {
+                self.out.push('}');
+            }
         }
-        out.push('}');
-        if variant.is_some() {
-            out.push('}');
+        let mut scratch = std::mem::take(&mut self.scratch);
+        if scratch.names.capacity() <= POOL_MAX_BYTES {
+            scratch.members.clear();
+            scratch.names.clear();
+            POOL.with(|pool| pool.borrow_mut().0.push(scratch));
         }
         Ok(())
+    }
+
+    /// Rewrite the members in the order of their names.
+    fn reorder(&mut self) {
+        let Object {
+            out, body, scratch, ..
+        } = self;
+        let names = &scratch.names;
+        let name = |m: &Member| match &m.name {
+            Name::Field(name) => *name,
+            Name::Key(range) => &names[range.clone()],
+        };
+        scratch
+            .members
+            .sort_by(|a, b| super::utf16_order(name(a), name(b)));
+        POOL.with(|pool| {
+            let copy = &mut pool.borrow_mut().1;
+            copy.clear();
+            copy.push_str(&out[*body..]);
+            out.truncate(*body);
+            for (i, m) in scratch.members.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&copy[m.text.start - *body..m.text.end - *body]);
+            }
+            if copy.capacity() > POOL_MAX_BYTES {
+                *copy = String::new();
+            }
+        });
     }
 }
 
@@ -380,11 +465,10 @@ impl ser::SerializeMap for Object<'_> {
     type Ok = ();
     type Error = CanonicalError;
     fn serialize_key<T: ?Sized + Serialize>(&mut self, key: &T) -> Done {
-        let start = self.scratch.len();
-        key.serialize(KeyWriter {
-            out: &mut self.scratch,
-        })?;
-        self.pending = Some(start..self.scratch.len());
+        let names = &mut self.scratch.names;
+        let start = names.len();
+        key.serialize(KeyWriter { out: names })?;
+        self.pending = Some(start..names.len());
         Ok(())
     }
     fn serialize_value<T: ?Sized + Serialize>(&mut self, v: &T) -> Done {
@@ -392,7 +476,7 @@ impl ser::SerializeMap for Object<'_> {
             .pending
             .take()
             .ok_or_else(|| CanonicalError::Serialize("map value without a key".into()))?;
-        self.value(name, v)
+        self.member(Name::Key(name), v)
     }
     fn end(self) -> Done {
         self.finish()
