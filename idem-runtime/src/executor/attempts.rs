@@ -17,7 +17,12 @@ use super::claim::Owner;
 use super::metrics::Metrics;
 use super::{Call, CallEnv, ATTEMPT_STEP};
 
-impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
+impl<S, T, R> Call<'_, S, T, R>
+where
+    S: Send + Sync + 'static,
+    T: Tool<S>,
+    R: std::borrow::Borrow<T> + Send + Sync,
+{
     /// Run attempts until success, a non-retryable error or the limit.
     /// With `owner` (a keyed call), the lease is extended before a retry,
     /// and no retry starts once the lease is lost.
@@ -33,7 +38,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
         loop {
             let ctx = base.clone().with_attempt(attempt);
             Metrics::bump(&self.env.metrics().executions);
-            let run = self.tool.call(args.clone(), &ctx, self.state);
+            let run = self.tool().call(args.clone(), &ctx, self.state);
             let result = match tokio::time::timeout(timeout, run).await {
                 Ok(result) => result,
                 Err(_) => Err(ToolError::ambiguous(format!(

@@ -185,10 +185,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S,
         ) {
             Started::Done(result) => CallFuture(Inner::Ready(Some(result))),
             Started::Running(rest) => {
-                let tool = self.tool;
-                CallFuture(Inner::Running(Box::pin(async move {
-                    exec.finish(&tool, rest).await
-                })))
+                CallFuture(Inner::Running(exec.finish::<T, T>(self.tool, rest)))
             }
         }
     }

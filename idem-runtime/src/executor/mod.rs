@@ -49,7 +49,12 @@ mod key;
 mod metrics;
 mod owner;
 
+use std::borrow::Borrow;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -468,7 +473,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
     ) -> Result<CallOutput<T::Output>, IdemError> {
         match self.start::<T>(args, call_id, run, options, approval) {
             Started::Done(result) => result,
-            Started::Running(rest) => self.finish(tool, rest).await,
+            Started::Running(rest) => self.finish::<T, _>(tool, rest).await,
         }
     }
 
@@ -552,31 +557,57 @@ impl<S: Send + Sync + 'static> Executor<S> {
 
     /// The phases that await: the claim the usual way when the store did
     /// not answer on this thread, then, as the key's owner, the tool.
-    async fn finish<T: Tool<S>>(
-        &self,
-        tool: &T,
-        rest: Rest<'_, T::Args>,
-    ) -> Result<CallOutput<T::Output>, IdemError> {
+    ///
+    /// One boxed future holds them all, the tool included (`tool` is the
+    /// tool or a reference to it): wrapping them in another `async` block
+    /// would keep the call's state twice, once captured and once moved
+    /// into the awaited future.
+    fn finish<'a, T, R>(&'a self, tool: R, rest: Rest<'a, T::Args>) -> BoxedCall<'a, T::Output>
+    where
+        T: Tool<S>,
+        R: Borrow<T> + Send + Sync + 'a,
+    {
         let span = rest.env.span.clone();
         let call = Call {
             env: rest.env,
             tool,
             state: &self.inner.state,
+            of: PhantomData,
         };
-        let result = match rest.key {
-            Some((key, local)) => {
-                Box::pin(call.keyed(rest.args, key, local))
-                    .instrument(span.clone())
-                    .await
-            }
-            None => {
-                Box::pin(call.read(rest.args))
-                    .instrument(span.clone())
-                    .await
-            }
-        };
-        record_result(&span, &result);
-        result
+        match rest.key {
+            Some((key, local)) => Box::pin(Recorded {
+                inner: call.keyed(rest.args, key, local).instrument(span),
+            }),
+            None => Box::pin(Recorded {
+                inner: call.read(rest.args).instrument(span),
+            }),
+        }
+    }
+}
+
+/// The remaining phases of a call, boxed.
+type BoxedCall<'a, O> = Pin<Box<dyn Future<Output = Result<CallOutput<O>, IdemError>> + Send + 'a>>;
+
+pin_project_lite::pin_project! {
+    /// A call's remaining phases, run inside its span, which records how
+    /// the call ended.
+    struct Recorded<F> {
+        #[pin]
+        inner: tracing::instrument::Instrumented<F>,
+    }
+}
+
+impl<F, O> Future for Recorded<F>
+where
+    F: Future<Output = Result<CallOutput<O>, IdemError>>,
+{
+    type Output = F::Output;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let mut inner = self.project().inner;
+        let result = std::task::ready!(inner.as_mut().poll(cx));
+        record_result(inner.as_ref().get_ref().span(), &result);
+        Poll::Ready(result)
     }
 }
 
@@ -732,23 +763,44 @@ impl CallEnv<'_> {
 /// One call of tool `T` in progress: the type-independent [`CallEnv`] plus
 /// the tool and the executor's state, which only the phases that run tool
 /// code need.
-struct Call<'a, S, T> {
+///
+/// `R` is the tool or a reference to it: an awaited `CallBuilder` owns its
+/// tool, a dispatched call borrows it from the registry.
+struct Call<'a, S, T, R> {
     env: CallEnv<'a>,
-    tool: &'a T,
+    tool: R,
     state: &'a S,
+    of: PhantomData<fn() -> T>,
 }
 
-impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
+impl<S, T: Tool<S>, R: Borrow<T>> Call<'_, S, T, R> {
+    fn tool(&self) -> &T {
+        self.tool.borrow()
+    }
+}
+
+impl<'a, S, T, R> Call<'a, S, T, R>
+where
+    S: Send + Sync + 'static,
+    T: Tool<S>,
+    R: Borrow<T> + Send + Sync + 'a,
+{
     /// `read`: run with retries; no key, no store.
-    async fn read(self, args: T::Args) -> Result<CallOutput<T::Output>, IdemError> {
-        let ctx = self.env.base_ctx();
-        let (result, attempts) = self.attempts(&args, ctx, None).await;
-        match result {
-            Ok(output) => Ok(CallOutput {
-                output,
-                meta: self.env.meta(None, false, attempts),
-            }),
-            Err(error) => Err(self.env.tool_failed(error, false)),
+    // Not an `async fn`, like `keyed`.
+    fn read(
+        self,
+        args: T::Args,
+    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
+        async move {
+            let ctx = self.env.base_ctx();
+            let (result, attempts) = self.attempts(&args, ctx, None).await;
+            match result {
+                Ok(output) => Ok(CallOutput {
+                    output,
+                    meta: self.env.meta(None, false, attempts),
+                }),
+                Err(error) => Err(self.env.tool_failed(error, false)),
+            }
         }
     }
 
@@ -757,70 +809,76 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
     ///
     /// `local` is the claim if the store answered it on this thread
     /// ([`Executor::start`]).
-    async fn keyed(
+    // Not an `async fn`: an async fn's future keeps its parameters twice
+    // (as passed, and moved into the body), 700 bytes here; an `async
+    // move` block keeps what it captures once.
+    fn keyed(
         mut self,
         args: T::Args,
         key: key::CallKey,
         mut local: Option<Result<claim::Claimed, IdemError>>,
-    ) -> Result<CallOutput<T::Output>, IdemError> {
-        if local.is_none() && self.env.mode == Mode::Live {
-            let core = self.env.core;
-            loop {
-                match core
-                    .flights
-                    .join(&key.key, self.env.name(), &key.args.fingerprint)
-                {
-                    flight::Joined::Leader(guard) => {
-                        self.env.flight = Some(guard);
-                        break;
-                    }
-                    flight::Joined::Follower(flight) => {
-                        if let Some(outcome) = self.env.follow(&key.key, &flight).await? {
-                            return self.env.answer_outcome(&key.key, Some(outcome));
+    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
+        async move {
+            if local.is_none() && self.env.mode == Mode::Live {
+                let core = self.env.core;
+                loop {
+                    match core
+                        .flights
+                        .join(&key.key, self.env.name(), &key.args.fingerprint)
+                    {
+                        flight::Joined::Leader(guard) => {
+                            self.env.flight = Some(guard);
+                            break;
                         }
-                        // The leader recorded nothing: ask the store.
+                        flight::Joined::Follower(flight) => {
+                            if let Some(outcome) = self.env.follow(&key.key, &flight).await? {
+                                return self.env.answer_outcome(&key.key, Some(outcome));
+                            }
+                            // The leader recorded nothing: ask the store.
+                        }
+                        flight::Joined::Apart => break,
                     }
-                    flight::Joined::Apart => break,
                 }
             }
-        }
-        let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
-        loop {
-            let claimed = match local.take() {
-                Some(claimed) => claimed,
-                None => self.env.claim(&key).await,
-            };
-            let result = match claimed {
-                Ok(claim::Claimed::Owner(owner)) => {
-                    // Boxed: the owner's path is large and is not taken by
-                    // duplicates, whose future stays small and cheap to move.
-                    Box::pin(self.owned(&args, owner)).await
-                }
-                Ok(claim::Claimed::Recorded(record)) => {
-                    if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome()) {
-                        flight.publish(outcome);
+            let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
+            loop {
+                let claimed = match local.take() {
+                    Some(claimed) => claimed,
+                    None => self.env.claim(&key).await,
+                };
+                let result = match claimed {
+                    Ok(claim::Claimed::Owner(owner)) => {
+                        // Boxed: the owner's path is large and is not taken by
+                        // duplicates, whose future stays small and cheap to move.
+                        Box::pin(self.owned(&args, owner)).await
                     }
-                    return self.env.answer(&record);
+                    Ok(claim::Claimed::Recorded(record)) => {
+                        if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome())
+                        {
+                            flight.publish(outcome);
+                        }
+                        return self.env.answer(&record);
+                    }
+                    // Pending because an earlier call parked the key: this call
+                    // waits for the decision as if it had parked it itself.
+                    Err(e) => Err(e),
+                };
+                let Err(IdemError::ApprovalPending { .. }) = &result else {
+                    return result;
+                };
+                // Pending: wait for a person's decision if the call may, then
+                // claim again (to run under the approval, or to get the denial).
+                let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
+                if left.is_zero() {
+                    return result;
                 }
-                // Pending because an earlier call parked the key: this call
-                // waits for the decision as if it had parked it itself.
-                Err(e) => Err(e),
-            };
-            let Err(IdemError::ApprovalPending { .. }) = &result else {
-                return result;
-            };
-            // Pending: wait for a person's decision if the call may, then
-            // claim again (to run under the approval, or to get the denial).
-            let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return result;
-            }
-            tracing::info!("approval pending; waiting for a decision");
-            let decided = crate::operator::wait_for_decision(self.env.store(), &key.key, left)
-                .await
-                .map_err(|e| self.env.store_err(e))?;
-            if decided.is_some_and(|r| r.status() == crate::record::Status::AwaitingApproval) {
-                return result;
+                tracing::info!("approval pending; waiting for a decision");
+                let decided = crate::operator::wait_for_decision(self.env.store(), &key.key, left)
+                    .await
+                    .map_err(|e| self.env.store_err(e))?;
+                if decided.is_some_and(|r| r.status() == crate::record::Status::AwaitingApproval) {
+                    return result;
+                }
             }
         }
     }

@@ -33,7 +33,12 @@ enum Settled {
     Reconcile(ToolError),
 }
 
-impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
+impl<S, T, R> Call<'_, S, T, R>
+where
+    S: Send + Sync + 'static,
+    T: Tool<S>,
+    R: std::borrow::Borrow<T> + Send + Sync,
+{
     /// We own the key: keep the lease alive while phases 3 to 6 run.
     pub(super) async fn owned(
         &self,
@@ -81,7 +86,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
                     "previous owner vanished mid-call; reconciling once its attempt must be over"
                 );
                 env.outlast_previous_attempt(owner).await?;
-                match self.tool.reconcile(args, &ctx, self.state).await {
+                match self.tool().reconcile(args, &ctx, self.state).await {
                     Ok(Reconciled::Applied(output)) => {
                         return env.succeed(owner, output, 0, true).await
                     }
@@ -125,7 +130,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> Call<'_, S, T> {
             Settled::Done(e) => return Err(e),
             Settled::Reconcile(error) => error,
         };
-        match self.tool.reconcile(args, &ctx, self.state).await {
+        match self.tool().reconcile(args, &ctx, self.state).await {
             Ok(Reconciled::Applied(output)) => env.succeed(owner, output, attempts, false).await,
             Ok(Reconciled::NotApplied) => {
                 env.release(owner).await?;
