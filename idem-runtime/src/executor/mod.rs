@@ -787,6 +787,7 @@ where
 {
     /// `read`: run with retries; no key, no store.
     // Not an `async fn`, like `keyed`.
+    #[allow(clippy::manual_async_fn)]
     fn read(
         self,
         args: T::Args,
@@ -812,6 +813,7 @@ where
     // Not an `async fn`: an async fn's future keeps its parameters twice
     // (as passed, and moved into the body), 700 bytes here; an `async
     // move` block keeps what it captures once.
+    #[allow(clippy::manual_async_fn)]
     fn keyed(
         mut self,
         args: T::Args,
