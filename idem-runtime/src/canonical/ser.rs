@@ -359,8 +359,7 @@ impl<'a> Object<'a> {
         let text = scratch.name(&member);
         write_string(out, text);
         out.push(':');
-        v.serialize(Writer { out })
-            .map_err(|e| e.under(text))?;
+        v.serialize(Writer { out }).map_err(|e| e.under(text))?;
         if let Some(last) = scratch.members.last() {
             if self.sorted && super::utf16_order(scratch.name(last), text).is_gt() {
                 self.sorted = false;
