@@ -23,6 +23,14 @@ const SWEEP_BATCH: usize = 1024;
 /// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
 /// moment the record completes or is released; there is no polling.
 ///
+/// Records are heap allocations made on whichever thread recorded them.
+/// With glibc's allocator, freeing hundreds of thousands of them on
+/// another thread (dropping a large store, or sweeping one) can stall a
+/// runtime worker for tens to hundreds of milliseconds at its next large
+/// allocation, while glibc consolidates the freed chunks (measured in
+/// `BENCHMARKS.md`). Applications that keep very many records in memory
+/// may prefer jemalloc or mimalloc as their global allocator.
+///
 /// ```
 /// use idem_runtime::store::{MemoryStore, Store};
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {

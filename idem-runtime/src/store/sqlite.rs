@@ -810,14 +810,14 @@ fn load(
     conn: &Connection,
     key: &IdempotencyKey,
 ) -> rusqlite::Result<Result<Option<Record>, StoreError>> {
-    let bytes: Option<Vec<u8>> = conn
+    // Decoded from SQLite's own buffer, without copying the blob out first.
+    let record = conn
         .prepare_cached("SELECT record FROM idem_records WHERE key = ?1")?
-        .query_row([key.as_str()], |row| row.get(0))
+        .query_row([key.as_str()], |row| {
+            Ok(Record::from_bytes(key.as_str(), row.get_ref(0)?.as_blob()?))
+        })
         .optional()?;
-    Ok(bytes
-        .map(|b| Record::from_bytes(key.as_str(), &b))
-        .transpose()
-        .map_err(StoreError::from))
+    Ok(record.transpose().map_err(StoreError::from))
 }
 
 /// Read up to `limit` records after `cursor`, in key order.
