@@ -29,6 +29,8 @@
 //! * `IDEM_BENCH_SECS`: the longest a latency figure or a throughput point
 //!   runs, in seconds (default 1).
 //! * `IDEM_BENCH_BURST`: concurrent calls of one key (default 10000).
+//! * `IDEM_BENCH_SQLITE_RECORD_CACHE`: bytes of decoded records the SQLite
+//!   stores keep (default the store's own; `0` decodes every duplicate).
 //!
 //! Nothing here is a test: `cargo test` never runs it, and no result is
 //! checked against a threshold.
@@ -353,7 +355,13 @@ impl Backend {
                         "sqlite-full" => Synchronous::Full,
                         _ => Synchronous::Normal,
                     };
-                    let options = SqliteOptions::default().synchronous(sync);
+                    let mut options = SqliteOptions::default().synchronous(sync);
+                    if let Ok(bytes) = std::env::var("IDEM_BENCH_SQLITE_RECORD_CACHE") {
+                        let bytes = bytes.trim().replace('_', "").parse().unwrap_or_else(|_| {
+                            panic!("IDEM_BENCH_SQLITE_RECORD_CACHE={bytes:?} is not a number")
+                        });
+                        options = options.record_cache(bytes);
+                    }
                     let store = SqliteStore::open_with(&path, options).await.expect("open");
                     (Arc::new(store), Raw::Sqlite(path), Box::new(dir))
                 }
@@ -423,6 +431,23 @@ impl Backend {
         let lsn: String = row.get(0);
         let (hi, lo) = lsn.split_once('/').expect("an LSN");
         Some((u64::from_str_radix(hi, 16).unwrap() << 32) | u64::from_str_radix(lo, 16).unwrap())
+    }
+
+    /// Let the writes of the phase before finish settling: a SQLite WAL is
+    /// checkpointed, so that the next figure is not the checkpointer
+    /// copying that phase's pages beside it (the machine has two cores).
+    async fn settle(&self) {
+        if let Raw::Sqlite(path) = &self.raw {
+            let path = path.clone();
+            tokio::task::spawn_blocking(move || {
+                let conn = rusqlite::Connection::open(path).unwrap();
+                conn.busy_timeout(Duration::from_secs(60)).unwrap();
+                conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+                    .unwrap();
+            })
+            .await
+            .unwrap();
+        }
     }
 
     /// The key of a real call recorded through the executor, kept for
@@ -592,11 +617,13 @@ struct Sweep {
 /// First calls (distinct keys) then duplicates of them; per call: mean
 /// latency, store operations, WAL bytes.
 async fn first_and_duplicate(b: &Backend, config: &Config, run: &str) -> (PerCall, PerCall) {
+    b.settle().await;
     let (ops0, wal0) = (b.ops(), b.wal().await);
     let (first, n) = mean_latency(config.calls, config.budget, |i| async move {
         b.call(run, i).await;
     })
     .await;
+    b.settle().await;
     let (ops1, wal1) = (b.ops(), b.wal().await);
     let (duplicate, m) = mean_latency(config.calls, config.budget, |i| async move {
         let out = b.call(run, i % n).await;

@@ -618,21 +618,60 @@ async fn store_with_clock(path: &Path, clock: &ManualClock) -> SqliteStore {
     SqliteStore::open_with(path, options).await.unwrap()
 }
 
+/// A duplicate answered on the caller's thread sees what another
+/// connection wrote. The store keeps the completed records it read last
+/// decoded, but answers from them only while the row holds the same bytes:
+/// whatever another process does to the row (deletes it, records the key
+/// again, corrupts it) is what the next read sees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_duplicate_is_answered_on_the_callers_thread_from_a_record_another_connection_wrote() {
+async fn a_duplicate_is_answered_on_the_callers_thread_from_what_another_connection_wrote() {
     let dir = TempDir::new("idem-sqlite").unwrap();
     let path = dir.path().join("idem.db");
     let reader = SqliteStore::open(&path).await.unwrap();
     let writer = SqliteStore::open(&path).await.unwrap();
     let key = random_key();
     let f = fingerprint();
+    let answer = |store: &SqliteStore| match store.claim_local(&request(&key, &f)) {
+        Some(Ok(ClaimOutcome::Completed(r))) => Some(r),
+        None => None,
+        Some(other) => panic!("expected a completed record or no answer: {other:?}"),
+    };
     // The reader's cached connection has read the key once, absent.
-    assert!(reader.claim_local(&request(&key, &f)).is_none());
+    assert!(answer(&reader).is_none());
     record(&writer, &key, &sent("m-1")).await;
-    match reader.claim_local(&request(&key, &f)) {
-        Some(Ok(ClaimOutcome::Completed(r))) => assert_eq!(r.outcome(), Some(&sent("m-1"))),
-        other => panic!("the other connection's commit was not seen: {other:?}"),
-    }
+    let first = answer(&reader).expect("the other connection's commit was not seen");
+    assert_eq!(first.outcome(), Some(&sent("m-1")));
+    let again = answer(&reader).expect("completed");
+    assert!(
+        Arc::ptr_eq(&first, &again),
+        "the unchanged row is not decoded again"
+    );
+
+    // Deleted by another process: absent, not the kept record.
+    sqlite(&path, "DELETE FROM idem_records");
+    assert!(answer(&reader).is_none());
+    // Recorded again with another outcome.
+    record(&writer, &key, &sent("m-2")).await;
+    assert_eq!(answer(&reader).unwrap().outcome(), Some(&sent("m-2")));
+    // Corrupted: reported, never answered from memory.
+    sqlite(&path, "UPDATE idem_records SET record = X'7b7d'");
+    assert!(matches!(
+        reader.claim_local(&request(&key, &f)),
+        Some(Err(StoreError::Corrupt { .. }))
+    ));
+
+    // With no records kept, every read decodes.
+    let uncached = SqliteOptions::default().record_cache(0);
+    let plain = SqliteStore::open_with(&path, uncached).await.unwrap();
+    let other = random_key();
+    record(&plain, &other, &sent("m-3")).await;
+    let req = request(&other, &f);
+    let decoded = |store: &SqliteStore| match store.claim_local(&req) {
+        Some(Ok(ClaimOutcome::Completed(r))) => r,
+        other => panic!("expected the completed record: {other:?}"),
+    };
+    assert!(!Arc::ptr_eq(&decoded(&plain), &decoded(&plain)));
+    assert_eq!(decoded(&plain).outcome(), Some(&sent("m-3")));
 }
 
 /// For every state a record can be in, `claim_local` either declines or

@@ -22,7 +22,10 @@
 //!   taking the write lock. They run on the caller's thread, from a small
 //!   pool of connections with cached prepared statements, so a duplicate
 //!   of a completed call is answered by [`Store::claim_local`] without a
-//!   thread hop and writes nothing. Only a read that meets a lock (the
+//!   thread hop and writes nothing. The last completed records read are
+//!   kept decoded ([`SqliteOptions::record_cache`]): the row is still
+//!   read every time, but when its bytes are those decoded last time the
+//!   decoded record is answered again. Only a read that meets a lock (the
 //!   file recovering after a crash) goes to a blocking thread and waits
 //!   up to the busy timeout. No connection keeps a read transaction open
 //!   between reads, so checkpoints are never starved.
@@ -48,6 +51,8 @@
 //!   [`WAL_LIMIT_PAGES`] the writer checkpoints the rest itself, once, so
 //!   the WAL stays bounded.
 
+mod decoded;
+
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -65,7 +70,7 @@ use super::waiters::Waiters;
 use super::{Cause, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CallInfo, Fence, Outcome, Record};
+use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record};
 
 /// The schema version this build writes and understands. Version 2 (idem
 /// 0.2) adds records awaiting approval, call details and operator audit to
@@ -73,6 +78,10 @@ use crate::record::{CallInfo, Fence, Outcome, Record};
 /// records read unchanged), and a version 1 build refuses a version 2 file
 /// rather than misreading a record it does not know.
 pub const SCHEMA_VERSION: u32 = 2;
+
+/// How many bytes of decoded completed records a store keeps unless
+/// [`SqliteOptions::record_cache`] says otherwise.
+pub const DEFAULT_RECORD_CACHE: usize = 4 * 1024 * 1024;
 
 /// The longest a waiter goes without re-reading its record, to see a
 /// completion written by another process.
@@ -145,6 +154,7 @@ pub struct SqliteOptions {
     busy_timeout: Duration,
     max_size: Option<u64>,
     readers: usize,
+    record_cache: usize,
     clock: Arc<dyn Clock>,
 }
 
@@ -155,6 +165,7 @@ impl Default for SqliteOptions {
             busy_timeout: Duration::from_secs(5),
             max_size: None,
             readers: 4,
+            record_cache: DEFAULT_RECORD_CACHE,
             clock: Arc::new(SystemClock),
         }
     }
@@ -167,6 +178,7 @@ impl fmt::Debug for SqliteOptions {
             .field("busy_timeout", &self.busy_timeout)
             .field("max_size", &self.max_size)
             .field("readers", &self.readers)
+            .field("record_cache", &self.record_cache)
             .finish_non_exhaustive()
     }
 }
@@ -196,6 +208,19 @@ impl SqliteOptions {
     /// How many reads run at once (default 4).
     pub fn readers(mut self, readers: usize) -> Self {
         self.readers = readers.max(1);
+        self
+    }
+
+    /// How much memory, in bytes, the store spends keeping the completed
+    /// records it read last decoded, so that duplicates of recent calls
+    /// skip decoding them (default [`DEFAULT_RECORD_CACHE`], 4 MiB: some
+    /// 2,700 records of a typical 700 bytes; 0 keeps none). A record
+    /// costs about twice its stored size; records over 16 KiB are not
+    /// kept. Every read still reads the row, and a record is answered from
+    /// memory only while the row holds the very bytes it was decoded from,
+    /// so a change by another process or an operator is always seen.
+    pub fn record_cache(mut self, bytes: usize) -> Self {
+        self.record_cache = bytes;
         self
     }
 
@@ -239,6 +264,8 @@ struct Shared {
     /// ([`SqliteStore::read_here`]), opened on demand, at most
     /// [`LOCAL_READERS`] kept idle.
     local_readers: Mutex<Vec<Connection>>,
+    /// Completed records read recently, decoded.
+    decoded: decoded::DecodedRecords,
     waiters: Waiters,
     closed: AtomicBool,
 }
@@ -351,6 +378,7 @@ impl SqliteStore {
             idle_readers: Mutex::new(Vec::new()),
             read_slots: Semaphore::new(options.readers),
             local_readers: Mutex::new(Vec::new()),
+            decoded: decoded::DecodedRecords::new(options.record_cache),
             waiters: Waiters::default(),
             closed: AtomicBool::new(false),
         });
@@ -453,7 +481,7 @@ impl SqliteStore {
     /// up to the busy timeout and reports the error. A closed store and a
     /// corrupt row are answers: [`StoreError::Closed`],
     /// [`StoreError::Corrupt`].
-    fn read_here(&self, key: &IdempotencyKey) -> Option<Result<Option<Record>, StoreError>> {
+    fn read_here(&self, key: &IdempotencyKey) -> Option<Result<Option<Arc<Record>>, StoreError>> {
         let shared = &self.shared;
         if let Err(e) = shared.check_open() {
             return Some(Err(e));
@@ -466,7 +494,7 @@ impl SqliteStore {
         // The statement is reset when the row is read, which ends the read
         // transaction: an idle connection holds no snapshot that would keep
         // a checkpoint from reaching the end of the WAL.
-        let result = load(&conn, key).ok()?;
+        let result = load_with(&conn, key, |bytes| shared.decoded.decode(key, bytes)).ok()?;
         let mut idle = shared.local_readers.lock().expect("not poisoned");
         // Checked under the lock `close` empties the pool under, so no
         // connection is put back after it.
@@ -478,14 +506,17 @@ impl SqliteStore {
 
     /// The record of `key`, expired or not: read on this thread when it
     /// can be ([`SqliteStore::read_here`]), otherwise on a blocking thread.
-    async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn read_record(&self, key: &IdempotencyKey) -> Result<Option<Arc<Record>>, StoreError> {
         if let Some(read) = self.read_here(key) {
             return read;
         }
         let shared = self.shared.clone();
         let key = key.clone();
-        self.read(move |conn| load(conn, &key).map_err(|e| shared.sql(e))?)
-            .await
+        self.read(move |conn| {
+            load_with(conn, &key, |bytes| shared.decoded.decode(&key, bytes))
+                .map_err(|e| shared.sql(e))?
+        })
+        .await
     }
 
     async fn read_live(
@@ -494,7 +525,8 @@ impl SqliteStore {
     ) -> Result<(Option<Record>, Timestamp), StoreError> {
         let record = self.read_record(key).await?;
         let now = self.shared.clock.now();
-        Ok((record.filter(|r| !r.is_expired(now)), now))
+        let live = record.filter(|r| !r.is_expired(now));
+        Ok((live.map(Arc::unwrap_or_clone), now))
     }
 }
 
@@ -810,12 +842,19 @@ fn load(
     conn: &Connection,
     key: &IdempotencyKey,
 ) -> rusqlite::Result<Result<Option<Record>, StoreError>> {
+    load_with(conn, key, |bytes| Record::from_bytes(key.as_str(), bytes))
+}
+
+/// Read the row of `key` and decode it with `decode`.
+fn load_with<T>(
+    conn: &Connection,
+    key: &IdempotencyKey,
+    decode: impl FnOnce(&[u8]) -> Result<T, CorruptRecord>,
+) -> rusqlite::Result<Result<Option<T>, StoreError>> {
     // Decoded from SQLite's own buffer, without copying the blob out first.
     let record = conn
         .prepare_cached("SELECT record FROM idem_records WHERE key = ?1")?
-        .query_row([key.as_str()], |row| {
-            Ok(Record::from_bytes(key.as_str(), row.get_ref(0)?.as_blob()?))
-        })
+        .query_row([key.as_str()], |row| Ok(decode(row.get_ref(0)?.as_blob()?)))
         .optional()?;
     Ok(record.transpose().map_err(StoreError::from))
 }
@@ -855,16 +894,17 @@ fn scan(
 }
 
 fn store(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
+    store_bytes(conn, record, &record.to_bytes())
+}
+
+/// Write `record`, encoded as `bytes`.
+fn store_bytes(conn: &Connection, record: &Record, bytes: &[u8]) -> rusqlite::Result<()> {
     let expires_at = record.expires_at().map(millis);
     conn.prepare_cached(
         "INSERT INTO idem_records (key, expires_at, record) VALUES (?1, ?2, ?3)
          ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, record = excluded.record",
     )?
-    .execute(rusqlite::params![
-        record.key.as_str(),
-        expires_at,
-        record.to_bytes()
-    ])?;
+    .execute(rusqlite::params![record.key.as_str(), expires_at, bytes])?;
     Ok(())
 }
 
@@ -961,7 +1001,8 @@ impl Writer {
         };
         let mut answers = Vec::with_capacity(batch.len());
         for (i, job) in batch.iter().enumerate() {
-            answers.push(apply(&tx, &job.op, now, fences.as_mut()).map_err(|e| Failed::Job(i, e))?);
+            let answer = apply(&tx, &job.op, now, fences.as_mut(), &self.shared.decoded);
+            answers.push(answer.map_err(|e| Failed::Job(i, e))?);
         }
         if let Some(fences) = &fences {
             fences.save(&tx).map_err(Failed::Transaction)?;
@@ -1023,6 +1064,7 @@ fn apply(
     op: &Op,
     now: Timestamp,
     fences: Option<&mut FenceCounter>,
+    decoded: &decoded::DecodedRecords,
 ) -> rusqlite::Result<Result<Answer, StoreError>> {
     let existing = |key: &IdempotencyKey| load(tx, key);
     Ok(match op {
@@ -1082,7 +1124,12 @@ fn apply(
                 now,
             )
         }) {
-            Ok(record) => store(tx, &record).map(|()| Ok(Answer::Done))?,
+            Ok(record) => {
+                let bytes = record.to_bytes();
+                store_bytes(tx, &record, &bytes)?;
+                decoded.written(key, bytes, record);
+                Ok(Answer::Done)
+            }
             Err(e) => Err(e),
         },
         Op::Release { key, fence } => match existing(key)?
@@ -1149,10 +1196,7 @@ impl Store for SqliteStore {
         // that must write goes to the writer, which decides again inside
         // its transaction.
         let existing = self.read_record(req.key).await?;
-        let decision =
-            transition::claim(existing.map(Arc::new), req, self.shared.clock.now(), || {
-                Fence(0)
-            });
+        let decision = transition::claim(existing, req, self.shared.clock.now(), || Fence(0));
         if decision.write.is_none() {
             return Ok(decision.claim);
         }
@@ -1189,7 +1233,7 @@ impl Store for SqliteStore {
         if record.is_expired(now) {
             return None;
         }
-        match transition::answer(&Arc::new(record), req, now)? {
+        match transition::answer(&record, req, now)? {
             ClaimOutcome::InFlight { .. } => None,
             answer => Some(Ok(answer)),
         }
