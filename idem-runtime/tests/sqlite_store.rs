@@ -609,6 +609,50 @@ async fn the_store_reads_its_own_url() {
     }
 }
 
+/// A sweep large enough to write thousands of WAL pages (so the
+/// checkpointer is asked several times and the sweep waits for it between
+/// batches) still deletes every expired record and nothing else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_paced_by_the_checkpointer_deletes_every_expired_record() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let clock = ManualClock::new(1_000_000);
+    let store = store_with_clock(&path, &clock).await;
+    let (expired, live) = (random_key(), random_key());
+    let fence = acquire(&store, &expired).await;
+    let second = Duration::from_secs(1);
+    store
+        .complete(&expired, fence, &sent("m-1"), second)
+        .await
+        .unwrap();
+    record(&store, &live, &sent("m-2")).await;
+    // 5,000 copies of the expired record under random keys.
+    sqlite(
+        &path,
+        &format!(
+            "WITH RECURSIVE s(i, k) AS (
+                 SELECT 0, printf('%016x%016x%016x%016x', random(), random(), random(), random())
+                 UNION ALL SELECT i + 1,
+                     printf('%016x%016x%016x%016x', random(), random(), random(), random())
+                 FROM s WHERE i + 1 < 5000
+             )
+             INSERT INTO idem_records (key, expires_at, record)
+             SELECT k, t.expires_at, CAST(replace(CAST(t.record AS TEXT), t.key, k) AS BLOB)
+             FROM s, idem_records AS t WHERE t.key = '{}'",
+            expired.as_str()
+        ),
+    );
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.sweep().await.unwrap(), 5_001);
+    let conn = rusqlite::Connection::open(&path).unwrap();
+    let left: i64 = conn
+        .query_row("SELECT count(*) FROM idem_records", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(left, 1, "only the live record is left");
+    assert!(store.get(&live).await.unwrap().is_some());
+    assert_eq!(store.sweep().await.unwrap(), 0);
+}
+
 // ---------------------------------------------------------------------------
 // Claims answered on the caller's thread (`Store::claim_local`).
 

@@ -41,7 +41,9 @@
 //!   [`CROSS_PROCESS_POLL`].
 //! * [`Store::sweep`] deletes expired records 100 at a time, one write
 //!   transaction per batch, so writes queued meanwhile go in between
-//!   the batches instead of waiting for a million rows to go.
+//!   the batches instead of waiting for a million rows to go. Between
+//!   batches it waits for the checkpointer to copy what it wrote, so the
+//!   WAL stays short and callers never wait for a long checkpoint.
 //! * Checkpoints (copying the WAL back into the database file) run on a
 //!   thread of their own, not on the writer's commit path: once the WAL
 //!   holds [`CHECKPOINT_PAGES`] pages the writer asks the checkpointer,
@@ -55,7 +57,7 @@ mod decoded;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
@@ -114,6 +116,11 @@ const LOCAL_READERS: usize = 16;
 /// against 1,000 (BENCHMARKS.md): callers' median wait during a sweep about
 /// 9 ms against 72 ms, the sweep itself about twice as long.
 const SWEEP_BATCH: u64 = 100;
+
+/// The longest a sweep waits between two batches for the checkpointer to
+/// finish the checkpoints asked of it (see [`Store::sweep`] on
+/// [`SqliteStore`]).
+pub const SWEEP_CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 
 /// SQLite's `synchronous` setting: what a commit waits for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -266,6 +273,11 @@ struct Shared {
     local_readers: Mutex<Vec<Connection>>,
     /// Completed records read recently, decoded.
     decoded: decoded::DecodedRecords,
+    /// Checkpoints asked of the checkpointer thread, and finished by it
+    /// (done or failed): a sweep waits for the two to meet between its
+    /// batches.
+    checkpoints_asked: AtomicU64,
+    checkpoints_done: AtomicU64,
     waiters: Waiters,
     closed: AtomicBool,
 }
@@ -379,6 +391,8 @@ impl SqliteStore {
             read_slots: Semaphore::new(options.readers),
             local_readers: Mutex::new(Vec::new()),
             decoded: decoded::DecodedRecords::new(options.record_cache),
+            checkpoints_asked: AtomicU64::new(0),
+            checkpoints_done: AtomicU64::new(0),
             waiters: Waiters::default(),
             closed: AtomicBool::new(false),
         });
@@ -571,6 +585,12 @@ fn parse_url(url: &str, mut options: SqliteOptions) -> Result<(&str, SqliteOptio
 }
 
 impl Shared {
+    /// Whether the checkpointer has finished every checkpoint asked of it.
+    fn checkpoints_caught_up(&self) -> bool {
+        self.checkpoints_done.load(Ordering::SeqCst)
+            >= self.checkpoints_asked.load(Ordering::SeqCst)
+    }
+
     /// [`StoreError::Closed`] once [`Store::close`] was called.
     fn check_open(&self) -> Result<(), StoreError> {
         match self.closed.load(Ordering::SeqCst) {
@@ -712,7 +732,7 @@ fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, S
 /// ends once the writer's connection (which owns the hook, the only sender
 /// to the thread) is closed.
 fn start_checkpointer(
-    shared: &Shared,
+    shared: &Arc<Shared>,
     options: &SqliteOptions,
     writer: &mut Connection,
 ) -> Option<std::thread::JoinHandle<()>> {
@@ -732,6 +752,7 @@ fn start_checkpointer(
     // One pending request is enough: a checkpoint copies whatever the WAL
     // holds when it starts.
     let (ask, asked) = mpsc::sync_channel::<()>(1);
+    let thread_shared = shared.clone();
     let thread = std::thread::Builder::new()
         .name("idem-sqlite-checkpoint".into())
         .spawn(move || {
@@ -742,6 +763,9 @@ fn start_checkpointer(
                 if let Err(e) = done {
                     tracing::debug!(error = %e, "checkpoint failed");
                 }
+                thread_shared
+                    .checkpoints_done
+                    .fetch_add(1, Ordering::SeqCst);
             }
         })
         .map_err(|e| warn(&e))
@@ -750,6 +774,7 @@ fn start_checkpointer(
     // once per CHECKPOINT_PAGES new pages, not after every commit while
     // the WAL is long (each checkpoint syncs both files).
     let mut asked_at = 0;
+    let hook_shared = shared.clone();
     let hook = move |wal: &mut rusqlite::hooks::Wal, pages: i32| {
         if pages < asked_at {
             asked_at = 0; // the WAL started over
@@ -760,7 +785,11 @@ fn start_checkpointer(
             let _ = wal.checkpoint_v2(CheckpointMode::PASSIVE);
         } else if pages - asked_at >= CHECKPOINT_PAGES {
             asked_at = pages;
-            let _ = ask.try_send(());
+            // Counted only when sent: a request still pending covers this
+            // one.
+            if ask.try_send(()).is_ok() {
+                hook_shared.checkpoints_asked.fetch_add(1, Ordering::SeqCst);
+            }
         }
         Ok(())
     };
@@ -1347,6 +1376,13 @@ impl Store for SqliteStore {
     /// Deletes in batches of 100 records, each its own transaction,
     /// until a batch finds fewer: only records expired when the sweep
     /// started, so a sweep ends even while records keep expiring.
+    ///
+    /// Between two batches the sweep lets the checkpointer finish any
+    /// checkpoint its deletions asked for (for up to
+    /// [`SWEEP_CHECKPOINT_WAIT`]): deleting rows writes pages much faster
+    /// than a checkpoint copies them, and a WAL left to grow to
+    /// [`WAL_LIMIT_PAGES`] is checkpointed on the writer's commit path,
+    /// where every caller's claim waits for it.
     async fn sweep(&self) -> Result<u64, StoreError> {
         let cutoff = self.shared.clock.now();
         let mut total = 0;
@@ -1359,6 +1395,10 @@ impl Store for SqliteStore {
                     }
                 }
                 _ => unreachable!("the writer answers a sweep with a count"),
+            }
+            let waited = tokio::time::Instant::now();
+            while !self.shared.checkpoints_caught_up() && waited.elapsed() < SWEEP_CHECKPOINT_WAIT {
+                tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
     }
