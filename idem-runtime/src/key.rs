@@ -48,8 +48,51 @@ pub const MAX_KEY_PART_LEN: usize = 256;
 /// Cloning is cheap (a shared string), and hashing reads the first eight
 /// bytes of the digest: keys are SHA-256 outputs, already uniform, and no
 /// caller can choose a key's hash.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub struct IdempotencyKey(Arc<str>);
+#[derive(Clone)]
+pub struct IdempotencyKey {
+    text: Arc<str>,
+    /// The digest's first 64 bits, kept beside the text: what the key
+    /// hashes as. A map that grows rehashes every key it holds, and
+    /// reading the bits from the shared text would fetch each key's
+    /// allocation from memory.
+    bits: u64,
+}
+
+impl IdempotencyKey {
+    /// A key of `text`, 64 lowercase hex digits.
+    fn of_hex(text: Arc<str>) -> Self {
+        // The first 16 hex digits are the digest's first 64 bits.
+        let bits = text.as_bytes()[..16].iter().fold(0u64, |acc, &c| {
+            let nibble = match c {
+                b'0'..=b'9' => c - b'0',
+                _ => c.wrapping_sub(b'a').wrapping_add(10) & 0xf,
+            };
+            (acc << 4) | u64::from(nibble)
+        });
+        IdempotencyKey { text, bits }
+    }
+}
+
+impl PartialEq for IdempotencyKey {
+    fn eq(&self, other: &Self) -> bool {
+        self.bits == other.bits && self.text == other.text
+    }
+}
+
+impl Eq for IdempotencyKey {}
+
+impl PartialOrd for IdempotencyKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+/// In the order of the text, as stores page through keys.
+impl Ord for IdempotencyKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.text.cmp(&other.text)
+    }
+}
 
 /// 64 lowercase hex digits, inline.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -82,15 +125,7 @@ impl Hex64 {
 
 impl Hash for IdempotencyKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // The first 16 hex digits are the digest's first 64 bits.
-        let bits = self.0.as_bytes()[..16].iter().fold(0u64, |acc, &c| {
-            let nibble = match c {
-                b'0'..=b'9' => c - b'0',
-                _ => c.wrapping_sub(b'a').wrapping_add(10) & 0xf,
-            };
-            (acc << 4) | u64::from(nibble)
-        });
-        state.write_u64(bits);
+        state.write_u64(self.bits);
     }
 }
 
@@ -130,7 +165,7 @@ impl IdempotencyKey {
     /// Parse a key that was derived earlier (64 lowercase hex digits).
     pub fn parse(s: &str) -> Result<Self, KeyError> {
         Hex64::parse(s)
-            .map(|_| IdempotencyKey(Arc::from(s)))
+            .map(|_| IdempotencyKey::of_hex(Arc::from(s)))
             .ok_or_else(|| KeyError::Malformed {
                 given: s.chars().take(80).collect(),
             })
@@ -138,7 +173,7 @@ impl IdempotencyKey {
 
     /// The key as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     /// A stable sub-key for one of several downstream requests made under
@@ -147,7 +182,7 @@ impl IdempotencyKey {
     /// `SHA-256(frame("idem-subkey") ‖ frame(parent hex) ‖ frame(label))`.
     pub fn sub(&self, label: &str) -> IdempotencyKey {
         let mut h = Framer::new("idem-subkey");
-        h.field(self.0.as_bytes()).field(label.as_bytes());
+        h.field(self.text.as_bytes()).field(label.as_bytes());
         h.finish()
     }
 }
@@ -568,7 +603,7 @@ impl Framer {
     }
 
     fn finish(self) -> IdempotencyKey {
-        IdempotencyKey(Arc::from(Hex64::of(self.0.finalize().into()).as_str()))
+        IdempotencyKey::of_hex(Arc::from(Hex64::of(self.0.finalize().into()).as_str()))
     }
 }
 
@@ -620,4 +655,33 @@ pub enum KeyError {
         /// What was given (first 80 characters).
         given: String,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use std::hash::BuildHasher;
+
+    use super::*;
+
+    #[test]
+    fn a_key_hashes_as_its_digests_first_bits_and_orders_by_its_text() {
+        let derived = IdempotencyKey::parse(&"0".repeat(64))
+            .unwrap()
+            .sub("charge");
+        let parsed = IdempotencyKey::parse(derived.as_str()).unwrap();
+        assert_eq!(derived, parsed);
+        let first_bits = u64::from_str_radix(&derived.as_str()[..16], 16).unwrap();
+        assert_eq!(KeyHashBuilder.hash_one(&derived), first_bits);
+        assert_eq!(KeyHashBuilder.hash_one(&parsed), first_bits);
+
+        // Same first 64 bits, different keys: unequal, ordered by text.
+        let low = IdempotencyKey::parse(&format!("{}{}", "a".repeat(16), "0".repeat(48))).unwrap();
+        let high = IdempotencyKey::parse(&format!("{}{}", "a".repeat(16), "f".repeat(48))).unwrap();
+        assert_eq!(
+            KeyHashBuilder.hash_one(&low),
+            KeyHashBuilder.hash_one(&high)
+        );
+        assert_ne!(low, high);
+        assert!(low < high && parsed.cmp(&derived).is_eq());
+    }
 }
