@@ -309,7 +309,8 @@ enum Op {
     Replace {
         key: IdempotencyKey,
         expected: Expected,
-        new: Option<Record>,
+        /// Boxed: an operator's rare replace should not size every job.
+        new: Option<Box<Record>>,
     },
     /// A completed step (or, without one, a lease renewal).
     Checkpoint {
@@ -1342,7 +1343,7 @@ impl Store for SqliteStore {
             .submit(Op::Replace {
                 key: key.clone(),
                 expected,
-                new: new.cloned(),
+                new: new.cloned().map(Box::new),
             })
             .await?
         {
