@@ -355,13 +355,13 @@ impl Backend {
                         "sqlite-full" => Synchronous::Full,
                         _ => Synchronous::Normal,
                     };
-                    let mut options = SqliteOptions::default().synchronous(sync);
-                    if let Ok(bytes) = std::env::var("IDEM_BENCH_SQLITE_RECORD_CACHE") {
-                        let bytes = bytes.trim().replace('_', "").parse().unwrap_or_else(|_| {
-                            panic!("IDEM_BENCH_SQLITE_RECORD_CACHE={bytes:?} is not a number")
-                        });
-                        options = options.record_cache(bytes);
-                    }
+                    let cache = env_or(
+                        "IDEM_BENCH_SQLITE_RECORD_CACHE",
+                        idem_runtime::store::sqlite::DEFAULT_RECORD_CACHE,
+                    );
+                    let options = SqliteOptions::default()
+                        .synchronous(sync)
+                        .record_cache(cache);
                     let store = SqliteStore::open_with(&path, options).await.expect("open");
                     (Arc::new(store), Raw::Sqlite(path), Box::new(dir))
                 }
