@@ -168,6 +168,12 @@ pub struct ResolveArgs {
     /// Why (recorded on the record).
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
+    /// Keep the resolution this long (90s, 15m, 2h, 7d) instead of the
+    /// tool's own TTL, which is the default. After it, a duplicate runs the
+    /// call again: a TTL shorter than the tool's is a decision to allow
+    /// that.
+    #[arg(long, value_name = "DURATION", conflicts_with = "release")]
+    pub ttl: Option<String>,
 }
 
 /// `idem delete`.

@@ -42,6 +42,12 @@ pub fn relative(now: Timestamp, at: Timestamp) -> String {
     }
 }
 
+/// How long from `since` to `now`, in its largest whole unit (`45s`,
+/// `3m`, `5h`, `2d`): how long an unknown outcome has waited.
+pub fn age(now: Timestamp, since: Timestamp) -> String {
+    span(since.until(now))
+}
+
 /// A span in its largest whole unit: `45s`, `3m`, `5h`, `2d`.
 fn span(d: Duration) -> String {
     let s = d.as_secs();

@@ -15,7 +15,7 @@ use std::pin::Pin;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::key::{IdempotencyKey, Namespace};
+use crate::key::{Fingerprint, IdempotencyKey, Namespace};
 
 /// Permission to run one irreversible call, and who gave it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -25,6 +25,14 @@ pub struct Approval {
     /// Why, if said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// The fingerprint of the canonical arguments this approval was given
+    /// for. idem sets it when it records the approval (the arguments the
+    /// policy was asked about, or those `idem show` displayed to the person
+    /// approving), and only a call with these arguments ever runs under
+    /// it. `None` on an approval not yet recorded, and in approvals
+    /// recorded before idem 0.3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fingerprint: Option<Fingerprint>,
 }
 
 impl Approval {
@@ -33,6 +41,24 @@ impl Approval {
         Approval {
             approver: approver.into(),
             note: None,
+            fingerprint: None,
+        }
+    }
+
+    /// Bound to the arguments with `fingerprint` (see [`Approval::fingerprint`]).
+    pub fn for_arguments(mut self, fingerprint: Fingerprint) -> Self {
+        self.fingerprint = Some(fingerprint);
+        self
+    }
+
+    /// Whether this approval lets a call whose arguments have
+    /// `fingerprint` run. An approval recorded before approvals carried a
+    /// fingerprint (`None`) binds only where the store checked the
+    /// arguments itself: `unbound_ok`.
+    pub fn covers(&self, fingerprint: &Fingerprint, unbound_ok: bool) -> bool {
+        match &self.fingerprint {
+            Some(approved) => approved == fingerprint,
+            None => unbound_ok,
         }
     }
 

@@ -248,6 +248,23 @@ pub enum IdemError {
         /// The key.
         key: crate::key::IdempotencyKey,
     },
+    /// A natural key's record awaits a decision, or holds an approval, for
+    /// *other* arguments than this call's: nothing ran, and this call's
+    /// arguments were neither queued nor approved. Only the arguments a
+    /// person approved ever run under an approval.
+    #[error("{}", awaits_other_arguments(tool, key, *approved, recorded_args.as_deref()))]
+    KeyAwaitsOtherArguments {
+        /// The tool.
+        tool: String,
+        /// The key.
+        key: crate::key::IdempotencyKey,
+        /// Whether the other request is approved (else it awaits a
+        /// decision).
+        approved: bool,
+        /// The other request's canonical arguments, when the tool stores
+        /// them.
+        recorded_args: Option<String>,
+    },
     /// A recorded output no longer deserializes into the tool's output type
     /// (the type changed since it was recorded): nothing ran.
     #[error("the recorded output of `{tool}` does not match its output type ({detail}); nothing ran. Bump the tool's key_version if its output changed")]
@@ -294,6 +311,24 @@ pub enum IdemError {
     },
 }
 
+/// The text of [`IdemError::KeyAwaitsOtherArguments`].
+fn awaits_other_arguments(
+    tool: &str,
+    key: &crate::key::IdempotencyKey,
+    approved: bool,
+    recorded: Option<&str>,
+) -> String {
+    let theirs = match recorded {
+        Some(args) => format!(" ({args})"),
+        None => String::new(),
+    };
+    if approved {
+        format!("an earlier call of `{tool}` with key {key} was approved for other arguments{theirs} and has not run yet; this call's arguments differ, so nothing ran and nothing was approved for them. To run the approved request once, call again with exactly the approved arguments; for these arguments, ask a person to deny the approved request first")
+    } else {
+        format!("an earlier call of `{tool}` with key {key}, with other arguments{theirs}, awaits a person's approval; this call's arguments differ, so nothing ran and they were not queued for approval. Wait for that decision, or call again with the same arguments as the pending request")
+    }
+}
+
 impl IdemError {
     /// A short machine-readable code for the variant, used in tool results
     /// sent back to a model and in logs.
@@ -310,6 +345,7 @@ impl IdemError {
             IdemError::ApprovalPending { .. } => ErrorCode::ApprovalPending,
             IdemError::ApprovalRequired { .. } => ErrorCode::ApprovalRequired,
             IdemError::NotRecorded { .. } => ErrorCode::NotRecorded,
+            IdemError::KeyAwaitsOtherArguments { .. } => ErrorCode::KeyAwaitsOtherArguments,
             IdemError::RecordedOutputMismatch { .. } => ErrorCode::RecordedOutputMismatch,
             IdemError::InvalidArguments { .. } => ErrorCode::InvalidArguments,
             IdemError::OutputNotSerializable { .. } => ErrorCode::OutputNotSerializable,
@@ -370,6 +406,8 @@ pub enum ErrorCode {
     ApprovalRequired,
     /// [`IdemError::NotRecorded`].
     NotRecorded,
+    /// [`IdemError::KeyAwaitsOtherArguments`].
+    KeyAwaitsOtherArguments,
     /// [`IdemError::RecordedOutputMismatch`].
     RecordedOutputMismatch,
     /// [`IdemError::InvalidArguments`].
@@ -397,6 +435,7 @@ impl ErrorCode {
             ErrorCode::ApprovalPending => "approval_pending",
             ErrorCode::ApprovalRequired => "approval_required",
             ErrorCode::NotRecorded => "not_recorded",
+            ErrorCode::KeyAwaitsOtherArguments => "key_awaits_other_arguments",
             ErrorCode::RecordedOutputMismatch => "recorded_output_mismatch",
             ErrorCode::InvalidArguments => "invalid_arguments",
             ErrorCode::OutputNotSerializable => "output_not_serializable",

@@ -98,6 +98,41 @@ pub struct Counts {
     pub by_tool: BTreeMap<String, u64>,
     /// All records (expired ones not included).
     pub total: u64,
+    /// Unknown outcomes by how long they have waited for a person, for an
+    /// alert (nothing settles them but a person: they never expire).
+    pub unknown_by_age: UnknownAges,
+}
+
+/// How many unknown outcomes have waited how long since they were
+/// recorded ([`Counts::unknown_by_age`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UnknownAges {
+    /// Recorded less than an hour ago.
+    pub under_1h: u64,
+    /// Between an hour and a day ago.
+    pub under_1d: u64,
+    /// Between a day and a week ago.
+    pub under_7d: u64,
+    /// A week ago or more.
+    pub over_7d: u64,
+    /// When the oldest was recorded.
+    pub oldest: Option<Timestamp>,
+}
+
+impl UnknownAges {
+    /// Count an unknown outcome recorded at `at`, at `now`.
+    fn add(&mut self, at: Timestamp, now: Timestamp) {
+        const HOUR: u64 = 3600 * 1000;
+        let waited = now.as_millis().saturating_sub(at.as_millis());
+        let bucket = match waited {
+            w if w < HOUR => &mut self.under_1h,
+            w if w < 24 * HOUR => &mut self.under_1d,
+            w if w < 7 * 24 * HOUR => &mut self.under_7d,
+            _ => &mut self.over_7d,
+        };
+        *bucket += 1;
+        self.oldest = Some(self.oldest.map_or(at, |o| o.min(at)));
+    }
 }
 
 /// How [`Operator::resolve`] settles a call.
@@ -228,7 +263,12 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Act on `store`. Records settled by an operator are kept for 24 h.
+    /// Act on `store`.
+    ///
+    /// A decision an operator makes (an approval, a denial, a resolution)
+    /// is kept as long as the tool keeps its outcomes: the TTL the record
+    /// was claimed with. Records written before idem 0.3 do not say it;
+    /// theirs are kept for 24 h ([`Operator::ttl`] changes that).
     pub fn new(store: Arc<dyn Store>) -> Self {
         Operator {
             store,
@@ -236,10 +276,17 @@ impl Operator {
         }
     }
 
-    /// Keep records an operator settles (resolves, denies) for `ttl`.
+    /// Keep decisions about records that do not say their tool's TTL
+    /// (written before idem 0.3) for `ttl`.
     pub fn ttl(mut self, ttl: Duration) -> Self {
         self.ttl = ttl;
         self
+    }
+
+    /// How long a decision about `record` is kept: `explicit` when given,
+    /// else the tool's TTL recorded with it, else this operator's default.
+    fn kept_for(&self, record: &Record, explicit: Option<Duration>) -> Duration {
+        explicit.unwrap_or_else(|| record.ttl_or(self.ttl))
     }
 
     /// The store.
@@ -290,9 +337,18 @@ impl Operator {
     pub async fn counts(&self) -> Result<Counts, OperatorError> {
         let mut counts = Counts::default();
         let mut cursor = None;
+        let now = self.store.now().await?;
         loop {
             let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
             for record in &page.records {
+                if let RecordState::Completed {
+                    outcome: Outcome::Unknown { .. },
+                    completed_at,
+                    ..
+                } = &record.state
+                {
+                    counts.unknown_by_age.add(*completed_at, now);
+                }
                 *counts.by_status.entry(record.status()).or_default() += 1;
                 *counts.by_tool.entry(record.tool.clone()).or_default() += 1;
                 counts.total += 1;
@@ -363,9 +419,13 @@ impl Operator {
             })
     }
 
-    /// Approve a call awaiting approval: the next call with its key runs it
-    /// once, under `approval`. Refused for a record that is not awaiting
-    /// approval, or already approved.
+    /// Approve a call awaiting approval: the next call with its key *and
+    /// its arguments* runs it once, under `approval`. The approval is bound
+    /// to the arguments recorded with the request (those `idem show`
+    /// displays), and is kept for the tool's TTL, like an outcome: a
+    /// granted approval does not lapse with the request's approval TTL.
+    /// Refused for a record that is not awaiting approval, or already
+    /// approved, and (fenced) for one that changed since it was read.
     pub async fn approve(
         &self,
         key: &IdempotencyKey,
@@ -375,9 +435,13 @@ impl Operator {
         self.check_pending(&record)?;
         let at = self.store.now().await?;
         let mut new = record.clone();
+        let approval = approval.for_arguments(record.fingerprint.clone());
         let value = serde_json::to_value(ApprovalDecision::Approved(approval.clone()))
             .expect("an approval serializes");
         new.steps.insert(APPROVAL_STEP.to_owned(), value);
+        if let RecordState::AwaitingApproval { expires_at, .. } = &mut new.state {
+            *expires_at = at.plus(self.kept_for(&record, None));
+        }
         new.audit.push(AuditEntry {
             at,
             by: approval.approver,
@@ -410,7 +474,7 @@ impl Operator {
                 },
             },
             completed_at: at,
-            expires_at: at.plus(self.ttl),
+            expires_at: at.plus(self.kept_for(&record, None)),
         };
         new.audit.push(AuditEntry {
             at,
@@ -426,6 +490,10 @@ impl Operator {
     /// call whose owner vanished and was never taken over (its lease ran
     /// out). Returns the record as resolved (`None` when released).
     ///
+    /// The resolution is kept for the tool's TTL (recorded with the
+    /// call), like the outcome the tool would have recorded;
+    /// [`Operator::resolve_kept_for`] says otherwise explicitly.
+    ///
     /// Refused for a call in flight under a live lease, one with a definite
     /// outcome, and one awaiting approval.
     pub async fn resolve(
@@ -433,6 +501,29 @@ impl Operator {
         key: &IdempotencyKey,
         resolution: Resolution,
         actor: &Actor,
+    ) -> Result<Option<Record>, OperatorError> {
+        self.settle(key, resolution, actor, None).await
+    }
+
+    /// [`Operator::resolve`], keeping the resolution for `ttl` instead of
+    /// the tool's TTL. A duplicate after `ttl` runs the call again, so a
+    /// TTL shorter than the tool's is a decision to allow that.
+    pub async fn resolve_kept_for(
+        &self,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        actor: &Actor,
+        ttl: Duration,
+    ) -> Result<Option<Record>, OperatorError> {
+        self.settle(key, resolution, actor, Some(ttl)).await
+    }
+
+    async fn settle(
+        &self,
+        key: &IdempotencyKey,
+        resolution: Resolution,
+        actor: &Actor,
+        ttl: Option<Duration>,
     ) -> Result<Option<Record>, OperatorError> {
         let record = self.show(key).await?;
         let now = self.store.now().await?;
@@ -492,7 +583,7 @@ impl Operator {
             fence: record.fence(),
             outcome,
             completed_at: now,
-            expires_at: now.plus(self.ttl),
+            expires_at: now.plus(self.kept_for(&record, ttl)),
         };
         new.audit.push(AuditEntry {
             at: now,

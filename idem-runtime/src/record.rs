@@ -79,7 +79,8 @@ pub enum Outcome {
     },
     /// Nobody knows whether the effect happened: an owner of a
     /// non-idempotent tool vanished mid-call and no reconcile hook could
-    /// tell. Never re-run; an operator must look.
+    /// tell. Never re-run, and never expires: the record is kept until an
+    /// operator settles it.
     Unknown {
         /// What is known about it.
         reason: String,
@@ -146,8 +147,10 @@ pub enum RecordState {
         fence: Fence,
         /// When the approval was asked for.
         requested_at: Timestamp,
-        /// When the request lapses unanswered (the record is then swept like
-        /// an expired completed record, and a later call asks again).
+        /// When the request lapses: unanswered, the approval TTL after it
+        /// was asked for (the record is then swept like an expired
+        /// completed record, and a later call asks again); once approved,
+        /// the tool's TTL after the approval, like an outcome.
         expires_at: Timestamp,
         /// What the approval policy said when it left the call pending.
         message: String,
@@ -259,6 +262,40 @@ pub struct CallInfo {
     /// record's fingerprint identifies them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<String>,
+    /// How long the tool keeps its outcomes (its `ttl`, else the
+    /// executor's): what a decision about the call — an approval, a denial,
+    /// an operator's resolution — is kept for, so that nothing decided
+    /// lapses sooner than the tool's own outcomes would. `None` in records
+    /// written before idem 0.3.
+    #[serde(
+        default,
+        rename = "ttl_ms",
+        skip_serializing_if = "Option::is_none",
+        with = "opt_millis"
+    )]
+    pub ttl: Option<Duration>,
+}
+
+/// An optional span as whole milliseconds (saturating at `u64::MAX`).
+mod opt_millis {
+    use std::time::Duration;
+
+    pub(super) fn serialize<S: serde::Serializer>(
+        span: &Option<Duration>,
+        s: S,
+    ) -> Result<S::Ok, S::Error> {
+        match span {
+            Some(d) => s.serialize_some(&(d.as_millis().min(u128::from(u64::MAX)) as u64)),
+            None => s.serialize_none(),
+        }
+    }
+
+    pub(super) fn deserialize<'de, D: serde::Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        let ms: Option<u64> = serde::Deserialize::deserialize(d)?;
+        Ok(ms.map(Duration::from_millis))
+    }
 }
 
 /// [`CallInfo`] borrowed from the call, as a claim carries it: a store
@@ -280,6 +317,13 @@ pub struct CallInfoRef<'a> {
     /// The canonical arguments, unless the tool keeps them out of the store.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub args: Option<&'a str>,
+    /// How long the tool keeps its outcomes.
+    #[serde(
+        rename = "ttl_ms",
+        skip_serializing_if = "Option::is_none",
+        serialize_with = "opt_millis::serialize"
+    )]
+    pub ttl: Option<Duration>,
 }
 
 impl CallInfoRef<'_> {
@@ -290,6 +334,7 @@ impl CallInfoRef<'_> {
         run_id: None,
         step: None,
         args: None,
+        ttl: None,
     };
 
     /// Whether nothing is known.
@@ -305,6 +350,7 @@ impl CallInfoRef<'_> {
             run_id: self.run_id.map(str::to_owned),
             step: self.step,
             args: self.args.map(str::to_owned),
+            ttl: self.ttl,
         }
     }
 }
@@ -318,6 +364,7 @@ impl CallInfo {
             run_id: self.run_id.as_deref(),
             step: self.step,
             args: self.args.as_deref(),
+            ttl: self.ttl,
         }
     }
 
@@ -328,6 +375,7 @@ impl CallInfo {
         run_id: None,
         step: None,
         args: None,
+        ttl: None,
     };
 
     /// Whether nothing is known.
@@ -458,13 +506,27 @@ impl Record {
     }
 
     /// When the record lapses: a completed record's or an approval
-    /// request's expiry; `None` in flight.
+    /// request's expiry; `None` when it never lapses — in flight, or
+    /// completed with an [`Outcome::Unknown`], which is kept until a person
+    /// settles it, whatever expiry it was written with (records written
+    /// before idem 0.3 carried one).
     pub fn expires_at(&self) -> Option<Timestamp> {
         match &self.state {
-            RecordState::InFlight { .. } => None,
+            RecordState::InFlight { .. }
+            | RecordState::Completed {
+                outcome: Outcome::Unknown { .. },
+                ..
+            } => None,
             RecordState::AwaitingApproval { expires_at, .. }
             | RecordState::Completed { expires_at, .. } => Some(*expires_at),
         }
+    }
+
+    /// How long a decision about this call is kept: the TTL the tool's
+    /// outcomes have (recorded at the first claim), else `fallback` for
+    /// records written before idem 0.3.
+    pub fn ttl_or(&self, fallback: Duration) -> Duration {
+        self.info.ttl.unwrap_or(fallback)
     }
 
     /// Whether the record is in flight with a lease that ran out at `now`.

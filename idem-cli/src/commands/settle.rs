@@ -9,6 +9,7 @@ use crate::cli::{DeleteArgs, ResolveArgs};
 use crate::error::CliError;
 use crate::render::json::DeletedJson;
 use crate::render::short_key;
+use crate::time::{parse_duration, rfc3339};
 
 /// `idem resolve`: settle the call as succeeded or failed, or release it.
 pub async fn resolve(
@@ -19,19 +20,40 @@ pub async fn resolve(
     let resolution = resolution(args)?;
     let actor =
         Actor::new(required("--by", &args.by)?).because(required("--reason", &args.reason)?);
+    let ttl = match &args.ttl {
+        Some(text) => Some(parse_duration(text).ok_or_else(|| {
+            CliError::Usage(format!(
+                "--ttl takes a duration such as 90s, 15m, 2h or 7d, not '{}'",
+                crate::render::clip(text, 40)
+            ))
+        })?),
+        None => None,
+    };
     let key = find(operator, &args.key).await?;
     // For the message: the record goes away on release.
     let before = operator.show(&key).await?;
     let short = short_key(key.as_str());
-    let resolved = match operator.resolve(&key, resolution, &actor).await {
+    let settled = match ttl {
+        Some(ttl) => {
+            operator
+                .resolve_kept_for(&key, resolution, &actor, ttl)
+                .await
+        }
+        None => operator.resolve(&key, resolution, &actor).await,
+    };
+    let resolved = match settled {
         Ok(resolved) => resolved,
         Err(e) => return Err(refused(operator, e).await),
     };
     match resolved {
         Some(record) => {
             let status = record.status();
+            let kept = match record.expires_at() {
+                Some(until) => format!(" until {}", rfc3339(until)),
+                None => String::new(),
+            };
             let line = format!(
-                "resolved {short} ({}) as {status} by {}: every call with its key gets this outcome; nothing runs\n",
+                "resolved {short} ({}) as {status} by {}: every call with its key gets this outcome{kept}; nothing runs\n",
                 what(&record),
                 actor.by
             );

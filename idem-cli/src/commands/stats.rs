@@ -33,6 +33,18 @@ pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
         Cell::styled(counts.total.to_string(), HEADER),
     ]);
     let mut text = states.render();
+    let ages = &counts.unknown_by_age;
+    if let Some(oldest) = ages.oldest {
+        let now = operator.store().now().await?;
+        text.push_str(&format!(
+            "\nunknown outcomes wait for a person (they never expire): {} under 1h, {} under 1d, {} under 7d, {} older; the oldest for {}\n",
+            ages.under_1h,
+            ages.under_1d,
+            ages.under_7d,
+            ages.over_7d,
+            crate::time::age(now, oldest)
+        ));
+    }
     if !counts.by_tool.is_empty() {
         let mut tools = Table::new(&["TOOL", "RECORDS"]);
         for (tool, n) in &counts.by_tool {

@@ -9,7 +9,7 @@ use idem_runtime::record::{Outcome, Record, RecordState, Status};
 use super::json::json_or_string;
 use super::short_key;
 use super::style::{paint, status as status_style, COMMAND, DIM, HEADER};
-use crate::time::{relative, rfc3339};
+use crate::time::{age, relative, rfc3339};
 
 /// Width of the label column.
 const LABEL: usize = 13;
@@ -61,7 +61,12 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
             out.field("Lease", &lease);
         }
         RecordState::AwaitingApproval { expires_at, .. } => {
-            out.field("Expires", &when(*expires_at));
+            let then = if status == Status::Approved {
+                "then the approval lapses unused, and a new call asks again"
+            } else {
+                "unanswered until then, the request lapses and a new call asks again"
+            };
+            out.field("Expires", &format!("{}; {then}", when(*expires_at)));
         }
         RecordState::Completed {
             completed_at,
@@ -69,7 +74,23 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
             ..
         } => {
             out.field("Completed", &when(*completed_at));
-            out.field("Expires", &when(*expires_at));
+            if status == Status::Unknown {
+                out.field(
+                    "Kept",
+                    &format!(
+                        "until a person settles it (unknown for {}); it never expires, and every call with its key is refused meanwhile",
+                        age(now, *completed_at)
+                    ),
+                );
+            } else {
+                out.field(
+                    "Expires",
+                    &format!(
+                        "{}; then the record is deleted, and a new call with its key runs the tool again",
+                        when(*expires_at)
+                    ),
+                );
+            }
         }
     }
     match &info.args {

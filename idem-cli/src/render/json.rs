@@ -132,6 +132,23 @@ pub struct StatsJson {
     pub by_status: BTreeMap<&'static str, u64>,
     /// Records per tool.
     pub by_tool: BTreeMap<String, u64>,
+    /// Unknown outcomes by how long they have waited for a person.
+    pub unknown_by_age: UnknownAgesJson,
+}
+
+/// [`StatsJson::unknown_by_age`].
+#[derive(Debug, Serialize)]
+pub struct UnknownAgesJson {
+    /// Recorded less than an hour ago.
+    pub under_1h: u64,
+    /// Between an hour and a day ago.
+    pub under_1d: u64,
+    /// Between a day and a week ago.
+    pub under_7d: u64,
+    /// A week ago or more.
+    pub over_7d: u64,
+    /// When the oldest was recorded (RFC 3339), if any.
+    pub oldest: Option<String>,
 }
 
 /// `idem key --json`.
@@ -219,6 +236,13 @@ impl StatsJson {
                 .map(|s| (s.as_str(), counts.by_status.get(s).copied().unwrap_or(0)))
                 .collect(),
             by_tool: counts.by_tool.clone(),
+            unknown_by_age: UnknownAgesJson {
+                under_1h: counts.unknown_by_age.under_1h,
+                under_1d: counts.unknown_by_age.under_1d,
+                under_7d: counts.unknown_by_age.under_7d,
+                over_7d: counts.unknown_by_age.over_7d,
+                oldest: counts.unknown_by_age.oldest.map(crate::time::rfc3339),
+            },
         }
     }
 }

@@ -37,10 +37,20 @@ pub fn summary(record: &Record, now: Timestamp) -> String {
             None => "approved; runs on the next call".to_owned(),
         },
         (RecordState::AwaitingApproval { message, .. }, _) => message.clone(),
-        (RecordState::Completed { outcome, .. }, _) => match outcome {
+        (
+            RecordState::Completed {
+                outcome,
+                completed_at,
+                ..
+            },
+            _,
+        ) => match outcome {
             Outcome::Success { output } => format!("→ {}", output.as_str()),
             Outcome::Failure { failure } => format!("{}: {}", failure.code, failure.message),
-            Outcome::Unknown { reason } => reason.clone(),
+            Outcome::Unknown { reason } => format!(
+                "waiting for a person for {}: {reason}",
+                crate::time::age(now, *completed_at)
+            ),
         },
     }
 }

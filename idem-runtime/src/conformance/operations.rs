@@ -23,6 +23,7 @@ fn info() -> CallInfo {
         run_id: Some("run-42".into()),
         step: Some(3),
         args: Some(r#"{"amount_cents":1999,"to":"zoë@example.com"}"#.into()),
+        ttl: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
     }
 }
 

@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::approval::{ApprovalDecision, ApprovalRequest};
 use crate::error::IdemError;
+use crate::key::Fingerprint;
 use crate::record::{FailureCode, Outcome, RecordState, StoredFailure};
 use crate::store::{Expected, ExpectedState};
 
@@ -21,6 +22,7 @@ impl CallEnv<'_> {
     pub(super) async fn approve(
         &self,
         owner: &Owner,
+        fingerprint: &Fingerprint,
         args: &(dyn Fn() -> Value + Sync),
     ) -> Result<(), IdemError> {
         Metrics::bump(&self.metrics().approvals_requested);
@@ -57,6 +59,9 @@ impl CallEnv<'_> {
         };
         match decision {
             ApprovalDecision::Approved(approval) => {
+                // Bound to the arguments this call carries: only they ever
+                // run under it.
+                let approval = approval.for_arguments(fingerprint.clone());
                 let value = serde_json::to_value(ApprovalDecision::Approved(approval))
                     .expect("an approval serializes");
                 self.store()

@@ -12,16 +12,35 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+use crate::approval::ApprovalDecision;
 use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
-use crate::record::{CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState};
+use crate::record::{
+    CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState, APPROVAL_STEP,
+};
 use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
 
 use super::flight::Flight;
 use super::key::CallKey;
 use super::metrics::Metrics;
 use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
+
+/// Whether the approval among `steps` lets `call`'s arguments run: it was
+/// given for them, or (recorded before approvals carried a fingerprint)
+/// the store checked the arguments itself (`checked`, or a key that checks
+/// its fingerprint).
+fn approval_covers(steps: &BTreeMap<String, Value>, call: &CallKey, checked: bool) -> bool {
+    let Some(value) = steps.get(APPROVAL_STEP) else {
+        return false;
+    };
+    match serde_json::from_value::<ApprovalDecision>(value.clone()) {
+        Ok(ApprovalDecision::Approved(approval)) => {
+            approval.covers(&call.args.fingerprint, checked || call.check_fingerprint)
+        }
+        _ => false,
+    }
+}
 
 /// What a claim found that the call goes on with.
 pub(super) enum Claimed {
@@ -39,6 +58,10 @@ pub(super) struct Owner {
     pub(super) steps: BTreeMap<String, Value>,
     /// Set when a previous owner vanished without an outcome.
     pub(super) takeover: Option<Takeover>,
+    /// Set when the steps hold an approval given for other arguments (a
+    /// natural key took over an approved call): this owner must not run
+    /// under it.
+    pub(super) foreign_approval: bool,
     pub(super) namespace: Namespace,
     /// Whether this owner still holds the key: its deadline starts from
     /// just before the winning claim was sent, so it is never later than
@@ -69,6 +92,7 @@ impl CallEnv<'_> {
                 run_id: self.run.run_id.as_deref(),
                 step: self.run.run_id.is_some().then_some(self.run.step),
                 args: self.spec.store_args.then_some(call.args.text.as_str()),
+                ttl: Some(self.ttl()),
             },
             worker: Some(&self.core.config.worker),
         }
@@ -145,13 +169,17 @@ impl CallEnv<'_> {
             } => Ok(Some(Claimed::Owner(Owner {
                 key: key.clone(),
                 fence,
+                // Acquiring an approved request, the store checked the
+                // arguments against the record's; a takeover did not.
+                foreign_approval: steps.contains_key(APPROVAL_STEP)
+                    && !approval_covers(&steps, call, takeover.is_none()),
                 steps,
                 takeover,
                 namespace: call.namespace.clone(),
                 lease: LeaseWatch::new(sent + self.lease()),
             }))),
             ClaimOutcome::Completed(record) => Ok(Some(Claimed::Recorded(record))),
-            ClaimOutcome::AwaitingApproval(record) => Err(self.pending(&record)),
+            ClaimOutcome::AwaitingApproval(record) => Err(self.pending(&record, call)),
             ClaimOutcome::KeyReused { tool, fingerprint } => {
                 Err(self.refuse(IdemError::KeyReused {
                     key: key.clone(),
@@ -192,8 +220,18 @@ impl CallEnv<'_> {
             .map_err(|_| in_flight())
     }
 
-    /// The error of a call whose approval is pending.
-    pub(super) fn pending(&self, record: &Record) -> IdemError {
+    /// The error of a call whose key awaits a decision: its own approval
+    /// is pending, or (a natural key) another request for the key, with
+    /// other arguments, is pending or approved.
+    pub(super) fn pending(&self, record: &Record, call: &CallKey) -> IdemError {
+        if record.fingerprint != call.args.fingerprint {
+            return self.refuse(IdemError::KeyAwaitsOtherArguments {
+                tool: self.name().to_owned(),
+                key: record.key.clone(),
+                approved: record.approval().is_some(),
+                recorded_args: record.info.args.clone(),
+            });
+        }
         let message = match &record.state {
             RecordState::AwaitingApproval { message, .. } => message.clone(),
             _ => String::new(),

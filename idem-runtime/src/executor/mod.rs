@@ -852,7 +852,7 @@ where
                     Ok(claim::Claimed::Owner(owner)) => {
                         // Boxed: the owner's path is large and is not taken by
                         // duplicates, whose future stays small and cheap to move.
-                        Box::pin(self.owned(&args, owner)).await
+                        Box::pin(self.owned(&args, &key.args.fingerprint, owner)).await
                     }
                     Ok(claim::Claimed::Recorded(record)) => {
                         if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome())

@@ -17,6 +17,7 @@ use serde_json::Value;
 
 use crate::ctx::{StepLog, ToolCtx};
 use crate::error::{ErrorKind, IdemError, ToolError};
+use crate::key::Fingerprint;
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, StoredFailure};
 use crate::store::{StoreError, Takeover};
 use crate::tool::{Reconciled, Tool};
@@ -43,10 +44,11 @@ where
     pub(super) async fn owned(
         &self,
         args: &T::Args,
+        fingerprint: &Fingerprint,
         mut owner: Owner,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let steps = std::mem::take(&mut owner.steps);
-        let work = self.own(args, &owner, steps);
+        let work = self.own(args, fingerprint, &owner, steps);
         let keep = self.env.keep_lease(&owner);
         tokio::select! {
             biased;
@@ -59,10 +61,18 @@ where
     async fn own(
         &self,
         args: &T::Args,
+        fingerprint: &Fingerprint,
         owner: &Owner,
         steps: BTreeMap<String, Value>,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let env = &self.env;
+        // A natural key took over an approved call made with other
+        // arguments: neither run nor reconcile these arguments under it.
+        // The key is handed back at once, so that the approved call,
+        // called again, takes it over and runs as approved.
+        if owner.foreign_approval {
+            return Err(env.hand_back_approved(owner).await);
+        }
         let approved = steps.contains_key(APPROVAL_STEP);
         let started = steps.contains_key(ATTEMPT_STEP);
         let log = StepLog::new(
@@ -107,8 +117,10 @@ where
 
         // Phase 4.
         if env.class.needs_approval() && !approved {
-            env.approve(owner, &|| serde_json::to_value(args).unwrap_or(Value::Null))
-                .await?;
+            env.approve(owner, fingerprint, &|| {
+                serde_json::to_value(args).unwrap_or(Value::Null)
+            })
+            .await?;
         }
 
         // Intent before effect: a class that is never re-run marks the
@@ -206,8 +218,14 @@ impl CallEnv<'_> {
     }
 
     pub(super) async fn complete(&self, owner: &Owner, outcome: Outcome) -> Result<(), IdemError> {
+        // An unknown outcome is kept until a person settles it: "never
+        // re-run" must not lapse into a second effect with the TTL.
+        let ttl = match outcome {
+            Outcome::Unknown { .. } => Duration::MAX,
+            _ => self.ttl(),
+        };
         self.store()
-            .complete(&owner.key, owner.fence, &outcome, self.ttl())
+            .complete(&owner.key, owner.fence, &outcome, ttl)
             .await
             .map_err(|e| self.owner_err(owner, e))?;
         if let Some(flight) = &self.flight {
@@ -328,6 +346,25 @@ impl CallEnv<'_> {
             return Err(self.superseded(owner, None));
         }
         Ok(())
+    }
+
+    /// Give up a key whose recorded approval was given for other arguments:
+    /// cut the lease to nothing (the approved call takes it over at once)
+    /// and refuse.
+    async fn hand_back_approved(&self, owner: &Owner) -> IdemError {
+        if let Err(e) = self
+            .store()
+            .renew(&owner.key, owner.fence, Duration::ZERO)
+            .await
+        {
+            return self.owner_err(owner, e);
+        }
+        self.refuse(IdemError::KeyAwaitsOtherArguments {
+            tool: self.name().to_owned(),
+            key: owner.key.clone(),
+            approved: true,
+            recorded_args: None,
+        })
     }
 
     /// Why the outcome of a call whose owner `previous` vanished is unknown.

@@ -89,7 +89,9 @@ pub struct ClaimRequest<'a> {
     /// Fingerprint of the call's canonical arguments.
     pub fingerprint: &'a Fingerprint,
     /// Whether a different fingerprint under the same key is a key-reuse
-    /// error (`false` for natural keys, which are find-or-create).
+    /// error (`false` for natural keys, which are find-or-create). Even
+    /// then, an approved call is acquired only by a claim with the
+    /// fingerprint it was approved with.
     pub check_fingerprint: bool,
     /// How long the owner is presumed alive.
     pub lease: Duration,
@@ -201,6 +203,14 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// * In flight with an expired lease → the record gets a fresh fence and
     ///   lease, keeps its steps → [`ClaimOutcome::Acquired`] with a [`Takeover`].
     /// * Completed → [`ClaimOutcome::Completed`].
+    /// * Awaiting approval, not yet approved → [`ClaimOutcome::AwaitingApproval`];
+    ///   nothing changes.
+    /// * Approved, and the request's fingerprint is the record's → in flight
+    ///   under a fresh fence, keeping the steps (the approval among them) →
+    ///   [`ClaimOutcome::Acquired`] without a takeover. With another
+    ///   fingerprint (a natural key does not check it) →
+    ///   [`ClaimOutcome::AwaitingApproval`], nothing changes: only the
+    ///   arguments a person approved ever run under an approval.
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
 
     /// Answer a claim on the caller's thread, without awaiting anything,

@@ -68,7 +68,12 @@ use crate::record::{
 /// worker and the operator audit; a version 1 schema is migrated on
 /// connect (its records read unchanged), and a version 1 build refuses a
 /// version 2 schema rather than misreading a record it does not know.
-pub const SCHEMA_VERSION: u32 = 2;
+/// Version 3 (idem 0.3) records the tool's TTL with each call
+/// (`ttl_ms`), what decisions about it are kept for.
+pub const SCHEMA_VERSION: u32 = 3;
+
+// Every migration step moves the schema one version.
+const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The longest a waiter goes without re-reading its record when no
 /// notification arrives.
@@ -115,6 +120,9 @@ const MIGRATIONS: &[&str] = &[
          ADD CONSTRAINT idem_records_state_check CHECK (state IN (0, 1, 2)) NOT VALID;
      DROP INDEX idem_records_expiry;
      CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state IN (1, 2);",
+    // The tool's TTL, recorded at the first claim: what decisions about the
+    // call (approvals, denials, resolutions) are kept for.
+    "ALTER TABLE idem_records ADD COLUMN ttl_ms bigint;",
 ];
 
 /// How many expired records one sweep statement deletes at most.
@@ -126,10 +134,10 @@ const SCAN_MAX: usize = 10_000;
 /// A record's columns, in the order [`decode`] reads them.
 const RECORD: &str = "key, tool, fingerprint, created_at, fence, prev_fence, state, lease_until, \
      outcome, completed_at, expires_at, steps::text, requested_at, message, \
-     namespace, call_id, run_id, step, args, worker, audit::text";
+     namespace, call_id, run_id, step, args, worker, audit::text, ttl_ms";
 
 /// How many columns [`RECORD`] lists.
-const RECORD_COLUMNS: usize = 21;
+const RECORD_COLUMNS: usize = 22;
 
 /// States as stored.
 const IN_FLIGHT: i16 = 0;
@@ -199,10 +207,11 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
              claimed AS (
                INSERT INTO idem_records AS r
                    (key, tool, fingerprint, created_at, fence, state, lease_until,
-                    namespace, call_id, run_id, step, args, worker)
+                    namespace, call_id, run_id, step, args, worker, ttl_ms)
                SELECT $1::text, $2::text, $3::text, {now}, nextval('idem_fence'), 0,
                       {now} + $5::bigint,
-                      $6::text, $7::text, $8::text, $9::bigint, $10::text, $11::text
+                      $6::text, $7::text, $8::text, $9::bigint, $10::text, $11::text,
+                      $12::bigint
                WHERE NOT EXISTS (
                    SELECT 1 FROM cur
                    WHERE (cur.state = 0 OR cur.expires_at > {now})
@@ -210,7 +219,8 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
                           OR ($4::boolean AND cur.fingerprint <> $3::text)
                           OR cur.state = 1
                           OR (cur.state = 0 AND cur.lease_until > {now})
-                          OR (cur.state = 2 AND NOT cur.steps ? '{approval}'))
+                          OR (cur.state = 2 AND (NOT cur.steps ? '{approval}'
+                                                 OR cur.fingerprint <> $3::text)))
                )
                ON CONFLICT (key) DO UPDATE SET
                    fingerprint  = CASE WHEN {fresh} THEN excluded.fingerprint ELSE r.fingerprint END,
@@ -221,6 +231,7 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
                    run_id       = CASE WHEN {fresh} THEN excluded.run_id ELSE r.run_id END,
                    step         = CASE WHEN {fresh} THEN excluded.step ELSE r.step END,
                    args         = CASE WHEN {fresh} THEN excluded.args ELSE r.args END,
+                   ttl_ms       = CASE WHEN {fresh} THEN excluded.ttl_ms ELSE r.ttl_ms END,
                    audit        = CASE WHEN {fresh} THEN '[]'::jsonb ELSE r.audit END,
                    prev_fence   = CASE WHEN r.state = 0 THEN r.fence END,
                    worker       = excluded.worker,
@@ -235,9 +246,10 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
                    message      = NULL
                WHERE {fresh}
                   OR (r.tool = excluded.tool
-                      AND (NOT $4::boolean OR r.fingerprint = excluded.fingerprint)
-                      AND ((r.state = 0 AND r.lease_until <= excluded.created_at)
-                           OR (r.state = 2 AND r.steps ? '{approval}')))
+                      AND ((r.state = 0 AND r.lease_until <= excluded.created_at
+                            AND (NOT $4::boolean OR r.fingerprint = excluded.fingerprint))
+                           OR (r.state = 2 AND r.steps ? '{approval}'
+                               AND r.fingerprint = excluded.fingerprint)))
                RETURNING r.*
              )
              SELECT true, {record}, {now} FROM claimed
@@ -306,7 +318,8 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
                    state = $7, lease_until = $8, outcome = $9, completed_at = $10,
                    expires_at = $11, steps = $12::text::jsonb, requested_at = $13,
                    message = $14, namespace = $15, call_id = $16, run_id = $17,
-                   step = $18, args = $19, worker = $20, audit = $21::text::jsonb
+                   step = $18, args = $19, worker = $20, audit = $21::text::jsonb,
+                   ttl_ms = $22
                WHERE {expected}
                RETURNING key, fence
              ), {notify}
@@ -859,6 +872,9 @@ fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Record, CorruptR
             run_id: row.get(at + 16),
             step: row.get::<_, Option<i64>>(at + 17).map(|s| s as u64),
             args: row.get(at + 18),
+            ttl: row
+                .get::<_, Option<i64>>(at + 21)
+                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
         },
         worker: row.get(at + 19),
         audit,
@@ -1003,6 +1019,7 @@ impl Store for PostgresStore {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = millis(req.lease);
         let step = req.info.step.map(|s| s as i64);
+        let ttl = req.info.ttl.map(millis);
         // Normally one pass. A second is needed only when a concurrent
         // claim inserted or changed the row after this statement's snapshot
         // was taken, so neither branch of the statement saw it.
@@ -1024,6 +1041,7 @@ impl Store for PostgresStore {
                         &step,
                         &req.info.args,
                         &req.worker,
+                        &ttl,
                     ],
                 )
                 .await
@@ -1159,6 +1177,7 @@ impl Store for PostgresStore {
         let audit = serde_json::to_string(&new.audit).expect("an audit serializes");
         let info = &new.info;
         let step = info.step.map(|s| s as i64);
+        let ttl = info.ttl.map(millis);
         let written = self
             .fenced(
                 key,
@@ -1186,6 +1205,7 @@ impl Store for PostgresStore {
                     &info.args,
                     &new.worker,
                     &audit,
+                    &ttl,
                 ],
             )
             .await?;

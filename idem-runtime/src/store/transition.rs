@@ -128,7 +128,13 @@ pub fn answer(
         RecordState::InFlight { fence, lease_until } if lease_until > now => {
             Some(ClaimOutcome::InFlight { fence, lease_until })
         }
-        RecordState::AwaitingApproval { .. } if !record.steps.contains_key(APPROVAL_STEP) => {
+        // Not yet approved, or approved for other arguments (a natural key
+        // does not check them): only the arguments a person approved ever
+        // run under an approval, so this claim changes nothing.
+        RecordState::AwaitingApproval { .. }
+            if !record.steps.contains_key(APPROVAL_STEP)
+                || &record.fingerprint != req.fingerprint =>
+        {
             Some(ClaimOutcome::AwaitingApproval(record.clone()))
         }
         _ => None,

@@ -30,7 +30,9 @@ if h.state == 'c' then
   return {'completed', fmt(now), flat}
 end
 if h.state == 'a' then
-  if h[APPROVAL] == nil then
+  -- Not yet approved, or approved for other arguments (a natural key does
+  -- not check them): only the approved arguments ever run under it.
+  if h[APPROVAL] == nil or h.fp ~= ARGV[2] then
     return {'awaiting', fmt(now), flat}
   end
   -- Approved: this claim owns the key and runs the call under the recorded
