@@ -73,7 +73,102 @@ on_every_store![
     a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
     json_output_matches_the_documented_schema,
     bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
+    an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
 ];
+
+/// An unknown outcome is shown as kept until a person settles it, counted
+/// by age in `idem stats`, and `idem resolve --ttl` keeps the resolution as
+/// long as asked (a malformed TTL changes nothing).
+async fn an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for(
+    url: &str,
+) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let exec = executor(url, &app, Duration::ZERO).await;
+    let call_id = timed_out_charge(&exec, &app, &namespace).await;
+    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
+
+    let shown = idem.run(&["show", &key[..12]]).await;
+    let shown = shown.ok();
+    assert!(
+        shown.contains("until a person settles it") && shown.contains("never expires"),
+        "{shown}"
+    );
+    assert!(!shown.contains("Expires"), "{shown}");
+    let listed = idem
+        .run(&["ls", "--state", "unknown", "--namespace", &namespace])
+        .await;
+    assert!(
+        listed.ok().contains("waiting for a person for"),
+        "{}",
+        listed.stdout
+    );
+    let stats = idem.run(&["stats", "--json"]).await.json();
+    schema::check(&stats, "stats");
+    assert!(
+        stats["unknown_by_age"]["under_1h"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
+    assert!(stats["unknown_by_age"]["oldest"].is_string(), "{stats}");
+
+    let refused = idem
+        .run(&[
+            "resolve",
+            &key[..12],
+            "--failed",
+            "not charged",
+            "--ttl",
+            "soon",
+            "--by",
+            "ada",
+            "--reason",
+            "checked",
+        ])
+        .await;
+    refused.fails(2, "--ttl takes a duration");
+    let resolved = idem
+        .run(&[
+            "resolve",
+            &key[..12],
+            "--failed",
+            "not charged",
+            "--ttl",
+            "2h",
+            "--by",
+            "ada",
+            "--reason",
+            "the dashboard shows no charge",
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(resolved["status"], "failed");
+    let at = |field: &str| idem_cli_time(resolved[field].as_str().unwrap());
+    let kept = at("expires_at") - at("completed_at");
+    assert!((7_190_000..=7_210_000).contains(&kept), "kept {kept} ms");
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time as the program prints
+/// it (`2026-05-01T09:00:00.000Z`).
+fn idem_cli_time(text: &str) -> i64 {
+    let (date, time) = text.trim_end_matches('Z').split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
+    let (hms, milli) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms.split(':').map(|p| p.parse().unwrap()).collect();
+    // Days from civil (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    ((days * 24 + t[0]) * 60 + t[1]) * 60_000 + t[2] * 1000 + milli.parse::<i64>().unwrap()
+}
 
 fn ada() -> Charge {
     Charge {
