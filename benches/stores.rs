@@ -133,9 +133,26 @@ impl Store for Probe {
         k: &IdempotencyKey,
         e: Expected,
         n: Option<&Record>,
+        a: Option<&idem_runtime::audit::AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
         self.count();
-        self.inner.replace(k, e, n).await
+        self.inner.replace(k, e, n, a).await
+    }
+    async fn append_audit(
+        &self,
+        event: &idem_runtime::audit::AuditEvent,
+    ) -> Result<u64, StoreError> {
+        self.count();
+        self.inner.append_audit(event).await
+    }
+    async fn audit(
+        &self,
+        q: &idem_runtime::audit::AuditQuery,
+        c: Option<&str>,
+        l: usize,
+    ) -> Result<idem_runtime::audit::AuditPage, StoreError> {
+        self.count();
+        self.inner.audit(q, c, l).await
     }
     async fn scan(&self, c: Option<&str>, l: usize) -> Result<ScanPage, StoreError> {
         self.count();

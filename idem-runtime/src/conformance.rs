@@ -30,9 +30,12 @@ use std::time::Duration;
 
 use serde_json::json;
 
+mod audit;
 mod operations;
+pub use audit::*;
 pub use operations::*;
 
+use crate::audit::DEFAULT_AUDIT_RETENTION;
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, RecordState, StoredFailure};
@@ -78,6 +81,15 @@ pub trait Harness: Send + Sync + 'static {
     /// that the closed store refuses operations.
     fn reopen(&self) -> impl Future<Output = Option<Arc<Self::Store>>> + Send {
         std::future::ready(None)
+    }
+
+    /// The audit retention the store was opened with (default
+    /// [`DEFAULT_AUDIT_RETENTION`]). The retention case lets this much
+    /// time pass: a store on a server clock wants it short (a few seconds),
+    /// but longer than any other case takes, since their sweeps delete older
+    /// events in a shared database.
+    fn audit_retention(&self) -> Duration {
+        DEFAULT_AUDIT_RETENTION
     }
 }
 
@@ -889,6 +901,12 @@ macro_rules! store_conformance_tests {
             completed_record_is_replaced_and_deleted,
             unanswered_approval_request_expires,
             scan_returns_every_record_once,
+            audit_events_read_back_exactly_in_pages,
+            audit_is_filtered_by_key_and_time,
+            replace_appends_its_event_only_when_it_swaps,
+            audit_events_outlive_their_records,
+            audit_retention_sweeps_only_older_events,
+            concurrent_audit_appends_lose_none,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

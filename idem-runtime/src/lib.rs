@@ -9,6 +9,7 @@
 #[path = "macro_support.rs"]
 pub mod __macro_support;
 pub mod approval;
+pub mod audit;
 pub mod canonical;
 pub mod class;
 pub mod clock;

@@ -681,12 +681,28 @@ impl Operator {
             state,
         };
         self.store
-            .replace(&old.key, expected, new)
+            .replace(&old.key, expected, new, None)
             .await
             .map_err(|e| match e {
                 StoreError::StaleFence { key, .. } => OperatorError::Changed { key },
                 e => OperatorError::Store(e),
             })
+    }
+
+    /// Up to `limit` events of the store's audit log that `query` selects,
+    /// oldest first, starting where `cursor` says (`None`: from the
+    /// start); see [`Store::audit`]. The log keeps operator actions and
+    /// approval decisions after their records are gone.
+    pub async fn audit(
+        &self,
+        query: &crate::audit::AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::audit::AuditPage, OperatorError> {
+        self.store
+            .audit(query, cursor, limit)
+            .await
+            .map_err(OperatorError::Store)
     }
 }
 

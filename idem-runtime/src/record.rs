@@ -411,6 +411,14 @@ pub enum AuditAction {
     ResolvedSucceeded,
     /// Settled an unknown outcome (or a dead owner's call) as failed.
     ResolvedFailed,
+    /// Released an unknown outcome or a dead owner's call to run again.
+    Released,
+    /// Deleted a record.
+    Deleted,
+    /// The executor's approval policy approved a call.
+    ApprovedByPolicy,
+    /// The executor's approval policy denied a call.
+    DeniedByPolicy,
 }
 
 impl AuditAction {
@@ -421,6 +429,10 @@ impl AuditAction {
             AuditAction::Denied => "denied",
             AuditAction::ResolvedSucceeded => "resolved_succeeded",
             AuditAction::ResolvedFailed => "resolved_failed",
+            AuditAction::Released => "released",
+            AuditAction::Deleted => "deleted",
+            AuditAction::ApprovedByPolicy => "approved_by_policy",
+            AuditAction::DeniedByPolicy => "denied_by_policy",
         }
     }
 }

@@ -174,7 +174,19 @@ impl Store for BrokenStore {
         _: &IdempotencyKey,
         _: idem_runtime::store::Expected,
         _: Option<&Record>,
+        _: Option<&idem_runtime::audit::AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
+        self.fail()
+    }
+    async fn append_audit(&self, _: &idem_runtime::audit::AuditEvent) -> Result<u64, StoreError> {
+        self.fail()
+    }
+    async fn audit(
+        &self,
+        _: &idem_runtime::audit::AuditQuery,
+        _: Option<&str>,
+        _: usize,
+    ) -> Result<idem_runtime::audit::AuditPage, StoreError> {
         self.fail()
     }
     async fn scan(
@@ -1095,8 +1107,23 @@ impl Store for Probe {
         k: &IdempotencyKey,
         e: idem_runtime::store::Expected,
         n: Option<&Record>,
+        a: Option<&idem_runtime::audit::AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
-        self.inner.replace(k, e, n).await
+        self.inner.replace(k, e, n, a).await
+    }
+    async fn append_audit(
+        &self,
+        event: &idem_runtime::audit::AuditEvent,
+    ) -> Result<u64, StoreError> {
+        self.inner.append_audit(event).await
+    }
+    async fn audit(
+        &self,
+        query: &idem_runtime::audit::AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<idem_runtime::audit::AuditPage, StoreError> {
+        self.inner.audit(query, cursor, limit).await
     }
     async fn scan(
         &self,

@@ -29,14 +29,22 @@ async fn harness() -> Option<ServerClockHarness<PostgresStore>> {
     // pool of 16 connections; on a busy machine the last of them waited more
     // than the default 5 s for a connection and failed closed, which is
     // right under overload but not what the case is about.
-    let options = PostgresOptions::default().connect_timeout(Duration::from_secs(60));
+    // A short audit retention, for the retention case to wait out.
+    let audit_retention = Duration::from_secs(3);
+    let options = PostgresOptions::default()
+        .connect_timeout(Duration::from_secs(60))
+        .audit_retention(audit_retention);
     let store = PostgresStore::connect_with(&url, options.clone())
         .await
         .unwrap();
-    Some(ServerClockHarness::new(store).reopening(move || {
-        let (url, options) = (url.clone(), options.clone());
-        async move { PostgresStore::connect_with(&url, options).await.unwrap() }
-    }))
+    Some(
+        ServerClockHarness::new(store)
+            .with_audit_retention(audit_retention)
+            .reopening(move || {
+                let (url, options) = (url.clone(), options.clone());
+                async move { PostgresStore::connect_with(&url, options).await.unwrap() }
+            }),
+    )
 }
 
 idem_runtime::store_conformance_tests!(harness);

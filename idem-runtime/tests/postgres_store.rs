@@ -400,7 +400,7 @@ async fn a_database_written_by_schema_version_1_is_migrated_and_reads() {
         state: ExpectedState::InFlight,
     };
     store
-        .replace(&dead, expected, Some(&parked))
+        .replace(&dead, expected, Some(&parked), None)
         .await
         .unwrap()
         .unwrap();
@@ -433,7 +433,7 @@ async fn a_database_written_by_schema_version_1_is_migrated_and_reads() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 2);
+    assert_eq!(version, 3);
     let index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'idem_records_expiry'",

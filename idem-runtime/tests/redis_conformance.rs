@@ -3,24 +3,34 @@
 #![cfg(all(feature = "redis", feature = "test-servers"))]
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
-use idem_runtime::store::RedisStore;
+use idem_runtime::store::{RedisOptions, RedisStore};
 use idem_runtime::testing::{RedisServer, ServerClockHarness};
 
 static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
+
+/// Short enough for the retention case to wait out, longer than any other
+/// case takes (their sweeps trim every slot's audit stream).
+const AUDIT_RETENTION: Duration = Duration::from_secs(4);
+
+fn options() -> RedisOptions {
+    RedisOptions::default().audit_retention(AUDIT_RETENTION)
+}
 
 async fn harness() -> Option<ServerClockHarness<RedisStore>> {
     let url = tokio::task::spawn_blocking(|| SERVER.as_ref().map(RedisServer::url))
         .await
         .unwrap()?;
-    let store = RedisStore::connect(&url).await.unwrap();
+    let store = RedisStore::connect_with(&url, options()).await.unwrap();
     // Completed records expire through their key TTL.
     Some(
         ServerClockHarness::new(store)
             .expiring_natively()
+            .with_audit_retention(AUDIT_RETENTION)
             .reopening(move || {
                 let url = url.clone();
-                async move { RedisStore::connect(&url).await.unwrap() }
+                async move { RedisStore::connect_with(&url, options()).await.unwrap() }
             }),
     )
 }

@@ -140,6 +140,7 @@ async fn park(store: &RedisStore, key: &IdempotencyKey, fence: Fence, ttl: Durat
                 state: ExpectedState::InFlight,
             },
             Some(&record),
+            None,
         )
         .await
         .unwrap()
@@ -327,6 +328,7 @@ async fn an_approval_request_lapses_by_its_key_ttl_until_an_approved_claim_owns_
                 state: ExpectedState::AwaitingApproval,
             },
             Some(&approved),
+            None,
         )
         .await
         .unwrap();
@@ -615,6 +617,7 @@ async fn data_written_by_schema_version_1_is_migrated_and_reads() {
                 state: ExpectedState::Completed,
             },
             Some(&settled),
+            None,
         )
         .await
         .unwrap()

@@ -48,7 +48,12 @@ async fn park<S: Store + ?Sized>(
         message: "ask #payments-oncall".into(),
     };
     let new = store
-        .replace(key, expect(fence, ExpectedState::InFlight), Some(&record))
+        .replace(
+            key,
+            expect(fence, ExpectedState::InFlight),
+            Some(&record),
+            None,
+        )
         .await
         .expect("park")
         .expect("a fence for the new record");
@@ -119,8 +124,8 @@ pub async fn replace_swaps_only_the_record_it_expects<H: Harness>(h: H) {
         expect(fence, ExpectedState::AwaitingApproval),
         expect(fence, ExpectedState::LeaseExpired),
     ] {
-        assert_stale(store.replace(&key, wrong, Some(&other)).await);
-        assert_stale(store.replace(&key, wrong, None).await);
+        assert_stale(store.replace(&key, wrong, Some(&other), None).await);
+        assert_stale(store.replace(&key, wrong, None, None).await);
     }
     assert_eq!(store.get(&key).await.unwrap().unwrap(), before);
     assert_stale(
@@ -129,6 +134,7 @@ pub async fn replace_swaps_only_the_record_it_expects<H: Harness>(h: H) {
                 &random_key(),
                 expect(fence, ExpectedState::InFlight),
                 Some(&other),
+                None,
             )
             .await,
     );
@@ -143,7 +149,12 @@ pub async fn replace_swaps_only_the_record_it_expects<H: Harness>(h: H) {
     // The old fence cannot replace it again either.
     assert_stale(
         store
-            .replace(&key, expect(fence, ExpectedState::AwaitingApproval), None)
+            .replace(
+                &key,
+                expect(fence, ExpectedState::AwaitingApproval),
+                None,
+                None,
+            )
             .await,
     );
     assert_eq!(store.get(&key).await.unwrap().unwrap().fence(), parked);
@@ -196,6 +207,7 @@ pub async fn approved_call_is_claimed_once_with_its_approval<H: Harness>(h: H) {
             &key,
             expect(parked, ExpectedState::AwaitingApproval),
             Some(&approved(record, now)),
+            None,
         )
         .await
         .unwrap()
@@ -257,6 +269,7 @@ pub async fn replace_overrules_only_an_expired_lease<H: Harness>(h: H) {
                 &key,
                 expect(fence, ExpectedState::LeaseExpired),
                 Some(&settled),
+                None,
             )
             .await,
     );
@@ -270,6 +283,7 @@ pub async fn replace_overrules_only_an_expired_lease<H: Harness>(h: H) {
             &key,
             expect(fence, ExpectedState::LeaseExpired),
             Some(&settled),
+            None,
         )
         .await
         .unwrap();
@@ -333,6 +347,7 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
             &key,
             expect(fence, ExpectedState::Completed),
             Some(&settled),
+            None,
         )
         .await
         .unwrap()
@@ -346,12 +361,12 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
     // The old fence no longer matches.
     assert_stale(
         store
-            .replace(&key, expect(fence, ExpectedState::Completed), None)
+            .replace(&key, expect(fence, ExpectedState::Completed), None, None)
             .await,
     );
     assert_eq!(
         store
-            .replace(&key, expect(new, ExpectedState::Completed), None)
+            .replace(&key, expect(new, ExpectedState::Completed), None, None)
             .await
             .unwrap(),
         None

@@ -119,7 +119,7 @@ impl CallEnv<'_> {
             state: ExpectedState::InFlight,
         };
         store
-            .replace(&owner.key, expected, Some(&record))
+            .replace(&owner.key, expected, Some(&record), None)
             .await
             .map_err(err)?;
         tracing::info!(

@@ -1,8 +1,9 @@
 //! An in-memory store on a sharded concurrent map, for tests and
 //! single-process programs that do not need records to survive a restart.
 
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -13,6 +14,7 @@ use tokio::sync::Notify;
 
 use super::transition;
 use super::{ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
+use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{Fence, Outcome, Record};
@@ -51,6 +53,29 @@ pub struct MemoryStore {
     clock: Arc<dyn Clock>,
     fences: AtomicU64,
     closed: AtomicBool,
+    audit: Mutex<AuditLog>,
+    audit_retention: Duration,
+}
+
+/// The audit log of a [`MemoryStore`], in the order it is read.
+#[derive(Debug, Default)]
+struct AuditLog {
+    /// The seq of the last event appended.
+    last_seq: u64,
+    events: BTreeMap<(Timestamp, u64), AuditEvent>,
+}
+
+impl AuditLog {
+    fn append(&mut self, event: &AuditEvent) -> u64 {
+        self.last_seq += 1;
+        let seq = self.last_seq;
+        let event = AuditEvent {
+            seq: Some(seq),
+            ..event.clone()
+        };
+        self.events.insert((event.at, seq), event);
+        seq
+    }
 }
 
 #[derive(Debug)]
@@ -88,7 +113,16 @@ impl MemoryStore {
             clock,
             fences: AtomicU64::new(0),
             closed: AtomicBool::new(false),
+            audit: Mutex::default(),
+            audit_retention: DEFAULT_AUDIT_RETENTION,
         }
+    }
+
+    /// Keep audit events for `retention` (default
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] deletes older ones.
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
     }
 
     /// How many records are held (in flight, completed, or expired but not
@@ -116,6 +150,15 @@ impl MemoryStore {
         // Unique across the store's life, so a fence is never reused for a
         // key even after the key was released and claimed again.
         Fence(self.fences.fetch_add(1, Ordering::Relaxed) + 1)
+    }
+
+    /// Delete the audit events older than the retention at `now`.
+    fn sweep_audit(&self, now: Timestamp) {
+        if let Some(cutoff) = audit::retention_cutoff(now, self.audit_retention) {
+            let mut log = self.audit.lock().expect("not poisoned");
+            let kept = log.events.split_off(&(cutoff, 0));
+            log.events = kept;
+        }
     }
 
     /// [`Store::claim`], synchronously: a duplicate of a completed call
@@ -269,6 +312,7 @@ impl Store for MemoryStore {
         key: &IdempotencyKey,
         expected: Expected,
         new: Option<&Record>,
+        audit: Option<&AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
         self.open()?;
         let now = self.clock.now();
@@ -276,6 +320,11 @@ impl Store for MemoryStore {
             return transition::check_expected(None, key, expected, now).map(|()| None);
         };
         transition::check_expected(Some(&o.get().record), key, expected, now)?;
+        // Appended while the entry is held: nobody sees the swap without
+        // its event.
+        if let Some(event) = audit {
+            self.audit.lock().expect("not poisoned").append(event);
+        }
         match new {
             None => {
                 o.remove().wake();
@@ -364,6 +413,7 @@ impl Store for MemoryStore {
     async fn sweep(&self) -> Result<u64, StoreError> {
         self.open()?;
         let now = self.clock.now();
+        self.sweep_audit(now);
         // Not `retain`, which holds each shard's write lock while it walks
         // the shard and frees what it removes: the expired keys are found
         // under read locks (claims of records present go on), then removed
@@ -393,6 +443,46 @@ impl Store for MemoryStore {
     async fn now(&self) -> Result<Timestamp, StoreError> {
         self.open()?;
         Ok(self.clock.now())
+    }
+
+    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+        self.open()?;
+        Ok(self.audit.lock().expect("not poisoned").append(event))
+    }
+
+    /// Pages by position in the log; the cursor is the `at` and `seq` of
+    /// the page's last event.
+    async fn audit(
+        &self,
+        query: &AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, StoreError> {
+        use std::ops::Bound;
+        self.open()?;
+        let start = match cursor {
+            None => Bound::Unbounded,
+            Some(c) => Bound::Excluded(audit::parse_position_cursor(c).ok_or_else(|| {
+                StoreError::Config(format!("{c:?} is not an audit cursor of this store"))
+            })?),
+        };
+        let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
+        let log = self.audit.lock().expect("not poisoned");
+        let mut events: Vec<AuditEvent> = log
+            .events
+            .range((start, Bound::Unbounded))
+            .map(|(_, event)| event)
+            .filter(|event| query.matches(event))
+            .take(limit + 1)
+            .cloned()
+            .collect();
+        let more = events.len() > limit;
+        events.truncate(limit);
+        let cursor = more
+            .then(|| events.last())
+            .flatten()
+            .map(|e| audit::position_cursor(e.at, e.seq.unwrap_or_default()));
+        Ok(AuditPage { events, cursor })
     }
 
     /// Refuse every later operation with [`StoreError::Closed`] and wake the

@@ -15,7 +15,9 @@
 //! | [`Store::replace`] | an operator's or an approval's change: fenced compare-and-swap of a whole record |
 //! | [`Store::scan`] | read records a page at a time, for operators |
 //! | [`Store::wait`] | block until the record leaves the in-flight state |
-//! | [`Store::sweep`] | delete expired *completed* records |
+//! | [`Store::sweep`] | delete expired *completed* records (and audit events past their retention) |
+//! | [`Store::append_audit`] | append an event to the audit log, which outlives the records |
+//! | [`Store::audit`] | read the audit log a page at a time |
 //! | [`Store::close`] | finish pending writes, release connections; later operations fail with [`StoreError::Closed`] |
 //!
 //! Every mutation after the claim carries the owner's [`Fence`]; a mutation
@@ -34,6 +36,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
+use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CallInfoRef, Fence, Outcome, Record};
@@ -291,6 +294,11 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// awaiting approval or completed is kept until its `expires_at`; a
     /// completed one or a delete wakes the key's waiters.
     ///
+    /// With `audit`, the event is appended to the audit log (as by
+    /// [`Store::append_audit`]) in the same transaction as the swap: it is
+    /// in the log exactly when the swap happened, and a refused swap
+    /// appends nothing.
+    ///
     /// Used by the executor to park a call awaiting approval, and by
     /// [`Operator`](crate::operator::Operator) for every change it makes.
     async fn replace(
@@ -298,7 +306,31 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         key: &IdempotencyKey,
         expected: Expected,
         new: Option<&Record>,
+        audit: Option<&AuditEvent>,
     ) -> Result<Option<Fence>, StoreError>;
+
+    /// Append `event` to the store's audit log (its `seq` is ignored) and
+    /// return the `seq` the store gave it. The log is append-only: an
+    /// event is never rewritten, and stays until it is older than the
+    /// store's audit retention (see [`Store::sweep`]), whatever becomes of
+    /// its record. One round trip.
+    ///
+    /// Sequence numbers grow with every append to a store (on Redis, to one
+    /// of its slots: see `store::redis`), so among events of the same
+    /// instant they say which came first.
+    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError>;
+
+    /// Read up to `limit` audit events that `query` selects, oldest first
+    /// (by [`at`](AuditEvent::at), then [`seq`](AuditEvent::seq)), starting
+    /// where `cursor` says (`None`: from the start). Every event present
+    /// for the whole read is returned exactly once over the pages; a page
+    /// may hold fewer than `limit`, even none, before the last.
+    async fn audit(
+        &self,
+        query: &AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, StoreError>;
 
     /// Read up to about `limit` records, starting where `cursor` says
     /// (`None`: from the start), without expired ones. Every record present
@@ -331,6 +363,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
 
     /// Delete every completed record, and every approval request, past its
     /// expiry; in-flight records are never touched. Returns how many were deleted.
+    ///
+    /// Also deletes the audit events older than the store's audit retention
+    /// (by the store's clock; never a younger one), without counting them.
     async fn sweep(&self) -> Result<u64, StoreError>;
 
     /// The store's current time (the server clock for remote stores), used
@@ -399,8 +434,20 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         key: &IdempotencyKey,
         expected: Expected,
         new: Option<&Record>,
+        audit: Option<&AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
-        (**self).replace(key, expected, new).await
+        (**self).replace(key, expected, new, audit).await
+    }
+    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+        (**self).append_audit(event).await
+    }
+    async fn audit(
+        &self,
+        query: &AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, StoreError> {
+        (**self).audit(query, cursor, limit).await
     }
     async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         (**self).scan(cursor, limit).await

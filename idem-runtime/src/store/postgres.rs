@@ -49,6 +49,7 @@ use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio_postgres::error::SqlState;
+use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
 use super::redact::redact;
@@ -57,6 +58,7 @@ use super::{
     transition, Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, ScanPage,
     Store, StoreError, Takeover,
 };
+use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{
@@ -68,8 +70,12 @@ use crate::record::{
 /// worker and the operator audit; a version 1 schema is migrated on
 /// connect (its records read unchanged), and a version 1 build refuses a
 /// version 2 schema rather than misreading a record it does not know.
-/// Version 3 (idem 0.3) records the tool's TTL with each call
-/// (`ttl_ms`), what decisions about it are kept for.
+///
+/// Version 3 (idem 0.3) records the tool's TTL with each call (`ttl_ms`),
+/// what decisions about it are kept for; adds the audit log (table
+/// `idem_audit`); and keeps completed records with an unknown outcome until
+/// a person settles them: the migration gives those already stored the
+/// longest retention the store writes.
 pub const SCHEMA_VERSION: u32 = 3;
 
 // Every migration step moves the schema one version.
@@ -120,9 +126,22 @@ const MIGRATIONS: &[&str] = &[
          ADD CONSTRAINT idem_records_state_check CHECK (state IN (0, 1, 2)) NOT VALID;
      DROP INDEX idem_records_expiry;
      CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state IN (1, 2);",
-    // The tool's TTL, recorded at the first claim: what decisions about the
-    // call (approvals, denials, resolutions) are kept for.
-    "ALTER TABLE idem_records ADD COLUMN ttl_ms bigint;",
+    // The tool's TTL, recorded at the first claim (what decisions about
+    // the call are kept for); the audit log; and unknown outcomes kept
+    // until a person settles them: those stored with a retention get the
+    // longest the store writes (`MAX_SPAN_MILLIS`, 2^52 ms, from now).
+    "ALTER TABLE idem_records ADD COLUMN ttl_ms bigint;
+     CREATE TABLE idem_audit (
+         seq   bigserial PRIMARY KEY,
+         at    bigint NOT NULL,
+         key   text NOT NULL,
+         event text NOT NULL
+     );
+     CREATE INDEX idem_audit_key ON idem_audit (key, seq);
+     CREATE INDEX idem_audit_at ON idem_audit (at);
+     UPDATE idem_records
+     SET expires_at = 4503599627370496 + floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint
+     WHERE state = 1 AND outcome::jsonb ->> 'status' = 'unknown';",
 ];
 
 /// How many expired records one sweep statement deletes at most.
@@ -371,6 +390,7 @@ static SQL: LazyLock<Sql> = LazyLock::new(|| {
 pub struct PostgresOptions {
     pool_size: u32,
     connect_timeout: Duration,
+    audit_retention: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -378,6 +398,7 @@ impl Default for PostgresOptions {
         PostgresOptions {
             pool_size: 16,
             connect_timeout: Duration::from_secs(5),
+            audit_retention: DEFAULT_AUDIT_RETENTION,
         }
     }
 }
@@ -395,6 +416,14 @@ impl PostgresOptions {
         self.connect_timeout = timeout;
         self
     }
+
+    /// Keep audit events for `retention` (default
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] deletes older ones,
+    /// judged by the server's clock.
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
+    }
 }
 
 /// Records in PostgreSQL. See the [module docs](self).
@@ -404,6 +433,7 @@ pub struct PostgresStore {
     name: String,
     waiters: Arc<Waiters>,
     listener: tokio::task::JoinHandle<()>,
+    audit_retention: Duration,
 }
 
 impl fmt::Debug for PostgresStore {
@@ -625,6 +655,7 @@ impl PostgresStore {
             name,
             waiters,
             listener,
+            audit_retention: options.audit_retention,
         })
     }
 
@@ -664,6 +695,17 @@ impl PostgresStore {
             .query(statement(&conn), params)
             .await
             .map_err(|e| self.error(e))?;
+        self.fenced_answer(key, fence, &rows)
+    }
+
+    /// What a fenced write's rows say: the new fence of a replace, or the
+    /// rejection when it matched nothing.
+    fn fenced_answer(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        rows: &[Row],
+    ) -> Result<Option<Fence>, StoreError> {
         let Some(row) = rows.first() else {
             return Err(StoreError::StaleFence {
                 key: key.clone(),
@@ -898,6 +940,59 @@ fn encode_steps(steps: &BTreeMap<String, Value>) -> String {
 /// would read back as a negative, long past, one).
 fn stored(t: Timestamp) -> i64 {
     t.0.min(i64::MAX as u64) as i64
+}
+
+/// A record's columns as a replace writes them (`$4` to `$22`).
+struct RecordColumns<'a> {
+    record: &'a Record,
+    fingerprint: &'a str,
+    created_at: i64,
+    state: StateColumns<'a>,
+    steps: String,
+    audit: String,
+    step: Option<i64>,
+    ttl: Option<i64>,
+}
+
+impl<'a> RecordColumns<'a> {
+    fn of(record: &'a Record) -> Self {
+        RecordColumns {
+            record,
+            fingerprint: record.fingerprint.as_str(),
+            created_at: stored(record.created_at),
+            state: StateColumns::of(&record.state),
+            steps: encode_steps(&record.steps),
+            audit: serde_json::to_string(&record.audit).expect("an audit serializes"),
+            step: record.info.step.map(|s| s as i64),
+            ttl: record.info.ttl.map(millis),
+        }
+    }
+
+    /// Append the parameters `$4` to `$22`, in the statement's order.
+    fn push<'p>(&'p self, params: &mut Vec<&'p (dyn ToSql + Sync)>) {
+        let (r, c, info) = (self.record, &self.state, &self.record.info);
+        params.extend([
+            &r.tool as &(dyn ToSql + Sync),
+            &self.fingerprint,
+            &self.created_at,
+            &c.state,
+            &c.lease_until,
+            &c.outcome,
+            &c.completed_at,
+            &c.expires_at,
+            &self.steps,
+            &c.requested_at,
+            &c.message,
+            &info.namespace,
+            &info.call_id,
+            &info.run_id,
+            &self.step,
+            &info.args,
+            &r.worker,
+            &self.audit,
+            &self.ttl,
+        ]);
+    }
 }
 
 /// The columns a record's state is stored in (the rest are `NULL`).
@@ -1159,59 +1254,33 @@ impl Store for PostgresStore {
         key: &IdempotencyKey,
         expected: Expected,
         new: Option<&Record>,
+        audit: Option<&AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
         let (fence, state) = (expected.fence.0 as i64, expected_state(expected.state));
-        let Some(new) = new else {
-            return self
-                .fenced(
-                    key,
-                    expected.fence,
-                    |c| &c.remove,
-                    &[&key.as_str(), &fence, &state],
-                )
-                .await
-                .map(|_| None);
-        };
-        let columns = StateColumns::of(&new.state);
-        let steps = encode_steps(&new.steps);
-        let audit = serde_json::to_string(&new.audit).expect("an audit serializes");
-        let info = &new.info;
-        let step = info.step.map(|s| s as i64);
-        let ttl = info.ttl.map(millis);
-        let written = self
-            .fenced(
-                key,
-                expected.fence,
-                |c| &c.replace,
-                &[
-                    &key.as_str(),
-                    &fence,
-                    &state,
-                    &new.tool,
-                    &new.fingerprint.as_str(),
-                    &stored(new.created_at),
-                    &columns.state,
-                    &columns.lease_until,
-                    &columns.outcome,
-                    &columns.completed_at,
-                    &columns.expires_at,
-                    &steps,
-                    &columns.requested_at,
-                    &columns.message,
-                    &info.namespace,
-                    &info.call_id,
-                    &info.run_id,
-                    &step,
-                    &info.args,
-                    &new.worker,
-                    &audit,
-                    &ttl,
-                ],
-            )
-            .await?;
-        match written {
-            Some(fence) => Ok(Some(fence)),
-            None => Err(self.protocol("a replace returned no fence")),
+        let key_text = key.as_str();
+        let columns = new.map(RecordColumns::of);
+        let event = audit.map(|e| (stored(e.at), audit_text(e)));
+        let mut params: Vec<&(dyn ToSql + Sync)> = vec![&key_text, &fence, &state];
+        if let Some(columns) = &columns {
+            columns.push(&mut params);
+        }
+        if let Some((at, text)) = &event {
+            params.push(at);
+            params.push(text);
+        }
+        let conn = self.conn().await?;
+        let rows = match (new.is_some(), event.is_some()) {
+            (true, false) => conn.client.query(&conn.replace, &params).await,
+            (false, false) => conn.client.query(&conn.remove, &params).await,
+            // Operator actions, rare: not prepared per connection.
+            (true, true) => conn.client.query(&AUDITED_SQL.replace, &params).await,
+            (false, true) => conn.client.query(&AUDITED_SQL.remove, &params).await,
+        }
+        .map_err(|e| self.error(e))?;
+        match (self.fenced_answer(key, expected.fence, &rows)?, new) {
+            (Some(fence), Some(_)) => Ok(Some(fence)),
+            (None, Some(_)) => Err(self.protocol("a replace returned no fence")),
+            (_, None) => Ok(None),
         }
     }
 
@@ -1251,6 +1320,7 @@ impl Store for PostgresStore {
 
     async fn sweep(&self) -> Result<u64, StoreError> {
         let conn = self.conn().await?;
+        self.sweep_audit(&conn).await?;
         let mut total = 0;
         loop {
             let n = conn
@@ -1263,6 +1333,74 @@ impl Store for PostgresStore {
                 return Ok(total);
             }
         }
+    }
+
+    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+        let conn = self.conn().await?;
+        let row = conn
+            .client
+            .query_one(
+                AUDIT_APPEND,
+                &[&stored(event.at), &event.key.as_str(), &audit_text(event)],
+            )
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(row.get::<_, i64>(0) as u64)
+    }
+
+    /// Pages by position in the log; the cursor is the `at` and `seq` of
+    /// the page's last event.
+    async fn audit(
+        &self,
+        query: &AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, StoreError> {
+        let (after_at, after_seq) = match cursor {
+            None => (-1, 0),
+            Some(c) => audit::parse_position_cursor(c)
+                .map(|(at, seq)| (stored(at), seq as i64))
+                .ok_or_else(|| {
+                    StoreError::Config(format!("{c:?} is not an audit cursor of {}", self.name))
+                })?,
+        };
+        let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
+        let conn = self.conn().await?;
+        let rows = conn
+            .client
+            .query(
+                AUDIT_PAGE,
+                &[
+                    &after_at,
+                    &after_seq,
+                    &query.key.as_ref().map(|k| k.as_str()),
+                    &query.since.map_or(i64::MIN, stored),
+                    &query.until.map_or(i64::MAX, stored),
+                    &(limit as i64 + 1),
+                ],
+            )
+            .await
+            .map_err(|e| self.error(e))?;
+        let mut events = Vec::with_capacity(rows.len());
+        for row in &rows {
+            let seq: i64 = row.get(0);
+            let event: AuditEvent =
+                serde_json::from_str(row.get(1)).map_err(|e| CorruptRecord {
+                    key: format!("audit event {seq}"),
+                    detail: e.to_string(),
+                })?;
+            events.push(AuditEvent {
+                seq: Some(seq as u64),
+                ..event
+            });
+        }
+        let more = events.len() > limit;
+        events.truncate(limit);
+        let cursor = more
+            .then(|| events.last())
+            .flatten()
+            .map(|e| audit::position_cursor(e.at, e.seq.unwrap_or_default()));
+        Ok(AuditPage { events, cursor })
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
@@ -1292,6 +1430,90 @@ impl PostgresStore {
         StoreError::Unavailable {
             store: self.name.clone(),
             cause: what.into(),
+        }
+    }
+}
+
+// The audit log (schema version 3). Its statements are sent unprepared:
+// operators' actions are rare, and every pooled connection need not
+// prepare them.
+
+/// Append an event; returns its seq.
+const AUDIT_APPEND: &str =
+    "INSERT INTO idem_audit (at, key, event) VALUES ($1, $2, $3) RETURNING seq";
+
+/// A page of events after the position (`$1` at, `$2` seq), of key `$3`
+/// (all keys when `NULL`), at or after `$4` and before `$5`.
+const AUDIT_PAGE: &str = "SELECT seq, event FROM idem_audit
+     WHERE (at > $1 OR (at = $1 AND seq > $2))
+       AND ($3::text IS NULL OR key = $3::text)
+       AND at >= $4 AND at < $5
+     ORDER BY at, seq
+     LIMIT $6";
+
+/// Delete at most `$2` events older than `$1` milliseconds by the
+/// server's clock; returns how many went.
+static AUDIT_SWEEP: LazyLock<String> = LazyLock::new(|| {
+    "DELETE FROM idem_audit WHERE seq IN (
+         SELECT seq FROM idem_audit WHERE at < {now} - $1 ORDER BY at LIMIT $2
+     )"
+    .replace(
+        "{now}",
+        "floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint",
+    )
+});
+
+/// The replace and remove statements, each also appending an event (at
+/// `$23`, text `$24` for a replace; `$4`, `$5` for a remove) from the same
+/// statement, for exactly the row it changed: a refused swap changes no
+/// row and appends nothing.
+struct AuditedSql {
+    replace: String,
+    remove: String,
+}
+
+static AUDITED_SQL: LazyLock<AuditedSql> = LazyLock::new(|| {
+    let audited = |statement: &str, at: &str, event: &str| {
+        let anchor = "), notified AS (";
+        assert_eq!(statement.matches(anchor).count(), 1, "one notify CTE");
+        statement.replace(
+            anchor,
+            &format!(
+                "), audited AS (
+                   INSERT INTO idem_audit (at, key, event)
+                   SELECT {at}::bigint, changed.key, {event}::text FROM changed
+                 ), notified AS ("
+            ),
+        )
+    };
+    AuditedSql {
+        replace: audited(&SQL.replace, "$23", "$24"),
+        remove: audited(&SQL.remove, "$4", "$5"),
+    }
+});
+
+/// An event as stored: JSON without its seq (the column holds it).
+fn audit_text(event: &AuditEvent) -> String {
+    let stored = AuditEvent {
+        seq: None,
+        ..event.clone()
+    };
+    serde_json::to_string(&stored).expect("an audit event serializes")
+}
+
+impl PostgresStore {
+    /// Delete the audit events older than the retention, in batches.
+    async fn sweep_audit(&self, conn: &Conn) -> Result<(), StoreError> {
+        let retention = millis(self.audit_retention);
+        loop {
+            let n = conn
+                .client
+                .execute(AUDIT_SWEEP.as_str(), &[&retention, &SWEEP_BATCH])
+                .await
+                .map_err(|e| self.error(e))?;
+            if n < SWEEP_BATCH as u64 {
+                return Ok(());
+            }
         }
     }
 }

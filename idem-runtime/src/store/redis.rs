@@ -30,6 +30,17 @@
 //!   swept). A record awaiting approval lapses the same way. Redis deletes
 //!   expired records itself, so [`Store::sweep`] has nothing to do and
 //!   returns 0.
+//! * The audit log is a stream per slot, `PREFIX:{SLOT}:audit` (see the top
+//!   of `store/redis/audit.lua`), beside the slot's records, so the replace
+//!   script appends an operator's event in the same script as its swap.
+//!   An event's `seq` comes from a counter per slot, so it grows with the
+//!   appends to one slot, not across them. Events are read oldest first by
+//!   stream id, which is the event's `at` unless an event with a later
+//!   `at` was appended to the slot before it; a read for one key reads its
+//!   slot, a read of every key merges the 4,096 streams (pipelined, 512
+//!   slots a round trip). [`Store::sweep`] trims each stream to the events
+//!   younger than the retention (`XTRIM MINID`, by the server's clock),
+//!   returning 0 still.
 //! * Waiters are woken by pub/sub: the complete, release and replace
 //!   scripts publish the key on `PREFIX:done`, and one subscriber connection
 //!   per store wakes the local waiters of that key, typically within a
@@ -113,6 +124,7 @@ use super::{
     Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, ScanPage, Store,
     StoreError, Takeover,
 };
+use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record, RecordState};
@@ -157,6 +169,18 @@ macro_rules! script {
     };
 }
 
+/// A script that appends to the audit log: [`script!`] with
+/// `redis/audit.lua` between the shared part and the script's own.
+macro_rules! audited_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("redis/common.lua"),
+            include_str!("redis/audit.lua"),
+            include_str!(concat!("redis/", $file))
+        )
+    };
+}
+
 /// How to connect a [`RedisStore`].
 #[derive(Debug, Clone)]
 pub struct RedisOptions {
@@ -166,6 +190,7 @@ pub struct RedisOptions {
     /// Replicas that must hold a write before it counts, and how long to
     /// wait for them.
     replicas: Option<(u32, Duration)>,
+    audit_retention: Duration,
 }
 
 impl Default for RedisOptions {
@@ -175,6 +200,7 @@ impl Default for RedisOptions {
             connection_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(5),
             replicas: None,
+            audit_retention: DEFAULT_AUDIT_RETENTION,
         }
     }
 }
@@ -218,6 +244,14 @@ impl RedisOptions {
         self.replicas = (replicas > 0).then_some((replicas, timeout));
         self
     }
+
+    /// Keep audit events for `retention` (default
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] trims older ones,
+    /// judged by the server's clock.
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
+    }
 }
 
 /// Records in Redis. See the [module docs](self).
@@ -231,6 +265,7 @@ pub struct RedisStore {
     waiters: Arc<Waiters>,
     subscriber: tokio::task::JoinHandle<()>,
     replicas: Option<(u32, Duration)>,
+    audit_retention: Duration,
 }
 
 struct Scripts {
@@ -241,6 +276,7 @@ struct Scripts {
     release: Script,
     replace: Script,
     get: Script,
+    append_audit: Script,
 }
 
 impl Scripts {
@@ -251,12 +287,13 @@ impl Scripts {
             renew: Script::new(script!("renew.lua")),
             complete: Script::new(script!("complete.lua")),
             release: Script::new(script!("release.lua")),
-            replace: Script::new(script!("replace.lua")),
+            replace: Script::new(audited_script!("replace.lua")),
             get: Script::new(script!("get.lua")),
+            append_audit: Script::new(audited_script!("append_audit.lua")),
         }
     }
 
-    fn all(&self) -> [&Script; 7] {
+    fn all(&self) -> [&Script; 8] {
         [
             &self.claim,
             &self.checkpoint,
@@ -265,6 +302,7 @@ impl Scripts {
             &self.release,
             &self.replace,
             &self.get,
+            &self.append_audit,
         ]
     }
 }
@@ -412,6 +450,7 @@ impl RedisStore {
             waiters,
             subscriber,
             replicas: options.replicas,
+            audit_retention: options.audit_retention,
         })
     }
 
@@ -1012,6 +1051,7 @@ impl Store for RedisStore {
         key: &IdempotencyKey,
         expected: Expected,
         new: Option<&Record>,
+        audit: Option<&AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
         let state: &[u8] = match expected.state {
             ExpectedState::InFlight => b"f",
@@ -1027,17 +1067,16 @@ impl Store for RedisStore {
             self.channel.as_bytes(),
             key.as_str().as_bytes(),
         ];
+        let mut keys = vec![self.fence_key(key), self.index_key(key)];
+        let event = audit.map(|event| (event.at.as_millis().to_string(), audit_text(event)));
+        if let Some((at, text)) = &event {
+            keys.extend(self.audit_keys(key));
+            args.extend([at.as_bytes(), text.as_bytes()]);
+        }
         for (name, value) in &fields {
             args.extend([name.as_bytes(), value.as_bytes()]);
         }
-        let reply = self
-            .run(
-                &self.scripts.replace,
-                key,
-                &[self.fence_key(key), self.index_key(key)],
-                &args,
-            )
-            .await?;
+        let reply = self.run(&self.scripts.replace, key, &keys, &args).await?;
         match (reply.first().and_then(text).as_deref(), new) {
             (Some("ok"), None) => Ok(None),
             (Some("ok"), Some(_)) => match reply.get(1).and_then(number) {
@@ -1170,7 +1209,118 @@ impl Store for RedisStore {
         // Completed records and approval requests carry a key TTL: Redis
         // deletes them itself.
         self.conn()?;
+        self.sweep_audit().await?;
         Ok(0)
+    }
+
+    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+        let (at, body) = (event.at.as_millis().to_string(), audit_text(event));
+        let reply = self
+            .run(
+                &self.scripts.append_audit,
+                &event.key,
+                &self.audit_keys(&event.key),
+                &[
+                    at.as_bytes(),
+                    event.key.as_str().as_bytes(),
+                    body.as_bytes(),
+                ],
+            )
+            .await?;
+        match (
+            reply.first().and_then(text).as_deref(),
+            reply.get(1).and_then(number),
+        ) {
+            (Some("ok"), Some(seq)) => Ok(seq),
+            _ => Err(self.protocol("append_audit without a seq")),
+        }
+    }
+
+    /// Reads one slot's stream for a query by key, otherwise merges every
+    /// slot's (see the [module docs](self)); the cursor is the stream id
+    /// and slot of the page's last event.
+    async fn audit(
+        &self,
+        query: &AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, StoreError> {
+        let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
+        let after = match cursor {
+            None => None,
+            Some(c) => Some(parse_audit_cursor(c).ok_or_else(|| {
+                StoreError::Config(format!("{c:?} is not an audit cursor of {}", self.name))
+            })?),
+        };
+        let mut conn = self.conn()?;
+        let slots: Vec<u16> = match &query.key {
+            Some(key) => vec![u16::from_str_radix(slot(key), 16).expect("keys are hex")],
+            None => (0..SLOTS).collect(),
+        };
+        // Read each slot from where the page starts in it, until it has
+        // `limit + 1` of the query's events or ends; the page is the first
+        // of their merge.
+        let mut found: Vec<(StreamId, u16, AuditEvent)> = Vec::new();
+        let mut reading: Vec<(u16, String)> = slots
+            .iter()
+            .map(|&s| (s, audit_start(query, after, s)))
+            .collect();
+        let end = match query.until {
+            Some(Timestamp(0)) => return Ok(AuditPage::default()),
+            Some(until) => format!("({}-0", until.as_millis()),
+            None => "+".to_owned(),
+        };
+        let mut wanted: BTreeMap<u16, usize> = slots.iter().map(|&s| (s, limit + 1)).collect();
+        while !reading.is_empty() {
+            let mut next = Vec::new();
+            for window in reading.chunks(usize::from(COUNT_WINDOW)) {
+                let cmds = window.iter().map(|(s, start)| {
+                    let mut cmd = redis::cmd("XRANGE");
+                    cmd.arg(audit_key(&self.prefix, *s))
+                        .arg(start)
+                        .arg(&end)
+                        .arg("COUNT")
+                        .arg(limit + 1);
+                    cmd
+                });
+                let replies: Vec<RedisValue> = self.batch(&mut conn, cmds.collect()).await?;
+                for ((s, _), reply) in window.iter().zip(replies) {
+                    let entries = self.stream_entries(reply)?;
+                    let full = entries.len() > limit;
+                    let mut last = None;
+                    for entry in entries {
+                        last = Some(entry.id);
+                        if query.key.as_ref().is_some_and(|k| k.as_str() != entry.key) {
+                            continue;
+                        }
+                        let (id, event) = (entry.id, entry.decode()?);
+                        if query.matches(&event) {
+                            found.push((id, *s, event));
+                            let left = wanted.get_mut(s).expect("every slot read is wanted");
+                            *left -= 1;
+                            if *left == 0 {
+                                break;
+                            }
+                        }
+                    }
+                    if let (true, Some(last)) = (full && wanted[s] > 0, last) {
+                        next.push((*s, format!("({}-{}", last.0, last.1)));
+                    }
+                }
+            }
+            reading = next;
+        }
+        found.sort_by_key(|(id, s, _)| (*id, *s));
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let cursor = more
+            .then(|| found.last())
+            .flatten()
+            .map(|(id, s, _)| format!("{}-{}@{s:03x}", id.0, id.1));
+        Ok(AuditPage {
+            events: found.into_iter().map(|(_, _, event)| event).collect(),
+            cursor,
+        })
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {
@@ -1195,6 +1345,84 @@ impl Store for RedisStore {
 }
 
 impl RedisStore {
+    /// The audit stream and counter of the slot of `key`.
+    fn audit_keys(&self, key: &IdempotencyKey) -> [String; 2] {
+        let slot = slot(key);
+        [
+            format!("{}:{{{slot}}}:audit", self.prefix),
+            format!("{}:{{{slot}}}:audit_seq", self.prefix),
+        ]
+    }
+
+    /// The entries of an `XRANGE` reply.
+    fn stream_entries(&self, reply: RedisValue) -> Result<Vec<AuditEntry>, StoreError> {
+        let RedisValue::Array(entries) = reply else {
+            return Err(self.protocol("XRANGE"));
+        };
+        let mut out = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let RedisValue::Array(parts) = entry else {
+                return Err(self.protocol("XRANGE entry"));
+            };
+            let id = parts
+                .first()
+                .and_then(text)
+                .as_deref()
+                .and_then(parse_stream_id)
+                .ok_or_else(|| self.protocol("XRANGE entry id"))?;
+            let fields: Vec<RedisValue> = match parts.into_iter().nth(1) {
+                Some(RedisValue::Array(fields)) => fields,
+                Some(RedisValue::Map(pairs)) => {
+                    pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()
+                }
+                _ => return Err(self.protocol("XRANGE entry fields")),
+            };
+            let mut entry = AuditEntry {
+                id,
+                seq: String::new(),
+                key: String::new(),
+                event: String::new(),
+            };
+            for pair in fields.chunks(2) {
+                match (
+                    pair.first().and_then(text).as_deref(),
+                    pair.get(1).and_then(text),
+                ) {
+                    (Some("seq"), Some(v)) => entry.seq = v,
+                    (Some("key"), Some(v)) => entry.key = v,
+                    (Some("event"), Some(v)) => entry.event = v,
+                    _ => {}
+                }
+            }
+            out.push(entry);
+        }
+        Ok(out)
+    }
+
+    /// Trim every slot's audit stream to the events younger than the
+    /// retention, 512 slots a round trip.
+    async fn sweep_audit(&self) -> Result<(), StoreError> {
+        let now = self.now().await?;
+        let Some(cutoff) = audit::retention_cutoff(now, self.audit_retention) else {
+            return Ok(());
+        };
+        let mut conn = self.conn()?;
+        let mut slot = 0;
+        while slot < SLOTS {
+            let window = slot..(slot + COUNT_WINDOW).min(SLOTS);
+            slot = window.end;
+            let cmds = window.map(|s| {
+                let mut cmd = redis::cmd("XTRIM");
+                cmd.arg(audit_key(&self.prefix, s))
+                    .arg("MINID")
+                    .arg(cutoff.as_millis());
+                cmd
+            });
+            let _: Vec<u64> = self.batch(&mut conn, cmds.collect()).await?;
+        }
+        Ok(())
+    }
+
     fn ok(
         &self,
         key: &IdempotencyKey,
@@ -1205,5 +1433,77 @@ impl RedisStore {
             Some("ok") => Ok(()),
             _ => Err(self.rejection(key, fence, reply)),
         }
+    }
+}
+
+/// A stream entry id: milliseconds and sequence.
+type StreamId = (u64, u64);
+
+fn parse_stream_id(id: &str) -> Option<StreamId> {
+    let (ms, n) = id.split_once('-')?;
+    Some((ms.parse().ok()?, n.parse().ok()?))
+}
+
+/// The audit stream of `slot`.
+fn audit_key(prefix: &str, slot: u16) -> String {
+    format!("{prefix}:{{{slot:03x}}}:audit")
+}
+
+/// Where an audit page resumes: after the entry with this id in this slot
+/// (`ID@SLOT`).
+fn parse_audit_cursor(cursor: &str) -> Option<(StreamId, u16)> {
+    let (id, slot) = cursor.split_once('@')?;
+    let slot = u16::from_str_radix(slot, 16).ok().filter(|s| *s < SLOTS)?;
+    Some((parse_stream_id(id)?, slot))
+}
+
+/// The `XRANGE` start of `slot` for a page of `query` after `after`:
+/// entries merge in (id, slot) order, so a slot after the cursor's starts
+/// at its id, the others just past it; never before `query.since`.
+fn audit_start(query: &AuditQuery, after: Option<(StreamId, u16)>, slot: u16) -> String {
+    let since = query.since.map_or((0, 0), |t| (t.as_millis(), 0));
+    match after {
+        Some((id, s)) if id >= since => match slot > s {
+            true => format!("{}-{}", id.0, id.1),
+            false => format!("({}-{}", id.0, id.1),
+        },
+        _ => format!("{}-{}", since.0, since.1),
+    }
+}
+
+/// An event as stored: JSON without its seq (the entry's field holds it).
+fn audit_text(event: &AuditEvent) -> String {
+    let stored = AuditEvent {
+        seq: None,
+        ..event.clone()
+    };
+    json(&stored)
+}
+
+/// One entry of a slot's audit stream, its fields as stored.
+struct AuditEntry {
+    id: StreamId,
+    seq: String,
+    key: String,
+    event: String,
+}
+
+impl AuditEntry {
+    /// The event, its seq from the entry's field.
+    fn decode(&self) -> Result<AuditEvent, CorruptRecord> {
+        let corrupt = |detail: String| CorruptRecord {
+            key: format!("audit entry {}-{}", self.id.0, self.id.1),
+            detail,
+        };
+        let seq: u64 = self
+            .seq
+            .parse()
+            .map_err(|e| corrupt(format!("field seq: {e}")))?;
+        let event: AuditEvent =
+            serde_json::from_str(&self.event).map_err(|e| corrupt(format!("field event: {e}")))?;
+        Ok(AuditEvent {
+            seq: Some(seq),
+            ..event
+        })
     }
 }

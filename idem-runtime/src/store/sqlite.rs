@@ -70,6 +70,7 @@ use tokio::sync::{oneshot, Semaphore};
 use super::transition;
 use super::waiters::Waiters;
 use super::{Cause, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
+use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record};
@@ -79,7 +80,11 @@ use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record};
 /// the stored record; a version 1 file is migrated in place on open (its
 /// records read unchanged), and a version 1 build refuses a version 2 file
 /// rather than misreading a record it does not know.
-pub const SCHEMA_VERSION: u32 = 2;
+///
+/// Version 3 adds the audit log (table `idem_audit`), and keeps completed
+/// records with an unknown outcome until a person settles them: the
+/// migration from 1 or 2 clears the expiry of those already stored.
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// How many bytes of decoded completed records a store keeps unless
 /// [`SqliteOptions::record_cache`] says otherwise.
@@ -163,6 +168,7 @@ pub struct SqliteOptions {
     readers: usize,
     record_cache: usize,
     clock: Arc<dyn Clock>,
+    audit_retention: Duration,
 }
 
 impl Default for SqliteOptions {
@@ -174,6 +180,7 @@ impl Default for SqliteOptions {
             readers: 4,
             record_cache: DEFAULT_RECORD_CACHE,
             clock: Arc::new(SystemClock),
+            audit_retention: DEFAULT_AUDIT_RETENTION,
         }
     }
 }
@@ -186,6 +193,7 @@ impl fmt::Debug for SqliteOptions {
             .field("max_size", &self.max_size)
             .field("readers", &self.readers)
             .field("record_cache", &self.record_cache)
+            .field("audit_retention", &self.audit_retention)
             .finish_non_exhaustive()
     }
 }
@@ -238,6 +246,13 @@ impl SqliteOptions {
         self.clock = clock;
         self
     }
+
+    /// Keep audit events for `retention` (default
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] deletes older ones.
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
+    }
 }
 
 /// Records in one SQLite file. See the [module docs](self).
@@ -265,6 +280,7 @@ struct Shared {
     name: String,
     busy_timeout: Duration,
     clock: Arc<dyn Clock>,
+    audit_retention: Duration,
     idle_readers: Mutex<Vec<Connection>>,
     read_slots: Semaphore,
     /// Connections for reads on the caller's thread
@@ -311,6 +327,16 @@ enum Op {
         expected: Expected,
         /// Boxed: an operator's rare replace should not size every job.
         new: Option<Box<Record>>,
+        /// Appended to the audit log when the swap happens.
+        audit: Option<Box<AuditEvent>>,
+    },
+    /// Append an event to the audit log.
+    AppendAudit {
+        event: Box<AuditEvent>,
+    },
+    /// Delete at most [`SWEEP_BATCH`] audit events older than `cutoff`.
+    SweepAudit {
+        cutoff: Timestamp,
     },
     /// A completed step (or, without one, a lease renewal).
     Checkpoint {
@@ -338,6 +364,7 @@ enum Op {
 enum Answer {
     Claim(ClaimOutcome),
     Replaced(Option<Fence>),
+    Appended(u64),
     Done,
     Swept(u64),
 }
@@ -388,6 +415,7 @@ impl SqliteStore {
             name,
             busy_timeout: options.busy_timeout,
             clock: options.clock.clone(),
+            audit_retention: options.audit_retention,
             idle_readers: Mutex::new(Vec::new()),
             read_slots: Semaphore::new(options.readers),
             local_readers: Mutex::new(Vec::new()),
@@ -542,6 +570,23 @@ impl SqliteStore {
         let now = self.shared.clock.now();
         let live = record.filter(|r| !r.is_expired(now));
         Ok((live.map(Arc::unwrap_or_clone), now))
+    }
+}
+
+impl SqliteStore {
+    /// Delete the audit events older than the retention at `now`, a batch
+    /// per transaction as the sweep of records does.
+    async fn sweep_audit(&self, now: Timestamp) -> Result<(), StoreError> {
+        let Some(cutoff) = audit::retention_cutoff(now, self.shared.audit_retention) else {
+            return Ok(());
+        };
+        loop {
+            match self.submit(Op::SweepAudit { cutoff }).await? {
+                Answer::Swept(n) if n < SWEEP_BATCH => return Ok(()),
+                Answer::Swept(_) => {}
+                _ => unreachable!("the writer answers a sweep with a count"),
+            }
+        }
     }
 }
 
@@ -840,15 +885,11 @@ fn migrate(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
                 [SCHEMA_VERSION],
             )
             .map_err(sql)?;
+            migrate_to_3(&tx).map_err(sql)?;
         }
-        Some(1) => {
-            // Version 2 only adds optional fields to the record itself.
-            tx.execute(
-                "UPDATE idem_meta SET value = ?1 WHERE name = 'schema_version'",
-                [SCHEMA_VERSION],
-            )
-            .map_err(sql)?;
-        }
+        // Version 2 only adds optional fields to the record itself, so
+        // version 1 goes straight to 3.
+        Some(1 | 2) => migrate_to_3(&tx).map_err(sql)?,
         Some(v) if v == i64::from(SCHEMA_VERSION) => {}
         Some(v) if v > i64::from(SCHEMA_VERSION) => {
             return Err(StoreError::SchemaTooNew {
@@ -1172,13 +1213,21 @@ fn apply(
             }
             Err(e) => Err(e),
         },
-        Op::Replace { key, expected, new } => {
+        Op::Replace {
+            key,
+            expected,
+            new,
+            audit,
+        } => {
             let existing = match existing(key)? {
                 Ok(r) => r,
                 Err(e) => return Ok(Err(e)),
             };
             if let Err(e) = transition::check_expected(existing.as_ref(), key, *expected, now) {
                 return Ok(Err(e));
+            }
+            if let Some(event) = audit {
+                append_audit(tx, event)?;
             }
             match new {
                 None => {
@@ -1211,7 +1260,124 @@ fn apply(
                 ])?;
             Ok(Answer::Swept(n as u64))
         }
+        Op::AppendAudit { event } => Ok(Answer::Appended(append_audit(tx, event)?)),
+        Op::SweepAudit { cutoff } => {
+            let n = tx
+                .prepare_cached(
+                    "DELETE FROM idem_audit WHERE seq IN (
+                         SELECT seq FROM idem_audit WHERE at < ?1 ORDER BY at LIMIT ?2
+                     )",
+                )?
+                .execute(rusqlite::params![millis(*cutoff), SWEEP_BATCH as i64])?;
+            Ok(Answer::Swept(n as u64))
+        }
     })
+}
+
+// The audit log (schema version 3): one row per event, `seq` from
+// AUTOINCREMENT so a number is never handed out twice, even after the
+// newest events were swept.
+
+/// The audit log's table, and the step to schema version 3: records with an
+/// unknown outcome are kept until a person settles them, so those stored
+/// with a retention lose it (the expiry column, which the sweep reads, and
+/// the record's own `expires_at`, which reads judge expiry by).
+fn migrate_to_3(tx: &Connection) -> rusqlite::Result<()> {
+    tx.execute_batch(
+        "CREATE TABLE IF NOT EXISTS idem_audit (
+             seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+             at    INTEGER NOT NULL,
+             key   TEXT NOT NULL,
+             event TEXT NOT NULL
+         );
+         CREATE INDEX IF NOT EXISTS idem_audit_key ON idem_audit (key, seq);
+         CREATE INDEX IF NOT EXISTS idem_audit_at ON idem_audit (at);",
+    )?;
+    // The record is JSON text in a BLOB; SQLite 3.45+ would read a BLOB
+    // as its binary JSONB, so it is cast to text first.
+    tx.execute(
+        "UPDATE idem_records
+         SET expires_at = NULL,
+             record = CAST(json_set(CAST(record AS TEXT), '$.expires_at', ?1) AS BLOB)
+         WHERE json_extract(CAST(record AS TEXT), '$.state') = 'completed'
+           AND json_extract(CAST(record AS TEXT), '$.outcome.status') = 'unknown'",
+        [i64::MAX],
+    )?;
+    tx.execute(
+        "UPDATE idem_meta SET value = 3 WHERE name = 'schema_version'",
+        [],
+    )?;
+    Ok(())
+}
+
+/// Append `event` inside the writer's transaction; returns its seq.
+fn append_audit(tx: &Connection, event: &AuditEvent) -> rusqlite::Result<u64> {
+    let stored = AuditEvent {
+        seq: None,
+        ..event.clone()
+    };
+    let text = serde_json::to_string(&stored).expect("an audit event serializes");
+    tx.prepare_cached("INSERT INTO idem_audit (at, key, event) VALUES (?1, ?2, ?3)")?
+        .execute(rusqlite::params![
+            millis(event.at),
+            event.key.as_str(),
+            text
+        ])?;
+    Ok(tx.last_insert_rowid() as u64)
+}
+
+/// Read up to `limit` events of `query` after the position `after`, oldest
+/// first.
+fn audit_page(
+    conn: &Connection,
+    query: &AuditQuery,
+    after: Option<(Timestamp, u64)>,
+    limit: usize,
+) -> rusqlite::Result<Result<AuditPage, StoreError>> {
+    let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
+    let (after_at, after_seq) = after.map_or((-1, 0), |(at, seq)| (millis(at), seq as i64));
+    let mut stmt = conn.prepare_cached(
+        "SELECT seq, event FROM idem_audit
+         WHERE (at > ?1 OR (at = ?1 AND seq > ?2))
+           AND (?3 IS NULL OR key = ?3)
+           AND at >= ?4 AND at < ?5
+         ORDER BY at, seq
+         LIMIT ?6",
+    )?;
+    let rows = stmt.query_map(
+        rusqlite::params![
+            after_at,
+            after_seq,
+            query.key.as_ref().map(|k| k.as_str()),
+            query.since.map_or(i64::MIN, millis),
+            query.until.map_or(i64::MAX, millis),
+            limit as i64 + 1,
+        ],
+        |row| Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?)),
+    )?;
+    let mut events = Vec::new();
+    for row in rows {
+        let (seq, text) = row?;
+        match serde_json::from_str::<AuditEvent>(&text) {
+            Ok(event) => events.push(AuditEvent {
+                seq: Some(seq as u64),
+                ..event
+            }),
+            Err(e) => {
+                return Ok(Err(StoreError::Corrupt(CorruptRecord {
+                    key: format!("audit event {seq}"),
+                    detail: e.to_string(),
+                })))
+            }
+        }
+    }
+    let more = events.len() > limit;
+    events.truncate(limit);
+    let cursor = more
+        .then(|| events.last())
+        .flatten()
+        .map(|e| audit::position_cursor(e.at, e.seq.unwrap_or_default()));
+    Ok(Ok(AuditPage { events, cursor }))
 }
 
 #[async_trait]
@@ -1338,12 +1504,14 @@ impl Store for SqliteStore {
         key: &IdempotencyKey,
         expected: Expected,
         new: Option<&Record>,
+        audit: Option<&AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
         match self
             .submit(Op::Replace {
                 key: key.clone(),
                 expected,
                 new: new.cloned().map(Box::new),
+                audit: audit.cloned().map(Box::new),
             })
             .await?
         {
@@ -1386,6 +1554,7 @@ impl Store for SqliteStore {
     /// where every caller's claim waits for it.
     async fn sweep(&self) -> Result<u64, StoreError> {
         let cutoff = self.shared.clock.now();
+        self.sweep_audit(cutoff).await?;
         let mut total = 0;
         loop {
             match self.submit(Op::Sweep { cutoff }).await? {
@@ -1402,6 +1571,41 @@ impl Store for SqliteStore {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         }
+    }
+
+    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+        match self
+            .submit(Op::AppendAudit {
+                event: Box::new(event.clone()),
+            })
+            .await?
+        {
+            Answer::Appended(seq) => Ok(seq),
+            _ => unreachable!("the writer answers an append with a seq"),
+        }
+    }
+
+    /// Pages by position in the log; the cursor is the `at` and `seq` of
+    /// the page's last event.
+    async fn audit(
+        &self,
+        query: &AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<AuditPage, StoreError> {
+        let after = match cursor {
+            None => None,
+            Some(c) => Some(audit::parse_position_cursor(c).ok_or_else(|| {
+                StoreError::Config(format!(
+                    "{c:?} is not an audit cursor of {}",
+                    self.shared.name
+                ))
+            })?),
+        };
+        let shared = self.shared.clone();
+        let query = query.clone();
+        self.read(move |conn| audit_page(conn, &query, after, limit).map_err(|e| shared.sql(e))?)
+            .await
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {

@@ -179,6 +179,7 @@ pub struct ServerClockHarness<S> {
     store: std::sync::Arc<S>,
     expires_natively: bool,
     reopen: Option<Reopen<S>>,
+    audit_retention: std::time::Duration,
 }
 
 /// Connects a second store to the same server.
@@ -201,7 +202,15 @@ impl<S: crate::store::Store> ServerClockHarness<S> {
             store: std::sync::Arc::new(store),
             expires_natively: false,
             reopen: None,
+            audit_retention: crate::audit::DEFAULT_AUDIT_RETENTION,
         }
+    }
+
+    /// Declare the audit retention the store was opened with (see
+    /// [`Harness::audit_retention`](crate::conformance::Harness::audit_retention)).
+    pub fn with_audit_retention(mut self, retention: std::time::Duration) -> Self {
+        self.audit_retention = retention;
+        self
     }
 
     /// Declare that the backend deletes expired records by itself (see
@@ -240,6 +249,10 @@ impl<S: crate::store::Store> crate::conformance::Harness for ServerClockHarness<
 
     fn expires_natively(&self) -> bool {
         self.expires_natively
+    }
+
+    fn audit_retention(&self) -> std::time::Duration {
+        self.audit_retention
     }
 
     async fn reopen(&self) -> Option<std::sync::Arc<S>> {

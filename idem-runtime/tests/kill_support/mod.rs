@@ -332,8 +332,23 @@ impl Store for Watched {
         key: &IdempotencyKey,
         expected: idem_runtime::store::Expected,
         new: Option<&Record>,
+        audit: Option<&idem_runtime::audit::AuditEvent>,
     ) -> Result<Option<Fence>, StoreError> {
-        self.inner.replace(key, expected, new).await
+        self.inner.replace(key, expected, new, audit).await
+    }
+    async fn append_audit(
+        &self,
+        event: &idem_runtime::audit::AuditEvent,
+    ) -> Result<u64, StoreError> {
+        self.inner.append_audit(event).await
+    }
+    async fn audit(
+        &self,
+        query: &idem_runtime::audit::AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<idem_runtime::audit::AuditPage, StoreError> {
+        self.inner.audit(query, cursor, limit).await
     }
     async fn scan(
         &self,

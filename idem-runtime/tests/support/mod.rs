@@ -60,7 +60,7 @@ pub async fn park<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: Fen
         state: ExpectedState::InFlight,
     };
     store
-        .replace(key, expected, Some(&record))
+        .replace(key, expected, Some(&record), None)
         .await
         .unwrap()
         .expect("a fence for the parked record")
@@ -76,7 +76,10 @@ pub async fn approve<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: 
         fence,
         state: ExpectedState::AwaitingApproval,
     };
-    store.replace(key, expected, Some(&record)).await.unwrap();
+    store
+        .replace(key, expected, Some(&record), None)
+        .await
+        .unwrap();
 }
 
 /// Times from `complete` returning on `writer` to `wait` returning on

@@ -4,6 +4,18 @@
 -- its lease run out, 'a' awaiting approval, 'c' completed), channel, key,
 -- then the new record's fields and values (without its fence), or nothing
 -- to delete the record.
+-- With an audit event, KEYS[4] and KEYS[5] are the slot's audit stream and
+-- counter, and ARGV[5], ARGV[6] the event's time and text, before the
+-- fields: the event is appended exactly when the swap happens.
+local first = 5
+if #KEYS == 5 then
+  first = 7
+end
+local function audited()
+  if first == 7 then
+    append_audit(KEYS[4], KEYS[5], ARGV[5], ARGV[4], ARGV[6])
+  end
+end
 local now = now_ms()
 local h, _, rejection = load_live(now)
 if rejection then
@@ -18,14 +30,15 @@ local matches = h ~= nil and h.fence == ARGV[1] and (
 if not matches then
   return stale(h)
 end
-if #ARGV == 4 then
+if #ARGV == first - 1 then
+  audited()
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return {'ok'}
 end
 local new = {fence = '0'}
-for i = 5, #ARGV, 2 do
+for i = first, #ARGV, 2 do
   new[ARGV[i]] = ARGV[i + 1]
 end
 local bad = corrupt(new)
@@ -33,10 +46,11 @@ if bad then
   -- Never write what no reader could trust.
   return {'invalid', bad}
 end
+audited()
 local fence = fmt(redis.call('INCR', KEYS[2]))
 redis.call('DEL', KEYS[1])
 redis.call('HSET', KEYS[1], 'fence', fence)
-for i = 5, #ARGV, 2 do
+for i = first, #ARGV, 2 do
   redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1])
 end
 if new.state ~= 'f' then
