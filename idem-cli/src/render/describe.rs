@@ -1,11 +1,15 @@
 //! `idem show` for people: every field of one record, a label per line, as
 //! `kubectl describe` prints, ending with what an operator can do next.
+//! Every value from the record is shown escaped ([`visible`]): one line per
+//! label, and nothing in a value can move the cursor or reverse the text
+//! around it.
 
 use std::fmt::Write;
 
 use idem_runtime::clock::Timestamp;
 use idem_runtime::record::{Outcome, Record, RecordState, Status};
 
+use super::escape::visible;
 use super::json::json_or_string;
 use super::short_key;
 use super::style::{paint, status as status_style, COMMAND, DIM, HEADER};
@@ -111,9 +115,15 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
     }
     if !record.steps.is_empty() {
         out.section("Steps");
-        let width = record.steps.keys().map(|k| k.len()).max().unwrap_or(0);
+        let width = record
+            .steps
+            .keys()
+            .map(|k| visible(k).chars().count())
+            .max()
+            .unwrap_or(0);
         for (name, value) in &record.steps {
-            let _ = writeln!(out.text, "  {name:width$}  {value}");
+            let (name, value) = (visible(name), value.to_string());
+            let _ = writeln!(out.text, "  {name:width$}  {}", visible(&value));
         }
     }
     if !record.audit.is_empty() {
@@ -122,14 +132,14 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
             let reason = entry
                 .reason
                 .as_deref()
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", visible(r)))
                 .unwrap_or_default();
             let _ = writeln!(
                 out.text,
                 "  {}  {} by {}{reason}",
                 when(entry.at),
                 entry.action,
-                entry.by
+                visible(&entry.by)
             );
         }
     }
@@ -179,15 +189,17 @@ impl Out {
         self.text.push('\n');
     }
 
+    /// `value` (escaped) on the label's line.
     fn field(&mut self, label: &str, value: &str) {
         self.label(label);
-        self.text.push_str(value);
+        self.text.push_str(&visible(value));
         self.text.push('\n');
     }
 
+    /// `value` (escaped) on the label's line, in `style`.
     fn styled(&mut self, label: &str, value: &str, style: anstyle::Style) {
         self.label(label);
-        self.text.push_str(&paint(style, value));
+        self.text.push_str(&paint(style, &visible(value)));
         self.text.push('\n');
     }
 
@@ -196,6 +208,8 @@ impl Out {
     }
 
     /// JSON text on the label's line, or pretty-printed below it when long.
+    /// JSON escapes C0 controls itself; what it writes raw (DEL, C1
+    /// controls, bidirectional overrides) is escaped line by line.
     fn json(&mut self, label: &str, text: &str) {
         let value = json_or_string(text);
         let compact = value.to_string();
@@ -205,7 +219,7 @@ impl Out {
         self.section(label);
         let pretty = serde_json::to_string_pretty(&value).unwrap_or(compact);
         for line in pretty.lines() {
-            let _ = writeln!(self.text, "  {line}");
+            let _ = writeln!(self.text, "  {}", visible(line));
         }
     }
 }
