@@ -143,29 +143,41 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
             );
         }
     }
-    if let Some(next) = next_step(record, now) {
+    let next = next_steps(record, now);
+    if !next.is_empty() {
         out.text.push('\n');
-        out.text.push_str(&paint(DIM, "Next: "));
-        out.text.push_str(&paint(COMMAND, &next));
+        out.text.push_str(&paint(DIM, "Next:"));
         out.text.push('\n');
+        for command in next {
+            out.text.push_str("  ");
+            out.text.push_str(&paint(COMMAND, &command));
+            out.text.push('\n');
+        }
     }
     out.text
 }
 
-/// The command that settles `record`, if it waits for a person.
-fn next_step(record: &Record, now: Timestamp) -> Option<String> {
+/// The commands that settle `record`, if it waits for a person, one per
+/// way to settle it. Each runs as written once its upper-case words are
+/// filled in: NAME (who decides), TEXT (why), MESSAGE (the failure),
+/// JSON (the output).
+fn next_steps(record: &Record, now: Timestamp) -> Vec<String> {
     let key = short_key(record.key.as_str());
+    let settle = || {
+        vec![
+            format!("idem resolve {key} --succeeded JSON --by NAME --reason TEXT"),
+            format!("idem resolve {key} --failed MESSAGE --by NAME --reason TEXT"),
+            format!("idem resolve {key} --release --by NAME --reason TEXT"),
+        ]
+    };
     match record.status() {
-        Status::AwaitingApproval => Some(format!(
-            "idem approve {key} --by NAME   or   idem deny {key} --by NAME --reason TEXT"
-        )),
-        Status::Unknown => Some(format!(
-            "idem resolve {key} (--succeeded JSON | --failed MESSAGE | --release) --by NAME --reason TEXT"
-        )),
-        Status::InFlight if record.lease_expired(now) => Some(format!(
-            "idem resolve {key} (--succeeded JSON | --failed MESSAGE | --release) --by NAME --reason TEXT"
-        )),
-        _ => None,
+        Status::AwaitingApproval => vec![
+            format!("idem approve {key} --by NAME"),
+            format!("idem deny {key} --by NAME --reason TEXT"),
+        ],
+        Status::Unknown => settle(),
+        Status::InFlight if record.lease_expired(now) => settle(),
+        _ => Vec::new(),
     }
 }
 
