@@ -19,6 +19,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Instant;
 
+use idem_runtime::store::url::redact;
 use idem_runtime::Store;
 use idem_sim::broken::{Breakage, BrokenStore};
 use idem_sim::{ScheduleReport, Summary};
@@ -146,13 +147,13 @@ fn main() -> ExitCode {
         eprintln!("--broken needs the memory store");
         return ExitCode::from(2);
     } else if let Err(e) = run_durable(&args, seeds, &mut progress) {
-        eprintln!("cannot run on {}: {e}", args.store);
+        eprintln!("cannot run on {}: {e}", redact(&args.store));
         return ExitCode::from(2);
     }
     println!(
         "finished in {:.1} s on {}",
         progress.started.elapsed().as_secs_f64(),
-        args.store
+        redact(&args.store)
     );
     println!("{}", progress.summary.line());
     if progress.summary.passed() {

@@ -38,10 +38,13 @@ fn how(r: &idem::ToolResult) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var(idem::store::STORE_ENV)
-        .unwrap_or_else(|_| idem::store::url::DEFAULT_STORE_URL.to_owned());
-    let store = idem::store::from_env().await?;
-    println!("idem demo — store {url} (set IDEM_STORE to change; delete the file to start over)");
+    // The error's message names the store with its password hidden (its
+    // `Debug`, which `?` out of `main` would print, is not for people).
+    let store = idem::store::from_env().await.map_err(|e| e.to_string())?;
+    println!(
+        "idem demo — store {} (set IDEM_STORE to change; delete the file to start over)",
+        idem::store::url::redact(&store.describe())
+    );
 
     let app = App::default();
     let executor = Executor::builder_shared(store)

@@ -21,6 +21,7 @@ use std::sync::atomic::Ordering;
 use common::{charge_card, delete_account, lookup_customer, send_email, App};
 use idem::approval::AllowList;
 use idem::mcp::McpServer;
+use idem::store::url::redact;
 use idem::{tools, Dispatcher, Executor};
 use rmcp::handler::server::router::tool::ToolRouter;
 use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
@@ -28,16 +29,18 @@ use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
 /// The application's MCP server.
 #[derive(Clone)]
 struct DemoServer {
-    store_url: String,
+    /// The store, as `Store::describe` names it: password hidden.
+    store: String,
     tool_router: ToolRouter<DemoServer>,
 }
 
 #[tool_router]
 impl DemoServer {
-    /// Where this server records its calls: the idem store's URL.
+    /// Where this server records its calls: the idem store, password
+    /// hidden.
     #[tool(annotations(read_only_hint = true))]
     fn store(&self) -> String {
-        self.store_url.clone()
+        self.store.clone()
     }
 }
 
@@ -51,9 +54,10 @@ impl ServerHandler for DemoServer {}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let store_url = std::env::var(idem::store::STORE_ENV)
-        .unwrap_or_else(|_| idem::store::url::DEFAULT_STORE_URL.to_owned());
-    let store = idem::store::from_env().await?;
+    // A store URL may hold a password: what this server says about its
+    // store (to the model, in the log, in an error) never does.
+    let store = idem::store::from_env().await.map_err(|e| e.to_string())?;
+    let described = redact(&store.describe());
 
     let app = App::default();
     let executor = Executor::builder_shared(store)
@@ -64,10 +68,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let idem_tools = McpServer::new(Dispatcher::new(executor, registry));
 
     let server = DemoServer {
-        store_url: store_url.clone(),
+        store: described.clone(),
         tool_router: DemoServer::tool_router() + idem_tools.tool_router(),
     };
-    eprintln!("idem mcp_server: serving on stdio, recording in {store_url}");
+    eprintln!("idem mcp_server: serving on stdio, recording in {described}");
     let running = server
         .serve((tokio::io::stdin(), tokio::io::stdout()))
         .await?;

@@ -9,6 +9,7 @@ use idem_runtime::clock::Timestamp;
 use idem_runtime::operator::OperatorError;
 use idem_runtime::store::StoreError;
 
+use crate::render::escape::visible;
 use crate::time::{relative, rfc3339};
 
 /// The exit codes (documented in `docs/cli.md`).
@@ -92,15 +93,19 @@ impl CliError {
     }
 
     /// The message on one line; for a command that changes records
-    /// (`acting`), saying that nothing was changed.
+    /// (`acting`), saying that nothing was changed. A driver's multi-line
+    /// message is joined; what the message quotes from a record or the
+    /// command line (a tool, a worker, a key prefix) is shown escaped
+    /// ([`visible`]), carriage returns and escape sequences included.
     pub fn line(&self, acting: bool) -> String {
         let text = self.to_string();
-        let mut line: String = text
-            .split(['\n', '\r'])
+        let joined = text
+            .split('\n')
             .map(str::trim)
             .filter(|l| !l.is_empty())
             .collect::<Vec<_>>()
             .join(" ");
+        let mut line = visible(&joined).into_owned();
         if acting && !matches!(self, CliError::Output(_)) && !line.contains("nothing") {
             line.push_str("; nothing was changed");
         }
@@ -186,5 +191,26 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("nothing was changed"), "{line}");
+    }
+
+    #[test]
+    fn record_text_quoted_by_a_message_is_shown_escaped() {
+        let error = CliError::Operator {
+            error: OperatorError::LiveLease {
+                key: key(),
+                until: Timestamp(30_000),
+                worker: "w1\r\x1b[2Kworker ok\u{202e}".into(),
+            },
+            now: None,
+        };
+        let line = error.line(false);
+        assert!(
+            line.contains("worker w1\\r\\u{1b}[2Kworker ok\\u{202e}"),
+            "{line}"
+        );
+        assert!(!line.contains(['\r', '\x1b', '\u{202e}']), "{line}");
+        // A driver's lines are joined, not escaped.
+        let error = CliError::Usage("first line\r\n  second line\n".into());
+        assert_eq!(error.line(false), "first line second line");
     }
 }

@@ -133,6 +133,25 @@ async fn an_unreachable_store_is_named_without_its_password() {
             }
         }
     }
+    // Every other form a password takes; TLS URLs, refused before
+    // connecting, and strings of no known kind say so without it too.
+    for (url, says) in [
+        ("postgresql://u:secret@127.0.0.1:1/db", "127.0.0.1:1"),
+        ("rediss://:secret@127.0.0.1:1", "no TLS support for Redis"),
+        (
+            "postgres://u:secret@127.0.0.1:1/db?sslmode=require",
+            "no TLS support for PostgreSQL",
+        ),
+        (
+            "host=127.0.0.1 port=1 password=secret",
+            "unknown store URL scheme",
+        ),
+        ("u:secret@127.0.0.1:1", "unknown store URL scheme"),
+    ] {
+        let out = run(&["--store", url, "ls"], &[]).await;
+        let line = out.fails(5, says).to_owned();
+        assert!(!line.contains("secret"), "{line}");
+    }
     // Nor does --help show IDEM_STORE's value.
     let help = run(&["--help"], &[("IDEM_STORE", "redis://:secret@cache:6379")]).await;
     assert!(help.ok().contains("IDEM_STORE"));

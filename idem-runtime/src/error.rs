@@ -225,7 +225,7 @@ pub enum IdemError {
     /// An irreversible call waits for a person's approval: nothing ran.
     /// Calling again with the same key after an approval runs it once
     /// under that approval; after a denial, every call gets the denial.
-    #[error("irreversible tool `{tool}` awaits approval ({message}); nothing ran yet. Key {key}: once a person approves it (`idem approve {key}`), call again with the same key to run it once")]
+    #[error("irreversible tool `{tool}` awaits approval ({message}); nothing ran yet. Key {key}: once a person approves it (`idem approve {key} --by NAME`, their name for NAME), call again with the same key to run it once")]
     ApprovalPending {
         /// The tool.
         tool: String,

@@ -159,6 +159,88 @@ async fn unreachable_server_urls_fail_closed_without_the_password() {
     }
 }
 
+/// A local port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_asking_for_tls_are_refused_before_connecting_without_the_password() {
+    let port = closed_port();
+    for (url, backend) in [
+        (format!("rediss://:pw@127.0.0.1:{port}/0"), "Redis"),
+        (format!("rediss://user:pw@127.0.0.1:{port}"), "Redis"),
+        (format!("rediss+cluster://:pw@127.0.0.1:{port}"), "Redis"),
+        (
+            format!("postgres://app:pw@127.0.0.1:{port}/idem?sslmode=require"),
+            "PostgreSQL",
+        ),
+        (
+            format!("postgresql://app@127.0.0.1:{port}/idem?password=pw&sslmode=verify-ca"),
+            "PostgreSQL",
+        ),
+        (
+            format!("postgres://app:p?w@127.0.0.1:{port}/idem?schema=s&sslmode=Verify-Full"),
+            "PostgreSQL",
+        ),
+    ] {
+        match connect(&url).await {
+            Err(e @ StoreError::TlsUnsupported { backend: b, .. }) => {
+                assert_eq!(b, backend, "{url}");
+                let message = e.to_string();
+                assert!(
+                    message.contains(&format!("no TLS support for {backend}"))
+                        && message.contains("trusted network")
+                        && message.contains(&format!("127.0.0.1:{port}")),
+                    "{message}"
+                );
+                assert!(!message.contains("pw"), "password leaked: {message}");
+            }
+            other => panic!("{url}: expected TlsUnsupported, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_urls_that_allow_plain_text_still_connect() {
+    // `prefer` (tokio-postgres's default) falls back to plain text: the URL
+    // reaches the PostgreSQL store, which finds nothing listening.
+    let port = closed_port();
+    for mode in ["prefer", "disable"] {
+        let url = format!("postgres://app:pw@127.0.0.1:{port}/idem?sslmode={mode}");
+        match connect(&url).await {
+            Err(e @ StoreError::Unavailable { .. }) => {
+                assert!(!e.to_string().contains("pw"), "{e}")
+            }
+            other => panic!("{url}: expected Unavailable, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_string_of_no_known_kind_is_refused_without_its_password() {
+    for url in [
+        "host=db user=app password=pw dbname=idem",
+        "host=db password = 'p w' dbname=idem",
+        "app:pw@db/idem",
+    ] {
+        match connect(url).await {
+            Err(StoreError::Config(message)) => {
+                assert!(message.contains("unknown store URL scheme"), "{message}");
+                assert!(
+                    !message.contains("pw") && !message.contains("p w"),
+                    "{message}"
+                );
+            }
+            other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
+}
+
 // Run by `idem_store_environment_variable_selects_the_store` in a child
 // process, whose environment it sets.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

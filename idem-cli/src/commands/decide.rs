@@ -8,6 +8,7 @@ use idem_runtime::record::Record;
 use super::{find, now, refused, required, Output};
 use crate::cli::{ApproveArgs, DenyArgs};
 use crate::error::CliError;
+use crate::render::escape::visible;
 use crate::render::json::RecordJson;
 use crate::render::short_key;
 
@@ -31,7 +32,7 @@ pub async fn approve(
         "approved {} ({}) by {}: the next call with its key runs it once\n",
         short_key(key.as_str()),
         what(&record),
-        args.by.trim()
+        visible(args.by.trim())
     );
     print(operator, &record, &line, out).await
 }
@@ -46,19 +47,22 @@ pub async fn deny(operator: &Operator, args: &DenyArgs, out: &Output) -> Result<
         Err(e) => return Err(refused(operator, e).await),
     };
     let line = format!(
-        "denied {} ({}) by {by}: it never runs, and every call with its key gets the reason\n",
+        "denied {} ({}) by {}: it never runs, and every call with its key gets the reason\n",
         short_key(key.as_str()),
         what(&record),
+        visible(&by),
     );
     print(operator, &record, &line, out).await
 }
 
-/// The tool and namespace of a record, to say what was acted on.
+/// The tool and namespace of a record, to say what was acted on (escaped,
+/// as all record text shown to a person).
 pub(super) fn what(record: &Record) -> String {
-    match &record.info.namespace {
+    let what = match &record.info.namespace {
         Some(ns) => format!("{}, namespace {ns}", record.tool),
         None => record.tool.clone(),
-    }
+    };
+    visible(&what).into_owned()
 }
 
 /// The record as changed (`--json`), or `line`.

@@ -20,6 +20,7 @@ use serde::Serialize;
 
 use crate::cli::{Cli, Command};
 use crate::error::CliError;
+use crate::render::escape::json_safe;
 use crate::store;
 
 /// Run the command `cli` names.
@@ -60,10 +61,13 @@ pub struct Output {
 }
 
 impl Output {
-    /// Print `value` as pretty JSON on stdout, never styled.
+    /// Print `value` as pretty JSON on stdout, never styled, and with no
+    /// raw control or bidirectional character in its strings
+    /// ([`json_safe`]): it parses back to the record's own text.
     pub fn json<T: Serialize>(&self, value: &T) -> Result<(), CliError> {
+        let text = serde_json::to_string_pretty(value).map_err(std::io::Error::from)?;
         let mut stdout = std::io::stdout().lock();
-        serde_json::to_writer_pretty(&mut stdout, value).map_err(std::io::Error::from)?;
+        stdout.write_all(json_safe(&text).as_bytes())?;
         writeln!(stdout)?;
         Ok(())
     }

@@ -7,6 +7,7 @@ use super::decide::{print, what};
 use super::{find, refused, required, Output};
 use crate::cli::{DeleteArgs, ResolveArgs};
 use crate::error::CliError;
+use crate::render::escape::visible;
 use crate::render::json::DeletedJson;
 use crate::render::short_key;
 use crate::time::{parse_duration, rfc3339};
@@ -55,14 +56,14 @@ pub async fn resolve(
             let line = format!(
                 "resolved {short} ({}) as {status} by {}: every call with its key gets this outcome{kept}; nothing runs\n",
                 what(&record),
-                actor.by
+                visible(&actor.by)
             );
             print(operator, &record, &line, out).await
         }
         None => released(&key, &format!(
             "released {short} ({}) by {}: the record is deleted, and the next call with its key runs the tool\n",
             what(&before),
-            actor.by
+            visible(&actor.by)
         ), out),
     }
 }
@@ -83,7 +84,7 @@ pub async fn delete(operator: &Operator, args: &DeleteArgs, out: &Output) -> Res
             short_key(key.as_str()),
             what(&before),
             before.status(),
-            actor.by
+            visible(&actor.by)
         ),
         out,
     )

@@ -1,11 +1,15 @@
 //! `idem show` for people: every field of one record, a label per line, as
 //! `kubectl describe` prints, ending with what an operator can do next.
+//! Every value from the record is shown escaped ([`visible`]): one line per
+//! label, and nothing in a value can move the cursor or reverse the text
+//! around it.
 
 use std::fmt::Write;
 
 use idem_runtime::clock::Timestamp;
 use idem_runtime::record::{Outcome, Record, RecordState, Status};
 
+use super::escape::visible;
 use super::json::json_or_string;
 use super::short_key;
 use super::style::{paint, status as status_style, COMMAND, DIM, HEADER};
@@ -132,9 +136,15 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
     }
     if !record.steps.is_empty() {
         out.section("Steps");
-        let width = record.steps.keys().map(|k| k.len()).max().unwrap_or(0);
+        let width = record
+            .steps
+            .keys()
+            .map(|k| visible(k).chars().count())
+            .max()
+            .unwrap_or(0);
         for (name, value) in &record.steps {
-            let _ = writeln!(out.text, "  {name:width$}  {value}");
+            let (name, value) = (visible(name), value.to_string());
+            let _ = writeln!(out.text, "  {name:width$}  {}", visible(&value));
         }
     }
     if !record.audit.is_empty() {
@@ -143,40 +153,52 @@ pub fn describe(record: &Record, now: Timestamp) -> String {
             let reason = entry
                 .reason
                 .as_deref()
-                .map(|r| format!(": {r}"))
+                .map(|r| format!(": {}", visible(r)))
                 .unwrap_or_default();
             let _ = writeln!(
                 out.text,
                 "  {}  {} by {}{reason}",
                 when(entry.at),
                 entry.action,
-                entry.by
+                visible(&entry.by)
             );
         }
     }
-    if let Some(next) = next_step(record, now) {
+    let next = next_steps(record, now);
+    if !next.is_empty() {
         out.text.push('\n');
-        out.text.push_str(&paint(DIM, "Next: "));
-        out.text.push_str(&paint(COMMAND, &next));
+        out.text.push_str(&paint(DIM, "Next:"));
         out.text.push('\n');
+        for command in next {
+            out.text.push_str("  ");
+            out.text.push_str(&paint(COMMAND, &command));
+            out.text.push('\n');
+        }
     }
     out.text
 }
 
-/// The command that settles `record`, if it waits for a person.
-fn next_step(record: &Record, now: Timestamp) -> Option<String> {
+/// The commands that settle `record`, if it waits for a person, one per
+/// way to settle it. Each runs as written once its upper-case words are
+/// filled in: NAME (who decides), TEXT (why), MESSAGE (the failure),
+/// JSON (the output).
+fn next_steps(record: &Record, now: Timestamp) -> Vec<String> {
     let key = short_key(record.key.as_str());
+    let settle = || {
+        vec![
+            format!("idem resolve {key} --succeeded JSON --by NAME --reason TEXT"),
+            format!("idem resolve {key} --failed MESSAGE --by NAME --reason TEXT"),
+            format!("idem resolve {key} --release --by NAME --reason TEXT"),
+        ]
+    };
     match record.status() {
-        Status::AwaitingApproval => Some(format!(
-            "idem approve {key} --by NAME   or   idem deny {key} --by NAME --reason TEXT"
-        )),
-        Status::Unknown => Some(format!(
-            "idem resolve {key} (--succeeded JSON | --failed MESSAGE | --release) --by NAME --reason TEXT"
-        )),
-        Status::InFlight if record.lease_expired(now) => Some(format!(
-            "idem resolve {key} (--succeeded JSON | --failed MESSAGE | --release) --by NAME --reason TEXT"
-        )),
-        _ => None,
+        Status::AwaitingApproval => vec![
+            format!("idem approve {key} --by NAME"),
+            format!("idem deny {key} --by NAME --reason TEXT"),
+        ],
+        Status::Unknown => settle(),
+        Status::InFlight if record.lease_expired(now) => settle(),
+        _ => Vec::new(),
     }
 }
 
@@ -200,15 +222,17 @@ impl Out {
         self.text.push('\n');
     }
 
+    /// `value` (escaped) on the label's line.
     fn field(&mut self, label: &str, value: &str) {
         self.label(label);
-        self.text.push_str(value);
+        self.text.push_str(&visible(value));
         self.text.push('\n');
     }
 
+    /// `value` (escaped) on the label's line, in `style`.
     fn styled(&mut self, label: &str, value: &str, style: anstyle::Style) {
         self.label(label);
-        self.text.push_str(&paint(style, value));
+        self.text.push_str(&paint(style, &visible(value)));
         self.text.push('\n');
     }
 
@@ -217,6 +241,8 @@ impl Out {
     }
 
     /// JSON text on the label's line, or pretty-printed below it when long.
+    /// JSON escapes C0 controls itself; what it writes raw (DEL, C1
+    /// controls, bidirectional overrides) is escaped line by line.
     fn json(&mut self, label: &str, text: &str) {
         let value = json_or_string(text);
         let compact = value.to_string();
@@ -226,7 +252,7 @@ impl Out {
         self.section(label);
         let pretty = serde_json::to_string_pretty(&value).unwrap_or(compact);
         for line in pretty.lines() {
-            let _ = writeln!(self.text, "  {line}");
+            let _ = writeln!(self.text, "  {}", visible(line));
         }
     }
 }

@@ -1,8 +1,10 @@
 //! How records are shown: tables and descriptions for people (`table`,
 //! `describe`, coloured by `style`), the stable JSON schema for scripts
 //! (`json`). Commands decide what to show; this folder only shapes it.
+//! Whatever a record holds reaches a person through `escape`.
 
 pub mod describe;
+pub mod escape;
 pub mod json;
 pub mod style;
 pub mod table;
@@ -22,9 +24,10 @@ pub fn short_key(key: &str) -> &str {
 }
 
 /// One line saying where a record stands beyond its state: the lease of a
-/// call in flight, what an approval waits for, the outcome.
+/// call in flight, what an approval waits for, the outcome; the record's
+/// text in it escaped ([`escape::visible`]).
 pub fn summary(record: &Record, now: Timestamp) -> String {
-    match (&record.state, record.status()) {
+    let line = match (&record.state, record.status()) {
         (RecordState::InFlight { lease_until, .. }, _) if record.lease_expired(now) => format!(
             "lease ran out {}: the owner vanished",
             relative(now, *lease_until)
@@ -52,17 +55,17 @@ pub fn summary(record: &Record, now: Timestamp) -> String {
                 crate::time::age(now, *completed_at)
             ),
         },
-    }
+    };
+    escape::visible(&line).into_owned()
 }
 
-/// `text` cut to `max` characters, with an ellipsis when cut, on one line.
+/// `text` cut to `max` characters, with an ellipsis when cut, on one line:
+/// line breaks and other controls are shown escaped ([`escape::visible`]),
+/// so the cut counts what is seen.
 pub fn clip(text: &str, max: usize) -> String {
-    let one_line: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
+    let one_line = escape::visible(text);
     if one_line.chars().count() <= max {
-        return one_line;
+        return one_line.into_owned();
     }
     let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
     cut.push('…');
@@ -76,7 +79,8 @@ mod tests {
     #[test]
     fn clipped_text_stays_on_one_line() {
         assert_eq!(clip("short", 10), "short");
-        assert_eq!(clip("a\nb", 10), "a b");
+        assert_eq!(clip("a\nb", 10), "a\\nb");
         assert_eq!(clip("abcdefghijkl", 6), "abcde…");
+        assert_eq!(clip("\x1b[2Jok", 9), "\\u{1b}[2…");
     }
 }

@@ -1,11 +1,14 @@
 //! Aligned tables, as `kubectl get` prints them: upper-case headers, columns
 //! two spaces apart, widths measured on the text without its colours.
+//! A cell's text is shown escaped ([`visible`]): a control character in a
+//! tool name or a worker cannot break the table or redraw the screen.
 
 use anstyle::Style;
 
+use super::escape::visible;
 use super::style::{paint, HEADER};
 
-/// One cell: its text and how it is coloured.
+/// One cell: its text, escaped, and how it is coloured.
 #[derive(Debug, Clone, Default)]
 pub struct Cell {
     text: String,
@@ -15,16 +18,17 @@ pub struct Cell {
 impl Cell {
     /// Uncoloured text.
     pub fn plain(text: impl Into<String>) -> Self {
-        Cell {
-            text: text.into(),
-            style: Style::new(),
-        }
+        Cell::styled(text, Style::new())
     }
 
     /// Coloured text.
     pub fn styled(text: impl Into<String>, style: Style) -> Self {
+        let text = text.into();
         Cell {
-            text: text.into(),
+            text: match visible(&text) {
+                std::borrow::Cow::Borrowed(_) => text,
+                std::borrow::Cow::Owned(escaped) => escaped,
+            },
             style,
         }
     }
@@ -108,6 +112,24 @@ mod tests {
             "KEY           STATE              TOOL\n\
              5518e357ff50  unknown            charge_card\n\
              b0f7a75e656a  awaiting_approval  delete_account\n"
+        );
+    }
+
+    #[test]
+    fn a_cell_cannot_redraw_the_screen_or_break_its_row() {
+        let mut table = Table::new(&["TOOL", "WORKER"]);
+        table.row(vec![
+            Cell::plain("charge\r\x1b[2Kcard"),
+            Cell::plain("w\n1"),
+        ]);
+        let plain = table
+            .render()
+            .replace("\u{1b}[1m", "")
+            .replace("\u{1b}[0m", "");
+        assert_eq!(
+            plain,
+            "TOOL                   WORKER\n\
+             charge\\r\\u{1b}[2Kcard  w\\n1\n"
         );
     }
 }

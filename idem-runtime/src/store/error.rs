@@ -68,6 +68,16 @@ pub enum StoreError {
         /// The store.
         store: String,
     },
+    /// The URL asks for TLS (`rediss://`, PostgreSQL's `sslmode=require`,
+    /// `verify-ca` or `verify-full`), and this build of idem connects to
+    /// Redis and PostgreSQL in plain text only: refused before connecting,
+    /// rather than connecting without the protection the URL asked for.
+    TlsUnsupported {
+        /// The store (password hidden).
+        store: String,
+        /// `Redis` or `PostgreSQL`.
+        backend: &'static str,
+    },
 }
 
 impl fmt::Display for StoreError {
@@ -102,6 +112,10 @@ impl fmt::Display for StoreError {
             StoreError::Closed { store } => write!(
                 f,
                 "store {store} is closed; nothing was written and nothing ran"
+            ),
+            StoreError::TlsUnsupported { store, backend } => write!(
+                f,
+                "store {store} asks for TLS, and this build of idem has no TLS support for {backend}; connect over a trusted network, or through a local TLS proxy (stunnel, a sidecar) with a plain URL to it"
             ),
         }
     }

@@ -6,9 +6,17 @@
 //! |---|---|
 //! | `memory:` | [`MemoryStore`]: nothing survives the process |
 //! | `sqlite://idem.db`, `sqlite:///var/lib/app/idem.db` | [`SqliteStore`](super::SqliteStore) (feature `sqlite`); relative paths are relative to the working directory |
-//! | `redis://[user:password@]host[:port][/db][?prefix=NAME]`, `rediss://…` | [`RedisStore`](super::RedisStore) (feature `redis`) on one server |
-//! | `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`, `rediss+cluster://…` | [`RedisStore`](super::RedisStore) (feature `redis`) on a Redis Cluster, through the seed nodes listed |
+//! | `redis://[user:password@]host[:port][/db][?prefix=NAME]` | [`RedisStore`](super::RedisStore) (feature `redis`) on one server |
+//! | `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]` | [`RedisStore`](super::RedisStore) (feature `redis`) on a Redis Cluster, through the seed nodes listed |
 //! | `postgres://user[:password]@host[:port]/db[?schema=name]`, `postgresql://…` | [`PostgresStore`](super::PostgresStore) (feature `postgres`); `schema` keeps idem's tables in that PostgreSQL schema, created if missing, so applications can share a database |
+//!
+//! This build of idem has no TLS support for Redis or PostgreSQL. A URL that
+//! asks for TLS (`rediss://`, `rediss+cluster://`, or a PostgreSQL URL with
+//! `sslmode=require`, `verify-ca` or `verify-full`) is refused up front with
+//! [`StoreError::TlsUnsupported`], never connected without it: connect over a
+//! trusted network, or through a local TLS proxy with a plain URL to it.
+//! `sslmode=prefer` (the PostgreSQL default) and `sslmode=disable` connect
+//! in plain text.
 //!
 //! [`connect`] only picks the store by the URL's scheme; each store reads
 //! the rest of its URL itself ([`SqliteStore::connect`](super::SqliteStore::connect),
@@ -27,6 +35,10 @@
 //!
 //! let err = idem_runtime::store::connect("mongodb://db").await.unwrap_err();
 //! assert!(err.to_string().contains("unknown store URL scheme"));
+//!
+//! let err = idem_runtime::store::connect("rediss://:pw@cache:6380").await.unwrap_err();
+//! assert!(matches!(err, idem_runtime::store::StoreError::TlsUnsupported { .. }));
+//! assert!(err.to_string().contains("no TLS support for Redis"));
 //! # });
 //! ```
 
@@ -45,21 +57,48 @@ pub const DEFAULT_STORE_URL: &str = "sqlite://idem.db";
 /// Open the store `url` names. See the [module docs](self) for the URLs.
 ///
 /// A store that cannot be reached is a [`StoreError::Unavailable`] naming
-/// the store (without its password) and the cause; a URL this build cannot
-/// serve is a [`StoreError::Config`].
+/// the store (without its password) and the cause; a URL asking for TLS is
+/// a [`StoreError::TlsUnsupported`]; any other URL this build cannot serve
+/// is a [`StoreError::Config`].
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     let url = url.trim();
     let scheme = url.split(':').next().unwrap_or_default();
     match scheme {
         "memory" if matches!(url, "memory:" | "memory://") => Ok(Arc::new(MemoryStore::new())),
         "sqlite" => sqlite(url).await,
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis(url).await,
+        "rediss" | "rediss+cluster" => Err(no_tls(url, "Redis")),
+        "redis" | "redis+cluster" => redis(url).await,
+        "postgres" | "postgresql" if postgres_requires_tls(url) => Err(no_tls(url, "PostgreSQL")),
         "postgres" | "postgresql" => postgres(url).await,
         _ => Err(StoreError::Config(format!(
             "unknown store URL scheme in {:?}; expected memory:, sqlite://PATH, redis://HOST or postgres://HOST/DB",
             redact(url)
         ))),
     }
+}
+
+fn no_tls(url: &str, backend: &'static str) -> StoreError {
+    StoreError::TlsUnsupported {
+        store: redact(url),
+        backend,
+    }
+}
+
+/// Whether a PostgreSQL URL's `sslmode` demands TLS (`require`, `verify-ca`,
+/// `verify-full`); `prefer` falls back to plain text, as tokio-postgres
+/// does without a TLS connector.
+fn postgres_requires_tls(url: &str) -> bool {
+    // Every `?`- or `&`-separated part: a password holding `?`, `@` or `&`
+    // cannot hide the query, at worst it refuses a URL it need not.
+    url.split(['?', '&'])
+        .skip(1)
+        .any(|param| match param.split_once('=') {
+            Some((key, mode)) if key.eq_ignore_ascii_case("sslmode") => matches!(
+                mode.to_ascii_lowercase().as_str(),
+                "require" | "verify-ca" | "verify-full" | "verify_ca" | "verify_full"
+            ),
+            _ => false,
+        })
 }
 
 /// Open the store named by the `IDEM_STORE` environment variable, or
