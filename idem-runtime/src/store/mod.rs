@@ -64,7 +64,7 @@ pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use sweeper::{spawn_sweeper, SweeperHandle};
-pub use url::{connect, from_env, STORE_ENV};
+pub use url::{connect, connect_read_only, from_env, STORE_ENV};
 
 /// The longest lease or TTL the remote stores write, in milliseconds:
 /// 2^52 ms, about 142,000 years. Longer spans are cut to it, so that the
