@@ -1184,3 +1184,58 @@ async fn reading_a_redis_prefix_without_idem_fails_and_writes_nothing() {
         reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(&url).await;
     }
 }
+
+/// One corrupt row: `idem ls` and `idem stats` print the rest, then name
+/// the corrupt key on stderr and exit 6.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_corrupt_record_is_named_loudly_and_the_rest_are_listed() {
+    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = idem_runtime::store::SqliteStore::open(&path).await.unwrap();
+    let (good, bad) = ("ab".repeat(32), "cd".repeat(32));
+    for key in [&good, &bad] {
+        let key = IdempotencyKey::parse(key).unwrap();
+        let f = idem_runtime::key::Fingerprint::new("f".repeat(64));
+        let req = ClaimRequest {
+            key: &key,
+            tool: "send_email",
+            fingerprint: &f,
+            check_fingerprint: true,
+            lease: Duration::from_secs(30),
+            info: CallInfoRef::EMPTY,
+            worker: None,
+        };
+        let idem_runtime::store::ClaimOutcome::Acquired { fence, .. } =
+            store.claim(&req).await.unwrap()
+        else {
+            panic!("a fresh key")
+        };
+        let done = idem_runtime::record::Outcome::Success {
+            output: idem_runtime::record::OutputJson::from_value(&json!({ "id": 1 })),
+        };
+        store
+            .complete(&key, fence, &done, Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    store.close().await;
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "UPDATE idem_records SET record = x'00ff13' WHERE key = ?1",
+            [&bad],
+        )
+        .unwrap();
+    let idem = Idem::new(&format!("sqlite://{}", path.display()));
+    for args in [&["ls", "--json"][..], &["stats", "--json"]] {
+        let run = idem.run(args).await;
+        assert_eq!(run.code, 6, "{args:?}: {}{}", run.stdout, run.stderr);
+        assert!(run.stderr.contains(&format!("{bad:?}")), "{}", run.stderr);
+        assert!(run.stderr.contains("could not be read"), "{}", run.stderr);
+        let printed: Value = serde_json::from_str(&run.stdout).unwrap();
+        assert!(printed.to_string().contains('1'), "{printed}");
+    }
+    let listed: Value = serde_json::from_str(&idem.run(&["ls", "--json"]).await.stdout).unwrap();
+    assert_eq!(listed["records"][0]["key"], good.as_str());
+    assert_eq!(listed["total"], 1);
+}

@@ -33,6 +33,7 @@ use serde_json::Value;
 use crate::approval::{Approval, ApprovalDecision};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
+use crate::record::CorruptRecord;
 use crate::record::{
     AuditAction, AuditEntry, FailureCode, Outcome, OutputJson, Record, RecordState, Status,
     StoredFailure, APPROVAL_STEP, DEFAULT_TTL,
@@ -87,6 +88,9 @@ pub struct Page {
     /// Pass back to [`Operator::list`] for the next page; `None` after the
     /// last.
     pub cursor: Option<String>,
+    /// Stored records read for this page that could not be decoded, whatever
+    /// the filter (see [`ScanPage::corrupt`](crate::store::ScanPage::corrupt)).
+    pub corrupt: Vec<CorruptRecord>,
 }
 
 /// How many records are in each status ([`Operator::counts`]).
@@ -98,6 +102,9 @@ pub struct Counts {
     pub by_tool: BTreeMap<String, u64>,
     /// All records (expired ones not included).
     pub total: u64,
+    /// Stored records that could not be decoded (not counted above).
+    #[serde(skip)]
+    pub corrupt: Vec<CorruptRecord>,
 }
 
 /// How [`Operator::resolve`] settles a call.
@@ -258,12 +265,18 @@ impl Operator {
     ) -> Result<Page, OperatorError> {
         let mut cursor = cursor.map(str::to_owned);
         let mut records = Vec::new();
+        let mut corrupt = Vec::new();
         loop {
             let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
             records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
+            corrupt.extend(page.corrupt);
             cursor = page.cursor;
             if cursor.is_none() || records.len() >= limit {
-                return Ok(Page { records, cursor });
+                return Ok(Page {
+                    records,
+                    cursor,
+                    corrupt,
+                });
             }
         }
     }
@@ -297,6 +310,7 @@ impl Operator {
                 *counts.by_tool.entry(record.tool.clone()).or_default() += 1;
                 counts.total += 1;
             }
+            counts.corrupt.extend(page.corrupt);
             match page.cursor {
                 Some(next) => cursor = Some(next),
                 None => return Ok(counts),

@@ -806,3 +806,43 @@ async fn an_old_schema_is_refused_read_only_and_migrated_with_a_valid_index() {
     let (valid, predicate) = expiry_index(&raw).await.expect("rebuilt");
     assert!(valid && predicate.contains("ARRAY[1, 2]"), "{predicate}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
+    let Some(url) = own_database("postgres corrupt scan").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let keys = [random_key(), random_key(), random_key()];
+    for key in &keys {
+        let fence = acquire(&store, key).await;
+        store
+            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let raw = connect_raw(&url).await;
+    raw.execute(
+        "UPDATE idem_records SET outcome = 'not json' WHERE key = $1",
+        &[&keys[1].as_str()],
+    )
+    .await
+    .unwrap();
+    // A page boundary right after the corrupt row: the scan goes on past it.
+    let mut sorted = keys.clone();
+    sorted.sort();
+    let (mut listed, mut corrupt, mut cursor) = (Vec::new(), Vec::new(), None);
+    loop {
+        let page = store.scan(cursor.as_deref(), 1).await.unwrap();
+        listed.extend(page.records.into_iter().map(|r| r.key));
+        corrupt.extend(page.corrupt.into_iter().map(|c| c.key));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let good: Vec<_> = sorted.iter().filter(|k| **k != keys[1]).cloned().collect();
+    assert_eq!(listed, good);
+    assert_eq!(corrupt, vec![keys[1].as_str().to_owned()]);
+    store.close().await;
+}

@@ -988,3 +988,39 @@ async fn a_store_connected_read_only_writes_nothing() {
     assert_eq!((migration.from, migration.to), (Some(1), 2));
     live.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
+    let Some(url) = server_url("redis corrupt scan").await else {
+        return;
+    };
+    let prefix = format!("idem-corrupt-{}", &random_key().as_str()[..8]);
+    let store = RedisStore::connect(&format!("{url}?prefix={prefix}"))
+        .await
+        .unwrap();
+    let keys = [random_key(), random_key(), random_key()];
+    for key in &keys {
+        let fence = acquire(&store, key).await;
+        store
+            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let mut raw = raw(&url).await;
+    let _: () = redis::cmd("HSET")
+        .arg(store.record_key(&keys[1]))
+        .arg("state")
+        .arg("nonsense")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let page = store.scan(None, 100).await.unwrap();
+    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    listed.sort();
+    let mut good = vec![keys[0].clone(), keys[2].clone()];
+    good.sort();
+    assert_eq!(listed, good);
+    assert_eq!(page.corrupt.len(), 1);
+    assert_eq!(page.corrupt[0].key, keys[1].as_str());
+    store.close().await;
+}

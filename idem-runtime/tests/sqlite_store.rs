@@ -1023,3 +1023,29 @@ async fn schemas_read_only_cannot_read_are_refused_naming_what_to_do() {
         Err(StoreError::NotAnIdemStore { .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let keys = [random_key(), random_key(), random_key()];
+    for key in &keys {
+        record(&store, key, &sent("m")).await;
+    }
+    sqlite(
+        &path,
+        &format!(
+            "UPDATE idem_records SET record = x'00ff13' WHERE key = '{}'",
+            keys[1].as_str()
+        ),
+    );
+    let page = store.scan(None, 100).await.unwrap();
+    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    listed.sort();
+    let mut good = vec![keys[0].clone(), keys[2].clone()];
+    good.sort();
+    assert_eq!(listed, good);
+    assert_eq!(page.corrupt.len(), 1);
+    assert_eq!(page.corrupt[0].key, keys[1].as_str());
+}

@@ -1,6 +1,6 @@
 //! `idem stats`: how many records are in each state, and per tool.
 
-use idem_runtime::operator::Operator;
+use idem_runtime::operator::{Counts, Operator};
 use idem_runtime::record::Status;
 
 use super::Output;
@@ -12,8 +12,17 @@ use crate::render::table::{Cell, Table};
 /// `idem stats`: records per state and per tool.
 pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
     let counts = operator.counts().await?;
+    let printed = print(&counts, out);
+    // As `idem ls`: what could be read, then the corrupt records named.
+    match counts.corrupt.is_empty() {
+        true => printed,
+        false => printed.and(Err(CliError::Corrupt(counts.corrupt))),
+    }
+}
+
+fn print(counts: &Counts, out: &Output) -> Result<(), CliError> {
     if out.json {
-        return out.json(&StatsJson::new(&counts));
+        return out.json(&StatsJson::new(counts));
     }
     let mut states = Table::new(&["STATE", "RECORDS"]);
     for status in Status::ALL {

@@ -1433,27 +1433,28 @@ impl Store for PostgresStore {
             .await
             .map_err(|e| self.error(e))?;
         let mut records = Vec::with_capacity(rows.len());
+        let mut corrupt = Vec::new();
         let mut last = None;
         for row in &rows {
             let now = Timestamp(row.get::<_, i64>(0) as u64);
             let text: String = row.get(1);
-            let key = IdempotencyKey::parse(&text).map_err(|e| CorruptRecord {
-                key: text.clone(),
-                detail: format!("stored under a malformed key: {e}"),
-            })?;
-            let record = decode(&key, row, 1)?;
-            if !record.is_expired(now) {
-                records.push(record);
+            match IdempotencyKey::parse(&text) {
+                Ok(key) => match decode(&key, row, 1) {
+                    Ok(record) if record.is_expired(now) => {}
+                    Ok(record) => records.push(record),
+                    Err(e) => corrupt.push(e),
+                },
+                Err(e) => corrupt.push(CorruptRecord {
+                    key: text.clone(),
+                    detail: format!("stored under a malformed key: {e}"),
+                }),
             }
-            last = Some(key);
+            last = Some(text);
         }
         Ok(ScanPage {
             records,
-            cursor: if rows.len() == limit {
-                last.map(|k| k.as_str().to_owned())
-            } else {
-                None
-            },
+            corrupt,
+            cursor: if rows.len() == limit { last } else { None },
         })
     }
 

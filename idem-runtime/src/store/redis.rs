@@ -1246,12 +1246,16 @@ impl Store for RedisStore {
         // Their records; a key whose record lapsed, or was released since
         // it was listed, reads as nothing and is left out.
         let mut keys_read = Vec::with_capacity(keys.len());
+        let mut corrupt = Vec::new();
         let mut cmds = vec![redis::cmd("TIME")];
         for key in &keys {
-            let key = IdempotencyKey::parse(key).map_err(|_| CorruptRecord {
-                key: key.clone(),
-                detail: "the index of its slot holds a malformed key".into(),
-            })?;
+            let Ok(key) = IdempotencyKey::parse(key) else {
+                corrupt.push(CorruptRecord {
+                    key: key.clone(),
+                    detail: "the index of its slot holds a malformed key".into(),
+                });
+                continue;
+            };
             let mut cmd = redis::cmd("HGETALL");
             cmd.arg(self.record_key(&key));
             cmds.push(cmd);
@@ -1278,12 +1282,17 @@ impl Store for RedisStore {
             if flat.is_empty() {
                 continue;
             }
-            let record = decode(key, &flat)?;
-            if !record.is_expired(now) {
-                records.push(record);
+            match decode(key, &flat) {
+                Ok(record) if record.is_expired(now) => {}
+                Ok(record) => records.push(record),
+                Err(e) => corrupt.push(e),
             }
         }
-        Ok(ScanPage { records, cursor })
+        Ok(ScanPage {
+            records,
+            corrupt,
+            cursor,
+        })
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

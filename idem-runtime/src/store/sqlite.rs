@@ -1129,6 +1129,7 @@ fn scan(
         |row| Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?)),
     )?;
     let mut records = Vec::new();
+    let mut corrupt = Vec::new();
     let mut last = None;
     let mut seen = 0;
     for row in rows {
@@ -1137,12 +1138,13 @@ fn scan(
         match Record::from_bytes(&key, &bytes) {
             Ok(record) if record.is_expired(now) => {}
             Ok(record) => records.push(record),
-            Err(e) => return Ok(Err(e.into())),
+            Err(e) => corrupt.push(e),
         }
         last = Some(key);
     }
     Ok(Ok(ScanPage {
         records,
+        corrupt,
         cursor: if seen == limit { last } else { None },
     }))
 }
