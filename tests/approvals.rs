@@ -479,3 +479,46 @@ async fn a_tool_can_keep_its_arguments_out_of_the_store() {
     assert_eq!(record.info.call_id.as_deref(), Some("call_login"));
     assert!(!format!("{record:?}").contains("hunter2"));
 }
+
+/// A policy's decisions are in the store's audit log too: who decided
+/// (the policy's name), what, and the state before and after.
+#[tokio::test]
+async fn a_policys_approvals_and_denials_are_in_the_audit_log() {
+    use idem::approval::{AllowList, DenyAll};
+    use idem::audit::AuditQuery;
+
+    for (action, after) in [
+        (AuditAction::ApprovedByPolicy, Status::InFlight),
+        (AuditAction::DeniedByPolicy, Status::Failed),
+    ] {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let bank = Arc::new(Bank::default());
+        let mut builder = Executor::builder_shared(store.clone()).state(bank.clone());
+        builder = match action {
+            AuditAction::ApprovedByPolicy => builder.approvals(AllowList::new(["refund"])),
+            _ => builder.approvals(DenyAll),
+        };
+        let dispatcher = Dispatcher::new(builder.build(), idem::tools![refund]);
+        let result = dispatcher.dispatch_one(refund_call(), &run()).await;
+        let key = match (&result.result, action) {
+            (Ok(out), AuditAction::ApprovedByPolicy) => out.meta.key.clone().unwrap(),
+            (Err(IdemError::ApprovalDenied { .. }), AuditAction::DeniedByPolicy) => {
+                store.scan(None, 10).await.unwrap().records[0].key.clone()
+            }
+            (other, _) => panic!("{action}: {other:?}"),
+        };
+        let log = store
+            .audit(&AuditQuery::for_key(key), None, 10)
+            .await
+            .unwrap()
+            .events;
+        assert_eq!(log.len(), 1, "{log:?}");
+        assert_eq!(log[0].action, action);
+        assert_eq!(
+            (log[0].before, log[0].after),
+            (Some(Status::InFlight), Some(after))
+        );
+        assert_eq!(log[0].tool, "refund");
+        assert!(!log[0].by.is_empty());
+    }
+}

@@ -12,11 +12,12 @@ use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use idem::approval::{ApprovalDecision, Callback};
+use idem::audit::{AuditEvent, AuditQuery};
 use idem::clock::ManualClock;
 use idem::dispatch::{Arguments, ToolCall, ToolResult};
 use idem::operator::{Actor, Filter, Operator, Resolution};
 use idem::prelude::*;
-use idem::record::Status;
+use idem::record::{AuditAction, Status};
 use idem::store::{ClaimOutcome, ClaimRequest, SqliteOptions, SqliteStore};
 use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
 use schemars::JsonSchema;
@@ -143,6 +144,7 @@ on_every_store![
     an_unknown_outcome_is_refused_long_after_every_ttl_and_sweep,
     a_resolution_is_kept_for_the_tools_ttl_not_the_operators_default,
     a_granted_approval_outlives_the_approval_ttl,
+    every_decision_leaves_a_trace_that_outlives_its_record,
 ];
 
 #[derive(Default)]
@@ -481,4 +483,96 @@ async fn a_granted_approval_outlives_the_approval_ttl(world: World) {
         .await;
     assert_eq!(resumed.content(), json!("re_1 for 1999 cents"));
     assert_eq!(s.bank.refunds.lock().unwrap().len(), 1);
+}
+
+/// The audit log of `key`, oldest first.
+async fn log_of(world: &World, key: &IdempotencyKey) -> Vec<AuditEvent> {
+    let query = AuditQuery::for_key(key.clone());
+    world.store.audit(&query, None, 100).await.unwrap().events
+}
+
+/// An approval, a release of an unknown outcome and a delete each append
+/// who, when, why and the state before and after to the store's log; the
+/// release and the delete take the record (and its own audit) away, the
+/// log keeps them, through expiry and sweeps.
+async fn every_decision_leaves_a_trace_that_outlives_its_record(world: World) {
+    let s = setup(&world, 1, 1);
+    let operator = s.exec.operator();
+
+    let first = s
+        .dispatcher
+        .dispatch_one(refund_call("c1", 1999), &s.run)
+        .await;
+    let refund_key = pending_key(&first);
+    operator
+        .approve(
+            &refund_key,
+            Approval::granted_by("finance-lead").with_note("ticket 88"),
+        )
+        .await
+        .unwrap();
+    let ran = s
+        .dispatcher
+        .dispatch_one(refund_call("c2", 1999), &s.run)
+        .await;
+    assert!(!ran.is_error(), "{:?}", ran.content());
+
+    let ticket = s.dispatcher.dispatch_one(ticket_call("t1"), &s.run).await;
+    let ticket_key = match &ticket.result {
+        Err(IdemError::OutcomeUnknown { key, .. }) => key.clone(),
+        other => panic!("{other:?}"),
+    };
+    operator
+        .resolve(
+            &ticket_key,
+            Resolution::Release,
+            &Actor::new("ops").because("the ticket system has no ticket 7"),
+        )
+        .await
+        .unwrap();
+    operator
+        .delete(&refund_key, &Actor::new("ops").because("test data"))
+        .await
+        .unwrap();
+    assert!(world.store.get(&ticket_key).await.unwrap().is_none());
+    assert!(world.store.get(&refund_key).await.unwrap().is_none());
+
+    world.pass(3).await;
+
+    let refund_log = log_of(&world, &refund_key).await;
+    let actions: Vec<_> = refund_log
+        .iter()
+        .map(|e| (e.action, e.before, e.after))
+        .collect();
+    assert_eq!(
+        actions,
+        vec![
+            (
+                AuditAction::Approved,
+                Some(Status::AwaitingApproval),
+                Some(Status::Approved)
+            ),
+            (AuditAction::Deleted, Some(Status::Succeeded), None),
+        ]
+    );
+    assert_eq!(refund_log[0].by, "finance-lead");
+    assert_eq!(refund_log[0].reason.as_deref(), Some("ticket 88"));
+    assert_eq!(refund_log[0].tool, "refund");
+    assert_eq!(
+        refund_log[0].namespace.as_deref(),
+        Some(s.namespace.as_str())
+    );
+
+    let ticket_log = log_of(&world, &ticket_key).await;
+    assert_eq!(ticket_log.len(), 1, "{ticket_log:?}");
+    let release = &ticket_log[0];
+    assert_eq!(
+        (release.action, release.before, release.after),
+        (AuditAction::Released, Some(Status::Unknown), None)
+    );
+    assert_eq!(release.by, "ops");
+    assert_eq!(
+        release.reason.as_deref(),
+        Some("the ticket system has no ticket 7")
+    );
 }

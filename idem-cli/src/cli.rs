@@ -65,6 +65,9 @@ pub enum Command {
     Purge(PurgeArgs),
     /// How many records are in each state, and per tool.
     Stats,
+    /// Create the store's schema, or migrate it to this idem's version
+    /// (reading commands never do), and say from which version.
+    Migrate,
     /// Derive the key of a call, exactly as the executor does
     /// (docs/keys.md), to find its record from a transcript. Reads no store.
     Key(KeyDeriveArgs),
@@ -81,6 +84,7 @@ impl Command {
                 | Command::Resolve(_)
                 | Command::Delete(_)
                 | Command::Purge(_)
+                | Command::Migrate
         )
     }
 }

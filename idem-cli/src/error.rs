@@ -7,6 +7,7 @@ use std::process::ExitCode;
 
 use idem_runtime::clock::Timestamp;
 use idem_runtime::operator::OperatorError;
+use idem_runtime::record::CorruptRecord;
 use idem_runtime::store::StoreError;
 
 use crate::render::escape::visible;
@@ -30,6 +31,10 @@ pub mod exit {
     /// The store cannot be used: unreachable, misconfigured, written by a
     /// newer idem, corrupt.
     pub const STORE: u8 = 5;
+    /// `ls` or `stats` printed what it could read, but some stored records
+    /// could not be decoded; they are named on stderr and were left out
+    /// (and untouched).
+    pub const CORRUPT: u8 = 6;
 }
 
 /// Why a command failed. Nothing was changed.
@@ -59,6 +64,9 @@ pub enum CliError {
         /// (`None` when it could not be read).
         now: Option<Timestamp>,
     },
+    /// Some stored records could not be decoded: the output left them out.
+    #[error("{}", corrupt_message(.0))]
+    Corrupt(Vec<CorruptRecord>),
     /// Writing the output failed (a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
@@ -76,6 +84,7 @@ impl CliError {
         ExitCode::from(match self {
             CliError::Usage(_) => exit::USAGE,
             CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
+            CliError::Corrupt(_) => exit::CORRUPT,
             CliError::Operator { error, .. } => match error {
                 OperatorError::NotFound { .. } => exit::NOT_FOUND,
                 OperatorError::Ambiguous { .. } => exit::AMBIGUOUS,
@@ -111,6 +120,22 @@ impl CliError {
         }
         line
     }
+}
+
+/// The corrupt records named, keys escaped (a corrupt row's key may hold
+/// anything).
+fn corrupt_message(corrupt: &[CorruptRecord]) -> String {
+    let n = corrupt.len();
+    let s = if n == 1 { "" } else { "s" };
+    let named: Vec<String> = corrupt
+        .iter()
+        .map(|c| format!("{:?} ({})", c.key, c.detail.escape_debug()))
+        .collect();
+    format!(
+        "{n} stored record{s} could not be read and {} left out of the output above (left untouched in the store): {}",
+        if n == 1 { "was" } else { "were" },
+        named.join("; ")
+    )
 }
 
 /// The library's message, with times said as times rather than epoch

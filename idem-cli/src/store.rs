@@ -5,6 +5,11 @@
 //! than created: an operator who runs `idem ls` in the wrong directory
 //! should learn that, not get an empty store. Error messages show the URL
 //! with its password hidden.
+//!
+//! Commands that only read ([`open_read_only`]: `ls`, `show`, `stats`)
+//! change nothing in the store, and refuse what is not an idem store or
+//! needs migrating; the others ([`open`]) open it read-write, which
+//! migrates an older schema.
 
 use std::sync::Arc;
 
@@ -23,8 +28,26 @@ pub fn url(given: Option<&str>) -> &str {
     }
 }
 
-/// Open the store at `url`, for operator actions.
+/// Open the store at `url` read-write, for operator actions that change
+/// records (an older schema is migrated).
 pub async fn open(url: &str) -> Result<Operator, CliError> {
+    refuse_missing_file(url)?;
+    let store: Arc<dyn Store> = idem_runtime::store::connect(url).await?;
+    Ok(Operator::new(store))
+}
+
+/// Open the store at `url` for reading only, for every command that only
+/// reads: nothing in the store is created, migrated or changed, and a
+/// database that is not an idem store is refused.
+pub async fn open_read_only(url: &str) -> Result<Operator, CliError> {
+    refuse_missing_file(url)?;
+    let store: Arc<dyn Store> = idem_runtime::store::connect_read_only(url).await?;
+    Ok(Operator::new(store))
+}
+
+/// A SQLite URL naming a file that does not exist is refused: no command
+/// creates a store.
+pub fn refuse_missing_file(url: &str) -> Result<(), CliError> {
     if let Some(path) = sqlite_path(url) {
         if !path.is_empty() && !std::path::Path::new(path).exists() {
             return Err(CliError::NoSqliteFile {
@@ -33,8 +56,7 @@ pub async fn open(url: &str) -> Result<Operator, CliError> {
             });
         }
     }
-    let store: Arc<dyn Store> = idem_runtime::store::connect(url).await?;
-    Ok(Operator::new(store))
+    Ok(())
 }
 
 /// The file a `sqlite:` URL names, as `SqliteStore::connect` reads it.

@@ -92,6 +92,7 @@ async fn forged_unknown(url: &str) -> String {
             run_id: Some(FORGED),
             step: Some(3),
             args: Some(&args),
+            ttl: None,
         },
         worker: Some(FORGED),
     };

@@ -31,8 +31,10 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::approval::{Approval, ApprovalDecision};
+use crate::audit::AuditEvent;
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
+use crate::record::CorruptRecord;
 use crate::record::{
     AuditAction, AuditEntry, FailureCode, Outcome, OutputJson, Record, RecordState, Status,
     StoredFailure, APPROVAL_STEP, DEFAULT_TTL,
@@ -87,6 +89,9 @@ pub struct Page {
     /// Pass back to [`Operator::list`] for the next page; `None` after the
     /// last.
     pub cursor: Option<String>,
+    /// Stored records read for this page that could not be decoded, whatever
+    /// the filter (see [`ScanPage::corrupt`](crate::store::ScanPage::corrupt)).
+    pub corrupt: Vec<CorruptRecord>,
 }
 
 /// How many records are in each status ([`Operator::counts`]).
@@ -101,6 +106,9 @@ pub struct Counts {
     /// Unknown outcomes by how long they have waited for a person, for an
     /// alert (nothing settles them but a person: they never expire).
     pub unknown_by_age: UnknownAges,
+    /// Stored records that could not be decoded (not counted above).
+    #[serde(skip)]
+    pub corrupt: Vec<CorruptRecord>,
 }
 
 /// How many unknown outcomes have waited how long since they were
@@ -158,6 +166,16 @@ pub struct Actor {
 }
 
 impl Actor {
+    /// This actor's `action` at `at`, as recorded.
+    fn entry(&self, at: Timestamp, action: AuditAction) -> AuditEntry {
+        AuditEntry {
+            at,
+            by: self.by.clone(),
+            action,
+            reason: self.reason.clone(),
+        }
+    }
+
     /// `by`, with no reason given.
     pub fn new(by: impl Into<String>) -> Self {
         Actor {
@@ -305,12 +323,18 @@ impl Operator {
     ) -> Result<Page, OperatorError> {
         let mut cursor = cursor.map(str::to_owned);
         let mut records = Vec::new();
+        let mut corrupt = Vec::new();
         loop {
             let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
             records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
+            corrupt.extend(page.corrupt);
             cursor = page.cursor;
             if cursor.is_none() || records.len() >= limit {
-                return Ok(Page { records, cursor });
+                return Ok(Page {
+                    records,
+                    cursor,
+                    corrupt,
+                });
             }
         }
     }
@@ -353,6 +377,7 @@ impl Operator {
                 *counts.by_tool.entry(record.tool.clone()).or_default() += 1;
                 counts.total += 1;
             }
+            counts.corrupt.extend(page.corrupt);
             match page.cursor {
                 Some(next) => cursor = Some(next),
                 None => return Ok(counts),
@@ -442,13 +467,13 @@ impl Operator {
         if let RecordState::AwaitingApproval { expires_at, .. } = &mut new.state {
             *expires_at = at.plus(self.kept_for(&record, None));
         }
-        new.audit.push(AuditEntry {
+        let entry = AuditEntry {
             at,
             by: approval.approver,
             action: AuditAction::Approved,
             reason: approval.note,
-        });
-        self.swap(&record, ExpectedState::AwaitingApproval, new)
+        };
+        self.swap(&record, ExpectedState::AwaitingApproval, new, entry)
             .await
     }
 
@@ -476,13 +501,13 @@ impl Operator {
             completed_at: at,
             expires_at: at.plus(self.kept_for(&record, None)),
         };
-        new.audit.push(AuditEntry {
+        let entry = AuditEntry {
             at,
             by: by.to_owned(),
             action: AuditAction::Denied,
             reason: Some(reason.to_owned()),
-        });
-        self.swap(&record, ExpectedState::AwaitingApproval, new)
+        };
+        self.swap(&record, ExpectedState::AwaitingApproval, new, entry)
             .await
     }
 
@@ -552,7 +577,8 @@ impl Operator {
         };
         let (outcome, action) = match resolution {
             Resolution::Release => {
-                self.replace(&record, expected, None).await?;
+                let entry = actor.entry(now, AuditAction::Released);
+                self.replace(&record, expected, None, &entry).await?;
                 tracing::info!(
                     key = key.as_str(),
                     by = actor.by,
@@ -585,22 +611,18 @@ impl Operator {
             completed_at: now,
             expires_at: now.plus(self.kept_for(&record, ttl)),
         };
-        new.audit.push(AuditEntry {
-            at: now,
-            by: actor.by.clone(),
-            action,
-            reason: actor.reason.clone(),
-        });
-        self.swap(&record, expected, new).await.map(Some)
+        self.swap(&record, expected, new, actor.entry(now, action))
+            .await
+            .map(Some)
     }
 
     /// Delete a record, so that the next call with its key runs as new.
     /// Refused for a call in flight under a live lease.
     pub async fn delete(&self, key: &IdempotencyKey, actor: &Actor) -> Result<(), OperatorError> {
         let record = self.show(key).await?;
+        let now = self.store.now().await?;
         let expected = match &record.state {
             RecordState::InFlight { lease_until, .. } => {
-                let now = self.store.now().await?;
                 if *lease_until > now {
                     return Err(OperatorError::LiveLease {
                         key: key.clone(),
@@ -613,7 +635,8 @@ impl Operator {
             RecordState::AwaitingApproval { .. } => ExpectedState::AwaitingApproval,
             RecordState::Completed { .. } => ExpectedState::Completed,
         };
-        self.replace(&record, expected, None).await?;
+        let entry = actor.entry(now, AuditAction::Deleted);
+        self.replace(&record, expected, None, &entry).await?;
         tracing::info!(
             key = key.as_str(),
             by = actor.by,
@@ -657,31 +680,52 @@ impl Operator {
         }
     }
 
+    /// Swap `old` for `new`, with the action `entry` recorded on the new
+    /// record and, in the same write, in the store's audit log.
     async fn swap(
         &self,
         old: &Record,
         expected: ExpectedState,
         mut new: Record,
+        entry: AuditEntry,
     ) -> Result<Record, OperatorError> {
-        let fence = self.replace(old, expected, Some(&new)).await?;
+        new.audit.push(entry.clone());
+        let fence = self.replace(old, expected, Some(&new), &entry).await?;
         if let Some(fence) = fence {
             new = crate::store::transition::replacement(&old.key, &new, fence);
         }
         Ok(new)
     }
 
+    /// Swap `old` for `new` (`None`: delete it), appending `entry` to the
+    /// store's audit log in the same write: state before → after, who,
+    /// when, why. A refused swap appends nothing.
     async fn replace(
         &self,
         old: &Record,
         state: ExpectedState,
         new: Option<&Record>,
+        entry: &AuditEntry,
     ) -> Result<Option<crate::record::Fence>, OperatorError> {
         let expected = Expected {
             fence: old.fence(),
             state,
         };
+        let event = AuditEvent {
+            seq: None,
+            at: entry.at,
+            by: entry.by.clone(),
+            action: entry.action,
+            reason: entry.reason.clone(),
+            key: old.key.clone(),
+            tool: old.tool.clone(),
+            namespace: old.info.namespace.clone(),
+            fingerprint: old.fingerprint.clone(),
+            before: Some(old.status()),
+            after: new.map(Record::status),
+        };
         self.store
-            .replace(&old.key, expected, new, None)
+            .replace(&old.key, expected, new, Some(&event))
             .await
             .map_err(|e| match e {
                 StoreError::StaleFence { key, .. } => OperatorError::Changed { key },

@@ -13,8 +13,8 @@ use idem_runtime::store::{ClaimOutcome, PostgresStore, Store, StoreError};
 use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
 use serde_json::json;
 use support::{
-    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint, park,
-    request, sent, wake_up_latencies,
+    acquire, closed_port, driver_error, every_write_is_refused_read_only,
+    fails_closed_when_the_server_goes_away, fingerprint, park, request, sent, wake_up_latencies,
 };
 
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
@@ -619,4 +619,243 @@ async fn a_malformed_schema_name_is_a_configuration_error() {
         PostgresStore::connect(&url).await,
         Err(StoreError::Config(_))
     ));
+}
+
+/// The 0.1 schema (version 1) with `rows` completed records.
+async fn schema_version_1(raw: &tokio_postgres::Client, rows: i64) {
+    raw.batch_execute(&format!(
+        r#"CREATE TABLE idem_meta (name text PRIMARY KEY, value bigint NOT NULL);
+           CREATE SEQUENCE idem_fence;
+           CREATE TABLE idem_records (
+               key          text PRIMARY KEY,
+               tool         text NOT NULL,
+               fingerprint  text NOT NULL,
+               created_at   bigint NOT NULL,
+               fence        bigint NOT NULL,
+               prev_fence   bigint,
+               state        smallint NOT NULL CHECK (state IN (0, 1)),
+               lease_until  bigint,
+               outcome      text,
+               completed_at bigint,
+               expires_at   bigint,
+               steps        jsonb NOT NULL DEFAULT '{{}}'
+           );
+           CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;
+           INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1);
+           INSERT INTO idem_records
+             SELECT lpad(to_hex(i), 64, '0'), 'send_email', '{fp}', 1700000000000, i, NULL, 1, NULL,
+                    '{{"status":"success","output":"{{}}"}}', 1700000000100, 4000000000000 + i, '{{}}'
+             FROM generate_series(1, {rows}) AS i;
+           SELECT setval('idem_fence', {rows} + 1);"#,
+        fp = fingerprint(),
+    ))
+    .await
+    .unwrap();
+}
+
+async fn version(raw: &tokio_postgres::Client) -> i64 {
+    raw.query_one(
+        "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+        &[],
+    )
+    .await
+    .unwrap()
+    .get(0)
+}
+
+/// Whether the expiry index exists, is valid, and covers approvals.
+async fn expiry_index(raw: &tokio_postgres::Client) -> Option<(bool, String)> {
+    raw.query_opt(
+        "SELECT i.indisvalid, pg_get_expr(i.indpred, i.indrelid)
+         FROM pg_index i WHERE i.indexrelid = to_regclass('idem_records_expiry')",
+        &[],
+    )
+    .await
+    .unwrap()
+    .map(|row| {
+        (
+            row.get(0),
+            row.get::<_, Option<String>>(1).unwrap_or_default(),
+        )
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_without_idem_connected_read_only_is_refused_and_nothing_is_created() {
+    let Some(url) = own_database("postgres read-only foreign").await else {
+        return;
+    };
+    let raw = connect_raw(&url).await;
+    raw.batch_execute("CREATE TABLE users (id int PRIMARY KEY); INSERT INTO users VALUES (1);")
+        .await
+        .unwrap();
+    for url in [url.clone(), format!("{url}?schema=app1")] {
+        match PostgresStore::connect_read_only(&url).await {
+            Err(e @ StoreError::NotAnIdemStore { .. }) => {
+                assert!(e.to_string().contains("is not an idem store"), "{e}")
+            }
+            other => panic!("{url}: expected NotAnIdemStore, got {other:?}"),
+        }
+    }
+    let created: i64 = raw
+        .query_one(
+            "SELECT (SELECT count(*) FROM pg_class WHERE relname LIKE 'idem%')
+                  + (SELECT count(*) FROM pg_namespace WHERE nspname = 'app1')",
+            &[],
+        )
+        .await
+        .unwrap()
+        .get(0);
+    assert_eq!(created, 0, "no table, sequence or schema was created");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_connected_read_only_reads_and_refuses_every_write() {
+    let Some(url) = own_database("postgres read-only").await else {
+        return;
+    };
+    let live = PostgresStore::connect(&url).await.unwrap();
+    assert_eq!(live.schema_found(), None);
+    let (done, running) = (random_key(), random_key());
+    let fence = acquire(&live, &done).await;
+    live.complete(&done, fence, &sent("m-1"), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let running_fence = acquire(&live, &running).await;
+
+    let reader = PostgresStore::connect_read_only(&url).await.unwrap();
+    assert_eq!(
+        reader.schema_found(),
+        Some(idem_runtime::store::postgres::SCHEMA_VERSION)
+    );
+    assert_eq!(reader.scan(None, 100).await.unwrap().records.len(), 2);
+    assert_eq!(
+        reader.get(&done).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+    every_write_is_refused_read_only(&reader, &running, running_fence).await;
+    reader.close().await;
+    live.close().await;
+}
+
+/// A schema at version 1 with rows: read-only it is refused naming
+/// `idem migrate` and left at version 1; migrated (by two workers at once)
+/// it reaches version 2 with a valid expiry index built outside the
+/// migration's transaction.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_old_schema_is_refused_read_only_and_migrated_with_a_valid_index() {
+    let Some(url) = own_database("postgres migrate").await else {
+        return;
+    };
+    let raw = connect_raw(&url).await;
+    schema_version_1(&raw, 5000).await;
+    match PostgresStore::connect_read_only(&url).await {
+        Err(e @ StoreError::SchemaTooOld { found: 1, .. }) => {
+            assert!(e.to_string().contains("idem migrate"), "{e}")
+        }
+        other => panic!("expected SchemaTooOld, got {other:?}"),
+    }
+    assert_eq!(version(&raw).await, 1);
+
+    let (first, second) = tokio::join!(
+        idem_runtime::store::url::migrate(&url),
+        PostgresStore::connect(&url)
+    );
+    let migration = first.unwrap();
+    let second = second.unwrap();
+    assert_eq!(migration.to, idem_runtime::store::postgres::SCHEMA_VERSION);
+    assert!(
+        [Some(1), Some(idem_runtime::store::postgres::SCHEMA_VERSION)].contains(&migration.from)
+            && [Some(1), Some(idem_runtime::store::postgres::SCHEMA_VERSION)]
+                .contains(&second.schema_found())
+            && migration.from != second.schema_found(),
+        "one of them migrated from 1: {migration:?}, {:?}",
+        second.schema_found()
+    );
+    assert_eq!(
+        version(&raw).await,
+        i64::from(idem_runtime::store::postgres::SCHEMA_VERSION)
+    );
+    second.close().await;
+    // Whichever built the index, a connect finishes or repeats the build.
+    PostgresStore::connect(&url).await.unwrap().close().await;
+    let (valid, predicate) = expiry_index(&raw).await.expect("the expiry index exists");
+    assert!(valid, "the index is valid");
+    assert!(predicate.contains("ARRAY[1, 2]"), "{predicate}");
+    let reader = PostgresStore::connect_read_only(&url).await.unwrap();
+    assert_eq!(reader.scan(None, 10_000).await.unwrap().records.len(), 5000);
+    reader.close().await;
+
+    // A concurrent build that died leaves an invalid index: the next
+    // store to connect drops it and builds it again.
+    raw.batch_execute(
+        "DROP INDEX idem_records_expiry;
+         INSERT INTO idem_records (key, tool, fingerprint, created_at, fence, state)
+           VALUES ('dup-a', 't', 'f', 1, 1, 0), ('dup-b', 't', 'f', 1, 2, 0);",
+    )
+    .await
+    .unwrap();
+    let failed = raw
+        .batch_execute(
+            "CREATE UNIQUE INDEX CONCURRENTLY idem_records_expiry ON idem_records (tool)",
+        )
+        .await;
+    assert!(failed.is_err(), "duplicate tools make the build fail");
+    assert_eq!(
+        expiry_index(&raw).await.map(|(valid, _)| valid),
+        Some(false)
+    );
+    raw.batch_execute("DELETE FROM idem_records WHERE key LIKE 'dup-%'")
+        .await
+        .unwrap();
+    let migration = idem_runtime::store::url::migrate(&url).await.unwrap();
+    assert_eq!(
+        (migration.from, migration.to),
+        (
+            Some(idem_runtime::store::postgres::SCHEMA_VERSION),
+            idem_runtime::store::postgres::SCHEMA_VERSION
+        )
+    );
+    let (valid, predicate) = expiry_index(&raw).await.expect("rebuilt");
+    assert!(valid && predicate.contains("ARRAY[1, 2]"), "{predicate}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
+    let Some(url) = own_database("postgres corrupt scan").await else {
+        return;
+    };
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let keys = [random_key(), random_key(), random_key()];
+    for key in &keys {
+        let fence = acquire(&store, key).await;
+        store
+            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let raw = connect_raw(&url).await;
+    raw.execute(
+        "UPDATE idem_records SET outcome = 'not json' WHERE key = $1",
+        &[&keys[1].as_str()],
+    )
+    .await
+    .unwrap();
+    // A page boundary right after the corrupt row: the scan goes on past it.
+    let mut sorted = keys.clone();
+    sorted.sort();
+    let (mut listed, mut corrupt, mut cursor) = (Vec::new(), Vec::new(), None);
+    loop {
+        let page = store.scan(cursor.as_deref(), 1).await.unwrap();
+        listed.extend(page.records.into_iter().map(|r| r.key));
+        corrupt.extend(page.corrupt.into_iter().map(|c| c.key));
+        cursor = page.cursor;
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let good: Vec<_> = sorted.iter().filter(|k| **k != keys[1]).cloned().collect();
+    assert_eq!(listed, good);
+    assert_eq!(corrupt, vec![keys[1].as_str().to_owned()]);
+    store.close().await;
 }

@@ -17,8 +17,8 @@ use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, RedisStore, Sto
 use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
 use serde_json::json;
 use support::{
-    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
-    request, sent, wake_up_latencies,
+    acquire, closed_port, driver_error, every_write_is_refused_read_only,
+    fails_closed_when_the_server_goes_away, fingerprint, request, sent, wake_up_latencies,
 };
 
 static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
@@ -903,4 +903,127 @@ async fn a_tls_cluster_url_is_refused_without_a_tls_build() {
         let err = RedisStore::connect(url).await.unwrap_err();
         assert!(matches!(err, StoreError::Config(_)), "{url}: {err:?}");
     }
+}
+
+/// Connected read-only, a store writes nothing at all: a prefix no idem
+/// store ever used is refused as not an idem store (and stays empty), an
+/// idem store reads as usual and refuses every write, and data of layout
+/// version 1 is refused naming `idem migrate`, not migrated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_connected_read_only_writes_nothing() {
+    let Some(server) = own_server("redis read-only").await else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = raw(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg("other-app:session")
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let writes = writes_applied(&mut raw).await;
+    for prefix in ["idem", "other-app"] {
+        match RedisStore::connect_read_only(&format!("{url}?prefix={prefix}")).await {
+            Err(e @ StoreError::NotAnIdemStore { .. }) => {
+                assert!(e.to_string().contains("is not an idem store"), "{e}")
+            }
+            other => panic!("prefix {prefix}: expected NotAnIdemStore, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        writes,
+        "nothing was written"
+    );
+
+    let live = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(
+        live.schema_found(),
+        None,
+        "the first store writes the layout"
+    );
+    let (done, running) = (random_key(), random_key());
+    let fence = acquire(&live, &done).await;
+    live.complete(&done, fence, &sent("m-1"), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let running_fence = acquire(&live, &running).await;
+
+    let writes = writes_applied(&mut raw).await;
+    let reader = idem_runtime::store::connect_read_only(&url).await.unwrap();
+    assert_eq!(reader.scan(None, 100).await.unwrap().records.len(), 2);
+    assert_eq!(
+        reader.get(&done).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+    every_write_is_refused_read_only(&*reader, &running, running_fence).await;
+    reader.close().await;
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        writes,
+        "nothing was written"
+    );
+
+    // Layout version 1, under a prefix of its own.
+    let _: () = redis::cmd("SET")
+        .arg("old:schema")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let writes = writes_applied(&mut raw).await;
+    match RedisStore::connect_read_only(&format!("{url}?prefix=old")).await {
+        Err(e @ StoreError::SchemaTooOld { found: 1, .. }) => {
+            assert!(e.to_string().contains("idem migrate"), "{e}")
+        }
+        other => panic!("expected SchemaTooOld, got {other:?}"),
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        writes,
+        "nothing was migrated"
+    );
+    let migration = idem_runtime::store::url::migrate(&format!("{url}?prefix=old"))
+        .await
+        .unwrap();
+    assert_eq!((migration.from, migration.to), (Some(1), 2));
+    live.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
+    let Some(url) = server_url("redis corrupt scan").await else {
+        return;
+    };
+    let prefix = format!("idem-corrupt-{}", &random_key().as_str()[..8]);
+    let store = RedisStore::connect(&format!("{url}?prefix={prefix}"))
+        .await
+        .unwrap();
+    let keys = [random_key(), random_key(), random_key()];
+    for key in &keys {
+        let fence = acquire(&store, key).await;
+        store
+            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
+            .await
+            .unwrap();
+    }
+    let mut raw = raw(&url).await;
+    let _: () = redis::cmd("HSET")
+        .arg(store.record_key(&keys[1]))
+        .arg("state")
+        .arg("nonsense")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let page = store.scan(None, 100).await.unwrap();
+    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    listed.sort();
+    let mut good = vec![keys[0].clone(), keys[2].clone()];
+    good.sort();
+    assert_eq!(listed, good);
+    assert_eq!(page.corrupt.len(), 1);
+    assert_eq!(page.corrupt[0].key, keys[1].as_str());
+    store.close().await;
 }

@@ -17,7 +17,8 @@ use idem_runtime::store::{ClaimOutcome, SqliteOptions, SqliteStore, Store, Store
 use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
 use support::{
-    acquire, approve, driver_error, fingerprint, park, request, sent, wake_up_latencies,
+    acquire, approve, driver_error, every_write_is_refused_read_only, fingerprint, park, request,
+    sent, wake_up_latencies,
 };
 
 /// Claim and complete `key` with `outcome`.
@@ -832,4 +833,225 @@ async fn reads_on_the_callers_thread_leave_no_snapshot_open() {
     assert_eq!(busy, 0, "a reader kept a snapshot open");
     let wal = std::fs::metadata(path.with_extension("db-wal")).unwrap();
     assert_eq!(wal.len(), 0, "the WAL was not truncated");
+}
+
+/// The bytes of `path` and of its `-wal` and `-shm` files (`None`: absent).
+fn snapshot(path: &Path) -> [Option<Vec<u8>>; 3] {
+    let with = |suffix: &str| {
+        let mut name = path.as_os_str().to_owned();
+        name.push(suffix);
+        std::fs::read(name).ok()
+    };
+    [std::fs::read(path).ok(), with("-wal"), with("-shm")]
+}
+
+fn schema_version(path: &Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_applications_database_opened_read_only_is_refused_and_left_byte_for_byte() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    // One in rollback-journal mode, one in WAL mode closed by its
+    // application (no -wal or -shm file left), and a text file.
+    let rollback = dir.path().join("other-app.db");
+    sqlite(
+        &rollback,
+        "CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO users (name) VALUES ('ana');",
+    );
+    let wal = dir.path().join("other-wal-app.db");
+    sqlite(
+        &wal,
+        "PRAGMA journal_mode = WAL; CREATE TABLE notes (body TEXT); INSERT INTO notes VALUES ('hi');",
+    );
+    let text = dir.path().join("notes.txt");
+    std::fs::write(&text, "not a database at all\n".repeat(100)).unwrap();
+    for path in [&rollback, &wal, &text] {
+        let before = snapshot(path);
+        assert!(before[0].is_some() && before[1].is_none() && before[2].is_none());
+        let url = format!("sqlite://{}", path.display());
+        for refusal in [
+            SqliteStore::open_read_only(path).await.map(drop),
+            idem_runtime::store::connect_read_only(&url).await.map(drop),
+        ] {
+            match refusal {
+                Err(e @ StoreError::NotAnIdemStore { .. }) => {
+                    assert!(e.to_string().contains("is not an idem store"), "{e}");
+                    assert!(e.to_string().contains(&path.display().to_string()), "{e}");
+                }
+                other => panic!("{}: expected NotAnIdemStore, got {other:?}", path.display()),
+            }
+        }
+        assert_eq!(snapshot(path), before, "{} changed", path.display());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_file_opened_read_only_is_refused_and_not_created() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("typo.db");
+    match SqliteStore::open_read_only(&path).await {
+        Err(e @ StoreError::NoStore { .. }) => {
+            assert!(e.to_string().contains("no idem store at"), "{e}")
+        }
+        other => panic!("expected NoStore, got {other:?}"),
+    }
+    assert_eq!(snapshot(&path), [None, None, None]);
+}
+
+/// A worker's store is live (its WAL not yet checkpointed) while an
+/// operator reads the file read-only: the reader sees every commit,
+/// refuses every write, and the worker carries on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_read_only_beside_a_live_store_sees_its_commits_and_writes_nothing() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let live = SqliteStore::open(&path).await.unwrap();
+    let (done, running) = (random_key(), random_key());
+    record(&live, &done, &sent("m-1")).await;
+    let fence = acquire(&live, &running).await;
+
+    let reader = SqliteStore::open_read_only(&path).await.unwrap();
+    assert!(reader.is_read_only());
+    assert_eq!(
+        reader.schema_found(),
+        Some(idem_runtime::store::sqlite::SCHEMA_VERSION)
+    );
+    let page = reader.scan(None, 100).await.unwrap();
+    let mut keys: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    keys.sort();
+    let mut expected = vec![done.clone(), running.clone()];
+    expected.sort();
+    assert_eq!(keys, expected);
+    assert_eq!(
+        reader.get(&done).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+    // A later commit of the worker is seen.
+    let later = random_key();
+    record(&live, &later, &sent("m-2")).await;
+    assert!(reader.get(&later).await.unwrap().is_some());
+    // A duplicate of a completed call is answered; anything else writes.
+    let f = fingerprint();
+    assert!(matches!(
+        reader.claim(&request(&done, &f)).await.unwrap(),
+        ClaimOutcome::Completed(_)
+    ));
+    every_write_is_refused_read_only(&reader, &running, fence).await;
+    live.complete(&running, fence, &sent("m-3"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    reader.close().await;
+    live.close().await;
+
+    // No process has the file open now: read-only, it reads the same and
+    // the database file is not written.
+    let before = snapshot(&path)[0].clone();
+    let reader = SqliteStore::open_read_only(&path).await.unwrap();
+    assert_eq!(reader.scan(None, 100).await.unwrap().records.len(), 3);
+    reader.close().await;
+    assert_eq!(snapshot(&path)[0], before);
+    assert_eq!(
+        schema_version(&path),
+        i64::from(idem_runtime::store::sqlite::SCHEMA_VERSION)
+    );
+    // And the worker opens it again as usual.
+    let live = SqliteStore::open(&path).await.unwrap();
+    assert!(live.get(&running).await.unwrap().is_some());
+    live.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_file_reads_read_only_and_stays_version_1() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem-0.1.db");
+    let done = random_key();
+    let far = 4_000_000_000_000u64;
+    sqlite(
+        &path,
+        &format!(
+            r#"CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+               CREATE TABLE idem_records (key TEXT PRIMARY KEY NOT NULL, expires_at INTEGER, record BLOB NOT NULL);
+               INSERT INTO idem_meta (name, value) VALUES ('next_fence', 2), ('schema_version', 1);
+               INSERT INTO idem_records VALUES ('{done}', {far}, CAST('{{"key":"{done}","tool":"send_email","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":1,"outcome":{{"status":"success","output":"{{\"id\":\"m-1\"}}"}},"completed_at":1700000000100,"expires_at":{far}}}' AS BLOB));"#,
+            fp = fingerprint(),
+        ),
+    );
+    let before = snapshot(&path);
+    let reader = SqliteStore::open_read_only(&path).await.unwrap();
+    assert_eq!(reader.schema_found(), Some(1));
+    let page = reader.scan(None, 10).await.unwrap();
+    assert_eq!(page.records.len(), 1);
+    assert_eq!(page.records[0].key, done);
+    reader.close().await;
+    assert_eq!(
+        snapshot(&path),
+        before,
+        "the file was not migrated or written"
+    );
+    assert_eq!(schema_version(&path), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schemas_read_only_cannot_read_are_refused_naming_what_to_do() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+    sqlite(
+        &path,
+        "UPDATE idem_meta SET value = 9 WHERE name = 'schema_version'",
+    );
+    match SqliteStore::open_read_only(&path).await {
+        Err(StoreError::SchemaTooNew { found: 9, .. }) => {}
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+    // Older than any version this build reads without migrating.
+    sqlite(
+        &path,
+        "UPDATE idem_meta SET value = 0 WHERE name = 'schema_version'",
+    );
+    match SqliteStore::open_read_only(&path).await {
+        Err(e @ StoreError::SchemaTooOld { found: 0, .. }) => {
+            assert!(e.to_string().contains("idem migrate"), "{e}")
+        }
+        other => panic!("expected SchemaTooOld, got {other:?}"),
+    }
+    sqlite(&path, "DELETE FROM idem_meta WHERE name = 'schema_version'");
+    assert!(matches!(
+        SqliteStore::open_read_only(&path).await,
+        Err(StoreError::NotAnIdemStore { .. })
+    ));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let store = SqliteStore::open(&path).await.unwrap();
+    let keys = [random_key(), random_key(), random_key()];
+    for key in &keys {
+        record(&store, key, &sent("m")).await;
+    }
+    sqlite(
+        &path,
+        &format!(
+            "UPDATE idem_records SET record = x'00ff13' WHERE key = '{}'",
+            keys[1].as_str()
+        ),
+    );
+    let page = store.scan(None, 100).await.unwrap();
+    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    listed.sort();
+    let mut good = vec![keys[0].clone(), keys[2].clone()];
+    good.sort();
+    assert_eq!(listed, good);
+    assert_eq!(page.corrupt.len(), 1);
+    assert_eq!(page.corrupt[0].key, keys[1].as_str());
 }

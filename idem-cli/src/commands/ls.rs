@@ -4,8 +4,9 @@
 //! matches are kept, so a large store is never held in memory whole; the
 //! total number of matches is counted as the pages go by.
 
+use idem_runtime::clock::Timestamp;
 use idem_runtime::operator::{Filter, Operator};
-use idem_runtime::record::Record;
+use idem_runtime::record::{CorruptRecord, Record};
 
 use super::{now, Output};
 use crate::cli::LsArgs;
@@ -40,8 +41,18 @@ pub async fn run(operator: &Operator, args: &LsArgs, out: &Output) -> Result<(),
     } else {
         args.limit
     };
-    let (records, total) = newest(operator, &filter, limit).await?;
+    let (records, total, corrupt) = newest(operator, &filter, limit).await?;
+    let listed = list(&records, total, now, out);
+    // What could be read is printed first; the corrupt records are then
+    // named, loudly, and the exit code says the list is incomplete.
+    match corrupt.is_empty() {
+        true => listed,
+        false => listed.and(Err(CliError::Corrupt(corrupt))),
+    }
+}
 
+/// Print `records` (the newest of `total` matches).
+fn list(records: &[Record], total: u64, now: Timestamp, out: &Output) -> Result<(), CliError> {
     if out.json {
         return out.json(&ListJson {
             records: records.iter().map(|r| RecordJson::new(r, now)).collect(),
@@ -61,7 +72,7 @@ pub async fn run(operator: &Operator, args: &LsArgs, out: &Output) -> Result<(),
         "WORKER",
         "DETAILS",
     ]);
-    for record in &records {
+    for record in records {
         let status = record.status();
         table.row(vec![
             Cell::plain(short_key(record.key.as_str())),
@@ -83,19 +94,21 @@ pub async fn run(operator: &Operator, args: &LsArgs, out: &Output) -> Result<(),
     Ok(())
 }
 
-/// The newest `limit` records matching `filter`, newest first, and how many
-/// match in all.
+/// The newest `limit` records matching `filter`, newest first, how many
+/// match in all, and the stored records that could not be decoded.
 async fn newest(
     operator: &Operator,
     filter: &Filter,
     limit: usize,
-) -> Result<(Vec<Record>, u64), CliError> {
+) -> Result<(Vec<Record>, u64, Vec<CorruptRecord>), CliError> {
     let mut kept: Vec<Record> = Vec::new();
+    let mut corrupt = Vec::new();
     let mut total = 0u64;
     let mut cursor = None;
     loop {
         let page = operator.list(filter, cursor.as_deref(), PAGE).await?;
         total += page.records.len() as u64;
+        corrupt.extend(page.corrupt);
         kept.extend(page.records);
         if kept.len() > limit.saturating_mul(2).max(PAGE) {
             newest_first(&mut kept);
@@ -108,7 +121,7 @@ async fn newest(
     }
     newest_first(&mut kept);
     kept.truncate(limit);
-    Ok((kept, total))
+    Ok((kept, total, corrupt))
 }
 
 /// Newest first; the key breaks ties, so the order is stable.

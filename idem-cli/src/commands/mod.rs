@@ -1,11 +1,13 @@
 //! What each command does, one file per command or pair of commands:
 //! `ls`, `show`, `decide` (approve, deny), `settle` (resolve, delete),
-//! `purge`, `stats`, `key`. Each validates its input first, opens the store
-//! only then (`idem key` never does), and prints through [`Output`].
+//! `purge`, `stats`, `key`, `migrate`. Each validates its input first,
+//! opens the store only then (`idem key` never does), read-only unless it
+//! changes records, and prints through [`Output`].
 
 mod decide;
 mod key;
 mod ls;
+mod migrate;
 mod purge;
 mod settle;
 mod show;
@@ -30,8 +32,12 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         // Needs no store.
         Command::Key(args) => key::run(&args, &out),
+        Command::Migrate => migrate::run(url, &out).await,
         command => {
-            let operator = store::open(url).await?;
+            let operator = match command.changes_records() {
+                true => store::open(url).await?,
+                false => store::open_read_only(url).await?,
+            };
             let result = run_on(&operator, command, &out).await;
             operator.store().close().await;
             result
@@ -50,6 +56,7 @@ async fn run_on(operator: &Operator, command: Command, out: &Output) -> Result<(
         Command::Purge(_) => purge::run(operator, out).await,
         Command::Stats => stats::run(operator, out).await,
         Command::Key(args) => key::run(&args, out),
+        Command::Migrate => unreachable!("idem migrate opens the store itself"),
     }
 }
 

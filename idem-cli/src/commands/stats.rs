@@ -1,6 +1,7 @@
 //! `idem stats`: how many records are in each state, and per tool.
 
-use idem_runtime::operator::Operator;
+use idem_runtime::clock::Timestamp;
+use idem_runtime::operator::{Counts, Operator};
 use idem_runtime::record::Status;
 
 use super::Output;
@@ -12,8 +13,18 @@ use crate::render::table::{Cell, Table};
 /// `idem stats`: records per state and per tool.
 pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
     let counts = operator.counts().await?;
+    let now = operator.store().now().await?;
+    let printed = print(&counts, now, out);
+    // As `idem ls`: what could be read, then the corrupt records named.
+    match counts.corrupt.is_empty() {
+        true => printed,
+        false => printed.and(Err(CliError::Corrupt(counts.corrupt))),
+    }
+}
+
+fn print(counts: &Counts, now: Timestamp, out: &Output) -> Result<(), CliError> {
     if out.json {
-        return out.json(&StatsJson::new(&counts));
+        return out.json(&StatsJson::new(counts));
     }
     let mut states = Table::new(&["STATE", "RECORDS"]);
     for status in Status::ALL {
@@ -35,7 +46,6 @@ pub async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {
     let mut text = states.render();
     let ages = &counts.unknown_by_age;
     if let Some(oldest) = ages.oldest {
-        let now = operator.store().now().await?;
         text.push_str(&format!(
             "\nunknown outcomes wait for a person (they never expire): {} under 1h, {} under 1d, {} under 7d, {} older; the oldest for {}\n",
             ages.under_1h,

@@ -7,9 +7,10 @@
 use serde_json::Value;
 
 use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::audit::AuditEvent;
 use crate::error::IdemError;
 use crate::key::Fingerprint;
-use crate::record::{FailureCode, Outcome, RecordState, StoredFailure};
+use crate::record::{AuditAction, FailureCode, Outcome, RecordState, Status, StoredFailure};
 use crate::store::{Expected, ExpectedState};
 
 use super::claim::Owner;
@@ -26,6 +27,9 @@ impl CallEnv<'_> {
         args: &(dyn Fn() -> Value + Sync),
     ) -> Result<(), IdemError> {
         Metrics::bump(&self.metrics().approvals_requested);
+        // Who decided, for the audit log: the caller that handed in an
+        // approval, or the executor's policy.
+        let given = matches!(self.approval, ApprovalSource::Given(_));
         let decision = match &self.approval {
             ApprovalSource::Given(approval) => ApprovalDecision::Approved(approval.clone()),
             ApprovalSource::Policy => {
@@ -62,6 +66,19 @@ impl CallEnv<'_> {
                 // Bound to the arguments this call carries: only they ever
                 // run under it.
                 let approval = approval.for_arguments(fingerprint.clone());
+                let action = match given {
+                    true => AuditAction::Approved,
+                    false => AuditAction::ApprovedByPolicy,
+                };
+                self.log_decision(
+                    owner,
+                    fingerprint,
+                    action,
+                    &approval.approver,
+                    approval.note.clone(),
+                    Status::InFlight,
+                )
+                .await?;
                 let value = serde_json::to_value(ApprovalDecision::Approved(approval))
                     .expect("an approval serializes");
                 self.store()
@@ -80,6 +97,15 @@ impl CallEnv<'_> {
             }
             ApprovalDecision::Denied { reason } => {
                 Metrics::bump(&self.metrics().approvals_denied);
+                self.log_decision(
+                    owner,
+                    fingerprint,
+                    AuditAction::DeniedByPolicy,
+                    "approval policy",
+                    Some(reason.clone()),
+                    Status::Failed,
+                )
+                .await?;
                 let failure = StoredFailure {
                     code: FailureCode::ApprovalDenied,
                     message: reason.clone(),
@@ -93,6 +119,37 @@ impl CallEnv<'_> {
                 }))
             }
         }
+    }
+
+    /// Append a decision about the call to the store's audit log, before it
+    /// is recorded on the record: a decision that cannot be logged is not
+    /// acted on (the call fails closed, and a later call asks again).
+    async fn log_decision(
+        &self,
+        owner: &Owner,
+        fingerprint: &Fingerprint,
+        action: AuditAction,
+        by: &str,
+        reason: Option<String>,
+        after: Status,
+    ) -> Result<(), IdemError> {
+        let store = self.store();
+        let err = |e| self.owner_err(owner, e);
+        let event = AuditEvent {
+            seq: None,
+            at: store.now().await.map_err(err)?,
+            by: by.to_owned(),
+            action,
+            reason,
+            key: owner.key.clone(),
+            tool: self.name().to_owned(),
+            namespace: Some(owner.namespace.as_str().to_owned()),
+            fingerprint: fingerprint.clone(),
+            before: Some(Status::InFlight),
+            after: Some(after),
+        };
+        store.append_audit(&event).await.map_err(err)?;
+        Ok(())
     }
 
     /// Record the call as awaiting approval: the owner gives up its lease,

@@ -44,6 +44,32 @@ pub enum StoreError {
         /// The newest version understood.
         supported: u32,
     },
+    /// There is no store where the URL points (a SQLite file that does
+    /// not exist), and a store opened read-only creates none.
+    NoStore {
+        /// The store.
+        store: String,
+    },
+    /// What the URL names holds no idem store: a database of another
+    /// application, or a server or schema idem never wrote to. Nothing in
+    /// it was changed.
+    NotAnIdemStore {
+        /// The store.
+        store: String,
+        /// What was found instead.
+        cause: Cause,
+    },
+    /// The store holds data of an older schema version than a store opened
+    /// read-only can read; opening it read-write (`idem migrate`) migrates
+    /// it. Nothing was changed.
+    SchemaTooOld {
+        /// The store.
+        store: String,
+        /// The version found.
+        found: u32,
+        /// The oldest version read without migrating.
+        oldest_readable: u32,
+    },
     /// The store is full or out of space.
     Full {
         /// The store.
@@ -103,6 +129,22 @@ impl fmt::Display for StoreError {
                 f,
                 "store {store} has schema version {found}, newer than this idem understands ({supported}); upgrade idem"
             ),
+            StoreError::NoStore { store } => write!(
+                f,
+                "no idem store at {store}; nothing was created (a store is created when it is first opened read-write)"
+            ),
+            StoreError::NotAnIdemStore { store, cause } => write!(
+                f,
+                "{store} is not an idem store ({cause}); it was left untouched"
+            ),
+            StoreError::SchemaTooOld {
+                store,
+                found,
+                oldest_readable,
+            } => write!(
+                f,
+                "store {store} has schema version {found}, older than this idem reads without migrating ({oldest_readable}); run `idem migrate` to migrate it, then read it again"
+            ),
             StoreError::Full { store, cause } => write!(f, "store {store} is full: {cause}"),
             StoreError::ReadOnly { store, cause } => write!(
                 f,
@@ -125,6 +167,7 @@ impl Error for StoreError {
     fn source(&self) -> Option<&(dyn Error + 'static)> {
         match self {
             StoreError::Unavailable { cause, .. }
+            | StoreError::NotAnIdemStore { cause, .. }
             | StoreError::Full { cause, .. }
             | StoreError::ReadOnly { cause, .. } => {
                 cause.source().map(|e| e as &(dyn Error + 'static))

@@ -359,6 +359,7 @@ impl Store for MemoryStore {
             .then(|| page.last().map(|r| r.key.as_str().to_owned()))
             .flatten();
         Ok(ScanPage {
+            corrupt: Vec::new(),
             records: page
                 .into_iter()
                 .filter(|r| !r.is_expired(now))

@@ -39,7 +39,7 @@ use serde_json::Value;
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::{CallInfoRef, Fence, Outcome, Record};
+use crate::record::{CallInfoRef, CorruptRecord, Fence, Outcome, Record};
 
 mod error;
 pub mod memory;
@@ -67,7 +67,7 @@ pub use redis::{RedisOptions, RedisStore};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
 pub use sweeper::{spawn_sweeper, SweeperHandle};
-pub use url::{connect, from_env, STORE_ENV};
+pub use url::{connect, connect_read_only, from_env, STORE_ENV};
 
 /// The longest lease or TTL the remote stores write, in milliseconds:
 /// 2^52 ms, about 142,000 years. Longer spans are cut to it, so that the
@@ -172,11 +172,17 @@ pub enum ExpectedState {
     Completed,
 }
 
-/// One page of [`Store::scan`].
+/// One page of [`Store::scan`]. A store builds one with
+/// `ScanPage { records, cursor, ..Default::default() }` when it has no
+/// corrupt records to report, so that later fields need no change.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ScanPage {
     /// Records of this page (expired records are left out).
     pub records: Vec<Record>,
+    /// Stored records of this page that could not be decoded (or are
+    /// stored under a malformed key): reported, left untouched, and not
+    /// in `records`, so that one bad row does not hide the rest.
+    pub corrupt: Vec<CorruptRecord>,
     /// Where the next page starts; `None` after the last page. Opaque:
     /// pass it back to [`Store::scan`] unchanged.
     pub cursor: Option<String>,
@@ -337,7 +343,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// for the whole scan is returned exactly once over the pages, in an
     /// order of the store's choosing; a page may hold fewer records than
     /// `limit`, even none, before the last page. For operators: no store
-    /// is read whole at once.
+    /// is read whole at once. A stored record that does not decode does not
+    /// fail the page: it is reported in [`ScanPage::corrupt`] instead, once
+    /// over the pages like any record, and left untouched.
     async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError>;
 
     /// Wait until the record is no longer in flight under a live lease —

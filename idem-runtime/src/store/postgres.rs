@@ -81,6 +81,12 @@ pub const SCHEMA_VERSION: u32 = 3;
 // Every migration step moves the schema one version.
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
+/// The oldest schema version a store connected read-only
+/// ([`PostgresStore::connect_read_only`]) reads without migrating it: the
+/// statements every connection prepares name version 2's columns, so an
+/// older schema is refused with [`StoreError::SchemaTooOld`].
+pub const OLDEST_READABLE: u32 = 3;
+
 /// The longest a waiter goes without re-reading its record when no
 /// notification arrives.
 pub const SAFETY_POLL: Duration = Duration::from_secs(1);
@@ -89,7 +95,9 @@ pub const SAFETY_POLL: Duration = Duration::from_secs(1);
 /// (`idem_done`, written into the statements).
 const LISTEN: &str = "LISTEN idem_done";
 
-/// Migrations: entry `i` takes the schema from version `i` to `i + 1`.
+/// Migrations: entry `i` takes the schema from version `i` to `i + 1`, in
+/// the transaction that records the new version. Indexes are not built
+/// here but by [`build_indexes`], after the commit: see [`INDEXES`].
 const MIGRATIONS: &[&str] = &[
     "CREATE SEQUENCE idem_fence;
      CREATE TABLE idem_records (
@@ -105,13 +113,14 @@ const MIGRATIONS: &[&str] = &[
          completed_at bigint,
          expires_at   bigint,
          steps        jsonb NOT NULL DEFAULT '{}'
-     );
-     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;",
+     );",
     // Adding nullable columns and a constant default rewrites nothing. The
     // new state check is a superset of the old one, which every row already
     // passed, so it is added NOT VALID instead of scanning the table under
     // the migration's exclusive lock. The expiry index now covers approval
-    // requests too, which lapse and are swept like completed records.
+    // requests too, which lapse and are swept like completed records:
+    // version 1's is dropped here (a catalog change), the new one built
+    // after the commit (see `INDEXES`).
     "ALTER TABLE idem_records
          ADD COLUMN requested_at bigint,
          ADD COLUMN message      text,
@@ -124,12 +133,12 @@ const MIGRATIONS: &[&str] = &[
          ADD COLUMN audit        jsonb NOT NULL DEFAULT '[]',
          DROP CONSTRAINT idem_records_state_check,
          ADD CONSTRAINT idem_records_state_check CHECK (state IN (0, 1, 2)) NOT VALID;
-     DROP INDEX idem_records_expiry;
-     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state IN (1, 2);",
+     DROP INDEX IF EXISTS idem_records_expiry;",
     // The tool's TTL, recorded at the first claim (what decisions about
-    // the call are kept for); the audit log; and unknown outcomes kept
-    // until a person settles them: those stored with a retention get the
-    // longest the store writes (`MAX_SPAN_MILLIS`, 2^52 ms, from now).
+    // the call are kept for); the audit log (its indexes in `INDEXES`);
+    // and unknown outcomes kept until a person settles them: those stored
+    // with a retention get the longest the store writes (`MAX_SPAN_MILLIS`,
+    // 2^52 ms, from now).
     "ALTER TABLE idem_records ADD COLUMN ttl_ms bigint;
      CREATE TABLE idem_audit (
          seq   bigserial PRIMARY KEY,
@@ -137,11 +146,23 @@ const MIGRATIONS: &[&str] = &[
          key   text NOT NULL,
          event text NOT NULL
      );
-     CREATE INDEX idem_audit_key ON idem_audit (key, seq);
-     CREATE INDEX idem_audit_at ON idem_audit (at);
      UPDATE idem_records
      SET expires_at = 4503599627370496 + floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint
      WHERE state = 1 AND outcome::jsonb ->> 'status' = 'unknown';",
+];
+
+/// The indexes of [`SCHEMA_VERSION`]: name, and what follows `ON` in its
+/// definition. Built with `CREATE INDEX CONCURRENTLY` after the migration
+/// commits ([`build_indexes`]), since building an index in the migration's
+/// transaction would hold every worker's claims for as long as the build
+/// of a large table takes.
+const INDEXES: &[(&str, &str)] = &[
+    (
+        "idem_records_expiry",
+        "idem_records (expires_at) WHERE state IN (1, 2)",
+    ),
+    ("idem_audit_key", "idem_audit (key, seq)"),
+    ("idem_audit_at", "idem_audit (at)"),
 ];
 
 /// How many expired records one sweep statement deletes at most.
@@ -431,6 +452,8 @@ pub struct PostgresStore {
     /// `None` once closed.
     pool: Mutex<Option<bb8::Pool<Manager>>>,
     name: String,
+    /// The schema version found on connecting (`None`: created).
+    schema_found: Option<u32>,
     waiters: Arc<Waiters>,
     listener: tokio::task::JoinHandle<()>,
     audit_retention: Duration,
@@ -531,6 +554,15 @@ impl bb8::ManageConnection for Manager {
 /// The advisory lock that serialises migrations of the default schema.
 const MIGRATION_LOCK: i64 = 7283640051;
 
+/// The advisory lock, taken without waiting, under which one worker builds
+/// the default schema's [`INDEXES`]. Apart from [`MIGRATION_LOCK`], so
+/// that a build in progress holds up nobody's migration check.
+const INDEX_LOCK: i64 = 7283640052;
+
+/// With a hash of the schema's name, [`INDEX_LOCK`] for a schema named in
+/// the URL.
+const SCHEMA_INDEX_LOCK: i32 = 728364006;
+
 /// With a hash of its name, the advisory lock (two-key form, apart from
 /// [`MIGRATION_LOCK`]) that serialises migrations of a schema named in the
 /// URL.
@@ -601,36 +633,109 @@ impl PostgresStore {
         url: &str,
         options: PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
-        let name = redact(url);
-        let (driver_url, schema) = take_schema(url)?;
-        let mut config = Config::from_str(&driver_url)
-            .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL {name}: {e}")))?;
-        if let Some(schema) = &schema {
-            // Every connection, pooled and listening, resolves idem's
-            // unqualified names in the schema; `options` the URL already
-            // gives are kept.
-            let path = format!("-c search_path={schema}");
-            let options = match config.get_options() {
-                Some(given) => format!("{given} {path}"),
-                None => path,
-            };
-            config.options(&options);
-        }
-        if config.get_connect_timeout().is_none() {
-            config.connect_timeout(options.connect_timeout);
-        }
-        config.application_name("idem");
-        let fail = |e: tokio_postgres::Error| error(&name, e);
+        let (config, name, schema) = config(url, &options, false)?;
+        let client = first_connection(&config, &name, &options).await?;
+        let found = migrate(client, &name, schema.as_deref()).await?;
+        Ok(Self::start(config, name, &options, found).await)
+    }
 
-        let client = tokio::time::timeout(options.connect_timeout, open(&config))
-            .await
-            .map_err(|_| StoreError::Unavailable {
-                store: name.clone(),
-                cause: format!("no connection within {:?}", options.connect_timeout).into(),
-            })?
-            .map_err(fail)?;
-        migrate(client, &name, schema.as_deref()).await?;
+    /// Connect to `url` for reading only, with default options. See
+    /// [`PostgresStore::connect_read_only_with`].
+    pub async fn connect_read_only(url: &str) -> Result<PostgresStore, StoreError> {
+        Self::connect_read_only_with(url, PostgresOptions::default()).await
+    }
 
+    /// Connect to `url` for reading only: nothing is created or migrated,
+    /// and every session runs with `default_transaction_read_only = on`,
+    /// so the server itself refuses anything that would write, as
+    /// [`StoreError::ReadOnly`]. Reads work as on a store connected
+    /// read-write.
+    ///
+    /// Refuses, changing nothing: a database or PostgreSQL schema without
+    /// idem's tables and schema version ([`StoreError::NotAnIdemStore`]),
+    /// a schema older than [`OLDEST_READABLE`]
+    /// ([`StoreError::SchemaTooOld`]) or newer than [`SCHEMA_VERSION`]
+    /// ([`StoreError::SchemaTooNew`]); otherwise fails as
+    /// [`PostgresStore::connect_with`] does.
+    pub async fn connect_read_only_with(
+        url: &str,
+        options: PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let (config, name, schema) = config(url, &options, true)?;
+        let client = first_connection(&config, &name, &options).await?;
+        let found = check_read_only(&client, &name, schema.as_deref()).await?;
+        Ok(Self::start(config, name, &options, Some(found)).await)
+    }
+
+    /// The schema version the database had when this store connected:
+    /// `None` when this store created the schema, an older version than
+    /// [`SCHEMA_VERSION`] when a store connected read-write migrated it (a
+    /// store connected read-only never does).
+    pub fn schema_found(&self) -> Option<u32> {
+        self.schema_found
+    }
+}
+
+/// The driver's configuration for `url`, its name for messages (password
+/// hidden) and the PostgreSQL schema it names; `read_only` makes every
+/// session's transactions read-only.
+fn config(
+    url: &str,
+    options: &PostgresOptions,
+    read_only: bool,
+) -> Result<(Config, String, Option<String>), StoreError> {
+    let name = redact(url);
+    let (driver_url, schema) = take_schema(url)?;
+    let mut config = Config::from_str(&driver_url)
+        .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL {name}: {e}")))?;
+    // Every connection, pooled and listening, resolves idem's unqualified
+    // names in the schema, and a read-only store's sessions refuse writes;
+    // `options` the URL already gives are kept.
+    let mut settings = Vec::new();
+    if let Some(schema) = &schema {
+        settings.push(format!("-c search_path={schema}"));
+    }
+    if read_only {
+        settings.push("-c default_transaction_read_only=on".to_owned());
+    }
+    if !settings.is_empty() {
+        let settings = settings.join(" ");
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {settings}"),
+            None => settings,
+        };
+        config.options(&options);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(options.connect_timeout);
+    }
+    config.application_name("idem");
+    Ok((config, name, schema))
+}
+
+/// The connection that checks (or migrates) the schema.
+async fn first_connection(
+    config: &Config,
+    name: &str,
+    options: &PostgresOptions,
+) -> Result<Client, StoreError> {
+    tokio::time::timeout(options.connect_timeout, open(config))
+        .await
+        .map_err(|_| StoreError::Unavailable {
+            store: name.to_owned(),
+            cause: format!("no connection within {:?}", options.connect_timeout).into(),
+        })?
+        .map_err(|e| error(name, e))
+}
+
+impl PostgresStore {
+    /// The pool and the listener, on a checked schema.
+    async fn start(
+        config: Config,
+        name: String,
+        options: &PostgresOptions,
+        schema_found: Option<u32>,
+    ) -> PostgresStore {
         let pool = bb8::Pool::builder()
             .max_size(options.pool_size)
             .connection_timeout(options.connect_timeout)
@@ -650,13 +755,14 @@ impl PostgresStore {
             listening,
         ));
         let _ = tokio::time::timeout(options.connect_timeout, ready).await;
-        Ok(PostgresStore {
+        PostgresStore {
             pool: Mutex::new(Some(pool)),
             name,
+            schema_found,
             waiters,
             listener,
             audit_retention: options.audit_retention,
-        })
+        }
     }
 
     /// A pooled connection, or [`StoreError::Closed`].
@@ -779,8 +885,14 @@ fn error(store: &str, e: tokio_postgres::Error) -> StoreError {
 /// Create the schema, or migrate it to [`SCHEMA_VERSION`], in one
 /// transaction under an advisory lock so concurrent starts do it once;
 /// first the PostgreSQL schema `schema` (already the connection's
-/// `search_path`), if one is named and missing.
-async fn migrate(mut client: Client, name: &str, schema: Option<&str>) -> Result<(), StoreError> {
+/// `search_path`), if one is named and missing. Then, after the commit,
+/// build any of [`INDEXES`] missing ([`build_indexes`]). Returns the
+/// version found (`None`: created).
+async fn migrate(
+    mut client: Client,
+    name: &str,
+    schema: Option<&str>,
+) -> Result<Option<u32>, StoreError> {
     let fail = |e| error(name, e);
     let tx = client.transaction().await.map_err(fail)?;
     match schema {
@@ -841,7 +953,126 @@ async fn migrate(mut client: Client, name: &str, schema: Option<&str>) -> Result
     )
     .await
     .map_err(fail)?;
-    tx.commit().await.map_err(fail)
+    tx.commit().await.map_err(fail)?;
+    build_indexes(&client, schema).await.map_err(fail)?;
+    Ok((found > 0).then_some(found as u32))
+}
+
+/// Build each of [`INDEXES`] that is missing, with `CREATE INDEX
+/// CONCURRENTLY`, which blocks no claim or sweep meanwhile (it cannot run
+/// in a transaction, so each statement is sent alone). One worker builds
+/// at a time, the one that gets the index lock without waiting; the others
+/// go on (a worker waiting for a lock inside a statement would hold a
+/// snapshot the build waits for). An index left invalid by an interrupted
+/// build is dropped and built again; a build that dies halfway is redone
+/// by the next store that connects.
+async fn build_indexes(client: &Client, schema: Option<&str>) -> Result<(), tokio_postgres::Error> {
+    let locked: bool = match schema {
+        None => {
+            client
+                .query_one("SELECT pg_try_advisory_lock($1)", &[&INDEX_LOCK])
+                .await?
+        }
+        Some(schema) => {
+            client
+                .query_one(
+                    "SELECT pg_try_advisory_lock($1, hashtext($2))",
+                    &[&SCHEMA_INDEX_LOCK, &schema],
+                )
+                .await?
+        }
+    }
+    .get(0);
+    if !locked {
+        return Ok(());
+    }
+    for (index, definition) in INDEXES {
+        let valid: Option<bool> = client
+            .query_opt(
+                "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)",
+                &[index],
+            )
+            .await?
+            .map(|row| row.get(0));
+        match valid {
+            Some(true) => continue,
+            Some(false) => {
+                client
+                    .batch_execute(&format!("DROP INDEX CONCURRENTLY IF EXISTS {index}"))
+                    .await?
+            }
+            None => {}
+        }
+        client
+            .batch_execute(&format!(
+                "CREATE INDEX CONCURRENTLY IF NOT EXISTS {index} ON {definition}"
+            ))
+            .await?;
+    }
+    // The session ends with the connection, and the lock with it; released
+    // now all the same.
+    client
+        .batch_execute("SELECT pg_advisory_unlock_all()")
+        .await
+}
+
+/// Check, for [`PostgresStore::connect_read_only`], that idem's schema is
+/// where the connection's `search_path` points and that this build reads
+/// its version, without writing anything; that version.
+async fn check_read_only(
+    client: &Client,
+    name: &str,
+    schema: Option<&str>,
+) -> Result<u32, StoreError> {
+    let fail = |e| error(name, e);
+    let tables: i64 = client
+        .query_one(
+            "SELECT (to_regclass('idem_meta') IS NOT NULL)::int
+                  + (to_regclass('idem_records') IS NOT NULL)::int",
+            &[],
+        )
+        .await
+        .map_err(fail)?
+        .get::<_, i32>(0)
+        .into();
+    let not_idem = |what: String| StoreError::NotAnIdemStore {
+        store: name.to_owned(),
+        cause: match schema {
+            Some(schema) => format!("{what} in schema {schema}"),
+            None => format!("{what} in the search path"),
+        }
+        .into(),
+    };
+    if tables != 2 {
+        return Err(not_idem("no idem_meta and idem_records tables".into()));
+    }
+    let found: Option<i64> = client
+        .query_opt(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            &[],
+        )
+        .await
+        .map_err(fail)?
+        .map(|row| row.get(0));
+    let Some(found) = found else {
+        return Err(not_idem("idem_meta records no schema version".into()));
+    };
+    let found = u32::try_from(found).unwrap_or(if found < 0 { 0 } else { u32::MAX });
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            store: name.to_owned(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found < OLDEST_READABLE {
+        return Err(StoreError::SchemaTooOld {
+            store: name.to_owned(),
+            found,
+            oldest_readable: OLDEST_READABLE,
+        });
+    }
+    Ok(found)
 }
 
 /// Decode the record whose columns start at `at` (in the order of
@@ -1294,27 +1525,28 @@ impl Store for PostgresStore {
             .await
             .map_err(|e| self.error(e))?;
         let mut records = Vec::with_capacity(rows.len());
+        let mut corrupt = Vec::new();
         let mut last = None;
         for row in &rows {
             let now = Timestamp(row.get::<_, i64>(0) as u64);
             let text: String = row.get(1);
-            let key = IdempotencyKey::parse(&text).map_err(|e| CorruptRecord {
-                key: text.clone(),
-                detail: format!("stored under a malformed key: {e}"),
-            })?;
-            let record = decode(&key, row, 1)?;
-            if !record.is_expired(now) {
-                records.push(record);
+            match IdempotencyKey::parse(&text) {
+                Ok(key) => match decode(&key, row, 1) {
+                    Ok(record) if record.is_expired(now) => {}
+                    Ok(record) => records.push(record),
+                    Err(e) => corrupt.push(e),
+                },
+                Err(e) => corrupt.push(CorruptRecord {
+                    key: text.clone(),
+                    detail: format!("stored under a malformed key: {e}"),
+                }),
             }
-            last = Some(key);
+            last = Some(text);
         }
         Ok(ScanPage {
             records,
-            cursor: if rows.len() == limit {
-                last.map(|k| k.as_str().to_owned())
-            } else {
-                None
-            },
+            corrupt,
+            cursor: if rows.len() == limit { last } else { None },
         })
     }
 

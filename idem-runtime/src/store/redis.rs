@@ -146,6 +146,12 @@ mod connection;
 /// first version 2 store connects.
 pub const SCHEMA_VERSION: u32 = 2;
 
+/// The oldest data layout a store connected read-only
+/// ([`RedisStore::connect_read_only`]) reads without migrating it: version
+/// 1 kept no indexes, so scans would miss every record. Older data is
+/// refused with [`StoreError::SchemaTooOld`].
+pub const OLDEST_READABLE: u32 = 2;
+
 /// How many slots (hash tags) the records are spread over: keys are hex,
 /// and a slot is a key's first three digits.
 const SLOTS: u16 = 4096;
@@ -266,6 +272,11 @@ pub struct RedisStore {
     subscriber: tokio::task::JoinHandle<()>,
     replicas: Option<(u32, Duration)>,
     audit_retention: Duration,
+    /// Connected with [`RedisStore::connect_read_only`]: only reads run.
+    read_only: bool,
+    /// The layout version found on connecting (`None`: this store wrote
+    /// the first).
+    schema_found: Option<u32>,
 }
 
 struct Scripts {
@@ -343,6 +354,53 @@ impl RedisStore {
     /// data, and [`StoreError::Config`] for a malformed URL or prefix or an
     /// unknown URL option.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
+        Self::open(url, options, false).await
+    }
+
+    /// Connect to `url` for reading only, with default options. See
+    /// [`RedisStore::connect_read_only_with`].
+    pub async fn connect_read_only(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_read_only_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect to `url` for reading only: the layout version under
+    /// `PREFIX:schema` is read, never written or migrated, and every
+    /// operation but reads ([`Store::get`], [`Store::scan`],
+    /// [`Store::wait`], [`Store::now`]) fails with [`StoreError::ReadOnly`]
+    /// before it reaches the server. Only idem's scripts are loaded into
+    /// the server's script cache, which holds no data.
+    ///
+    /// Every store connected read-write writes the layout version first,
+    /// so a prefix without it was never an idem store's:
+    /// [`StoreError::NotAnIdemStore`]. Data older than [`OLDEST_READABLE`]
+    /// is [`StoreError::SchemaTooOld`], newer than [`SCHEMA_VERSION`]
+    /// [`StoreError::SchemaTooNew`]; otherwise it fails as
+    /// [`RedisStore::connect_with`] does.
+    pub async fn connect_read_only_with(
+        url: &str,
+        options: RedisOptions,
+    ) -> Result<RedisStore, StoreError> {
+        Self::open(url, options, true).await
+    }
+
+    /// Whether this store was connected read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The layout version the data had when this store connected: `None`
+    /// when this store wrote the first, an older version than
+    /// [`SCHEMA_VERSION`] when a store connected read-write migrated it (a
+    /// store connected read-only never does).
+    pub fn schema_found(&self) -> Option<u32> {
+        self.schema_found
+    }
+
+    async fn open(
+        url: &str,
+        options: RedisOptions,
+        read_only: bool,
+    ) -> Result<RedisStore, StoreError> {
         let name = redact(url);
         let target = connection::parse(url, &name)?;
         let mut options = match target.prefix {
@@ -365,42 +423,33 @@ impl RedisStore {
         let mut conn = Connection::open(&target.servers, &options, unavailable, &name).await?;
 
         let schema_key = format!("{}:schema", options.prefix);
-        // Claim the layout for this version if the store is new, then read
-        // what is there: one round trip.
-        let (mut found,): (String,) = conn
-            .pipeline(
-                redis::pipe()
-                    .cmd("SET")
-                    .arg(&schema_key)
-                    .arg(SCHEMA_VERSION)
-                    .arg("NX")
-                    .ignore()
-                    .cmd("GET")
-                    .arg(&schema_key),
-            )
-            .await
-            .map_err(unavailable)?;
-        if found == "1" {
-            found = match &mut conn {
-                Connection::Node(node) => migrate_from_1(node, &options.prefix, &schema_key)
+        let (found, schema_found) = match read_only {
+            true => {
+                let found: Option<String> = conn
+                    .query(redis::cmd("GET").arg(&schema_key))
                     .await
-                    .map_err(unavailable)?,
-                // Version 1 never ran on a cluster (it could not connect
-                // to one), so its data is there only if copied in.
-                Connection::Cluster(_) => {
-                    return Err(StoreError::Unavailable {
+                    .map_err(unavailable)?;
+                let Some(found) = found else {
+                    return Err(StoreError::NotAnIdemStore {
                         store: name,
-                        cause: format!(
-                            "{schema_key} says schema version 1, which idem migrates on a single server only; \
-                             migrate it there (connect once to a server holding a copy) before moving the data to a cluster"
-                        )
-                        .into(),
-                    })
+                        cause: format!("there is no {schema_key} key").into(),
+                    });
+                };
+                let version = found.parse::<u32>().ok();
+                if let Some(v) = version.filter(|&v| v < OLDEST_READABLE) {
+                    return Err(StoreError::SchemaTooOld {
+                        store: name,
+                        found: v,
+                        oldest_readable: OLDEST_READABLE,
+                    });
                 }
-            };
-        }
+                (found, version)
+            }
+            false => Self::claim_layout(&mut conn, &options.prefix, &schema_key, &name).await?,
+        };
         match found.parse::<u32>() {
-            Ok(v) if v == SCHEMA_VERSION => {}
+            // A store connected read-only reads older layouts it can.
+            Ok(v) if v == SCHEMA_VERSION || (read_only && (OLDEST_READABLE..SCHEMA_VERSION).contains(&v)) => {}
             Ok(v) if v > SCHEMA_VERSION => {
                 return Err(StoreError::SchemaTooNew {
                     store: name,
@@ -451,7 +500,76 @@ impl RedisStore {
             subscriber,
             replicas: options.replicas,
             audit_retention: options.audit_retention,
+            read_only,
+            schema_found,
         })
+    }
+
+    /// Write this build's layout version if the store is new, migrate data
+    /// of version 1, and return the version then there (checked by the
+    /// caller) with the one found first (`None`: written now).
+    async fn claim_layout(
+        conn: &mut Connection,
+        prefix: &str,
+        schema_key: &str,
+        name: &str,
+    ) -> Result<(String, Option<u32>), StoreError> {
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable {
+            store: name.to_owned(),
+            cause: Cause::from_error(e),
+        };
+        // Claim the layout for this version if the store is new, then read
+        // what was and what is there: one round trip.
+        let (before, mut found): (Option<String>, String) = conn
+            .pipeline(
+                redis::pipe()
+                    .cmd("GET")
+                    .arg(schema_key)
+                    .cmd("SET")
+                    .arg(schema_key)
+                    .arg(SCHEMA_VERSION)
+                    .arg("NX")
+                    .ignore()
+                    .cmd("GET")
+                    .arg(schema_key),
+            )
+            .await
+            .map_err(unavailable)?;
+        if found == "1" {
+            found = match conn {
+                Connection::Node(node) => migrate_from_1(node, prefix, schema_key)
+                    .await
+                    .map_err(unavailable)?,
+                // Version 1 never ran on a cluster (it could not connect
+                // to one), so its data is there only if copied in.
+                Connection::Cluster(_) => {
+                    return Err(StoreError::Unavailable {
+                        store: name.to_owned(),
+                        cause: format!(
+                            "{schema_key} says schema version 1, which idem migrates on a single server only; \
+                             migrate it there (connect once to a server holding a copy) before moving the data to a cluster"
+                        )
+                        .into(),
+                    })
+                }
+            };
+        }
+        Ok((found, before.and_then(|v| v.parse().ok())))
+    }
+
+    /// [`StoreError::ReadOnly`] on a store connected read-only (after
+    /// [`StoreError::Closed`] once closed).
+    fn writable(&self) -> Result<(), StoreError> {
+        self.conn()?;
+        match self.read_only {
+            false => Ok(()),
+            true => Err(StoreError::ReadOnly {
+                store: self.name.clone(),
+                cause:
+                    "it was connected read-only, for reading; connect it read-write to change it"
+                        .into(),
+            }),
+        }
     }
 
     /// A handle on the shared connection, or [`StoreError::Closed`].
@@ -500,10 +618,12 @@ impl RedisStore {
         extra_keys: &[String],
         args: &[&[u8]],
     ) -> Result<Vec<RedisValue>, StoreError> {
+        let writes = !std::ptr::eq(script, &self.scripts.get);
+        if writes {
+            self.writable()?;
+        }
         let mut conn = self.conn()?;
-        let replicas = self
-            .replicas
-            .filter(|_| !std::ptr::eq(script, &self.scripts.get));
+        let replicas = self.replicas.filter(|_| writes);
         let Some((replicas, timeout)) = replicas else {
             let mut invocation = script.key(self.record_key(key));
             for k in extra_keys {
@@ -1165,12 +1285,16 @@ impl Store for RedisStore {
         // Their records; a key whose record lapsed, or was released since
         // it was listed, reads as nothing and is left out.
         let mut keys_read = Vec::with_capacity(keys.len());
+        let mut corrupt = Vec::new();
         let mut cmds = vec![redis::cmd("TIME")];
         for key in &keys {
-            let key = IdempotencyKey::parse(key).map_err(|_| CorruptRecord {
-                key: key.clone(),
-                detail: "the index of its slot holds a malformed key".into(),
-            })?;
+            let Ok(key) = IdempotencyKey::parse(key) else {
+                corrupt.push(CorruptRecord {
+                    key: key.clone(),
+                    detail: "the index of its slot holds a malformed key".into(),
+                });
+                continue;
+            };
             let mut cmd = redis::cmd("HGETALL");
             cmd.arg(self.record_key(&key));
             cmds.push(cmd);
@@ -1197,18 +1321,23 @@ impl Store for RedisStore {
             if flat.is_empty() {
                 continue;
             }
-            let record = decode(key, &flat)?;
-            if !record.is_expired(now) {
-                records.push(record);
+            match decode(key, &flat) {
+                Ok(record) if record.is_expired(now) => {}
+                Ok(record) => records.push(record),
+                Err(e) => corrupt.push(e),
             }
         }
-        Ok(ScanPage { records, cursor })
+        Ok(ScanPage {
+            records,
+            corrupt,
+            cursor,
+        })
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {
         // Completed records and approval requests carry a key TTL: Redis
         // deletes them itself.
-        self.conn()?;
+        self.writable()?;
         self.sweep_audit().await?;
         Ok(0)
     }

@@ -86,6 +86,12 @@ use crate::record::{CallInfo, CorruptRecord, Fence, Outcome, Record};
 /// migration from 1 or 2 clears the expiry of those already stored.
 pub const SCHEMA_VERSION: u32 = 3;
 
+/// The oldest schema version a store opened read-only
+/// ([`SqliteStore::open_read_only`]) reads as it is, without migrating it:
+/// version 1 records decode as version 2 ones lacking what version 1 did
+/// not record. An older file is refused with [`StoreError::SchemaTooOld`].
+pub const OLDEST_READABLE: u32 = 1;
+
 /// How many bytes of decoded completed records a store keeps unless
 /// [`SqliteOptions::record_cache`] says otherwise.
 pub const DEFAULT_RECORD_CACHE: usize = 4 * 1024 * 1024;
@@ -270,6 +276,8 @@ impl SqliteOptions {
 /// ```
 pub struct SqliteStore {
     shared: Arc<Shared>,
+    /// The schema version found on opening (`None`: this store created it).
+    schema_found: Option<u32>,
     /// The only sender to the writer thread; `None` once closed.
     writer: Mutex<Option<mpsc::Sender<Job>>>,
     writer_thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -296,6 +304,9 @@ struct Shared {
     checkpoints_done: AtomicU64,
     waiters: Waiters,
     closed: AtomicBool,
+    /// Opened with [`SqliteStore::open_read_only`]: no writer, every
+    /// connection read-only.
+    read_only: bool,
 }
 
 impl fmt::Debug for SqliteStore {
@@ -408,32 +419,16 @@ impl SqliteStore {
         path: impl AsRef<Path>,
         options: SqliteOptions,
     ) -> Result<SqliteStore, StoreError> {
-        let path = std::path::absolute(path.as_ref()).unwrap_or_else(|_| path.as_ref().into());
-        let name = format!("sqlite:{}", path.display());
-        let shared = Arc::new(Shared {
-            path,
-            name,
-            busy_timeout: options.busy_timeout,
-            clock: options.clock.clone(),
-            audit_retention: options.audit_retention,
-            idle_readers: Mutex::new(Vec::new()),
-            read_slots: Semaphore::new(options.readers),
-            local_readers: Mutex::new(Vec::new()),
-            decoded: decoded::DecodedRecords::new(options.record_cache),
-            checkpoints_asked: AtomicU64::new(0),
-            checkpoints_done: AtomicU64::new(0),
-            waiters: Waiters::default(),
-            closed: AtomicBool::new(false),
-        });
+        let shared = Arc::new(Shared::new(path.as_ref(), &options, false));
         let (ready_tx, ready_rx) = oneshot::channel();
         let (writer, jobs) = mpsc::channel();
         let thread_shared = shared.clone();
         let writer_thread = std::thread::Builder::new()
             .name("idem-sqlite-writer".into())
             .spawn(move || match open_writer(&thread_shared, &options) {
-                Ok(mut conn) => {
+                Ok((mut conn, found)) => {
                     let checkpointer = start_checkpointer(&thread_shared, &options, &mut conn);
-                    let _ = ready_tx.send(Ok(()));
+                    let _ = ready_tx.send(Ok(found));
                     Writer {
                         conn,
                         shared: thread_shared,
@@ -455,13 +450,69 @@ impl SqliteStore {
                     e,
                 ))
             })?;
-        ready_rx
+        let schema_found = ready_rx
             .await
             .map_err(|_| shared.unavailable("the writer thread died while opening"))??;
         Ok(SqliteStore {
             shared,
+            schema_found,
             writer: Mutex::new(Some(writer)),
             writer_thread: Mutex::new(Some(writer_thread)),
+        })
+    }
+
+    /// Open the store a `sqlite:` URL names for reading only, with default
+    /// options (the URL's query options apply as for
+    /// [`SqliteStore::connect`]). See [`SqliteStore::open_read_only_with`].
+    pub async fn connect_read_only(url: &str) -> Result<SqliteStore, StoreError> {
+        let (path, options) = parse_url(url, SqliteOptions::default())?;
+        Self::open_read_only_with(path, options).await
+    }
+
+    /// Open the store at `path` for reading only, with default options.
+    pub async fn open_read_only(path: impl AsRef<Path>) -> Result<SqliteStore, StoreError> {
+        Self::open_read_only_with(path, SqliteOptions::default()).await
+    }
+
+    /// Open the store at `path` for reading only: every connection is
+    /// opened `SQLITE_OPEN_READ_ONLY`, nothing is created, migrated or
+    /// switched to WAL, and no writer or checkpointer thread starts. Reads
+    /// ([`Store::get`], [`Store::scan`], a claim that finds a record it
+    /// need not change) work as on a store opened read-write, and see what
+    /// live writers of the file committed; anything that would write fails
+    /// with [`StoreError::ReadOnly`] and changes nothing.
+    ///
+    /// The file is checked before anything else reads it, and refused:
+    ///
+    /// * missing: [`StoreError::NoStore`] (nothing is created);
+    /// * not a SQLite database, or one without idem's tables and schema
+    ///   version: [`StoreError::NotAnIdemStore`], the file (and its
+    ///   `-wal`/`-shm` files, or their absence) left exactly as it was;
+    /// * older than [`OLDEST_READABLE`]: [`StoreError::SchemaTooOld`];
+    ///   newer than [`SCHEMA_VERSION`]: [`StoreError::SchemaTooNew`].
+    ///
+    /// A WAL database can be read only through its `-shm` index: when no
+    /// process has the file open (no `-wal` file) the check reads it as
+    /// `immutable`, creating nothing; reading an idem store then lets
+    /// SQLite create the empty `-wal` and `-shm` files every WAL reader
+    /// needs, so that a writer starting meanwhile is seen correctly. The
+    /// database file itself is never written.
+    pub async fn open_read_only_with(
+        path: impl AsRef<Path>,
+        options: SqliteOptions,
+    ) -> Result<SqliteStore, StoreError> {
+        let shared = Arc::new(Shared::new(path.as_ref(), &options, true));
+        let checked = shared.clone();
+        let found = tokio::task::spawn_blocking(move || check_read_only(&checked))
+            .await
+            .map_err(|e| {
+                shared.unavailable(Cause::with_source(format!("open task failed: {e}"), e))
+            })??;
+        Ok(SqliteStore {
+            shared,
+            schema_found: Some(found),
+            writer: Mutex::new(None),
+            writer_thread: Mutex::new(None),
         })
     }
 
@@ -470,7 +521,28 @@ impl SqliteStore {
         &self.shared.path
     }
 
+    /// Whether this store was opened read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.shared.read_only
+    }
+
+    /// The schema version the file had when this store opened it: `None`
+    /// when this store created the schema, an older version than
+    /// [`SCHEMA_VERSION`] when a store opened read-write migrated it (a
+    /// store opened read-only never does).
+    pub fn schema_found(&self) -> Option<u32> {
+        self.schema_found
+    }
+
     async fn submit(&self, op: Op) -> Result<Answer, StoreError> {
+        if self.shared.read_only {
+            self.shared.check_open()?;
+            return Err(StoreError::ReadOnly {
+                store: self.shared.name.clone(),
+                cause: "it was opened read-only, for reading; open it read-write to change it"
+                    .into(),
+            });
+        }
         let (reply, answer) = oneshot::channel();
         // Sent under the lock, so `close` cannot take the sender between
         // the check and the send: a job is either refused or committed.
@@ -631,6 +703,27 @@ fn parse_url(url: &str, mut options: SqliteOptions) -> Result<(&str, SqliteOptio
 }
 
 impl Shared {
+    fn new(path: &Path, options: &SqliteOptions, read_only: bool) -> Shared {
+        let path = std::path::absolute(path).unwrap_or_else(|_| path.into());
+        let name = format!("sqlite:{}", path.display());
+        Shared {
+            path,
+            name,
+            busy_timeout: options.busy_timeout,
+            clock: options.clock.clone(),
+            audit_retention: options.audit_retention,
+            idle_readers: Mutex::new(Vec::new()),
+            read_slots: Semaphore::new(options.readers),
+            local_readers: Mutex::new(Vec::new()),
+            decoded: decoded::DecodedRecords::new(options.record_cache),
+            checkpoints_asked: AtomicU64::new(0),
+            checkpoints_done: AtomicU64::new(0),
+            waiters: Waiters::default(),
+            closed: AtomicBool::new(false),
+            read_only,
+        }
+    }
+
     /// Whether the checkpointer has finished every checkpoint asked of it.
     fn checkpoints_caught_up(&self) -> bool {
         self.checkpoints_done.load(Ordering::SeqCst)
@@ -710,11 +803,13 @@ impl Shared {
     }
 
     fn open_reader(&self) -> Result<Connection, StoreError> {
-        let conn = Connection::open_with_flags(
-            &self.path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )
-        .map_err(|e| self.sql(e))?;
+        let access = match self.read_only {
+            true => OpenFlags::SQLITE_OPEN_READ_ONLY,
+            false => OpenFlags::SQLITE_OPEN_READ_WRITE,
+        };
+        let conn =
+            Connection::open_with_flags(&self.path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+                .map_err(|e| self.sql(e))?;
         conn.busy_timeout(self.busy_timeout)
             .map_err(|e| self.sql(e))?;
         Ok(conn)
@@ -722,8 +817,11 @@ impl Shared {
 }
 
 /// Open the writer's connection, set WAL and `synchronous`, and create or
-/// check the schema.
-fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, StoreError> {
+/// check the schema; with the schema version found (`None`: created).
+fn open_writer(
+    shared: &Shared,
+    options: &SqliteOptions,
+) -> Result<(Connection, Option<u32>), StoreError> {
     let sql = |e| shared.sql(e);
     if let Some(dir) = shared.path.parent() {
         if !dir.as_os_str().is_empty() && !dir.is_dir() {
@@ -766,8 +864,8 @@ fn open_writer(shared: &Shared, options: &SqliteOptions) -> Result<Connection, S
         conn.pragma_update(None, "max_page_count", pages)
             .map_err(sql)?;
     }
-    migrate(&mut conn, shared)?;
-    Ok(conn)
+    let found = migrate(&mut conn, shared)?;
+    Ok((conn, found))
 }
 
 /// Move checkpoints off the writer's commit path: a thread with its own
@@ -845,9 +943,38 @@ fn start_checkpointer(
     Some(thread)
 }
 
+/// Migrations of an existing file: entry `i` takes the schema from version
+/// `i + 1` to `i + 2`, inside the transaction that then records the new
+/// version.
+const MIGRATIONS: &[&str] = &[
+    // Version 2 only adds optional fields to the record itself.
+    "",
+    // Version 3: the audit log, and unknown outcomes kept until a person
+    // settles them (no expiry column, the record's own expiry the longest
+    // there is). The record is JSON text in a BLOB; SQLite 3.45+ would read
+    // a BLOB as its binary JSONB, so it is cast to text first.
+    "CREATE TABLE IF NOT EXISTS idem_audit (
+         seq   INTEGER PRIMARY KEY AUTOINCREMENT,
+         at    INTEGER NOT NULL,
+         key   TEXT NOT NULL,
+         event TEXT NOT NULL
+     );
+     CREATE INDEX IF NOT EXISTS idem_audit_key ON idem_audit (key, seq);
+     CREATE INDEX IF NOT EXISTS idem_audit_at ON idem_audit (at);
+     UPDATE idem_records
+     SET expires_at = NULL,
+         record = CAST(json_set(CAST(record AS TEXT), '$.expires_at', 9223372036854775807) AS BLOB)
+     WHERE json_extract(CAST(record AS TEXT), '$.state') = 'completed'
+       AND json_extract(CAST(record AS TEXT), '$.outcome.status') = 'unknown';",
+];
+
+// Every migration step moves the schema one version.
+const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
+
 /// Create the schema in a fresh file, or check the version of an existing
-/// one. Never touches a schema newer than [`SCHEMA_VERSION`].
-fn migrate(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
+/// one and migrate it to [`SCHEMA_VERSION`]; returns the version found
+/// (`None`: created). Never touches a schema newer than [`SCHEMA_VERSION`].
+fn migrate(conn: &mut Connection, shared: &Shared) -> Result<Option<u32>, StoreError> {
     let sql = |e| shared.sql(e);
     let tx = conn
         .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -880,16 +1007,25 @@ fn migrate(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
                  INSERT INTO idem_meta (name, value) VALUES ('next_fence', 1);",
             )
             .map_err(sql)?;
+            for migration in MIGRATIONS {
+                tx.execute_batch(migration).map_err(sql)?;
+            }
             tx.execute(
                 "INSERT INTO idem_meta (name, value) VALUES ('schema_version', ?1)",
                 [SCHEMA_VERSION],
             )
             .map_err(sql)?;
-            migrate_to_3(&tx).map_err(sql)?;
         }
-        // Version 2 only adds optional fields to the record itself, so
-        // version 1 goes straight to 3.
-        Some(1 | 2) => migrate_to_3(&tx).map_err(sql)?,
+        Some(v) if v >= 1 && v < i64::from(SCHEMA_VERSION) => {
+            for migration in &MIGRATIONS[(v - 1) as usize..] {
+                tx.execute_batch(migration).map_err(sql)?;
+            }
+            tx.execute(
+                "UPDATE idem_meta SET value = ?1 WHERE name = 'schema_version'",
+                [SCHEMA_VERSION],
+            )
+            .map_err(sql)?;
+        }
         Some(v) if v == i64::from(SCHEMA_VERSION) => {}
         Some(v) if v > i64::from(SCHEMA_VERSION) => {
             return Err(StoreError::SchemaTooNew {
@@ -904,7 +1040,122 @@ fn migrate(conn: &mut Connection, shared: &Shared) -> Result<(), StoreError> {
             )))
         }
     }
-    tx.commit().map_err(sql)
+    tx.commit().map_err(sql)?;
+    Ok(found.map(|v| v as u32))
+}
+
+/// Check, for [`SqliteStore::open_read_only`], that the file is an idem
+/// store this build reads, without writing anything; its schema version.
+fn check_read_only(shared: &Shared) -> Result<u32, StoreError> {
+    let path = &shared.path;
+    let not_idem = |cause: String| StoreError::NotAnIdemStore {
+        store: shared.name.clone(),
+        cause: cause.into(),
+    };
+    match std::fs::metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(StoreError::NoStore {
+                store: shared.name.clone(),
+            })
+        }
+        Err(e) => {
+            return Err(shared.unavailable(Cause::with_source(
+                format!("cannot read {}: {e}", path.display()),
+                e,
+            )))
+        }
+        Ok(meta) if !meta.is_file() => return Err(not_idem("it is not a file".into())),
+        Ok(_) => {}
+    }
+    let conn = open_to_check(shared).map_err(|e| shared.sql(e))?;
+    let schema = |e: rusqlite::Error| match e.sqlite_error_code() {
+        Some(ffi::ErrorCode::NotADatabase) => not_idem("the file is not a SQLite database".into()),
+        _ => shared.sql(e),
+    };
+    let tables: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master
+             WHERE type = 'table' AND name IN ('idem_meta', 'idem_records')",
+            [],
+            |row| row.get(0),
+        )
+        .map_err(schema)?;
+    if tables != 2 {
+        return Err(not_idem(
+            "the database has no idem_meta and idem_records tables".into(),
+        ));
+    }
+    let found: Option<i64> = conn
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .optional()
+        .map_err(schema)?;
+    let Some(found) = found else {
+        return Err(not_idem("idem_meta records no schema version".into()));
+    };
+    let found = u32::try_from(found).unwrap_or(if found < 0 { 0 } else { u32::MAX });
+    if found > SCHEMA_VERSION {
+        return Err(StoreError::SchemaTooNew {
+            store: shared.name.clone(),
+            found,
+            supported: SCHEMA_VERSION,
+        });
+    }
+    if found < OLDEST_READABLE {
+        return Err(StoreError::SchemaTooOld {
+            store: shared.name.clone(),
+            found,
+            oldest_readable: OLDEST_READABLE,
+        });
+    }
+    Ok(found)
+}
+
+/// A read-only connection that creates nothing next to the file: a WAL
+/// database no process has open (no `-wal` file) would otherwise get new
+/// `-wal` and `-shm` files, so it is read `immutable` (nobody is writing
+/// it, or the `-wal` file would be there).
+fn open_to_check(shared: &Shared) -> rusqlite::Result<Connection> {
+    let path = &shared.path;
+    let mut wal = path.clone().into_os_string();
+    wal.push("-wal");
+    let mut header = [0u8; 20];
+    let wal_mode = std::fs::File::open(path)
+        .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut header))
+        .is_ok()
+        && header.starts_with(b"SQLite format 3\0")
+        && header[18] == 2;
+    let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+    if wal_mode && !Path::new(&wal).exists() {
+        Connection::open_with_flags(
+            format!("{}?immutable=1", file_uri(path)),
+            flags | OpenFlags::SQLITE_OPEN_URI,
+        )
+    } else {
+        Connection::open_with_flags(path, flags)
+    }
+}
+
+/// `path` as a `file:` URI, every byte but unreserved ones and `/`
+/// percent-encoded.
+fn file_uri(path: &Path) -> String {
+    #[cfg(unix)]
+    let bytes = std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()).to_vec();
+    #[cfg(not(unix))]
+    let bytes = path.to_string_lossy().replace('\\', "/").into_bytes();
+    let mut uri = String::from("file:");
+    for b in bytes {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'.' | b'_' | b'~' | b'/' => {
+                uri.push(b as char)
+            }
+            _ => uri.push_str(&format!("%{b:02X}")),
+        }
+    }
+    uri
 }
 
 /// Read and decode the record of `key`, expired or not. A row that does not
@@ -946,6 +1197,7 @@ fn scan(
         |row| Ok((row.get::<_, String>(0)?, row.get::<_, Vec<u8>>(1)?)),
     )?;
     let mut records = Vec::new();
+    let mut corrupt = Vec::new();
     let mut last = None;
     let mut seen = 0;
     for row in rows {
@@ -954,12 +1206,13 @@ fn scan(
         match Record::from_bytes(&key, &bytes) {
             Ok(record) if record.is_expired(now) => {}
             Ok(record) => records.push(record),
-            Err(e) => return Ok(Err(e.into())),
+            Err(e) => corrupt.push(e),
         }
         last = Some(key);
     }
     Ok(Ok(ScanPage {
         records,
+        corrupt,
         cursor: if seen == limit { last } else { None },
     }))
 }
@@ -1277,38 +1530,6 @@ fn apply(
 // The audit log (schema version 3): one row per event, `seq` from
 // AUTOINCREMENT so a number is never handed out twice, even after the
 // newest events were swept.
-
-/// The audit log's table, and the step to schema version 3: records with an
-/// unknown outcome are kept until a person settles them, so those stored
-/// with a retention lose it (the expiry column, which the sweep reads, and
-/// the record's own `expires_at`, which reads judge expiry by).
-fn migrate_to_3(tx: &Connection) -> rusqlite::Result<()> {
-    tx.execute_batch(
-        "CREATE TABLE IF NOT EXISTS idem_audit (
-             seq   INTEGER PRIMARY KEY AUTOINCREMENT,
-             at    INTEGER NOT NULL,
-             key   TEXT NOT NULL,
-             event TEXT NOT NULL
-         );
-         CREATE INDEX IF NOT EXISTS idem_audit_key ON idem_audit (key, seq);
-         CREATE INDEX IF NOT EXISTS idem_audit_at ON idem_audit (at);",
-    )?;
-    // The record is JSON text in a BLOB; SQLite 3.45+ would read a BLOB
-    // as its binary JSONB, so it is cast to text first.
-    tx.execute(
-        "UPDATE idem_records
-         SET expires_at = NULL,
-             record = CAST(json_set(CAST(record AS TEXT), '$.expires_at', ?1) AS BLOB)
-         WHERE json_extract(CAST(record AS TEXT), '$.state') = 'completed'
-           AND json_extract(CAST(record AS TEXT), '$.outcome.status') = 'unknown'",
-        [i64::MAX],
-    )?;
-    tx.execute(
-        "UPDATE idem_meta SET value = 3 WHERE name = 'schema_version'",
-        [],
-    )?;
-    Ok(())
-}
 
 /// Append `event` inside the writer's transaction; returns its seq.
 fn append_audit(tx: &Connection, event: &AuditEvent) -> rusqlite::Result<u64> {

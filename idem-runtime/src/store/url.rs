@@ -28,6 +28,11 @@
 //! key idem writes (default `idem`), so applications sharing one server or
 //! cluster keep apart, and `protocol=resp3`. Any other option is refused.
 //!
+//! [`connect_read_only`] opens the same URLs for reading only, as the
+//! operator's read commands do: nothing is created or migrated, and
+//! whatever the URL names must already be an idem store. [`migrate`] opens
+//! a store read-write, which migrates it, and says from which version.
+//!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = idem_runtime::store::connect("memory:").await.unwrap();
@@ -70,10 +75,83 @@ pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
         "redis" | "redis+cluster" => redis(url).await,
         "postgres" | "postgresql" if postgres_requires_tls(url) => Err(no_tls(url, "PostgreSQL")),
         "postgres" | "postgresql" => postgres(url).await,
-        _ => Err(StoreError::Config(format!(
-            "unknown store URL scheme in {:?}; expected memory:, sqlite://PATH, redis://HOST or postgres://HOST/DB",
-            redact(url)
-        ))),
+        _ => Err(unknown_scheme(url)),
+    }
+}
+
+fn unknown_scheme(url: &str) -> StoreError {
+    StoreError::Config(format!(
+        "unknown store URL scheme in {:?}; expected memory:, sqlite://PATH, redis://HOST or postgres://HOST/DB",
+        redact(url)
+    ))
+}
+
+/// Open the store `url` names for reading only: nothing in it is created,
+/// migrated or changed, and every operation that would write fails with
+/// [`StoreError::ReadOnly`]. For operators' reads (list, show, log,
+/// stats), which must change nothing.
+///
+/// Refuses, changing nothing: a SQLite file that does not exist
+/// ([`StoreError::NoStore`]); a database, PostgreSQL schema or Redis
+/// prefix idem never wrote ([`StoreError::NotAnIdemStore`]); data of a
+/// schema version too old to read without migrating
+/// ([`StoreError::SchemaTooOld`]: run `idem migrate`) or newer than this
+/// build ([`StoreError::SchemaTooNew`]). `memory:` names no store to read:
+/// [`StoreError::NoStore`].
+///
+/// ```
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// use idem_runtime::store::StoreError;
+///
+/// let dir = std::env::temp_dir().join(format!("idem-doc-ro-{}", std::process::id()));
+/// let url = format!("sqlite://{}/idem.db", dir.display());
+/// let err = idem_runtime::store::url::connect_read_only(&url).await.unwrap_err();
+/// assert!(matches!(err, StoreError::NoStore { .. }), "{err}");
+/// assert!(!dir.exists(), "nothing was created");
+/// # });
+/// ```
+pub async fn connect_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    let url = url.trim();
+    let scheme = url.split(':').next().unwrap_or_default();
+    match scheme {
+        "memory" if matches!(url, "memory:" | "memory://") => Err(StoreError::NoStore {
+            store: "memory".into(),
+        }),
+        "sqlite" => sqlite_read_only(url).await,
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis_read_only(url).await,
+        "postgres" | "postgresql" => postgres_read_only(url).await,
+        _ => Err(unknown_scheme(url)),
+    }
+}
+
+/// What [`migrate`] did to a store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Migration {
+    /// The store (password hidden).
+    pub store: String,
+    /// The schema version it had: `None` when there was no schema yet and
+    /// one was created.
+    pub from: Option<u32>,
+    /// The schema version it has now: this build's.
+    pub to: u32,
+}
+
+/// Open the store `url` names read-write, which creates its schema or
+/// migrates it to this build's version, close it, and say what changed.
+/// Fails as [`connect`] does; `memory:` has nothing to migrate
+/// ([`StoreError::Config`]).
+pub async fn migrate(url: &str) -> Result<Migration, StoreError> {
+    let url = url.trim();
+    let scheme = url.split(':').next().unwrap_or_default();
+    match scheme {
+        "sqlite" => sqlite_migrate(url).await,
+        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis_migrate(url).await,
+        "postgres" | "postgresql" => postgres_migrate(url).await,
+        "memory" => Err(StoreError::Config(
+            "memory: keeps nothing between processes, so there is nothing to migrate".into(),
+        )),
+        _ => Err(unknown_scheme(url)),
     }
 }
 
@@ -131,6 +209,35 @@ async fn sqlite(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     Err(not_built(url, "sqlite"))
 }
 
+#[cfg(feature = "sqlite")]
+async fn sqlite_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(
+        super::sqlite::SqliteStore::connect_read_only(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn sqlite_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(not_built(url, "sqlite"))
+}
+
+#[cfg(feature = "sqlite")]
+async fn sqlite_migrate(url: &str) -> Result<Migration, StoreError> {
+    let store = super::sqlite::SqliteStore::connect(url).await?;
+    let migration = Migration {
+        store: store.describe(),
+        from: store.schema_found(),
+        to: super::sqlite::SCHEMA_VERSION,
+    };
+    store.close().await;
+    Ok(migration)
+}
+
+#[cfg(not(feature = "sqlite"))]
+async fn sqlite_migrate(url: &str) -> Result<Migration, StoreError> {
+    Err(not_built(url, "sqlite"))
+}
+
 #[cfg(feature = "redis")]
 async fn redis(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     Ok(Arc::new(super::redis::RedisStore::connect(url).await?))
@@ -138,6 +245,35 @@ async fn redis(url: &str) -> Result<Arc<dyn Store>, StoreError> {
 
 #[cfg(not(feature = "redis"))]
 async fn redis(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(not_built(url, "redis"))
+}
+
+#[cfg(feature = "redis")]
+async fn redis_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(
+        super::redis::RedisStore::connect_read_only(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(not_built(url, "redis"))
+}
+
+#[cfg(feature = "redis")]
+async fn redis_migrate(url: &str) -> Result<Migration, StoreError> {
+    let store = super::redis::RedisStore::connect(url).await?;
+    let migration = Migration {
+        store: store.describe(),
+        from: store.schema_found(),
+        to: super::redis::SCHEMA_VERSION,
+    };
+    store.close().await;
+    Ok(migration)
+}
+
+#[cfg(not(feature = "redis"))]
+async fn redis_migrate(url: &str) -> Result<Migration, StoreError> {
     Err(not_built(url, "redis"))
 }
 
@@ -150,5 +286,34 @@ async fn postgres(url: &str) -> Result<Arc<dyn Store>, StoreError> {
 
 #[cfg(not(feature = "postgres"))]
 async fn postgres(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(not_built(url, "postgres"))
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Ok(Arc::new(
+        super::postgres::PostgresStore::connect_read_only(url).await?,
+    ))
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
+    Err(not_built(url, "postgres"))
+}
+
+#[cfg(feature = "postgres")]
+async fn postgres_migrate(url: &str) -> Result<Migration, StoreError> {
+    let store = super::postgres::PostgresStore::connect(url).await?;
+    let migration = Migration {
+        store: store.describe(),
+        from: store.schema_found(),
+        to: super::postgres::SCHEMA_VERSION,
+    };
+    store.close().await;
+    Ok(migration)
+}
+
+#[cfg(not(feature = "postgres"))]
+async fn postgres_migrate(url: &str) -> Result<Migration, StoreError> {
     Err(not_built(url, "postgres"))
 }

@@ -182,3 +182,82 @@ pub fn driver_error<D: std::error::Error + 'static>(e: &StoreError) -> &D {
     );
     driver
 }
+
+/// Every write to `store`, opened read-only, fails with
+/// [`StoreError::ReadOnly`] naming it, and `existing` (completed, or in
+/// flight under `fence`) reads as before.
+pub async fn every_write_is_refused_read_only<S: Store + ?Sized>(
+    store: &S,
+    existing: &IdempotencyKey,
+    fence: Fence,
+) {
+    let before = store.get(existing).await.unwrap();
+    let fresh = idem_runtime::conformance::random_key();
+    let f = fingerprint();
+    let lease = Duration::from_secs(30);
+    let expected = Expected {
+        fence,
+        state: ExpectedState::Completed,
+    };
+    let refusals: Vec<(&str, Result<(), StoreError>)> = vec![
+        ("claim", store.claim(&request(&fresh, &f)).await.map(drop)),
+        (
+            "checkpoint",
+            store
+                .checkpoint(existing, fence, "s", &json!(1), lease)
+                .await,
+        ),
+        ("renew", store.renew(existing, fence, lease).await),
+        (
+            "complete",
+            store.complete(existing, fence, &sent("x"), lease).await,
+        ),
+        ("release", store.release(existing, fence).await),
+        (
+            "replace",
+            store
+                .replace(existing, expected, None, None)
+                .await
+                .map(drop),
+        ),
+        (
+            "append_audit",
+            store.append_audit(&audit_event(existing)).await.map(drop),
+        ),
+        ("sweep", store.sweep().await.map(drop)),
+    ];
+    for (what, refusal) in refusals {
+        match refusal {
+            Err(StoreError::ReadOnly { store: name, .. }) => {
+                assert_eq!(name, store.describe(), "{what} names the store")
+            }
+            other => panic!("{what} on a read-only store: expected ReadOnly, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.get(existing).await.unwrap(),
+        before,
+        "nothing changed"
+    );
+    assert!(
+        store.get(&fresh).await.unwrap().is_none(),
+        "no claim was recorded"
+    );
+}
+
+/// An audit event about `key`, as an operator's action appends it.
+fn audit_event(key: &IdempotencyKey) -> idem_runtime::audit::AuditEvent {
+    idem_runtime::audit::AuditEvent {
+        seq: None,
+        at: idem_runtime::clock::Timestamp(1_700_000_000_000),
+        by: "ops".into(),
+        action: idem_runtime::record::AuditAction::Released,
+        reason: Some("checked".into()),
+        key: key.clone(),
+        tool: "send_email".into(),
+        namespace: None,
+        fingerprint: fingerprint(),
+        before: Some(idem_runtime::record::Status::Unknown),
+        after: None,
+    }
+}
