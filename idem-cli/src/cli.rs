@@ -65,6 +65,10 @@ pub enum Command {
     Purge(PurgeArgs),
     /// How many records are in each state, and per tool.
     Stats,
+    /// The store's audit log, oldest first: every approval, denial,
+    /// resolution, release and delete (who, when, why, state before and
+    /// after), kept after the records they speak of are gone.
+    Log(LogArgs),
     /// Create the store's schema, or migrate it to this idem's version
     /// (reading commands never do), and say from which version.
     Migrate,
@@ -109,6 +113,21 @@ pub struct LsArgs {
     pub since: Option<String>,
     /// Show at most this many records, the newest (0: all).
     #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+}
+
+/// `idem log`.
+#[derive(Debug, Args)]
+pub struct LogArgs {
+    /// Only events about this key, or keys with this prefix (at least 4
+    /// digits); the record itself may be long gone.
+    pub key: Option<String>,
+    /// Only events since then: a duration back from now (90s, 15m, 2h, 7d,
+    /// 1h30m) or an RFC 3339 time (2026-05-01T09:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Show at most this many events, the latest (0: all).
+    #[arg(long, default_value_t = 100, value_name = "N")]
     pub limit: usize,
 }
 

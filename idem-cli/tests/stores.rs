@@ -74,7 +74,71 @@ on_every_store![
     json_output_matches_the_documented_schema,
     bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
     an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
+    idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
 ];
+
+/// `idem log` keeps what `resolve --release` and `delete` did (who, when,
+/// why, state before and after) after the records are gone, by full key
+/// or prefix, as a table and as the documented JSON.
+async fn idem_log_shows_a_release_and_a_delete_after_their_records_are_gone(url: &str) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let exec = executor(url, &app, Duration::ZERO).await;
+    let call_id = timed_out_charge(&exec, &app, &namespace).await;
+    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
+    idem.run(&[
+        "resolve",
+        &key,
+        "--release",
+        "--by",
+        "ada",
+        "--reason",
+        "the bank never saw it",
+    ])
+    .await
+    .ok();
+    idem.run(&["show", &key]).await.fails(3, "no record");
+
+    let log = idem.run(&["log", &key[..10], "--json"]).await.json();
+    schema::check(&log, "log");
+    assert_eq!(log["total"], 1, "{log}");
+    let event = &log["events"][0];
+    assert_eq!(event["action"], "released");
+    assert_eq!(event["by"], "ada");
+    assert_eq!(event["reason"], "the bank never saw it");
+    assert_eq!(event["before"], "unknown");
+    assert!(event["after"].is_null());
+    assert_eq!(event["tool"], "charge_card");
+    assert_eq!(event["namespace"], namespace.as_str());
+
+    // The retry runs again (the release allowed it) and is deleted.
+    exec.call(charge_card, ada())
+        .call_id(&call_id)
+        .namespace(ns(&namespace))
+        .await
+        .unwrap();
+    idem.run(&["delete", &key, "--by", "bo", "--reason", "test charge"])
+        .await
+        .ok();
+    let table = idem.run(&["log", &key, "--since", "1h"]).await;
+    let table = table.ok();
+    assert!(table.starts_with("AT "), "{table}");
+    assert!(
+        table.contains("released") && table.contains("unknown → deleted"),
+        "{table}"
+    );
+    assert!(
+        table.contains("deleted") && table.contains("succeeded → deleted") && table.contains("bo"),
+        "{table}"
+    );
+    let none = idem
+        .run(&["log", &key, "--since", "2099-01-01T00:00:00Z", "--json"])
+        .await
+        .json();
+    assert_eq!(none["total"], 0);
+    idem.run(&["log", "xyz"]).await.fails(2, "not a key");
+}
 
 /// An unknown outcome is shown as kept until a person settles it, counted
 /// by age in `idem stats`, and `idem resolve --ttl` keeps the resolution as
@@ -1226,6 +1290,9 @@ async fn reading_an_older_sqlite_store_does_not_migrate_it_and_idem_migrate_does
     let listed = idem.run(&["ls", "--json"]).await.json();
     assert_eq!(listed["records"][0]["key"], key.as_str());
     idem.run(&["stats"]).await.ok();
+    // Version 1 had no audit log: an empty one, and nothing created.
+    let log = idem.run(&["log", "--json"]).await.json();
+    assert_eq!(log["total"], 0, "{log}");
     assert_eq!(file_bytes(&path), before, "reading wrote to the file");
     assert_eq!(version(), 1);
 

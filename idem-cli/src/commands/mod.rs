@@ -1,11 +1,12 @@
 //! What each command does, one file per command or pair of commands:
 //! `ls`, `show`, `decide` (approve, deny), `settle` (resolve, delete),
-//! `purge`, `stats`, `key`, `migrate`. Each validates its input first,
+//! `purge`, `stats`, `log`, `key`, `migrate`. Each validates its input first,
 //! opens the store only then (`idem key` never does), read-only unless it
 //! changes records, and prints through [`Output`].
 
 mod decide;
 mod key;
+mod log;
 mod ls;
 mod migrate;
 mod purge;
@@ -55,6 +56,7 @@ async fn run_on(operator: &Operator, command: Command, out: &Output) -> Result<(
         Command::Delete(args) => settle::delete(operator, &args, out).await,
         Command::Purge(_) => purge::run(operator, out).await,
         Command::Stats => stats::run(operator, out).await,
+        Command::Log(args) => log::run(operator, &args, out).await,
         Command::Key(args) => key::run(&args, out),
         Command::Migrate => unreachable!("idem migrate opens the store itself"),
     }

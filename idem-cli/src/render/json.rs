@@ -113,6 +113,64 @@ pub struct AuditJson {
     pub reason: Option<String>,
 }
 
+/// One event of the store's audit log (`idem log --json`).
+#[derive(Debug, Serialize)]
+pub struct AuditEventJson {
+    /// Where the store put it in its log.
+    pub seq: Option<u64>,
+    /// When (the store's clock).
+    pub at: String,
+    /// The key of the record acted on.
+    pub key: String,
+    /// The tool that claimed the key.
+    pub tool: String,
+    /// The tenant.
+    pub namespace: Option<String>,
+    /// What was done (`approved`, `denied`, `resolved_succeeded`,
+    /// `resolved_failed`, `released`, `deleted`, `approved_by_policy`,
+    /// `denied_by_policy`).
+    pub action: &'static str,
+    /// Who: the operator (`--by`), or the policy that decided.
+    pub by: String,
+    /// Why, or the approval's note.
+    pub reason: Option<String>,
+    /// The record's status before.
+    pub before: Option<&'static str>,
+    /// Its status after; `null` when the record was deleted.
+    pub after: Option<&'static str>,
+    /// The fingerprint of the record's arguments.
+    pub fingerprint: String,
+}
+
+impl AuditEventJson {
+    /// The schema's view of `event`.
+    pub fn new(event: &idem_runtime::audit::AuditEvent) -> Self {
+        AuditEventJson {
+            seq: event.seq,
+            at: crate::time::rfc3339(event.at),
+            key: event.key.as_str().to_owned(),
+            tool: event.tool.clone(),
+            namespace: event.namespace.clone(),
+            action: event.action.as_str(),
+            by: event.by.clone(),
+            reason: event.reason.clone(),
+            before: event.before.map(Status::as_str),
+            after: event.after.map(Status::as_str),
+            fingerprint: event.fingerprint.as_str().to_owned(),
+        }
+    }
+}
+
+/// `idem log --json`.
+#[derive(Debug, Serialize)]
+pub struct LogJson {
+    /// The events shown, oldest first.
+    pub events: Vec<AuditEventJson>,
+    /// How many events matched (more than `events` holds when `--limit`
+    /// cut the list).
+    pub total: u64,
+}
+
 /// `idem ls --json`.
 #[derive(Debug, Serialize)]
 pub struct ListJson {

@@ -971,6 +971,9 @@ const MIGRATIONS: &[&str] = &[
 // Every migration step moves the schema one version.
 const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
+/// The schema version that added the audit log (`idem_audit`).
+const AUDIT_SINCE: u32 = 3;
+
 /// Create the schema in a fresh file, or check the version of an existing
 /// one and migrate it to [`SCHEMA_VERSION`]; returns the version found
 /// (`None`: created). Never touches a schema newer than [`SCHEMA_VERSION`].
@@ -1823,6 +1826,11 @@ impl Store for SqliteStore {
                 ))
             })?),
         };
+        // A store read as it is, at a version before the log existed
+        // (opened read-only), has no log yet: an empty one.
+        if self.schema_found.is_some_and(|v| v < AUDIT_SINCE) {
+            return Ok(AuditPage::default());
+        }
         let shared = self.shared.clone();
         let query = query.clone();
         self.read(move |conn| audit_page(conn, &query, after, limit).map_err(|e| shared.sql(e))?)
