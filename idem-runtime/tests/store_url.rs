@@ -188,6 +188,17 @@ async fn urls_asking_for_tls_are_refused_before_connecting_without_the_password(
             "PostgreSQL",
         ),
     ] {
+        // Whatever opens it: read-write, read-only, or to migrate.
+        let read_only = idem_runtime::store::url::connect_read_only(&url).await;
+        assert!(
+            matches!(read_only, Err(StoreError::TlsUnsupported { .. })),
+            "{url} read-only: {read_only:?}"
+        );
+        let migrated = idem_runtime::store::url::migrate(&url).await;
+        assert!(
+            matches!(migrated, Err(StoreError::TlsUnsupported { .. })),
+            "{url} migrate: {migrated:?}"
+        );
         match connect(&url).await {
             Err(e @ StoreError::TlsUnsupported { backend: b, .. }) => {
                 assert_eq!(b, backend, "{url}");

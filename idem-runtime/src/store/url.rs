@@ -66,16 +66,25 @@ pub const DEFAULT_STORE_URL: &str = "sqlite://idem.db";
 /// a [`StoreError::TlsUnsupported`]; any other URL this build cannot serve
 /// is a [`StoreError::Config`].
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let url = url.trim();
-    let scheme = url.split(':').next().unwrap_or_default();
+    let (url, scheme) = parts(url)?;
     match scheme {
         "memory" if matches!(url, "memory:" | "memory://") => Ok(Arc::new(MemoryStore::new())),
         "sqlite" => sqlite(url).await,
-        "rediss" | "rediss+cluster" => Err(no_tls(url, "Redis")),
         "redis" | "redis+cluster" => redis(url).await,
-        "postgres" | "postgresql" if postgres_requires_tls(url) => Err(no_tls(url, "PostgreSQL")),
         "postgres" | "postgresql" => postgres(url).await,
         _ => Err(unknown_scheme(url)),
+    }
+}
+
+/// `url` trimmed, and its scheme; a URL asking for TLS, which this build
+/// cannot speak, is refused here, before any connection, whatever opens it.
+fn parts(url: &str) -> Result<(&str, &str), StoreError> {
+    let url = url.trim();
+    let scheme = url.split(':').next().unwrap_or_default();
+    match scheme {
+        "rediss" | "rediss+cluster" => Err(no_tls(url, "Redis")),
+        "postgres" | "postgresql" if postgres_requires_tls(url) => Err(no_tls(url, "PostgreSQL")),
+        _ => Ok((url, scheme)),
     }
 }
 
@@ -111,14 +120,13 @@ fn unknown_scheme(url: &str) -> StoreError {
 /// # });
 /// ```
 pub async fn connect_read_only(url: &str) -> Result<Arc<dyn Store>, StoreError> {
-    let url = url.trim();
-    let scheme = url.split(':').next().unwrap_or_default();
+    let (url, scheme) = parts(url)?;
     match scheme {
         "memory" if matches!(url, "memory:" | "memory://") => Err(StoreError::NoStore {
             store: "memory".into(),
         }),
         "sqlite" => sqlite_read_only(url).await,
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis_read_only(url).await,
+        "redis" | "redis+cluster" => redis_read_only(url).await,
         "postgres" | "postgresql" => postgres_read_only(url).await,
         _ => Err(unknown_scheme(url)),
     }
@@ -142,11 +150,10 @@ pub struct Migration {
 /// Fails as [`connect`] does; `memory:` has nothing to migrate
 /// ([`StoreError::Config`]).
 pub async fn migrate(url: &str) -> Result<Migration, StoreError> {
-    let url = url.trim();
-    let scheme = url.split(':').next().unwrap_or_default();
+    let (url, scheme) = parts(url)?;
     match scheme {
         "sqlite" => sqlite_migrate(url).await,
-        "redis" | "rediss" | "redis+cluster" | "rediss+cluster" => redis_migrate(url).await,
+        "redis" | "redis+cluster" => redis_migrate(url).await,
         "postgres" | "postgresql" => postgres_migrate(url).await,
         "memory" => Err(StoreError::Config(
             "memory: keeps nothing between processes, so there is nothing to migrate".into(),
