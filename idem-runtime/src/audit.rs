@@ -137,6 +137,18 @@ pub(crate) fn position_cursor(at: Timestamp, seq: u64) -> String {
     format!("{}.{seq}", at.as_millis())
 }
 
+/// The page of `events` read with one more than `limit` asked for: the
+/// first `limit`, and a cursor after the last of them when there was more.
+pub(crate) fn page_of(mut events: Vec<AuditEvent>, limit: usize) -> AuditPage {
+    let more = events.len() > limit;
+    events.truncate(limit);
+    let cursor = more
+        .then(|| events.last())
+        .flatten()
+        .map(|e| position_cursor(e.at, e.seq.unwrap_or_default()));
+    AuditPage { events, cursor }
+}
+
 /// The `(at, seq)` a [`position_cursor`] names.
 pub(crate) fn parse_position_cursor(cursor: &str) -> Option<(Timestamp, u64)> {
     let (at, seq) = cursor.split_once('.')?;

@@ -31,8 +31,10 @@ use std::time::Duration;
 use serde_json::json;
 
 mod audit;
+mod decisions;
 mod operations;
 pub use audit::*;
+pub use decisions::*;
 pub use operations::*;
 
 use crate::audit::DEFAULT_AUDIT_RETENTION;
@@ -901,6 +903,8 @@ macro_rules! store_conformance_tests {
             completed_record_is_replaced_and_deleted,
             unanswered_approval_request_expires,
             scan_returns_every_record_once,
+            an_approval_is_claimed_only_with_the_arguments_it_was_given_for,
+            decisions_outlive_the_ttls_around_them,
             audit_events_read_back_exactly_in_pages,
             audit_is_filtered_by_key_and_time,
             replace_appends_its_event_only_when_it_swaps,

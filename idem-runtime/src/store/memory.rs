@@ -469,7 +469,7 @@ impl Store for MemoryStore {
         };
         let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
         let log = self.audit.lock().expect("not poisoned");
-        let mut events: Vec<AuditEvent> = log
+        let events: Vec<AuditEvent> = log
             .events
             .range((start, Bound::Unbounded))
             .map(|(_, event)| event)
@@ -477,13 +477,7 @@ impl Store for MemoryStore {
             .take(limit + 1)
             .cloned()
             .collect();
-        let more = events.len() > limit;
-        events.truncate(limit);
-        let cursor = more
-            .then(|| events.last())
-            .flatten()
-            .map(|e| audit::position_cursor(e.at, e.seq.unwrap_or_default()));
-        Ok(AuditPage { events, cursor })
+        Ok(audit::page_of(events, limit))
     }
 
     /// Refuse every later operation with [`StoreError::Closed`] and wake the

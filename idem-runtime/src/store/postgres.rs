@@ -1626,13 +1626,7 @@ impl Store for PostgresStore {
                 ..event
             });
         }
-        let more = events.len() > limit;
-        events.truncate(limit);
-        let cursor = more
-            .then(|| events.last())
-            .flatten()
-            .map(|e| audit::position_cursor(e.at, e.seq.unwrap_or_default()));
-        Ok(AuditPage { events, cursor })
+        Ok(audit::page_of(events, limit))
     }
 
     async fn now(&self) -> Result<Timestamp, StoreError> {

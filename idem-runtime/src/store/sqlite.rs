@@ -1595,13 +1595,7 @@ fn audit_page(
             }
         }
     }
-    let more = events.len() > limit;
-    events.truncate(limit);
-    let cursor = more
-        .then(|| events.last())
-        .flatten()
-        .map(|e| audit::position_cursor(e.at, e.seq.unwrap_or_default()));
-    Ok(Ok(AuditPage { events, cursor }))
+    Ok(Ok(audit::page_of(events, limit)))
 }
 
 #[async_trait]

@@ -1,0 +1,162 @@
+//! Cases for what a store must keep so that nothing decided lapses into a
+//! second effect: an approval claimed only with the arguments it was given
+//! for, and decisions (a granted approval, an unknown outcome, a
+//! resolution) that outlive the TTLs and sweeps around them. The
+//! [`Operator`] makes the decisions, as it does for people.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::{acquire, fp, random_key, req, Harness};
+use crate::approval::Approval;
+use crate::operator::{Actor, Operator, Resolution};
+use crate::record::{CallInfoRef, Outcome, RecordState, Status};
+use crate::store::{ClaimOutcome, Expected, ExpectedState, Store};
+
+/// Park the in-flight call `key` owned by `fence` as awaiting approval,
+/// the request lapsing unanswered after `ttl`.
+async fn park<S: Store + ?Sized>(
+    store: &S,
+    key: &crate::key::IdempotencyKey,
+    fence: crate::record::Fence,
+    ttl: Duration,
+) {
+    let now = store.now().await.unwrap();
+    let mut record = store.get(key).await.unwrap().expect("in flight");
+    record.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(ttl),
+        message: "ask #payments-oncall".into(),
+    };
+    let expected = Expected {
+        fence,
+        state: ExpectedState::InFlight,
+    };
+    store
+        .replace(key, expected, Some(&record), None)
+        .await
+        .expect("park");
+}
+
+/// A call approved for arguments `a` is not acquired by a claim for
+/// arguments `b`, even one that does not check fingerprints (a natural
+/// key): the claim is answered with the approved request and changes
+/// nothing. The claim for `a` then acquires it.
+pub async fn an_approval_is_claimed_only_with_the_arguments_it_was_given_for<H: Harness>(h: H) {
+    let store = h.store();
+    let operator = Operator::new(h.store() as Arc<dyn Store>);
+    let (key, a, b) = (random_key(), fp("a"), fp("b"));
+    let fence = acquire(&*store, &req(&key, &a, h.tick())).await;
+    park(&*store, &key, fence, h.tick() * 20).await;
+
+    let mut other = req(&key, &b, h.tick() * 10);
+    other.check_fingerprint = false;
+    match store.claim(&other).await.unwrap() {
+        ClaimOutcome::AwaitingApproval(record) => {
+            assert_eq!(record.fingerprint, a, "answered with the pending request");
+        }
+        got => panic!("a pending request taken by other arguments: {got:?}"),
+    }
+    let approved = operator
+        .approve(&key, Approval::granted_by("ana"))
+        .await
+        .unwrap();
+    assert_eq!(approved.approval().unwrap().fingerprint, Some(a.clone()));
+
+    match store.claim(&other).await.unwrap() {
+        ClaimOutcome::AwaitingApproval(record) => {
+            assert_eq!(record.status(), Status::Approved);
+            assert_eq!(record.fingerprint, a);
+        }
+        got => panic!("an approval taken by other arguments: {got:?}"),
+    }
+    let read = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(read.status(), Status::Approved, "nothing changed");
+    assert_eq!(read.fence(), approved.fence(), "nothing changed");
+
+    let mut own = req(&key, &a, h.tick() * 10);
+    own.check_fingerprint = false;
+    match store.claim(&own).await.unwrap() {
+        ClaimOutcome::Acquired {
+            takeover, steps, ..
+        } => {
+            assert_eq!(takeover, None);
+            assert!(steps.contains_key(crate::record::APPROVAL_STEP));
+        }
+        got => panic!("the approved arguments did not acquire the call: {got:?}"),
+    }
+}
+
+/// With sweeps between: an approval granted just before its request would
+/// have lapsed is kept for the tool's TTL (recorded with the claim); an
+/// unknown outcome outlives that TTL many times over; a resolution is kept
+/// for the tool's TTL, not the operator's shorter default.
+pub async fn decisions_outlive_the_ttls_around_them<H: Harness>(h: H) {
+    let store = h.store();
+    let tick = h.tick();
+    // The operator's own default is one tick: shorter than the tool's.
+    let operator = Operator::new(h.store() as Arc<dyn Store>).ttl(tick);
+    let (key, f) = (random_key(), fp("a"));
+    let mut claim = req(&key, &f, tick * 30);
+    claim.info = CallInfoRef {
+        ttl: Some(tick * 4),
+        ..CallInfoRef::EMPTY
+    };
+    let fence = acquire(&*store, &claim).await;
+    park(&*store, &key, fence, tick * 2).await;
+
+    h.advance(tick).await;
+    operator
+        .approve(&key, Approval::granted_by("ana"))
+        .await
+        .unwrap();
+    h.advance(tick * 2).await;
+    store.sweep().await.unwrap();
+    let read = store.get(&key).await.unwrap();
+    assert_eq!(
+        read.map(|r| r.status()),
+        Some(Status::Approved),
+        "a granted approval lapsed with the request's TTL"
+    );
+
+    let owner = match store.claim(&claim).await.unwrap() {
+        ClaimOutcome::Acquired { fence, .. } => fence,
+        got => panic!("the approved call was not acquired: {got:?}"),
+    };
+    let unknown = Outcome::Unknown {
+        reason: "the owner vanished mid-call".into(),
+    };
+    // As the executor records it: never to lapse.
+    store
+        .complete(&key, owner, &unknown, Duration::MAX)
+        .await
+        .unwrap();
+    h.advance(tick * 6).await;
+    store.sweep().await.unwrap();
+    match store.claim(&claim).await.unwrap() {
+        ClaimOutcome::Completed(record) => {
+            assert_eq!(record.outcome(), Some(&unknown));
+            assert_eq!(record.expires_at(), None);
+        }
+        got => panic!("an unknown outcome lapsed: {got:?}"),
+    }
+
+    let resolved = operator
+        .resolve(
+            &key,
+            Resolution::Failed("not charged".into()),
+            &Actor::new("ops"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(resolved.status(), Status::Failed);
+    h.advance(tick * 2).await;
+    store.sweep().await.unwrap();
+    assert_eq!(
+        store.get(&key).await.unwrap().map(|r| r.status()),
+        Some(Status::Failed),
+        "a resolution was kept for the operator's default, not the tool's TTL"
+    );
+}
