@@ -28,8 +28,14 @@ pub async fn approve(
         Ok(record) => record,
         Err(e) => return Err(refused(operator, e).await),
     };
+    // Say what exactly was approved: only these arguments ever run under
+    // the approval.
+    let arguments = match &record.info.args {
+        Some(args) => visible(args).into_owned(),
+        None => format!("(not stored; fingerprint {})", record.fingerprint),
+    };
     let line = format!(
-        "approved {} ({}) by {}: the next call with its key runs it once\n",
+        "approved {} ({}) by {}: the next call with its key and exactly these arguments runs it once: {arguments}\n",
         short_key(key.as_str()),
         what(&record),
         visible(args.by.trim())
