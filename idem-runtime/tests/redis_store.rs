@@ -1027,3 +1027,67 @@ async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() 
     assert_eq!(page.corrupt[0].key, keys[1].as_str());
     store.close().await;
 }
+
+/// A store written before unknown outcomes were kept until settled holds
+/// them with their record's retention as the key's TTL, which Redis would
+/// act on by deleting them. The first read-write connect of this build
+/// makes each never lapse, and leaves every other record's TTL alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_outcomes_stored_with_a_key_ttl_are_kept_once_this_build_connects() {
+    let Some(url) = server_url("redis keep unknown outcomes").await else {
+        return;
+    };
+    let prefix = format!("idem-keep-{}", &random_key().as_str()[..8]);
+    let url = format!("{url}?prefix={prefix}");
+    let old = RedisStore::connect(&url).await.unwrap();
+    let (unknown, done) = (random_key(), random_key());
+    let outcome = Outcome::Unknown {
+        reason: "the owner vanished".into(),
+    };
+    // As idem 0.2 stored them: with a retention.
+    let fence = acquire(&old, &unknown).await;
+    old.complete(&unknown, fence, &outcome, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let fence = acquire(&old, &done).await;
+    old.complete(&done, fence, &sent("m"), Duration::from_secs(2))
+        .await
+        .unwrap();
+    let mut raw = raw(&url).await;
+    // The store predates the fix.
+    let _: () = redis::cmd("DEL")
+        .arg(format!("{prefix}:unknown_kept"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let pttl = |key: String| {
+        let mut raw = raw.clone();
+        async move {
+            let ms: i64 = redis::cmd("PTTL")
+                .arg(key)
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            ms
+        }
+    };
+    assert!(pttl(old.record_key(&unknown)).await > 0);
+    old.close().await;
+
+    let new = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(pttl(new.record_key(&unknown)).await, -1, "no key TTL left");
+    assert!(
+        pttl(new.record_key(&done)).await > 0,
+        "other records keep theirs"
+    );
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let kept = new
+        .get(&unknown)
+        .await
+        .unwrap()
+        .expect("kept until settled");
+    assert_eq!(kept.outcome(), Some(&outcome));
+    assert_eq!(kept.expires_at(), None);
+    assert!(new.get(&done).await.unwrap().is_none(), "expired as before");
+    new.close().await;
+}

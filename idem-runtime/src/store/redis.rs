@@ -445,7 +445,16 @@ impl RedisStore {
                 }
                 (found, version)
             }
-            false => Self::claim_layout(&mut conn, &options.prefix, &schema_key, &name).await?,
+            false => {
+                let claimed =
+                    Self::claim_layout(&mut conn, &options.prefix, &schema_key, &name).await?;
+                // A store that existed before this build may hold unknown
+                // outcomes written with a key TTL.
+                keep_unknown_outcomes(&mut conn, &options.prefix, claimed.1.is_none())
+                    .await
+                    .map_err(unavailable)?;
+                claimed
+            }
         };
         match found.parse::<u32>() {
             // A store connected read-only reads older layouts it can.
@@ -831,6 +840,81 @@ async fn migrate_from_1(
     .arg(SCHEMA_VERSION)
     .invoke_async(conn)
     .await
+}
+
+/// Once per store: give every unknown outcome stored before idem 0.3 (with
+/// its record's retention as the key's TTL, so that Redis would delete it
+/// and let the call run again) the form unknown outcomes have now, kept
+/// until a person settles them (`keep_unknown.lua`). `PREFIX:unknown_kept`
+/// says it was done; a worker that finds another doing it (its lock,
+/// `PREFIX:unknown_kept:lock`, held for at most a minute) leaves it to
+/// that one; `created` (this connect created the store) only marks it
+/// done. Each script looks at one slot's next 1,000 records, so no call
+/// waits long behind it.
+async fn keep_unknown_outcomes(
+    conn: &mut Connection,
+    prefix: &str,
+    created: bool,
+) -> redis::RedisResult<()> {
+    const BATCH: usize = 1000;
+    let done = format!("{prefix}:unknown_kept");
+    let lock = format!("{done}:lock");
+    if created {
+        // A store this build created holds nothing to fix.
+        return conn.query(redis::cmd("SET").arg(&done).arg(1)).await;
+    }
+    let already: Option<String> = conn.query(redis::cmd("GET").arg(&done)).await?;
+    if already.is_some() {
+        return Ok(());
+    }
+    let locked: Option<String> = conn
+        .query(
+            redis::cmd("SET")
+                .arg(&lock)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await?;
+    if locked.is_none() {
+        return Ok(());
+    }
+    let script = include_str!("redis/keep_unknown.lua");
+    // (slot, the member to resume after) of every slot not yet done.
+    let mut pending: Vec<(String, String)> = (0..SLOTS)
+        .map(|s| (format!("{s:03x}"), String::new()))
+        .collect();
+    while !pending.is_empty() {
+        let mut next = Vec::new();
+        for window in pending.chunks(usize::from(COUNT_WINDOW)) {
+            let cmds = window
+                .iter()
+                .map(|(slot, after)| {
+                    let mut cmd = redis::cmd("EVAL");
+                    cmd.arg(script)
+                        .arg(1)
+                        .arg(index_key(prefix, slot))
+                        .arg(format!("{prefix}:{{{slot}}}:r:"))
+                        .arg(after)
+                        .arg(BATCH);
+                    cmd
+                })
+                .collect();
+            let replies = conn.batch(cmds).await?;
+            for ((slot, _), reply) in window.iter().zip(replies) {
+                match text(&reply) {
+                    Some(last) if !last.is_empty() => next.push((slot.clone(), last)),
+                    _ => {}
+                }
+            }
+        }
+        pending = next;
+    }
+    conn.query::<()>(redis::cmd("SET").arg(&done).arg(1))
+        .await?;
+    conn.query::<()>(redis::cmd("DEL").arg(&lock)).await?;
+    Ok(())
 }
 
 fn text(v: &RedisValue) -> Option<String> {
