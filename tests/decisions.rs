@@ -5,10 +5,12 @@
 //!
 //! Memory and SQLite run on a manual clock moved days forward; Redis and
 //! PostgreSQL keep time on the server, so there a "tick" is a short sleep.
-#![cfg(all(feature = "sqlite", feature = "redis", feature = "postgres"))]
+#![cfg(feature = "sqlite")]
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock};
+use std::sync::Arc;
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem::approval::{ApprovalDecision, Callback};
@@ -19,7 +21,13 @@ use idem::operator::{Actor, Filter, Operator, Resolution};
 use idem::prelude::*;
 use idem::record::{AuditAction, Status};
 use idem::store::{ClaimOutcome, ClaimRequest, SqliteOptions, SqliteStore};
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+#[cfg(any(feature = "redis", feature = "postgres"))]
+use idem_runtime::testing::skip;
+#[cfg(feature = "postgres")]
+use idem_runtime::testing::PostgresServer;
+#[cfg(feature = "redis")]
+use idem_runtime::testing::RedisServer;
+use idem_runtime::testing::TempDir;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -53,6 +61,7 @@ impl World {
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
+#[cfg(any(feature = "redis", feature = "postgres"))]
 const SERVER_TICK: Duration = Duration::from_millis(700);
 
 fn memory() -> World {
@@ -80,9 +89,12 @@ async fn sqlite() -> World {
     }
 }
 
+#[cfg(feature = "redis")]
 static REDIS: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
+#[cfg(feature = "postgres")]
 static POSTGRES: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
 
+#[cfg(any(feature = "redis", feature = "postgres"))]
 async fn server(test: &str, name: &str, url: Option<String>) -> Option<World> {
     let Some(url) = url else {
         skip(test, name);
@@ -96,6 +108,7 @@ async fn server(test: &str, name: &str, url: Option<String>) -> Option<World> {
     })
 }
 
+#[cfg(feature = "redis")]
 async fn redis(test: &str) -> Option<World> {
     let url = tokio::task::spawn_blocking(|| REDIS.as_ref().map(RedisServer::url))
         .await
@@ -103,6 +116,7 @@ async fn redis(test: &str) -> Option<World> {
     server(test, "redis-server", url).await
 }
 
+#[cfg(feature = "postgres")]
 async fn postgres(test: &str) -> Option<World> {
     let url = tokio::task::spawn_blocking(|| POSTGRES.as_ref().map(PostgresServer::url))
         .await
@@ -110,7 +124,8 @@ async fn postgres(test: &str) -> Option<World> {
     server(test, "PostgreSQL", url).await
 }
 
-/// Run each scenario on memory, SQLite, Redis and PostgreSQL.
+/// Run each scenario on memory, SQLite, Redis and PostgreSQL (the last two
+/// with the `redis` and `postgres` features, as CI builds the tests).
 macro_rules! on_every_store {
     ($($scenario:ident),* $(,)?) => {
         mod memory {$(
@@ -121,6 +136,7 @@ macro_rules! on_every_store {
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() { super::$scenario(super::sqlite().await).await }
         )*}
+        #[cfg(feature = "redis")]
         mod redis {$(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() {
@@ -128,6 +144,7 @@ macro_rules! on_every_store {
                 if let Some(world) = super::redis(test).await { super::$scenario(world).await }
             }
         )*}
+        #[cfg(feature = "postgres")]
         mod postgres {$(
             #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $scenario() {
