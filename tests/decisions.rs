@@ -266,6 +266,14 @@ fn code(result: &ToolResult) -> String {
         .to_owned()
 }
 
+/// What the model is told of an error.
+fn told(result: &ToolResult) -> String {
+    result.content()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
 fn pending_key(result: &ToolResult) -> IdempotencyKey {
     match &result.result {
         Err(IdemError::ApprovalPending { key, .. }) => key.clone(),
@@ -292,10 +300,7 @@ async fn an_approval_runs_only_the_arguments_it_was_given_for(world: World) {
         .dispatch_one(refund_call("c2", 999_999), &s.run)
         .await;
     assert_eq!(code(&other), "key_awaits_other_arguments");
-    let message = other.content()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = told(&other);
     assert!(message.contains("awaits a person's approval"), "{message}");
 
     s.exec
@@ -311,10 +316,7 @@ async fn an_approval_runs_only_the_arguments_it_was_given_for(world: World) {
         .dispatch_one(refund_call("c3", 999_999), &s.run)
         .await;
     assert_eq!(code(&forged), "key_awaits_other_arguments");
-    let message = forged.content()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let message = told(&forged);
     assert!(
         message.contains("approved for other arguments") && message.contains("1999"),
         "the model is told what was approved: {message}"

@@ -313,23 +313,7 @@ async fn a_database_written_by_schema_version_1_is_migrated_and_reads() {
     let (long_ago, far) = (1_700_000_000_000i64, 4_000_000_000_000i64);
     raw.batch_execute(&format!(
         r#"CREATE TABLE IF NOT EXISTS idem_meta (name text PRIMARY KEY, value bigint NOT NULL);
-           CREATE SEQUENCE idem_fence;
-           CREATE TABLE idem_records (
-               key          text PRIMARY KEY,
-               tool         text NOT NULL,
-               fingerprint  text NOT NULL,
-               created_at   bigint NOT NULL,
-               fence        bigint NOT NULL,
-               prev_fence   bigint,
-               state        smallint NOT NULL CHECK (state IN (0, 1)),
-               lease_until  bigint,
-               outcome      text,
-               completed_at bigint,
-               expires_at   bigint,
-               steps        jsonb NOT NULL DEFAULT '{{}}'
-           );
-           CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;
-           INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1);
+           {V1_TABLES}
            SELECT setval('idem_fence', 4);
            INSERT INTO idem_records VALUES
              ('{done}', 'send_email', '{fp}', {long_ago}, 1, NULL, 1, NULL,
@@ -621,27 +605,31 @@ async fn a_malformed_schema_name_is_a_configuration_error() {
     ));
 }
 
+/// idem 0.1's tables (schema version 1) and its version row, as its
+/// migration left them (after an `idem_meta` table).
+const V1_TABLES: &str = "CREATE SEQUENCE idem_fence;
+     CREATE TABLE idem_records (
+         key          text PRIMARY KEY,
+         tool         text NOT NULL,
+         fingerprint  text NOT NULL,
+         created_at   bigint NOT NULL,
+         fence        bigint NOT NULL,
+         prev_fence   bigint,
+         state        smallint NOT NULL CHECK (state IN (0, 1)),
+         lease_until  bigint,
+         outcome      text,
+         completed_at bigint,
+         expires_at   bigint,
+         steps        jsonb NOT NULL DEFAULT '{}'
+     );
+     CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;
+     INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1);";
+
 /// The 0.1 schema (version 1) with `rows` completed records.
 async fn schema_version_1(raw: &tokio_postgres::Client, rows: i64) {
     raw.batch_execute(&format!(
         r#"CREATE TABLE idem_meta (name text PRIMARY KEY, value bigint NOT NULL);
-           CREATE SEQUENCE idem_fence;
-           CREATE TABLE idem_records (
-               key          text PRIMARY KEY,
-               tool         text NOT NULL,
-               fingerprint  text NOT NULL,
-               created_at   bigint NOT NULL,
-               fence        bigint NOT NULL,
-               prev_fence   bigint,
-               state        smallint NOT NULL CHECK (state IN (0, 1)),
-               lease_until  bigint,
-               outcome      text,
-               completed_at bigint,
-               expires_at   bigint,
-               steps        jsonb NOT NULL DEFAULT '{{}}'
-           );
-           CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE state = 1;
-           INSERT INTO idem_meta (name, value) VALUES ('schema_version', 1);
+           {V1_TABLES}
            INSERT INTO idem_records
              SELECT lpad(to_hex(i), 64, '0'), 'send_email', '{fp}', 1700000000000, i, NULL, 1, NULL,
                     '{{"status":"success","output":"{{}}"}}', 1700000000100, 4000000000000 + i, '{{}}'
