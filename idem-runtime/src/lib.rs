@@ -11,6 +11,7 @@ pub mod __macro_support;
 pub mod approval;
 pub mod audit;
 pub mod canonical;
+pub mod catalog;
 pub mod class;
 pub mod clock;
 #[cfg(feature = "conformance")]

@@ -457,6 +457,20 @@ impl Operator {
         approval: Approval,
     ) -> Result<Record, OperatorError> {
         let record = self.show(key).await?;
+        self.approve_record(&record, approval).await
+    }
+
+    /// [`Operator::approve`] the record as `record` shows it — the version
+    /// a person was shown, the arguments they read — and only that: if the
+    /// record changed since it was read (another decision, a request that
+    /// lapsed and was asked again with other arguments), the approval is
+    /// refused with [`OperatorError::Changed`] and nothing changes.
+    pub async fn approve_record(
+        &self,
+        record: &Record,
+        approval: Approval,
+    ) -> Result<Record, OperatorError> {
+        let record = record.clone();
         self.check_pending(&record)?;
         let at = self.store.now().await?;
         let mut new = record.clone();
@@ -486,6 +500,18 @@ impl Operator {
         reason: &str,
     ) -> Result<Record, OperatorError> {
         let record = self.show(key).await?;
+        self.deny_record(&record, by, reason).await
+    }
+
+    /// [`Operator::deny`] the record as `record` shows it, and only that
+    /// version of it (see [`Operator::approve_record`]).
+    pub async fn deny_record(
+        &self,
+        record: &Record,
+        by: &str,
+        reason: &str,
+    ) -> Result<Record, OperatorError> {
+        let record = record.clone();
         self.check_pending(&record)?;
         let at = self.store.now().await?;
         let mut new = record.clone();
@@ -543,6 +569,18 @@ impl Operator {
         self.settle(key, resolution, actor, Some(ttl)).await
     }
 
+    /// [`Operator::resolve`] the record as `record` shows it, and only
+    /// that version of it (see [`Operator::approve_record`]): what a person
+    /// judged from the page or the transcript they read.
+    pub async fn resolve_record(
+        &self,
+        record: &Record,
+        resolution: Resolution,
+        actor: &Actor,
+    ) -> Result<Option<Record>, OperatorError> {
+        self.settle_record(record, resolution, actor, None).await
+    }
+
     async fn settle(
         &self,
         key: &IdempotencyKey,
@@ -551,6 +589,18 @@ impl Operator {
         ttl: Option<Duration>,
     ) -> Result<Option<Record>, OperatorError> {
         let record = self.show(key).await?;
+        self.settle_record(&record, resolution, actor, ttl).await
+    }
+
+    async fn settle_record(
+        &self,
+        record: &Record,
+        resolution: Resolution,
+        actor: &Actor,
+        ttl: Option<Duration>,
+    ) -> Result<Option<Record>, OperatorError> {
+        let key = &record.key;
+        let record = record.clone();
         let now = self.store.now().await?;
         let expected = match (&record.state, record.status()) {
             (_, Status::Unknown) => ExpectedState::Completed,

@@ -313,6 +313,32 @@ impl<S: 'static> Registry<S> {
             .collect()
     }
 
+    /// What each tool is — name, description, class, whether its
+    /// arguments are stored — for programs that show records without
+    /// linking the tools (`idem serve --tools FILE`): write
+    /// [`Catalog::to_json`](crate::catalog::Catalog::to_json) to a file.
+    pub fn catalog(&self) -> crate::catalog::Catalog {
+        crate::catalog::Catalog {
+            idem_tool_catalog: crate::catalog::CATALOG_FORMAT,
+            tools: self
+                .tools
+                .iter()
+                .map(|t| {
+                    let spec = t.spec();
+                    crate::catalog::CatalogTool {
+                        name: spec.name.to_owned(),
+                        description: spec.description.to_owned(),
+                        class: t.class(),
+                        store_args: spec.store_args,
+                        ttl_ms: spec
+                            .ttl
+                            .map(|d| d.as_millis().min(u128::from(u64::MAX)) as u64),
+                    }
+                })
+                .collect(),
+        }
+    }
+
     /// One definition per tool, in registration order.
     fn definitions(&self, shape: impl Fn(&ToolSpec, Value) -> Value) -> Value {
         self.tools
