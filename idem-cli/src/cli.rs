@@ -75,6 +75,13 @@ pub enum Command {
     /// Derive the key of a call, exactly as the executor does
     /// (docs/keys.md), to find its record from a transcript. Reads no store.
     Key(KeyDeriveArgs),
+    /// Serve the approval inbox: a web page (and a JSON API under /api/)
+    /// where approvers see the calls waiting for a decision and decide
+    /// them (docs/inbox.md).
+    Serve(ServeArgs),
+    /// Write an approver's entry for the `idem serve --approvers` file: a
+    /// hashed password (read from stdin) or a new API token.
+    Approver(ApproverArgs),
 }
 
 impl Command {
@@ -89,8 +96,77 @@ impl Command {
                 | Command::Delete(_)
                 | Command::Purge(_)
                 | Command::Migrate
+                | Command::Serve(_)
         )
     }
+}
+
+/// `idem serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// The address to listen on. Loopback by default: put a reverse proxy
+    /// with TLS in front of it to serve other machines.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// The approvers file (TOML): who may sign in, with which role
+    /// (approver or viewer), and their hashed passwords and API tokens
+    /// (`idem approver` writes entries).
+    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
+    pub approvers: std::path::PathBuf,
+    /// The application's tool catalog (JSON, `Registry::catalog`), for
+    /// each tool's description and class.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<std::path::PathBuf>,
+    /// An item waiting longer than this is marked overdue (90s, 15m, 2h,
+    /// 7d).
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub overdue: String,
+    /// Take the signed-in approver's name from this request header, set by
+    /// a reverse proxy that authenticates people (e.g. X-Forwarded-User).
+    /// Only when the proxy is the only way to reach idem serve: anyone who
+    /// can reach it directly could send the header. The name must still
+    /// be in the approvers file, which gives its role.
+    #[arg(long, value_name = "HEADER")]
+    pub trust_proxy_header: Option<String>,
+    /// Mark session cookies `Secure`: set it when people reach the inbox
+    /// over HTTPS (through a TLS-terminating proxy).
+    #[arg(long)]
+    pub secure_cookies: bool,
+    /// How long a sign-in lasts (90s, 15m, 2h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "12h")]
+    pub session: String,
+    /// How often the inbox looks for new items, for pages that stay open.
+    #[arg(long, value_name = "DURATION", default_value = "1s", hide = true)]
+    pub refresh: String,
+}
+
+/// `idem approver`.
+#[derive(Debug, Args)]
+pub struct ApproverArgs {
+    /// What to write.
+    #[command(subcommand)]
+    pub command: ApproverCommand,
+}
+
+/// `idem approver password` and `idem approver token`.
+#[derive(Debug, Subcommand)]
+pub enum ApproverCommand {
+    /// Hash a password read from stdin (one line) and print the
+    /// approvers-file entry for NAME.
+    Password(ApproverEntryArgs),
+    /// Make a new API token for NAME: print the token once on stderr (it
+    /// is not kept anywhere) and the entry, which holds only its hash.
+    Token(ApproverEntryArgs),
+}
+
+/// The approver an entry is for.
+#[derive(Debug, Args)]
+pub struct ApproverEntryArgs {
+    /// The approver's name, as the audit log records their decisions.
+    pub name: String,
+    /// `approver` (may decide) or `viewer` (may only look).
+    #[arg(long, value_name = "ROLE", default_value = "approver")]
+    pub role: String,
 }
 
 /// `idem ls`.

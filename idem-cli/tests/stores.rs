@@ -28,44 +28,7 @@ use support::{listed, schema, unique, Idem};
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-/// Run each scenario on SQLite, Redis and PostgreSQL.
-macro_rules! on_every_store {
-    ($($scenario:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let (_dir, url) = crate::support::sqlite();
-                    super::$scenario(&url).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let test = concat!("redis::", stringify!($scenario));
-                    if let Some(url) = crate::support::redis(test).await {
-                        super::$scenario(&url).await;
-                    }
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let test = concat!("postgres::", stringify!($scenario));
-                    if let Some(url) = crate::support::postgres(test).await {
-                        super::$scenario(&url).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-
-on_every_store![
+support::on_every_store![
     a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
     unknown_outcomes_resolved_as_failed_or_released,
     a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,

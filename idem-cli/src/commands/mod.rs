@@ -34,6 +34,8 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         // Needs no store.
         Command::Key(args) => key::run(&args, &out),
         Command::Migrate => migrate::run(url, &out).await,
+        Command::Serve(args) => crate::serve::run(url, &args).await,
+        Command::Approver(args) => crate::serve::approver(&args),
         command => {
             let operator = match command.changes_records() {
                 true => store::open(url).await?,
@@ -58,7 +60,9 @@ async fn run_on(operator: &Operator, command: Command, out: &Output) -> Result<(
         Command::Stats => stats::run(operator, out).await,
         Command::Log(args) => log::run(operator, &args, out).await,
         Command::Key(args) => key::run(&args, out),
-        Command::Migrate => unreachable!("idem migrate opens the store itself"),
+        Command::Migrate | Command::Serve(_) | Command::Approver(_) => {
+            unreachable!("these open the store themselves, or need none")
+        }
     }
 }
 

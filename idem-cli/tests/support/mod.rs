@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod schema;
+pub mod serve;
 pub mod tools;
 
 use std::process::Command;
@@ -14,6 +15,47 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::Value;
+
+/// Run each scenario (an `async fn(url: &str)`) on a SQLite file, and on
+/// the shared Redis and PostgreSQL servers (skipped loudly when missing).
+#[allow(unused_macros)]
+macro_rules! on_every_store {
+    ($($scenario:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    let (_dir, url) = crate::support::sqlite();
+                    super::$scenario(&url).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    let test = concat!("redis::", stringify!($scenario));
+                    if let Some(url) = crate::support::redis(test).await {
+                        super::$scenario(&url).await;
+                    }
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $scenario() {
+                    let test = concat!("postgres::", stringify!($scenario));
+                    if let Some(url) = crate::support::postgres(test).await {
+                        super::$scenario(&url).await;
+                    }
+                }
+            )*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_store;
 
 /// The binary under test.
 pub const IDEM: &str = env!("CARGO_BIN_EXE_idem");
@@ -201,4 +243,10 @@ pub async fn listed(idem: &Idem, namespace: &str, state: &str) -> String {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// How long `idem serve` makes a name wait after one failed sign-in, and
+/// a little more.
+pub fn serve_first_delay() -> Duration {
+    Duration::from_millis(700)
 }

@@ -1,0 +1,33 @@
+// Live updates without a framework: the server sends an `inbox` event
+// whenever what waits for a decision changes. The inbox then fetches its
+// rows again (rendered and escaped by the server); a record's page says
+// that the record changed. Without JavaScript the pages work the same,
+// reloaded by hand.
+(function () {
+  if (!window.EventSource) return;
+  var rows = document.getElementById("inbox-rows");
+  var record = document.getElementById("record");
+  if (!rows && !record) return;
+  var events = new EventSource("/events");
+  events.addEventListener("inbox", function () {
+    if (rows) {
+      fetch(rows.dataset.refresh, { credentials: "same-origin" }).then(function (r) {
+        if (!r.ok) return;
+        return r.text().then(function (html) {
+          rows.innerHTML = html;
+          var live = document.getElementById("live");
+          if (live) live.textContent = "Updated " + new Date().toLocaleTimeString() + ".";
+        });
+      });
+    }
+    if (record) {
+      fetch("/records/" + record.dataset.key + "/version", { credentials: "same-origin" }).then(function (r) {
+        return r.ok ? r.text() : null;
+      }).then(function (version) {
+        if (version !== null && version !== record.dataset.version) {
+          document.getElementById("changed").hidden = false;
+        }
+      });
+    }
+  });
+})();

@@ -1,0 +1,324 @@
+//! `idem serve` as a person runs it: the real binary on a store, with an
+//! approvers file written by `idem approver`, listening on a free loopback
+//! port; and a plain HTTP client (hyper's) to talk to it as a bot or a
+//! browser without JavaScript would.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use idem_runtime::testing::TempDir;
+use serde_json::Value;
+
+use super::IDEM;
+
+/// The approver who may decide, and their password.
+pub const DANA: (&str, &str) = ("dana", "correct horse battery staple");
+/// The viewer, and their password.
+pub const VIC: (&str, &str) = ("vic", "viewer password only");
+
+/// A running `idem serve`, stopped on drop.
+pub struct Serve {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// An API token of the approver `bot`.
+    pub token: String,
+    /// An API token of the viewer `watcher`.
+    pub viewer_token: String,
+    /// What the server printed on stderr after its first line.
+    _dir: TempDir,
+}
+
+/// `idem approver ARGS` with `stdin`: the entry it printed, and stderr.
+fn approver(args: &[&str], stdin: &str) -> (String, String) {
+    use std::io::Write;
+    let mut child = Command::new(IDEM)
+        .arg("approver")
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run idem approver");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "idem approver {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+impl Serve {
+    /// `idem serve` on the store at `url`, with approvers dana (approver,
+    /// password), vic (viewer, password), bot (approver, token) and
+    /// watcher (viewer, token), the tool catalog `catalog` (JSON) and
+    /// `extra` arguments.
+    pub fn start(url: &str, catalog: Option<&str>, extra: &[&str]) -> Serve {
+        let dir = TempDir::new("idem-serve").unwrap();
+        let mut file = String::new();
+        file.push_str(&approver(&["password", DANA.0], &format!("{}\n", DANA.1)).0);
+        file.push_str(
+            &approver(
+                &["password", VIC.0, "--role", "viewer"],
+                &format!("{}\n", VIC.1),
+            )
+            .0,
+        );
+        let (entry, said) = approver(&["token", "bot"], "");
+        file.push_str(&entry);
+        let token = said.lines().last().unwrap().trim().to_owned();
+        let (entry, said) = approver(&["token", "watcher", "--role", "viewer"], "");
+        file.push_str(&entry);
+        let viewer_token = said.lines().last().unwrap().trim().to_owned();
+        let approvers = dir.path().join("approvers.toml");
+        std::fs::write(&approvers, file).unwrap();
+        let mut command = Command::new(IDEM);
+        command
+            .args([
+                "--store",
+                url,
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--refresh",
+                "200ms",
+            ])
+            .arg("--approvers")
+            .arg(&approvers);
+        if let Some(catalog) = catalog {
+            let path = dir.path().join("tools.json");
+            std::fs::write(&path, catalog).unwrap();
+            command.arg("--tools").arg(path);
+        }
+        command.args(extra);
+        for var in ["IDEM_STORE", "IDEM_APPROVERS"] {
+            command.env_remove(var);
+        }
+        let mut child = command
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start idem serve");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let base = line
+            .split("http://")
+            .nth(1)
+            .and_then(|rest| rest.split('/').next())
+            .map(|addr| format!("http://{addr}"))
+            .unwrap_or_else(|| panic!("idem serve did not say where it listens: {line:?}"));
+        // Keep draining stderr so the server never blocks on it.
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                eprintln!("[idem serve] {line}");
+            }
+        });
+        Serve {
+            child,
+            base,
+            token,
+            viewer_token,
+            _dir: dir,
+        }
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One HTTP response.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: HashMap<String, Vec<String>>,
+    pub body: String,
+}
+
+impl Reply {
+    /// The body as JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
+    }
+
+    /// The values of header `name` (lower case).
+    pub fn header(&self, name: &str) -> Vec<String> {
+        self.headers.get(name).cloned().unwrap_or_default()
+    }
+}
+
+/// A plain HTTP/1.1 client that keeps cookies like a browser would.
+pub struct Http {
+    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    /// Cookies set by the server: name → value.
+    pub cookies: HashMap<String, String>,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            client: Client::builder(TokioExecutor::new()).build_http(),
+            cookies: HashMap::new(),
+        }
+    }
+}
+
+impl Http {
+    /// Send a request; `headers` beside the cookies kept.
+    pub async fn send(
+        &mut self,
+        method: &str,
+        url: &str,
+        headers: &[(&str, &str)],
+        body: &str,
+    ) -> Reply {
+        let mut request = hyper::Request::builder().method(method).uri(url);
+        if !self.cookies.is_empty() {
+            let cookie: Vec<String> = self
+                .cookies
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            request = request.header("cookie", cookie.join("; "));
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request
+            .body(Full::new(Bytes::from(body.to_owned())))
+            .unwrap();
+        let response = tokio::time::timeout(Duration::from_secs(30), self.client.request(request))
+            .await
+            .expect("idem serve answers within 30 s")
+            .expect("idem serve answers");
+        let status = response.status().as_u16();
+        let mut headers: HashMap<String, Vec<String>> = HashMap::new();
+        for (name, value) in response.headers() {
+            headers
+                .entry(name.as_str().to_owned())
+                .or_default()
+                .push(value.to_str().unwrap_or("").to_owned());
+        }
+        for cookie in headers.get("set-cookie").into_iter().flatten() {
+            let pair = cookie.split(';').next().unwrap_or("");
+            if let Some((name, value)) = pair.split_once('=') {
+                if value.is_empty() || cookie.contains("Max-Age=0") {
+                    self.cookies.remove(name);
+                } else {
+                    self.cookies.insert(name.to_owned(), value.to_owned());
+                }
+            }
+        }
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        Reply {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&body).into_owned(),
+        }
+    }
+
+    /// GET.
+    pub async fn get(&mut self, url: &str) -> Reply {
+        self.send("GET", url, &[], "").await
+    }
+
+    /// POST a form.
+    pub async fn form(&mut self, url: &str, fields: &[(&str, &str)]) -> Reply {
+        let body: Vec<String> = fields
+            .iter()
+            .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
+            .collect();
+        self.send(
+            "POST",
+            url,
+            &[("content-type", "application/x-www-form-urlencoded")],
+            &body.join("&"),
+        )
+        .await
+    }
+
+    /// A JSON API call with a bearer token.
+    pub async fn api(
+        &mut self,
+        method: &str,
+        url: &str,
+        token: &str,
+        body: Option<&Value>,
+    ) -> Reply {
+        let auth = format!("Bearer {token}");
+        let mut headers = vec![("authorization", auth.as_str())];
+        if body.is_some() {
+            headers.push(("content-type", "application/json"));
+        }
+        let body = body.map(Value::to_string).unwrap_or_default();
+        self.send(method, url, &headers, &body).await
+    }
+}
+
+/// `text` form-encoded.
+pub fn encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            b' ' => "+".to_owned(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The value of the hidden field `name` in an HTML page (the first).
+pub fn hidden(html: &str, name: &str) -> Option<String> {
+    let needle = format!("name=\"{name}\" value=\"");
+    let start = html.find(&needle)? + needle.len();
+    let end = html[start..].find('"')? + start;
+    Some(html[start..end].to_owned())
+}
+
+/// Sign `http` in as `who` through the sign-in form.
+pub async fn sign_in(http: &mut Http, serve: &Serve, who: (&str, &str)) {
+    let login = http.get(&serve.url("/login")).await;
+    let csrf = hidden(&login.body, "csrf").expect("the sign-in form has a CSRF token");
+    let done = http
+        .form(
+            &serve.url("/login"),
+            &[("csrf", &csrf), ("name", who.0), ("password", who.1)],
+        )
+        .await;
+    assert_eq!(done.status, 303, "sign in as {}: {}", who.0, done.body);
+}
+
+impl Http {
+    /// The approver bot's API call to `path`: GET without a body, POST
+    /// with one.
+    pub async fn bot(&mut self, serve: &Serve, path: &str, body: Option<&Value>) -> Reply {
+        let method = if body.is_some() { "POST" } else { "GET" };
+        self.api(method, &serve.url(path), &serve.token, body).await
+    }
+}
