@@ -57,6 +57,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }))
         .build();
     let registry = tools![lookup_customer, send_email, charge_card, delete_account];
+    // What each tool is, for the approval inbox (`idem serve --tools
+    // idem-tools.json`) to show the people who decide.
+    std::fs::write("idem-tools.json", registry.catalog().to_json())?;
     let dispatcher = Dispatcher::new(executor.clone(), registry);
     let run = RunContext::new("demo-run-1", 1);
 
@@ -154,6 +157,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         m.retries,
         m.refusals,
     );
-    println!("What idem refused is for a person to settle: `idem ls --state unknown,awaiting_approval` (crate idem-cli).");
+    println!("What idem refused is for a person to settle: `idem ls --state unknown,awaiting_approval`, or on a web page: `idem serve` (crate idem-cli).");
     Ok(())
 }

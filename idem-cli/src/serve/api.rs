@@ -63,7 +63,7 @@ fn item_json(item: &Item) -> Value {
         "key": item.key,
         "tool": item.tool,
         "class": item.class,
-        "namespace": item.namespace,
+        "namespace": Some(&item.namespace).filter(|n| !n.is_empty()),
         "waits_for": item.waits.as_str(),
         "waiting_since": item.since,
         "overdue": item.overdue,

@@ -7,7 +7,11 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-const DOC: &str = include_str!("../../../docs/cli.md");
+/// `docs/cli.md`, then `docs/inbox.md` (whose API answers use its types).
+const DOCS: [&str; 2] = [
+    include_str!("../../../docs/cli.md"),
+    include_str!("../../../docs/inbox.md"),
+];
 
 /// The documented statuses.
 pub const STATUSES: [&str; 6] = [
@@ -22,7 +26,7 @@ pub const STATUSES: [&str; 6] = [
 /// Object name → its fields, in order, with their types.
 pub fn schemas() -> BTreeMap<String, Vec<(String, String)>> {
     let mut schemas = BTreeMap::new();
-    let mut lines = DOC.lines();
+    let mut lines = DOCS.iter().flat_map(|doc| doc.lines());
     while let Some(line) = lines.next() {
         let Some(name) = line
             .strip_prefix("<!-- schema: ")
