@@ -628,8 +628,8 @@ pub async fn waiter_is_woken_by_completion<H: Harness>(h: H) {
     assert_eq!(record.outcome(), Some(&success(3)));
 }
 
-/// Start a waiter on `key`, then `act`, and return what the waiter saw; it
-/// must be woken well before its own timeout.
+/// Start a waiter on `key` ([`Store::wait`]), then `act`, and return what
+/// the waiter saw; see [`woken`].
 async fn woken_waiter<S: Store, F, Fut>(
     store: &Arc<S>,
     key: &IdempotencyKey,
@@ -641,11 +641,30 @@ where
 {
     let waiter = {
         let (store, key) = (store.clone(), key.clone());
-        tokio::spawn(async move { store.wait(&key, Duration::from_secs(30)).await })
+        tokio::spawn(async move { store.wait(&key, WAITER_TIMEOUT).await })
     };
+    woken(waiter, act).await
+}
+
+/// How long the waiters of the wake-up cases would wait if nothing woke
+/// them: three times the bound [`woken`] gives them to return.
+const WAITER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Let `waiter` (a task waiting with [`WAITER_TIMEOUT`]) start, then `act`,
+/// and return what the waiter saw; it must return well before its own
+/// timeout. A bound against hanging, not a latency check: any store's
+/// safety poll (1 s at most) is well within it.
+async fn woken<F, Fut>(
+    waiter: tokio::task::JoinHandle<Result<Option<crate::record::Record>, StoreError>>,
+    act: F,
+) -> Option<crate::record::Record>
+where
+    F: FnOnce() -> Fut,
+    Fut: Future<Output = ()>,
+{
     tokio::time::sleep(Duration::from_millis(20)).await;
     act().await;
-    tokio::time::timeout(Duration::from_secs(10), waiter)
+    tokio::time::timeout(WAITER_TIMEOUT / 3, waiter)
         .await
         .expect("waiter woken well before its timeout")
         .expect("waiter task")
@@ -905,6 +924,9 @@ macro_rules! store_conformance_tests {
             scan_returns_every_record_once,
             an_approval_is_claimed_only_with_the_arguments_it_was_given_for,
             decisions_outlive_the_ttls_around_them,
+            an_approval_wakes_a_waiter_for_it,
+            a_denial_wakes_a_waiter_for_it,
+            a_waiter_for_a_decision_nobody_makes_returns_the_request,
             audit_events_read_back_exactly_in_pages,
             audit_is_filtered_by_key_and_time,
             replace_appends_its_event_only_when_it_swaps,

@@ -704,13 +704,14 @@ impl Operator {
 
     /// Wait up to `timeout` for a decision on a call awaiting approval: the
     /// record as it then is (approved, denied, or still awaiting), `None`
-    /// when it is gone (expired, deleted).
+    /// when it is gone (expired, deleted). Woken by the decision where the
+    /// store can be notified of it; see [`Store::wait_for_decision`].
     pub async fn wait_for_decision(
         &self,
         key: &IdempotencyKey,
         timeout: Duration,
     ) -> Result<Option<Record>, OperatorError> {
-        Ok(wait_for_decision(&*self.store, key, timeout).await?)
+        Ok(self.store.wait_for_decision(key, timeout).await?)
     }
 
     fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {
@@ -797,27 +798,5 @@ impl Operator {
             .audit(query, cursor, limit)
             .await
             .map_err(OperatorError::Store)
-    }
-}
-
-/// Poll `key` until it no longer awaits a decision, or `timeout` passes.
-pub(crate) async fn wait_for_decision(
-    store: &dyn Store,
-    key: &IdempotencyKey,
-    timeout: Duration,
-) -> Result<Option<Record>, StoreError> {
-    let deadline = tokio::time::Instant::now() + timeout;
-    let mut nap = Duration::from_millis(5);
-    loop {
-        let record = store.get(key).await?;
-        let waiting = record
-            .as_ref()
-            .is_some_and(|r| r.status() == Status::AwaitingApproval);
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        if !waiting || left.is_zero() {
-            return Ok(record);
-        }
-        tokio::time::sleep(nap.min(left)).await;
-        nap = (nap * 2).min(Duration::from_millis(250));
     }
 }

@@ -1,17 +1,19 @@
 //! Cases for what a store must keep so that nothing decided lapses into a
 //! second effect: an approval claimed only with the arguments it was given
 //! for, and decisions (a granted approval, an unknown outcome, a
-//! resolution) that outlive the TTLs and sweeps around them. The
+//! resolution) that outlive the TTLs and sweeps around them; and a caller
+//! waiting for a decision ([`Store::wait_for_decision`]) woken by it. The
 //! [`Operator`] makes the decisions, as it does for people.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{acquire, fp, random_key, req, Harness};
+use super::{acquire, fp, random_key, req, woken, Harness, WAITER_TIMEOUT};
 use crate::approval::Approval;
+use crate::key::IdempotencyKey;
 use crate::operator::{Actor, Operator, Resolution};
-use crate::record::{CallInfoRef, Outcome, RecordState, Status};
-use crate::store::{ClaimOutcome, Expected, ExpectedState, Store};
+use crate::record::{CallInfoRef, FailureCode, Outcome, Record, RecordState, Status};
+use crate::store::{ClaimOutcome, Expected, ExpectedState, Store, StoreError};
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval,
 /// the request lapsing unanswered after `ttl`.
@@ -159,4 +161,88 @@ pub async fn decisions_outlive_the_ttls_around_them<H: Harness>(h: H) {
         Some(Status::Failed),
         "a resolution was kept for the operator's default, not the tool's TTL"
     );
+}
+
+/// A call of `key` parked as awaiting approval, for a while longer than
+/// any wake-up case takes, and an operator on another handle to the store.
+async fn parked_request<H: Harness>(h: &H) -> (IdempotencyKey, Operator) {
+    let store = h.store();
+    let key = random_key();
+    let fence = acquire(&*store, &req(&key, &fp("a"), h.tick())).await;
+    park(&*store, &key, fence, h.tick() * 1000).await;
+    (key, Operator::new(h.store() as Arc<dyn Store>))
+}
+
+/// A task waiting up to [`WAITER_TIMEOUT`] for a decision on `key`.
+fn decision_waiter<S: Store>(
+    store: &Arc<S>,
+    key: &IdempotencyKey,
+) -> tokio::task::JoinHandle<Result<Option<Record>, StoreError>> {
+    let (store, key) = (store.clone(), key.clone());
+    tokio::spawn(async move { store.wait_for_decision(&key, WAITER_TIMEOUT).await })
+}
+
+/// A caller waits for a decision on a parked call; an operator approves it
+/// → the caller is woken long before its timeout and sees the approval.
+pub async fn an_approval_wakes_a_waiter_for_it<H: Harness>(h: H) {
+    let (key, operator) = parked_request(&h).await;
+    let waiter = decision_waiter(&h.store(), &key);
+    let seen = woken(waiter, || async {
+        operator
+            .approve(&key, Approval::granted_by("ana"))
+            .await
+            .unwrap();
+    })
+    .await
+    .expect("the approved request");
+    assert_eq!(seen.status(), Status::Approved);
+    assert_eq!(seen.approval().map(|a| a.approver).as_deref(), Some("ana"));
+}
+
+/// A caller waits for a decision on a parked call; an operator denies it →
+/// the caller is woken long before its timeout and sees the denial.
+pub async fn a_denial_wakes_a_waiter_for_it<H: Harness>(h: H) {
+    let (key, operator) = parked_request(&h).await;
+    let waiter = decision_waiter(&h.store(), &key);
+    let seen = woken(waiter, || async {
+        operator
+            .deny(&key, "ana", "not this quarter")
+            .await
+            .unwrap();
+    })
+    .await
+    .expect("the denied call");
+    match seen.outcome() {
+        Some(Outcome::Failure { failure }) => {
+            assert_eq!(failure.code, FailureCode::ApprovalDenied);
+            assert_eq!(failure.message, "not this quarter");
+        }
+        got => panic!("the waiter saw {got:?}, not the denial"),
+    }
+}
+
+/// Nobody decides: the waiter returns at its timeout with the request,
+/// still awaiting approval. A key with no record has nothing to wait for,
+/// and one decided before the wait began is answered as it is.
+pub async fn a_waiter_for_a_decision_nobody_makes_returns_the_request<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, operator) = parked_request(&h).await;
+    let seen = store
+        .wait_for_decision(&key, Duration::from_millis(50))
+        .await
+        .unwrap()
+        .expect("the request");
+    assert_eq!(seen.status(), Status::AwaitingApproval);
+
+    // Nothing to wait for in either: answered well before the timeout.
+    let absent = woken(decision_waiter(&store, &random_key()), || async {}).await;
+    assert_eq!(absent, None);
+    operator
+        .approve(&key, Approval::granted_by("ana"))
+        .await
+        .unwrap();
+    let seen = woken(decision_waiter(&store, &key), || async {})
+        .await
+        .expect("the approved request");
+    assert_eq!(seen.status(), Status::Approved);
 }

@@ -875,7 +875,10 @@ where
                     return result;
                 }
                 tracing::info!("approval pending; waiting for a decision");
-                let decided = crate::operator::wait_for_decision(self.env.store(), &key.key, left)
+                let decided = self
+                    .env
+                    .store()
+                    .wait_for_decision(&key.key, left)
                     .await
                     .map_err(|e| self.env.store_err(e))?;
                 if decided.is_some_and(|r| r.status() == crate::record::Status::AwaitingApproval) {

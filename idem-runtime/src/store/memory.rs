@@ -13,6 +13,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::transition;
+use super::wait_for::WaitFor;
 use super::{ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -30,7 +31,8 @@ const SHARDS: usize = 256;
 const SWEEP_BATCH: usize = 1024;
 
 /// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
-/// moment the record completes or is released; there is no polling.
+/// moment the record completes, is released or is replaced (an approval, a
+/// denial); there is no polling.
 ///
 /// Records are heap allocations made on whichever thread recorded them.
 /// With glibc's allocator, freeing hundreds of thousands of them on
@@ -81,8 +83,9 @@ impl AuditLog {
 #[derive(Debug)]
 struct Slot {
     record: Arc<Record>,
-    /// Woken when the record completes or is released; made by the first
-    /// waiter, so calls nobody waits for allocate none.
+    /// Woken when the record completes, is released or replaced (an
+    /// approval, a denial); made by the first waiter, so calls nobody
+    /// waits for allocate none.
     changed: Option<Arc<Notify>>,
 }
 
@@ -194,6 +197,49 @@ impl MemoryStore {
                 }
                 Ok(d.claim)
             }
+        }
+    }
+
+    /// Wait for the record of `key` to leave the state `what` waits out, or
+    /// `timeout` to pass, woken by the slot's `changed` (every write that
+    /// can end a wait wakes it: no safety poll) and when the state ends by
+    /// itself (a lease runs out, a request lapses).
+    async fn wait_until(
+        &self,
+        key: &IdempotencyKey,
+        what: WaitFor,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.open()?;
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let changed = match self.records.get_mut(key) {
+                None => return Ok(None),
+                Some(mut slot) => slot.changed.get_or_insert_with(Default::default).clone(),
+            };
+            // Register interest before looking, so a change between the
+            // look and the await is not missed.
+            let notified = changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            // After registering: `close` sets the flag, then wakes.
+            self.open()?;
+            let now = self.clock.now();
+            let until = match self.records.get(key) {
+                None => return Ok(None),
+                Some(slot) => match what.pending_until(&slot.record, now) {
+                    Some(until) => until,
+                    None => {
+                        return Ok(Some(Record::clone(&slot.record)).filter(|r| !r.is_expired(now)))
+                    }
+                },
+            };
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            if left.is_zero() {
+                return self.get(key).await;
+            }
+            let nap = left.min(now.until(until));
+            let _ = tokio::time::timeout(nap, notified).await;
         }
     }
 
@@ -374,41 +420,15 @@ impl Store for MemoryStore {
         key: &IdempotencyKey,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        self.open()?;
-        let deadline = tokio::time::Instant::now() + timeout;
-        loop {
-            let changed = match self.records.get_mut(key) {
-                None => return Ok(None),
-                Some(mut slot) => slot.changed.get_or_insert_with(Default::default).clone(),
-            };
-            // Register interest before looking, so a completion between the
-            // look and the await is not missed.
-            let notified = changed.notified();
-            tokio::pin!(notified);
-            notified.as_mut().enable();
-            // After registering: `close` sets the flag, then wakes.
-            self.open()?;
-            let now = self.clock.now();
-            let lease_until = match self.records.get(key) {
-                None => return Ok(None),
-                Some(slot) => match slot.record.state {
-                    crate::record::RecordState::InFlight { lease_until, .. }
-                        if lease_until > now =>
-                    {
-                        lease_until
-                    }
-                    _ => {
-                        return Ok(Some(Record::clone(&slot.record)).filter(|r| !r.is_expired(now)))
-                    }
-                },
-            };
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            if left.is_zero() {
-                return self.get(key).await;
-            }
-            let nap = left.min(now.until(lease_until));
-            let _ = tokio::time::timeout(nap, notified).await;
-        }
+        self.wait_until(key, WaitFor::Completion, timeout).await
+    }
+
+    async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.wait_until(key, WaitFor::Decision, timeout).await
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

@@ -15,6 +15,7 @@
 //! | [`Store::replace`] | an operator's or an approval's change: fenced compare-and-swap of a whole record |
 //! | [`Store::scan`] | read records a page at a time, for operators |
 //! | [`Store::wait`] | block until the record leaves the in-flight state |
+//! | [`Store::wait_for_decision`] | block until a person decides on a call awaiting approval |
 //! | [`Store::sweep`] | delete expired *completed* records (and audit events past their retention) |
 //! | [`Store::append_audit`] | append an event to the audit log, which outlives the records |
 //! | [`Store::audit`] | read the audit log a page at a time |
@@ -54,12 +55,13 @@ pub mod sqlite;
 mod sweeper;
 pub mod transition;
 pub mod url;
+mod wait_for;
 #[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 mod waiters;
 
 pub use error::{Cause, FenceHolder, StoreError};
 pub use memory::MemoryStore;
-pub use poll::poll_wait;
+pub use poll::{poll_decision, poll_wait};
 #[cfg(feature = "postgres")]
 pub use postgres::{PostgresOptions, PostgresStore};
 #[cfg(feature = "redis")]
@@ -297,8 +299,9 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// returned on success (`None` for a delete): an operator's change is a
     /// new writer, so whoever read the record before it — another operator,
     /// an owner coming back from the dead — is refused. A new record
-    /// awaiting approval or completed is kept until its `expires_at`; a
-    /// completed one or a delete wakes the key's waiters.
+    /// awaiting approval or completed is kept until its `expires_at`. Every
+    /// swap wakes the key's waiters, those of [`Store::wait`] and of
+    /// [`Store::wait_for_decision`] (an approval or a denial is a replace).
     ///
     /// With `audit`, the event is appended to the audit log (as by
     /// [`Store::append_audit`]) in the same transaction as the swap: it is
@@ -367,6 +370,31 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         poll_wait(self, key, timeout).await
+    }
+
+    /// Wait until the record no longer awaits a person's decision —
+    /// approved, denied (completed), in flight, or gone (expired, deleted) —
+    /// or `timeout` passes. Returns the record as it then is: still
+    /// awaiting approval when nobody decided in time, `None` when it is
+    /// gone. Used by the executor for calls made with
+    /// [`wait_for_approval`](crate::executor::CallBuilder::wait_for_approval),
+    /// and by [`Operator::wait_for_decision`](crate::operator::Operator::wait_for_decision).
+    ///
+    /// The default polls [`Store::get`] with a bounded back-off (5 ms
+    /// doubling to 250 ms, [`poll_decision`]); stores with a notification
+    /// mechanism override it and are woken by the [`Store::replace`] that
+    /// records the decision, as [`Store::wait`] is by a completion:
+    /// registered *before* the read, and with the same safety poll for a
+    /// notification that is lost anyway or cannot be sent (100 ms for
+    /// SQLite, whose other processes cannot notify this one; 1 s for Redis
+    /// and PostgreSQL, whose notifications reach every process). Waiters
+    /// also re-read when the request lapses unanswered.
+    async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        poll_decision(self, key, timeout).await
     }
 
     /// Delete every completed record, and every approval request, past its
@@ -466,6 +494,13 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         (**self).wait(key, timeout).await
+    }
+    async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        (**self).wait_for_decision(key, timeout).await
     }
     async fn sweep(&self) -> Result<u64, StoreError> {
         (**self).sweep().await

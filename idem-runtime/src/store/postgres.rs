@@ -29,12 +29,14 @@
 //!   batches selected with `FOR UPDATE SKIP LOCKED`, so several sweepers
 //!   never block each other or a claim.
 //! * Scanning pages through the primary key (`key > cursor ORDER BY key`).
-//! * Waiters are woken by LISTEN/NOTIFY: completing, releasing or replacing
-//!   a record notifies channel `idem_done` with the key, inside the same
-//!   statement (delivered at commit), and one listening connection per
-//!   store wakes the local waiters of that key, typically within a
-//!   millisecond. As a safety net waiters also re-read their record with a
-//!   back-off from 5 ms to [`SAFETY_POLL`].
+//! * Waiters ([`Store::wait`], [`Store::wait_for_decision`]) are woken by
+//!   LISTEN/NOTIFY: completing, releasing or replacing a record (an
+//!   approval or a denial is a replace) notifies channel `idem_done` with
+//!   the key, inside the same statement (delivered at commit), and one
+//!   listening connection per store, in every process, wakes the local
+//!   waiters of that key, typically within a millisecond. As a safety net
+//!   waiters also re-read their record with a back-off from 5 ms to
+//!   [`SAFETY_POLL`].
 //! * Connections come from a [`bb8`] pool; each connection prepares every
 //!   statement once when it opens. Nothing is retried with a request, so a
 //!   transition is never applied twice.
@@ -53,6 +55,7 @@ use tokio_postgres::types::ToSql;
 use tokio_postgres::{AsyncMessage, Client, Config, NoTls, Row, Statement};
 
 use super::redact::redact;
+use super::wait_for::WaitFor;
 use super::waiters::Waiters;
 use super::{
     transition, Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, ScanPage,
@@ -746,7 +749,7 @@ impl PostgresStore {
                 config: config.clone(),
             });
 
-        let waiters = Arc::new(Waiters::default());
+        let waiters = Arc::new(Waiters::new(SAFETY_POLL));
         let (listening, ready) = tokio::sync::oneshot::channel();
         let listener = tokio::spawn(listen(
             config,
@@ -1476,7 +1479,17 @@ impl Store for PostgresStore {
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         self.waiters
-            .wait(key, timeout, SAFETY_POLL, || self.read(key))
+            .wait(key, WaitFor::Completion, timeout, || self.read(key))
+            .await
+    }
+
+    async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.waiters
+            .wait(key, WaitFor::Decision, timeout, || self.read(key))
             .await
     }
 

@@ -41,12 +41,13 @@
 //!   slots a round trip). [`Store::sweep`] trims each stream to the events
 //!   younger than the retention (`XTRIM MINID`, by the server's clock),
 //!   returning 0 still.
-//! * Waiters are woken by pub/sub: the complete, release and replace
-//!   scripts publish the key on `PREFIX:done`, and one subscriber connection
-//!   per store wakes the local waiters of that key, typically within a
-//!   millisecond. As a safety net (a message lost while the subscriber
-//!   reconnects), waiters also re-read their record with a back-off from
-//!   5 ms to [`SAFETY_POLL`].
+//! * Waiters ([`Store::wait`], [`Store::wait_for_decision`]) are woken by
+//!   pub/sub: the complete, release and replace scripts (an approval or a
+//!   denial is a replace) publish the key on `PREFIX:done`, and one
+//!   subscriber connection per store, in every process, wakes the local
+//!   waiters of that key, typically within a millisecond. As a safety net
+//!   (a message lost while the subscriber reconnects), waiters also re-read
+//!   their record with a back-off from 5 ms to [`SAFETY_POLL`].
 //! * The URL chooses one server (`redis://`, `rediss://`) or a Redis
 //!   Cluster (`redis+cluster://host:port[,host:port…]`, see below), and
 //!   may carry `?prefix=NAME` (the `PREFIX` above, default `idem`: stores
@@ -119,6 +120,7 @@ use serde_json::Value;
 use connection::Connection;
 
 use super::redact::redact;
+use super::wait_for::WaitFor;
 use super::waiters::Waiters;
 use super::{
     Cause, ClaimOutcome, ClaimRequest, Expected, ExpectedState, FenceHolder, ScanPage, Store,
@@ -482,7 +484,7 @@ impl RedisStore {
             conn.load(script).await.map_err(unavailable)?;
         }
 
-        let waiters = Arc::new(Waiters::default());
+        let waiters = Arc::new(Waiters::new(SAFETY_POLL));
         let channel = format!("{}:done", options.prefix);
         let (subscribed, ready) = tokio::sync::oneshot::channel();
         let subscriber = tokio::spawn(
@@ -1246,7 +1248,17 @@ impl Store for RedisStore {
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         self.waiters
-            .wait(key, timeout, SAFETY_POLL, || self.read(key))
+            .wait(key, WaitFor::Completion, timeout, || self.read(key))
+            .await
+    }
+
+    async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.waiters
+            .wait(key, WaitFor::Decision, timeout, || self.read(key))
             .await
     }
 

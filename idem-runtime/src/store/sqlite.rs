@@ -35,10 +35,11 @@
 //!   outcome before it is acknowledged). [`Synchronous::Normal`] skips the
 //!   fsync on commit: still safe against a crash of the process, but the
 //!   last transactions may be lost on power failure.
-//! * Waiters in this process are woken the moment the writer commits a
-//!   completion or release; a writer in *another* process cannot notify
-//!   them, so waiters also re-read the record with a back-off from 5 ms to
-//!   [`CROSS_PROCESS_POLL`].
+//! * Waiters in this process ([`Store::wait`], [`Store::wait_for_decision`])
+//!   are woken the moment the writer commits a completion, a release or a
+//!   replace (an approval, a denial); a writer in *another* process (an
+//!   operator's `idem approve`) cannot notify them, so waiters also re-read
+//!   the record with a back-off from 5 ms to [`CROSS_PROCESS_POLL`].
 //! * [`Store::sweep`] deletes expired records 100 at a time, one write
 //!   transaction per batch, so writes queued meanwhile go in between
 //!   the batches instead of waiting for a million rows to go. Between
@@ -68,6 +69,7 @@ use serde_json::Value;
 use tokio::sync::{oneshot, Semaphore};
 
 use super::transition;
+use super::wait_for::WaitFor;
 use super::waiters::Waiters;
 use super::{Cause, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
@@ -718,7 +720,7 @@ impl Shared {
             decoded: decoded::DecodedRecords::new(options.record_cache),
             checkpoints_asked: AtomicU64::new(0),
             checkpoints_done: AtomicU64::new(0),
-            waiters: Waiters::default(),
+            waiters: Waiters::new(CROSS_PROCESS_POLL),
             closed: AtomicBool::new(false),
             read_only,
         }
@@ -1756,7 +1758,18 @@ impl Store for SqliteStore {
     ) -> Result<Option<Record>, StoreError> {
         self.shared
             .waiters
-            .wait(key, timeout, CROSS_PROCESS_POLL, || self.read_live(key))
+            .wait(key, WaitFor::Completion, timeout, || self.read_live(key))
+            .await
+    }
+
+    async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, StoreError> {
+        self.shared
+            .waiters
+            .wait(key, WaitFor::Decision, timeout, || self.read_live(key))
             .await
     }
 
