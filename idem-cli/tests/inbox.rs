@@ -16,7 +16,7 @@ use support::serve::{hidden, Http, Serve, DANA, VIC};
 use support::tools::{
     charge_card, delete_call, dispatcher, executor, ns, tenant, App, Charge, Charged,
 };
-use support::unique;
+use support::{schema, unique};
 
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -35,6 +35,7 @@ async fn listed(http: &mut Http, serve: &Serve, namespace: &str) -> Value {
             .bot(&serve, &format!("/api/inbox?namespace={namespace}"), None)
             .await;
         assert_eq!(reply.status, 200, "{}", reply.body);
+        schema::check(&reply.json(), "inbox");
         if let Some(item) = reply.json()["items"].as_array().and_then(|i| i.first()) {
             return item.clone();
         }
@@ -121,6 +122,7 @@ async fn an_approval_through_the_api_runs_the_waiting_call_exactly_once(url: &st
         .bot(&serve, &format!("/api/records/{key}"), None)
         .await
         .json();
+    schema::check(&shown, "record_page");
     assert_eq!(shown["record"]["arguments"], json!({"customer": "eve"}));
     assert_eq!(
         shown["description"],
@@ -137,6 +139,7 @@ async fn an_approval_through_the_api_runs_the_waiting_call_exactly_once(url: &st
         )
         .await;
     assert_eq!(approved.status, 200, "{}", approved.body);
+    schema::check(&approved.json(), "decided");
     assert_eq!(approved.json()["done"], "approved");
     assert_eq!(approved.json()["by"], "bot");
 
@@ -177,6 +180,7 @@ async fn an_approval_through_the_api_runs_the_waiting_call_exactly_once(url: &st
         )
         .await;
     assert_eq!(twice.status, 409, "{}", twice.body);
+    schema::check(&twice.json()["error"], "api_error");
     assert_eq!(twice.json()["error"]["code"], "changed");
     assert!(
         twice.json()["error"]["message"]
@@ -625,4 +629,78 @@ async fn record_text_is_shown_escaped() {
         customer,
         "JSON keeps the text itself"
     );
+}
+
+/// Behind an authenticating proxy: the header names the approver (who must
+/// be in the file), the page still needs its CSRF token, and the decision
+/// records the proxy's name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trusted_proxy_header_names_the_approver() {
+    let (_dir, url) = support::sqlite();
+    let app = App::default();
+    let agent = dispatcher(&url, &app, Duration::ZERO).await;
+    let serve = Serve::start(&url, None, &["--trust-proxy-header", "X-Forwarded-User"]);
+    let namespace = unique("tenant");
+    let _ = agent
+        .dispatch_one(delete_call(&unique("call"), "eve"), &tenant(&namespace))
+        .await;
+    let mut http = Http::default();
+    let item = listed(&mut http, &serve, &namespace).await;
+    let key = item["key"].as_str().unwrap();
+
+    let nobody = http.get(&serve.url("/")).await;
+    assert_eq!(nobody.status, 401, "{}", nobody.body);
+    let stranger = http
+        .send(
+            "GET",
+            &serve.url("/"),
+            &[("x-forwarded-user", "mallory")],
+            "",
+        )
+        .await;
+    assert_eq!(stranger.status, 403);
+    assert!(stranger.body.contains("not in the approvers file"));
+
+    let as_dana = [("x-forwarded-user", DANA.0)];
+    let page = http
+        .send("GET", &serve.url(&format!("/records/{key}")), &as_dana, "")
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    assert!(page
+        .body
+        .contains("Signed in as <strong id=\"signed-in-as\">dana</strong>"));
+    let csrf = hidden(&page.body, "csrf").unwrap();
+    let body = format!(
+        "csrf={}&version={}&confirmed=yes",
+        support::serve::encode(&csrf),
+        support::serve::encode(item["version"].as_str().unwrap())
+    );
+    let form = ("content-type", "application/x-www-form-urlencoded");
+    let approve = serve.url(&format!("/records/{key}/approve"));
+    // Another proxied name cannot use dana's session and its token.
+    let mut borrowed = Http::default();
+    borrowed.cookies = http.cookies.clone();
+    let vic = borrowed
+        .send(
+            "POST",
+            &approve,
+            &[("x-forwarded-user", VIC.0), form],
+            &body,
+        )
+        .await;
+    assert_eq!(vic.status, 403, "{}", vic.body);
+    let done = http
+        .send("POST", &approve, &[as_dana[0], form], &body)
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let shown = http
+        .send(
+            "GET",
+            &serve.url(&format!("/api/records/{key}")),
+            &as_dana,
+            "",
+        )
+        .await
+        .json();
+    assert_eq!(shown["record"]["approval"]["approved_by"], "dana");
 }
