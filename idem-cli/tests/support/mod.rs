@@ -1,9 +1,11 @@
 //! Running the real `idem` binary against a store, and the stores: a
 //! SQLite file per test, and the Redis and PostgreSQL servers of
 //! `idem_runtime::testing` (skipped loudly when not installed, a failure
-//! under `IDEM_REQUIRE_SERVERS=1`).
+//! under `IDEM_REQUIRE_SERVERS=1`); and a headless Chromium to drive pages
+//! with (`browser`, skipped and required the same way).
 #![allow(dead_code)]
 
+pub mod browser;
 pub mod schema;
 pub mod serve;
 pub mod tools;

@@ -11,8 +11,10 @@
 use std::path::{Path, PathBuf};
 
 mod servers;
+mod watchdog;
 
 pub use servers::{PostgresServer, RedisCluster, RedisServer};
+pub use watchdog::Watchdog;
 
 /// A directory under the system's temporary directory, deleted with
 /// everything in it when dropped.

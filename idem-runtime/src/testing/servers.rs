@@ -1,9 +1,9 @@
 //! Real `redis-server` and PostgreSQL processes for tests, on free loopback
 //! ports, in temporary directories.
 //!
-//! Each server is watched by a small `sh` loop that kills it and deletes its
-//! directory once the test process is gone, so a server kept in a `static`
-//! (whose `Drop` never runs) does not outlive the tests.
+//! Each server has a [`Watchdog`] that kills it and deletes its directory
+//! once the test process is gone, so a server kept in a `static` (whose
+//! `Drop` never runs) does not outlive the tests.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::TempDir;
+use super::{TempDir, Watchdog};
 
 /// A `redis-server` on 127.0.0.1, killed when dropped.
 #[derive(Debug)]
@@ -51,7 +51,7 @@ pub struct PostgresServer {
 #[derive(Debug)]
 struct Process {
     child: Child,
-    watchdog: Option<Child>,
+    _watchdog: Watchdog,
     /// The signal that stops the server cleanly and at once.
     stop_signal: &'static str,
 }
@@ -359,29 +359,10 @@ impl PostgresServer {
 
 impl Process {
     fn new(child: Child, stop_signal: &'static str, dir: &Path) -> Process {
-        // Kill the server and delete its directory once this process is
-        // gone; exit quietly if the server stops first.
-        let watchdog = Command::new("sh")
-            .arg("-c")
-            .arg(
-                r#"while kill -0 "$1" 2>/dev/null && kill -0 "$2" 2>/dev/null; do sleep 0.5; done
-                   if ! kill -0 "$1" 2>/dev/null; then
-                     kill -"$3" "$2" 2>/dev/null; sleep 2; kill -9 "$2" 2>/dev/null; rm -rf "$4"
-                   fi"#,
-            )
-            .arg("idem-server-watchdog")
-            .arg(std::process::id().to_string())
-            .arg(child.id().to_string())
-            .arg(stop_signal)
-            .arg(dir)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .ok();
+        let watchdog = Watchdog::new(&child.id().to_string(), stop_signal, dir);
         Process {
             child,
-            watchdog,
+            _watchdog: watchdog,
             stop_signal,
         }
     }
@@ -413,12 +394,9 @@ impl Process {
 }
 
 impl Drop for Process {
+    /// Stop the server; the watchdog, dropped next, ends with it.
     fn drop(&mut self) {
         self.stop();
-        if let Some(mut watchdog) = self.watchdog.take() {
-            let _ = watchdog.kill();
-            let _ = watchdog.wait();
-        }
     }
 }
 
