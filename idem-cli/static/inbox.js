@@ -9,7 +9,11 @@
   var record = document.getElementById("record");
   if (!rows && !record) return;
   var events = new EventSource("/events");
-  events.addEventListener("inbox", function () {
+  // On (re)connecting as well: something may have changed between the
+  // page being drawn and the stream opening.
+  events.onopen = refresh;
+  events.addEventListener("inbox", refresh);
+  function refresh() {
     if (rows) {
       fetch(rows.dataset.refresh, { credentials: "same-origin" }).then(function (r) {
         if (!r.ok) return;
@@ -29,5 +33,5 @@
         }
       });
     }
-  });
+  }
 })();

@@ -7,12 +7,12 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use idem::prelude::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use support::serve::{hidden, Http, Serve, DANA, VIC};
+use support::serve::{catalog, hidden, listed, Http, Scene, Serve, DANA, VIC};
 use support::tools::{
     charge_card, delete_call, dispatcher, executor, ns, tenant, App, Charge, Charged,
 };
@@ -20,73 +20,6 @@ use support::{schema, unique};
 
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// The application's tool catalog, as `Registry::catalog` writes it.
-fn catalog() -> String {
-    let tools: Registry<App> = idem::tools![charge_card, support::tools::delete_account];
-    tools.catalog().to_json()
-}
-
-/// Poll the API's inbox until an item of `namespace` is listed: the item.
-async fn listed(http: &mut Http, serve: &Serve, namespace: &str) -> Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let reply = http
-            .bot(&serve, &format!("/api/inbox?namespace={namespace}"), None)
-            .await;
-        assert_eq!(reply.status, 200, "{}", reply.body);
-        schema::check(&reply.json(), "inbox");
-        if let Some(item) = reply.json()["items"].as_array().and_then(|i| i.first()) {
-            return item.clone();
-        }
-        assert!(
-            Instant::now() < deadline,
-            "nothing of {namespace} in the inbox after 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-/// An agent on the store at `url` whose calls wait `wait` for a decision,
-/// `idem serve` on the same store, and a namespace of the test's own.
-struct Scene {
-    app: App,
-    agent: Dispatcher<App>,
-    serve: Serve,
-    http: Http,
-    namespace: String,
-}
-
-impl Scene {
-    async fn new(url: &str, wait: Duration) -> Scene {
-        // The store must exist before `idem serve` opens it.
-        let app = App::default();
-        let agent = dispatcher(url, &app, wait).await;
-        Scene {
-            serve: Serve::start(url, Some(&catalog()), &[]),
-            app,
-            agent,
-            http: Http::default(),
-            namespace: unique("tenant"),
-        }
-    }
-
-    /// Ask to delete `customer`'s account and do not wait: the inbox item.
-    async fn asked(&mut self, customer: &str) -> Value {
-        let _ = self
-            .agent
-            .dispatch_one(
-                delete_call(&unique("call"), customer),
-                &tenant(&self.namespace),
-            )
-            .await;
-        self.listed().await
-    }
-
-    async fn listed(&mut self) -> Value {
-        listed(&mut self.http, &self.serve, &self.namespace).await
-    }
-}
 
 support::on_every_store![
     an_approval_through_the_api_runs_the_waiting_call_exactly_once,
@@ -639,7 +572,16 @@ async fn a_trusted_proxy_header_names_the_approver() {
     let (_dir, url) = support::sqlite();
     let app = App::default();
     let agent = dispatcher(&url, &app, Duration::ZERO).await;
-    let serve = Serve::start(&url, None, &["--trust-proxy-header", "X-Forwarded-User"]);
+    let serve = Serve::start(
+        &url,
+        None,
+        &[
+            "--trust-proxy-header",
+            "X-Forwarded-User",
+            "--overdue",
+            "1s",
+        ],
+    );
     let namespace = unique("tenant");
     let _ = agent
         .dispatch_one(delete_call(&unique("call"), "eve"), &tenant(&namespace))
@@ -647,6 +589,10 @@ async fn a_trusted_proxy_header_names_the_approver() {
     let mut http = Http::default();
     let item = listed(&mut http, &serve, &namespace).await;
     let key = item["key"].as_str().unwrap();
+    assert_eq!(item["overdue"], false);
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let item = listed(&mut http, &serve, &namespace).await;
+    assert_eq!(item["overdue"], true, "waiting longer than --overdue 1s");
 
     let nobody = http.get(&serve.url("/")).await;
     assert_eq!(nobody.status, 401, "{}", nobody.body);
@@ -669,6 +615,11 @@ async fn a_trusted_proxy_header_names_the_approver() {
     assert!(page
         .body
         .contains("Signed in as <strong id=\"signed-in-as\">dana</strong>"));
+    let inbox = http.send("GET", &serve.url("/"), &as_dana, "").await;
+    assert!(inbox.body.contains("longer than 1s is marked overdue"));
+    assert!(inbox
+        .body
+        .contains("<strong class=\"overdue-label\">overdue</strong>"));
     let csrf = hidden(&page.body, "csrf").unwrap();
     let body = format!(
         "csrf={}&version={}&confirmed=yes",

@@ -38,7 +38,9 @@ pub async fn watch(app: Arc<App>, changed: watch::Sender<u64>, every: Duration) 
             continue;
         };
         let now: Vec<(String, String)> = found.into_iter().map(|i| (i.key, i.version)).collect();
-        if last.as_ref().is_some_and(|l| *l != now) {
+        // The first look since somebody started looking counts as a
+        // change: what they were shown may be older than it.
+        if last.as_ref() != Some(&now) {
             changed.send_modify(|n| *n += 1);
         }
         last = Some(now);

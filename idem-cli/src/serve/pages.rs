@@ -314,8 +314,8 @@ pub async fn inbox(
         },
         tools,
         overdue: crate::time::age(
-            idem_runtime::clock::Timestamp(0),
             idem_runtime::clock::Timestamp(0).plus(app.overdue),
+            idem_runtime::clock::Timestamp(0),
         ),
         corrupt,
     };

@@ -468,3 +468,36 @@ pub fn arguments_in_words(record: &Record) -> String {
         other => shown(&other.to_string()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_token_reads_back_and_refuses_what_it_did_not_write() {
+        let seen = Seen {
+            fence: 42,
+            status: Status::AwaitingApproval,
+            audit: 3,
+        };
+        assert_eq!(seen.token(), "42-awaiting_approval-3");
+        assert_eq!(Seen::parse(&seen.token()), Some(seen));
+        for bad in [
+            "",
+            "42",
+            "42-awaiting_approval",
+            "x-unknown-0",
+            "1-sleeping-0",
+        ] {
+            assert_eq!(Seen::parse(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn pretty_json_escapes_each_line_and_keeps_the_layout() {
+        let text = pretty_json("{\"a\":\"x\u{202e}y\",\"b\":[1,2]}");
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains("\\u{202e}"), "{text}");
+        assert_eq!(text.lines().count(), 7, "{text}");
+    }
+}

@@ -6,15 +6,17 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
+use idem::prelude::*;
 use idem_runtime::testing::TempDir;
 use serde_json::Value;
 
+use super::tools::{charge_card, delete_account, delete_call, dispatcher, tenant, App};
 use super::IDEM;
 
 /// The approver who may decide, and their password.
@@ -320,5 +322,72 @@ impl Http {
     pub async fn bot(&mut self, serve: &Serve, path: &str, body: Option<&Value>) -> Reply {
         let method = if body.is_some() { "POST" } else { "GET" };
         self.api(method, &serve.url(path), &serve.token, body).await
+    }
+}
+
+/// The application's tool catalog, as `Registry::catalog` writes it.
+pub fn catalog() -> String {
+    let tools: Registry<App> = idem::tools![charge_card, delete_account];
+    tools.catalog().to_json()
+}
+
+/// Poll the API's inbox until an item of `namespace` is listed: the item.
+pub async fn listed(http: &mut Http, serve: &Serve, namespace: &str) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let reply = http
+            .bot(&serve, &format!("/api/inbox?namespace={namespace}"), None)
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        super::schema::check(&reply.json(), "inbox");
+        if let Some(item) = reply.json()["items"].as_array().and_then(|i| i.first()) {
+            return item.clone();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nothing of {namespace} in the inbox after 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// An agent on the store at `url` whose calls wait `wait` for a decision,
+/// `idem serve` on the same store, and a namespace of the test's own.
+pub struct Scene {
+    pub app: App,
+    pub agent: Dispatcher<App>,
+    pub serve: Serve,
+    pub http: Http,
+    pub namespace: String,
+}
+
+impl Scene {
+    pub async fn new(url: &str, wait: Duration) -> Scene {
+        // The store must exist before `idem serve` opens it.
+        let app = App::default();
+        let agent = dispatcher(url, &app, wait).await;
+        Scene {
+            serve: Serve::start(url, Some(&catalog()), &[]),
+            app,
+            agent,
+            http: Http::default(),
+            namespace: super::unique("tenant"),
+        }
+    }
+
+    /// Ask to delete `customer`'s account and do not wait: the inbox item.
+    pub async fn asked(&mut self, customer: &str) -> Value {
+        let _ = self
+            .agent
+            .dispatch_one(
+                delete_call(&super::unique("call"), customer),
+                &tenant(&self.namespace),
+            )
+            .await;
+        self.listed().await
+    }
+
+    pub async fn listed(&mut self) -> Value {
+        listed(&mut self.http, &self.serve, &self.namespace).await
     }
 }
