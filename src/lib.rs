@@ -211,3 +211,7 @@ pub mod __private {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 mod readme {}
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/inbox.md")]
+mod inbox_doc {}

@@ -336,7 +336,7 @@ pub async fn listed(http: &mut Http, serve: &Serve, namespace: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let reply = http
-            .bot(&serve, &format!("/api/inbox?namespace={namespace}"), None)
+            .bot(serve, &format!("/api/inbox?namespace={namespace}"), None)
             .await;
         assert_eq!(reply.status, 200, "{}", reply.body);
         super::schema::check(&reply.json(), "inbox");
