@@ -60,6 +60,47 @@ fn shot(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
 
+/// What a person with a screen reader, a keyboard or a phone needs of the
+/// page now: every visible form control has a label, every button and
+/// link can be reached with Tab, and nothing is wider than the window.
+async fn check_usable(browser: &Browser, page: &str) {
+    let unlabelled = browser
+        .execute(
+            "return [...document.querySelectorAll('input:not([type=hidden]), textarea, select')]
+                 .filter(e => !(e.labels && e.labels.length) && !e.closest('label'))
+                 .map(e => e.outerHTML);",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        unlabelled,
+        json!([]),
+        "{page}: form controls without a label"
+    );
+    let unreachable = browser
+        .execute(
+            "return [...document.querySelectorAll('a[href], button:not([disabled])')]
+                 .filter(e => e.tabIndex < 0).map(e => e.outerHTML);",
+            vec![],
+        )
+        .await;
+    assert_eq!(
+        unreachable,
+        json!([]),
+        "{page}: controls the keyboard cannot reach"
+    );
+    let overflow = browser
+        .execute(
+            "return document.documentElement.scrollWidth - window.innerWidth;",
+            vec![],
+        )
+        .await;
+    assert!(
+        overflow.as_i64().unwrap() <= 0,
+        "{page}: wider than the window by {overflow} px"
+    );
+}
+
 /// An irreversible call waits; the approver, already looking at the inbox,
 /// sees it arrive without reloading, opens it, approves with a note after a
 /// confirmation that restates the effect, and the waiting caller's tool
@@ -94,8 +135,19 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     );
     assert!(text.contains("mallory"), "{text}");
     browser.screenshot(&shot("inbox.png")).await;
+    check_usable(&browser, "the inbox").await;
 
-    browser.click(&format!("{row} a.open")).await;
+    // The live inbox may redraw its rows between finding the link and
+    // clicking it: find it again then, as a person's second click would.
+    let link = format!("{row} a.open");
+    for attempt in 1.. {
+        let found = browser.client().find(fantoccini::Locator::Css(&link)).await;
+        match found {
+            Ok(element) if element.click().await.is_ok() => break,
+            _ if attempt < 5 => tokio::time::sleep(Duration::from_millis(100)).await,
+            other => panic!("cannot click {link}: {:?}", other.err()),
+        }
+    }
     browser.wait_for("#record", PAGE).await;
     assert_eq!(browser.text("#tool").await, "delete_account");
     assert_eq!(
@@ -119,7 +171,23 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
         "{fields}"
     );
     browser.screenshot(&shot("decision.png")).await;
+    check_usable(&browser, "the decision page").await;
     assert_eq!(scene.app.deletions(), 0, "nothing runs before a decision");
+
+    // On a phone: the same pages, nothing wider than the screen.
+    browser.client().set_window_size(390, 844).await.unwrap();
+    check_usable(&browser, "the decision page on a phone").await;
+    browser.screenshot(&shot("decision-phone.png")).await;
+    browser.goto(&scene.serve.url("/")).await;
+    browser.wait_for(&row, PAGE).await;
+    check_usable(&browser, "the inbox on a phone").await;
+    browser.screenshot(&shot("inbox-phone.png")).await;
+    browser.client().set_window_size(1280, 900).await.unwrap();
+    // Back to the record (the inbox's rows may be redrawn under a click).
+    browser
+        .goto(&scene.serve.url(&format!("/records/{key}")))
+        .await;
+    browser.wait_for("#record", PAGE).await;
 
     browser.fill("#note", "mallory asked in ticket OPS-7").await;
     browser.submit("form#approve").await;
