@@ -493,6 +493,53 @@ mod tests {
         }
     }
 
+    fn awaiting(args: Option<&str>) -> Record {
+        use idem_runtime::key::{Fingerprint, IdempotencyKey};
+        use idem_runtime::record::{CallInfo, Fence};
+        Record {
+            key: IdempotencyKey::parse(&"ab".repeat(32)).unwrap(),
+            tool: "refund".into(),
+            fingerprint: Fingerprint::new("cd".repeat(32)),
+            created_at: Timestamp(1_000),
+            state: RecordState::AwaitingApproval {
+                fence: Fence(7),
+                requested_at: Timestamp(1_000),
+                expires_at: Timestamp(90_000_000),
+                message: "refunds need finance".into(),
+            },
+            steps: Default::default(),
+            info: CallInfo {
+                args: args.map(str::to_owned),
+                ..CallInfo::default()
+            },
+            worker: None,
+            audit: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn arguments_kept_out_of_the_store_are_shown_withheld_by_fingerprint() {
+        let record = awaiting(None);
+        let now = Timestamp(61_000);
+        let detail = Detail::of(&record, None, now);
+        assert_eq!(detail.arguments, None);
+        assert_eq!(
+            detail.class,
+            Some("irreversible"),
+            "only irreversible calls await approval"
+        );
+        assert!(arguments_in_words(&record).contains("fingerprint is cdcdcdcdcdcd"));
+        let item = Item::of(&record, None, now, Duration::from_secs(30)).unwrap();
+        assert_eq!(item.summary, "(withheld)");
+        assert_eq!(item.age, "1m");
+        assert!(item.overdue);
+        let shown = awaiting(Some(r#"{"cents":4900,"charge":"ch_42"}"#));
+        assert_eq!(
+            arguments_in_words(&shown),
+            r#"cents = 4900, charge = "ch_42""#
+        );
+    }
+
     #[test]
     fn pretty_json_escapes_each_line_and_keeps_the_layout() {
         let text = pretty_json("{\"a\":\"x\u{202e}y\",\"b\":[1,2]}");
