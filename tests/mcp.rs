@@ -247,6 +247,18 @@ async fn tools_list_shows_each_tool_as_the_registry_exports_it() {
         by_name("charge_card").input_schema["required"],
         json!(["customer", "cents"])
     );
+    // `cents: u64` keeps its range, without schemars' `format: uint64`,
+    // which strict validators (Ajv's, in MCP clients) refuse.
+    let cents = &by_name("charge_card").input_schema["properties"]["cents"];
+    assert_eq!(cents["minimum"], 0, "{cents:?}");
+    assert!(cents.get("format").is_none(), "{cents:?}");
+    let listed = serde_json::to_string(&tools).unwrap();
+    for format in ["uint", "int8", "int16", "int32", "int64", "float", "double"] {
+        assert!(
+            !listed.contains(&format!("\"format\":\"{format}")),
+            "{listed}"
+        );
+    }
 }
 
 #[test]
@@ -408,6 +420,9 @@ async fn a_natural_key_tool_needs_no_key_from_the_client() {
     // Reworded, no key: the same customer.
     let again = client.call_tool(create("Ada Lovelace")).await.unwrap();
     assert_eq!(again.content, first.content);
+    // A string output is text as written, not JSON in quotes: what a chat
+    // client shows.
+    assert_eq!(first.content[0].as_text().unwrap().text, "cus_1 (Ada)");
     assert_eq!(ledger.customers.load(Ordering::SeqCst), 1);
 }
 

@@ -65,11 +65,13 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
             // Provider APIs want the bare object schema.
             obj.remove("$schema");
         }
+        standard_formats_only(&mut schema);
         schema
     }
 
     fn output_schema(&self) -> Option<Value> {
         let mut schema = serde_json::to_value(T::output_schema()?).ok()?;
+        standard_formats_only(&mut schema);
         let obj = schema.as_object_mut()?;
         obj.remove("$schema");
         // `true`, or `{"title": "AnyValue"}`: any JSON at all.
@@ -348,6 +350,58 @@ impl<S: 'static> Registry<S> {
     }
 }
 
+/// The formats JSON Schema (2020-12) defines. schemars also writes its own
+/// (`uint64`, `int32`, `double`, …) for Rust's number types; validators in
+/// strict mode (Ajv's, which MCP clients use) refuse a schema that names a
+/// format they do not know, and the range is already in `minimum` and
+/// `maximum`.
+const STANDARD_FORMATS: &[&str] = &[
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// Remove from `schema`, at every depth, each `format` JSON Schema does not
+/// define. Only schema keywords are touched: a property named `format` (its
+/// schema is an object) and data in `default`, `examples`, `const` and
+/// `enum` stay as they are.
+fn standard_formats_only(schema: &mut Value) {
+    match schema {
+        Value::Object(map) => {
+            if map
+                .get("format")
+                .and_then(Value::as_str)
+                .is_some_and(|f| !STANDARD_FORMATS.contains(&f))
+            {
+                map.remove("format");
+            }
+            for (key, value) in map.iter_mut() {
+                if !matches!(key.as_str(), "default" | "examples" | "const" | "enum") {
+                    standard_formats_only(value);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(standard_formats_only),
+        _ => {}
+    }
+}
+
 /// What both OpenAI APIs say of a function: its name, description and
 /// parameters.
 fn openai_function(spec: &ToolSpec, schema: Value) -> serde_json::Map<String, Value> {
@@ -356,4 +410,39 @@ fn openai_function(spec: &ToolSpec, schema: Value) -> serde_json::Map<String, Va
     function.insert("description".into(), json!(spec.description));
     function.insert("parameters".into(), schema);
     function
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_formats_json_schema_defines_are_kept() {
+        let mut schema = json!({
+            "type": "object",
+            "properties": {
+                "cents": {"type": "integer", "format": "uint64", "minimum": 0},
+                "at": {"type": "string", "format": "date-time"},
+                "format": {"type": "string", "default": {"format": "uint8"}},
+                "items": {"type": "array", "items": {"type": "number", "format": "double"}},
+                "choice": {"anyOf": [{"type": "integer", "format": "int32"}, {"type": "null"}]}
+            },
+            "examples": [{"format": "int64"}]
+        });
+        standard_formats_only(&mut schema);
+        assert_eq!(
+            schema,
+            json!({
+                "type": "object",
+                "properties": {
+                    "cents": {"type": "integer", "minimum": 0},
+                    "at": {"type": "string", "format": "date-time"},
+                    "format": {"type": "string", "default": {"format": "uint8"}},
+                    "items": {"type": "array", "items": {"type": "number"}},
+                    "choice": {"anyOf": [{"type": "integer"}, {"type": "null"}]}
+                },
+                "examples": [{"format": "int64"}]
+            })
+        );
+    }
 }

@@ -118,14 +118,19 @@ impl<S: Send + Sync + 'static> Tools<S> {
     }
 }
 
-/// The MCP shape of a dispatched call's result: the output as JSON text
-/// (and as `structuredContent` when the tool declares an output schema),
+/// The MCP shape of a dispatched call's result: the output as text — a
+/// string output as itself, which chat clients show as written, anything
+/// else as JSON — (and as `structuredContent` when the tool declares an
+/// output schema),
 /// or `isError` with the dispatcher's `{"error": {"code", "message"}}`.
 /// `_meta` says whether the answer came from the record, and the key.
 pub(crate) fn call_tool_result(result: &ToolResult, structured: bool) -> CallToolResult {
     let answer = match &result.result {
         Ok(called) if structured => CallToolResult::structured(called.output.clone()),
-        Ok(called) => CallToolResult::success(vec![ContentBlock::text(called.output.to_string())]),
+        Ok(called) => CallToolResult::success(vec![ContentBlock::text(match &called.output {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        })]),
         Err(e) => {
             let mut content = result.content();
             if matches!(
