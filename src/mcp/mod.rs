@@ -48,8 +48,9 @@
 //!
 //! # Results
 //!
-//! A call's output is its JSON text, and also its `structuredContent` when
-//! the tool declares an output schema. A refusal, an unknown outcome, a
+//! A call's output is its text content — a string output as written
+//! (`deleted c1`), any other as JSON — and also its `structuredContent`
+//! when the tool declares an output schema. A refusal, an unknown outcome, a
 //! pending or denied approval, invalid arguments or a failure of the tool is
 //! a tool error result (`isError: true`) whose text is the dispatcher's
 //! `{"error": {"code", "message", …}}`, for the model to read. Only a tool
