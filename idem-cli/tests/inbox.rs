@@ -10,7 +10,7 @@ mod support;
 use std::time::Duration;
 
 use idem::prelude::*;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use support::serve::{catalog, hidden, listed, Http, Scene, Serve, DANA, VIC};
 use support::tools::{
@@ -654,4 +654,81 @@ async fn a_trusted_proxy_header_names_the_approver() {
         .await
         .json();
     assert_eq!(shown["record"]["approval"]["approved_by"], "dana");
+}
+
+/// A call whose worker vanished mid-call (its lease ran out with no
+/// outcome) waits in the inbox as `vanished`; released through the API,
+/// its record is gone, and its page and the API still show the audit trail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vanished_workers_call_released_keeps_its_audit_trail() {
+    let (_dir, url) = support::sqlite();
+    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let call_id = unique("call");
+    let key = support::claim_directly(
+        &url,
+        &scene.namespace,
+        &call_id,
+        Some(r#"{"cents":4900,"customer":"ada"}"#),
+        Duration::from_millis(50),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let item = scene.listed().await;
+    assert_eq!(item["key"], key.as_str());
+    assert_eq!(item["waits_for"], "vanished");
+    // Approving is not what it waits for.
+    let approve = scene
+        .http
+        .bot(
+            &scene.serve,
+            &format!("/api/records/{key}/approve"),
+            Some(&json!({"version": item["version"]})),
+        )
+        .await;
+    assert_eq!(approve.status, 409, "{}", approve.body);
+    assert_eq!(approve.json()["error"]["code"], "not_applicable");
+
+    let reason = "the worker's host was replaced before it charged anything";
+    let released = scene
+        .http
+        .bot(
+            &scene.serve,
+            &format!("/api/records/{key}/resolve"),
+            Some(&json!({"version": item["version"], "as": "released", "reason": reason})),
+        )
+        .await;
+    assert_eq!(released.status, 200, "{}", released.body);
+    schema::check(&released.json(), "decided");
+    assert_eq!(released.json()["done"], "released");
+    assert_eq!(released.json()["record"], Value::Null);
+
+    let gone = scene
+        .http
+        .bot(&scene.serve, &format!("/api/records/{key}"), None)
+        .await;
+    assert_eq!(gone.status, 404, "{}", gone.body);
+    let event = &gone.json()["audit"][0];
+    schema::check(event, "event");
+    assert_eq!(event["action"], "released");
+    assert_eq!(event["by"], "bot");
+    assert_eq!(event["reason"], reason);
+    assert_eq!(event["before"], "in_flight");
+
+    let mut browser = Http::default();
+    support::serve::sign_in(&mut browser, &scene.serve, DANA).await;
+    let page = browser
+        .get(&scene.serve.url(&format!("/records/{key}")))
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        page.body.contains("There is no record under key"),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body
+            .contains("released</strong> by <span class=\"by\">bot</span>"),
+        "{}",
+        page.body
+    );
 }

@@ -23,7 +23,7 @@ use support::tools::{
     charge_card, delete_account, delete_call, dispatcher, executor, ns, save_card, tenant, App,
     Charge, Charged, DeleteAccount, SaveCard, ASK,
 };
-use support::{listed, schema, unique, Idem};
+use support::{claim_directly, listed, schema, unique, Idem};
 
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(30);
@@ -664,50 +664,6 @@ async fn a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplic
     assert_eq!(shown["outcome"]["message"], reason);
     assert_eq!(shown["audit"][0]["action"], "denied");
     assert_eq!(shown["audit"][0]["by"], "ada");
-}
-
-/// Claim `call_id` of `charge_card` straight through the store, holding a lease
-/// of `lease`: a call in flight in a worker elsewhere.
-async fn claim_directly(
-    url: &str,
-    namespace: &str,
-    call_id: &str,
-    args: Option<&str>,
-    lease: Duration,
-) -> IdempotencyKey {
-    let store = idem::store::connect(url).await.unwrap();
-    let tenant = ns(namespace);
-    let key = derive_key(&KeyInput {
-        version: 1,
-        namespace: &tenant,
-        tool: "charge_card",
-        source: KeySource::CallId(call_id),
-    })
-    .unwrap();
-    let info = CallInfoRef {
-        namespace: Some(namespace),
-        call_id: Some(call_id),
-        args,
-        ..CallInfoRef::default()
-    };
-    let fingerprint = idem::key::Fingerprint::new("f".repeat(64));
-    let claimed = store
-        .claim(&ClaimRequest {
-            key: &key,
-            tool: "charge_card",
-            fingerprint: &fingerprint,
-            check_fingerprint: true,
-            lease,
-            info,
-            worker: Some("worker-elsewhere:9"),
-        })
-        .await
-        .unwrap();
-    assert!(
-        matches!(claimed, idem::store::ClaimOutcome::Acquired { .. }),
-        "a fresh key is acquired: {claimed:?}"
-    );
-    key
 }
 
 async fn json_output_matches_the_documented_schema(url: &str) {

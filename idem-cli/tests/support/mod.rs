@@ -252,3 +252,47 @@ pub async fn listed(idem: &Idem, namespace: &str, state: &str) -> String {
 pub fn serve_first_delay() -> Duration {
     Duration::from_millis(700)
 }
+
+/// Claim `call_id` of `charge_card` straight through the store, holding a lease
+/// of `lease`: a call in flight in a worker elsewhere.
+pub async fn claim_directly(
+    url: &str,
+    namespace: &str,
+    call_id: &str,
+    args: Option<&str>,
+    lease: Duration,
+) -> idem::key::IdempotencyKey {
+    let store = idem::store::connect(url).await.unwrap();
+    let tenant = tools::ns(namespace);
+    let key = idem::key::derive_key(&idem::key::KeyInput {
+        version: 1,
+        namespace: &tenant,
+        tool: "charge_card",
+        source: idem::key::KeySource::CallId(call_id),
+    })
+    .unwrap();
+    let info = idem::record::CallInfoRef {
+        namespace: Some(namespace),
+        call_id: Some(call_id),
+        args,
+        ..idem::record::CallInfoRef::default()
+    };
+    let fingerprint = idem::key::Fingerprint::new("f".repeat(64));
+    let claimed = store
+        .claim(&idem::store::ClaimRequest {
+            key: &key,
+            tool: "charge_card",
+            fingerprint: &fingerprint,
+            check_fingerprint: true,
+            lease,
+            info,
+            worker: Some("worker-elsewhere:9"),
+        })
+        .await
+        .unwrap();
+    assert!(
+        matches!(claimed, idem::store::ClaimOutcome::Acquired { .. }),
+        "a fresh key is acquired: {claimed:?}"
+    );
+    key
+}
