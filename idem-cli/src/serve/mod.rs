@@ -268,9 +268,12 @@ pub fn approver(args: &ApproverArgs) -> Result<(), CliError> {
     };
     let role = Role::parse(&entry.role).map_err(CliError::Usage)?;
     let name = entry.name.trim();
-    if name.is_empty() || name.contains(crate::render::escape::needs_escape) || name.contains('"') {
+    if name.is_empty()
+        || name.contains(crate::render::escape::needs_escape)
+        || name.contains(['"', '\\'])
+    {
         return Err(CliError::Usage(
-            "the approver's name must be printable text, without quotes".into(),
+            "the approver's name must be printable text, without quotes or backslashes".into(),
         ));
     }
     let line = match secret {

@@ -396,7 +396,8 @@ pub async fn login(
             &fields.name,
         );
     }
-    let name = fields.name.trim().to_owned();
+    // Bounded: the name is a key of the throttle's table.
+    let name: String = fields.name.trim().chars().take(256).collect();
     if let Some(wait) = app.throttle.wait(&name, from.ip()) {
         return login_page(
             &app,
