@@ -12,7 +12,7 @@ use std::time::Duration;
 use idem::prelude::*;
 use serde_json::{json, Value};
 
-use support::serve::{catalog, hidden, listed, Http, Scene, Serve, DANA, VIC};
+use support::serve::{catalog, hidden, listed, wait_on, Http, Scene, Serve, DANA, VIC};
 use support::tools::{
     charge_card, delete_call, dispatcher, executor, ns, tenant, App, Charge, Charged,
 };
@@ -40,11 +40,7 @@ async fn an_approval_through_the_api_runs_the_waiting_call_exactly_once(url: &st
 
     let call = delete_call(&call_id, "eve");
     let context = tenant(&namespace);
-    let waiting = {
-        let agent = agent.clone();
-        let (call, context) = (call.clone(), context.clone());
-        tokio::spawn(async move { agent.dispatch_one(call, &context).await })
-    };
+    let waiting = wait_on(&agent, call.clone(), &namespace);
     let item = listed(&mut http, &serve, &namespace).await;
     assert_eq!(item["tool"], "delete_account");
     assert_eq!(item["class"], "irreversible");
@@ -76,10 +72,7 @@ async fn an_approval_through_the_api_runs_the_waiting_call_exactly_once(url: &st
     assert_eq!(approved.json()["done"], "approved");
     assert_eq!(approved.json()["by"], "bot");
 
-    let ran = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("the decision reaches the waiting caller")
-        .unwrap();
+    let ran = waiting.decided().await;
     assert_eq!(
         ran.result.expect("runs once approved").output,
         json!("deleted eve")
@@ -136,8 +129,7 @@ async fn a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller(
         namespace,
     } = Scene::new(url, PATIENCE).await;
     let call = delete_call(&unique("call"), "eve");
-    let context = tenant(&namespace);
-    let waiting = tokio::spawn(async move { agent.dispatch_one(call, &context).await });
+    let waiting = wait_on(&agent, call, &namespace);
     let item = listed(&mut http, &serve, &namespace).await;
     let key = item["key"].as_str().unwrap().to_owned();
     let deny = serve.url(&format!("/api/records/{key}/deny"));
@@ -169,11 +161,7 @@ async fn a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller(
         )
         .await;
     assert_eq!(denied.status, 200, "{}", denied.body);
-    let result = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("the denial reaches the waiting caller")
-        .unwrap()
-        .result;
+    let result = waiting.decided().await.result;
     let error = result.expect_err("a denied call does not run");
     assert!(error.to_string().contains(reason), "{error}");
     assert_eq!(app.deletions(), 0);

@@ -17,7 +17,7 @@ use idem::prelude::*;
 use serde_json::json;
 
 use support::browser::Browser;
-use support::serve::{Scene, DANA, VIC};
+use support::serve::{wait_on, Scene, DANA, VIC};
 use support::tools::{charge_card, delete_call, executor, ns, tenant, Charge, Charged};
 use support::unique;
 
@@ -118,11 +118,7 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     wait_text(&browser, "#inbox-rows", "Nothing is waiting").await;
 
     let call = delete_call(&unique("call"), "mallory");
-    let context = tenant(&scene.namespace);
-    let waiting = {
-        let agent = scene.agent.clone();
-        tokio::spawn(async move { agent.dispatch_one(call, &context).await })
-    };
+    let waiting = wait_on(&scene.agent, call, &scene.namespace);
     let item = scene.listed().await;
     let key = item["key"].as_str().unwrap().to_owned();
     // Live: the row appears on the open page.
@@ -203,10 +199,7 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     browser.click("#confirm-button").await;
     wait_text(&browser, "#notice", "Done: approved.").await;
 
-    let ran = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("the approval reaches the waiting caller")
-        .unwrap();
+    let ran = waiting.decided().await;
     assert_eq!(
         ran.result.expect("it runs once approved").output,
         json!("deleted mallory")
@@ -245,11 +238,7 @@ async fn a_denial_needs_a_reason_and_reaches_the_waiting_caller() {
     let (_dir, url) = support::sqlite();
     let mut scene = Scene::new(&url, PATIENCE).await;
     let call = delete_call(&unique("call"), "eve");
-    let context = tenant(&scene.namespace);
-    let waiting = {
-        let agent = scene.agent.clone();
-        tokio::spawn(async move { agent.dispatch_one(call, &context).await })
-    };
+    let waiting = wait_on(&scene.agent, call, &scene.namespace);
     let item = scene.listed().await;
     let key = item["key"].as_str().unwrap();
     sign_in(&browser, &scene, DANA).await;
@@ -273,11 +262,7 @@ async fn a_denial_needs_a_reason_and_reaches_the_waiting_caller() {
     assert!(effect.contains(reason), "{effect}");
     browser.click("#confirm-button").await;
     wait_text(&browser, "#notice", "Done: denied.").await;
-    let result = tokio::time::timeout(Duration::from_secs(20), waiting)
-        .await
-        .expect("the denial reaches the waiting caller")
-        .unwrap()
-        .result;
+    let result = waiting.decided().await.result;
     let error = result.expect_err("a denied call does not run");
     assert!(error.to_string().contains(reason), "{error}");
     assert_eq!(scene.app.deletions(), 0);

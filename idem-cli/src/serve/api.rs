@@ -117,16 +117,8 @@ pub async fn record(
         Ok(key) => key,
         Err(response) => return response,
     };
-    let store = app.operator.store();
-    let (record, now) = match (store.get(&key).await, store.now().await) {
-        (Ok(record), Ok(now)) => (record, now),
-        (Err(e), _) | (_, Err(e)) => {
-            eprintln!("idem serve: store error: {e}");
-            return refused(&Refused::Store(e.to_string()));
-        }
-    };
-    let trail = match decide::trail(&app.operator, &key).await {
-        Ok(events) => events,
+    let (record, now, trail) = match decide::read(&app.operator, &key).await {
+        Ok(read) => read,
         Err(e) => return refused(&e),
     };
     let trail: Vec<Value> = trail

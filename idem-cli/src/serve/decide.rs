@@ -4,6 +4,7 @@
 
 use idem_runtime::approval::Approval;
 use idem_runtime::audit::{AuditEvent, AuditQuery};
+use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::{Actor, Operator, OperatorError, Resolution};
 use idem_runtime::record::Record;
@@ -364,19 +365,37 @@ pub async fn decide(
     }
 }
 
+/// What a record's page (and the API's record) shows: the record under
+/// `key` (`None`: gone), the store's time, and the key's audit trail.
+pub async fn read(
+    operator: &Operator,
+    key: &IdempotencyKey,
+) -> Result<(Option<Record>, Timestamp, Vec<AuditEvent>), Refused> {
+    let record = operator.store().get(key).await.map_err(store)?;
+    let now = operator.store().now().await.map_err(store)?;
+    Ok((record, now, trail(operator, key).await?))
+}
+
 /// The store's audit log for `key`, oldest first (at most 200 events).
 pub async fn trail(operator: &Operator, key: &IdempotencyKey) -> Result<Vec<AuditEvent>, Refused> {
     let page = operator
         .audit(&AuditQuery::for_key(key.clone()), None, 200)
         .await
-        .map_err(|e| match e {
-            OperatorError::Store(e) => store(e),
-            e => Refused::Store(e.to_string()),
-        })?;
+        .map_err(read_failed)?;
     Ok(page.events)
 }
 
-fn store(e: idem_runtime::store::StoreError) -> Refused {
+/// An operator read that failed (only the store can fail a read).
+pub fn read_failed(e: OperatorError) -> Refused {
+    match e {
+        OperatorError::Store(e) => store(e),
+        e => Refused::Store(e.to_string()),
+    }
+}
+
+/// A store error, logged on stderr; the page gets only that the store
+/// failed (its text can name hosts).
+pub fn store(e: idem_runtime::store::StoreError) -> Refused {
     eprintln!("idem serve: store error: {e}");
     Refused::Store(e.to_string())
 }

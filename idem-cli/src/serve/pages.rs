@@ -181,7 +181,7 @@ pub async fn items(app: &App, filter: &InboxFilter) -> Result<(Vec<Item>, usize)
         since: None,
     };
     let store = app.operator.store();
-    let now = store.now().await.map_err(decide_store)?;
+    let now = store.now().await.map_err(decide::store)?;
     let mut items = Vec::new();
     let mut corrupt = 0;
     let mut cursor = None;
@@ -190,7 +190,7 @@ pub async fn items(app: &App, filter: &InboxFilter) -> Result<(Vec<Item>, usize)
             .operator
             .list(&store_filter, cursor.as_deref(), 500)
             .await
-            .map_err(|e| Refused::Store(e.to_string()))?;
+            .map_err(decide::read_failed)?;
         corrupt += page.corrupt.len();
         items.extend(
             page.records
@@ -209,11 +209,6 @@ pub async fn items(app: &App, filter: &InboxFilter) -> Result<(Vec<Item>, usize)
     }
     items.sort_by(|a, b| b.since_ms.cmp(&a.since_ms).then(a.key.cmp(&b.key)));
     Ok((items, corrupt))
-}
-
-fn decide_store(e: idem_runtime::store::StoreError) -> Refused {
-    eprintln!("idem serve: store error: {e}");
-    Refused::Store(e.to_string())
 }
 
 /// An HTML response, with the session cookie when one was just made.
@@ -528,21 +523,8 @@ async fn record_page(
     error: Option<String>,
     form: Shown,
 ) -> Response {
-    let store = app.operator.store();
-    let (record, now) = match (store.get(key).await, store.now().await) {
-        (Ok(record), Ok(now)) => (record, now),
-        (Err(e), _) | (_, Err(e)) => {
-            let refused = decide_store(e);
-            return message(
-                refused.status(),
-                Some(user),
-                "The record could not be read",
-                &refused.message(),
-            );
-        }
-    };
-    let trail = match decide::trail(&app.operator, key).await {
-        Ok(events) => events.iter().map(|e| Trail::of(e, now)).collect(),
+    let (record, now, trail) = match decide::read(&app.operator, key).await {
+        Ok(read) => read,
         Err(e) => {
             return message(
                 e.status(),
@@ -552,6 +534,7 @@ async fn record_page(
             )
         }
     };
+    let trail: Vec<Trail> = trail.iter().map(|e| Trail::of(e, now)).collect();
     let detail = record
         .as_ref()
         .map(|r| Detail::of(r, app.catalog.as_ref(), now));
@@ -596,7 +579,7 @@ pub async fn version(
     match app.operator.store().get(&key).await {
         Ok(Some(record)) => super::view::Seen::of(&record).token().into_response(),
         Ok(None) => "gone".into_response(),
-        Err(e) => decide_store(e).status().into_response(),
+        Err(e) => decide::store(e).status().into_response(),
     }
 }
 

@@ -13,6 +13,7 @@ use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idem::prelude::*;
+use idem::{ToolCall, ToolResult};
 use idem_runtime::testing::TempDir;
 use serde_json::Value;
 
@@ -389,5 +390,27 @@ impl Scene {
 
     pub async fn listed(&mut self) -> Value {
         listed(&mut self.http, &self.serve, &self.namespace).await
+    }
+}
+
+/// A call of `agent` in `namespace`, made in a task of its own: it waits
+/// for a person's decision.
+pub fn wait_on(agent: &Dispatcher<App>, call: ToolCall, namespace: &str) -> Waiting {
+    let (agent, context) = (agent.clone(), tenant(namespace));
+    Waiting(tokio::spawn(async move {
+        agent.dispatch_one(call, &context).await
+    }))
+}
+
+/// A call waiting for a decision ([`wait_on`]).
+pub struct Waiting(tokio::task::JoinHandle<ToolResult>);
+
+impl Waiting {
+    /// What the call got once decided (within 20 s).
+    pub async fn decided(self) -> ToolResult {
+        tokio::time::timeout(Duration::from_secs(20), self.0)
+            .await
+            .expect("the decision reaches the waiting caller")
+            .unwrap()
     }
 }
