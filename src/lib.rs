@@ -114,7 +114,7 @@ pub use idem_runtime::dispatch::{Dispatcher, ToolCall, ToolResult};
 pub use idem_runtime::error::{ErrorCode, IdemError};
 pub use idem_runtime::executor::{
     CallBuilder, CallFuture, CallMeta, CallOutput, Executor, ExecutorBuilder, InFlightPolicy,
-    RunContext,
+    RepeatWindow, RunContext,
 };
 pub use idem_runtime::registry::Registry;
 

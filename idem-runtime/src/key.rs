@@ -17,7 +17,11 @@
 //!     email tomorrow is a new email;
 //!   * `natural`: the canonical JSON of the named argument fields and the
 //!     time-window number (empty without a window) — find-or-create;
-//!   * `custom`: key material returned by the tool's own function.
+//!   * `custom`: key material returned by the tool's own function;
+//!   * `window`: the window's length and number, the intended-repeat
+//!     count and the argument fingerprint — a call that carries no key at
+//!     all (a chat client's), where the same tool and arguments within the
+//!     window are one effect.
 //! * The argument [`Fingerprint`] is the lowercase hex SHA-256 of the
 //!   canonical arguments. It is stored with the record; the same key with a
 //!   different fingerprint is a key-reuse error (except for natural keys).
@@ -489,6 +493,21 @@ pub enum KeySource<'a> {
     },
     /// Material returned by a tool's custom key function.
     Custom(&'a str),
+    /// No key from the caller: the same tool with the same arguments within
+    /// a window of time is one effect (see
+    /// [`RepeatWindow`](crate::RepeatWindow)). The executor keys the call
+    /// by the window it is claimed in and checks the window before it.
+    Window {
+        /// The window's length in whole seconds (at least 1).
+        seconds: u64,
+        /// `floor(unix seconds / seconds)` when the call was claimed.
+        number: u64,
+        /// How many identical effects the caller meant before this one
+        /// (0: this is the first).
+        repeat: u32,
+        /// The call's canonical arguments (their fingerprint is hashed).
+        args: &'a CanonicalArgs,
+    },
 }
 
 /// Everything a key is derived from.
@@ -554,6 +573,18 @@ pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
         KeySource::Custom(material) => {
             check_part("custom key", material)?;
             h.field(b"custom").field(material.as_bytes());
+        }
+        KeySource::Window {
+            seconds,
+            number,
+            repeat,
+            args,
+        } => {
+            h.field(b"window")
+                .field(numbers.format((*seconds).max(1)).as_bytes())
+                .field(numbers.format(*number).as_bytes())
+                .field(numbers.format(*repeat).as_bytes())
+                .field(args.fingerprint.as_str().as_bytes());
         }
     }
     Ok(h.finish())

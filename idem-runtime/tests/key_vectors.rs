@@ -30,6 +30,10 @@ struct Vector {
     #[serde(default)]
     window: Option<u64>,
     #[serde(default)]
+    window_seconds: Option<u64>,
+    #[serde(default)]
+    repeat: Option<u32>,
+    #[serde(default)]
     material: Option<String>,
     #[serde(default)]
     sub_key_of: Option<String>,
@@ -60,24 +64,36 @@ fn every_documented_vector_reproduces() {
         } else {
             let ns = Namespace::new(v.namespace.clone()).unwrap();
             let args;
+            let canonical = || {
+                let parsed: Value = serde_json::from_str(v.arguments.as_deref().unwrap()).unwrap();
+                let args = CanonicalArgs::from_value(&parsed).unwrap();
+                assert_eq!(
+                    Some(&args.text),
+                    v.canonical.as_ref(),
+                    "{}: canonical form",
+                    v.name
+                );
+                assert_eq!(
+                    Some(args.fingerprint.as_str()),
+                    v.fingerprint.as_deref(),
+                    "{}: fingerprint",
+                    v.name
+                );
+                args
+            };
             let source = match v.source.as_str() {
                 "call" => KeySource::CallId(v.call_id.as_deref().unwrap()),
+                "window" => {
+                    args = canonical();
+                    KeySource::Window {
+                        seconds: v.window_seconds.unwrap(),
+                        number: v.window.unwrap(),
+                        repeat: v.repeat.unwrap(),
+                        args: &args,
+                    }
+                }
                 "step" => {
-                    let parsed: Value =
-                        serde_json::from_str(v.arguments.as_deref().unwrap()).unwrap();
-                    args = CanonicalArgs::from_value(&parsed).unwrap();
-                    assert_eq!(
-                        Some(&args.text),
-                        v.canonical.as_ref(),
-                        "{}: canonical form",
-                        v.name
-                    );
-                    assert_eq!(
-                        Some(args.fingerprint.as_str()),
-                        v.fingerprint.as_deref(),
-                        "{}: fingerprint",
-                        v.name
-                    );
+                    args = canonical();
                     KeySource::Step {
                         run_id: v.run_id.as_deref().unwrap(),
                         step: v.step.unwrap(),

@@ -4,6 +4,7 @@
 use std::future::{Future, IntoFuture};
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use crate::class::{ClassKind, RetrySafe};
 use crate::error::IdemError;
@@ -34,6 +35,11 @@ pub struct RunContext {
     pub step: u64,
     /// The tenant / principal (the executor's default when `None`).
     pub namespace: Option<Namespace>,
+    /// For a call with neither a call id nor a run: key it by the window
+    /// of time it falls in, so that the same tool with the same arguments
+    /// within the window is one effect ([`RepeatWindow`]). `None`: such a
+    /// write is refused, as it always was.
+    pub repeat_window: Option<RepeatWindow>,
 }
 
 impl RunContext {
@@ -43,12 +49,68 @@ impl RunContext {
             run_id: Some(run_id.into()),
             step,
             namespace: None,
+            repeat_window: None,
         }
     }
 
     /// For tenant `namespace`.
     pub fn namespace(mut self, namespace: Namespace) -> Self {
         self.namespace = Some(namespace);
+        self
+    }
+
+    /// Key a call that has neither a call id nor a run by `window`.
+    pub fn repeat_window(mut self, window: RepeatWindow) -> Self {
+        self.repeat_window = Some(window);
+        self
+    }
+}
+
+/// How a write that carries no key of its own is keyed: by what it does.
+/// The same tool with the same canonical arguments, called again within
+/// `within` of the first such call, is the same effect: the later calls
+/// are answered from the first one's record (or wait for it, or share its
+/// approval) and nothing runs twice.
+///
+/// This is for callers that cannot send a key, like the chat clients of an
+/// MCP server: a model that repeats a call "to be sure", or a client that
+/// re-sends a request after a dropped connection, gets the first result.
+/// The window slides: it is measured from the first call, so a retry one
+/// second later is a duplicate whatever the clock says (it is never split
+/// by a clock boundary). A caller that means a second identical effect
+/// says so with [`RepeatWindow::repeat`].
+///
+/// Records are kept for the tool's TTL; a window longer than half the TTL
+/// is cut to half of it, since the executor looks one window back.
+///
+/// ```
+/// use std::time::Duration;
+/// use idem_runtime::{RepeatWindow, RunContext};
+///
+/// let run = RunContext::default().repeat_window(RepeatWindow::new(Duration::from_secs(600)));
+/// assert_eq!(run.repeat_window.unwrap().within, Duration::from_secs(600));
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RepeatWindow {
+    /// How long after the first call an identical one is the same effect
+    /// (whole seconds; at least one).
+    pub within: Duration,
+    /// How many identical effects the caller meant before this one: 0 for
+    /// the first, 1 for a deliberate second, and so on. Each is its own
+    /// effect, deduplicated within the window like the first.
+    pub repeat: u32,
+}
+
+impl RepeatWindow {
+    /// Calls within `within` of the first are one effect.
+    pub fn new(within: Duration) -> Self {
+        RepeatWindow { within, repeat: 0 }
+    }
+
+    /// This call is the `repeat`-th deliberate repetition of an identical
+    /// effect (1: the second email of the same text).
+    pub fn repeat(mut self, repeat: u32) -> Self {
+        self.repeat = repeat;
         self
     }
 }
@@ -97,7 +159,7 @@ pub(crate) struct CallOptions {
     /// The retry policy, instead of the tool's default.
     pub(crate) retry: Option<RetryPolicy>,
     /// How long to wait for a pending approval, instead of the executor's.
-    pub(crate) approval_wait: Option<std::time::Duration>,
+    pub(crate) approval_wait: Option<Duration>,
 }
 
 impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {

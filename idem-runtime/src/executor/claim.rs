@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::approval::ApprovalDecision;
+use crate::clock::Timestamp;
 use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
@@ -67,6 +68,8 @@ pub(super) struct Owner {
     /// just before the winning claim was sent, so it is never later than
     /// the store's.
     pub(super) lease: LeaseWatch,
+    /// When the store granted the claim, by the store's clock.
+    pub(super) claimed_at: Timestamp,
 }
 
 impl Owner {
@@ -151,6 +154,96 @@ impl CallEnv<'_> {
         }
     }
 
+    /// Own the key of the window this call falls in, or find the effect
+    /// it repeats ([`RepeatWindow`](crate::RepeatWindow)).
+    ///
+    /// A claim of a window's key that finds nothing there would be a new
+    /// effect. It may run only if it was granted in the window its key
+    /// names (by the store's clock), no claim is in the next window, and
+    /// the window before holds no effect younger than a window (nor one
+    /// still in flight or awaiting a decision). Otherwise it is released,
+    /// before anything ran, and the call follows what it found: the
+    /// earlier effect's record answers it, or it waits for that effect,
+    /// or it claims the window it belongs to.
+    ///
+    /// Two calls in neighbouring windows each claim their own key and
+    /// then read the other's, so one of them sees the other (each read
+    /// follows its own claim): at most one of them runs. A claim in flight
+    /// or awaiting a decision is always the same effect, however old; a
+    /// completed one older than the window is a past effect.
+    ///
+    /// `call.key` may change: it ends as the key of the record that
+    /// answers the call, or that the call owns.
+    pub(super) async fn claim_windowed(&self, call: &mut CallKey) -> Result<Claimed, IdemError> {
+        // Each round either settles or moves to a neighbouring window; two
+        // calls releasing each other converge on the current window.
+        for _ in 0..16 {
+            let claimed = self.claim(call).await?;
+            let owner = match claimed {
+                Claimed::Owner(owner) if owner.takeover.is_none() && owner.steps.is_empty() => {
+                    owner
+                }
+                // A record, or an owner continuing an earlier claim (an
+                // approval granted, a takeover): not a new effect.
+                claimed => return Ok(claimed),
+            };
+            let mut window = call.window.expect("a window key");
+            let at = owner.claimed_at.as_millis();
+            let granted_in = window.number_at(at);
+            let moved_to = if granted_in != window.number {
+                Some(granted_in)
+            } else if self
+                .lookup(&call.window_key(window.number + 1))
+                .await?
+                .is_some()
+            {
+                Some(window.number + 1)
+            } else {
+                None
+            };
+            let earlier = match (moved_to, window.number.checked_sub(1)) {
+                (None, Some(before)) => {
+                    self.lookup(&call.window_key(before))
+                        .await?
+                        .filter(|record| {
+                            record.outcome().is_none()
+                                || at.saturating_sub(record.created_at.as_millis())
+                                    < window.millis()
+                        })
+                }
+                _ => None,
+            };
+            if moved_to.is_none() && earlier.is_none() {
+                return Ok(Claimed::Owner(owner));
+            }
+            self.store()
+                .release(&owner.key, owner.fence)
+                .await
+                .map_err(|e| self.store_err(e))?;
+            match earlier {
+                Some(record) => {
+                    tracing::debug!("repeats an effect of the window before; following it");
+                    window.number -= 1;
+                    call.key = record.key;
+                }
+                None => {
+                    window.number = moved_to.expect("moved to another window");
+                    call.key = call.window_key(window.number);
+                }
+            }
+            call.window = Some(window);
+        }
+        Err(self.refuse(IdemError::InFlight {
+            tool: self.name().to_owned(),
+            key: call.key.clone(),
+        }))
+    }
+
+    /// The record of `key`, if any.
+    async fn lookup(&self, key: &IdempotencyKey) -> Result<Option<Record>, IdemError> {
+        self.store().get(key).await.map_err(|e| self.store_err(e))
+    }
+
     /// What the store's answer to a claim sent at `sent` means for the
     /// call; `None` when another owner holds a live lease.
     fn settle(
@@ -165,8 +258,13 @@ impl CallEnv<'_> {
                 fence,
                 steps,
                 takeover,
-                ..
+                lease_until,
             } => Ok(Some(Claimed::Owner(Owner {
+                claimed_at: Timestamp(
+                    lease_until
+                        .as_millis()
+                        .saturating_sub(self.lease().as_millis().min(u64::MAX.into()) as u64),
+                ),
                 key: key.clone(),
                 fence,
                 // Acquiring an approved request, the store checked the

@@ -18,6 +18,53 @@ pub(super) struct CallKey {
     pub(super) check_fingerprint: bool,
     /// The tenant the key belongs to.
     pub(super) namespace: Namespace,
+    /// Set when the key is a window's ([`KeySource::Window`]): the claim
+    /// then moves between windows, so the key above is where it starts.
+    pub(super) window: Option<WindowKeys>,
+}
+
+/// What a window key is derived from, but the window's number.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct WindowKeys {
+    pub(super) version: u32,
+    pub(super) tool: &'static str,
+    /// The window's length in whole seconds (at least 1).
+    pub(super) seconds: u64,
+    pub(super) repeat: u32,
+    /// The number of the window whose key the call's key is.
+    pub(super) number: u64,
+}
+
+impl WindowKeys {
+    /// The window number of a time, in milliseconds since the epoch.
+    pub(super) fn number_at(&self, millis: u64) -> u64 {
+        millis / 1000 / self.seconds
+    }
+
+    /// The length of a window, in milliseconds.
+    pub(super) fn millis(&self) -> u64 {
+        self.seconds * 1000
+    }
+}
+
+impl CallKey {
+    /// The key of window `number` for this call's tool and arguments.
+    pub(super) fn window_key(&self, number: u64) -> IdempotencyKey {
+        let window = self.window.expect("a window key");
+        key::derive_key(&KeyInput {
+            version: window.version,
+            namespace: &self.namespace,
+            tool: window.tool,
+            source: KeySource::Window {
+                seconds: window.seconds,
+                number,
+                repeat: window.repeat,
+                args: &self.args,
+            },
+        })
+        // Every part was checked when the first window key was derived.
+        .expect("a window key derives as the first did")
+    }
 }
 
 impl CallEnv<'_> {
@@ -46,12 +93,26 @@ impl CallEnv<'_> {
         let source = CallKeySource {
             call_id: self.call_id.as_deref(),
             run: self.run.run_id.as_deref().map(|run| (run, self.run.step)),
+            window: self.run.repeat_window.map(|w| {
+                let mut keys = WindowKeys {
+                    version: self.spec.key_version,
+                    tool: self.spec.name,
+                    // Half the TTL at most: the claim looks one window
+                    // back, and that window's record must still be there.
+                    seconds: w.within.min(self.ttl() / 2).as_secs().max(1),
+                    repeat: w.repeat,
+                    number: 0,
+                };
+                keys.number = keys.number_at(self.core.clock.now().as_millis());
+                keys
+            }),
             args: &args,
             namespace: &namespace,
             clock: &*self.core.clock,
         };
-        let (key, check_fingerprint) =
-            key_for_call(&self.spec, material, source).map_err(|source| IdemError::Key {
+        let window = source.window;
+        let (key, check_fingerprint, windowed) = key_for_call(&self.spec, material, source)
+            .map_err(|source| IdemError::Key {
                 tool: self.name().to_owned(),
                 source,
             })?;
@@ -61,6 +122,7 @@ impl CallEnv<'_> {
             args,
             check_fingerprint,
             namespace,
+            window: window.filter(|_| windowed),
         })
     }
 }
@@ -71,13 +133,14 @@ impl CallEnv<'_> {
 /// duplicates), and the default derivation takes the provider's call id
 /// before the run and step.
 ///
-/// Returns the key and whether a different argument fingerprint under it
-/// is a key reuse (`false` only for natural keys, which are find-or-create).
+/// Returns the key, whether a different argument fingerprint under it
+/// is a key reuse (`false` only for natural keys, which are find-or-create),
+/// and whether it is a window's key.
 fn key_for_call(
     spec: &ToolSpec,
     material: Option<&KeyMaterial>,
     call: CallKeySource<'_>,
-) -> Result<(IdempotencyKey, bool), KeyError> {
+) -> Result<(IdempotencyKey, bool, bool), KeyError> {
     let window;
     let (source, check_fingerprint) = match (spec.key, material) {
         (KeySpec::Natural { window: w, .. }, Some(KeyMaterial::Natural(fields))) => {
@@ -105,20 +168,32 @@ fn key_for_call(
                 },
                 true,
             ),
-            (None, None) => {
-                return Err(KeyError::NoSource {
-                    tool: spec.name.to_owned(),
-                })
-            }
+            (None, None) => match call.window {
+                Some(window) => (
+                    KeySource::Window {
+                        seconds: window.seconds,
+                        number: window.number,
+                        repeat: window.repeat,
+                        args: call.args,
+                    },
+                    true,
+                ),
+                None => {
+                    return Err(KeyError::NoSource {
+                        tool: spec.name.to_owned(),
+                    })
+                }
+            },
         },
     };
+    let windowed = matches!(source, KeySource::Window { .. });
     let key = key::derive_key(&KeyInput {
         version: spec.key_version,
         namespace: call.namespace,
         tool: spec.name,
         source,
     })?;
-    Ok((key, check_fingerprint))
+    Ok((key, check_fingerprint, windowed))
 }
 
 /// What is known about one call when its key is chosen.
@@ -128,10 +203,13 @@ struct CallKeySource<'a> {
     call_id: Option<&'a str>,
     /// The run id and step.
     run: Option<(&'a str, u64)>,
+    /// How to key a call with neither.
+    window: Option<WindowKeys>,
     /// The call's canonical arguments.
     args: &'a CanonicalArgs,
     /// The tenant.
     namespace: &'a Namespace,
-    /// The clock, read only for natural-key windows.
+    /// The clock, read only for natural-key windows (a repeat window has
+    /// read it already).
     clock: &'a dyn Clock,
 }

@@ -69,7 +69,7 @@ use crate::retry::RetryPolicy;
 use crate::store::{Store, StoreError};
 use crate::tool::{Tool, ToolSpec};
 
-pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RunContext};
+pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunContext};
 pub use metrics::MetricsSnapshot;
 
 use metrics::Metrics;
@@ -532,8 +532,12 @@ impl<S: Send + Sync + 'static> Executor<S> {
             // A key already in flight here is followed instead: the burst
             // of calls behind one first call waits for its outcome in
             // memory rather than each reading the store.
+            // A window's key is claimed with reads of its neighbours, which
+            // only the usual claim makes.
             let local = match env.mode {
-                Mode::Live if !env.core.flights.contains(&key.key) => env.claim_local(&key),
+                Mode::Live if key.window.is_none() && !env.core.flights.contains(&key.key) => {
+                    env.claim_local(&key)
+                }
                 Mode::Live | Mode::Replay => None,
             };
             (key, local)
@@ -817,11 +821,13 @@ where
     fn keyed(
         mut self,
         args: T::Args,
-        key: key::CallKey,
+        mut key: key::CallKey,
         mut local: Option<Result<claim::Claimed, IdemError>>,
     ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
         async move {
-            if local.is_none() && self.env.mode == Mode::Live {
+            // A window's calls meet in the store, whose key may change
+            // under them; the flights of this process are by key.
+            if local.is_none() && self.env.mode == Mode::Live && key.window.is_none() {
                 let core = self.env.core;
                 loop {
                     match core
@@ -846,6 +852,9 @@ where
             loop {
                 let claimed = match local.take() {
                     Some(claimed) => claimed,
+                    None if key.window.is_some() && self.env.mode == Mode::Live => {
+                        self.env.claim_windowed(&mut key).await
+                    }
                     None => self.env.claim(&key).await,
                 };
                 let result = match claimed {
