@@ -31,7 +31,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::approval::{Approval, ApprovalDecision};
-use crate::audit::AuditEvent;
+use crate::audit::{AuditEvent, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::CorruptRecord;
@@ -442,6 +442,47 @@ impl Operator {
             .ok_or_else(|| OperatorError::NotFound {
                 key: key.as_str().to_owned(),
             })
+    }
+
+    /// Write in the audit log that `actor` asked a person to decide the
+    /// call awaiting approval `record` (in a chat, say) and got no
+    /// decision. The record does not change; [`Operator::was_asked`] tells
+    /// afterwards, so that the person is not asked about it twice.
+    pub async fn note_asked(&self, record: &Record, actor: &Actor) -> Result<(), OperatorError> {
+        let at = self.store.now().await?;
+        let entry = actor.entry(at, AuditAction::Asked);
+        let event = AuditEvent {
+            seq: None,
+            at,
+            by: entry.by,
+            action: entry.action,
+            reason: entry.reason,
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            namespace: record.info.namespace.clone(),
+            fingerprint: record.fingerprint.clone(),
+            before: Some(record.status()),
+            after: Some(record.status()),
+        };
+        self.store.append_audit(&event).await?;
+        Ok(())
+    }
+
+    /// Whether a person was asked about `key` before
+    /// ([`Operator::note_asked`]).
+    pub async fn was_asked(&self, key: &IdempotencyKey) -> Result<bool, OperatorError> {
+        let query = AuditQuery::for_key(key.clone());
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.store.audit(&query, cursor.as_deref(), 100).await?;
+            if page.events.iter().any(|e| e.action == AuditAction::Asked) {
+                return Ok(true);
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(false),
+            }
+        }
     }
 
     /// Approve a call awaiting approval: the next call with its key *and

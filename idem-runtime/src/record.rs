@@ -419,6 +419,10 @@ pub enum AuditAction {
     ApprovedByPolicy,
     /// The executor's approval policy denied a call.
     DeniedByPolicy,
+    /// A person was asked to decide a call awaiting approval (in a chat,
+    /// through MCP elicitation) and gave no decision: the call stays
+    /// pending, and they are not asked about it again.
+    Asked,
 }
 
 impl AuditAction {
@@ -433,6 +437,7 @@ impl AuditAction {
             AuditAction::Deleted => "deleted",
             AuditAction::ApprovedByPolicy => "approved_by_policy",
             AuditAction::DeniedByPolicy => "denied_by_policy",
+            AuditAction::Asked => "asked",
         }
     }
 }

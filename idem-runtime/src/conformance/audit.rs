@@ -19,6 +19,7 @@ async fn event<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, n: usize) -> 
         AuditAction::ApprovedByPolicy,
         AuditAction::DeniedByPolicy,
         AuditAction::ResolvedSucceeded,
+        AuditAction::Asked,
     ];
     AuditEvent {
         seq: None,
