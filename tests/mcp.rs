@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::mcp::{
-    CallToolRequestParamsExt, McpServer, DEDUPLICATED_META, IDEMPOTENCY_KEY_META, KEY_META,
-    RUN_ID_META, STEP_META,
+    CallToolRequestParamsExt, McpServer, Unkeyed, CLASS_META, DEDUPLICATED_META, ERROR_META,
+    IDEMPOTENCY_KEY_META, KEYING_META, KEY_META, REPEAT_ARGUMENT, RUN_ID_META, STEP_META,
 };
 use idem::{tools, Dispatcher, Executor, MemoryStore, Registry, State, ToolError};
 use rmcp::model::{
@@ -200,10 +200,21 @@ fn text(result: &CallToolResult) -> Value {
     serde_json::from_str(text).expect("the text is JSON")
 }
 
-/// The `{"code", "message", …}` of an error result.
+/// The `{"code", "message", …}` of an error result, from its `_meta`; its
+/// text is written for a model, in words.
 fn error_of(result: &CallToolResult) -> Value {
     assert_eq!(result.is_error, Some(true), "an error result: {result:?}");
-    text(result)["error"].clone()
+    let words = &result.content[0].as_text().expect("text content").text;
+    assert!(
+        serde_json::from_str::<Value>(words).is_err() && words.ends_with('.'),
+        "sentences for a model: {words}"
+    );
+    result.meta.as_ref().expect("result _meta")[ERROR_META].clone()
+}
+
+/// The text of an error result.
+fn words(result: &CallToolResult) -> &str {
+    &result.content[0].as_text().expect("text content").text
 }
 
 fn deduplicated(result: &CallToolResult) -> bool {
@@ -221,11 +232,58 @@ async fn tools_list_shows_each_tool_as_the_registry_exports_it() {
     let client = connect(server(&ledger)).await;
     let tools = client.list_all_tools().await.unwrap();
 
-    // Name, description, input schema, annotations from the class and the
-    // output schema: the same JSON as `Registry::mcp_tools`, in order.
+    // Name, input schema, annotations from the class and the output
+    // schema: the same JSON as `Registry::mcp_tools`, in order, but for
+    // what the server adds: `_meta` with the class and keying, and for a
+    // tool keyed by a window the optional repeat argument and a sentence
+    // in the description.
+    let exported = registry().mcp_tools();
+    let exported = exported.as_array().unwrap();
+    assert_eq!(tools.len(), exported.len());
+    for (tool, exported) in tools.iter().zip(exported) {
+        let mut listed = serde_json::to_value(tool).unwrap();
+        let meta = listed.as_object_mut().unwrap().remove("_meta").unwrap();
+        assert_eq!(
+            meta[CLASS_META],
+            exported["annotations"]["readOnlyHint"]
+                .as_bool()
+                .map_or(json!(null), |_| meta[CLASS_META].clone())
+        );
+        let description = listed["description"].as_str().unwrap().to_owned();
+        assert!(
+            description.starts_with(exported["description"].as_str().unwrap()),
+            "{description}"
+        );
+        if meta[KEYING_META] == "window" {
+            assert!(description.contains(REPEAT_ARGUMENT), "{description}");
+            let properties = listed["inputSchema"]["properties"].as_object_mut().unwrap();
+            let repeat = properties.remove(REPEAT_ARGUMENT).unwrap();
+            assert_eq!(repeat["type"], "integer");
+        }
+        listed["description"] = exported["description"].clone();
+        assert_eq!(&listed, exported);
+    }
+    let keying = |name: &str| {
+        let tool = tools.iter().find(|t| t.name == name).unwrap();
+        let meta = tool.meta.as_ref().unwrap();
+        (meta[CLASS_META].clone(), meta[KEYING_META].clone())
+    };
+    assert_eq!(keying("find_customer"), (json!("read"), json!("none")));
     assert_eq!(
-        serde_json::to_value(&tools).unwrap(),
-        registry().mcp_tools()
+        keying("send_email"),
+        (json!("idempotent_write"), json!("each-call"))
+    );
+    assert_eq!(
+        keying("charge_card"),
+        (json!("non_idempotent_write"), json!("window"))
+    );
+    assert_eq!(
+        keying("create_customer"),
+        (json!("non_idempotent_write"), json!("natural"))
+    );
+    assert_eq!(
+        keying("delete_account"),
+        (json!("irreversible"), json!("window"))
     );
     let by_name = |name: &str| tools.iter().find(|t| t.name == name).unwrap().clone();
     let hints = |name: &str| by_name(name).annotations.unwrap();
@@ -318,9 +376,9 @@ async fn a_different_meta_key_is_a_second_charge() {
 }
 
 #[tokio::test]
-async fn a_non_idempotent_write_without_a_key_is_refused_and_nothing_runs() {
+async fn a_write_without_a_key_is_refused_when_the_server_says_so_and_nothing_runs() {
     let ledger = Ledger::default();
-    let client = connect(server(&ledger)).await;
+    let client = connect(server(&ledger).unkeyed(Unkeyed::Refuse)).await;
     // A progress token is new on every request, like the JSON-RPC id:
     // neither is a key.
     let result = client
@@ -333,11 +391,54 @@ async fn a_non_idempotent_write_without_a_key_is_refused_and_nothing_runs() {
     let error = error_of(&result);
     assert_eq!(error["code"], "invalid_key");
     assert!(error["message"].as_str().unwrap().contains("nothing ran"));
-    let hint = error["hint"].as_str().unwrap();
-    assert!(hint.contains(IDEMPOTENCY_KEY_META), "{hint}");
-    assert!(hint.contains("Idempotency-Key"), "{hint}");
+    // The model is told to stop, not to put a key into the arguments.
+    let words = words(&result);
+    assert!(words.contains(IDEMPOTENCY_KEY_META), "{words}");
+    assert!(words.contains("Nothing ran"), "{words}");
+    assert!(
+        words.contains("into the arguments does not help"),
+        "{words}"
+    );
     assert_eq!(ledger.charges(), 0);
     assert!(!deduplicated(&result));
+}
+
+#[tokio::test]
+async fn a_write_without_a_key_is_one_effect_within_the_window_and_the_model_is_told() {
+    let ledger = Ledger::default();
+    let client = connect(server(&ledger)).await;
+    let first = client.call_tool(charge("cus_17", 4_900)).await.unwrap();
+    assert_eq!(first.is_error, Some(false), "{first:?}");
+    let again = client.call_tool(charge("cus_17", 4_900)).await.unwrap();
+    assert_eq!(ledger.charges(), 1);
+    assert!(deduplicated(&again));
+    let said = words(&again);
+    assert!(said.starts_with("Already done"), "{said}");
+    assert!(said.contains(REPEAT_ARGUMENT), "{said}");
+    // The output as the first time, after the sentence.
+    assert_eq!(again.content[1..], first.content[..]);
+    assert_eq!(again.structured_content, first.structured_content);
+
+    // A deliberate second charge, and its retry.
+    let mut second = charge("cus_17", 4_900);
+    second
+        .arguments
+        .as_mut()
+        .unwrap()
+        .insert(REPEAT_ARGUMENT.into(), 1.into());
+    let charged = client.call_tool(second.clone()).await.unwrap();
+    assert!(!deduplicated(&charged));
+    assert!(deduplicated(&client.call_tool(second).await.unwrap()));
+    assert_eq!(ledger.charges(), 2);
+
+    let mut bad = charge("cus_17", 4_900);
+    bad.arguments
+        .as_mut()
+        .unwrap()
+        .insert(REPEAT_ARGUMENT.into(), "twice".into());
+    let refused = client.call_tool(bad).await.unwrap();
+    assert_eq!(error_of(&refused)["code"], "invalid_arguments");
+    assert_eq!(ledger.charges(), 2);
 }
 
 #[tokio::test]
@@ -419,7 +520,8 @@ async fn a_natural_key_tool_needs_no_key_from_the_client() {
     let first = client.call_tool(create("Ada")).await.unwrap();
     // Reworded, no key: the same customer.
     let again = client.call_tool(create("Ada Lovelace")).await.unwrap();
-    assert_eq!(again.content, first.content);
+    assert!(words(&again).starts_with("Already done"), "{again:?}");
+    assert_eq!(again.content[1..], first.content[..]);
     // A string output is text as written, not JSON in quotes: what a chat
     // client shows.
     assert_eq!(first.content[0].as_text().unwrap().text, "cus_1 (Ada)");
@@ -696,10 +798,12 @@ async fn rmcp_tools_and_idem_tools_serve_side_by_side_from_one_router() {
         .unwrap();
     assert_eq!(hello.content[0].as_text().unwrap().text, "hello, Ada");
 
-    // The idem tool behind the fragment is keyed as on `McpServer`.
+    // The idem tool behind the fragment is keyed as on `McpServer`: by a
+    // window without a key, by the key with one.
     let refund = || call("refund", json!({"customer": "cus_17", "cents": 900}));
+    client.call_tool(refund()).await.unwrap();
     let unkeyed = client.call_tool(refund()).await.unwrap();
-    assert_eq!(error_of(&unkeyed)["code"], "invalid_key");
+    assert!(deduplicated(&unkeyed));
     client
         .call_tool(refund().with_idempotency_key("refund-17"))
         .await
@@ -709,7 +813,7 @@ async fn rmcp_tools_and_idem_tools_serve_side_by_side_from_one_router() {
         .await
         .unwrap();
     assert!(deduplicated(&again));
-    assert_eq!(ledger.charges(), 1);
+    assert_eq!(ledger.charges(), 2);
 }
 
 // ---------------------------------------------------------------------------
@@ -785,10 +889,14 @@ async fn the_idempotency_key_header_keys_a_call_on_streamable_http() {
     assert_eq!(other["result"]["_meta"][DEDUPLICATED_META], false);
     assert_eq!(ledger.charges(), 2);
 
-    // Without a header nor `_meta`, the charge is refused.
-    let refused = http_transport::post(&service, 4, params, None).await;
-    assert_eq!(refused["result"]["isError"], true);
-    assert_eq!(ledger.charges(), 2);
+    // Without a header nor `_meta`, the charge is keyed by what it does:
+    // a third charge, and its re-sent request (a new JSON-RPC id, as the
+    // spec requires) is answered from it.
+    let unkeyed = http_transport::post(&service, 4, params.clone(), None).await;
+    assert_eq!(unkeyed["result"]["_meta"][DEDUPLICATED_META], false);
+    let resent = http_transport::post(&service, 5, params, None).await;
+    assert_eq!(resent["result"]["_meta"][DEDUPLICATED_META], true);
+    assert_eq!(ledger.charges(), 3);
 }
 
 // ---------------------------------------------------------------------------
@@ -904,21 +1012,22 @@ async fn the_example_server_over_stdio_charges_once_per_key_across_restarts() {
     let first = client.call_tool(charge()).await.unwrap();
     assert_eq!(first.is_error, Some(false), "{first:?}");
     assert!(!deduplicated(&first));
-    let unkeyed = client
-        .call_tool(call(
-            "charge_card",
-            json!({"customer": "ada", "cents": 4900}),
-        ))
-        .await
-        .unwrap();
-    assert_eq!(error_of(&unkeyed)["code"], "invalid_key");
+    // What a chat client sends: no key. Another charge, keyed by what it
+    // does.
+    let unkeyed = || call("charge_card", json!({"customer": "bob", "cents": 1200}));
+    let chat = client.call_tool(unkeyed()).await.unwrap();
+    assert_eq!(chat.is_error, Some(false), "{chat:?}");
     client.cancel().await.unwrap();
 
     // A new server process on the same SQLite file: the client's retry is
-    // answered from the record.
+    // answered from the record, and so is the chat's repeat.
     let client = example::start(&binary, &store).await;
     let retry = client.call_tool(charge()).await.unwrap();
     assert!(deduplicated(&retry));
     assert_eq!(retry.content, first.content);
+    let repeated = client.call_tool(unkeyed()).await.unwrap();
+    assert!(deduplicated(&repeated));
+    assert!(words(&repeated).starts_with("Already done"));
+    assert_eq!(repeated.content[1..], chat.content[..]);
     client.cancel().await.unwrap();
 }

@@ -1,43 +1,119 @@
-//! One `tools/call`: keyed from the request, run on a task of its own
-//! through the dispatcher, answered as a `CallToolResult`.
+//! One `tools/call`: keyed from the request under the server's policy, run
+//! on a task of its own through the dispatcher, approved in the chat when
+//! it waits for a person, and answered as a `CallToolResult` written for a
+//! model.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, MetaObject, Tool};
+use rmcp::model::{
+    CallToolResponse, CallToolResult, ContentBlock, InputResponses, JsonObject, MetaObject, Tool,
+};
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
-use super::key::{self, IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META};
-use super::{DEDUPLICATED_META, KEY_META};
+use super::answer::{self, Hints};
+use super::ask::{self, Answer, Form, States};
+use super::key;
+use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
+use super::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use crate::dispatch::Arguments;
-use crate::key::KeyError;
-use crate::{Dispatcher, ErrorCode, IdemError, Namespace, RunContext, ToolCall, ToolResult};
+use crate::key::{CanonicalArgs, IdempotencyKey};
+use crate::{
+    Dispatcher, ErrorCode, IdemError, Namespace, RepeatWindow, RunContext, ToolCall, ToolResult,
+};
 
-/// What a server and its router fragments share: the dispatcher and the
-/// tools' definitions, computed once.
+/// The principal of a request: who is calling, for the namespace its calls
+/// are keyed in.
+pub(crate) type PrincipalFn = dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync;
+
+/// What a server and its router fragments share: the dispatcher, the
+/// author's choices, and the tools' definitions under them.
 pub(crate) struct Tools<S> {
     pub(crate) dispatcher: Dispatcher<S>,
     pub(crate) namespace: Option<Namespace>,
+    pub(crate) unkeyed: Unkeyed,
+    pub(crate) principal: Option<Arc<PrincipalFn>>,
+    pub(crate) approvers: HashMap<String, Approver>,
+    pub(crate) default_approver: Approver,
+    pub(crate) states: States,
     /// In registration order.
     pub(crate) definitions: Vec<Tool>,
+    /// How each tool (same order) is keyed.
+    keyed: Vec<Keyed>,
+    /// Whether each tool (same order) was given [`REPEAT_ARGUMENT`].
+    repeat: Vec<bool>,
     by_name: HashMap<String, usize>,
 }
 
+impl<S> Clone for Tools<S> {
+    fn clone(&self) -> Self {
+        Tools {
+            dispatcher: self.dispatcher.clone(),
+            namespace: self.namespace.clone(),
+            unkeyed: self.unkeyed,
+            principal: self.principal.clone(),
+            approvers: self.approvers.clone(),
+            default_approver: self.default_approver,
+            states: self.states.clone(),
+            definitions: self.definitions.clone(),
+            keyed: self.keyed.clone(),
+            repeat: self.repeat.clone(),
+            by_name: self.by_name.clone(),
+        }
+    }
+}
+
+/// A `tools/call` request, as the server and the router fragments get it.
+pub(crate) struct Request<'a> {
+    pub(crate) name: &'a str,
+    pub(crate) arguments: Option<JsonObject>,
+    pub(crate) meta: &'a JsonObject,
+    pub(crate) input_responses: Option<InputResponses>,
+    pub(crate) request_state: Option<String>,
+}
+
 impl<S: Send + Sync + 'static> Tools<S> {
-    pub(crate) fn new(dispatcher: Dispatcher<S>, namespace: Option<Namespace>) -> Self {
-        let definitions = super::tool_definitions(dispatcher.registry());
-        let by_name = definitions
+    pub(crate) fn new(dispatcher: Dispatcher<S>) -> Self {
+        let mut tools = Tools {
+            dispatcher,
+            namespace: None,
+            unkeyed: Unkeyed::default(),
+            principal: None,
+            approvers: HashMap::new(),
+            default_approver: Approver::default(),
+            states: States::random(),
+            definitions: Vec::new(),
+            keyed: Vec::new(),
+            repeat: Vec::new(),
+            by_name: HashMap::new(),
+        };
+        tools.define();
+        tools
+    }
+
+    /// The definitions under the current policy.
+    pub(crate) fn define(&mut self) {
+        self.definitions.clear();
+        self.keyed.clear();
+        self.repeat.clear();
+        for tool in self.dispatcher.registry().iter() {
+            let (definition, keyed) = super::tools::listed_definition(&**tool, self.unkeyed);
+            let repeat = definition
+                .meta
+                .as_ref()
+                .is_some_and(|m| m.contains_key(super::REPEAT_ARGUMENT_META));
+            self.definitions.push(definition);
+            self.keyed.push(keyed);
+            self.repeat.push(repeat);
+        }
+        self.by_name = self
+            .definitions
             .iter()
             .enumerate()
             .map(|(i, t)| (t.name.to_string(), i))
             .collect();
-        Tools {
-            dispatcher,
-            namespace,
-            definitions,
-            by_name,
-        }
     }
 
     /// The definition of the tool called `name`.
@@ -53,55 +129,284 @@ impl<S: Send + Sync + 'static> Tools<S> {
     /// a tool's own failure) is a tool error result the model can read.
     pub(crate) async fn call(
         &self,
-        name: &str,
-        arguments: Option<JsonObject>,
-        meta: &JsonObject,
+        request: Request<'_>,
         context: &RequestContext<RoleServer>,
-    ) -> Result<CallToolResult, ErrorData> {
-        let Some(definition) = self.get(name) else {
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name;
+        let Some(&index) = self.by_name.get(name) else {
             return Err(self.unknown_tool(name));
         };
-        let structured = definition.output_schema.is_some();
-        let keying = match key::keying(meta, context.extensions.get::<http::request::Parts>()) {
+        let definition = &self.definitions[index];
+        let hints = Hints {
+            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
+        };
+        let parts = context.extensions.get::<http::request::Parts>();
+        let keying = match key::keying(request.meta, parts) {
             Ok(keying) => keying,
             Err(problem) => {
-                let content = json!({ "error": {
-                    "code": ErrorCode::InvalidKey,
-                    "message": format!("tool `{name}`: {problem}; nothing ran"),
-                    "hint": how_to_send_a_key(),
-                }});
-                return Ok(error_result(content, false));
+                return Ok(refused(
+                    answer::bad_key_fields(name, &problem),
+                    ErrorCode::InvalidKey,
+                    &problem,
+                ))
             }
         };
-        let call = ToolCall {
-            id: keying.call_id,
+        let mut arguments = request.arguments.unwrap_or_default();
+        let repeat = if self.repeat[index] {
+            match arguments.remove(REPEAT_ARGUMENT) {
+                None | Some(Value::Null) => 0,
+                Some(value) => match value.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                    Some(n) => n,
+                    None => {
+                        let problem = format!(
+                            "`{REPEAT_ARGUMENT}` must be a whole number from 1 (found {value})"
+                        );
+                        let error = IdemError::InvalidArguments {
+                            tool: name.to_owned(),
+                            detail: problem.clone(),
+                        };
+                        return Ok(refused(
+                            answer::error(name, &error),
+                            ErrorCode::InvalidArguments,
+                            &problem,
+                        ));
+                    }
+                },
+            }
+        } else {
+            0
+        };
+        let principal = self.principal.as_ref().and_then(|f| f(context));
+        let namespace = match self.namespace_for(principal.as_deref()) {
+            Ok(namespace) => namespace,
+            Err(problem) => {
+                return Ok(refused(
+                    answer::bad_key_fields(name, &problem),
+                    ErrorCode::InvalidKey,
+                    &problem,
+                ))
+            }
+        };
+
+        // An answer to an approval question asked in an earlier round.
+        if let Some(state) = &request.request_state {
+            let fingerprint = CanonicalArgs::from_value(&Value::Object(arguments.clone()))
+                .map(|a| a.fingerprint.as_str().to_owned())
+                .unwrap_or_default();
+            if let Err(problem) = self
+                .take_answer(
+                    state,
+                    request.input_responses.as_ref(),
+                    &fingerprint,
+                    principal.as_deref(),
+                    name,
+                    context,
+                )
+                .await
+            {
+                return Ok(refused(
+                    format!("`{name}` was not run: {problem}. Nothing ran. Call it again to be asked afresh."),
+                    ErrorCode::ApprovalPending,
+                    &problem,
+                ));
+            }
+        }
+
+        let mut call = ToolCall {
+            id: None,
             name: name.to_owned(),
-            arguments: Arguments::Json(Value::Object(arguments.unwrap_or_default())),
+            arguments: Arguments::Json(Value::Object(arguments)),
         };
-        let (run_id, step) = keying.run.unzip();
-        let run = RunContext {
-            run_id,
-            step: step.unwrap_or_default(),
-            namespace: self.namespace.clone(),
+        let mut run = RunContext {
+            namespace: Some(namespace),
+            ..RunContext::default()
         };
-        // The call runs on a task of its own. Once it has claimed its key,
-        // dropping it would leave the record in flight until its lease ran
-        // out, and a non-idempotent write would then be an unknown outcome
-        // forever; a task that nobody awaits finishes and records instead.
-        // So the request may go away (a `notifications/cancelled`, an HTTP
-        // client hanging up, a server dropping its handler future) and the
-        // call still completes; a retry with the same key gets its result.
+        // A key of idem's is used exactly; a chat client's ids key a call
+        // unless a window does (see `Unkeyed::Window`).
+        let explicit = keying.is_keyed() && keying.client.is_none();
+        match self.keyed[index] {
+            Keyed::Window(within) if !explicit => {
+                run.repeat_window = Some(RepeatWindow::new(within).repeat(repeat));
+            }
+            Keyed::EachCall if !keying.is_keyed() => {
+                call.id = Some(format!("each-call-{:032x}", rand::random::<u128>()));
+            }
+            _ => {
+                call.id = keying.call_id;
+                if let Some((run_id, step)) = keying.run {
+                    run.run_id = Some(run_id);
+                    run.step = step;
+                }
+            }
+        }
+
+        let mut result = match self.dispatch(call.clone(), run.clone(), context).await {
+            Ok(result) => result,
+            Err(answer) => return Ok(answer.into()),
+        };
+        if let Err(IdemError::ApprovalPending { key, .. }) = &result.result {
+            if self.approver(name).asks_in_chat() {
+                let key = key.clone();
+                match self
+                    .ask_in_chat(definition, &key, principal.as_deref(), context)
+                    .await
+                {
+                    Asked::Later(question) => return Ok(question.into()),
+                    Asked::Answered => match self.dispatch(call, run, context).await {
+                        Ok(again) => result = again,
+                        Err(answer) => return Ok(answer.into()),
+                    },
+                    Asked::NotAsked => {}
+                }
+            }
+        }
+        // A duplicate of a key a program sent is its retry, answered exactly
+        // as the first time; one of a chat is a model's repeat, and is told
+        // so.
+        let tell = !explicit;
+        Ok(self.answer(&result, definition, hints, tell).await.into())
+    }
+
+    /// Run `call` on a task of its own.
+    ///
+    /// Once it has claimed its key, dropping it would leave the record in
+    /// flight until its lease ran out, and a non-idempotent write would
+    /// then be an unknown outcome forever; a task that nobody awaits
+    /// finishes and records instead. So the request may go away (a
+    /// `notifications/cancelled`, an HTTP client hanging up, a server
+    /// dropping its handler future) and the call still completes; a retry
+    /// gets its result.
+    async fn dispatch(
+        &self,
+        call: ToolCall,
+        run: RunContext,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ToolResult, CallToolResult> {
+        let name = call.name.clone();
         let dispatcher = self.dispatcher.clone();
         let mut task = tokio::spawn(async move { dispatcher.dispatch_one(call, &run).await });
         let joined = tokio::select! {
             biased;
             joined = &mut task => joined,
-            () = context.ct.cancelled() => return Ok(cancelled(name)),
+            () = context.ct.cancelled() => return Err(cancelled(&name)),
         };
-        Ok(match joined {
-            Ok(result) => call_tool_result(&result, structured),
-            Err(e) => panicked(name, e),
-        })
+        joined.map_err(|e| panicked(&name, e))
+    }
+
+    /// Who decides `tool`'s approvals.
+    fn approver(&self, tool: &str) -> Approver {
+        self.approvers
+            .get(tool)
+            .copied()
+            .unwrap_or(self.default_approver)
+    }
+
+    /// The namespace of a call by `principal`: the server's (or
+    /// `default`), then `/` and the principal.
+    fn namespace_for(&self, principal: Option<&str>) -> Result<Namespace, String> {
+        let base = self.namespace.clone().unwrap_or_default();
+        match principal {
+            None => Ok(base),
+            Some(principal) => Namespace::new(format!("{}/{principal}", base.as_str()))
+                .map_err(|e| format!("the caller's identity cannot name a namespace ({e})")),
+        }
+    }
+
+    /// Who approves in the chat, as recorded: the principal or "the chat
+    /// user", and the client.
+    fn chat_user(principal: Option<&str>, context: &RequestContext<RoleServer>) -> String {
+        let who = principal.unwrap_or("the chat user");
+        match context.client_info() {
+            Some(client) => format!("{who} (in {})", client.name),
+            None => who.to_owned(),
+        }
+    }
+
+    /// Ask the person in the chat about the call awaiting approval under
+    /// `key`, once.
+    async fn ask_in_chat(
+        &self,
+        definition: &Tool,
+        key: &IdempotencyKey,
+        principal: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Asked {
+        let Some(form) = ask::form(context) else {
+            return Asked::NotAsked;
+        };
+        let operator = self.dispatcher.executor().operator();
+        let record = match operator.show(key).await {
+            Ok(record) => record,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read the call awaiting approval");
+                return Asked::NotAsked;
+            }
+        };
+        match operator.was_asked(key).await {
+            Ok(false) => {}
+            Ok(true) => return Asked::NotAsked,
+            Err(e) => {
+                tracing::warn!(error = %e, "could not read whether the chat user was asked");
+                return Asked::NotAsked;
+            }
+        }
+        let who = Self::chat_user(principal, context);
+        if let Err(e) = ask::note_asked(&operator, &record, &who).await {
+            tracing::warn!(error = %e, "could not note the question; not asking");
+            return Asked::NotAsked;
+        }
+        let question = ask::question(definition, &record);
+        match form {
+            Form::InputRequired => {
+                Asked::Later(
+                    self.states
+                        .ask_later(question, &record, principal, &definition.name),
+                )
+            }
+            Form::Request => {
+                let answer = ask::ask_now(context, question).await;
+                if answer == Answer::None {
+                    return Asked::NotAsked;
+                }
+                match ask::record_answer(&operator, &record, answer, &who).await {
+                    Ok(()) => Asked::Answered,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "could not record the chat user's answer");
+                        Asked::NotAsked
+                    }
+                }
+            }
+        }
+    }
+
+    /// Record the answer a client returned with a request state.
+    async fn take_answer(
+        &self,
+        state: &str,
+        responses: Option<&InputResponses>,
+        fingerprint: &str,
+        principal: Option<&str>,
+        tool: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), String> {
+        let (key, asked_fingerprint, created_at, answer) =
+            self.states.answered(state, responses, principal, tool)?;
+        if asked_fingerprint != fingerprint {
+            return Err(
+                "the approval answer was given for other arguments than this call's".to_owned(),
+            );
+        }
+        let key = IdempotencyKey::parse(&key).map_err(|e| e.to_string())?;
+        let operator = self.dispatcher.executor().operator();
+        let record = operator.show(&key).await.map_err(|e| e.to_string())?;
+        if record.created_at.as_millis() != created_at {
+            // Another request under the key since: not what was asked.
+            return Ok(());
+        }
+        let who = Self::chat_user(principal, context);
+        ask::record_answer(&operator, &record, answer, &who)
+            .await
+            .map_err(|e| e.to_string())
     }
 
     fn unknown_tool(&self, name: &str) -> ErrorData {
@@ -116,40 +421,72 @@ impl<S: Send + Sync + 'static> Tools<S> {
         };
         ErrorData::invalid_params(error.to_string(), Some(data))
     }
+
+    /// The MCP shape of a dispatched call's result, written for a model;
+    /// a duplicate's starts with a sentence saying it was already done
+    /// when `tell`.
+    async fn answer(
+        &self,
+        result: &ToolResult,
+        definition: &Tool,
+        hints: Hints<'_>,
+        tell: bool,
+    ) -> CallToolResult {
+        let structured = definition.output_schema.is_some();
+        let called = match &result.result {
+            Ok(called) => called,
+            Err(e) => {
+                let content = result.content();
+                return error_result(
+                    answer::error(&definition.name, e),
+                    content["error"].clone(),
+                    result.deduplicated(),
+                );
+            }
+        };
+        let key = called.meta.key.as_ref();
+        let mut answer = if structured {
+            CallToolResult::structured(called.output.clone())
+        } else {
+            CallToolResult::success(vec![ContentBlock::text(answer::plain(&called.output))])
+        };
+        if called.meta.deduplicated && tell {
+            let (at, now) = self.recorded_at(key).await;
+            let said = answer::already_done(&definition.name, at, now, hints);
+            answer.content.insert(0, ContentBlock::text(said));
+        }
+        answer.with_meta(Some(result_meta(
+            called.meta.deduplicated,
+            key.map(IdempotencyKey::as_str),
+        )))
+    }
+
+    /// When the record under `key` was created, and the store's time now.
+    async fn recorded_at(&self, key: Option<&IdempotencyKey>) -> (Option<u64>, u64) {
+        let store = self.dispatcher.executor().store();
+        let now = store.now().await.map_or(0, |t| t.as_millis());
+        let Some(key) = key else {
+            return (None, now);
+        };
+        let at = store
+            .get(key)
+            .await
+            .ok()
+            .flatten()
+            .map(|record| record.created_at.as_millis());
+        (at, now)
+    }
 }
 
-/// The MCP shape of a dispatched call's result: the output as text — a
-/// string output as itself, which chat clients show as written, anything
-/// else as JSON — (and as `structuredContent` when the tool declares an
-/// output schema),
-/// or `isError` with the dispatcher's `{"error": {"code", "message"}}`.
-/// `_meta` says whether the answer came from the record, and the key.
-pub(crate) fn call_tool_result(result: &ToolResult, structured: bool) -> CallToolResult {
-    let answer = match &result.result {
-        Ok(called) if structured => CallToolResult::structured(called.output.clone()),
-        Ok(called) => CallToolResult::success(vec![ContentBlock::text(match &called.output {
-            Value::String(text) => text.clone(),
-            other => other.to_string(),
-        })]),
-        Err(e) => {
-            let mut content = result.content();
-            if matches!(
-                e,
-                IdemError::Key {
-                    source: KeyError::NoSource { .. },
-                    ..
-                }
-            ) {
-                content["error"]["hint"] = how_to_send_a_key();
-            }
-            return error_result(content, result.deduplicated());
-        }
-    };
-    let key = result
-        .meta()
-        .and_then(|m| m.key.as_ref())
-        .map(|k| k.as_str());
-    answer.with_meta(Some(result_meta(result.deduplicated(), key)))
+/// What asking the person in the chat came to.
+enum Asked {
+    /// Asked in the answer (protocol 2026-07-28): return it.
+    Later(rmcp::model::InputRequiredResult),
+    /// They answered, and the answer is recorded: dispatch again.
+    Answered,
+    /// Not asked (no elicitation, asked before), or no answer: the call
+    /// stays pending.
+    NotAsked,
 }
 
 fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {
@@ -161,46 +498,43 @@ fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {
     meta
 }
 
-/// An `isError` result whose text is `content` as JSON.
-fn error_result(content: Value, deduplicated: bool) -> CallToolResult {
-    CallToolResult::error(vec![ContentBlock::text(content.to_string())])
-        .with_meta(Some(result_meta(deduplicated, None)))
+/// An `isError` result whose text is `text`, with the error for programs
+/// (`{"code", "message", …}`) in `_meta`.
+fn error_result(text: String, error: Value, deduplicated: bool) -> CallToolResult {
+    let mut meta = result_meta(deduplicated, None);
+    meta.insert(ERROR_META.to_owned(), error);
+    CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(meta))
 }
 
-/// What a write without a key is told.
-fn how_to_send_a_key() -> Value {
-    json!(format!(
-        "send an idempotency key with the call, the same on every retry of one intended effect: \
-         the request's `_meta` field `{IDEMPOTENCY_KEY_META}` (a string), or the HTTP header \
-         `{}`, or the `_meta` fields `{RUN_ID_META}` (a string) and `{STEP_META}` (an integer)",
-        key::IDEMPOTENCY_KEY_HEADER
-    ))
+/// A call refused before it was dispatched.
+fn refused(text: String, code: ErrorCode, message: &str) -> CallToolResponse {
+    error_result(text, json!({ "code": code, "message": message }), false).into()
 }
 
 /// The answer to a request the client cancelled. rmcp does not send it
 /// (MCP says a cancelled request gets no response); it is there for
 /// servers that do.
 fn cancelled(name: &str) -> CallToolResult {
-    let content = json!({ "error": {
-        "code": "cancelled",
-        "message": format!(
-            "the request for `{name}` was cancelled; a call that had started goes on and records \
-             its outcome: call again with the same key to receive it"
+    error_result(
+        format!(
+            "The request for `{name}` was cancelled. If it had started, it goes on and its \
+             outcome is recorded: call again with the same arguments to receive it."
         ),
-    }});
-    error_result(content, false)
+        json!({ "code": "cancelled", "message": "the request was cancelled" }),
+        false,
+    )
 }
 
 /// The answer when the tool panicked. Whether its effect happened is
 /// unknown; its record stays in flight and the lease decides, as if the
 /// process had crashed.
 fn panicked(name: &str, error: tokio::task::JoinError) -> CallToolResult {
-    let content = json!({ "error": {
-        "code": "panicked",
-        "message": format!(
-            "tool `{name}` did not finish ({error}); whether its effect happened is unknown, and \
-             its record is left to its lease, as after a crash"
+    error_result(
+        format!(
+            "`{name}` stopped without finishing, so whether it took effect is unknown. Do not \
+             call it again; tell the user it needs checking."
         ),
-    }});
-    error_result(content, false)
+        json!({ "code": "panicked", "message": error.to_string() }),
+        false,
+    )
 }

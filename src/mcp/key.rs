@@ -6,15 +6,20 @@
 //!    request context's extensions).
 //! 3. `_meta` [`RUN_ID_META`] and [`STEP_META`]: the run and step, which
 //!    the executor hashes with the tool's name and arguments.
-//! 4. Nothing here: the tool's own derivation (natural or custom key)
-//!    decides, and a write with the default derivation is refused.
+//! 4. What chat clients send of their own accord ([`CLIENT_FIELDS`]):
+//!    Claude Code's tool-use id (a call id); VS Code's conversation and
+//!    request ids, Codex's thread and turn ids (each a run).
+//! 5. Nothing here: the server's policy for calls without a key decides
+//!    ([`Unkeyed`](super::Unkeyed)), or the tool's own derivation (a
+//!    natural or custom key).
 //!
 //! The JSON-RPC request id and the progress token are never read: both
 //! are new on every retry, so a key made of them would deduplicate nothing.
 //!
-//! 1 and 2 become the call's call id (the `call` source of `docs/keys.md`),
-//! 3 its run context (the `step` source); the executor derives the key, so
-//! the key is namespaced and versioned as on every other route.
+//! 1, 2 and Claude Code's id become the call's call id (the `call` source
+//! of `docs/keys.md`), 3 and the other clients' ids its run context (the
+//! `step` source); the executor derives the key, so the key is namespaced
+//! and versioned as on every other route.
 
 use serde_json::Value;
 
@@ -36,13 +41,52 @@ pub const STEP_META: &str = "io.idem/step";
 /// quoted string as the IETF draft writes it (`Idempotency-Key: "8e03…"`).
 pub const IDEMPOTENCY_KEY_HEADER: &str = "Idempotency-Key";
 
+/// The `_meta` field in which Claude Code sends the model's tool-use id
+/// (`toolu_…`): the same on a re-sent request, new for every tool use.
+pub const CLAUDE_CODE_TOOL_USE_META: &str = "claudecode/toolUseId";
+
+/// The `_meta` field in which VS Code sends the chat conversation's id.
+pub const VSCODE_CONVERSATION_META: &str = "vscode.conversationId";
+
+/// The `_meta` field in which VS Code sends the id of the chat request
+/// (one turn of the conversation).
+pub const VSCODE_REQUEST_META: &str = "vscode.requestId";
+
+/// The `_meta` field in which Codex sends its turn's metadata: an object
+/// (or that object as JSON text) with `thread_id` (or `session_id`) and
+/// `turn_id`.
+pub const CODEX_TURN_META: &str = "x-codex-turn-metadata";
+
+/// The fields a server reads of what MCP clients send, in the order it
+/// reads them. The server's capabilities list them (`experimental` →
+/// `io.idem` → `keyFields`), so a client can tell which it may send.
+pub const CLIENT_FIELDS: &[&str] = &[
+    IDEMPOTENCY_KEY_META,
+    RUN_ID_META,
+    STEP_META,
+    CLAUDE_CODE_TOOL_USE_META,
+    VSCODE_CONVERSATION_META,
+    VSCODE_REQUEST_META,
+    CODEX_TURN_META,
+];
+
 /// What one call is keyed by, before the executor derives the key.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Keying {
-    /// From `_meta` or the header: the executor's call id.
+    /// From `_meta`, the header or Claude Code: the executor's call id.
     pub(crate) call_id: Option<String>,
-    /// From `_meta` run id and step.
+    /// From `_meta` run id and step, or a chat client's conversation.
     pub(crate) run: Option<(String, u64)>,
+    /// Which client's own ids these are; `None` for idem's fields and the
+    /// header, which a client sends because it means them as a key.
+    pub(crate) client: Option<&'static str>,
+}
+
+impl Keying {
+    /// Whether the call carries anything to key it by.
+    pub(crate) fn is_keyed(&self) -> bool {
+        self.call_id.is_some() || self.run.is_some()
+    }
 }
 
 /// Read the call's key source from its `_meta` and, on HTTP, its headers.
@@ -65,23 +109,23 @@ pub(crate) fn keying(
         };
         return Ok(Keying {
             call_id: Some(key.clone()),
-            run: None,
+            ..Keying::default()
         });
     }
     if let Some(parts) = http {
         if let Some(key) = header_key(&parts.headers)? {
             return Ok(Keying {
                 call_id: Some(key),
-                run: None,
+                ..Keying::default()
             });
         }
     }
     match (meta.get(RUN_ID_META), meta.get(STEP_META)) {
-        (None, None) => Ok(Keying::default()),
+        (None, None) => client_keying(meta),
         (Some(Value::String(run_id)), Some(step)) => match step.as_u64() {
             Some(step) => Ok(Keying {
-                call_id: None,
                 run: Some((run_id.clone(), step)),
+                ..Keying::default()
             }),
             None => Err(format!(
                 "`_meta` field `{STEP_META}` must be a non-negative integer, found {}",
@@ -100,6 +144,58 @@ pub(crate) fn keying(
             json_type(run_id)
         )),
     }
+}
+
+/// What a chat client sends of its own accord: Claude Code's tool-use id,
+/// VS Code's conversation and request, Codex's thread and turn. A field
+/// of the wrong type is ignored rather than refused: the client did not
+/// send it as a key, and the call is then keyed as if it were absent.
+fn client_keying(meta: &serde_json::Map<String, Value>) -> Result<Keying, String> {
+    let text = |field: &str| match meta.get(field) {
+        Some(Value::String(text)) if !text.is_empty() => Some(text.as_str()),
+        _ => None,
+    };
+    if let Some(tool_use) = text(CLAUDE_CODE_TOOL_USE_META) {
+        return Ok(Keying {
+            call_id: Some(tool_use.to_owned()),
+            run: None,
+            client: Some("Claude Code"),
+        });
+    }
+    if let (Some(conversation), Some(request)) =
+        (text(VSCODE_CONVERSATION_META), text(VSCODE_REQUEST_META))
+    {
+        return Ok(Keying {
+            call_id: None,
+            run: Some((format!("vscode:{conversation}:{request}"), 0)),
+            client: Some("VS Code"),
+        });
+    }
+    if let Some((thread, turn)) = meta.get(CODEX_TURN_META).and_then(codex_turn) {
+        return Ok(Keying {
+            call_id: None,
+            run: Some((format!("codex:{thread}:{turn}"), 0)),
+            client: Some("Codex"),
+        });
+    }
+    Ok(Keying::default())
+}
+
+/// Codex's thread (or session) and turn, from its turn metadata: an object,
+/// or the object as JSON text.
+fn codex_turn(value: &Value) -> Option<(String, String)> {
+    let parsed;
+    let object = match value {
+        Value::Object(object) => object,
+        Value::String(text) => {
+            parsed = serde_json::from_str::<Value>(text).ok()?;
+            parsed.as_object()?
+        }
+        _ => return None,
+    };
+    let text = |field: &str| object.get(field)?.as_str().filter(|t| !t.is_empty());
+    let thread = text("thread_id").or_else(|| text("session_id"))?;
+    Some((thread.to_owned(), text("turn_id")?.to_owned()))
 }
 
 /// The `Idempotency-Key` header's value, unquoted.
@@ -195,6 +291,55 @@ mod tests {
     fn the_progress_token_is_never_a_key() {
         let m = meta(json!({"progressToken": "p1"}));
         assert_eq!(keying(&m, None).unwrap(), Keying::default());
+    }
+
+    #[test]
+    fn claude_codes_tool_use_id_is_a_call_id() {
+        let m = meta(json!({CLAUDE_CODE_TOOL_USE_META: "toolu_01A", "progressToken": 3}));
+        let keying = keying(&m, None).unwrap();
+        assert_eq!(keying.call_id.as_deref(), Some("toolu_01A"));
+        assert_eq!(keying.client, Some("Claude Code"));
+    }
+
+    #[test]
+    fn vscodes_conversation_and_request_are_a_run() {
+        let m = meta(json!({VSCODE_CONVERSATION_META: "c-1", VSCODE_REQUEST_META: "r-9"}));
+        let keying = keying(&m, None).unwrap();
+        assert_eq!(keying.run, Some(("vscode:c-1:r-9".to_owned(), 0)));
+        assert_eq!(keying.client, Some("VS Code"));
+        // One without the other keys nothing.
+        let half = meta(json!({VSCODE_CONVERSATION_META: "c-1"}));
+        assert!(!keying_of(half).is_keyed());
+    }
+
+    fn keying_of(m: Map<String, Value>) -> Keying {
+        keying(&m, None).unwrap()
+    }
+
+    #[test]
+    fn codexs_turn_metadata_is_a_run_as_an_object_or_as_text() {
+        let object = json!({"session_id": "s", "thread_id": "t-1", "turn_id": "u-2"});
+        let as_object = keying_of(meta(json!({ CODEX_TURN_META: object.clone() })));
+        assert_eq!(as_object.run, Some(("codex:t-1:u-2".to_owned(), 0)));
+        let as_text = keying_of(meta(json!({ CODEX_TURN_META: object.to_string() })));
+        assert_eq!(as_text, as_object);
+        let session_only = json!({"session_id": "s", "turn_id": "u-2"});
+        assert_eq!(
+            keying_of(meta(json!({ CODEX_TURN_META: session_only }))).run,
+            Some(("codex:s:u-2".to_owned(), 0))
+        );
+        assert!(!keying_of(meta(json!({ CODEX_TURN_META: "not json" }))).is_keyed());
+    }
+
+    #[test]
+    fn idems_own_fields_come_before_a_clients() {
+        let m = meta(json!({
+            RUN_ID_META: "run", STEP_META: 1,
+            CLAUDE_CODE_TOOL_USE_META: "toolu_01A",
+        }));
+        let keying = keying(&m, None).unwrap();
+        assert_eq!(keying.run, Some(("run".to_owned(), 1)));
+        assert_eq!(keying.client, None);
     }
 
     #[test]

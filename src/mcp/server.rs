@@ -11,8 +11,13 @@ use rmcp::model::{
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::json;
 
-use super::call::Tools;
+use super::ask::States;
+use super::call::{Request, Tools};
+use super::key::{CLIENT_FIELDS, IDEMPOTENCY_KEY_HEADER};
+use super::policy::{Approver, Unkeyed};
+use super::CAPABILITY;
 use crate::registry::BoxFuture;
 use crate::{Dispatcher, Namespace};
 
@@ -66,14 +71,15 @@ impl<S: Send + Sync + 'static> McpServer<S> {
     /// [`McpServer::with_config`] says otherwise.
     pub fn new(dispatcher: Dispatcher<S>) -> Self {
         McpServer {
-            tools: Arc::new(Tools::new(dispatcher, None)),
+            tools: Arc::new(Tools::new(dispatcher)),
             config: ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
                 .with_server_info(Implementation::new("idem", env!("CARGO_PKG_VERSION"))),
         }
     }
 
     /// What the server says of itself at `initialize` (its name, version,
-    /// instructions, capabilities). Keep tools enabled in the capabilities.
+    /// instructions, capabilities). Keep tools enabled in the capabilities;
+    /// the server adds its own entry to `experimental` ([`CAPABILITY`]).
     pub fn with_config(mut self, config: ServerConfig) -> Self {
         self.config = config;
         self
@@ -81,11 +87,81 @@ impl<S: Send + Sync + 'static> McpServer<S> {
 
     /// Key every call in tenant `namespace` rather than the executor's
     /// default (one server per tenant; see
-    /// [`Namespace`](crate::Namespace)).
+    /// [`Namespace`](crate::Namespace)). With a
+    /// [`principal`](McpServer::principal), each caller's calls are keyed
+    /// in `namespace/principal`.
     pub fn namespace(mut self, namespace: Namespace) -> Self {
-        let dispatcher = self.tools.dispatcher.clone();
-        self.tools = Arc::new(Tools::new(dispatcher, Some(namespace)));
+        self.tools_mut().namespace = Some(namespace);
         self
+    }
+
+    /// What to do with a write that carries no key of idem's — every call
+    /// of a chat client ([`Unkeyed`]; a ten-minute window by default).
+    pub fn unkeyed(mut self, policy: Unkeyed) -> Self {
+        let tools = self.tools_mut();
+        tools.unkeyed = policy;
+        tools.define();
+        self
+    }
+
+    /// Who is calling, for a server that serves many people (over
+    /// streamable HTTP): the OAuth token's subject, a header set by a
+    /// trusted proxy, any function of the request. Each principal's calls
+    /// are keyed in a namespace of their own (`default/alice`, or
+    /// `NAMESPACE/alice` under [`McpServer::namespace`]), so one user's
+    /// key, or identical unkeyed call, never answers another's. `None`
+    /// (stdio, one user): the server's namespace.
+    ///
+    /// rmcp's streamable HTTP server puts the request's
+    /// `http::request::Parts` in `context.extensions`:
+    ///
+    /// ```
+    /// # use idem::mcp::McpServer;
+    /// # fn f(server: McpServer) -> McpServer {
+    /// server.principal(|context| {
+    ///     let parts = context.extensions.get::<http::request::Parts>()?;
+    ///     // Set by the authenticating proxy in front of this server.
+    ///     let user = parts.headers.get("x-authenticated-user")?;
+    ///     Some(user.to_str().ok()?.to_owned())
+    /// })
+    /// # }
+    /// ```
+    pub fn principal<F>(mut self, principal: F) -> Self
+    where
+        F: Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync + 'static,
+    {
+        self.tools_mut().principal = Some(Arc::new(principal));
+        self
+    }
+
+    /// Who decides the approvals of tool `tool` that the executor's policy
+    /// leaves to a person ([`Approver`]; by default the person in the chat
+    /// when the client can ask them, else an operator).
+    pub fn approver(mut self, tool: &str, approver: Approver) -> Self {
+        self.tools_mut().approvers.insert(tool.to_owned(), approver);
+        self
+    }
+
+    /// Who decides approvals for every tool without an
+    /// [`McpServer::approver`] of its own.
+    pub fn approvers(mut self, approver: Approver) -> Self {
+        self.tools_mut().default_approver = approver;
+        self
+    }
+
+    /// The secret that seals the state of an approval asked in the chat
+    /// (protocol 2026-07-28), at least 32 bytes. Every server behind one
+    /// load balancer needs the same; by default each process makes its
+    /// own, and an answer that comes back to another process is asked
+    /// afresh.
+    pub fn request_state_secret(mut self, secret: &[u8]) -> Result<Self, SecretError> {
+        let states = States::with_secret(secret).map_err(SecretError)?;
+        self.tools_mut().states = states;
+        Ok(self)
+    }
+
+    fn tools_mut(&mut self) -> &mut Tools<S> {
+        Arc::make_mut(&mut self.tools)
     }
 
     /// The dispatcher the calls run through.
@@ -137,14 +213,20 @@ impl<S: Send + Sync + 'static> McpServer<S> {
                         request_context,
                         name,
                         arguments,
+                        input_responses,
+                        request_state,
                         ..
                     } = context;
                     Box::pin(async move {
                         let meta: &JsonObject = &request_context.meta;
-                        tools
-                            .call(&name, arguments, meta, &request_context)
-                            .await
-                            .map(CallToolResponse::from)
+                        let request = Request {
+                            name: &name,
+                            arguments,
+                            meta,
+                            input_responses,
+                            request_state,
+                        };
+                        tools.call(request, &request_context).await
                     })
                 },
             ));
@@ -154,8 +236,31 @@ impl<S: Send + Sync + 'static> McpServer<S> {
 }
 
 impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
+    /// The configuration, with [`CAPABILITY`] in `experimental`: the
+    /// fields the server reads a key from, and what it does without one.
     fn get_info(&self) -> ServerConfig {
-        self.config.clone()
+        let mut config = self.config.clone();
+        let (policy, window) = match self.tools.unkeyed {
+            Unkeyed::Window(within) => ("window", Some(within.as_secs())),
+            Unkeyed::Refuse => ("refuse", None),
+        };
+        let mut entry = json!({
+            "keyFields": CLIENT_FIELDS,
+            "keyHeader": IDEMPOTENCY_KEY_HEADER,
+            "unkeyed": policy,
+        });
+        if let Some(window) = window {
+            entry["windowSeconds"] = window.into();
+        }
+        let serde_json::Value::Object(entry) = entry else {
+            unreachable!("an object literal")
+        };
+        config
+            .capabilities
+            .experimental
+            .get_or_insert_with(Default::default)
+            .insert(CAPABILITY.to_owned(), entry);
+        config
     }
 
     async fn list_tools(
@@ -183,9 +288,30 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         if let Some(own) = request.meta {
             meta.extend(own.0 .0);
         }
-        self.tools
-            .call(&request.name, request.arguments, &meta, &context)
-            .await
-            .map(CallToolResponse::from)
+        let call = Request {
+            name: &request.name,
+            arguments: request.arguments,
+            meta: &meta,
+            input_responses: request.input_responses,
+            request_state: request.request_state,
+        };
+        self.tools.call(call, &context).await
     }
 }
+
+/// A [`McpServer::request_state_secret`] that cannot seal states (shorter
+/// than 32 bytes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecretError(String);
+
+impl std::fmt::Display for SecretError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the request-state secret cannot seal approval states: {}",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for SecretError {}

@@ -1,0 +1,283 @@
+//! Approvals asked of the person in the chat, through MCP elicitation: the
+//! tool, its description and the exact arguments, accept or decline.
+//!
+//! Two forms, by the protocol version of the request:
+//!
+//! * **2026-07-28 and later** (multi round-trip): the call answers with an
+//!   `InputRequiredResult` holding the question and a `requestState`
+//!   sealed with HMAC-SHA256 (rmcp's `RequestStateCodec`), bound to the
+//!   principal and the tool, and naming the record it asks about: its key,
+//!   its arguments' fingerprint and when it was created. The client
+//!   retries the call with the person's answer and the state; a state
+//!   that was tampered with, is for another principal, tool or arguments,
+//!   or has expired is refused. It is single-use because the record is:
+//!   once decided, a decision for it is refused and the call is answered
+//!   from the record.
+//! * **Earlier versions**: an `elicitation/create` request to the client
+//!   while the call waits.
+//!
+//! Accept records an approval (by the principal, or "the chat user", via
+//! the client's name) and the call runs once; decline records a denial and
+//! nothing runs; cancel leaves the call pending. The question is noted in
+//! the audit log before it is asked (`asked`), and the same record is never
+//! asked about twice.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use rmcp::model::{
+    ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
+    InputRequest, InputRequiredResult, InputResponses, ProtocolVersion, RequestStateCodec,
+    SealOptions, Tool,
+};
+use rmcp::service::RequestContext;
+use rmcp::RoleServer;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::approval::Approval;
+use crate::operator::{Actor, Operator, OperatorError};
+use crate::record::{Record, Status};
+
+/// The id of the one input request of an approval round.
+pub(crate) const APPROVAL_INPUT: &str = "idem_approval";
+
+/// How long a person has to answer, and a sealed state stays valid.
+pub(crate) const ANSWER_WITHIN: Duration = Duration::from_secs(600);
+
+/// What the client can do to ask its user.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Form {
+    /// Return an `InputRequiredResult` (protocol 2026-07-28 and later).
+    InputRequired,
+    /// Send `elicitation/create` and wait.
+    Request,
+}
+
+/// How this request's client can be asked, if at all: it declared form
+/// elicitation (an empty `elicitation` object is the older spelling).
+pub(crate) fn form(context: &RequestContext<RoleServer>) -> Option<Form> {
+    let capabilities = context.client_capabilities()?;
+    let elicitation = capabilities.elicitation?;
+    if elicitation.form.is_none() && elicitation.url.is_some() {
+        return None;
+    }
+    match context.protocol_version() {
+        Some(version) if version >= ProtocolVersion::V_2026_07_28 => Some(Form::InputRequired),
+        _ => Some(Form::Request),
+    }
+}
+
+/// The person's answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    Accept,
+    Decline,
+    /// Cancelled, dismissed, timed out, or the client could not ask.
+    None,
+}
+
+impl From<ElicitationAction> for Answer {
+    fn from(action: ElicitationAction) -> Self {
+        match action {
+            ElicitationAction::Accept => Answer::Accept,
+            ElicitationAction::Decline => Answer::Decline,
+            _ => Answer::None,
+        }
+    }
+}
+
+/// The question put to the person: the tool, what it does, the exact
+/// arguments it will run with (or that they are withheld).
+pub(crate) fn question(definition: &Tool, record: &Record) -> String {
+    let description = definition.description.as_deref().unwrap_or_default();
+    let arguments = match &record.info.args {
+        Some(text) => serde_json::from_str::<Value>(text)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .unwrap_or_else(|| text.clone()),
+        None => format!(
+            "(withheld: this tool does not store its arguments; fingerprint {})",
+            record.fingerprint
+        ),
+    };
+    format!(
+        "Allow this action? It cannot be undone.\n\n{}: {}\n\nWith these arguments:\n{}\n\n\
+         Accept runs it once. Decline means it does not run.",
+        definition.name,
+        description.trim(),
+        arguments
+    )
+}
+
+/// The elicitation request: a form with no fields, accept or decline.
+pub(crate) fn request(message: String) -> ElicitRequestParams {
+    ElicitRequestParams::FormElicitationParams {
+        meta: None,
+        message,
+        requested_schema: ElicitationSchema::new(BTreeMap::new()),
+    }
+}
+
+/// Ask with `elicitation/create` and wait for the answer.
+pub(crate) async fn ask_now(context: &RequestContext<RoleServer>, message: String) -> Answer {
+    match context
+        .peer
+        .create_elicitation_with_timeout(request(message), Some(ANSWER_WITHIN))
+        .await
+    {
+        Ok(result) => result.action.into(),
+        Err(e) => {
+            tracing::warn!(error = %e, "the chat client did not answer the approval question");
+            Answer::None
+        }
+    }
+}
+
+/// What a sealed request state names: the record asked about.
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+struct Asking {
+    key: String,
+    fingerprint: String,
+    created_at: u64,
+}
+
+/// Seals and opens request states; one per server (a fleet behind a load
+/// balancer shares its secret: [`McpServer::request_state_secret`]).
+///
+/// [`McpServer::request_state_secret`]: super::McpServer::request_state_secret
+#[derive(Clone)]
+pub(crate) struct States {
+    codec: RequestStateCodec,
+}
+
+impl std::fmt::Debug for States {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("States(…)")
+    }
+}
+
+impl States {
+    /// With a random secret of this process.
+    pub(crate) fn random() -> Self {
+        let mut secret = [0u8; 32];
+        rand::fill(&mut secret);
+        States::with_secret(&secret).expect("32 bytes are enough")
+    }
+
+    /// With `secret` (at least 32 bytes).
+    pub(crate) fn with_secret(secret: &[u8]) -> Result<Self, String> {
+        RequestStateCodec::try_new(secret.to_vec())
+            .map(|codec| States { codec })
+            .map_err(|e| e.to_string())
+    }
+
+    /// The associated data a state is bound to.
+    fn bound_to(principal: Option<&str>, tool: &str) -> Vec<u8> {
+        format!("idem-approval\0{}\0{tool}", principal.unwrap_or("")).into_bytes()
+    }
+
+    /// The input-required answer that asks about `record`.
+    pub(crate) fn ask_later(
+        &self,
+        message: String,
+        record: &Record,
+        principal: Option<&str>,
+        tool: &str,
+    ) -> InputRequiredResult {
+        let asking = Asking {
+            key: record.key.as_str().to_owned(),
+            fingerprint: record.fingerprint.as_str().to_owned(),
+            created_at: record.created_at.as_millis(),
+        };
+        let bound = Self::bound_to(principal, tool);
+        let state = self
+            .codec
+            .seal_json_with(
+                &asking,
+                &SealOptions::new()
+                    .associated_data(&bound)
+                    .ttl(ANSWER_WITHIN),
+            )
+            .expect("a key and numbers serialize");
+        let mut requests = BTreeMap::new();
+        requests.insert(
+            APPROVAL_INPUT.to_owned(),
+            InputRequest::Elicitation(ElicitRequest::new(request(message))),
+        );
+        InputRequiredResult::new(Some(requests), Some(state))
+    }
+
+    /// The record a returned state asks about and the person's answer, or
+    /// why the state is refused.
+    pub(crate) fn answered(
+        &self,
+        state: &str,
+        responses: Option<&InputResponses>,
+        principal: Option<&str>,
+        tool: &str,
+    ) -> Result<(String, String, u64, Answer), String> {
+        let bound = Self::bound_to(principal, tool);
+        let asking: Asking = self.codec.open_json_with(state, &bound).map_err(|e| {
+            format!("the approval answer could not be verified ({e}): it is for another call, was changed, or expired")
+        })?;
+        let answer = responses
+            .and_then(|r| r.get(APPROVAL_INPUT))
+            .and_then(|v| serde_json::from_value::<ElicitResult>(v.clone()).ok())
+            .map_or(Answer::None, |r| r.action.into());
+        Ok((asking.key, asking.fingerprint, asking.created_at, answer))
+    }
+}
+
+/// Record the person's answer about `record`, if it is still the request
+/// they were asked about (awaiting approval, the same arguments, created
+/// when it was): accept approves, decline denies, no answer notes that
+/// they were asked. A record decided meanwhile is left as it is, and the
+/// call is answered from it.
+pub(crate) async fn record_answer(
+    operator: &Operator,
+    record: &Record,
+    answer: Answer,
+    who: &str,
+) -> Result<(), OperatorError> {
+    if record.status() != Status::AwaitingApproval {
+        return Ok(());
+    }
+    let decided = match answer {
+        Answer::Accept => operator
+            .approve_record(
+                record,
+                Approval {
+                    approver: who.to_owned(),
+                    note: Some("approved in the chat".to_owned()),
+                    fingerprint: None,
+                },
+            )
+            .await
+            .map(drop),
+        Answer::Decline => operator
+            .deny_record(record, who, "declined in the chat")
+            .await
+            .map(drop),
+        Answer::None => return Ok(()),
+    };
+    match decided {
+        // Someone else decided first: their decision stands.
+        Err(OperatorError::Changed { .. }) => Ok(()),
+        other => other,
+    }
+}
+
+/// Note before asking that `who` asks about `record`.
+pub(crate) async fn note_asked(
+    operator: &Operator,
+    record: &Record,
+    who: &str,
+) -> Result<(), OperatorError> {
+    operator
+        .note_asked(
+            record,
+            &Actor::new(who).because("asked the person in the chat to approve"),
+        )
+        .await
+}
