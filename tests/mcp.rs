@@ -835,7 +835,13 @@ mod http_transport {
     pub fn service(
         ledger: &Ledger,
     ) -> StreamableHttpService<idem::mcp::McpServer<Ledger>, NeverSessionManager> {
-        let server = server(ledger);
+        service_of(server(ledger))
+    }
+
+    /// `server` as such a service.
+    pub fn service_of(
+        server: idem::mcp::McpServer<Ledger>,
+    ) -> StreamableHttpService<idem::mcp::McpServer<Ledger>, NeverSessionManager> {
         let config = StreamableHttpServerConfig::default()
             .with_legacy_session_mode(false)
             .with_json_response(true);
@@ -849,14 +855,28 @@ mod http_transport {
         params: Value,
         idempotency_key: Option<&str>,
     ) -> Value {
+        let key: Vec<_> = idempotency_key
+            .map(|k| ("Idempotency-Key", k))
+            .into_iter()
+            .collect();
+        post_with(service, id, params, &key).await
+    }
+
+    /// POST one JSON-RPC request with these extra headers.
+    pub async fn post_with(
+        service: &StreamableHttpService<idem::mcp::McpServer<Ledger>, NeverSessionManager>,
+        id: u64,
+        params: Value,
+        headers: &[(&str, &str)],
+    ) -> Value {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params});
         let mut request = http::Request::post("http://localhost/mcp")
             .header("host", "localhost")
             .header("content-type", "application/json")
             .header("accept", "application/json, text/event-stream")
             .header("mcp-protocol-version", "2025-06-18");
-        if let Some(key) = idempotency_key {
-            request = request.header("Idempotency-Key", key);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let request = request
             .body(Full::new(Bytes::from(body.to_string())))
@@ -897,6 +917,52 @@ async fn the_idempotency_key_header_keys_a_call_on_streamable_http() {
     let resent = http_transport::post(&service, 5, params, None).await;
     assert_eq!(resent["result"]["_meta"][DEDUPLICATED_META], true);
     assert_eq!(ledger.charges(), 3);
+}
+
+#[tokio::test]
+async fn one_users_key_or_repeat_never_answers_another_users_call() {
+    let ledger = Ledger::default();
+    // Who is calling, as the authenticating proxy in front says.
+    let server = server(&ledger).principal(|context| {
+        let parts = context.extensions.get::<http::request::Parts>()?;
+        Some(parts.headers.get("x-user")?.to_str().ok()?.to_owned())
+    });
+    let service = http_transport::service_of(server);
+    let params = json!({"name": "charge_card", "arguments": {"customer": "cus_17", "cents": 4900}});
+    let as_user = |user: &'static str, key: Option<&'static str>| {
+        let mut headers = vec![("x-user", user)];
+        headers.extend(key.map(|k| ("Idempotency-Key", k)));
+        headers
+    };
+
+    // The same key from two users: two charges, each answered its own.
+    let ada =
+        http_transport::post_with(&service, 1, params.clone(), &as_user("ada", Some("k-1"))).await;
+    let bob =
+        http_transport::post_with(&service, 2, params.clone(), &as_user("bob", Some("k-1"))).await;
+    assert_eq!(bob["result"]["_meta"][DEDUPLICATED_META], false, "{bob}");
+    assert_ne!(
+        bob["result"]["structuredContent"],
+        ada["result"]["structuredContent"]
+    );
+    assert_eq!(ledger.charges(), 2);
+    // Each user's retry is theirs.
+    let ada_again =
+        http_transport::post_with(&service, 3, params.clone(), &as_user("ada", Some("k-1"))).await;
+    assert_eq!(
+        ada_again["result"]["structuredContent"],
+        ada["result"]["structuredContent"]
+    );
+
+    // The same unkeyed call from two users: two charges too.
+    http_transport::post_with(&service, 4, params.clone(), &as_user("ada", None)).await;
+    let bob_unkeyed =
+        http_transport::post_with(&service, 5, params.clone(), &as_user("bob", None)).await;
+    assert_eq!(bob_unkeyed["result"]["_meta"][DEDUPLICATED_META], false);
+    assert_eq!(ledger.charges(), 4);
+    let ada_repeat = http_transport::post_with(&service, 6, params, &as_user("ada", None)).await;
+    assert_eq!(ada_repeat["result"]["_meta"][DEDUPLICATED_META], true);
+    assert_eq!(ledger.charges(), 4);
 }
 
 // ---------------------------------------------------------------------------

@@ -1,0 +1,570 @@
+//! An idem MCP server as chat clients use it, with rmcp's client sending
+//! what Claude Code, VS Code, Codex and a client with no keys at all send,
+//! and answering the approval questions a person in the chat is asked.
+//! Effects are counted by the tools.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use idem::approval::{ApprovalDecision, Callback};
+use idem::mcp::{
+    McpServer, CLAUDE_CODE_TOOL_USE_META, CODEX_TURN_META, DEDUPLICATED_META, ERROR_META,
+    REPEAT_ARGUMENT, VSCODE_CONVERSATION_META, VSCODE_REQUEST_META,
+};
+use idem::operator::Filter;
+use idem::record::{AuditAction, Status};
+use idem::{tools, Dispatcher, Executor, MemoryStore, State, Store, ToolError};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
+    ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
+    FormElicitationCapability, Implementation, ProtocolVersion, RequestMetaObject,
+};
+use rmcp::service::{RequestContext, RunningService};
+use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+#[derive(Clone, Default)]
+struct World {
+    charges: Arc<AtomicUsize>,
+    emails: Arc<AtomicUsize>,
+    deletions: Arc<AtomicUsize>,
+}
+
+impl World {
+    fn count(counter: &AtomicUsize) -> usize {
+        counter.load(Ordering::SeqCst)
+    }
+}
+
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
+struct Charge {
+    customer: String,
+    cents: u32,
+}
+
+/// Charge a customer's card.
+#[idem::tool(class = "non_idempotent_write")]
+async fn charge_card(args: Charge, State(world): State<World>) -> Result<String, ToolError> {
+    let n = world.charges.fetch_add(1, Ordering::SeqCst) + 1;
+    Ok(format!(
+        "charge ch_{n}: {} cents to {}",
+        args.cents, args.customer
+    ))
+}
+
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
+struct Status_ {
+    ticket: String,
+    status: String,
+}
+
+/// Set a ticket's status.
+#[idem::tool(class = "idempotent_write")]
+async fn set_status(args: Status_, State(world): State<World>) -> Result<String, ToolError> {
+    world.emails.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("{} is {}", args.ticket, args.status))
+}
+
+#[derive(Clone, Serialize, Deserialize, JsonSchema)]
+struct Account {
+    customer: String,
+}
+
+/// Delete a customer's account and all their data.
+#[idem::tool(class = "irreversible")]
+async fn delete_account(args: Account, State(world): State<World>) -> Result<String, ToolError> {
+    world.deletions.fetch_add(1, Ordering::SeqCst);
+    Ok(format!("deleted {}", args.customer))
+}
+
+/// A server on an in-memory store whose approval policy leaves every
+/// deletion to a person.
+fn server(world: &World) -> (McpServer<World>, Arc<dyn Store>) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let executor = Executor::builder_shared(store.clone())
+        .state(world.clone())
+        .approvals(Callback::new(|_| async {
+            Ok(ApprovalDecision::Pending {
+                message: "deleting an account needs a person".into(),
+            })
+        }))
+        .build();
+    let registry = tools![charge_card, set_status, delete_account];
+    (McpServer::new(Dispatcher::new(executor, registry)), store)
+}
+
+/// A chat client: answers approval questions as `answer` says (when it
+/// declares elicitation), and keeps what it was asked.
+#[derive(Clone)]
+struct Chat {
+    answer: Option<ElicitationAction>,
+    asked: Arc<Mutex<Vec<String>>>,
+}
+
+impl Chat {
+    fn answering(answer: ElicitationAction) -> Chat {
+        Chat {
+            answer: Some(answer),
+            asked: Arc::default(),
+        }
+    }
+
+    fn without_elicitation() -> Chat {
+        Chat {
+            answer: None,
+            asked: Arc::default(),
+        }
+    }
+
+    fn questions(&self) -> Vec<String> {
+        self.asked.lock().unwrap().clone()
+    }
+}
+
+impl ClientHandler for Chat {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        if self.answer.is_some() {
+            let mut elicitation = ElicitationCapability::new();
+            elicitation.form = Some(FormElicitationCapability::default());
+            capabilities.elicitation = Some(elicitation);
+        }
+        let mut config = ClientConfig::default();
+        config.capabilities = capabilities;
+        config.client_info = Implementation::new("test-chat", "1.0");
+        config
+    }
+
+    async fn create_elicitation(
+        &self,
+        request: ElicitRequestParams,
+        _context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let ElicitRequestParams::FormElicitationParams { message, .. } = request else {
+            panic!("a form")
+        };
+        self.asked.lock().unwrap().push(message);
+        Ok(ElicitResult::new(
+            self.answer.clone().expect("asked only when declared"),
+        ))
+    }
+}
+
+type Client = RunningService<RoleClient, Chat>;
+
+async fn connect(server: McpServer<World>, chat: Chat) -> Client {
+    let (client_io, server_io) = tokio::io::duplex(64 * 1024);
+    tokio::spawn(async move {
+        if let Ok(running) = server.serve(server_io).await {
+            let _ = running.waiting().await;
+        }
+    });
+    chat.serve(client_io).await.expect("the client connects")
+}
+
+fn call(tool: &'static str, arguments: Value, meta: Value) -> CallToolRequestParams {
+    let (Value::Object(arguments), Value::Object(meta)) = (arguments, meta) else {
+        panic!("objects")
+    };
+    let mut params = CallToolRequestParams::new(tool).with_arguments(arguments);
+    params.meta = Some(RequestMetaObject(meta.into()));
+    params
+}
+
+fn charge(meta: Value) -> CallToolRequestParams {
+    call(
+        "charge_card",
+        json!({"customer": "ada", "cents": 4900}),
+        meta,
+    )
+}
+
+fn words(result: &CallToolResult) -> &str {
+    &result.content[0].as_text().expect("text").text
+}
+
+fn deduplicated(result: &CallToolResult) -> bool {
+    result.meta.as_ref().unwrap()[DEDUPLICATED_META] == true
+}
+
+fn code(result: &CallToolResult) -> Value {
+    result.meta.as_ref().unwrap()[ERROR_META]["code"].clone()
+}
+
+// ---------------------------------------------------------------------------
+// Keys from what clients send
+
+#[tokio::test]
+async fn claude_code_repeating_a_charge_in_a_later_turn_charges_once() {
+    let world = World::default();
+    let client = connect(server(&world).0, Chat::without_elicitation()).await;
+    let turn = |id: &str| json!({ CLAUDE_CODE_TOOL_USE_META: id });
+
+    let first = client.call_tool(charge(turn("toolu_01"))).await.unwrap();
+    assert_eq!(words(&first), "charge ch_1: 4900 cents to ada");
+    // The same tool use, re-sent.
+    assert!(deduplicated(
+        &client.call_tool(charge(turn("toolu_01"))).await.unwrap()
+    ));
+    // The model calls it again "to be sure", in a later turn: a new tool-use
+    // id. Still one charge, and the model is told so.
+    let later = client.call_tool(charge(turn("toolu_02"))).await.unwrap();
+    assert!(deduplicated(&later));
+    assert!(
+        words(&later).starts_with("Already done"),
+        "{}",
+        words(&later)
+    );
+    assert_eq!(World::count(&world.charges), 1);
+
+    // The user asks for a second charge, and the model means it.
+    let mut again = charge(turn("toolu_03"));
+    again
+        .arguments
+        .as_mut()
+        .unwrap()
+        .insert(REPEAT_ARGUMENT.into(), 1.into());
+    let second = client.call_tool(again).await.unwrap();
+    assert_eq!(words(&second), "charge ch_2: 4900 cents to ada");
+    assert_eq!(World::count(&world.charges), 2);
+}
+
+#[tokio::test]
+async fn vscode_and_codex_ids_key_an_idempotent_write_per_request() {
+    let world = World::default();
+    let client = connect(server(&world).0, Chat::without_elicitation()).await;
+    let status = |meta: Value| {
+        call(
+            "set_status",
+            json!({"ticket": "T-7", "status": "closed"}),
+            meta,
+        )
+    };
+    let vscode =
+        |request: &str| json!({ VSCODE_CONVERSATION_META: "conv-1", VSCODE_REQUEST_META: request });
+    client.call_tool(status(vscode("req-1"))).await.unwrap();
+    let resent = client.call_tool(status(vscode("req-1"))).await.unwrap();
+    assert!(deduplicated(&resent));
+    assert_eq!(World::count(&world.emails), 1);
+    // The next chat request runs it again: safe for its class, and meant.
+    client.call_tool(status(vscode("req-2"))).await.unwrap();
+    assert_eq!(World::count(&world.emails), 2);
+
+    // Codex sends its turn as JSON text (or an object).
+    let codex = |turn: &str| json!({ CODEX_TURN_META: json!({"session_id": "s", "thread_id": "th-1", "turn_id": turn}).to_string() });
+    client.call_tool(status(codex("turn-1"))).await.unwrap();
+    assert!(deduplicated(
+        &client.call_tool(status(codex("turn-1"))).await.unwrap()
+    ));
+    assert_eq!(World::count(&world.emails), 3);
+
+    // No ids at all: an idempotent write runs each time.
+    client.call_tool(status(json!({}))).await.unwrap();
+    client.call_tool(status(json!({}))).await.unwrap();
+    assert_eq!(World::count(&world.emails), 5);
+}
+
+#[tokio::test]
+async fn a_charge_with_no_ids_at_all_is_one_effect_and_the_json_rpc_id_is_never_a_key() {
+    let world = World::default();
+    let client = connect(server(&world).0, Chat::without_elicitation()).await;
+    // Each call is a new JSON-RPC request with a new id and progress token.
+    for n in 0..3 {
+        let result = client
+            .call_tool(charge(json!({ "progressToken": format!("p-{n}") })))
+            .await
+            .unwrap();
+        assert_eq!(deduplicated(&result), n > 0);
+    }
+    assert_eq!(World::count(&world.charges), 1);
+}
+
+// ---------------------------------------------------------------------------
+// Approvals asked of the person in the chat
+
+fn delete(meta: Value) -> CallToolRequestParams {
+    call("delete_account", json!({"customer": "ada"}), meta)
+}
+
+#[tokio::test]
+async fn accepted_in_the_chat_the_deletion_runs_once_and_the_approver_is_recorded() {
+    let world = World::default();
+    let (server, store) = server(&world);
+    let chat = Chat::answering(ElicitationAction::Accept);
+    let client = connect(server, chat.clone()).await;
+
+    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(words(&result), "deleted ada", "{result:?}");
+    assert_eq!(World::count(&world.deletions), 1);
+    // The person saw the tool, what it does and the exact arguments.
+    let questions = chat.questions();
+    assert_eq!(questions.len(), 1);
+    assert!(questions[0].contains("delete_account"), "{}", questions[0]);
+    assert!(questions[0].contains("all their data"), "{}", questions[0]);
+    assert!(
+        questions[0].contains("\"customer\": \"ada\""),
+        "{}",
+        questions[0]
+    );
+
+    // The model repeats it: answered, not asked, not run.
+    let again = client.call_tool(delete(json!({}))).await.unwrap();
+    assert!(deduplicated(&again));
+    assert_eq!(chat.questions().len(), 1);
+    assert_eq!(World::count(&world.deletions), 1);
+
+    let operator = idem::operator::Operator::new(store);
+    let record = &operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records[0];
+    let trail: Vec<_> = record
+        .audit
+        .iter()
+        .map(|e| (e.action, e.by.clone()))
+        .collect();
+    assert_eq!(
+        trail,
+        [(
+            AuditAction::Approved,
+            "the chat user (in test-chat)".to_owned()
+        )]
+    );
+}
+
+#[tokio::test]
+async fn declined_in_the_chat_nothing_runs_and_the_model_is_told_not_to_retry() {
+    let world = World::default();
+    let chat = Chat::answering(ElicitationAction::Decline);
+    let client = connect(server(&world).0, chat.clone()).await;
+    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&result), "approval_denied");
+    assert!(words(&result).contains("declined"), "{}", words(&result));
+    assert!(
+        words(&result).contains("do not call it again"),
+        "{}",
+        words(&result)
+    );
+    let again = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&again), "approval_denied");
+    assert_eq!(chat.questions().len(), 1);
+    assert_eq!(World::count(&world.deletions), 0);
+}
+
+#[tokio::test]
+async fn cancelled_in_the_chat_it_stays_pending_is_never_asked_again_and_an_operator_can_decide() {
+    let world = World::default();
+    let (server, store) = server(&world);
+    let chat = Chat::answering(ElicitationAction::Cancel);
+    let client = connect(server, chat.clone()).await;
+    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&result), "approval_pending");
+    assert!(
+        words(&result).contains("waiting for approval"),
+        "{}",
+        words(&result)
+    );
+    let again = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&again), "approval_pending");
+    assert_eq!(chat.questions().len(), 1, "asked once");
+    assert_eq!(World::count(&world.deletions), 0);
+
+    // An operator approves it (`idem approve`, the inbox): the next call
+    // runs it once.
+    let operator = idem::operator::Operator::new(store);
+    let record = operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records
+        .remove(0);
+    assert_eq!(record.status(), Status::AwaitingApproval);
+    operator
+        .approve_record(
+            &record,
+            idem::approval::Approval::granted_by("ops@example.com"),
+        )
+        .await
+        .unwrap();
+    let ran = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(words(&ran), "deleted ada");
+    assert_eq!(World::count(&world.deletions), 1);
+}
+
+#[tokio::test]
+async fn a_client_without_elicitation_gets_a_pending_answer_the_model_can_relay() {
+    let world = World::default();
+    let client = connect(server(&world).0, Chat::without_elicitation()).await;
+    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&result), "approval_pending");
+    let said = words(&result);
+    assert!(said.contains("needs a person's approval"), "{said}");
+    assert!(said.contains("Nothing ran"), "{said}");
+    assert!(
+        !said.contains("idem approve"),
+        "no operator command for a chat: {said}"
+    );
+    assert_eq!(World::count(&world.deletions), 0);
+}
+
+#[tokio::test]
+async fn an_operator_only_tool_is_not_asked_in_the_chat() {
+    let world = World::default();
+    let server = server(&world)
+        .0
+        .approver("delete_account", idem::mcp::Approver::Operator);
+    let chat = Chat::answering(ElicitationAction::Accept);
+    let client = connect(server, chat.clone()).await;
+    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&result), "approval_pending");
+    assert!(chat.questions().is_empty());
+    assert_eq!(World::count(&world.deletions), 0);
+}
+
+// ---------------------------------------------------------------------------
+// The 2026-07-28 form: an input-required result and a sealed state
+
+/// `_meta` of a request on protocol 2026-07-28, whose client declares form
+/// elicitation.
+fn newest_protocol() -> Value {
+    let mut capabilities = ClientCapabilities::default();
+    let mut elicitation = ElicitationCapability::new();
+    elicitation.form = Some(FormElicitationCapability::default());
+    capabilities.elicitation = Some(elicitation);
+    let meta = RequestMetaObject::with_client_context(
+        ProtocolVersion::V_2026_07_28,
+        Implementation::new("newest-chat", "2.0"),
+        capabilities,
+    );
+    serde_json::to_value(meta).unwrap()
+}
+
+fn input_required(response: CallToolResponse) -> rmcp::model::InputRequiredResult {
+    match response {
+        CallToolResponse::InputRequired(asked) => asked,
+        other => panic!("expected an input-required result, got {other:?}"),
+    }
+}
+
+fn complete(response: CallToolResponse) -> CallToolResult {
+    match response {
+        CallToolResponse::Complete(result) => result,
+        other => panic!("expected a result, got {other:?}"),
+    }
+}
+
+fn answered(
+    mut params: CallToolRequestParams,
+    asked: &rmcp::model::InputRequiredResult,
+    action: &str,
+) -> CallToolRequestParams {
+    let (id, _) = asked
+        .input_requests
+        .as_ref()
+        .unwrap()
+        .iter()
+        .next()
+        .unwrap();
+    params.input_responses = Some([(id.clone(), json!({ "action": action }))].into());
+    params.request_state = asked.request_state.clone();
+    params
+}
+
+#[tokio::test]
+async fn on_the_newest_protocol_the_question_is_a_result_and_its_answer_comes_back_once() {
+    let world = World::default();
+    let client = connect(server(&world).0, Chat::without_elicitation()).await;
+
+    let asked = input_required(
+        client
+            .call_tool_once(delete(newest_protocol()))
+            .await
+            .unwrap(),
+    );
+    let question = serde_json::to_value(&asked).unwrap();
+    let text = question.to_string();
+    assert!(
+        text.contains("delete_account") && text.contains("ada"),
+        "{text}"
+    );
+    assert_eq!(World::count(&world.deletions), 0);
+
+    // A state that was tampered with is refused, and nothing runs.
+    let mut forged = answered(delete(newest_protocol()), &asked, "accept");
+    forged.request_state = forged.request_state.map(|s| format!("{s}x"));
+    let refused = complete(client.call_tool_once(forged).await.unwrap());
+    assert_eq!(refused.is_error, Some(true));
+    assert!(
+        words(&refused).contains("could not be verified"),
+        "{}",
+        words(&refused)
+    );
+    assert_eq!(World::count(&world.deletions), 0);
+    // Nor is an answer for other arguments taken.
+    let other = answered(
+        call(
+            "delete_account",
+            json!({"customer": "bob"}),
+            newest_protocol(),
+        ),
+        &asked,
+        "accept",
+    );
+    let refused = complete(client.call_tool_once(other).await.unwrap());
+    assert!(
+        words(&refused).contains("other arguments"),
+        "{}",
+        words(&refused)
+    );
+
+    // The person accepts: it runs once.
+    let accept = answered(delete(newest_protocol()), &asked, "accept");
+    let ran = complete(client.call_tool_once(accept.clone()).await.unwrap());
+    assert_eq!(words(&ran), "deleted ada");
+    // The same answer sent again is not a second approval.
+    let replayed = complete(client.call_tool_once(accept).await.unwrap());
+    assert!(deduplicated(&replayed));
+    assert_eq!(World::count(&world.deletions), 1);
+}
+
+#[tokio::test]
+async fn on_the_newest_protocol_a_declined_question_denies_and_a_cancelled_one_stays_pending() {
+    let world = World::default();
+    let client = connect(server(&world).0, Chat::without_elicitation()).await;
+    let asked = input_required(
+        client
+            .call_tool_once(delete(newest_protocol()))
+            .await
+            .unwrap(),
+    );
+    let declined = complete(
+        client
+            .call_tool_once(answered(delete(newest_protocol()), &asked, "decline"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(code(&declined), "approval_denied");
+
+    let bob = || {
+        call(
+            "delete_account",
+            json!({"customer": "bob"}),
+            newest_protocol(),
+        )
+    };
+    let asked = input_required(client.call_tool_once(bob()).await.unwrap());
+    let cancelled = complete(
+        client
+            .call_tool_once(answered(bob(), &asked, "cancel"))
+            .await
+            .unwrap(),
+    );
+    assert_eq!(code(&cancelled), "approval_pending");
+    // Not asked again.
+    let again = complete(client.call_tool_once(bob()).await.unwrap());
+    assert_eq!(code(&again), "approval_pending");
+    assert_eq!(World::count(&world.deletions), 0);
+}
