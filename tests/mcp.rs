@@ -22,6 +22,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 use tokio::sync::{Notify, Semaphore};
 
+#[cfg(feature = "sqlite")]
+mod mcp_example;
+
 // ---------------------------------------------------------------------------
 // The tools: a payment provider without idempotency keys, so every charge
 // that reaches it is a charge.
@@ -971,51 +974,13 @@ async fn one_users_key_or_repeat_never_answers_another_users_call() {
 #[cfg(feature = "sqlite")]
 mod example {
     use std::path::PathBuf;
-    use std::process::{Command, Stdio};
 
     use rmcp::transport::TokioChildProcess;
 
     use super::Client;
     use rmcp::ServiceExt;
 
-    /// The `mcp_server` example's binary, built with this test's features
-    /// so that under `cargo test` (which has built it already) this is a
-    /// no-op. An integration test has no `CARGO_BIN_EXE_…` for examples.
-    pub fn binary() -> PathBuf {
-        let features: Vec<&str> = [
-            ("mcp", true),
-            ("sqlite", cfg!(feature = "sqlite")),
-            ("redis", cfg!(feature = "redis")),
-            ("postgres", cfg!(feature = "postgres")),
-            ("conformance", cfg!(feature = "conformance")),
-            ("schema-validation", cfg!(feature = "schema-validation")),
-        ]
-        .into_iter()
-        .filter_map(|(name, on)| on.then_some(name))
-        .collect();
-        let mut cargo = Command::new(env!("CARGO"));
-        cargo
-            .args(["build", "--example", "mcp_server", "--message-format=json"])
-            .args(["--no-default-features", "--features", &features.join(",")])
-            .arg("--manifest-path")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-            .stderr(Stdio::inherit());
-        if !cfg!(debug_assertions) {
-            cargo.arg("--release");
-        }
-        let output = cargo.output().expect("cargo runs");
-        assert!(
-            output.status.success(),
-            "cargo build --example mcp_server failed"
-        );
-        String::from_utf8(output.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-            .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "mcp_server")
-            .and_then(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo names the example's executable")
-    }
+    pub use super::mcp_example::{binary, TempDir};
 
     /// The example serving on stdio, recording in `store`.
     pub async fn start(binary: &PathBuf, store: &str) -> Client {
@@ -1023,27 +988,6 @@ mod example {
         command.env("IDEM_STORE", store);
         let transport = TokioChildProcess::new(command).expect("the server starts");
         ().serve(transport).await.expect("the client connects")
-    }
-
-    /// A directory of its own for the SQLite file, removed afterwards.
-    pub struct TempDir(pub PathBuf);
-
-    impl TempDir {
-        pub fn new() -> TempDir {
-            let nanos = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_nanos();
-            let dir = std::env::temp_dir().join(format!("idem-mcp-{}-{nanos}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            TempDir(dir)
-        }
-    }
-
-    impl Drop for TempDir {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
     }
 }
 

@@ -4,7 +4,8 @@
 //! The tools are written `#[idem::tool]`: the MCP example has rmcp's own
 //! `#[tool]` in scope, and the path says which attribute is meant.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use idem::{FromRef, State, ToolCtx, ToolError};
@@ -28,12 +29,55 @@ pub struct Payments {
     pub charges: AtomicUsize,
     /// The demo's fault switch: the next charge hangs after it is made.
     pub hang_next: AtomicBool,
+    /// A slow provider: every charge answers this many milliseconds after
+    /// it is made.
+    pub answer_after_ms: AtomicU64,
+}
+
+/// What the providers did, one JSON line per effect, in the file that
+/// `IDEM_DEMO_LEDGER` names (none when it is unset): how the MCP tests
+/// count effects from outside the server, across its restarts.
+#[derive(Default)]
+pub struct Ledger {
+    file: Option<Mutex<std::fs::File>>,
+}
+
+impl Ledger {
+    /// Appending to `IDEM_DEMO_LEDGER`, if set.
+    pub fn from_env() -> std::io::Result<Ledger> {
+        let Some(path) = std::env::var_os("IDEM_DEMO_LEDGER") else {
+            return Ok(Ledger::default());
+        };
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)?;
+        Ok(Ledger {
+            file: Some(Mutex::new(file)),
+        })
+    }
+
+    /// A provider did `effect`.
+    pub fn record(&self, effect: &str, detail: &str) {
+        if let Some(file) = &self.file {
+            let line = json!({ "effect": effect, "detail": detail }).to_string();
+            let mut file = file.lock().unwrap();
+            let _ = writeln!(file, "{line}").and_then(|()| file.flush());
+        }
+    }
 }
 
 #[derive(Clone, Default)]
 pub struct App {
     pub mail: Arc<MailProvider>,
     pub payments: Arc<Payments>,
+    pub ledger: Arc<Ledger>,
+}
+
+impl FromRef<App> for Arc<Ledger> {
+    fn from_ref(app: &App) -> Self {
+        app.ledger.clone()
+    }
 }
 
 impl FromRef<App> for Arc<MailProvider> {
@@ -68,6 +112,7 @@ pub async fn send_email(
     args: SendEmail,
     ctx: &ToolCtx,
     State(mail): State<Arc<MailProvider>>,
+    State(ledger): State<Arc<Ledger>>,
 ) -> Result<EmailSent, ToolError> {
     let key = ctx.key().expect("writes are keyed").to_string();
     let message_id = format!("<{}@demo.idem>", &key[..16]);
@@ -81,6 +126,7 @@ pub async fn send_email(
     };
     if first_time {
         mail.sent.lock().unwrap().push(args.to.clone());
+        ledger.record("email", &args.to);
     }
     if mail.lose_next_response.swap(false, Ordering::SeqCst) {
         std::future::pending::<()>().await;
@@ -99,10 +145,19 @@ pub struct Charge {
 pub async fn charge_card(
     args: Charge,
     State(payments): State<Arc<Payments>>,
+    State(ledger): State<Arc<Ledger>>,
 ) -> Result<String, ToolError> {
     payments.charges.fetch_add(1, Ordering::SeqCst);
+    ledger.record(
+        "charge",
+        &format!("{} cents to {}", args.cents, args.customer),
+    );
     if payments.hang_next.swap(false, Ordering::SeqCst) {
         std::future::pending::<()>().await;
+    }
+    let slow = payments.answer_after_ms.load(Ordering::SeqCst);
+    if slow > 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(slow)).await;
     }
     Ok(format!("charged {} cents to {}", args.cents, args.customer))
 }
@@ -125,6 +180,10 @@ pub struct DeleteAccount {
 
 /// Delete a customer's account and every record of it.
 #[idem::tool(class = "irreversible")]
-pub async fn delete_account(args: DeleteAccount) -> Result<String, ToolError> {
+pub async fn delete_account(
+    args: DeleteAccount,
+    State(ledger): State<Arc<Ledger>>,
+) -> Result<String, ToolError> {
+    ledger.record("delete", &args.customer);
     Ok(format!("deleted {}", args.customer))
 }

@@ -28,7 +28,7 @@ use std::time::Duration;
 use rmcp::model::{
     ElicitRequest, ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationSchema,
     InputRequest, InputRequiredResult, InputResponses, ProtocolVersion, RequestStateCodec,
-    SealOptions, Tool,
+    SealOptions,
 };
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
@@ -87,10 +87,10 @@ impl From<ElicitationAction> for Answer {
     }
 }
 
-/// The question put to the person: the tool, what it does, the exact
+/// The question put to the person: the tool, what it does (its own
+/// description, not what the server adds for the model), the exact
 /// arguments it will run with (or that they are withheld).
-pub(crate) fn question(definition: &Tool, record: &Record) -> String {
-    let description = definition.description.as_deref().unwrap_or_default();
+pub(crate) fn question(name: &str, description: &str, record: &Record) -> String {
     let arguments = match &record.info.args {
         Some(text) => serde_json::from_str::<Value>(text)
             .ok()
@@ -104,7 +104,7 @@ pub(crate) fn question(definition: &Tool, record: &Record) -> String {
     format!(
         "Allow this action? It cannot be undone.\n\n{}: {}\n\nWith these arguments:\n{}\n\n\
          Accept runs it once. Decline means it does not run.",
-        definition.name,
+        name,
         description.trim(),
         arguments
     )

@@ -256,7 +256,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
                         Ok(again) => result = again,
                         Err(answer) => return Ok(answer.into()),
                     },
-                    Asked::NotAsked => {}
+                    Asked::Pending => {}
                 }
             }
         }
@@ -332,30 +332,35 @@ impl<S: Send + Sync + 'static> Tools<S> {
         context: &RequestContext<RoleServer>,
     ) -> Asked {
         let Some(form) = ask::form(context) else {
-            return Asked::NotAsked;
+            return Asked::Pending;
         };
         let operator = self.dispatcher.executor().operator();
         let record = match operator.show(key).await {
             Ok(record) => record,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read the call awaiting approval");
-                return Asked::NotAsked;
+                return Asked::Pending;
             }
         };
         match operator.was_asked(key).await {
             Ok(false) => {}
-            Ok(true) => return Asked::NotAsked,
+            Ok(true) => return Asked::Pending,
             Err(e) => {
                 tracing::warn!(error = %e, "could not read whether the chat user was asked");
-                return Asked::NotAsked;
+                return Asked::Pending;
             }
         }
         let who = Self::chat_user(principal, context);
         if let Err(e) = ask::note_asked(&operator, &record, &who).await {
             tracing::warn!(error = %e, "could not note the question; not asking");
-            return Asked::NotAsked;
+            return Asked::Pending;
         }
-        let question = ask::question(definition, &record);
+        let description = self
+            .dispatcher
+            .registry()
+            .get(&definition.name)
+            .map_or("", |tool| tool.spec().description);
+        let question = ask::question(&definition.name, description, &record);
         match form {
             Form::InputRequired => {
                 Asked::Later(
@@ -366,13 +371,13 @@ impl<S: Send + Sync + 'static> Tools<S> {
             Form::Request => {
                 let answer = ask::ask_now(context, question).await;
                 if answer == Answer::None {
-                    return Asked::NotAsked;
+                    return Asked::Pending;
                 }
                 match ask::record_answer(&operator, &record, answer, &who).await {
                     Ok(()) => Asked::Answered,
                     Err(e) => {
                         tracing::warn!(error = %e, "could not record the chat user's answer");
-                        Asked::NotAsked
+                        Asked::Pending
                     }
                 }
             }
@@ -486,7 +491,7 @@ enum Asked {
     Answered,
     /// Not asked (no elicitation, asked before), or no answer: the call
     /// stays pending.
-    NotAsked,
+    Pending,
 }
 
 fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {

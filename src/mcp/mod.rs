@@ -29,35 +29,56 @@
 //! 3. the `_meta` fields [`RUN_ID_META`] (`"io.idem/runId"`, a string) and
 //!    [`STEP_META`] (`"io.idem/step"`, an integer): the executor hashes them
 //!    with the tool's name and the canonical arguments;
-//! 4. the tool's natural or custom key, which it derives from its
-//!    arguments.
+//! 4. what chat clients send of their own accord: Claude Code's
+//!    [`CLAUDE_CODE_TOOL_USE_META`] (a call id), VS Code's
+//!    [`VSCODE_CONVERSATION_META`] and [`VSCODE_REQUEST_META`], Codex's
+//!    [`CODEX_TURN_META`] (runs);
+//! 5. the server's policy for calls without a key of idem's
+//!    ([`McpServer::unkeyed`], [`Unkeyed`]): by default a ten-minute
+//!    window in which the same tool with the same arguments is one effect
+//!    (for non-idempotent and irreversible tools, also on top of 4, since
+//!    a chat client's ids are new when a model repeats a call in a later
+//!    turn), with an optional [`REPEAT_ARGUMENT`] for a deliberate repeat;
+//! 6. the tool's natural or custom key, which wins over 3 to 5: that key
+//!    names the effect ("the customer with this email").
 //!
-//! The first two are the call's *call id* and the third its *run context*,
-//! exactly as a provider's tool-call id and a run are on the other routes:
-//! the executor derives the key from them (`docs/keys.md`), in the tenant's
-//! namespace and with the tool's key version. A tool declared with a
-//! natural or custom key is always keyed by it, on MCP as on every route:
-//! that key names the effect ("the customer with this email"), and keying
-//! one request differently from its duplicates would defeat it.
+//! 1 and 2 become the call's *call id*, 3 its *run context*, exactly as a
+//! provider's tool-call id and a run are on the other routes: the executor
+//! derives the key from them (`docs/keys.md`), in the namespace of the
+//! server ([`McpServer::namespace`]) and of the caller
+//! ([`McpServer::principal`]), with the tool's key version.
 //!
-//! A present but unusable field (a key that is not a string, a run id
-//! without a step, two `Idempotency-Key` headers) is an error, never a
-//! reason to fall through to the next source. A write that has none of
-//! these is refused before anything runs, with an error result that says
-//! how to send a key. Reads need no key.
+//! A present but unusable field of idem's (a key that is not a string, a
+//! run id without a step, two `Idempotency-Key` headers) is an error,
+//! never a reason to fall through to the next source. Reads need no key.
 //!
 //! # Results
 //!
 //! A call's output is its text content — a string output as written
 //! (`deleted c1`), any other as JSON — and also its `structuredContent`
-//! when the tool declares an output schema. A refusal, an unknown outcome, a
-//! pending or denied approval, invalid arguments or a failure of the tool is
-//! a tool error result (`isError: true`) whose text is the dispatcher's
-//! `{"error": {"code", "message", …}}`, for the model to read. Only a tool
-//! the server does not have is a protocol error (JSON-RPC "invalid
-//! params"). Each result's `_meta` has [`DEDUPLICATED_META`] (whether it
-//! came from the record of an earlier call) and, for an output,
-//! [`KEY_META`] (the key it is recorded under).
+//! when the tool declares an output schema. A refusal, an unknown outcome,
+//! a pending or denied approval, invalid arguments or a failure of the
+//! tool is a tool error result (`isError: true`) whose text is written for
+//! the model: what happened, whether anything ran, and what to do next.
+//! The code is for programs, in `_meta` [`ERROR_META`]. Each result's
+//! `_meta` has [`DEDUPLICATED_META`] (whether it came from the record of
+//! an earlier call) and, for an output, [`KEY_META`] (the key it is
+//! recorded under). A duplicate that was not keyed by idem's own fields
+//! (a model's repeat) starts with a sentence saying it was already done,
+//! and when; a program's keyed retry is answered exactly as the first
+//! time. Only a tool the server does not have is a protocol error
+//! (JSON-RPC "invalid params"), with a "did you mean".
+//!
+//! # Approvals in the chat
+//!
+//! An `irreversible` call that the executor's approval policy leaves to a
+//! person ([`ApprovalDecision::Pending`](crate::approval::ApprovalDecision))
+//! is asked of the chat user when the client supports elicitation, unless
+//! [`McpServer::approver`] says an operator decides: on protocol
+//! 2026-07-28 an `InputRequiredResult` with a sealed, single-use
+//! `requestState`; before it, an `elicitation/create` request. Accept
+//! approves and runs it once, decline denies it, dismissing leaves it
+//! pending, and nobody is asked about the same call twice.
 //!
 //! # Cancellation
 //!

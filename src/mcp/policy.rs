@@ -145,9 +145,9 @@ impl Keyed {
 /// "10 minutes", "1 hour", "90 seconds".
 pub(crate) fn duration_words(d: Duration) -> String {
     let secs = d.as_secs();
-    let (n, unit) = if secs % 3600 == 0 && secs >= 3600 {
+    let (n, unit) = if secs.is_multiple_of(3600) && secs >= 3600 {
         (secs / 3600, "hour")
-    } else if secs % 60 == 0 && secs >= 60 {
+    } else if secs.is_multiple_of(60) && secs >= 60 {
         (secs / 60, "minute")
     } else {
         (secs, "second")
