@@ -20,7 +20,8 @@
 //!   and the model can mean a second one (`intended_repeat`);
 //! * `delete_account`: irreversible, so the person in the chat is asked
 //!   (MCP elicitation) before it runs; an operator can decide instead
-//!   (`idem approve`, `idem serve`).
+//!   (`idem approve`, `idem serve`), and a client that takes MCP tasks
+//!   gets a task that completes when they do.
 //!
 //! The server is an application's own rmcp server: a `#[tool_router]` with
 //! a tool of its own (`store`), merged with the router fragment of the idem
@@ -48,15 +49,19 @@ use idem::store::url::redact;
 use idem::{tools, Dispatcher, Executor};
 use idem::{State, ToolError};
 use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::model::{GetTaskParams, GetTaskResult, Implementation, ServerConfig};
+use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{tool, tool_handler, tool_router, ServerHandler, ServiceExt};
+use rmcp::{tool, tool_handler, tool_router, ErrorData, RoleServer, ServerHandler, ServiceExt};
 
 /// The application's MCP server.
 #[derive(Clone)]
 struct DemoServer {
     /// The store, as `Store::describe` names it: password hidden.
     store: String,
+    /// The idem tools, for their capabilities and their tasks.
+    idem: McpServer<App>,
     tool_router: ToolRouter<DemoServer>,
 }
 
@@ -70,14 +75,28 @@ impl DemoServer {
     }
 }
 
-#[tool_handler(
-    router = self.tool_router,
-    name = "idem-demo",
-    instructions = "Customer tools of the idem demo. Every write is recorded: calling a tool again \
-                    with the same arguments returns what the first call did instead of doing it \
-                    twice. Deleting an account asks the user first."
-)]
-impl ServerHandler for DemoServer {}
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for DemoServer {
+    /// The idem tools' capabilities: tools, the tasks extension (a deletion
+    /// waiting for an operator is a task), and which key fields are read.
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(self.idem.capabilities())
+            .with_server_info(Implementation::new("idem-demo", env!("CARGO_PKG_VERSION")))
+            .with_instructions(
+                "Customer tools of the idem demo. Every write is recorded: calling a tool again \
+                 with the same arguments returns what the first call did instead of doing it \
+                 twice. Deleting an account asks the user first.",
+            )
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.idem.get_task(request, context).await
+    }
+}
 
 /// A new customer.
 #[derive(Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
@@ -187,6 +206,7 @@ async fn run() -> Result<(), String> {
     let server = DemoServer {
         store: described.clone(),
         tool_router: DemoServer::tool_router() + idem_tools.tool_router(),
+        idem: idem_tools,
     };
 
     match serve {

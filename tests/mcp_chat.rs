@@ -17,7 +17,8 @@ use idem::{tools, Dispatcher, Executor, MemoryStore, State, Store, ToolError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-    FormElicitationCapability, Implementation, ProtocolVersion, RequestMetaObject,
+    FormElicitationCapability, GetTaskParams, Implementation, ProtocolVersion, RequestMetaObject,
+    TaskPayload, TaskStatus,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -82,8 +83,23 @@ async fn delete_account(args: Account, State(world): State<World>) -> Result<Str
 /// A server on an in-memory store whose approval policy leaves every
 /// deletion to a person.
 fn server(world: &World) -> (McpServer<World>, Arc<dyn Store>) {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let executor = Executor::builder_shared(store.clone())
+    server_on(world, None)
+}
+
+/// [`server`], on `clock` when given.
+fn server_on(
+    world: &World,
+    clock: Option<Arc<idem::clock::ManualClock>>,
+) -> (McpServer<World>, Arc<dyn Store>) {
+    let store: Arc<dyn Store> = match &clock {
+        Some(clock) => Arc::new(MemoryStore::with_clock(clock.clone())),
+        None => Arc::new(MemoryStore::new()),
+    };
+    let mut executor = Executor::builder_shared(store.clone());
+    if let Some(clock) = clock {
+        executor = executor.clock(clock);
+    }
+    let executor = executor
         .state(world.clone())
         .approvals(Callback::new(|_| async {
             Ok(ApprovalDecision::Pending {
@@ -101,6 +117,8 @@ fn server(world: &World) -> (McpServer<World>, Arc<dyn Store>) {
 struct Chat {
     answer: Option<ElicitationAction>,
     asked: Arc<Mutex<Vec<String>>>,
+    /// Declares the tasks extension.
+    tasks: bool,
 }
 
 impl Chat {
@@ -108,6 +126,7 @@ impl Chat {
         Chat {
             answer: Some(answer),
             asked: Arc::default(),
+            tasks: false,
         }
     }
 
@@ -115,6 +134,14 @@ impl Chat {
         Chat {
             answer: None,
             asked: Arc::default(),
+            tasks: false,
+        }
+    }
+
+    fn taking_tasks() -> Chat {
+        Chat {
+            tasks: true,
+            ..Chat::without_elicitation()
         }
     }
 
@@ -125,7 +152,11 @@ impl Chat {
 
 impl ClientHandler for Chat {
     fn get_info(&self) -> ClientConfig {
-        let mut capabilities = ClientCapabilities::default();
+        let mut capabilities = if self.tasks {
+            ClientCapabilities::builder().enable_tasks().build()
+        } else {
+            ClientCapabilities::default()
+        };
         if self.answer.is_some() {
             let mut elicitation = ElicitationCapability::new();
             elicitation.form = Some(FormElicitationCapability::default());
@@ -567,4 +598,136 @@ async fn on_the_newest_protocol_a_declined_question_denies_and_a_cancelled_one_s
     let again = complete(client.call_tool_once(bob()).await.unwrap());
     assert_eq!(code(&again), "approval_pending");
     assert_eq!(World::count(&world.deletions), 0);
+}
+
+// ---------------------------------------------------------------------------
+// Long waits as Tasks
+
+fn task_of(response: CallToolResponse) -> String {
+    match response {
+        CallToolResponse::Task(created) => {
+            assert_eq!(created.task.status, TaskStatus::Working);
+            created.task.task_id
+        }
+        other => panic!("expected a task, got {other:?}"),
+    }
+}
+
+async fn poll(client: &Client, id: &str) -> (TaskStatus, Option<CallToolResult>) {
+    let got = client.get_task(GetTaskParams::new(id)).await.unwrap();
+    let result = match &got.task.payload {
+        TaskPayload::Completed { result } => {
+            Some(serde_json::from_value(Value::Object(result.clone())).unwrap())
+        }
+        _ => None,
+    };
+    (got.task.status(), result)
+}
+
+#[tokio::test]
+async fn a_call_waiting_for_an_operator_is_a_task_that_completes_once_when_approved() {
+    let world = World::default();
+    let (server, store) = server(&world);
+    let client = connect(server, Chat::taking_tasks()).await;
+
+    let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
+    let (status, _) = poll(&client, &id).await;
+    assert_eq!(status, TaskStatus::Working);
+    assert_eq!(World::count(&world.deletions), 0);
+
+    // Persisted before the answer: the operator sees it and approves it.
+    let operator = idem::operator::Operator::new(store);
+    let record = operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records
+        .remove(0);
+    assert_eq!(record.status(), Status::AwaitingApproval);
+    operator
+        .approve_record(
+            &record,
+            idem::approval::Approval::granted_by("ops@example.com"),
+        )
+        .await
+        .unwrap();
+
+    let (status, result) = poll(&client, &id).await;
+    assert_eq!(status, TaskStatus::Completed);
+    assert_eq!(words(&result.unwrap()), "deleted ada");
+    // Polled again, or the call repeated: the same deletion.
+    let (_, again) = poll(&client, &id).await;
+    assert_eq!(words(&again.unwrap()), "deleted ada");
+    assert!(deduplicated(
+        &client.call_tool(delete(json!({}))).await.unwrap()
+    ));
+    assert_eq!(World::count(&world.deletions), 1);
+}
+
+#[tokio::test]
+async fn a_denied_task_completes_with_the_denial_and_a_forged_id_is_refused() {
+    let world = World::default();
+    let (server, store) = server(&world);
+    let client = connect(server, Chat::taking_tasks()).await;
+    let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
+    let operator = idem::operator::Operator::new(store);
+    let record = operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records
+        .remove(0);
+    operator
+        .deny_record(&record, "ops@example.com", "ada asked to keep her account")
+        .await
+        .unwrap();
+    let (status, result) = poll(&client, &id).await;
+    assert_eq!(status, TaskStatus::Completed);
+    let result = result.unwrap();
+    assert_eq!(code(&result), "approval_denied");
+    assert!(
+        words(&result).contains("keep her account"),
+        "{}",
+        words(&result)
+    );
+
+    let forged = client
+        .get_task(GetTaskParams::new(format!("{id}x")))
+        .await
+        .unwrap_err();
+    assert!(
+        forged.to_string().contains("does not know task"),
+        "{forged}"
+    );
+    assert_eq!(World::count(&world.deletions), 0);
+}
+
+#[tokio::test]
+async fn an_approval_that_lands_long_after_the_window_still_runs_the_task_once() {
+    let world = World::default();
+    let clock = Arc::new(idem::clock::ManualClock::new(1_796_083_200_000));
+    let (server, store) = server_on(&world, Some(clock.clone()));
+    let client = connect(server, Chat::taking_tasks()).await;
+    let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
+
+    // The operator gets to it an hour later: six windows on.
+    clock.advance(std::time::Duration::from_secs(3600));
+    let operator = idem::operator::Operator::new(store);
+    let record = operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records
+        .remove(0);
+    operator
+        .approve_record(
+            &record,
+            idem::approval::Approval::granted_by("ops@example.com"),
+        )
+        .await
+        .unwrap();
+    let (status, result) = poll(&client, &id).await;
+    assert_eq!(status, TaskStatus::Completed);
+    assert_eq!(words(&result.unwrap()), "deleted ada");
+    assert_eq!(World::count(&world.deletions), 1);
 }

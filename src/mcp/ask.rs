@@ -172,6 +172,34 @@ impl States {
             .map_err(|e| e.to_string())
     }
 
+    /// A task id: `ticket`, sealed and bound to `principal`.
+    pub(crate) fn seal_ticket(
+        &self,
+        ticket: &super::tasks::Ticket,
+        principal: Option<&str>,
+    ) -> String {
+        let bound = format!("idem-task\0{}", principal.unwrap_or("")).into_bytes();
+        self.codec
+            .seal_json_with(ticket, &SealOptions::new().associated_data(&bound))
+            .expect("a ticket serializes")
+    }
+
+    /// The ticket a task id names, if this server sealed it for
+    /// `principal`.
+    pub(crate) fn open_ticket(
+        &self,
+        id: &str,
+        principal: Option<&str>,
+    ) -> Result<super::tasks::Ticket, String> {
+        let bound = format!("idem-task\0{}", principal.unwrap_or("")).into_bytes();
+        self.codec.open_json_with(id, &bound).map_err(|e| {
+            format!(
+                "this server does not know task `{id}` ({e}): it is another caller's, or was \
+                 made by a server with another request-state secret"
+            )
+        })
+    }
+
     /// The associated data a state is bound to.
     fn bound_to(principal: Option<&str>, tool: &str) -> Vec<u8> {
         format!("idem-approval\0{}\0{tool}", principal.unwrap_or("")).into_bytes()

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, InputResponses, JsonObject, MetaObject, Tool,
+    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, DetailedTask, GetTaskResult,
+    InputResponses, JsonObject, MetaObject, TaskPayload, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -17,9 +18,11 @@ use super::answer::{self, Hints};
 use super::ask::{self, Answer, Form, States};
 use super::key;
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
+use super::tasks::{self, Ticket};
 use super::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use crate::dispatch::Arguments;
 use crate::key::{CanonicalArgs, IdempotencyKey};
+use crate::record::Status;
 use crate::{
     Dispatcher, ErrorCode, IdemError, Namespace, RepeatWindow, RunContext, ToolCall, ToolResult,
 };
@@ -245,18 +248,30 @@ impl<S: Send + Sync + 'static> Tools<S> {
             Err(answer) => return Ok(answer.into()),
         };
         if let Err(IdemError::ApprovalPending { key, .. }) = &result.result {
+            let key = key.clone();
             if self.approver(name).asks_in_chat() {
-                let key = key.clone();
                 match self
                     .ask_in_chat(definition, &key, principal.as_deref(), context)
                     .await
                 {
                     Asked::Later(question) => return Ok(question.into()),
-                    Asked::Answered => match self.dispatch(call, run, context).await {
-                        Ok(again) => result = again,
-                        Err(answer) => return Ok(answer.into()),
-                    },
+                    Asked::Answered => {
+                        match self.dispatch(call.clone(), run.clone(), context).await {
+                            Ok(again) => result = again,
+                            Err(answer) => return Ok(answer.into()),
+                        }
+                    }
                     Asked::Pending => {}
+                }
+            }
+            // Still waiting for a person: a client that takes tasks gets
+            // one, which completes when the approval lands.
+            let takes_tasks = context
+                .client_capabilities()
+                .is_some_and(|c| c.supports_tasks());
+            if takes_tasks && result.result.is_err() {
+                if let Some(task) = self.task_for(&key, &call, &run, principal.as_deref()).await {
+                    return Ok(task.into());
                 }
             }
         }
@@ -291,6 +306,131 @@ impl<S: Send + Sync + 'static> Tools<S> {
             () = context.ct.cancelled() => return Err(cancelled(&name)),
         };
         joined.map_err(|e| panicked(&name, e))
+    }
+
+    /// A task for the call awaiting approval under `key`, keyed as this
+    /// call was; `None` when its record cannot be read.
+    async fn task_for(
+        &self,
+        key: &IdempotencyKey,
+        call: &ToolCall,
+        run: &RunContext,
+        principal: Option<&str>,
+    ) -> Option<CreateTaskResult> {
+        let store = self.dispatcher.executor().store();
+        let record = store.get(key).await.ok().flatten()?;
+        let now = store.now().await.ok()?.as_millis();
+        let ticket = Ticket {
+            key: key.as_str().to_owned(),
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+            run: run.run_id.clone().map(|id| (id, run.step)),
+            namespace: run
+                .namespace
+                .clone()
+                .unwrap_or_default()
+                .as_str()
+                .to_owned(),
+            window: run
+                .repeat_window
+                .map(|w| (w.within.as_secs(), w.repeat, record.created_at.as_millis())),
+            created_at: now,
+        };
+        let id = self.states.seal_ticket(&ticket, principal);
+        let payload = TaskPayload::Working;
+        Some(CreateTaskResult::new(tasks::task(
+            id,
+            now,
+            now,
+            &payload,
+            Some(WAITING_FOR_APPROVAL),
+        )))
+    }
+
+    /// `tasks/get`: where the call a task names stands, carried on when
+    /// its approval has landed.
+    pub(crate) async fn task(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let principal = self.principal.as_ref().and_then(|f| f(context));
+        let ticket = self
+            .states
+            .open_ticket(id, principal.as_deref())
+            .map_err(|e| ErrorData::invalid_params(e, None))?;
+        let Some(&index) = self.by_name.get(&ticket.tool) else {
+            return Err(ErrorData::invalid_params(
+                format!("task `{id}` is for a tool this server no longer has"),
+                None,
+            ));
+        };
+        let definition = &self.definitions[index];
+        let hints = Hints {
+            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
+        };
+        let store = self.dispatcher.executor().store();
+        let now = store.now().await.map_or(0, |t| t.as_millis());
+        let key = IdempotencyKey::parse(&ticket.key)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let record = store
+            .get(&key)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let (payload, message) = match record {
+            None => (
+                TaskPayload::Failed {
+                    error: object(json!({
+                        "code": ErrorData::invalid_params("", None).code,
+                        "message": "the call this task waited for is no longer recorded",
+                    })),
+                },
+                None,
+            ),
+            Some(record) => match record.status() {
+                Status::AwaitingApproval => (TaskPayload::Working, Some(WAITING_FOR_APPROVAL)),
+                Status::InFlight => (TaskPayload::Working, Some("running")),
+                _ => match &record.info.args {
+                    // Approved: run it once, under its key; decided or
+                    // done: answered from the record.
+                    Some(args) => {
+                        let call = ToolCall {
+                            id: ticket.call_id.clone(),
+                            name: ticket.tool.clone(),
+                            arguments: Arguments::Text(args.clone()),
+                        };
+                        let run = ticket
+                            .run()
+                            .map_err(|e| ErrorData::invalid_params(e, None))?;
+                        let answer = match self.dispatch(call, run, context).await {
+                            Ok(result) if is_pending(&result) => {
+                                (TaskPayload::Working, Some(WAITING_FOR_APPROVAL))
+                            }
+                            Ok(result) => (
+                                completed(self.answer(&result, definition, hints, false).await),
+                                None,
+                            ),
+                            Err(answer) => (completed(answer), None),
+                        };
+                        answer
+                    }
+                    None => (
+                        completed(error_result(
+                            format!(
+                                "`{}` does not store its arguments, so this task cannot carry \
+                                 it on: call it again with the same arguments.",
+                                ticket.tool
+                            ),
+                            json!({"code": "arguments_not_stored"}),
+                            false,
+                        )),
+                        None,
+                    ),
+                },
+            },
+        };
+        let task = tasks::task(id.to_owned(), ticket.created_at, now, &payload, message);
+        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
     }
 
     /// Who decides `tool`'s approvals.
@@ -480,6 +620,30 @@ impl<S: Send + Sync + 'static> Tools<S> {
             .flatten()
             .map(|record| record.created_at.as_millis());
         (at, now)
+    }
+}
+
+/// What a task waiting for an approval says.
+const WAITING_FOR_APPROVAL: &str = "waiting for a person's approval; nothing has run yet";
+
+/// Whether a dispatched call is still waiting for a person.
+fn is_pending(result: &ToolResult) -> bool {
+    matches!(result.result, Err(IdemError::ApprovalPending { .. }))
+}
+
+/// A completed task's payload: the call's result.
+fn completed(result: CallToolResult) -> TaskPayload {
+    let value = serde_json::to_value(result).expect("a result serializes");
+    TaskPayload::Completed {
+        result: object(value),
+    }
+}
+
+/// A JSON object, or an empty one.
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(object) => object,
+        _ => JsonObject::new(),
     }
 }
 

@@ -103,6 +103,7 @@ mod client;
 mod key;
 mod policy;
 mod server;
+mod tasks;
 mod tools;
 
 pub use client::CallToolRequestParamsExt;

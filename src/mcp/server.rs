@@ -6,8 +6,9 @@ use std::sync::Arc;
 use rmcp::handler::server::router::tool::{ToolRoute, ToolRouter};
 use rmcp::handler::server::tool::ToolCallContext;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, Implementation, JsonObject, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, GetTaskParams, GetTaskResult, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    TASKS_EXTENSION_ID,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -160,6 +161,52 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         Ok(self)
     }
 
+    /// `tasks/get` for the tasks its calls answer with (a call that waits
+    /// for an operator's approval, from a client that declared the tasks
+    /// extension): the call's state, carried on once it is approved. A
+    /// server of your own that serves [`McpServer::tool_router`] forwards
+    /// its `ServerHandler::get_task` here, and declares the extension with
+    /// [`McpServer::capabilities`].
+    pub async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.tools.task(&request.task_id, &context).await
+    }
+
+    /// The capabilities this server declares: tools, the tasks extension,
+    /// and its entry in `experimental` ([`CAPABILITY`]). A server of your
+    /// own that serves [`McpServer::tool_router`] declares these.
+    pub fn capabilities(&self) -> ServerCapabilities {
+        let mut capabilities = self.config.capabilities.clone();
+        let (policy, window) = match self.tools.unkeyed {
+            Unkeyed::Window(within) => ("window", Some(within.as_secs())),
+            Unkeyed::Refuse => ("refuse", None),
+        };
+        let mut entry = json!({
+            "keyFields": CLIENT_FIELDS,
+            "keyHeader": IDEMPOTENCY_KEY_HEADER,
+            "unkeyed": policy,
+        });
+        if let Some(window) = window {
+            entry["windowSeconds"] = window.into();
+        }
+        let serde_json::Value::Object(entry) = entry else {
+            unreachable!("an object literal")
+        };
+        capabilities
+            .experimental
+            .get_or_insert_with(Default::default)
+            .insert(CAPABILITY.to_owned(), entry);
+        capabilities
+            .extensions
+            .get_or_insert_with(Default::default)
+            .entry(TASKS_EXTENSION_ID.to_owned())
+            .or_default();
+        capabilities
+    }
+
     fn tools_mut(&mut self) -> &mut Tools<S> {
         Arc::make_mut(&mut self.tools)
     }
@@ -236,30 +283,10 @@ impl<S: Send + Sync + 'static> McpServer<S> {
 }
 
 impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
-    /// The configuration, with [`CAPABILITY`] in `experimental`: the
-    /// fields the server reads a key from, and what it does without one.
+    /// The configuration, with [`McpServer::capabilities`].
     fn get_info(&self) -> ServerConfig {
         let mut config = self.config.clone();
-        let (policy, window) = match self.tools.unkeyed {
-            Unkeyed::Window(within) => ("window", Some(within.as_secs())),
-            Unkeyed::Refuse => ("refuse", None),
-        };
-        let mut entry = json!({
-            "keyFields": CLIENT_FIELDS,
-            "keyHeader": IDEMPOTENCY_KEY_HEADER,
-            "unkeyed": policy,
-        });
-        if let Some(window) = window {
-            entry["windowSeconds"] = window.into();
-        }
-        let serde_json::Value::Object(entry) = entry else {
-            unreachable!("an object literal")
-        };
-        config
-            .capabilities
-            .experimental
-            .get_or_insert_with(Default::default)
-            .insert(CAPABILITY.to_owned(), entry);
+        config.capabilities = self.capabilities();
         config
     }
 
@@ -275,6 +302,14 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
         self.tools.get(name).cloned()
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        McpServer::get_task(self, request, context).await
     }
 
     async fn call_tool(

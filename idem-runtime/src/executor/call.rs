@@ -99,12 +99,26 @@ pub struct RepeatWindow {
     /// the first, 1 for a deliberate second, and so on. Each is its own
     /// effect, deduplicated within the window like the first.
     pub repeat: u32,
+    /// When the call was first made, if it is carried on later (a call
+    /// resumed after an approval, say): its window is found from this time
+    /// rather than from the clock. `None`: now.
+    pub started_at: Option<crate::clock::Timestamp>,
 }
 
 impl RepeatWindow {
     /// Calls within `within` of the first are one effect.
     pub fn new(within: Duration) -> Self {
-        RepeatWindow { within, repeat: 0 }
+        RepeatWindow {
+            within,
+            repeat: 0,
+            started_at: None,
+        }
+    }
+
+    /// The call was first made at `at` (see [`RepeatWindow::started_at`]).
+    pub fn started_at(mut self, at: crate::clock::Timestamp) -> Self {
+        self.started_at = Some(at);
+        self
     }
 
     /// This call is the `repeat`-th deliberate repetition of an identical

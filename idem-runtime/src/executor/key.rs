@@ -103,7 +103,8 @@ impl CallEnv<'_> {
                     repeat: w.repeat,
                     number: 0,
                 };
-                keys.number = keys.number_at(self.core.clock.now().as_millis());
+                let at = w.started_at.unwrap_or_else(|| self.core.clock.now());
+                keys.number = keys.number_at(at.as_millis());
                 keys
             }),
             args: &args,
