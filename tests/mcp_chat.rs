@@ -224,6 +224,39 @@ fn code(result: &CallToolResult) -> Value {
     result.meta.as_ref().unwrap()[ERROR_META]["code"].clone()
 }
 
+/// What the operator decides about the one call awaiting approval.
+enum Decision {
+    Approve,
+    Deny(&'static str),
+}
+
+/// An operator (`idem approve`, the inbox) decides the one call awaiting
+/// approval in `store`.
+async fn operator_decides(store: &Arc<dyn Store>, decision: Decision) {
+    let operator = idem::operator::Operator::new(store.clone());
+    let record = operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records
+        .remove(0);
+    assert_eq!(record.status(), Status::AwaitingApproval);
+    match decision {
+        Decision::Approve => operator
+            .approve_record(
+                &record,
+                idem::approval::Approval::granted_by("ops@example.com"),
+            )
+            .await
+            .map(drop),
+        Decision::Deny(reason) => operator
+            .deny_record(&record, "ops@example.com", reason)
+            .await
+            .map(drop),
+    }
+    .unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // Keys from what clients send
 
@@ -405,21 +438,7 @@ async fn cancelled_in_the_chat_it_stays_pending_is_never_asked_again_and_an_oper
 
     // An operator approves it (`idem approve`, the inbox): the next call
     // runs it once.
-    let operator = idem::operator::Operator::new(store);
-    let record = operator
-        .list(&Filter::default(), None, 10)
-        .await
-        .unwrap()
-        .records
-        .remove(0);
-    assert_eq!(record.status(), Status::AwaitingApproval);
-    operator
-        .approve_record(
-            &record,
-            idem::approval::Approval::granted_by("ops@example.com"),
-        )
-        .await
-        .unwrap();
+    operator_decides(&store, Decision::Approve).await;
     let ran = client.call_tool(delete(json!({}))).await.unwrap();
     assert_eq!(words(&ran), "deleted ada");
     assert_eq!(World::count(&world.deletions), 1);
@@ -487,6 +506,19 @@ fn complete(response: CallToolResponse) -> CallToolResult {
     }
 }
 
+/// The question a call is answered with.
+async fn question(
+    client: &Client,
+    params: CallToolRequestParams,
+) -> rmcp::model::InputRequiredResult {
+    input_required(client.call_tool_once(params).await.unwrap())
+}
+
+/// The result a call is answered with.
+async fn finished(client: &Client, params: CallToolRequestParams) -> CallToolResult {
+    complete(client.call_tool_once(params).await.unwrap())
+}
+
 fn answered(
     mut params: CallToolRequestParams,
     asked: &rmcp::model::InputRequiredResult,
@@ -509,12 +541,7 @@ async fn on_the_newest_protocol_the_question_is_a_result_and_its_answer_comes_ba
     let world = World::default();
     let client = connect(server(&world).0, Chat::without_elicitation()).await;
 
-    let asked = input_required(
-        client
-            .call_tool_once(delete(newest_protocol()))
-            .await
-            .unwrap(),
-    );
+    let asked = question(&client, delete(newest_protocol())).await;
     let question = serde_json::to_value(&asked).unwrap();
     let text = question.to_string();
     assert!(
@@ -526,7 +553,7 @@ async fn on_the_newest_protocol_the_question_is_a_result_and_its_answer_comes_ba
     // A state that was tampered with is refused, and nothing runs.
     let mut forged = answered(delete(newest_protocol()), &asked, "accept");
     forged.request_state = forged.request_state.map(|s| format!("{s}x"));
-    let refused = complete(client.call_tool_once(forged).await.unwrap());
+    let refused = finished(&client, forged).await;
     assert_eq!(refused.is_error, Some(true));
     assert!(
         words(&refused).contains("could not be verified"),
@@ -544,7 +571,7 @@ async fn on_the_newest_protocol_the_question_is_a_result_and_its_answer_comes_ba
         &asked,
         "accept",
     );
-    let refused = complete(client.call_tool_once(other).await.unwrap());
+    let refused = finished(&client, other).await;
     assert!(
         words(&refused).contains("other arguments"),
         "{}",
@@ -553,10 +580,10 @@ async fn on_the_newest_protocol_the_question_is_a_result_and_its_answer_comes_ba
 
     // The person accepts: it runs once.
     let accept = answered(delete(newest_protocol()), &asked, "accept");
-    let ran = complete(client.call_tool_once(accept.clone()).await.unwrap());
+    let ran = finished(&client, accept.clone()).await;
     assert_eq!(words(&ran), "deleted ada");
     // The same answer sent again is not a second approval.
-    let replayed = complete(client.call_tool_once(accept).await.unwrap());
+    let replayed = finished(&client, accept).await;
     assert!(deduplicated(&replayed));
     assert_eq!(World::count(&world.deletions), 1);
 }
@@ -565,18 +592,12 @@ async fn on_the_newest_protocol_the_question_is_a_result_and_its_answer_comes_ba
 async fn on_the_newest_protocol_a_declined_question_denies_and_a_cancelled_one_stays_pending() {
     let world = World::default();
     let client = connect(server(&world).0, Chat::without_elicitation()).await;
-    let asked = input_required(
-        client
-            .call_tool_once(delete(newest_protocol()))
-            .await
-            .unwrap(),
-    );
-    let declined = complete(
-        client
-            .call_tool_once(answered(delete(newest_protocol()), &asked, "decline"))
-            .await
-            .unwrap(),
-    );
+    let asked = question(&client, delete(newest_protocol())).await;
+    let declined = finished(
+        &client,
+        answered(delete(newest_protocol()), &asked, "decline"),
+    )
+    .await;
     assert_eq!(code(&declined), "approval_denied");
 
     let bob = || {
@@ -586,16 +607,11 @@ async fn on_the_newest_protocol_a_declined_question_denies_and_a_cancelled_one_s
             newest_protocol(),
         )
     };
-    let asked = input_required(client.call_tool_once(bob()).await.unwrap());
-    let cancelled = complete(
-        client
-            .call_tool_once(answered(bob(), &asked, "cancel"))
-            .await
-            .unwrap(),
-    );
+    let asked = question(&client, bob()).await;
+    let cancelled = finished(&client, answered(bob(), &asked, "cancel")).await;
     assert_eq!(code(&cancelled), "approval_pending");
     // Not asked again.
-    let again = complete(client.call_tool_once(bob()).await.unwrap());
+    let again = finished(&client, bob()).await;
     assert_eq!(code(&again), "approval_pending");
     assert_eq!(World::count(&world.deletions), 0);
 }
@@ -636,21 +652,7 @@ async fn a_call_waiting_for_an_operator_is_a_task_that_completes_once_when_appro
     assert_eq!(World::count(&world.deletions), 0);
 
     // Persisted before the answer: the operator sees it and approves it.
-    let operator = idem::operator::Operator::new(store);
-    let record = operator
-        .list(&Filter::default(), None, 10)
-        .await
-        .unwrap()
-        .records
-        .remove(0);
-    assert_eq!(record.status(), Status::AwaitingApproval);
-    operator
-        .approve_record(
-            &record,
-            idem::approval::Approval::granted_by("ops@example.com"),
-        )
-        .await
-        .unwrap();
+    operator_decides(&store, Decision::Approve).await;
 
     let (status, result) = poll(&client, &id).await;
     assert_eq!(status, TaskStatus::Completed);
@@ -670,17 +672,7 @@ async fn a_denied_task_completes_with_the_denial_and_a_forged_id_is_refused() {
     let (server, store) = server(&world);
     let client = connect(server, Chat::taking_tasks()).await;
     let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
-    let operator = idem::operator::Operator::new(store);
-    let record = operator
-        .list(&Filter::default(), None, 10)
-        .await
-        .unwrap()
-        .records
-        .remove(0);
-    operator
-        .deny_record(&record, "ops@example.com", "ada asked to keep her account")
-        .await
-        .unwrap();
+    operator_decides(&store, Decision::Deny("ada asked to keep her account")).await;
     let (status, result) = poll(&client, &id).await;
     assert_eq!(status, TaskStatus::Completed);
     let result = result.unwrap();
@@ -712,20 +704,7 @@ async fn an_approval_that_lands_long_after_the_window_still_runs_the_task_once()
 
     // The operator gets to it an hour later: six windows on.
     clock.advance(std::time::Duration::from_secs(3600));
-    let operator = idem::operator::Operator::new(store);
-    let record = operator
-        .list(&Filter::default(), None, 10)
-        .await
-        .unwrap()
-        .records
-        .remove(0);
-    operator
-        .approve_record(
-            &record,
-            idem::approval::Approval::granted_by("ops@example.com"),
-        )
-        .await
-        .unwrap();
+    operator_decides(&store, Decision::Approve).await;
     let (status, result) = poll(&client, &id).await;
     assert_eq!(status, TaskStatus::Completed);
     assert_eq!(words(&result.unwrap()), "deleted ada");

@@ -4,7 +4,7 @@
 //!
 //! Written out rather than taken from a date crate: idem only ever needs
 //! UTC instants after 1970, which is a page of arithmetic (Howard
-//! Hinnant's `days_from_civil` and its inverse).
+//! Hinnant's `days_from_civil`; its inverse is `Timestamp::civil`).
 
 use std::time::Duration;
 
@@ -14,17 +14,7 @@ const MS_PER_DAY: u64 = 86_400_000;
 
 /// `at` as RFC 3339 in UTC with milliseconds: `2026-05-01T09:30:00.250Z`.
 pub fn rfc3339(at: Timestamp) -> String {
-    let ms = at.as_millis();
-    let days = ms / MS_PER_DAY;
-    let in_day = ms % MS_PER_DAY;
-    let (y, m, d) = civil_from_days(days as i64);
-    let (h, min, s, milli) = (
-        in_day / 3_600_000,
-        in_day / 60_000 % 60,
-        in_day / 1000 % 60,
-        in_day % 1000,
-    );
-    format!("{y:04}-{m:02}-{d:02}T{h:02}:{min:02}:{s:02}.{milli:03}Z")
+    at.rfc3339()
 }
 
 /// How long ago `at` was at `now` ("12s ago", "3m ago", "5h ago",
@@ -195,20 +185,6 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
     let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
     era * 146_097 + doe - 719_468
-}
-
-/// The date `days` after 1970-01-01.
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
 }
 
 #[cfg(test)]

@@ -27,10 +27,68 @@ impl Timestamp {
         )
     }
 
+    /// This instant as RFC 3339 in UTC with milliseconds:
+    /// `2026-05-01T09:30:00.250Z`.
+    ///
+    /// ```
+    /// use idem_runtime::clock::Timestamp;
+    /// assert_eq!(Timestamp(1_796_083_200_250).rfc3339(), "2026-12-01T00:00:00.250Z");
+    /// ```
+    pub fn rfc3339(self) -> String {
+        let c = self.civil();
+        format!(
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            c.year, c.month, c.day, c.hour, c.minute, c.second, c.millis
+        )
+    }
+
+    /// This instant's calendar date and time of day in UTC.
+    pub fn civil(self) -> Civil {
+        const MS_PER_DAY: u64 = 86_400_000;
+        let (days, in_day) = (self.0 / MS_PER_DAY, self.0 % MS_PER_DAY);
+        // Howard Hinnant's `civil_from_days`.
+        let z = days as i64 + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z.rem_euclid(146_097);
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        Civil {
+            year: yoe + era * 400 + i64::from(month <= 2),
+            month,
+            day,
+            hour: (in_day / 3_600_000) as u32,
+            minute: (in_day / 60_000 % 60) as u32,
+            second: (in_day / 1000 % 60) as u32,
+            millis: (in_day % 1000) as u32,
+        }
+    }
+
     /// Time from `self` until `later`, zero if `later` is not later.
     pub fn until(self, later: Timestamp) -> Duration {
         Duration::from_millis(later.0.saturating_sub(self.0))
     }
+}
+
+/// A [`Timestamp`] as a calendar date and a time of day in UTC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Civil {
+    /// The year.
+    pub year: i64,
+    /// 1 to 12.
+    pub month: u32,
+    /// 1 to 31.
+    pub day: u32,
+    /// 0 to 23.
+    pub hour: u32,
+    /// 0 to 59.
+    pub minute: u32,
+    /// 0 to 59.
+    pub second: u32,
+    /// 0 to 999.
+    pub millis: u32,
 }
 
 impl fmt::Display for Timestamp {

@@ -175,14 +175,10 @@ pub(crate) fn bad_key_fields(tool: &str, problem: &str) -> String {
 
 /// `2026-12-01 14:02:11 UTC`.
 pub(crate) fn utc(millis: u64) -> String {
-    let secs = millis / 1000;
-    let (days, rest) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days as i64);
+    let c = crate::clock::Timestamp(millis).civil();
     format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
+        "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+        c.year, c.month, c.day, c.hour, c.minute, c.second
     )
 }
 
@@ -196,21 +192,6 @@ fn ago(secs: u64) -> String {
         _ => (secs / 86_400, "day"),
     };
     format!("{n} {unit}{} ago", if n == 1 { "" } else { "s" })
-}
-
-/// Year, month and day of a count of days since 1970-01-01 (Howard
-/// Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
 }
 
 /// A JSON value as a model reads it: a string as written, anything else as

@@ -59,12 +59,9 @@ impl Ticket {
     }
 }
 
-/// `2026-12-01T14:02:11Z`.
+/// `2026-12-01T14:02:11.000Z` (ISO 8601).
 pub(crate) fn iso(millis: u64) -> String {
-    super::answer::utc(millis)
-        .trim_end_matches(" UTC")
-        .replacen(' ', "T", 1)
-        + "Z"
+    Timestamp(millis).rfc3339()
 }
 
 /// A task in `status`, with its times.
@@ -89,7 +86,7 @@ mod tests {
 
     #[test]
     fn times_are_iso_8601() {
-        assert_eq!(iso(1_796_083_200_000), "2026-12-01T00:00:00Z");
+        assert_eq!(iso(1_796_083_200_000), "2026-12-01T00:00:00.000Z");
     }
 
     #[test]
