@@ -101,6 +101,7 @@ mod ask;
 mod call;
 mod client;
 mod key;
+mod meta;
 mod policy;
 mod server;
 mod tasks;
@@ -111,45 +112,10 @@ pub use key::{
     CLAUDE_CODE_TOOL_USE_META, CLIENT_FIELDS, CODEX_TURN_META, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META, VSCODE_CONVERSATION_META, VSCODE_REQUEST_META,
 };
+pub use meta::{
+    CAPABILITY, CLASS_META, DEDUPLICATED_META, ERROR_META, KEYING_META, KEY_META,
+    REPEAT_ARGUMENT_META, WINDOW_SECONDS_META,
+};
 pub use policy::{Approver, Unkeyed, REPEAT_ARGUMENT};
 pub use server::{McpServer, SecretError};
 pub use tools::{tool_definition, tool_definitions};
-
-/// The server's entry in its capabilities' `experimental` map: the `_meta`
-/// fields it reads a key from (`keyFields`), the header (`keyHeader`), and
-/// what it does with a write that has none (`unkeyed`: `window`, with
-/// `windowSeconds`, or `refuse`).
-pub const CAPABILITY: &str = "io.idem";
-
-/// The `_meta` field of a listed tool that names its class
-/// (`non_idempotent_write`, …).
-pub const CLASS_META: &str = "io.idem/class";
-
-/// The `_meta` field of a listed tool that says how its calls are keyed
-/// when they carry no key of idem's: `none` (a read), `natural` or
-/// `custom` (by the tool), `window` (the same arguments within
-/// [`WINDOW_SECONDS_META`] are one effect), `each-call` (an idempotent
-/// write runs on every call) or `key-required` (refused without a key).
-pub const KEYING_META: &str = "io.idem/keying";
-
-/// The `_meta` field of a listed tool keyed by a window: its length in
-/// seconds.
-pub const WINDOW_SECONDS_META: &str = "io.idem/windowSeconds";
-
-/// The `_meta` field of a listed tool that has the optional argument that
-/// marks a deliberate repeat: its name ([`REPEAT_ARGUMENT`]).
-pub const REPEAT_ARGUMENT_META: &str = "io.idem/repeatArgument";
-
-/// The `_meta` field of an error result with the error for programs:
-/// `{"code", "message", …}` (the text content is written for the model).
-pub const ERROR_META: &str = "io.idem/error";
-
-/// The `_meta` field of a `tools/call` result that says whether the answer
-/// is an earlier call's recorded result (`true`) or this call's (`false`):
-/// for tracing, since the content is the same either way.
-pub const DEDUPLICATED_META: &str = "io.idem/deduplicated";
-
-/// The `_meta` field of a successful `tools/call` result that holds the
-/// idempotency key the call is recorded under (64 hex digits), to find
-/// its record. Absent for reads, which are not recorded.
-pub const KEY_META: &str = "io.idem/key";

@@ -17,8 +17,8 @@ use serde_json::json;
 use super::ask::States;
 use super::call::{Request, Tools};
 use super::key::{CLIENT_FIELDS, IDEMPOTENCY_KEY_HEADER};
+use super::meta::CAPABILITY;
 use super::policy::{Approver, Unkeyed};
-use super::CAPABILITY;
 use crate::registry::BoxFuture;
 use crate::{Dispatcher, Namespace};
 

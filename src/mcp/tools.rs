@@ -10,8 +10,8 @@ use idem_runtime::registry::DynTool;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{json, Value};
 
+use super::meta::{CLASS_META, KEYING_META, REPEAT_ARGUMENT_META, WINDOW_SECONDS_META};
 use super::policy::{Keyed, Unkeyed, REPEAT_ARGUMENT};
-use super::{CLASS_META, KEYING_META, REPEAT_ARGUMENT_META, WINDOW_SECONDS_META};
 use crate::Registry;
 
 /// The rmcp definition of one tool.

@@ -7,22 +7,24 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, CreateTaskResult, DetailedTask, GetTaskResult,
-    InputResponses, JsonObject, MetaObject, TaskPayload, Tool,
+    CallToolResponse, CallToolResult, ContentBlock, InputResponses, JsonObject, MetaObject, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
+mod chat;
+mod task;
+
+use chat::Asked;
+
 use super::answer::{self, Hints};
-use super::ask::{self, Answer, Form, States};
+use super::ask::States;
 use super::key;
+use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
-use super::tasks::{self, Ticket};
-use super::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use crate::dispatch::Arguments;
 use crate::key::{CanonicalArgs, IdempotencyKey};
-use crate::record::Status;
 use crate::{
     Dispatcher, ErrorCode, IdemError, Namespace, RepeatWindow, RunContext, ToolCall, ToolResult,
 };
@@ -106,7 +108,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             let repeat = definition
                 .meta
                 .as_ref()
-                .is_some_and(|m| m.contains_key(super::REPEAT_ARGUMENT_META));
+                .is_some_and(|m| m.contains_key(super::meta::REPEAT_ARGUMENT_META));
             self.definitions.push(definition);
             self.keyed.push(keyed);
             self.repeat.push(repeat);
@@ -308,131 +310,6 @@ impl<S: Send + Sync + 'static> Tools<S> {
         joined.map_err(|e| panicked(&name, e))
     }
 
-    /// A task for the call awaiting approval under `key`, keyed as this
-    /// call was; `None` when its record cannot be read.
-    async fn task_for(
-        &self,
-        key: &IdempotencyKey,
-        call: &ToolCall,
-        run: &RunContext,
-        principal: Option<&str>,
-    ) -> Option<CreateTaskResult> {
-        let store = self.dispatcher.executor().store();
-        let record = store.get(key).await.ok().flatten()?;
-        let now = store.now().await.ok()?.as_millis();
-        let ticket = Ticket {
-            key: key.as_str().to_owned(),
-            tool: call.name.clone(),
-            call_id: call.id.clone(),
-            run: run.run_id.clone().map(|id| (id, run.step)),
-            namespace: run
-                .namespace
-                .clone()
-                .unwrap_or_default()
-                .as_str()
-                .to_owned(),
-            window: run
-                .repeat_window
-                .map(|w| (w.within.as_secs(), w.repeat, record.created_at.as_millis())),
-            created_at: now,
-        };
-        let id = self.states.seal_ticket(&ticket, principal);
-        let payload = TaskPayload::Working;
-        Some(CreateTaskResult::new(tasks::task(
-            id,
-            now,
-            now,
-            &payload,
-            Some(WAITING_FOR_APPROVAL),
-        )))
-    }
-
-    /// `tasks/get`: where the call a task names stands, carried on when
-    /// its approval has landed.
-    pub(crate) async fn task(
-        &self,
-        id: &str,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<GetTaskResult, ErrorData> {
-        let principal = self.principal.as_ref().and_then(|f| f(context));
-        let ticket = self
-            .states
-            .open_ticket(id, principal.as_deref())
-            .map_err(|e| ErrorData::invalid_params(e, None))?;
-        let Some(&index) = self.by_name.get(&ticket.tool) else {
-            return Err(ErrorData::invalid_params(
-                format!("task `{id}` is for a tool this server no longer has"),
-                None,
-            ));
-        };
-        let definition = &self.definitions[index];
-        let hints = Hints {
-            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
-        };
-        let store = self.dispatcher.executor().store();
-        let now = store.now().await.map_or(0, |t| t.as_millis());
-        let key = IdempotencyKey::parse(&ticket.key)
-            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
-        let record = store
-            .get(&key)
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let (payload, message) = match record {
-            None => (
-                TaskPayload::Failed {
-                    error: object(json!({
-                        "code": ErrorData::invalid_params("", None).code,
-                        "message": "the call this task waited for is no longer recorded",
-                    })),
-                },
-                None,
-            ),
-            Some(record) => match record.status() {
-                Status::AwaitingApproval => (TaskPayload::Working, Some(WAITING_FOR_APPROVAL)),
-                Status::InFlight => (TaskPayload::Working, Some("running")),
-                _ => match &record.info.args {
-                    // Approved: run it once, under its key; decided or
-                    // done: answered from the record.
-                    Some(args) => {
-                        let call = ToolCall {
-                            id: ticket.call_id.clone(),
-                            name: ticket.tool.clone(),
-                            arguments: Arguments::Text(args.clone()),
-                        };
-                        let run = ticket
-                            .run()
-                            .map_err(|e| ErrorData::invalid_params(e, None))?;
-                        let answer = match self.dispatch(call, run, context).await {
-                            Ok(result) if is_pending(&result) => {
-                                (TaskPayload::Working, Some(WAITING_FOR_APPROVAL))
-                            }
-                            Ok(result) => (
-                                completed(self.answer(&result, definition, hints, false).await),
-                                None,
-                            ),
-                            Err(answer) => (completed(answer), None),
-                        };
-                        answer
-                    }
-                    None => (
-                        completed(error_result(
-                            format!(
-                                "`{}` does not store its arguments, so this task cannot carry \
-                                 it on: call it again with the same arguments.",
-                                ticket.tool
-                            ),
-                            json!({"code": "arguments_not_stored"}),
-                            false,
-                        )),
-                        None,
-                    ),
-                },
-            },
-        };
-        let task = tasks::task(id.to_owned(), ticket.created_at, now, &payload, message);
-        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
-    }
-
     /// Who decides `tool`'s approvals.
     fn approver(&self, tool: &str) -> Approver {
         self.approvers
@@ -450,108 +327,6 @@ impl<S: Send + Sync + 'static> Tools<S> {
             Some(principal) => Namespace::new(format!("{}/{principal}", base.as_str()))
                 .map_err(|e| format!("the caller's identity cannot name a namespace ({e})")),
         }
-    }
-
-    /// Who approves in the chat, as recorded: the principal or "the chat
-    /// user", and the client.
-    fn chat_user(principal: Option<&str>, context: &RequestContext<RoleServer>) -> String {
-        let who = principal.unwrap_or("the chat user");
-        match context.client_info() {
-            Some(client) => format!("{who} (in {})", client.name),
-            None => who.to_owned(),
-        }
-    }
-
-    /// Ask the person in the chat about the call awaiting approval under
-    /// `key`, once.
-    async fn ask_in_chat(
-        &self,
-        definition: &Tool,
-        key: &IdempotencyKey,
-        principal: Option<&str>,
-        context: &RequestContext<RoleServer>,
-    ) -> Asked {
-        let Some(form) = ask::form(context) else {
-            return Asked::Pending;
-        };
-        let operator = self.dispatcher.executor().operator();
-        let record = match operator.show(key).await {
-            Ok(record) => record,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read the call awaiting approval");
-                return Asked::Pending;
-            }
-        };
-        match operator.was_asked(key).await {
-            Ok(false) => {}
-            Ok(true) => return Asked::Pending,
-            Err(e) => {
-                tracing::warn!(error = %e, "could not read whether the chat user was asked");
-                return Asked::Pending;
-            }
-        }
-        let who = Self::chat_user(principal, context);
-        if let Err(e) = ask::note_asked(&operator, &record, &who).await {
-            tracing::warn!(error = %e, "could not note the question; not asking");
-            return Asked::Pending;
-        }
-        let description = self
-            .dispatcher
-            .registry()
-            .get(&definition.name)
-            .map_or("", |tool| tool.spec().description);
-        let question = ask::question(&definition.name, description, &record);
-        match form {
-            Form::InputRequired => {
-                Asked::Later(
-                    self.states
-                        .ask_later(question, &record, principal, &definition.name),
-                )
-            }
-            Form::Request => {
-                let answer = ask::ask_now(context, question).await;
-                if answer == Answer::None {
-                    return Asked::Pending;
-                }
-                match ask::record_answer(&operator, &record, answer, &who).await {
-                    Ok(()) => Asked::Answered,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "could not record the chat user's answer");
-                        Asked::Pending
-                    }
-                }
-            }
-        }
-    }
-
-    /// Record the answer a client returned with a request state.
-    async fn take_answer(
-        &self,
-        state: &str,
-        responses: Option<&InputResponses>,
-        fingerprint: &str,
-        principal: Option<&str>,
-        tool: &str,
-        context: &RequestContext<RoleServer>,
-    ) -> Result<(), String> {
-        let (key, asked_fingerprint, created_at, answer) =
-            self.states.answered(state, responses, principal, tool)?;
-        if asked_fingerprint != fingerprint {
-            return Err(
-                "the approval answer was given for other arguments than this call's".to_owned(),
-            );
-        }
-        let key = IdempotencyKey::parse(&key).map_err(|e| e.to_string())?;
-        let operator = self.dispatcher.executor().operator();
-        let record = operator.show(&key).await.map_err(|e| e.to_string())?;
-        if record.created_at.as_millis() != created_at {
-            // Another request under the key since: not what was asked.
-            return Ok(());
-        }
-        let who = Self::chat_user(principal, context);
-        ask::record_answer(&operator, &record, answer, &who)
-            .await
-            .map_err(|e| e.to_string())
     }
 
     fn unknown_tool(&self, name: &str) -> ErrorData {
@@ -621,41 +396,6 @@ impl<S: Send + Sync + 'static> Tools<S> {
             .map(|record| record.created_at.as_millis());
         (at, now)
     }
-}
-
-/// What a task waiting for an approval says.
-const WAITING_FOR_APPROVAL: &str = "waiting for a person's approval; nothing has run yet";
-
-/// Whether a dispatched call is still waiting for a person.
-fn is_pending(result: &ToolResult) -> bool {
-    matches!(result.result, Err(IdemError::ApprovalPending { .. }))
-}
-
-/// A completed task's payload: the call's result.
-fn completed(result: CallToolResult) -> TaskPayload {
-    let value = serde_json::to_value(result).expect("a result serializes");
-    TaskPayload::Completed {
-        result: object(value),
-    }
-}
-
-/// A JSON object, or an empty one.
-fn object(value: Value) -> JsonObject {
-    match value {
-        Value::Object(object) => object,
-        _ => JsonObject::new(),
-    }
-}
-
-/// What asking the person in the chat came to.
-enum Asked {
-    /// Asked in the answer (protocol 2026-07-28): return it.
-    Later(rmcp::model::InputRequiredResult),
-    /// They answered, and the answer is recorded: dispatch again.
-    Answered,
-    /// Not asked (no elicitation, asked before), or no answer: the call
-    /// stays pending.
-    Pending,
 }
 
 fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {

@@ -1,0 +1,169 @@
+//! A call's task ([`super::super::tasks`]): made when the call waits for
+//! an operator, and carried on by `tasks/get`.
+
+use rmcp::model::{
+    CallToolResult, CreateTaskResult, DetailedTask, GetTaskResult, JsonObject, TaskPayload,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer};
+use serde_json::{json, Value};
+
+use super::super::answer::Hints;
+use super::super::policy::REPEAT_ARGUMENT;
+use super::super::tasks::{self, Ticket};
+use super::{error_result, Tools};
+use crate::dispatch::Arguments;
+use crate::key::IdempotencyKey;
+use crate::record::Status;
+use crate::{IdemError, RunContext, ToolCall, ToolResult};
+
+impl<S: Send + Sync + 'static> Tools<S> {
+    /// A task for the call awaiting approval under `key`, keyed as this
+    /// call was; `None` when its record cannot be read.
+    pub(super) async fn task_for(
+        &self,
+        key: &IdempotencyKey,
+        call: &ToolCall,
+        run: &RunContext,
+        principal: Option<&str>,
+    ) -> Option<CreateTaskResult> {
+        let store = self.dispatcher.executor().store();
+        let record = store.get(key).await.ok().flatten()?;
+        let now = store.now().await.ok()?.as_millis();
+        let ticket = Ticket {
+            key: key.as_str().to_owned(),
+            tool: call.name.clone(),
+            call_id: call.id.clone(),
+            run: run.run_id.clone().map(|id| (id, run.step)),
+            namespace: run
+                .namespace
+                .clone()
+                .unwrap_or_default()
+                .as_str()
+                .to_owned(),
+            window: run
+                .repeat_window
+                .map(|w| (w.within.as_secs(), w.repeat, record.created_at.as_millis())),
+            created_at: now,
+        };
+        let id = self.states.seal_ticket(&ticket, principal);
+        let payload = TaskPayload::Working;
+        Some(CreateTaskResult::new(tasks::task(
+            id,
+            now,
+            now,
+            &payload,
+            Some(WAITING_FOR_APPROVAL),
+        )))
+    }
+
+    /// `tasks/get`: where the call a task names stands, carried on when
+    /// its approval has landed.
+    pub(crate) async fn task(
+        &self,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let principal = self.principal.as_ref().and_then(|f| f(context));
+        let ticket = self
+            .states
+            .open_ticket(id, principal.as_deref())
+            .map_err(|e| ErrorData::invalid_params(e, None))?;
+        let Some(&index) = self.by_name.get(&ticket.tool) else {
+            return Err(ErrorData::invalid_params(
+                format!("task `{id}` is for a tool this server no longer has"),
+                None,
+            ));
+        };
+        let definition = &self.definitions[index];
+        let hints = Hints {
+            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
+        };
+        let store = self.dispatcher.executor().store();
+        let now = store.now().await.map_or(0, |t| t.as_millis());
+        let key = IdempotencyKey::parse(&ticket.key)
+            .map_err(|e| ErrorData::invalid_params(e.to_string(), None))?;
+        let record = store
+            .get(&key)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        let (payload, message) = match record {
+            None => (
+                TaskPayload::Failed {
+                    error: object(json!({
+                        "code": ErrorData::invalid_params("", None).code,
+                        "message": "the call this task waited for is no longer recorded",
+                    })),
+                },
+                None,
+            ),
+            Some(record) => match record.status() {
+                Status::AwaitingApproval => (TaskPayload::Working, Some(WAITING_FOR_APPROVAL)),
+                Status::InFlight => (TaskPayload::Working, Some("running")),
+                _ => match &record.info.args {
+                    // Approved: run it once, under its key; decided or
+                    // done: answered from the record.
+                    Some(args) => {
+                        let call = ToolCall {
+                            id: ticket.call_id.clone(),
+                            name: ticket.tool.clone(),
+                            arguments: Arguments::Text(args.clone()),
+                        };
+                        let run = ticket
+                            .run()
+                            .map_err(|e| ErrorData::invalid_params(e, None))?;
+                        let answer = match self.dispatch(call, run, context).await {
+                            Ok(result) if is_pending(&result) => {
+                                (TaskPayload::Working, Some(WAITING_FOR_APPROVAL))
+                            }
+                            Ok(result) => (
+                                completed(self.answer(&result, definition, hints, false).await),
+                                None,
+                            ),
+                            Err(answer) => (completed(answer), None),
+                        };
+                        answer
+                    }
+                    None => (
+                        completed(error_result(
+                            format!(
+                                "`{}` does not store its arguments, so this task cannot carry \
+                                 it on: call it again with the same arguments.",
+                                ticket.tool
+                            ),
+                            json!({"code": "arguments_not_stored"}),
+                            false,
+                        )),
+                        None,
+                    ),
+                },
+            },
+        };
+        let task = tasks::task(id.to_owned(), ticket.created_at, now, &payload, message);
+        Ok(GetTaskResult::new(DetailedTask::new(task, payload)))
+    }
+}
+
+/// What a task waiting for an approval says.
+const WAITING_FOR_APPROVAL: &str = "waiting for a person's approval; nothing has run yet";
+
+/// Whether a dispatched call is still waiting for a person.
+fn is_pending(result: &ToolResult) -> bool {
+    matches!(result.result, Err(IdemError::ApprovalPending { .. }))
+}
+
+/// A completed task's payload: the call's result.
+fn completed(result: CallToolResult) -> TaskPayload {
+    let value = serde_json::to_value(result).expect("a result serializes");
+    TaskPayload::Completed {
+        result: object(value),
+    }
+}
+
+/// A JSON object, or an empty one.
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(object) => object,
+        _ => JsonObject::new(),
+    }
+}
