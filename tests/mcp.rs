@@ -1041,3 +1041,43 @@ async fn the_example_server_over_stdio_charges_once_per_key_across_restarts() {
     assert_eq!(repeated.content[1..], chat.content[..]);
     client.cancel().await.unwrap();
 }
+
+#[cfg(feature = "sqlite")]
+#[test]
+fn the_example_server_says_startup_errors_in_plain_words_and_never_a_password() {
+    let binary = example::binary();
+    let start = |args: &[&str], store: &str| {
+        let out = std::process::Command::new(&binary)
+            .args(args)
+            .env("IDEM_STORE", store)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let bad_scheme = start(&[], "bogus://x");
+    assert!(
+        bad_scheme.starts_with("idem mcp_server: cannot open the store"),
+        "{bad_scheme}"
+    );
+    assert!(
+        bad_scheme.contains("expected memory:, sqlite://PATH"),
+        "{bad_scheme}"
+    );
+    let bad_address = start(&["--http", "nonsense"], "memory:");
+    assert!(
+        bad_address.contains("`nonsense` is not an address to listen on"),
+        "{bad_address}"
+    );
+    if cfg!(feature = "redis") {
+        // Nothing listens on port 1: the error names the store, not its
+        // password.
+        let unreachable = start(&[], "redis://ada:s3cret@127.0.0.1:1/0");
+        assert!(
+            unreachable.contains("redis://ada:***@127.0.0.1:1/0"),
+            "{unreachable}"
+        );
+        assert!(!unreachable.contains("s3cret"), "{unreachable}");
+    }
+}
