@@ -710,3 +710,23 @@ async fn an_approval_that_lands_long_after_the_window_still_runs_the_task_once()
     assert_eq!(words(&result.unwrap()), "deleted ada");
     assert_eq!(World::count(&world.deletions), 1);
 }
+
+#[tokio::test]
+async fn calls_are_keyed_in_the_executors_namespace_unless_the_server_names_one() {
+    let world = World::default();
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+    let executor = Executor::builder_shared(store.clone())
+        .state(world.clone())
+        .namespace(idem::Namespace::new("acme").unwrap())
+        .build();
+    let server = McpServer::new(Dispatcher::new(executor, tools![charge_card]));
+    let client = connect(server, Chat::without_elicitation()).await;
+    client.call_tool(charge(json!({}))).await.unwrap();
+    let operator = idem::operator::Operator::new(store);
+    let records = operator
+        .list(&Filter::default(), None, 10)
+        .await
+        .unwrap()
+        .records;
+    assert_eq!(records[0].info.namespace.as_deref(), Some("acme"));
+}

@@ -6,8 +6,9 @@
 //! * **2026-07-28 and later** (multi round-trip): the call answers with an
 //!   `InputRequiredResult` holding the question and a `requestState`
 //!   sealed with HMAC-SHA256 (rmcp's `RequestStateCodec`), bound to the
-//!   principal and the tool, and naming the record it asks about: its key,
-//!   its arguments' fingerprint and when it was created. The client
+//!   principal and the tool, and naming the record it asks about (its key
+//!   and when it was created) and the fingerprint of the arguments as the
+//!   client sent them. The client
 //!   retries the call with the person's answer and the state; a state
 //!   that was tampered with, is for another principal, tool or arguments,
 //!   or has expired is refused. It is single-use because the record is:
@@ -205,17 +206,19 @@ impl States {
         format!("idem-approval\0{}\0{tool}", principal.unwrap_or("")).into_bytes()
     }
 
-    /// The input-required answer that asks about `record`.
+    /// The input-required answer that asks about `record`, for the call
+    /// whose arguments as sent have `fingerprint`.
     pub(crate) fn ask_later(
         &self,
         message: String,
         record: &Record,
+        fingerprint: &str,
         principal: Option<&str>,
         tool: &str,
     ) -> InputRequiredResult {
         let asking = Asking {
             key: record.key.as_str().to_owned(),
-            fingerprint: record.fingerprint.as_str().to_owned(),
+            fingerprint: fingerprint.to_owned(),
             created_at: record.created_at.as_millis(),
         };
         let bound = Self::bound_to(principal, tool);

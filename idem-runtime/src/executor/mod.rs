@@ -390,6 +390,12 @@ impl<S: Send + Sync + 'static> Executor<S> {
         self.mode == Mode::Replay
     }
 
+    /// The tenant a call is keyed in when it names none
+    /// ([`ExecutorBuilder::namespace`], `default` unless set).
+    pub fn default_namespace(&self) -> &Namespace {
+        &self.inner.core.config.namespace
+    }
+
     /// The counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.core.metrics.snapshot()

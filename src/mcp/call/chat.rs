@@ -21,11 +21,13 @@ impl<S: Send + Sync + 'static> Tools<S> {
     }
 
     /// Ask the person in the chat about the call awaiting approval under
-    /// `key`, once.
+    /// `key`, once; `fingerprint` is of the arguments as the client sent
+    /// them, which an answer must come back with.
     pub(super) async fn ask_in_chat(
         &self,
         definition: &Tool,
         key: &IdempotencyKey,
+        fingerprint: &str,
         principal: Option<&str>,
         context: &RequestContext<RoleServer>,
     ) -> Asked {
@@ -60,12 +62,13 @@ impl<S: Send + Sync + 'static> Tools<S> {
             .map_or("", |tool| tool.spec().description);
         let question = ask::question(&definition.name, description, &record);
         match form {
-            Form::InputRequired => {
-                Asked::Later(
-                    self.states
-                        .ask_later(question, &record, principal, &definition.name),
-                )
-            }
+            Form::InputRequired => Asked::Later(self.states.ask_later(
+                question,
+                &record,
+                fingerprint,
+                principal,
+                &definition.name,
+            )),
             Form::Request => {
                 let answer = ask::ask_now(context, question).await;
                 if answer == Answer::None {

@@ -193,11 +193,12 @@ impl<S: Send + Sync + 'static> Tools<S> {
             }
         };
 
+        // The arguments as sent, which an approval question is bound to.
+        let fingerprint = CanonicalArgs::from_value(&Value::Object(arguments.clone()))
+            .map(|a| a.fingerprint.as_str().to_owned())
+            .unwrap_or_default();
         // An answer to an approval question asked in an earlier round.
         if let Some(state) = &request.request_state {
-            let fingerprint = CanonicalArgs::from_value(&Value::Object(arguments.clone()))
-                .map(|a| a.fingerprint.as_str().to_owned())
-                .unwrap_or_default();
             if let Err(problem) = self
                 .take_answer(
                     state,
@@ -210,7 +211,10 @@ impl<S: Send + Sync + 'static> Tools<S> {
                 .await
             {
                 return Ok(refused(
-                    format!("`{name}` was not run: {problem}. Nothing ran. Call it again to be asked afresh."),
+                    format!(
+                        "`{name}` was not run: {problem}. Nothing ran, and the call still waits \
+                         for a person's approval. Tell the user."
+                    ),
                     ErrorCode::ApprovalPending,
                     &problem,
                 ));
@@ -253,7 +257,13 @@ impl<S: Send + Sync + 'static> Tools<S> {
             let key = key.clone();
             if self.approver(name).asks_in_chat() {
                 match self
-                    .ask_in_chat(definition, &key, principal.as_deref(), context)
+                    .ask_in_chat(
+                        definition,
+                        &key,
+                        &fingerprint,
+                        principal.as_deref(),
+                        context,
+                    )
                     .await
                 {
                     Asked::Later(question) => return Ok(question.into()),
@@ -318,10 +328,13 @@ impl<S: Send + Sync + 'static> Tools<S> {
             .unwrap_or(self.default_approver)
     }
 
-    /// The namespace of a call by `principal`: the server's (or
-    /// `default`), then `/` and the principal.
+    /// The namespace of a call by `principal`: the server's (or the
+    /// executor's), then `/` and the principal.
     fn namespace_for(&self, principal: Option<&str>) -> Result<Namespace, String> {
-        let base = self.namespace.clone().unwrap_or_default();
+        let base = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| self.dispatcher.executor().default_namespace().clone());
         match principal {
             None => Ok(base),
             Some(principal) => Namespace::new(format!("{}/{principal}", base.as_str()))
