@@ -302,7 +302,7 @@ pub struct PurgeArgs {
 #[command(group(
     ArgGroup::new("source")
         .required(true)
-        .args(["call_id", "run", "natural", "custom"])
+        .args(["call_id", "run", "natural", "custom", "repeat_window"])
 ))]
 pub struct KeyDeriveArgs {
     /// The tool's name.
@@ -329,6 +329,23 @@ pub struct KeyDeriveArgs {
     /// The material a tool's custom key function returned.
     #[arg(long, value_name = "MATERIAL")]
     pub custom: Option<String>,
+    /// A call that carried no key, keyed by a repeat window of this many
+    /// seconds (an MCP chat client's call; with --args and --at).
+    #[arg(long, value_name = "SECONDS", requires = "args")]
+    pub repeat_window: Option<u64>,
+    /// When the repeat-windowed call was made (RFC 3339); its window's key
+    /// is derived. Default: now.
+    #[arg(long, value_name = "TIME", requires = "repeat_window")]
+    pub at: Option<String>,
+    /// How many identical effects the caller meant before this one (its
+    /// `intended_repeat`; 0 for the first).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        requires = "repeat_window"
+    )]
+    pub repeat: u32,
     /// The call's arguments as JSON (needed with --run; with --call-id, only
     /// to print their fingerprint).
     #[arg(long, value_name = "JSON")]

@@ -53,6 +53,21 @@ async fn idem_key_reproduces_every_published_vector() {
                 }
             }
             "custom" => args.extend(["--custom".to_owned(), text("material")]),
+            "window" => {
+                // A time inside the vector's window, as RFC 3339.
+                let seconds = v["window_seconds"].as_u64().unwrap();
+                let at = v["window"].as_u64().unwrap() * seconds * 1000 + 1_500;
+                args.extend([
+                    "--repeat-window".to_owned(),
+                    seconds.to_string(),
+                    "--at".to_owned(),
+                    idem_runtime::clock::Timestamp(at).rfc3339(),
+                    "--repeat".to_owned(),
+                    v["repeat"].to_string(),
+                    "--args".to_owned(),
+                    text("arguments"),
+                ]);
+            }
             // Sub-keys are derived inside a tool, never found from a
             // transcript.
             _ => continue,
@@ -73,7 +88,7 @@ async fn idem_key_reproduces_every_published_vector() {
         }
         checked += 1;
     }
-    assert!(checked >= 9, "only {checked} vectors checked");
+    assert!(checked >= 11, "only {checked} vectors checked");
 }
 
 #[tokio::test]

@@ -1,7 +1,9 @@
 //! `idem key`: derive a call's key as the executor does (`docs/keys.md`),
 //! from what a transcript shows: the tool, the call id or the run and step
-//! with the arguments. Reads no store.
+//! with the arguments, or (a call that carried no key) the repeat window
+//! and when the call was made. Reads no store.
 
+use idem_runtime::clock::Clock;
 use idem_runtime::key::{derive_key, CanonicalArgs, KeyInput, KeySource, Namespace};
 use serde_json::Value;
 
@@ -46,11 +48,29 @@ pub fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
             (source, "natural")
         }
         (_, _, _, Some(material)) => (KeySource::Custom(material), "custom"),
-        _ => {
-            return Err(CliError::Usage(
-                "say where the key comes from: --call-id, --run with --step and --args, --natural or --custom".into(),
-            ))
-        }
+        _ => match (args.repeat_window, &canonical) {
+            (Some(seconds), Some(canonical)) => {
+                let at = match &args.at {
+                    Some(text) => crate::time::parse_rfc3339(text).ok_or_else(|| {
+                        CliError::Usage(format!("--at `{text}` is not an RFC 3339 time"))
+                    })?,
+                    None => idem_runtime::clock::SystemClock.now(),
+                };
+                let seconds = seconds.max(1);
+                let source = KeySource::Window {
+                    seconds,
+                    number: at.as_millis() / 1000 / seconds,
+                    repeat: args.repeat,
+                    args: canonical,
+                };
+                (source, "window")
+            }
+            _ => {
+                return Err(CliError::Usage(
+                    "say where the key comes from: --call-id, --run with --step and --args, --natural, --custom, or --repeat-window with --args".into(),
+                ))
+            }
+        },
     };
     let key = derive_key(&KeyInput {
         version: args.key_version,
