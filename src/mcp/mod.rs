@@ -39,7 +39,7 @@
 //!    (for non-idempotent and irreversible tools, also on top of 4, since
 //!    a chat client's ids are new when a model repeats a call in a later
 //!    turn), with an optional [`REPEAT_ARGUMENT`] for a deliberate repeat;
-//! 6. the tool's natural or custom key, which wins over 3 to 5: that key
+//! 6. the tool's natural or custom key, which wins over all of these: that key
 //!    names the effect ("the customer with this email").
 //!
 //! 1 and 2 become the call's *call id*, 3 its *run context*, exactly as a
