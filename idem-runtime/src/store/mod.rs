@@ -43,6 +43,7 @@ use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CallInfoRef, CorruptRecord, Fence, Outcome, Record};
 
 mod error;
+pub mod intercept;
 pub mod memory;
 mod poll;
 #[cfg(feature = "postgres")]
