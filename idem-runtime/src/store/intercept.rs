@@ -383,6 +383,10 @@ impl<'a> Operation<'a> {
 /// What an [`Operation`] answered.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
+// A record is as large as the `get` that returns it by value; boxing it
+// here would cost every read through an interceptor an allocation, undone
+// a moment later when the answer becomes the method's return value.
+#[allow(clippy::large_enum_variant)]
 pub enum Answer {
     /// [`Store::claim`].
     Claim(ClaimOutcome),
