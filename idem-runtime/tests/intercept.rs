@@ -127,22 +127,32 @@ impl Tool<Arc<AtomicUsize>> for Charge {
     }
 }
 
-fn executor<H: Hook>(
-    hook: H,
-) -> (
-    Executor<Arc<AtomicUsize>>,
-    Arc<AtomicUsize>,
-    Arc<Interceptor<H, MemoryStore>>,
-) {
+/// An executor on the in-memory store behind `hook`, with the counter of
+/// the tool's runs and the store.
+struct Setup<H> {
+    executor: Executor<Arc<AtomicUsize>>,
+    runs: Arc<AtomicUsize>,
+    store: Arc<Interceptor<H, MemoryStore>>,
+}
+
+fn executor<H: Hook>(hook: H) -> Setup<H> {
     let runs = Arc::new(AtomicUsize::new(0));
     let store = Arc::new(Interceptor::new(MemoryStore::new(), hook));
     let executor = Executor::builder(store.clone()).state(runs.clone()).build();
-    (executor, runs, store)
+    Setup {
+        executor,
+        runs,
+        store,
+    }
 }
 
 #[tokio::test]
 async fn the_executor_claims_on_the_callers_thread_through_the_interceptor() {
-    let (executor, runs, store) = executor(Trace::default());
+    let Setup {
+        executor,
+        runs,
+        store,
+    } = executor(Trace::default());
     assert_eq!(store.describe(), "traced(memory)");
     let first = executor
         .call(Charge, Amount { cents: 500 })
@@ -206,7 +216,11 @@ impl Hook for RefuseWrites {
 
 #[tokio::test]
 async fn a_hook_that_refuses_before_the_store_keeps_the_tool_from_running() {
-    let (executor, runs, store) = executor(RefuseWrites);
+    let Setup {
+        executor,
+        runs,
+        store,
+    } = executor(RefuseWrites);
     let err = executor
         .call(Charge, Amount { cents: 500 })
         .call_id("call_1")
@@ -242,7 +256,7 @@ impl Hook for WrongAnswer {
 
 #[tokio::test]
 async fn a_hook_that_answers_the_wrong_kind_of_answer_is_an_unavailable_store() {
-    let (executor, runs, _store) = executor(WrongAnswer);
+    let Setup { executor, runs, .. } = executor(WrongAnswer);
     let err: IdemError = executor
         .call(Charge, Amount { cents: 500 })
         .call_id("call_1")
