@@ -171,8 +171,8 @@ pub const SAFETY_POLL: Duration = Duration::from_secs(1);
 macro_rules! script {
     ($file:literal) => {
         concat!(
-            include_str!("redis/common.lua"),
-            include_str!(concat!("redis/", $file))
+            include_str!("common.lua"),
+            include_str!($file)
         )
     };
 }
@@ -182,9 +182,9 @@ macro_rules! script {
 macro_rules! audited_script {
     ($file:literal) => {
         concat!(
-            include_str!("redis/common.lua"),
-            include_str!("redis/audit.lua"),
-            include_str!(concat!("redis/", $file))
+            include_str!("common.lua"),
+            include_str!("audit.lua"),
+            include_str!($file)
         )
     };
 }
@@ -882,7 +882,7 @@ async fn keep_unknown_outcomes(
     if locked.is_none() {
         return Ok(());
     }
-    let script = include_str!("redis/keep_unknown.lua");
+    let script = include_str!("keep_unknown.lua");
     // (slot, the member to resume after) of every slot not yet done.
     let mut pending: Vec<(String, String)> = (0..SLOTS)
         .map(|s| (format!("{s:03x}"), String::new()))
