@@ -13,7 +13,8 @@
 //! * Fences come from a sequence, so they are unique per key forever.
 //! * Times come from the server's clock (`statement_timestamp()`), never
 //!   the worker's.
-//! * The schema (`idem_meta`, `idem_records`, sequence `idem_fence`) is
+//! * The schema (`idem_meta`, `idem_records`, `idem_audit`, sequence
+//!   `idem_fence`) is
 //!   created or migrated on start under an advisory lock; a schema newer
 //!   than this build is refused with [`StoreError::SchemaTooNew`].
 //! * Applications can share one database, each in a PostgreSQL schema of

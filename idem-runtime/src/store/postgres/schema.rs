@@ -24,8 +24,8 @@ const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The oldest schema version a store connected read-only
 /// ([`PostgresStore::connect_read_only`]) reads without migrating it: the
-/// statements every connection prepares name version 2's columns, so an
-/// older schema is refused with [`StoreError::SchemaTooOld`].
+/// statements every connection prepares name version 3's columns
+/// (`ttl_ms`, the audit table), so an older schema is refused with [`StoreError::SchemaTooOld`].
 ///
 /// [`PostgresStore::connect_read_only`]: super::PostgresStore::connect_read_only
 pub const OLDEST_READABLE: u32 = 3;
