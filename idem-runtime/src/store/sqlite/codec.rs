@@ -1,3 +1,9 @@
+//! Records to rows and back: a record's row read and decoded, a record
+//! encoded and written; and the completed records a store read recently,
+//! kept decoded.
+//!
+//! # Decoded records
+//!
 //! The completed records a store read recently, decoded, each with the
 //! bytes it was decoded from.
 //!
@@ -19,8 +25,58 @@ use std::collections::HashMap;
 use std::hash::BuildHasher;
 use std::sync::{Arc, Mutex};
 
+use rusqlite::{Connection, OptionalExtension};
+
+use crate::clock::Timestamp;
 use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{CorruptRecord, Record};
+use crate::store::StoreError;
+
+/// Read and decode the record of `key`, expired or not. A row that does not
+/// decode is a [`StoreError::Corrupt`] — never treated as absent.
+pub(super) fn load(
+    conn: &Connection,
+    key: &IdempotencyKey,
+) -> rusqlite::Result<Result<Option<Record>, StoreError>> {
+    load_with(conn, key, |bytes| Record::from_bytes(key.as_str(), bytes))
+}
+
+/// Read the row of `key` and decode it with `decode`.
+pub(super) fn load_with<T>(
+    conn: &Connection,
+    key: &IdempotencyKey,
+    decode: impl FnOnce(&[u8]) -> Result<T, CorruptRecord>,
+) -> rusqlite::Result<Result<Option<T>, StoreError>> {
+    // Decoded from SQLite's own buffer, without copying the blob out first.
+    let record = conn
+        .prepare_cached("SELECT record FROM idem_records WHERE key = ?1")?
+        .query_row([key.as_str()], |row| Ok(decode(row.get_ref(0)?.as_blob()?)))
+        .optional()?;
+    Ok(record.transpose().map_err(StoreError::from))
+}
+
+pub(super) fn store(conn: &Connection, record: &Record) -> rusqlite::Result<()> {
+    store_bytes(conn, record, &record.to_bytes())
+}
+
+/// Write `record`, encoded as `bytes`.
+pub(super) fn store_bytes(
+    conn: &Connection,
+    record: &Record,
+    bytes: &[u8],
+) -> rusqlite::Result<()> {
+    let expires_at = record.expires_at().map(millis);
+    conn.prepare_cached(
+        "INSERT INTO idem_records (key, expires_at, record) VALUES (?1, ?2, ?3)
+         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, record = excluded.record",
+    )?
+    .execute(rusqlite::params![record.key.as_str(), expires_at, bytes])?;
+    Ok(())
+}
+
+pub(super) fn millis(t: Timestamp) -> i64 {
+    i64::try_from(t.as_millis()).unwrap_or(i64::MAX)
+}
 
 /// Records larger than this are decoded every time: keeping them would
 /// cost more memory than decoding them again costs time.
