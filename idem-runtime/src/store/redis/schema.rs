@@ -305,7 +305,7 @@ async fn keep_unknown_outcomes(
     if locked.is_none() {
         return Ok(());
     }
-    let script = include_str!("keep_unknown.lua");
+    let script = include_str!("scripts/keep_unknown.lua");
     // (slot, the member to resume after) of every slot not yet done.
     let mut pending: Vec<(String, String)> = (0..SLOTS)
         .map(|s| (format!("{s:03x}"), String::new()))
