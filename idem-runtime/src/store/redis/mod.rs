@@ -6,7 +6,7 @@
 //!   round trip and atomic: claim, checkpoint, complete, release, replace,
 //!   get. The scripts are loaded when the store connects, so a call is one
 //!   `EVALSHA`. The layout of a record's hash is described at the top of
-//!   `store/redis/common.lua`.
+//!   `store/redis/scripts/common.lua`.
 //! * A record is a hash under `PREFIX:{SLOT}:r:KEY`, where `SLOT` is the
 //!   first three hex digits of the key: a record, the fence counter of its
 //!   slot (`PREFIX:{SLOT}:fence`) and the index of its slot
@@ -31,7 +31,7 @@
 //!   expired records itself, so [`Store::sweep`] has nothing to do and
 //!   returns 0.
 //! * The audit log is a stream per slot, `PREFIX:{SLOT}:audit` (see the top
-//!   of `store/redis/audit.lua`), beside the slot's records, so the replace
+//!   of `store/redis/scripts/audit.lua`), beside the slot's records, so the replace
 //!   script appends an operator's event in the same script as its swap.
 //!   An event's `seq` comes from a counter per slot, so it grows with the
 //!   appends to one slot, not across them. Events are read oldest first by
