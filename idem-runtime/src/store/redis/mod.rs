@@ -2,7 +2,7 @@
 //!
 //! # How it works
 //!
-//! * Each transition is one Lua script (`store/redis/*.lua`), so it is one
+//! * Each transition is one Lua script (`store/redis/scripts/*.lua`), so it is one
 //!   round trip and atomic: claim, checkpoint, complete, release, replace,
 //!   get. The scripts are loaded when the store connects, so a call is one
 //!   `EVALSHA`. The layout of a record's hash is described at the top of
