@@ -271,29 +271,6 @@ impl<S: 'static> Registry<S> {
         provider::anthropic::tools(self)
     }
 
-    /// MCP `Tool` objects, with annotations derived from each tool's class
-    /// (so what a tool advertises and how idem runs it cannot disagree),
-    /// and an `outputSchema` where the output is a JSON object with a
-    /// schema ([`DynTool::mcp_output_schema`]).
-    pub fn mcp_tools(&self) -> Value {
-        self.tools
-            .iter()
-            .map(|t| {
-                let spec = t.spec();
-                let mut tool = json!({
-                    "name": spec.name,
-                    "description": spec.description,
-                    "inputSchema": t.input_schema(),
-                    "annotations": t.class().annotations(),
-                });
-                if let Some(output) = t.mcp_output_schema() {
-                    tool["outputSchema"] = output;
-                }
-                tool
-            })
-            .collect()
-    }
-
     /// What each tool is — name, description, class, whether its
     /// arguments are stored — for programs that show records without
     /// linking the tools (`idem serve --tools FILE`): write
