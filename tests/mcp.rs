@@ -236,14 +236,28 @@ async fn tools_list_shows_each_tool_as_the_registry_exports_it() {
     let tools = client.list_all_tools().await.unwrap();
 
     // Name, input schema, annotations from the class and the output
-    // schema: the same JSON as `Registry::mcp_tools`, in order, but for
-    // what the server adds: `_meta` with the class and keying, and for a
-    // tool keyed by a window the optional repeat argument and a sentence
+    // schema: what each tool of the registry says of itself, in order, but
+    // for what the server adds: `_meta` with the class and keying, and for
+    // a tool keyed by a window the optional repeat argument and a sentence
     // in the description.
-    let exported = registry().mcp_tools();
-    let exported = exported.as_array().unwrap();
+    let exported: Vec<Value> = registry()
+        .iter()
+        .map(|t| {
+            let spec = t.spec();
+            let mut tool = json!({
+                "name": spec.name,
+                "description": spec.description,
+                "inputSchema": t.input_schema(),
+                "annotations": t.class().annotations(),
+            });
+            if let Some(output) = t.mcp_output_schema() {
+                tool["outputSchema"] = output;
+            }
+            tool
+        })
+        .collect();
     assert_eq!(tools.len(), exported.len());
-    for (tool, exported) in tools.iter().zip(exported) {
+    for (tool, exported) in tools.iter().zip(&exported) {
         let mut listed = serde_json::to_value(tool).unwrap();
         let meta = listed.as_object_mut().unwrap().remove("_meta").unwrap();
         assert_eq!(

@@ -22,6 +22,7 @@ pub mod error;
 pub mod executor;
 pub mod key;
 pub mod operator;
+pub mod provider;
 pub mod record;
 pub mod registry;
 pub mod retry;

@@ -3,14 +3,14 @@
 //!
 //! async-openai deserializes the provider's `tool_calls` into
 //! [`ChatCompletionMessageToolCalls`]; each function call converts into a
-//! [`ToolCall`] keyed by its `id`, exactly as [`parse_openai`] reads the
+//! [`ToolCall`] keyed by its `id`, exactly as [`openai::parse`] reads the
 //! same call from the provider's JSON, so both routes give one key.
 //!
-//! [`parse_openai`]: super::parse_openai
+//! [`openai::parse`]: super::openai::parse
 
 use async_openai::types::chat::{ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls};
 
-use super::{Arguments, ToolCall};
+use crate::dispatch::{Arguments, ToolCall};
 
 /// A custom tool call (free-text input, no JSON arguments): idem tools
 /// take JSON arguments described by a JSON Schema, so it is not a call of
