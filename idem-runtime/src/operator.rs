@@ -30,14 +30,15 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::approval::{Approval, ApprovalDecision};
+use crate::approval::transition::{self, Replace, Undecidable};
+use crate::approval::Approval;
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::CorruptRecord;
 use crate::record::{
     AuditAction, AuditEntry, FailureCode, Outcome, OutputJson, Record, RecordState, Status,
-    StoredFailure, APPROVAL_STEP, DEFAULT_TTL,
+    StoredFailure, DEFAULT_TTL,
 };
 use crate::store::{Expected, ExpectedState, Store, StoreError};
 
@@ -514,22 +515,14 @@ impl Operator {
         let record = record.clone();
         self.check_pending(&record)?;
         let at = self.store.now().await?;
-        let mut new = record.clone();
-        let approval = approval.for_arguments(record.fingerprint.clone());
-        let value = serde_json::to_value(ApprovalDecision::Approved(approval.clone()))
-            .expect("an approval serializes");
-        new.steps.insert(APPROVAL_STEP.to_owned(), value);
-        if let RecordState::AwaitingApproval { expires_at, .. } = &mut new.state {
-            *expires_at = at.plus(self.kept_for(&record, None));
-        }
         let entry = AuditEntry {
             at,
-            by: approval.approver,
+            by: approval.approver.clone(),
             action: AuditAction::Approved,
-            reason: approval.note,
+            reason: approval.note.clone(),
         };
-        self.swap(&record, ExpectedState::AwaitingApproval, new, entry)
-            .await
+        let approved = transition::approve(&record, approval, at, self.kept_for(&record, None));
+        self.swap(&record, approved, entry).await
     }
 
     /// Deny a call awaiting approval: it never runs, and every call with its
@@ -555,27 +548,14 @@ impl Operator {
         let record = record.clone();
         self.check_pending(&record)?;
         let at = self.store.now().await?;
-        let mut new = record.clone();
-        new.state = RecordState::Completed {
-            fence: record.fence(),
-            outcome: Outcome::Failure {
-                failure: StoredFailure {
-                    code: FailureCode::ApprovalDenied,
-                    message: reason.to_owned(),
-                    details: None,
-                },
-            },
-            completed_at: at,
-            expires_at: at.plus(self.kept_for(&record, None)),
-        };
+        let denied = transition::deny(&record, reason, at, self.kept_for(&record, None));
         let entry = AuditEntry {
             at,
             by: by.to_owned(),
             action: AuditAction::Denied,
             reason: Some(reason.to_owned()),
         };
-        self.swap(&record, ExpectedState::AwaitingApproval, new, entry)
-            .await
+        self.swap(&record, denied, entry).await
     }
 
     /// Settle a call idem cannot settle itself: an unknown outcome, or a
@@ -669,7 +649,8 @@ impl Operator {
         let (outcome, action) = match resolution {
             Resolution::Release => {
                 let entry = actor.entry(now, AuditAction::Released);
-                self.replace(&record, expected, None, &entry).await?;
+                self.replace(&record, fenced(&record, expected), None, &entry)
+                    .await?;
                 tracing::info!(
                     key = key.as_str(),
                     by = actor.by,
@@ -702,7 +683,11 @@ impl Operator {
             completed_at: now,
             expires_at: now.plus(self.kept_for(&record, ttl)),
         };
-        self.swap(&record, expected, new, actor.entry(now, action))
+        let resolved = Replace {
+            expected: fenced(&record, expected),
+            record: new,
+        };
+        self.swap(&record, resolved, actor.entry(now, action))
             .await
             .map(Some)
     }
@@ -727,7 +712,8 @@ impl Operator {
             RecordState::Completed { .. } => ExpectedState::Completed,
         };
         let entry = actor.entry(now, AuditAction::Deleted);
-        self.replace(&record, expected, None, &entry).await?;
+        self.replace(&record, fenced(&record, expected), None, &entry)
+            .await?;
         tracing::info!(
             key = key.as_str(),
             by = actor.by,
@@ -756,31 +742,31 @@ impl Operator {
     }
 
     fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {
-        match record.status() {
-            Status::AwaitingApproval => Ok(()),
-            Status::Approved => Err(OperatorError::AlreadyApproved {
+        transition::decidable(record).map_err(|refused| match refused {
+            Undecidable::AlreadyApproved { by } => OperatorError::AlreadyApproved {
                 key: record.key.clone(),
-                by: record
-                    .approval()
-                    .map(|a| a.approver)
-                    .unwrap_or_else(|| "unknown".into()),
-            }),
-            status => Err(OperatorError::NotPending {
+                by,
+            },
+            Undecidable::NotPending(status) => OperatorError::NotPending {
                 key: record.key.clone(),
                 status,
-            }),
-        }
+            },
+        })
     }
 
-    /// Swap `old` for `new`, with the action `entry` recorded on the new
-    /// record and, in the same write, in the store's audit log.
+    /// Swap `old` for the record of the fenced transition `to`, with the
+    /// action `entry` recorded on the new record and, in the same write, in
+    /// the store's audit log.
     async fn swap(
         &self,
         old: &Record,
-        expected: ExpectedState,
-        mut new: Record,
+        to: Replace,
         entry: AuditEntry,
     ) -> Result<Record, OperatorError> {
+        let Replace {
+            expected,
+            record: mut new,
+        } = to;
         new.audit.push(entry.clone());
         let fence = self.replace(old, expected, Some(&new), &entry).await?;
         if let Some(fence) = fence {
@@ -789,20 +775,16 @@ impl Operator {
         Ok(new)
     }
 
-    /// Swap `old` for `new` (`None`: delete it), appending `entry` to the
+    /// Swap `old`, if it is as `expected`, for `new` (`None`: delete it), appending `entry` to the
     /// store's audit log in the same write: state before → after, who,
     /// when, why. A refused swap appends nothing.
     async fn replace(
         &self,
         old: &Record,
-        state: ExpectedState,
+        expected: Expected,
         new: Option<&Record>,
         entry: &AuditEntry,
     ) -> Result<Option<crate::record::Fence>, OperatorError> {
-        let expected = Expected {
-            fence: old.fence(),
-            state,
-        };
         let event = AuditEvent {
             seq: None,
             at: entry.at,
@@ -839,5 +821,14 @@ impl Operator {
             .audit(query, cursor, limit)
             .await
             .map_err(OperatorError::Store)
+    }
+}
+
+/// What a change to `record` expects of the stored one: in `state`, under
+/// the fence it was read with.
+fn fenced(record: &Record, state: ExpectedState) -> Expected {
+    Expected {
+        fence: record.fence(),
+        state,
     }
 }

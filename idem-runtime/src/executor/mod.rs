@@ -694,7 +694,7 @@ where
                     .wait_for_decision(&key.key, left)
                     .await
                     .map_err(|e| self.env.store_err(e))?;
-                if decided.is_some_and(|r| r.status() == crate::record::Status::AwaitingApproval) {
+                if decided.is_some_and(|r| crate::approval::transition::awaits_decision(&r)) {
                     return result;
                 }
             }

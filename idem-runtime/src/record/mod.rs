@@ -88,10 +88,7 @@ impl Record {
 
     /// The approval recorded under [`APPROVAL_STEP`], if any.
     pub fn approval(&self) -> Option<crate::approval::Approval> {
-        match serde_json::from_value(self.steps.get(APPROVAL_STEP)?.clone()) {
-            Ok(crate::approval::ApprovalDecision::Approved(approval)) => Some(approval),
-            _ => None,
-        }
+        crate::approval::transition::recorded(&self.steps)
     }
 
     /// Where the record stands.
