@@ -13,6 +13,8 @@ use crate::store::Store;
 
 use super::metrics::Metrics;
 use super::{flight, Core, Executor, Inner, Mode};
+#[cfg(doc)]
+use {super::CallBuilder, crate::error::IdemError};
 
 /// The default lease: 15 s, renewed every 5 s while the owner works.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
@@ -21,9 +23,9 @@ pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InFlightPolicy {
     /// Wait up to this long for the first call's result (the default, 5
-    /// minutes), then fail with [`IdemError::InFlight`](crate::IdemError::InFlight).
+    /// minutes), then fail with [`IdemError::InFlight`].
     Wait(Duration),
-    /// Fail at once with [`IdemError::InFlight`](crate::IdemError::InFlight).
+    /// Fail at once with [`IdemError::InFlight`].
     Reject,
 }
 
@@ -49,7 +51,7 @@ pub struct ExecutorConfig {
     /// unanswered (24 h); afterwards it lapses and a later call asks again.
     pub approval_ttl: Duration,
     /// How long a call that finds its approval pending waits for the
-    /// decision before returning [`IdemError::ApprovalPending`](crate::IdemError::ApprovalPending) (zero: not
+    /// decision before returning [`IdemError::ApprovalPending`] (zero: not
     /// at all, the default).
     pub approval_wait: Duration,
     /// This worker's name, recorded on the keys it claims so that an
@@ -174,9 +176,9 @@ impl<S> ExecutorBuilder<S> {
     }
 
     /// How long a call whose approval is pending waits for a person's
-    /// decision before returning [`IdemError::ApprovalPending`](crate::IdemError::ApprovalPending) (zero, the
+    /// decision before returning [`IdemError::ApprovalPending`] (zero, the
     /// default: return at once; the caller calls again later with the same
-    /// key). Per call: [`CallBuilder::wait_for_approval`](super::CallBuilder::wait_for_approval).
+    /// key). Per call: [`CallBuilder::wait_for_approval`].
     pub fn approval_wait(mut self, wait: Duration) -> Self {
         self.config.approval_wait = wait;
         self
