@@ -6,6 +6,13 @@
 //! callback, a human queue. Either way the decision is recorded under the
 //! call's key before the tool runs, so a replay neither asks again nor runs
 //! again, and a denial is recorded as the call's outcome.
+//!
+//! How a decision is recorded — parking a call for a person, approving or
+//! denying it, reading an approval back — is one set of fenced transitions
+//! (`transition.rs`) that the executor and
+//! [`Operator`](crate::operator::Operator) both use.
+
+pub(crate) mod transition;
 
 use std::collections::BTreeSet;
 use std::fmt;
