@@ -22,12 +22,12 @@ use idem::prelude::*;
 use idem::record::{AuditAction, Status};
 use idem::store::{ClaimOutcome, ClaimRequest, SqliteOptions, SqliteStore};
 #[cfg(any(feature = "redis", feature = "postgres"))]
-use idem_runtime::testing::skip;
+use idem_testkit::skip;
 #[cfg(feature = "postgres")]
-use idem_runtime::testing::PostgresServer;
+use idem_testkit::PostgresServer;
 #[cfg(feature = "redis")]
-use idem_runtime::testing::RedisServer;
-use idem_runtime::testing::TempDir;
+use idem_testkit::RedisServer;
+use idem_testkit::TempDir;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;

@@ -2,7 +2,7 @@
 //! uses it, and its pages as a browser without JavaScript posts them —
 //! against real calls of an executor in this process, waiting on the same
 //! store (SQLite, and the Redis and PostgreSQL servers of
-//! `idem_runtime::testing` for the decisions that wake a waiting caller).
+//! `idem_testkit::servers` for the decisions that wake a waiting caller).
 //! The browser itself is in `inbox_browser.rs`.
 
 mod support;

@@ -3,7 +3,7 @@
 //! command line — as an operator would, in another process.
 //!
 //! Each scenario is written once against a store URL and runs on a SQLite
-//! file, and on the Redis and PostgreSQL servers of `idem_runtime::testing`
+//! file, and on the Redis and PostgreSQL servers of `idem_testkit::servers`
 //! (skipped loudly when their binaries are missing; a failure under
 //! `IDEM_REQUIRE_SERVERS=1`). The Redis and PostgreSQL stores are shared by
 //! the scenarios, so each works in a namespace of its own.
@@ -1146,7 +1146,7 @@ fn file_bytes(path: &std::path::Path) -> [Option<Vec<u8>>; 3] {
 /// (no idem tables, no -wal or -shm file).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_another_applications_sqlite_database_fails_and_changes_no_byte() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("other-app.db");
     rusqlite::Connection::open(&path)
         .unwrap()
@@ -1183,7 +1183,7 @@ async fn reading_another_applications_sqlite_database_fails_and_changes_no_byte(
 /// so, and says when there is nothing left to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_an_older_sqlite_store_does_not_migrate_it_and_idem_migrate_does() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("idem-0.1.db");
     let key = "ab".repeat(32);
     let far = 4_000_000_000_000u64;
@@ -1278,7 +1278,7 @@ async fn reading_a_redis_prefix_without_idem_fails_and_writes_nothing() {
 /// the corrupt key on stderr and exit 6.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_record_is_named_loudly_and_the_rest_are_listed() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("idem.db");
     let store = idem_runtime::store::SqliteStore::open(&path).await.unwrap();
     let (good, bad) = ("ab".repeat(32), "cd".repeat(32));

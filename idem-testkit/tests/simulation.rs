@@ -4,9 +4,8 @@
 
 use std::sync::Arc;
 
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
 use idem_runtime::Store;
-use idem_testkit::Summary;
+use idem_testkit::{skip, PostgresServer, RedisServer, Summary, TempDir};
 
 #[test]
 fn the_same_seed_gives_the_same_trace() {
@@ -64,8 +63,9 @@ fn on_durable(name: &str, url: String, schedules: u64) {
             while running.len() < 10 {
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
-                running
-                    .spawn(async move { idem_testkit::run_durable(store, seed, &tag, timing).await });
+                running.spawn(
+                    async move { idem_testkit::run_durable(store, seed, &tag, timing).await },
+                );
             }
             let Some(report) = running.join_next().await else {
                 break;

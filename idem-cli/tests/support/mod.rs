@@ -1,6 +1,6 @@
 //! Running the real `idem` binary against a store, and the stores: a
 //! SQLite file per test, and the Redis and PostgreSQL servers of
-//! `idem_runtime::testing` (skipped loudly when not installed, a failure
+//! `idem_testkit::servers` (skipped loudly when not installed, a failure
 //! under `IDEM_REQUIRE_SERVERS=1`); and a headless Chromium to drive pages
 //! with (`browser`, skipped and required the same way).
 #![allow(dead_code)]
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::Value;
 
 /// Run each scenario (an `async fn(url: &str)`) on a SQLite file, and on
