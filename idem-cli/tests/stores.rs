@@ -28,17 +28,21 @@ use support::{claim_directly, listed, schema, unique, Idem};
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-support::on_every_store![
-    a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
-    unknown_outcomes_resolved_as_failed_or_released,
-    a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
-    callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
-    a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
-    json_output_matches_the_documented_schema,
-    bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
-    an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
-    idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
-];
+idem_testkit::on_every_store! {
+    stores: [sqlite, redis, postgres],
+    run: |scenario, store| scenario(store.url()).await,
+    tests: [
+        a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
+        unknown_outcomes_resolved_as_failed_or_released,
+        a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
+        callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
+        a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
+        json_output_matches_the_documented_schema,
+        bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
+        an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
+        idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
+    ],
+}
 
 /// `idem log` keeps what `resolve --release` and `delete` did (who, when,
 /// why, state before and after) after the records are gone, by full key
@@ -1258,9 +1262,9 @@ async fn reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(url
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_a_postgres_schema_without_idem_fails_and_creates_nothing() {
     let test = "postgres::reading_a_postgres_schema_without_idem";
-    if let Some(url) = support::postgres(test).await {
+    if let Some(store) = idem_testkit::stores::postgres(test).await {
         let schema = unique("fresh").replace('-', "_");
-        let url = format!("{url}?schema={schema}");
+        let url = format!("{}?schema={schema}", store.url());
         reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(&url).await;
     }
 }
@@ -1268,8 +1272,8 @@ async fn reading_a_postgres_schema_without_idem_fails_and_creates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_a_redis_prefix_without_idem_fails_and_writes_nothing() {
     let test = "redis::reading_a_redis_prefix_without_idem";
-    if let Some(url) = support::redis(test).await {
-        let url = format!("{url}?prefix={}", unique("fresh"));
+    if let Some(store) = idem_testkit::stores::redis(test).await {
+        let url = format!("{}?prefix={}", store.url(), unique("fresh"));
         reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(&url).await;
     }
 }
