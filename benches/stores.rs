@@ -11,7 +11,7 @@
 //! ```
 //!
 //! Redis and PostgreSQL are real servers started on loopback in temporary
-//! directories by `idem_runtime::testing` (Redis without persistence,
+//! directories by `idem_testkit::servers` (Redis without persistence,
 //! PostgreSQL with `fsync=off`); a store whose server is not installed is
 //! reported as SKIPPED. SQLite files are in the system's temporary
 //! directory. The results are printed as Markdown tables at the end.
@@ -52,7 +52,7 @@ use idem_runtime::store::{
     ClaimOutcome, ClaimRequest, Expected, PostgresStore, RedisStore, ScanPage, SqliteOptions,
     SqliteStore, Store, StoreError, Synchronous,
 };
-use idem_runtime::testing::{PostgresServer, RedisServer, TempDir};
+use idem_testkit::{PostgresServer, RedisServer, TempDir};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 

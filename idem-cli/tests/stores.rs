@@ -3,7 +3,7 @@
 //! command line — as an operator would, in another process.
 //!
 //! Each scenario is written once against a store URL and runs on a SQLite
-//! file, and on the Redis and PostgreSQL servers of `idem_runtime::testing`
+//! file, and on the Redis and PostgreSQL servers of `idem_testkit::servers`
 //! (skipped loudly when their binaries are missing; a failure under
 //! `IDEM_REQUIRE_SERVERS=1`). The Redis and PostgreSQL stores are shared by
 //! the scenarios, so each works in a namespace of its own.
@@ -28,17 +28,21 @@ use support::{claim_directly, listed, schema, unique, Idem};
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(30);
 
-support::on_every_store![
-    a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
-    unknown_outcomes_resolved_as_failed_or_released,
-    a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
-    callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
-    a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
-    json_output_matches_the_documented_schema,
-    bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
-    an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
-    idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
-];
+idem_testkit::on_every_store! {
+    stores: [sqlite, redis, postgres],
+    run: |scenario, store| scenario(store.url()).await,
+    tests: [
+        a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
+        unknown_outcomes_resolved_as_failed_or_released,
+        a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
+        callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
+        a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
+        json_output_matches_the_documented_schema,
+        bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
+        an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
+        idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
+    ],
+}
 
 /// `idem log` keeps what `resolve --release` and `delete` did (who, when,
 /// why, state before and after) after the records are gone, by full key
@@ -1146,7 +1150,7 @@ fn file_bytes(path: &std::path::Path) -> [Option<Vec<u8>>; 3] {
 /// (no idem tables, no -wal or -shm file).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_another_applications_sqlite_database_fails_and_changes_no_byte() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("other-app.db");
     rusqlite::Connection::open(&path)
         .unwrap()
@@ -1183,7 +1187,7 @@ async fn reading_another_applications_sqlite_database_fails_and_changes_no_byte(
 /// so, and says when there is nothing left to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_an_older_sqlite_store_does_not_migrate_it_and_idem_migrate_does() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("idem-0.1.db");
     let key = "ab".repeat(32);
     let far = 4_000_000_000_000u64;
@@ -1258,9 +1262,9 @@ async fn reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(url
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_a_postgres_schema_without_idem_fails_and_creates_nothing() {
     let test = "postgres::reading_a_postgres_schema_without_idem";
-    if let Some(url) = support::postgres(test).await {
+    if let Some(store) = idem_testkit::stores::postgres(test).await {
         let schema = unique("fresh").replace('-', "_");
-        let url = format!("{url}?schema={schema}");
+        let url = format!("{}?schema={schema}", store.url());
         reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(&url).await;
     }
 }
@@ -1268,8 +1272,8 @@ async fn reading_a_postgres_schema_without_idem_fails_and_creates_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reading_a_redis_prefix_without_idem_fails_and_writes_nothing() {
     let test = "redis::reading_a_redis_prefix_without_idem";
-    if let Some(url) = support::redis(test).await {
-        let url = format!("{url}?prefix={}", unique("fresh"));
+    if let Some(store) = idem_testkit::stores::redis(test).await {
+        let url = format!("{}?prefix={}", store.url(), unique("fresh"));
         reading_where_no_idem_store_is_fails_until_idem_migrate_creates_one(&url).await;
     }
 }
@@ -1278,7 +1282,7 @@ async fn reading_a_redis_prefix_without_idem_fails_and_writes_nothing() {
 /// the corrupt key on stderr and exit 6.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupt_record_is_named_loudly_and_the_rest_are_listed() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("idem.db");
     let store = idem_runtime::store::SqliteStore::open(&path).await.unwrap();
     let (good, bad) = ("ab".repeat(32), "cd".repeat(32));

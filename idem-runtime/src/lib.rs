@@ -30,8 +30,6 @@ pub mod retry;
 pub mod schema;
 pub mod state;
 pub mod store;
-#[cfg(feature = "test-servers")]
-pub mod testing;
 pub mod tool;
 
 pub use approval::Approval;

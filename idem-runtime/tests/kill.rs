@@ -5,10 +5,7 @@
 //! surfaced as `outcome_unknown` (the scenario: `kill_support`).
 //!
 //! Each test prints its counts on a `KILL-TEST` line (`--nocapture`).
-#![cfg(all(
-    feature = "test-servers",
-    any(feature = "sqlite", feature = "redis", feature = "postgres")
-))]
+#![cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 
 mod kill_support;
 
@@ -30,7 +27,7 @@ async fn kill_worker() {
 async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
     use idem_runtime::Store;
 
-    let dir = idem_runtime::testing::TempDir::new("idem-kill-sqlite").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-kill-sqlite").unwrap();
     let path = dir.path().join("idem.db");
     // Create the file first so the workers race on claims, not on setup.
     idem_runtime::store::SqliteStore::open(&path)
@@ -54,7 +51,7 @@ async fn on_server<S: Send + 'static>(
 ) {
     let Some(running) = tokio::task::spawn_blocking(start).await.unwrap() else {
         let test = format!("{store} workers killed mid-call");
-        return idem_runtime::testing::skip(&test, server);
+        return idem_testkit::skip(&test, server);
     };
     kill_workers_mid_call(store, ENTRY, &url(&running)).await;
 }
@@ -63,7 +60,7 @@ async fn on_server<S: Send + 'static>(
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
-    use idem_runtime::testing::RedisServer;
+    use idem_testkit::RedisServer;
 
     on_server(
         "redis",
@@ -78,7 +75,7 @@ async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
-    use idem_runtime::testing::PostgresServer;
+    use idem_testkit::PostgresServer;
 
     on_server(
         "postgres",

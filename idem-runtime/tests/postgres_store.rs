@@ -1,7 +1,7 @@
 //! The PostgreSQL store beyond the conformance suite, on a real PostgreSQL
 //! server: round trips, several processes, wake-up latency, bad data and a
 //! server that goes away.
-#![cfg(all(feature = "postgres", feature = "test-servers"))]
+#![cfg(feature = "postgres")]
 
 mod support;
 
@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use idem_runtime::conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, PostgresStore, Store, StoreError};
-use idem_runtime::testing::{claim_from_processes, run_child, skip, PostgresServer};
+use idem_testkit::servers::{claim_from_processes, run_child, skip, PostgresServer};
 use serde_json::json;
 use support::{
     acquire, closed_port, driver_error, every_write_is_refused_read_only,

@@ -1,7 +1,7 @@
 //! The Redis store beyond the conformance suite, on a real `redis-server`:
 //! round trips, several processes, retention and leases, wake-up latency,
 //! bad data and a server that goes away.
-#![cfg(all(feature = "redis", feature = "test-servers"))]
+#![cfg(feature = "redis")]
 
 mod support;
 
@@ -14,7 +14,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, OutputJson, Record, RecordState, Status};
 use idem_runtime::store::redis::RedisOptions;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, RedisStore, Store, StoreError};
-use idem_runtime::testing::{claim_from_processes, run_child, skip, RedisServer};
+use idem_testkit::servers::{claim_from_processes, run_child, skip, RedisServer};
 use serde_json::json;
 use support::{
     acquire, closed_port, driver_error, every_write_is_refused_read_only,

@@ -1,6 +1,6 @@
 //! The SQLite store beyond the conformance suite: restarts, several
 //! processes on one file, durability costs, and bad files.
-#![cfg(all(feature = "sqlite", feature = "test-servers"))]
+#![cfg(feature = "sqlite")]
 
 mod support;
 
@@ -14,7 +14,7 @@ use idem_runtime::conformance::random_key;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{ClaimOutcome, SqliteOptions, SqliteStore, Store, StoreError};
-use idem_runtime::testing::{claim_from_processes, run_child, TempDir};
+use idem_testkit::servers::{claim_from_processes, run_child, TempDir};
 use serde_json::json;
 use support::{
     acquire, approve, driver_error, every_write_is_refused_read_only, fingerprint, park, request,

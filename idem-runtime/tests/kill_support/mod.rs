@@ -603,7 +603,7 @@ pub struct Counts {
 /// `charge_card` call, a lost result, or an unknown outcome not surfaced.
 pub async fn kill_workers_mid_call(store_name: &str, entry: &str, url: &str) -> Counts {
     let started = Instant::now();
-    let dir = idem_runtime::testing::TempDir::new("idem-kill").expect("a temporary directory");
+    let dir = idem_testkit::TempDir::new("idem-kill").expect("a temporary directory");
     let mut counts = Counts::default();
     let mut kill_rounds = Vec::new();
     for round in 0..KILL_ROUNDS {

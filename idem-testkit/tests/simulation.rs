@@ -4,22 +4,21 @@
 
 use std::sync::Arc;
 
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
 use idem_runtime::Store;
-use idem_sim::Summary;
+use idem_testkit::{skip, PostgresServer, RedisServer, Summary, TempDir};
 
 #[test]
 fn the_same_seed_gives_the_same_trace() {
     for seed in [1, 7, 42, 1234] {
-        let first = idem_sim::run_memory(seed);
-        let again = idem_sim::run_memory(seed);
+        let first = idem_testkit::run_memory(seed);
+        let again = idem_testkit::run_memory(seed);
         assert_eq!(first.trace, again.trace, "seed {seed} replayed differently");
         assert_eq!(first.trace_hash, again.trace_hash);
         assert!(first.trace.len() > 10, "seed {seed} did next to nothing");
     }
     assert_ne!(
-        idem_sim::run_memory(1).trace_hash,
-        idem_sim::run_memory(2).trace_hash,
+        idem_testkit::run_memory(1).trace_hash,
+        idem_testkit::run_memory(2).trace_hash,
         "different seeds should make different schedules"
     );
 }
@@ -28,7 +27,7 @@ fn the_same_seed_gives_the_same_trace() {
 fn memory_store_no_duplicates_and_no_lost_results() {
     let mut summary = Summary::default();
     for seed in 1..=500 {
-        summary.add(&idem_sim::run_memory(seed));
+        summary.add(&idem_testkit::run_memory(seed));
     }
     eprintln!("memory: {}", summary.line());
     assert!(
@@ -46,7 +45,7 @@ fn memory_store_no_duplicates_and_no_lost_results() {
 /// builds next to each other on small machines, and a worker starved of
 /// CPU for longer than its lease is a real pause past the lease.
 fn on_durable(name: &str, url: String, schedules: u64) {
-    let timing = idem_sim::Timing {
+    let timing = idem_testkit::Timing {
         lease: std::time::Duration::from_millis(600),
     };
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -64,8 +63,9 @@ fn on_durable(name: &str, url: String, schedules: u64) {
             while running.len() < 10 {
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
-                running
-                    .spawn(async move { idem_sim::run_durable(store, seed, &tag, timing).await });
+                running.spawn(
+                    async move { idem_testkit::run_durable(store, seed, &tag, timing).await },
+                );
             }
             let Some(report) = running.join_next().await else {
                 break;

@@ -1,3 +1,15 @@
+//! The test kit of the idem workspace (not published):
+//!
+//! - [`servers`]: real `redis-server`, Redis Cluster and PostgreSQL
+//!   processes on loopback ports, temporary directories, the loud [`skip`]
+//!   of a test whose server is missing, and the harness and multi-process
+//!   helpers of the store tests;
+//! - [`stores`] and [`on_every_store!`]: one test run on every store;
+//! - the deterministic fault simulation below, which `examples/chaos.rs`
+//!   drives.
+//!
+//! # Fault simulation
+//!
 //! Deterministic fault simulation of idem, in the spirit of FoundationDB's
 //! simulation testing and TigerBeetle's VOPR.
 //!
@@ -35,12 +47,16 @@ pub mod broken;
 pub mod clock;
 mod faults;
 mod schedule;
+pub mod servers;
+pub mod stores;
 mod tools;
 mod world;
 
 pub use clock::TokioClock;
 pub use faults::{CrashPoint, Fault, Op, PausePoint};
 pub use schedule::{run_schedule, Schedule, ScheduleReport, Timing};
+pub use servers::{skip, PostgresServer, RedisCluster, RedisServer, TempDir};
+pub use stores::TestStore;
 pub use world::World;
 
 /// Run schedule `seed` on a fresh memory store, in paused time.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use idem_runtime::Store;
-use idem_sim::broken::{Breakage, BrokenStore};
+use idem_testkit::broken::{Breakage, BrokenStore};
 
 const SEEDS: u64 = 200;
 
@@ -14,7 +14,7 @@ const SEEDS: u64 = 200;
 fn caught(breakage: Breakage) -> (f64, Option<u64>) {
     let failing: Vec<u64> = (1..=SEEDS)
         .filter(|&seed| {
-            idem_sim::run_memory_with(seed, |store| {
+            idem_testkit::run_memory_with(seed, |store| {
                 Arc::new(BrokenStore::new(store, breakage)) as Arc<dyn Store>
             })
             .failed()
@@ -80,7 +80,7 @@ fn renewal_that_never_renews_is_caught() {
     let stale = |broken: bool| -> u64 {
         (1..=SEEDS)
             .map(|seed| {
-                let report = idem_sim::run_memory_with(seed, |store| {
+                let report = idem_testkit::run_memory_with(seed, |store| {
                     if broken {
                         Arc::new(BrokenStore::new(store, Breakage::NoRenewal)) as Arc<dyn Store>
                     } else {

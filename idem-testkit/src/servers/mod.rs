@@ -1,19 +1,19 @@
-//! Support for tests that need real servers or scratch files (feature
-//! `test-servers`): temporary directories, and `redis-server` / PostgreSQL
-//! processes started on free loopback ports and stopped afterwards.
+//! Support for tests that need real servers or scratch files: temporary
+//! directories, and `redis-server` / PostgreSQL processes started on free
+//! loopback ports and stopped afterwards.
 //!
 //! Nothing here is mocked: these are the real server binaries from the
 //! distribution's packages. When a binary is missing the `start` functions
 //! return `None`, and tests skip loudly ([`skip`],
-//! [`conformance::skip`](crate::conformance::skip)), or fail when
+//! [`conformance::skip`](idem_runtime::conformance::skip)), or fail when
 //! `IDEM_REQUIRE_SERVERS=1`.
 
 use std::path::{Path, PathBuf};
 
-mod servers;
+mod daemons;
 mod watchdog;
 
-pub use servers::{PostgresServer, RedisCluster, RedisServer};
+pub use daemons::{PostgresServer, RedisCluster, RedisServer};
 pub use watchdog::Watchdog;
 
 /// A directory under the system's temporary directory, deleted with
@@ -27,7 +27,7 @@ impl TempDir {
     /// Create a fresh directory whose name starts with `prefix`.
     pub fn new(prefix: &str) -> std::io::Result<TempDir> {
         let bytes: [u8; 8] = rand::random();
-        let path = std::env::temp_dir().join(format!("{prefix}-{}", crate::key::lower_hex(&bytes)));
+        let path = std::env::temp_dir().join(format!("{prefix}-{}", hex::encode(bytes)));
         std::fs::create_dir_all(&path)?;
         Ok(TempDir { path })
     }
@@ -45,10 +45,14 @@ impl Drop for TempDir {
 }
 
 /// Report that `what` cannot run because `server` is missing: a loud
-/// `SKIPPED` line, or a panic under `IDEM_REQUIRE_SERVERS=1`.
+/// `SKIPPED` line, or a panic when
+/// [`servers_required`](idem_runtime::conformance::servers_required)
+/// (`IDEM_REQUIRE_SERVERS=1`), the one rule that the public conformance
+/// suite's [`conformance::skip`](idem_runtime::conformance::skip) of a
+/// case follows too.
 pub fn skip(what: &str, server: &str) {
     assert!(
-        !crate::conformance::servers_required(),
+        !idem_runtime::conformance::servers_required(),
         "IDEM_REQUIRE_SERVERS=1 but {server} is not available for `{what}`"
     );
     eprintln!("SKIPPED `{what}`: {server} is not installed (set IDEM_REQUIRE_SERVERS=1 to make this a failure)");
@@ -66,14 +70,14 @@ pub struct ProcessesReport {
     /// How many tasks, over all processes, ended with an outcome.
     pub finished: usize,
     /// The distinct outcomes the tasks ended with (one when they agree).
-    pub outcomes: Vec<crate::record::Outcome>,
+    pub outcomes: Vec<idem_runtime::record::Outcome>,
 }
 
 /// Start `processes` copies of the current test binary, each running only
 /// the (ignored) test `entry` — which must call [`run_child`] — so that
 /// every copy has `tasks` tasks claim `key` in the store at `url` at the
 /// same instant, through
-/// [`conformance::contend_for_key`](crate::conformance::contend_for_key).
+/// [`conformance::contend_for_key`](idem_runtime::conformance::contend_for_key).
 /// Child `i` tags its outcome with `i + 1`.
 ///
 /// # Panics
@@ -82,12 +86,13 @@ pub struct ProcessesReport {
 pub fn claim_from_processes(
     entry: &str,
     url: &str,
-    key: &crate::key::IdempotencyKey,
+    key: &idem_runtime::key::IdempotencyKey,
     processes: usize,
     tasks: usize,
 ) -> ProcessesReport {
     let exe = std::env::current_exe().expect("the test binary");
-    let start_at = crate::clock::Clock::now(&crate::clock::SystemClock).as_millis() + 1_500;
+    let start_at =
+        idem_runtime::clock::Clock::now(&idem_runtime::clock::SystemClock).as_millis() + 1_500;
     let children: Vec<_> = (0..processes)
         .map(|i| {
             std::process::Command::new(&exe)
@@ -121,7 +126,7 @@ pub fn claim_from_processes(
             .lines()
             .find_map(|l| l.split_once("IDEM-CHILD ").map(|(_, report)| report))
             .unwrap_or_else(|| panic!("child reported nothing: {stdout}"));
-        let (runs, finished, outcomes): (usize, usize, Vec<crate::record::Outcome>) =
+        let (runs, finished, outcomes): (usize, usize, Vec<idem_runtime::record::Outcome>) =
             serde_json::from_str(line).expect("child report");
         report.runs += runs;
         report.finished += finished;
@@ -145,15 +150,15 @@ pub async fn run_child() {
     let [url, key, tasks, tag, start_at] = parts[..] else {
         panic!("malformed {CHILD_ENV}: {spec}");
     };
-    let store = crate::store::connect(url).await.expect("connect");
-    let key = crate::key::IdempotencyKey::parse(key).expect("key");
+    let store = idem_runtime::store::connect(url).await.expect("connect");
+    let key = idem_runtime::key::IdempotencyKey::parse(key).expect("key");
     let start_at: u64 = start_at.parse().expect("start time");
-    let now = crate::clock::Clock::now(&crate::clock::SystemClock).as_millis();
+    let now = idem_runtime::clock::Clock::now(&idem_runtime::clock::SystemClock).as_millis();
     tokio::time::sleep(std::time::Duration::from_millis(
         start_at.saturating_sub(now),
     ))
     .await;
-    let (runs, outcomes) = crate::conformance::contend_for_key(
+    let (runs, outcomes) = idem_runtime::conformance::contend_for_key(
         store,
         &key,
         tasks.parse().expect("tasks"),
@@ -197,33 +202,33 @@ impl<S> std::fmt::Debug for ServerClockHarness<S> {
     }
 }
 
-impl<S: crate::store::Store> ServerClockHarness<S> {
+impl<S: idem_runtime::store::Store> ServerClockHarness<S> {
     /// A harness for `store`.
     pub fn new(store: S) -> Self {
         ServerClockHarness {
             store: std::sync::Arc::new(store),
             expires_natively: false,
             reopen: None,
-            audit_retention: crate::audit::DEFAULT_AUDIT_RETENTION,
+            audit_retention: idem_runtime::audit::DEFAULT_AUDIT_RETENTION,
         }
     }
 
     /// Declare the audit retention the store was opened with (see
-    /// [`Harness::audit_retention`](crate::conformance::Harness::audit_retention)).
+    /// [`Harness::audit_retention`](idem_runtime::conformance::Harness::audit_retention)).
     pub fn with_audit_retention(mut self, retention: std::time::Duration) -> Self {
         self.audit_retention = retention;
         self
     }
 
     /// Declare that the backend deletes expired records by itself (see
-    /// [`Harness::expires_natively`](crate::conformance::Harness::expires_natively)).
+    /// [`Harness::expires_natively`](idem_runtime::conformance::Harness::expires_natively)).
     pub fn expiring_natively(mut self) -> Self {
         self.expires_natively = true;
         self
     }
 
     /// How to connect a new store to the same server (see
-    /// [`Harness::reopen`](crate::conformance::Harness::reopen)).
+    /// [`Harness::reopen`](idem_runtime::conformance::Harness::reopen)).
     pub fn reopening<F, Fut>(mut self, connect: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
@@ -234,7 +239,7 @@ impl<S: crate::store::Store> ServerClockHarness<S> {
     }
 }
 
-impl<S: crate::store::Store> crate::conformance::Harness for ServerClockHarness<S> {
+impl<S: idem_runtime::store::Store> idem_runtime::conformance::Harness for ServerClockHarness<S> {
     type Store = S;
 
     fn store(&self) -> std::sync::Arc<S> {
