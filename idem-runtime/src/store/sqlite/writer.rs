@@ -25,7 +25,7 @@ const MAX_BATCH: usize = 512;
 /// behind one batch commit with the next: a caller waits for about one
 /// batch, never for the whole sweep. Small, because expired records lie in
 /// expiry order with their keys all over the key index, so each deleted
-/// row dirties about one page of it; `benches/stores.rs` measured 100
+/// row dirties about one page of it; `benches/stores/` measured 100
 /// against 1,000 (BENCHMARKS.md): callers' median wait during a sweep about
 /// 9 ms against 72 ms, the sweep itself about twice as long.
 pub(super) const SWEEP_BATCH: u64 = 100;
