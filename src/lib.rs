@@ -67,8 +67,9 @@
 //! * Approvals of irreversible calls: [`approval`]. Retries: [`retry`].
 //! * Serving tools over MCP with rmcp (feature `mcp`): `mcp` (`McpServer`,
 //!   its `ToolRouter` fragment, keys for rmcp clients).
-//! * Where agents run: the OpenAI (chat completions and Responses API),
-//!   Anthropic and genai shapes in [`dispatch`]; async-openai's tool calls
+//! * Where agents run: [`dispatch`] runs a model's tool calls whatever the
+//!   provider; each provider's shapes (OpenAI chat completions and
+//!   Responses API, Anthropic, genai) are in [`provider`]; async-openai's tool calls
 //!   convert into [`ToolCall`] (feature `async-openai`); `rig` (feature
 //!   `rig`) offers idem tools to rig agents.
 //!
