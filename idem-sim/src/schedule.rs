@@ -33,7 +33,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::faults::{self, CrashPoint, Fault, Op, PausePoint, SimStore, Worker, WORKER};
+use crate::faults::{self, sim_store, CrashPoint, Fault, Op, PausePoint, Worker, WORKER};
 use crate::tools::{App, Charge, DeleteAccount, SendEmail};
 use crate::world::World;
 
@@ -368,7 +368,7 @@ struct Tally {
 impl Sim {
     fn new(store: Arc<dyn Store>, timing: Timing, namespace: Namespace) -> Sim {
         let world = Arc::new(World::new());
-        let sim_store: Arc<dyn Store> = Arc::new(SimStore::new(store, world.clone()));
+        let sim_store: Arc<dyn Store> = Arc::new(sim_store(store, world.clone()));
         let make = {
             let (world, namespace) = (world.clone(), namespace.clone());
             move || {

@@ -191,30 +191,34 @@ impl Tool<App> for SendEmail {
         ctx: &ToolCtx,
         world: &App,
     ) -> impl Future<Output = Result<Reconciled<Sent>, ToolError>> + Send {
-        let answer = match ctx.recorded_intent::<String>() {
-            // Intent before effect: no intent, no email.
-            None => Ok(Reconciled::NotApplied),
-            Some(Err(e)) => Err(e),
-            Some(Ok(message_id)) if world.mail_was_sent(&message_id) => {
-                Ok(Reconciled::Applied(Sent { message_id }))
-            }
-            Some(Ok(_)) => Ok(Reconciled::NotApplied),
-        };
-        if let Ok(found) = &answer {
-            world
-                .counters
-                .reconciled
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            world.event(format!(
-                "reconcile send_email: {}",
-                match found {
-                    Reconciled::Applied(s) => format!("applied {}", s.message_id),
-                    Reconciled::NotApplied => "not applied".into(),
-                    Reconciled::Unknown => "unknown".into(),
+        let (ctx, world) = (ctx.clone(), world.clone());
+        async move {
+            faults::reconcile_starts().await;
+            let answer = match ctx.recorded_intent::<String>() {
+                // Intent before effect: no intent, no email.
+                None => Ok(Reconciled::NotApplied),
+                Some(Err(e)) => Err(e),
+                Some(Ok(message_id)) if world.mail_was_sent(&message_id) => {
+                    Ok(Reconciled::Applied(Sent { message_id }))
                 }
-            ));
+                Some(Ok(_)) => Ok(Reconciled::NotApplied),
+            };
+            if let Ok(found) = &answer {
+                world
+                    .counters
+                    .reconciled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                world.event(format!(
+                    "reconcile send_email: {}",
+                    match found {
+                        Reconciled::Applied(s) => format!("applied {}", s.message_id),
+                        Reconciled::NotApplied => "not applied".into(),
+                        Reconciled::Unknown => "unknown".into(),
+                    }
+                ));
+            }
+            answer
         }
-        std::future::ready(answer)
     }
 }
 
