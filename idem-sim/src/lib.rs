@@ -34,6 +34,9 @@ use idem_runtime::{Namespace, Store};
 pub mod broken;
 pub mod clock;
 mod faults;
+pub mod ledger;
+pub mod oracle;
+pub mod process;
 mod schedule;
 mod tools;
 mod world;
@@ -98,6 +101,8 @@ pub struct Summary {
     pub duplicate_effects: u64,
     /// Acknowledged outputs whose record or effect is missing.
     pub lost_results: u64,
+    /// Keys whose effect applied while their record says the call failed.
+    pub refused_but_applied: u64,
     /// Writes refused for a stale fence.
     pub stale_writes_rejected: u64,
     /// `OutcomeUnknown` errors returned to callers.
@@ -107,7 +112,8 @@ pub struct Summary {
     /// Calls with no definite answer after the settle phase (a liveness
     /// measure, not a safety failure).
     pub unsettled: u64,
-    /// Seeds of the schedules that found a duplicate or a lost result.
+    /// Seeds of the schedules that found a duplicate, a lost result or a
+    /// call refused whose effect applied.
     pub failing_seeds: Vec<u64>,
 }
 
@@ -117,6 +123,7 @@ impl Summary {
         self.schedules += 1;
         self.duplicate_effects += report.duplicate_effects.len() as u64;
         self.lost_results += report.lost_results.len() as u64;
+        self.refused_but_applied += report.refused_but_applied.len() as u64;
         self.stale_writes_rejected += report.stale_writes_rejected;
         self.unknown_outcomes += report.unknown_outcomes;
         self.reconciled += report.reconciled;
@@ -126,18 +133,20 @@ impl Summary {
         }
     }
 
-    /// Whether no schedule found a duplicate or a lost result.
+    /// Whether no schedule found a duplicate, a lost result or a call
+    /// refused whose effect applied.
     pub fn passed(&self) -> bool {
-        self.duplicate_effects == 0 && self.lost_results == 0
+        self.duplicate_effects == 0 && self.lost_results == 0 && self.refused_but_applied == 0
     }
 
     /// The one-line summary the `chaos` example ends with.
     pub fn line(&self) -> String {
         format!(
-            "schedules: {}, duplicate effects: {}, lost results: {}, stale writes rejected: {}, unknown outcomes surfaced: {}, reconciled: {}",
+            "schedules: {}, duplicate effects: {}, lost results: {}, refused but applied: {}, stale writes rejected: {}, unknown outcomes surfaced: {}, reconciled: {}",
             self.schedules,
             self.duplicate_effects,
             self.lost_results,
+            self.refused_but_applied,
             self.stale_writes_rejected,
             self.unknown_outcomes,
             self.reconciled
