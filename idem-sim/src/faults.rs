@@ -212,8 +212,9 @@ impl Worker {
         }
     }
 
-    /// Freeze for `d`: the caller sleeps, and every store operation this
-    /// worker starts meanwhile waits until the end.
+    /// Freeze for `d`: the caller sleeps, and every fault site this worker
+    /// reaches meanwhile (a lease renewal's store operation, say) waits
+    /// until the end ([`Worker::halt`]).
     async fn freeze(&self, d: Duration) {
         let until = tokio::time::Instant::now() + d;
         *lock(&self.frozen_until) = Some(until);

@@ -8,10 +8,18 @@
 //! pause longer than the lease, a store error whose write may or may not
 //! have applied, a provider or an approval slower than the lease. The
 //! schedule runs against a real store through the real executor, with
-//! simulated providers that write every effect they apply to a ledger.
-//! Afterwards the checks look for a **duplicate effect** (a key whose
-//! effect the ledger holds twice) and a **lost result** (an output
-//! acknowledged to a caller whose record or effect is missing).
+//! simulated providers that write every request they receive to a
+//! [`ledger`]. Afterwards the checks ([`oracle`]) look for a **duplicate
+//! effect** (a key whose effect the ledger holds twice), a **lost result**
+//! (an output acknowledged to a caller whose record or effect is missing)
+//! and a call **refused but applied** (recorded as failed, its effect in
+//! the ledger).
+//!
+//! The store every worker uses is the real one behind a hook on
+//! [`Interceptor`](idem_runtime::store::intercept::Interceptor), so that
+//! every method reaches it — the caller's-thread claim
+//! ([`Store::claim_local`]: every claim on the memory store, duplicates of
+//! completed calls on SQLite) included, under the same faults.
 //!
 //! On the memory store a schedule runs on a current-thread tokio runtime
 //! whose clock is paused, and the store reads that clock ([`TokioClock`]):
@@ -23,6 +31,10 @@
 //!
 //! [`broken`] holds stores with one rule of the contract broken, to show
 //! that the checks catch what they claim to.
+//!
+//! [`process`] is the other driver of the same world, tools and checks:
+//! worker processes killed with SIGKILL mid-call on a durable store,
+//! sharing a ledger in a file (`idem-runtime/tests/kill.rs`).
 
 #![warn(missing_docs)]
 

@@ -18,7 +18,11 @@
 //!    the first time) until each has a definite answer
 //!    ([`oracle::is_definite`](crate::oracle::is_definite)).
 //! 4. The providers' ledger, which no kill can touch, must show what the
-//!    classes promise (see [`check`]).
+//!    classes promise: the shared checks (no duplicate effect, no lost
+//!    result, nothing refused but applied); every `charge` applied exactly
+//!    once, under its own key; every `delete_account` at most once, a
+//!    started one whose owner vanished answered `outcome_unknown` and never
+//!    re-run, one nobody started run exactly once.
 //!
 //! The calls are `charge-NN` (`charge`, an idempotent write: the payment
 //! provider honours its key) and `delete-NN` (`delete_account`,
@@ -111,10 +115,13 @@ pub struct Counts {
     pub kills: usize,
     /// Calls in progress in a worker when it was killed.
     pub calls_cut: usize,
+    /// Claims answered on the caller's thread
+    /// ([`Store::claim_local`](idem_runtime::Store::claim_local)): on
+    /// SQLite, duplicates of decided calls.
+    pub claims_local: usize,
     /// Claims that took a key over from a killed owner.
     pub takeovers: usize,
-    /// Of them, claims won on the caller's thread
-    /// ([`Store::claim_local`](idem_runtime::Store::claim_local)).
+    /// Of them, claims won on the caller's thread.
     pub takeovers_local: usize,
     /// Takeovers of `delete_account` calls whose killed owner had started
     /// the tool: each must end `outcome_unknown`, never re-run.
@@ -218,6 +225,7 @@ pub async fn kill_workers_mid_call(store_name: &str, entry: &str, url: &str, dir
             }
             match line.split(' ').collect::<Vec<_>>()[..] {
                 ["start", _] => starts += 1,
+                ["local", _] => counts.claims_local += 1,
                 ["takeover", key, started, here] => {
                     counts.takeovers += 1;
                     counts.takeovers_local += usize::from(here == "here");

@@ -46,8 +46,9 @@ async fn latency() {
     tokio::time::sleep(Duration::from_millis(ms)).await;
 }
 
-/// The hook on a worker's store: it notes each takeover its claims win in
-/// the worker's results file (`takeover KEY started|not-started
+/// The hook on a worker's store: it notes in the worker's results file
+/// each claim answered on the caller's thread (`local KEY`) and each
+/// takeover its claims win (`takeover KEY started|not-started
 /// here|there`: on the caller's thread or the usual way), delivers won
 /// claims and checkpoints late (up to [`LATENCY_MS`]), and otherwise does
 /// what the real store does.
@@ -109,6 +110,7 @@ impl Hook for Watched {
     ) -> Option<Result<ClaimOutcome, StoreError>> {
         let answer = store.claim_local(req);
         if let Some(Ok(outcome)) = &answer {
+            append_line(&self.results, &format!("local {}\n", req.key));
             self.note(req.key, outcome, true);
         }
         answer
