@@ -21,8 +21,8 @@ use std::time::Instant;
 
 use idem_runtime::store::url::redact;
 use idem_runtime::Store;
-use idem_sim::broken::{Breakage, BrokenStore};
-use idem_sim::{ScheduleReport, Summary};
+use idem_testkit::broken::{Breakage, BrokenStore};
+use idem_testkit::{ScheduleReport, Summary};
 
 struct Args {
     schedules: u64,
@@ -139,7 +139,7 @@ fn main() -> ExitCode {
     let seeds = args.seed..args.seed.saturating_add(args.schedules);
     if matches!(args.store.trim(), "memory:" | "memory://") {
         for seed in seeds {
-            progress.add(&idem_sim::run_memory_with(seed, |store| {
+            progress.add(&idem_testkit::run_memory_with(seed, |store| {
                 match args.broken {
                     Some(breakage) => Arc::new(BrokenStore::new(store, breakage)) as Arc<dyn Store>,
                     None => store,
@@ -198,7 +198,8 @@ fn run_durable(
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
                 running.spawn(async move {
-                    idem_sim::run_durable(store, seed, &tag, idem_sim::Timing::real_time()).await
+                    idem_testkit::run_durable(store, seed, &tag, idem_testkit::Timing::real_time())
+                        .await
                 });
             }
             let Some(done) = running.join_next().await else {

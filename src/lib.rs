@@ -128,8 +128,8 @@ pub use idem_runtime::retry::RetryPolicy;
 
 // The modules, for everything else.
 pub use idem_runtime::{
-    approval, audit, catalog, class, clock, dispatch, error, executor, key, operator, record,
-    registry, retry, store,
+    approval, audit, catalog, class, clock, dispatch, error, executor, key, operator, provider,
+    record, registry, retry, store,
 };
 
 #[cfg(feature = "conformance")]

@@ -9,8 +9,6 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-#[cfg(any(feature = "redis", feature = "postgres"))]
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem::approval::{ApprovalDecision, Callback};
@@ -20,14 +18,8 @@ use idem::dispatch::{Arguments, ToolCall, ToolResult};
 use idem::operator::{Actor, Filter, Operator, Resolution};
 use idem::prelude::*;
 use idem::record::{AuditAction, Status};
-use idem::store::{ClaimOutcome, ClaimRequest, SqliteOptions, SqliteStore};
-#[cfg(any(feature = "redis", feature = "postgres"))]
-use idem_runtime::testing::skip;
-#[cfg(feature = "postgres")]
-use idem_runtime::testing::PostgresServer;
-#[cfg(feature = "redis")]
-use idem_runtime::testing::RedisServer;
-use idem_runtime::testing::TempDir;
+use idem::store::{ClaimOutcome, ClaimRequest};
+use idem_testkit::TestStore;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -40,10 +32,22 @@ struct World {
     /// The unit of TTLs in a scenario: a day on a manual clock, a moment
     /// on a server's.
     tick: Duration,
-    _dir: Option<TempDir>,
+    _store: TestStore,
 }
 
 impl World {
+    /// The world of the kit's `store`: memory and SQLite on its manual
+    /// clock, Redis and PostgreSQL on the server's.
+    async fn new(store: TestStore) -> World {
+        let clock = store.clock().cloned();
+        World {
+            store: store.open().await,
+            tick: if clock.is_some() { DAY } else { SERVER_TICK },
+            clock,
+            _store: store,
+        }
+    }
+
     async fn advance(&self, by: Duration) {
         match &self.clock {
             Some(clock) => clock.advance(by),
@@ -61,108 +65,29 @@ impl World {
 }
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
-#[cfg(any(feature = "redis", feature = "postgres"))]
 const SERVER_TICK: Duration = Duration::from_millis(700);
 
-fn memory() -> World {
-    let clock = ManualClock::new(1_800_000_000_000);
-    World {
-        store: Arc::new(MemoryStore::with_clock(Arc::new(clock.clone()))),
-        clock: Some(clock),
-        tick: DAY,
-        _dir: None,
-    }
-}
-
-async fn sqlite() -> World {
-    let dir = TempDir::new("idem-decisions").unwrap();
-    let clock = ManualClock::new(1_800_000_000_000);
-    let options = SqliteOptions::default().clock(Arc::new(clock.clone()));
-    let store = SqliteStore::open_with(dir.path().join("idem.db"), options)
-        .await
-        .unwrap();
-    World {
-        store: Arc::new(store),
-        clock: Some(clock),
-        tick: DAY,
-        _dir: Some(dir),
-    }
-}
-
-#[cfg(feature = "redis")]
-static REDIS: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
-#[cfg(feature = "postgres")]
-static POSTGRES: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
-
-#[cfg(any(feature = "redis", feature = "postgres"))]
-async fn server(test: &str, name: &str, url: Option<String>) -> Option<World> {
-    let Some(url) = url else {
-        skip(test, name);
-        return None;
-    };
-    Some(World {
-        store: idem::store::connect(&url).await.unwrap(),
-        clock: None,
-        tick: SERVER_TICK,
-        _dir: None,
-    })
-}
-
-#[cfg(feature = "redis")]
-async fn redis(test: &str) -> Option<World> {
-    let url = tokio::task::spawn_blocking(|| REDIS.as_ref().map(RedisServer::url))
-        .await
-        .unwrap();
-    server(test, "redis-server", url).await
-}
-
-#[cfg(feature = "postgres")]
-async fn postgres(test: &str) -> Option<World> {
-    let url = tokio::task::spawn_blocking(|| POSTGRES.as_ref().map(PostgresServer::url))
-        .await
-        .unwrap();
-    server(test, "PostgreSQL", url).await
-}
-
-/// Run each scenario on memory, SQLite, Redis and PostgreSQL (the last two
-/// with the `redis` and `postgres` features, as CI builds the tests).
-macro_rules! on_every_store {
-    ($($scenario:ident),* $(,)?) => {
-        mod memory {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() { super::$scenario(super::memory()).await }
-        )*}
-        mod sqlite {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() { super::$scenario(super::sqlite().await).await }
-        )*}
+// Each scenario on memory, SQLite, Redis and PostgreSQL (the last two with
+// the `redis` and `postgres` features, as CI builds the tests).
+idem_testkit::on_every_store! {
+    stores: [
+        memory,
+        sqlite,
         #[cfg(feature = "redis")]
-        mod redis {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let test = concat!("redis::", stringify!($scenario));
-                if let Some(world) = super::redis(test).await { super::$scenario(world).await }
-            }
-        )*}
+        redis,
         #[cfg(feature = "postgres")]
-        mod postgres {$(
-            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-            async fn $scenario() {
-                let test = concat!("postgres::", stringify!($scenario));
-                if let Some(world) = super::postgres(test).await { super::$scenario(world).await }
-            }
-        )*}
-    };
+        postgres,
+    ],
+    run: |scenario, store| scenario(World::new(store).await).await,
+    tests: [
+        an_approval_runs_only_the_arguments_it_was_given_for,
+        a_natural_key_taking_over_an_approved_call_does_not_run_its_own_arguments,
+        an_unknown_outcome_is_refused_long_after_every_ttl_and_sweep,
+        a_resolution_is_kept_for_the_tools_ttl_not_the_operators_default,
+        a_granted_approval_outlives_the_approval_ttl,
+        every_decision_leaves_a_trace_that_outlives_its_record,
+    ],
 }
-
-on_every_store![
-    an_approval_runs_only_the_arguments_it_was_given_for,
-    a_natural_key_taking_over_an_approved_call_does_not_run_its_own_arguments,
-    an_unknown_outcome_is_refused_long_after_every_ttl_and_sweep,
-    a_resolution_is_kept_for_the_tools_ttl_not_the_operators_default,
-    a_granted_approval_outlives_the_approval_ttl,
-    every_decision_leaves_a_trace_that_outlives_its_record,
-];
 
 #[derive(Default)]
 struct Bank {

@@ -334,7 +334,7 @@ fn checks(dir: &Path) -> Vec<(String, String, String)> {
 #[test]
 fn the_example_server_passes_the_mcp_conformance_suite() {
     let (Some(node), Some(cli)) = (node22(), conformance_cli()) else {
-        idem_runtime::testing::skip(
+        idem_testkit::skip(
             "the_example_server_passes_the_mcp_conformance_suite",
             "Node 22 with @modelcontextprotocol/conformance (run .ci/mcp-conformance-setup.sh, \
              which installs both in target/node22, or set IDEM_NODE22 and IDEM_MCP_CONFORMANCE)",

@@ -36,7 +36,7 @@ fn python() -> Option<PathBuf> {
 #[test]
 fn the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http() {
     let Some(python) = python() else {
-        idem_runtime::testing::skip(
+        idem_testkit::skip(
             "the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http",
             "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)",
         );

@@ -11,7 +11,7 @@ use idem::prelude::*;
 use idem::store::redis::RedisOptions;
 use idem::store::RedisStore;
 use idem::InFlightPolicy;
-use idem_runtime::testing::{skip, RedisCluster};
+use idem_testkit::{skip, RedisCluster};
 use serde::{Deserialize, Serialize};
 
 /// How often the tool body ran, per idempotency key.

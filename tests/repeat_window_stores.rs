@@ -17,7 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use idem::dispatch::{Arguments, ToolCall};
 use idem::prelude::*;
 use idem::RepeatWindow;
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};
 use serde::{Deserialize, Serialize};
 
 /// How often the tool body ran, per order.

@@ -182,7 +182,7 @@ async fn a_store_url_of_no_known_kind_is_refused() {
 
 #[tokio::test]
 async fn a_missing_sqlite_file_is_refused_not_created() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli-missing").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli-missing").unwrap();
     let path = dir.path().join("nothing-here.db");
     let url = format!("sqlite://{}", path.display());
     Idem::new(&url)
@@ -198,7 +198,7 @@ async fn a_missing_sqlite_file_is_refused_not_created() {
 
 #[tokio::test]
 async fn a_store_written_by_a_newer_idem_is_refused_and_left_alone() {
-    let dir = idem_runtime::testing::TempDir::new("idem-cli-newer").unwrap();
+    let dir = idem_testkit::TempDir::new("idem-cli-newer").unwrap();
     let path = dir.path().join("idem.db");
     let url = format!("sqlite://{}", path.display());
     idem::store::connect(&url).await.unwrap().close().await;

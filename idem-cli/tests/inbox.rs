@@ -2,7 +2,7 @@
 //! uses it, and its pages as a browser without JavaScript posts them —
 //! against real calls of an executor in this process, waiting on the same
 //! store (SQLite, and the Redis and PostgreSQL servers of
-//! `idem_runtime::testing` for the decisions that wake a waiting caller).
+//! `idem_testkit::servers` for the decisions that wake a waiting caller).
 //! The browser itself is in `inbox_browser.rs`.
 
 mod support;
@@ -21,10 +21,14 @@ use support::{schema, unique};
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-support::on_every_store![
-    an_approval_through_the_api_runs_the_waiting_call_exactly_once,
-    a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller,
-];
+idem_testkit::on_every_store! {
+    stores: [sqlite, redis, postgres],
+    run: |scenario, store| scenario(store.url()).await,
+    tests: [
+        an_approval_through_the_api_runs_the_waiting_call_exactly_once,
+        a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller,
+    ],
+}
 
 /// A bot approves a call an agent is waiting on: the agent's tool runs
 /// once, the audit names the bot and its note, a repeat runs nothing.

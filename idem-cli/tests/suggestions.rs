@@ -16,7 +16,7 @@ use idem::key::{derive_key, Fingerprint, KeyInput, KeySource, Namespace};
 use idem::prelude::*;
 use idem::record::CallInfoRef;
 use idem::store::{ClaimOutcome, ClaimRequest};
-use idem_runtime::testing::TempDir;
+use idem_testkit::TempDir;
 use support::tools::{charge_card, delete_call, dispatcher, executor, App, Charge};
 use support::Idem;
 

@@ -1,20 +1,13 @@
-//! Dispatch the tool calls a model returned, by name, and shape the results
-//! for the model.
+//! Dispatch the tool calls a model returned, by name, and give back the
+//! results for the model.
 //!
-//! Accepted shapes:
-//!
-//! * **OpenAI chat completions**: an assistant message with `tool_calls`
-//!   (`[{ "id", "type": "function", "function": { "name", "arguments" } }]`,
-//!   `arguments` being a JSON *string*), a whole response with `choices`, or
-//!   the `tool_calls` array itself. Results are `role: "tool"` messages.
-//! * **Anthropic messages**: a message with `content` blocks, or the blocks
-//!   themselves; `tool_use` blocks (`{ "id", "name", "input" }`) are calls.
-//!   Results are `tool_result` blocks in one `role: "user"` message.
-//! * **OpenAI Responses API**: a response with `output` items, or the items
-//!   themselves; `function_call` items (`{ "call_id", "name", "arguments" }`,
-//!   `arguments` a JSON *string*) are calls, other items (`message`,
-//!   `reasoning`, …) are skipped. Results are `function_call_output` items
-//!   for the next request's `input`.
+//! What is here is the same for every provider: a [`ToolCall`], the
+//! [`Dispatcher`] that checks and runs it, and its [`ToolResult`]. How each
+//! provider writes calls and wants results (OpenAI chat completions and
+//! Responses API, Anthropic, genai, async-openai's types) is in
+//! [`provider`](crate::provider); the provider methods here
+//! ([`Dispatcher::openai`], [`ToolResult::to_openai`], …) and free
+//! functions ([`parse_openai`], [`openai_messages`], …) forward there.
 //!
 //! A call is keyed by its provider id (`tool_calls[].id`, `tool_use.id`,
 //! `call_id`), so one call id is one key whichever route it comes by (the
@@ -49,25 +42,22 @@ use serde_json::{json, Value};
 use crate::error::IdemError;
 use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
 use crate::key::json_type;
+use crate::provider::{anthropic, genai, openai, openai_responses};
 use crate::registry::Registry;
 
-#[cfg(feature = "async-openai")]
-mod async_openai;
 mod numbers;
-mod parse;
 
 #[cfg(feature = "async-openai")]
-pub use async_openai::CustomToolCall;
-
-pub use parse::{parse_anthropic, parse_genai, parse_openai, parse_openai_responses};
+pub use crate::provider::async_openai::CustomToolCall;
 
 /// The default limit on the size of one call's arguments: 64 KiB.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
 /// One tool call as a model emitted it.
 ///
-/// Read from a provider's JSON by [`parse_openai`], [`parse_anthropic`],
-/// [`parse_openai_responses`] and [`parse_genai`]; with the
+/// Read from a provider's JSON by the `parse` of each
+/// [`provider`](crate::provider) ([`openai::parse`], [`anthropic::parse`],
+/// [`openai_responses::parse`], [`genai::parse`]); with the
 /// `async-openai` feature, converted from async-openai's chat-completions
 /// tool calls (`ToolCall::from`, `ToolCall::try_from`).
 #[derive(Debug, Clone, PartialEq)]
@@ -166,83 +156,26 @@ impl ToolResult {
         }
     }
 
-    /// An OpenAI `role: "tool"` message.
+    /// An OpenAI `role: "tool"` message: [`openai::result`].
     pub fn to_openai(&self) -> Value {
-        json!({
-            "role": "tool",
-            "tool_call_id": self.call_id,
-            "content": self.content().to_string(),
-        })
+        openai::result(self)
     }
 
     /// An OpenAI Responses API `function_call_output` item, to send in the
-    /// next request's `input` (see [`openai_responses_input`]).
-    ///
-    /// ```
-    /// use idem_runtime::dispatch::ToolResult;
-    /// use idem_runtime::error::IdemError;
-    ///
-    /// let refused = ToolResult {
-    ///     call_id: Some("call_9f8e7d6c5b4a".into()),
-    ///     tool: "send_emial".into(),
-    ///     result: Err(IdemError::UnknownTool {
-    ///         name: "send_emial".into(),
-    ///         suggestion: Some("send_email".into()),
-    ///     }),
-    /// };
-    /// let item = refused.to_openai_response_item();
-    /// assert_eq!(item["type"], "function_call_output");
-    /// assert_eq!(item["call_id"], "call_9f8e7d6c5b4a");
-    /// // `output` is JSON text, as the Responses API wants it.
-    /// let output: serde_json::Value = serde_json::from_str(item["output"].as_str().unwrap())?;
-    /// assert_eq!(output["error"]["code"], "unknown_tool");
-    /// # Ok::<(), serde_json::Error>(())
-    /// ```
+    /// next request's `input`: [`openai_responses::result`].
     pub fn to_openai_response_item(&self) -> Value {
-        json!({
-            "type": "function_call_output",
-            "call_id": self.call_id,
-            "output": self.content().to_string(),
-        })
+        openai_responses::result(self)
     }
 
-    /// A genai `ToolResponse` (`{"call_id", "fn_name", "content"}`), to
-    /// deserialize with `serde_json::from_value` into
-    /// `genai::chat::ToolResponse` (see [`genai_tool_responses`]).
-    ///
-    /// ```
-    /// use idem_runtime::dispatch::ToolResult;
-    /// use idem_runtime::error::IdemError;
-    ///
-    /// let refused = ToolResult {
-    ///     call_id: Some("toolu_01A09q90qw90lq917835lq9".into()),
-    ///     tool: "send_emial".into(),
-    ///     result: Err(IdemError::UnknownTool { name: "send_emial".into(), suggestion: None }),
-    /// };
-    /// let response = refused.to_genai();
-    /// assert_eq!(response["call_id"], "toolu_01A09q90qw90lq917835lq9");
-    /// assert_eq!(response["fn_name"], "send_emial");
-    /// assert!(response["content"].as_str().unwrap().contains("unknown_tool"));
-    /// ```
+    /// A genai `ToolResponse` (`{"call_id", "fn_name", "content"}`):
+    /// [`genai::result`].
     pub fn to_genai(&self) -> Value {
-        json!({
-            "call_id": self.call_id,
-            "fn_name": self.tool,
-            "content": self.content().to_string(),
-        })
+        genai::result(self)
     }
 
-    /// An Anthropic `tool_result` block.
+    /// An Anthropic `tool_result` block: [`anthropic::result`].
     pub fn to_anthropic(&self) -> Value {
-        let mut block = json!({
-            "type": "tool_result",
-            "tool_use_id": self.call_id,
-            "content": self.content().to_string(),
-        });
-        if self.is_error() {
-            block["is_error"] = Value::Bool(true);
-        }
-        block
+        anthropic::result(self)
     }
 }
 
@@ -393,31 +326,31 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
             .collect()
     }
 
-    /// Run the tool calls of an OpenAI message; returns the `role: "tool"`
-    /// messages to append to the conversation, with their results.
+    /// Run the tool calls of an OpenAI chat-completions message, read by
+    /// [`openai::parse`]; returns the results (see [`openai::messages`]
+    /// for the `role: "tool"` messages to append to the conversation).
     pub async fn openai(
         &self,
         message: &Value,
         run: &RunContext,
     ) -> Result<Vec<ToolResult>, DispatchError> {
-        let calls = parse_openai(message)?;
-        Ok(self.dispatch(calls, run).await)
+        Ok(self.dispatch(openai::parse(message)?, run).await)
     }
 
-    /// Run the tool calls of an Anthropic message; returns the results
-    /// (see [`anthropic_reply`] for the `role: "user"` message).
+    /// Run the tool calls of an Anthropic message, read by
+    /// [`anthropic::parse`]; returns the results (see [`anthropic::reply`]
+    /// for the `role: "user"` message).
     pub async fn anthropic(
         &self,
         message: &Value,
         run: &RunContext,
     ) -> Result<Vec<ToolResult>, DispatchError> {
-        let calls = parse_anthropic(message)?;
-        Ok(self.dispatch(calls, run).await)
+        Ok(self.dispatch(anthropic::parse(message)?, run).await)
     }
 
     /// Run the tool calls of a genai response, given as genai serializes
-    /// it (see [`parse_genai`]); returns the results (see
-    /// [`genai_tool_responses`] for genai's `ToolResponse`s). A call is
+    /// it and read by [`genai::parse`]; returns the results (see
+    /// [`genai::tool_responses`] for genai's `ToolResponse`s). A call is
     /// keyed by its `call_id`, the provider's id: the same key as the
     /// provider's own JSON gets through [`Dispatcher::openai`] or
     /// [`Dispatcher::anthropic`].
@@ -426,70 +359,67 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         response: &Value,
         run: &RunContext,
     ) -> Result<Vec<ToolResult>, DispatchError> {
-        let calls = parse_genai(response)?;
-        Ok(self.dispatch(calls, run).await)
+        Ok(self.dispatch(genai::parse(response)?, run).await)
     }
 
-    /// Run the `function_call` items of an OpenAI Responses API response;
-    /// returns the results (see [`openai_responses_input`] for the
-    /// `function_call_output` items of the next request). Each call is
-    /// keyed by its `call_id`, exactly as a chat-completions call is by its
-    /// `tool_calls[].id`: the same call id is the same key on both routes.
+    /// Run the `function_call` items of an OpenAI Responses API response,
+    /// read by [`openai_responses::parse`]; returns the results (see
+    /// [`openai_responses::input`] for the `function_call_output` items of
+    /// the next request). Each call is keyed by its `call_id`, exactly as a
+    /// chat-completions call is by its `tool_calls[].id`: the same call id
+    /// is the same key on both routes.
     pub async fn openai_responses(
         &self,
         response: &Value,
         run: &RunContext,
     ) -> Result<Vec<ToolResult>, DispatchError> {
-        let calls = parse_openai_responses(response)?;
-        Ok(self.dispatch(calls, run).await)
+        Ok(self.dispatch(openai_responses::parse(response)?, run).await)
     }
 }
 
-/// The genai `ToolResponse`s for `results`, in call order:
-/// `serde_json::from_value::<Vec<genai::chat::ToolResponse>>` of them is
-/// what genai appends to the conversation.
-pub fn genai_tool_responses(results: &[ToolResult]) -> Vec<Value> {
-    results.iter().map(ToolResult::to_genai).collect()
+// The provider functions under the names they had here.
+
+/// The tool calls of an OpenAI chat-completions message:
+/// [`openai::parse`].
+pub fn parse_openai(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    openai::parse(message)
 }
 
-/// The OpenAI messages for `results`.
+/// The tool calls of an Anthropic message: [`anthropic::parse`].
+pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    anthropic::parse(message)
+}
+
+/// The tool calls of an OpenAI Responses API response:
+/// [`openai_responses::parse`].
+pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    openai_responses::parse(response)
+}
+
+/// The tool calls of a genai response, as genai serializes it:
+/// [`genai::parse`].
+pub fn parse_genai(value: &Value) -> Result<Vec<ToolCall>, DispatchError> {
+    genai::parse(value)
+}
+
+/// The OpenAI `role: "tool"` messages for `results`: [`openai::messages`].
 pub fn openai_messages(results: &[ToolResult]) -> Vec<Value> {
-    results.iter().map(ToolResult::to_openai).collect()
+    openai::messages(results)
 }
 
-/// The OpenAI Responses API `function_call_output` items for `results`, in
-/// call order: the next request's `input`.
-///
-/// With `previous_response_id` (the server kept the response) these items
-/// are the whole `input`. Without it (`store: false`, or a conversation
-/// the client keeps) the API needs the calls they answer too: send the
-/// previous response's `output` items first (its `reasoning` items
-/// included, for reasoning models), then these.
-///
-/// ```
-/// use idem_runtime::dispatch::{openai_responses_input, ToolResult};
-/// use idem_runtime::error::IdemError;
-///
-/// let result = |id: &str| ToolResult {
-///     call_id: Some(id.into()),
-///     tool: "nope".into(),
-///     result: Err(IdemError::UnknownTool { name: "nope".into(), suggestion: None }),
-/// };
-/// let input = openai_responses_input(&[result("call_1"), result("call_2")]);
-/// assert_eq!(input.len(), 2);
-/// assert_eq!(input[1]["call_id"], "call_2");
-/// ```
+/// The OpenAI Responses API `function_call_output` items for `results`,
+/// the next request's `input`: [`openai_responses::input`].
 pub fn openai_responses_input(results: &[ToolResult]) -> Vec<Value> {
-    results
-        .iter()
-        .map(ToolResult::to_openai_response_item)
-        .collect()
+    openai_responses::input(results)
 }
 
-/// The Anthropic `role: "user"` message carrying `results`.
+/// The Anthropic `role: "user"` message carrying `results`:
+/// [`anthropic::reply`].
 pub fn anthropic_reply(results: &[ToolResult]) -> Value {
-    json!({
-        "role": "user",
-        "content": results.iter().map(ToolResult::to_anthropic).collect::<Vec<_>>(),
-    })
+    anthropic::reply(results)
+}
+
+/// The genai `ToolResponse`s for `results`: [`genai::tool_responses`].
+pub fn genai_tool_responses(results: &[ToolResult]) -> Vec<Value> {
+    genai::tool_responses(results)
 }

@@ -22,6 +22,7 @@ pub mod error;
 pub mod executor;
 pub mod key;
 pub mod operator;
+pub mod provider;
 pub mod record;
 pub mod registry;
 pub mod retry;
@@ -29,8 +30,6 @@ pub mod retry;
 pub mod schema;
 pub mod state;
 pub mod store;
-#[cfg(feature = "test-servers")]
-pub mod testing;
 pub mod tool;
 
 pub use approval::Approval;

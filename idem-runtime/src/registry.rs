@@ -1,5 +1,7 @@
 //! A registry of tools, looked up by name for dispatch from model output,
-//! and the source of tool definitions for OpenAI, Anthropic and MCP.
+//! and the source of tool definitions: each provider's are written in
+//! [`provider`] (MCP's in the `idem` crate's `mcp`
+//! module).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -12,6 +14,7 @@ use serde_json::{json, Value};
 use crate::class::{Class, ClassKind};
 use crate::error::IdemError;
 use crate::executor::{CallOutput, Executor, RunContext};
+use crate::provider;
 use crate::tool::{Tool, ToolSpec};
 
 /// A boxed, sendable future.
@@ -250,69 +253,22 @@ impl<S: 'static> Registry<S> {
         self.tools.is_empty()
     }
 
-    /// Definitions for the OpenAI chat-completions `tools` parameter.
+    /// Definitions for the OpenAI chat-completions `tools` parameter:
+    /// [`provider::openai::tools`].
     pub fn openai_tools(&self) -> Value {
-        self.definitions(
-            |spec, schema| json!({ "type": "function", "function": openai_function(spec, schema) }),
-        )
+        provider::openai::tools(self)
     }
 
     /// Definitions for the OpenAI Responses API `tools` parameter:
-    /// `{"type": "function", "name", "description", "parameters", "strict"}`,
-    /// flat where chat completions nest them under `function`.
-    ///
-    /// `strict` is `false`: strict mode wants every property required and
-    /// `additionalProperties: false`, which a schema with optional fields
-    /// or defaults does not say; the dispatcher checks the arguments
-    /// itself.
-    ///
-    /// ```
-    /// use idem_runtime::registry::Registry;
-    ///
-    /// let registry: Registry = Registry::new();
-    /// assert_eq!(registry.openai_responses_tools(), serde_json::json!([]));
-    /// ```
+    /// [`provider::openai_responses::tools`].
     pub fn openai_responses_tools(&self) -> Value {
-        self.definitions(|spec, schema| {
-            let mut tool = openai_function(spec, schema);
-            tool.insert("type".into(), json!("function"));
-            tool.insert("strict".into(), json!(false));
-            Value::Object(tool)
-        })
+        provider::openai_responses::tools(self)
     }
 
-    /// Definitions for the Anthropic messages `tools` parameter.
+    /// Definitions for the Anthropic messages `tools` parameter:
+    /// [`provider::anthropic::tools`].
     pub fn anthropic_tools(&self) -> Value {
-        self.definitions(|spec, schema| {
-            json!({
-                "name": spec.name,
-                "description": spec.description,
-                "input_schema": schema,
-            })
-        })
-    }
-
-    /// MCP `Tool` objects, with annotations derived from each tool's class
-    /// (so what a tool advertises and how idem runs it cannot disagree),
-    /// and an `outputSchema` where the output is a JSON object with a
-    /// schema ([`DynTool::mcp_output_schema`]).
-    pub fn mcp_tools(&self) -> Value {
-        self.tools
-            .iter()
-            .map(|t| {
-                let spec = t.spec();
-                let mut tool = json!({
-                    "name": spec.name,
-                    "description": spec.description,
-                    "inputSchema": t.input_schema(),
-                    "annotations": t.class().annotations(),
-                });
-                if let Some(output) = t.mcp_output_schema() {
-                    tool["outputSchema"] = output;
-                }
-                tool
-            })
-            .collect()
+        provider::anthropic::tools(self)
     }
 
     /// What each tool is — name, description, class, whether its
@@ -339,14 +295,6 @@ impl<S: 'static> Registry<S> {
                 })
                 .collect(),
         }
-    }
-
-    /// One definition per tool, in registration order.
-    fn definitions(&self, shape: impl Fn(&ToolSpec, Value) -> Value) -> Value {
-        self.tools
-            .iter()
-            .map(|t| shape(&t.spec(), t.input_schema()))
-            .collect()
     }
 }
 
@@ -400,16 +348,6 @@ fn standard_formats_only(schema: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(standard_formats_only),
         _ => {}
     }
-}
-
-/// What both OpenAI APIs say of a function: its name, description and
-/// parameters.
-fn openai_function(spec: &ToolSpec, schema: Value) -> serde_json::Map<String, Value> {
-    let mut function = serde_json::Map::new();
-    function.insert("name".into(), json!(spec.name));
-    function.insert("description".into(), json!(spec.description));
-    function.insert("parameters".into(), schema);
-    function
 }
 
 #[cfg(test)]

@@ -3,17 +3,14 @@
 //! which no kill can touch, shows no duplicate effect, no re-run of a
 //! started irreversible call, no lost result, no call refused whose effect
 //! applied, and every unknown outcome surfaced as `outcome_unknown` (the
-//! scenario, its world and its checks: `idem_sim::process`, shared with the
+//! scenario, its world and its checks: `idem_testkit::process`, shared with the
 //! fault simulation).
 //!
 //! Each test prints its counts on a `KILL-TEST` line (`--nocapture`).
-#![cfg(all(
-    feature = "test-servers",
-    any(feature = "sqlite", feature = "redis", feature = "postgres")
-))]
+#![cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 
-use idem_runtime::testing::TempDir;
-use idem_sim::process::{kill_workers_mid_call, run_worker};
+use idem_testkit::TempDir;
+use idem_testkit::process::{kill_workers_mid_call, run_worker};
 
 /// The name of the entry point below, which the workers run.
 const ENTRY: &str = "kill_worker";
@@ -62,7 +59,7 @@ async fn on_server<S: Send + 'static>(
 ) {
     let Some(running) = tokio::task::spawn_blocking(start).await.unwrap() else {
         let test = format!("{store} workers killed mid-call");
-        return idem_runtime::testing::skip(&test, server);
+        return idem_testkit::skip(&test, server);
     };
     kill_on(store, &url(&running)).await;
 }
@@ -71,7 +68,7 @@ async fn on_server<S: Send + 'static>(
 #[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
-    use idem_runtime::testing::RedisServer;
+    use idem_testkit::RedisServer;
 
     on_server(
         "redis",
@@ -86,7 +83,7 @@ async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
 #[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
-    use idem_runtime::testing::PostgresServer;
+    use idem_testkit::PostgresServer;
 
     on_server(
         "postgres",

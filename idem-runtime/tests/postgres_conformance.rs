@@ -1,13 +1,13 @@
 //! The PostgreSQL store against the public conformance suite, on a real
 //! PostgreSQL server started for this test binary.
-#![cfg(all(feature = "postgres", feature = "test-servers"))]
+#![cfg(feature = "postgres")]
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem_runtime::store::{PostgresOptions, PostgresStore};
-use idem_runtime::testing::{PostgresServer, ServerClockHarness};
+use idem_testkit::servers::{PostgresServer, ServerClockHarness};
 
 static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
 

@@ -1,13 +1,13 @@
 //! The Redis store against the public conformance suite, on a real Redis
 //! Cluster of three primaries started for this test binary: every
 //! transition is one script on one slot, and scans visit every node.
-#![cfg(all(feature = "redis", feature = "test-servers"))]
+#![cfg(feature = "redis")]
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem_runtime::store::{RedisOptions, RedisStore};
-use idem_runtime::testing::{RedisCluster, ServerClockHarness};
+use idem_testkit::servers::{RedisCluster, ServerClockHarness};
 
 static CLUSTER: LazyLock<Option<RedisCluster>> = LazyLock::new(RedisCluster::start);
 

@@ -1,12 +1,12 @@
 //! The Redis store against the public conformance suite, on a real
 //! `redis-server` started for this test binary.
-#![cfg(all(feature = "redis", feature = "test-servers"))]
+#![cfg(feature = "redis")]
 
 use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem_runtime::store::{RedisOptions, RedisStore};
-use idem_runtime::testing::{RedisServer, ServerClockHarness};
+use idem_testkit::servers::{RedisServer, ServerClockHarness};
 
 static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
 

@@ -1,6 +1,6 @@
 //! The SQLite store against the public conformance suite, on a manual clock
 //! in a fresh file per case.
-#![cfg(all(feature = "sqlite", feature = "test-servers"))]
+#![cfg(feature = "sqlite")]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +8,7 @@ use std::time::Duration;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::conformance::Harness;
 use idem_runtime::store::{SqliteOptions, SqliteStore};
-use idem_runtime::testing::TempDir;
+use idem_testkit::TempDir;
 
 struct SqliteHarness {
     store: Arc<SqliteStore>,

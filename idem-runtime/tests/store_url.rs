@@ -1,11 +1,6 @@
 //! Choosing a store by URL: the same program on a laptop (SQLite) and on a
 //! fleet (Redis, PostgreSQL), by configuration alone.
-#![cfg(all(
-    feature = "sqlite",
-    feature = "redis",
-    feature = "postgres",
-    feature = "test-servers"
-))]
+#![cfg(all(feature = "sqlite", feature = "redis", feature = "postgres"))]
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +9,7 @@ use idem_runtime::conformance::random_key;
 use idem_runtime::key::Fingerprint;
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{connect, ClaimOutcome, ClaimRequest, Store, StoreError};
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::json;
 
 /// What a program does with whatever store it was configured with: record

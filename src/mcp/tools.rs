@@ -1,8 +1,7 @@
-//! rmcp `Tool` definitions from a registry: the same name, description,
-//! input schema, class annotations and output schema as
-//! [`Registry::mcp_tools`], as typed rmcp values.
-//!
-//! [`Registry::mcp_tools`]: crate::Registry::mcp_tools
+//! rmcp `Tool` definitions from a registry: each tool's name,
+//! description and input schema ([`DynTool::input_schema`]), the
+//! annotations of its class and its output schema as MCP declares it
+//! ([`DynTool::mcp_output_schema`]), as typed rmcp values.
 
 use std::sync::Arc;
 

@@ -22,6 +22,7 @@ mod api;
 mod approvers;
 mod decide;
 mod live;
+mod login;
 mod pages;
 mod session;
 mod view;
@@ -144,8 +145,8 @@ fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(pages::inbox))
         .route("/inbox/rows", get(pages::rows))
-        .route("/login", get(pages::login_form).post(pages::login))
-        .route("/logout", post(pages::logout))
+        .route("/login", get(login::login_form).post(login::login))
+        .route("/logout", post(login::logout))
         .route("/records/{key}", get(pages::record))
         .route("/records/{key}/version", get(pages::version))
         .route("/records/{key}/{action}", post(pages::decide))

@@ -30,7 +30,7 @@ use fantoccini::cookies::Cookie;
 use fantoccini::elements::Element;
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
-use idem_runtime::testing::{skip, TempDir, Watchdog};
+use idem_testkit::servers::{skip, TempDir, Watchdog};
 use serde_json::{json, Value};
 
 /// Chromium's flags: headless, and quiet on this machine's closed network

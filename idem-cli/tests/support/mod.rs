@@ -1,8 +1,8 @@
-//! Running the real `idem` binary against a store, and the stores: a
-//! SQLite file per test, and the Redis and PostgreSQL servers of
-//! `idem_runtime::testing` (skipped loudly when not installed, a failure
-//! under `IDEM_REQUIRE_SERVERS=1`); and a headless Chromium to drive pages
-//! with (`browser`, skipped and required the same way).
+//! Running the real `idem` binary against a store, and a SQLite file per
+//! test (`idem_testkit::on_every_store!` runs a test on SQLite, and on the
+//! kit's Redis and PostgreSQL servers, skipped loudly when not installed, a
+//! failure under `IDEM_REQUIRE_SERVERS=1`); and a headless Chromium to
+//! drive pages with (`browser`, skipped and required the same way).
 #![allow(dead_code)]
 
 pub mod browser;
@@ -12,52 +12,10 @@ pub mod tools;
 
 use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::LazyLock;
 use std::time::{Duration, Instant};
 
-use idem_runtime::testing::{skip, PostgresServer, RedisServer, TempDir};
+use idem_testkit::TempDir;
 use serde_json::Value;
-
-/// Run each scenario (an `async fn(url: &str)`) on a SQLite file, and on
-/// the shared Redis and PostgreSQL servers (skipped loudly when missing).
-#[allow(unused_macros)]
-macro_rules! on_every_store {
-    ($($scenario:ident),* $(,)?) => {
-        mod sqlite {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let (_dir, url) = crate::support::sqlite();
-                    super::$scenario(&url).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let test = concat!("redis::", stringify!($scenario));
-                    if let Some(url) = crate::support::redis(test).await {
-                        super::$scenario(&url).await;
-                    }
-                }
-            )*
-        }
-        mod postgres {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $scenario() {
-                    let test = concat!("postgres::", stringify!($scenario));
-                    if let Some(url) = crate::support::postgres(test).await {
-                        super::$scenario(&url).await;
-                    }
-                }
-            )*
-        }
-    };
-}
-#[allow(unused_imports)]
-pub(crate) use on_every_store;
 
 /// The binary under test.
 pub const IDEM: &str = env!("CARGO_BIN_EXE_idem");
@@ -199,32 +157,6 @@ pub fn sqlite() -> (TempDir, String) {
     let dir = TempDir::new("idem-cli").unwrap();
     let url = format!("sqlite://{}", dir.path().join("idem.db").display());
     (dir, url)
-}
-
-static REDIS: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
-static POSTGRES: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
-
-/// The shared Redis server's URL, or `None` after a loud skip of `test`.
-pub async fn redis(test: &str) -> Option<String> {
-    let url = tokio::task::spawn_blocking(|| REDIS.as_ref().map(RedisServer::url))
-        .await
-        .unwrap();
-    if url.is_none() {
-        skip(test, "redis-server");
-    }
-    url
-}
-
-/// The shared PostgreSQL server's URL, or `None` after a loud skip of
-/// `test`.
-pub async fn postgres(test: &str) -> Option<String> {
-    let url = tokio::task::spawn_blocking(|| POSTGRES.as_ref().map(PostgresServer::url))
-        .await
-        .unwrap();
-    if url.is_none() {
-        skip(test, "PostgreSQL");
-    }
-    url
 }
 
 /// Poll `idem ls --state STATE --namespace NS` until one record is listed;

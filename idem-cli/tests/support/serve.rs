@@ -14,7 +14,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idem::prelude::*;
 use idem::{ToolCall, ToolResult};
-use idem_runtime::testing::TempDir;
+use idem_testkit::TempDir;
 use serde_json::Value;
 
 use super::tools::{charge_card, delete_account, delete_call, dispatcher, tenant, App};

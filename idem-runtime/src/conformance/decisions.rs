@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{acquire, fp, random_key, req, woken, Harness, WAITER_TIMEOUT};
+use crate::approval::transition;
 use crate::approval::Approval;
 use crate::key::IdempotencyKey;
 use crate::operator::{Actor, Operator, Resolution};
-use crate::record::{CallInfoRef, FailureCode, Outcome, Record, RecordState, Status};
-use crate::store::{ClaimOutcome, Expected, ExpectedState, Store, StoreError};
+use crate::record::{CallInfoRef, FailureCode, Outcome, Record, Status};
+use crate::store::{ClaimOutcome, Store, StoreError};
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval,
 /// the request lapsing unanswered after `ttl`.
@@ -24,19 +25,10 @@ async fn park<S: Store + ?Sized>(
     ttl: Duration,
 ) {
     let now = store.now().await.unwrap();
-    let mut record = store.get(key).await.unwrap().expect("in flight");
-    record.state = RecordState::AwaitingApproval {
-        fence,
-        requested_at: now,
-        expires_at: now.plus(ttl),
-        message: "ask #payments-oncall".into(),
-    };
-    let expected = Expected {
-        fence,
-        state: ExpectedState::InFlight,
-    };
+    let record = store.get(key).await.unwrap().expect("in flight");
+    let parked = transition::park(record, fence, now, ttl, "ask #payments-oncall");
     store
-        .replace(key, expected, Some(&record), None)
+        .replace(key, parked.expected, Some(&parked.record), None)
         .await
         .expect("park");
 }

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{acquire, assert_stale, fp, random_key, req, success, Harness};
-use crate::approval::{Approval, ApprovalDecision};
+use crate::approval::transition::{self, Replace};
+use crate::approval::Approval;
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::{
@@ -40,20 +41,11 @@ async fn park<S: Store + ?Sized>(
     ttl: std::time::Duration,
 ) -> (Fence, Record) {
     let now = store.now().await.unwrap();
-    let mut record = store.get(key).await.unwrap().expect("in flight");
-    record.state = RecordState::AwaitingApproval {
-        fence,
-        requested_at: now,
-        expires_at: now.plus(ttl),
-        message: "ask #payments-oncall".into(),
-    };
+    let record = store.get(key).await.unwrap().expect("in flight");
+    let Replace { expected, record } =
+        transition::park(record, fence, now, ttl, "ask #payments-oncall");
     let new = store
-        .replace(
-            key,
-            expect(fence, ExpectedState::InFlight),
-            Some(&record),
-            None,
-        )
+        .replace(key, expected, Some(&record), None)
         .await
         .expect("park")
         .expect("a fence for the new record");
@@ -63,10 +55,9 @@ async fn park<S: Store + ?Sized>(
 
 fn approved(mut record: Record, at: Timestamp) -> Record {
     let approval = Approval::granted_by("ana").with_note("refund ok'd — ticket #12");
-    record.steps.insert(
-        APPROVAL_STEP.into(),
-        serde_json::to_value(ApprovalDecision::Approved(approval)).unwrap(),
-    );
+    record
+        .steps
+        .insert(APPROVAL_STEP.into(), transition::step(approval));
     record.audit.push(AuditEntry {
         at,
         by: "ana".into(),

@@ -6,12 +6,12 @@
 
 use serde_json::Value;
 
+use crate::approval::transition;
 use crate::approval::{ApprovalDecision, ApprovalRequest};
 use crate::audit::AuditEvent;
 use crate::error::IdemError;
 use crate::key::Fingerprint;
-use crate::record::{AuditAction, FailureCode, Outcome, RecordState, Status, StoredFailure};
-use crate::store::{Expected, ExpectedState};
+use crate::record::{AuditAction, Status};
 
 use super::claim::Owner;
 use super::metrics::Metrics;
@@ -79,8 +79,7 @@ impl CallEnv<'_> {
                     Status::InFlight,
                 )
                 .await?;
-                let value = serde_json::to_value(ApprovalDecision::Approved(approval))
-                    .expect("an approval serializes");
+                let value = transition::step(approval);
                 self.store()
                     .checkpoint(&owner.key, owner.fence, APPROVAL_STEP, &value, self.lease())
                     .await
@@ -106,12 +105,8 @@ impl CallEnv<'_> {
                     Status::Failed,
                 )
                 .await?;
-                let failure = StoredFailure {
-                    code: FailureCode::ApprovalDenied,
-                    message: reason.clone(),
-                    details: None,
-                };
-                self.complete(owner, Outcome::Failure { failure }).await?;
+                self.complete(owner, transition::denial(reason.clone()))
+                    .await?;
                 Err(self.refuse(IdemError::ApprovalDenied {
                     tool: self.name().to_owned(),
                     reason,
@@ -158,25 +153,17 @@ impl CallEnv<'_> {
         let store = self.store();
         let err = |e| self.owner_err(owner, e);
         let now = store.now().await.map_err(err)?;
-        let Some(mut record) = store.get(&owner.key).await.map_err(err)? else {
+        let Some(record) = store.get(&owner.key).await.map_err(err)? else {
             return Err(IdemError::Superseded {
                 tool: self.name().to_owned(),
                 key: owner.key.clone(),
                 source: None,
             });
         };
-        record.state = RecordState::AwaitingApproval {
-            fence: owner.fence,
-            requested_at: now,
-            expires_at: now.plus(self.core.config.approval_ttl),
-            message: message.to_owned(),
-        };
-        let expected = Expected {
-            fence: owner.fence,
-            state: ExpectedState::InFlight,
-        };
+        let ttl = self.core.config.approval_ttl;
+        let parked = transition::park(record, owner.fence, now, ttl, message);
         store
-            .replace(&owner.key, expected, Some(&record), None)
+            .replace(&owner.key, parked.expected, Some(&parked.record), None)
             .await
             .map_err(err)?;
         tracing::info!(

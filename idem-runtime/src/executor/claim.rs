@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::approval::ApprovalDecision;
+use crate::approval::transition;
 use crate::clock::Timestamp;
 use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
@@ -26,22 +26,6 @@ use super::flight::Flight;
 use super::key::CallKey;
 use super::metrics::Metrics;
 use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
-
-/// Whether the approval among `steps` lets `call`'s arguments run: it was
-/// given for them, or (recorded before approvals carried a fingerprint)
-/// the store checked the arguments itself (`checked`, or a key that checks
-/// its fingerprint).
-fn approval_covers(steps: &BTreeMap<String, Value>, call: &CallKey, checked: bool) -> bool {
-    let Some(value) = steps.get(APPROVAL_STEP) else {
-        return false;
-    };
-    match serde_json::from_value::<ApprovalDecision>(value.clone()) {
-        Ok(ApprovalDecision::Approved(approval)) => {
-            approval.covers(&call.args.fingerprint, checked || call.check_fingerprint)
-        }
-        _ => false,
-    }
-}
 
 /// What a claim found that the call goes on with.
 pub(super) enum Claimed {
@@ -270,7 +254,11 @@ impl CallEnv<'_> {
                 // Acquiring an approved request, the store checked the
                 // arguments against the record's; a takeover did not.
                 foreign_approval: steps.contains_key(APPROVAL_STEP)
-                    && !approval_covers(&steps, call, takeover.is_none()),
+                    && !transition::covers(
+                        &steps,
+                        &call.args.fingerprint,
+                        takeover.is_none() || call.check_fingerprint,
+                    ),
                 steps,
                 takeover,
                 namespace: call.namespace.clone(),

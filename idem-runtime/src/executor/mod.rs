@@ -27,7 +27,11 @@
 //! What does not need the tool's type is written once, against
 //! [`ToolSpec`] and [`ClassKind`], so it is compiled once rather than for
 //! every tool. Counters live in `metrics.rs`; the typed call being set up
-//! (`CallBuilder`) and its result (`CallOutput`) in `call.rs`.
+//! (`CallBuilder`) and its result (`CallOutput`) in `call.rs`; the
+//! executor being set up (`ExecutorBuilder`, `ExecutorConfig`) in
+//! `builder.rs`; the phases strung together in their order (a read's
+//! attempts, a keyed call's claim, ownership and wait for a pending
+//! approval) in `phases.rs`.
 //!
 //! What happens to the key after a failure depends on what the failure says
 //! about the effect:
@@ -42,12 +46,14 @@
 
 mod approval;
 mod attempts;
+mod builder;
 mod call;
 mod claim;
 mod flight;
 mod key;
 mod metrics;
 mod owner;
+mod phases;
 
 use std::borrow::Borrow;
 use std::future::Future;
@@ -61,14 +67,14 @@ use tracing::Instrument;
 
 use crate::approval::{Approval, ApprovalPolicy};
 use crate::class::{Class, ClassKind, NeedsApproval, NoApprovalNeeded};
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{IdemError, ToolError};
 use crate::key::Namespace;
-use crate::record::DEFAULT_TTL;
 use crate::retry::RetryPolicy;
 use crate::store::{Store, StoreError};
 use crate::tool::{Tool, ToolSpec};
 
+pub use builder::{ExecutorBuilder, ExecutorConfig, InFlightPolicy, DEFAULT_LEASE};
 pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunContext};
 pub use metrics::MetricsSnapshot;
 
@@ -81,80 +87,6 @@ pub use crate::record::APPROVAL_STEP;
 /// takeover that finds no such step knows the previous owner never started
 /// the tool, so the call simply runs.
 pub const ATTEMPT_STEP: &str = "idem:attempt";
-
-/// The default lease: 15 s, renewed every 5 s while the owner works.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(15);
-
-/// What to do when a duplicate arrives while the first call is in flight.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum InFlightPolicy {
-    /// Wait up to this long for the first call's result (the default, 5
-    /// minutes), then fail with [`IdemError::InFlight`].
-    Wait(Duration),
-    /// Fail at once with [`IdemError::InFlight`].
-    Reject,
-}
-
-/// Executor-wide defaults; tools override them per tool.
-#[derive(Debug, Clone)]
-pub struct ExecutorConfig {
-    /// How long completed records are kept (24 h).
-    pub ttl: Duration,
-    /// Per-attempt timeout (30 s). A timeout is an ambiguous error.
-    pub timeout: Duration,
-    /// Retries for retry-safe classes.
-    pub retry: RetryPolicy,
-    /// Duplicates of a call in flight.
-    pub in_flight: InFlightPolicy,
-    /// Namespace of calls that do not name one.
-    pub namespace: Namespace,
-    /// How long an owner that stopped renewing is presumed alive (15 s).
-    /// The executor renews the lease every third of it while the owner
-    /// works, so a crashed owner is found within this, whatever the tool's
-    /// timeout.
-    pub lease: Duration,
-    /// How long a call awaiting a person's approval stays recorded
-    /// unanswered (24 h); afterwards it lapses and a later call asks again.
-    pub approval_ttl: Duration,
-    /// How long a call that finds its approval pending waits for the
-    /// decision before returning [`IdemError::ApprovalPending`] (zero: not
-    /// at all, the default).
-    pub approval_wait: Duration,
-    /// This worker's name, recorded on the keys it claims so that an
-    /// operator sees who held a call (`host:pid` unless set).
-    pub worker: String,
-}
-
-/// `host:pid`, the default [`ExecutorConfig::worker`].
-fn default_worker() -> String {
-    let host = std::env::var("HOSTNAME")
-        .ok()
-        .filter(|h| !h.is_empty())
-        .or_else(|| {
-            std::fs::read_to_string("/etc/hostname")
-                .ok()
-                .map(|h| h.trim().to_owned())
-                .filter(|h| !h.is_empty())
-        })
-        .unwrap_or_else(|| "localhost".to_owned());
-    format!("{host}:{}", std::process::id())
-}
-
-impl Default for ExecutorConfig {
-    fn default() -> Self {
-        ExecutorConfig {
-            ttl: DEFAULT_TTL,
-            timeout: Duration::from_secs(30),
-            retry: RetryPolicy::default(),
-            in_flight: InFlightPolicy::Wait(Duration::from_secs(300)),
-            namespace: Namespace::default(),
-            lease: DEFAULT_LEASE,
-            approval_ttl: DEFAULT_TTL,
-            approval_wait: Duration::ZERO,
-            worker: default_worker(),
-        }
-    }
-}
 
 /// Where an irreversible call's approval comes from.
 #[derive(Debug, Clone)]
@@ -214,137 +146,6 @@ impl<S> std::fmt::Debug for Executor<S> {
     }
 }
 
-/// Builds an [`Executor`].
-pub struct ExecutorBuilder<S> {
-    store: Arc<dyn Store>,
-    state: S,
-    config: ExecutorConfig,
-    approvals: Option<Arc<dyn ApprovalPolicy>>,
-    clock: Arc<dyn Clock>,
-}
-
-impl Executor<()> {
-    /// Start building an executor on `store`.
-    pub fn builder(store: impl Store) -> ExecutorBuilder<()> {
-        Self::builder_shared(Arc::new(store))
-    }
-
-    /// Start building an executor on a shared store (`store::connect`
-    /// returns one).
-    pub fn builder_shared(store: Arc<dyn Store>) -> ExecutorBuilder<()> {
-        ExecutorBuilder {
-            store,
-            state: (),
-            config: ExecutorConfig::default(),
-            approvals: None,
-            clock: Arc::new(SystemClock),
-        }
-    }
-}
-
-impl<S> ExecutorBuilder<S> {
-    /// The application state tools receive through `State<T>`.
-    pub fn state<S2>(self, state: S2) -> ExecutorBuilder<S2> {
-        ExecutorBuilder {
-            store: self.store,
-            state,
-            config: self.config,
-            approvals: self.approvals,
-            clock: self.clock,
-        }
-    }
-
-    /// Default record TTL (24 h).
-    pub fn ttl(mut self, ttl: Duration) -> Self {
-        self.config.ttl = ttl;
-        self
-    }
-
-    /// Default per-attempt timeout (30 s).
-    pub fn timeout(mut self, timeout: Duration) -> Self {
-        self.config.timeout = timeout;
-        self
-    }
-
-    /// Default retry policy of retry-safe tools.
-    pub fn retry(mut self, policy: RetryPolicy) -> Self {
-        self.config.retry = policy;
-        self
-    }
-
-    /// What duplicates of a call in flight do.
-    pub fn on_in_flight(mut self, policy: InFlightPolicy) -> Self {
-        self.config.in_flight = policy;
-        self
-    }
-
-    /// Namespace of calls that do not name one.
-    pub fn namespace(mut self, namespace: Namespace) -> Self {
-        self.config.namespace = namespace;
-        self
-    }
-
-    /// How long an owner that stopped renewing its lease is presumed alive
-    /// (15 s); the lease is renewed every third of it. Shorter finds a
-    /// crashed owner sooner, at the price of more renewals of slow calls.
-    /// Zero is taken as one millisecond.
-    pub fn lease(mut self, lease: Duration) -> Self {
-        self.config.lease = lease.max(Duration::from_millis(1));
-        self
-    }
-
-    /// How long a call awaiting approval stays recorded unanswered (24 h).
-    pub fn approval_ttl(mut self, ttl: Duration) -> Self {
-        self.config.approval_ttl = ttl;
-        self
-    }
-
-    /// How long a call whose approval is pending waits for a person's
-    /// decision before returning [`IdemError::ApprovalPending`] (zero, the
-    /// default: return at once; the caller calls again later with the same
-    /// key). Per call: [`CallBuilder::wait_for_approval`].
-    pub fn approval_wait(mut self, wait: Duration) -> Self {
-        self.config.approval_wait = wait;
-        self
-    }
-
-    /// This worker's name, recorded on the keys it claims (`host:pid`).
-    pub fn worker(mut self, name: impl Into<String>) -> Self {
-        self.config.worker = name.into();
-        self
-    }
-
-    /// The approval policy for irreversible tools dispatched by name.
-    pub fn approvals(mut self, policy: impl ApprovalPolicy) -> Self {
-        self.approvals = Some(Arc::new(policy));
-        self
-    }
-
-    /// The clock used for natural-key time windows.
-    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
-        self.clock = clock;
-        self
-    }
-
-    /// Finish.
-    pub fn build(self) -> Executor<S> {
-        Executor {
-            inner: Arc::new(Inner {
-                core: Core {
-                    store: self.store,
-                    config: self.config,
-                    approvals: self.approvals,
-                    clock: self.clock,
-                    metrics: Metrics::default(),
-                    flights: flight::Flights::default(),
-                },
-                state: self.state,
-            }),
-            mode: Mode::Live,
-        }
-    }
-}
-
 impl<S: Send + Sync + 'static> Executor<S> {
     /// Call `tool` with `args`. Await the returned builder, after naming the
     /// call's key source (`.call_id(…)` or `.run(…)`) for write tools.
@@ -399,44 +200,6 @@ impl<S: Send + Sync + 'static> Executor<S> {
     /// The counters.
     pub fn metrics(&self) -> MetricsSnapshot {
         self.inner.core.metrics.snapshot()
-    }
-
-    /// Operator actions (list, approve, deny, resolve) on this executor's
-    /// store; records it settles are kept for the executor's TTL.
-    pub fn operator(&self) -> crate::operator::Operator {
-        crate::operator::Operator::new(self.inner.core.store.clone())
-            .ttl(self.inner.core.config.ttl)
-    }
-
-    /// Approve the call awaiting approval under `key`: the next call with
-    /// that key runs it once. See
-    /// [`Operator::approve`](crate::operator::Operator::approve).
-    pub async fn approve(
-        &self,
-        key: &crate::key::IdempotencyKey,
-        approval: Approval,
-    ) -> Result<crate::record::Record, crate::operator::OperatorError> {
-        self.operator().approve(key, approval).await
-    }
-
-    /// Deny the call awaiting approval under `key`: it never runs, and
-    /// every call with that key gets `reason`. See
-    /// [`Operator::deny`](crate::operator::Operator::deny).
-    pub async fn deny(
-        &self,
-        key: &crate::key::IdempotencyKey,
-        by: &str,
-        reason: &str,
-    ) -> Result<crate::record::Record, crate::operator::OperatorError> {
-        self.operator().deny(key, by, reason).await
-    }
-
-    /// Calls awaiting approval that match `filter`.
-    pub async fn pending(
-        &self,
-        filter: &crate::operator::Filter,
-    ) -> Result<Vec<crate::record::Record>, crate::operator::OperatorError> {
-        self.operator().pending(filter).await
     }
 
     /// The store.
@@ -786,120 +549,5 @@ struct Call<'a, S, T, R> {
 impl<S, T: Tool<S>, R: Borrow<T>> Call<'_, S, T, R> {
     fn tool(&self) -> &T {
         self.tool.borrow()
-    }
-}
-
-impl<'a, S, T, R> Call<'a, S, T, R>
-where
-    S: Send + Sync + 'static,
-    T: Tool<S>,
-    R: Borrow<T> + Send + Sync + 'a,
-{
-    /// `read`: run with retries; no key, no store.
-    // Not an `async fn`, like `keyed`.
-    #[allow(clippy::manual_async_fn)]
-    fn read(
-        self,
-        args: T::Args,
-    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
-        async move {
-            let ctx = self.env.base_ctx();
-            let (result, attempts) = self.attempts(&args, ctx, None).await;
-            match result {
-                Ok(output) => Ok(CallOutput {
-                    output,
-                    meta: self.env.meta(None, false, attempts),
-                }),
-                Err(error) => Err(self.env.tool_failed(error, false)),
-            }
-        }
-    }
-
-    /// A keyed class, its key derived: phase 2 (claim, shared by the calls
-    /// of the key in this process), then as the owner the rest.
-    ///
-    /// `local` is the claim if the store answered it on this thread
-    /// ([`Executor::start`]).
-    // Not an `async fn`: an async fn's future keeps its parameters twice
-    // (as passed, and moved into the body), 700 bytes here; an `async
-    // move` block keeps what it captures once.
-    #[allow(clippy::manual_async_fn)]
-    fn keyed(
-        mut self,
-        args: T::Args,
-        mut key: key::CallKey,
-        mut local: Option<Result<claim::Claimed, IdemError>>,
-    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
-        async move {
-            // A window's calls meet in the store, whose key may change
-            // under them; the flights of this process are by key.
-            if local.is_none() && self.env.mode == Mode::Live && key.window.is_none() {
-                let core = self.env.core;
-                loop {
-                    match core
-                        .flights
-                        .join(&key.key, self.env.name(), &key.args.fingerprint)
-                    {
-                        flight::Joined::Leader(guard) => {
-                            self.env.flight = Some(guard);
-                            break;
-                        }
-                        flight::Joined::Follower(flight) => {
-                            if let Some(outcome) = self.env.follow(&key.key, &flight).await? {
-                                return self.env.answer_outcome(&key.key, Some(outcome));
-                            }
-                            // The leader recorded nothing: ask the store.
-                        }
-                        flight::Joined::Apart => break,
-                    }
-                }
-            }
-            let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
-            loop {
-                let claimed = match local.take() {
-                    Some(claimed) => claimed,
-                    None if key.window.is_some() && self.env.mode == Mode::Live => {
-                        self.env.claim_windowed(&mut key).await
-                    }
-                    None => self.env.claim(&key).await,
-                };
-                let result = match claimed {
-                    Ok(claim::Claimed::Owner(owner)) => {
-                        // Boxed: the owner's path is large and is not taken by
-                        // duplicates, whose future stays small and cheap to move.
-                        Box::pin(self.owned(&args, &key.args.fingerprint, owner)).await
-                    }
-                    Ok(claim::Claimed::Recorded(record)) => {
-                        if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome())
-                        {
-                            flight.publish(outcome);
-                        }
-                        return self.env.answer(&record);
-                    }
-                    // Pending because an earlier call parked the key: this call
-                    // waits for the decision as if it had parked it itself.
-                    Err(e) => Err(e),
-                };
-                let Err(IdemError::ApprovalPending { .. }) = &result else {
-                    return result;
-                };
-                // Pending: wait for a person's decision if the call may, then
-                // claim again (to run under the approval, or to get the denial).
-                let left = wait_until.saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    return result;
-                }
-                tracing::info!("approval pending; waiting for a decision");
-                let decided = self
-                    .env
-                    .store()
-                    .wait_for_decision(&key.key, left)
-                    .await
-                    .map_err(|e| self.env.store_err(e))?;
-                if decided.is_some_and(|r| r.status() == crate::record::Status::AwaitingApproval) {
-                    return result;
-                }
-            }
-        }
     }
 }

@@ -1,10 +1,12 @@
 //! Waiting by polling: the default [`Store::wait`] and
-//! [`Store::wait_for_decision`] for stores without notifications.
+//! [`Store::wait_for_decision`] for stores without notifications, both one
+//! wait-until ([`poll_until`]) with their own predicate and back-off.
 
 use std::time::Duration;
 
 use super::wait_for::WaitFor;
 use super::{Store, StoreError};
+use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::Record;
 
@@ -15,12 +17,12 @@ pub async fn poll_wait<S: Store + ?Sized>(
     key: &IdempotencyKey,
     timeout: Duration,
 ) -> Result<Option<Record>, StoreError> {
-    poll(
+    poll_until(
         store,
         key,
-        WaitFor::Completion,
         timeout,
         Duration::from_millis(100),
+        |record, now| has_left(WaitFor::Completion, record, now),
     )
     .await
 }
@@ -34,35 +36,42 @@ pub async fn poll_decision<S: Store + ?Sized>(
     key: &IdempotencyKey,
     timeout: Duration,
 ) -> Result<Option<Record>, StoreError> {
-    poll(
+    poll_until(
         store,
         key,
-        WaitFor::Decision,
         timeout,
         Duration::from_millis(250),
+        |record, now| has_left(WaitFor::Decision, record, now),
     )
     .await
 }
 
-/// Read `key` until its record leaves the state `what` waits out, or
-/// `timeout` passes, napping 5 ms doubling to `most` between reads.
-async fn poll<S: Store + ?Sized>(
+/// Whether `record` (`None`: there is none) has left the state `what`
+/// waits out, at `now`.
+fn has_left(what: WaitFor, record: Option<&Record>, now: Timestamp) -> bool {
+    record.and_then(|r| what.pending_until(r, now)).is_none()
+}
+
+/// Read `key` until `done` says its record (`None`: there is none) is what
+/// the caller waits for at the store's clock, or `timeout` passes, napping
+/// 5 ms doubling to `most` between reads; the record as last read.
+async fn poll_until<S, F>(
     store: &S,
     key: &IdempotencyKey,
-    what: WaitFor,
     timeout: Duration,
     most: Duration,
-) -> Result<Option<Record>, StoreError> {
+    done: F,
+) -> Result<Option<Record>, StoreError>
+where
+    S: Store + ?Sized,
+    F: Fn(Option<&Record>, Timestamp) -> bool,
+{
     let deadline = tokio::time::Instant::now() + timeout;
     let mut pause = Duration::from_millis(5);
     loop {
         let record = store.get(key).await?;
         let now = store.now().await?;
-        if record
-            .as_ref()
-            .and_then(|r| what.pending_until(r, now))
-            .is_none()
-        {
+        if done(record.as_ref(), now) {
             return Ok(record);
         }
         let left = deadline.saturating_duration_since(tokio::time::Instant::now());

@@ -160,7 +160,7 @@ pub fn closed_port() -> u16 {
 pub async fn server_url(test: &str, server: &str, url: fn() -> Option<String>) -> Option<String> {
     let found = tokio::task::spawn_blocking(url).await.unwrap();
     if found.is_none() {
-        idem_runtime::testing::skip(test, server);
+        idem_testkit::skip(test, server);
     }
     found
 }

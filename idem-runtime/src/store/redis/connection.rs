@@ -1,139 +1,24 @@
-//! Where a [`RedisStore`](super::RedisStore) connects — one server, or a
-//! Redis Cluster through its seed nodes — as its URL says, and the one
-//! connection type the store talks through either way.
-//!
-//! The URL's query holds idem's own options (`prefix`) next to the one
-//! redis-rs reads (`protocol`); any other name is refused, so a misspelt
-//! option is an error rather than silently ignored.
+//! How a [`RedisStore`](super::RedisStore) connects — one server, or a
+//! Redis Cluster through its seed nodes — as its URL says: the one
+//! connection type the store talks through either way, and the store's
+//! constructors.
 
-use std::future::Future;
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisResult, Script, ScriptInvocation};
 
-use super::RedisOptions;
+use super::notify::{self, SAFETY_POLL};
+use super::options::{self, RedisOptions, Servers};
+use super::scripts::Scripts;
+use super::RedisStore;
+use crate::store::redact::redact;
 use crate::store::waiters::Waiters;
 use crate::store::{Cause, StoreError};
-
-/// What a Redis URL names: the servers and idem's options.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) struct Target {
-    pub(super) servers: Servers,
-    /// `?prefix=…`, when given.
-    pub(super) prefix: Option<String>,
-    /// `?replicas=N`, when given.
-    pub(super) replicas: Option<u32>,
-}
-
-/// The servers of a [`Target`], as URLs redis-rs reads.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum Servers {
-    /// One server (`redis://`, `rediss://`, `redis+unix://`, …).
-    Node(String),
-    /// The seed nodes of a cluster (`redis+cluster://a,b,…`), each a
-    /// `redis://` or `rediss://` URL; the client learns the others from
-    /// them.
-    Cluster(Vec<String>),
-}
-
-/// The options a Redis URL's query may hold.
-const KNOWN_OPTIONS: &str = "prefix=NAME, replicas=N, protocol=resp2|resp3";
-
-/// Read `url` (which [`redact`](crate::store::url::redact)ed is `name`).
-pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
-    let (base, query) = url.split_once('?').unwrap_or((url, ""));
-    let mut prefix = None;
-    let mut replicas = None;
-    let mut passed = Vec::new();
-    let mut unknown = Vec::new();
-    for param in query.split('&').filter(|p| !p.is_empty()) {
-        let (option, value) = param.split_once('=').unwrap_or((param, ""));
-        match option {
-            "prefix" => prefix = Some(percent_decode(value, name)?),
-            "replicas" => match value.parse() {
-                Ok(n) => replicas = Some(n),
-                Err(_) => {
-                    return Err(StoreError::Config(format!(
-                        "{name}: replicas must be a number of replicas, not {value:?}"
-                    )))
-                }
-            },
-            "protocol" => passed.push(param),
-            _ => unknown.push(format!("{option:?}")),
-        }
-    }
-    if !unknown.is_empty() {
-        return Err(StoreError::Config(format!(
-            "unknown Redis URL option {} in {name}; known: {KNOWN_OPTIONS}",
-            unknown.join(", ")
-        )));
-    }
-    let query = match passed.is_empty() {
-        true => String::new(),
-        false => format!("?{}", passed.join("&")),
-    };
-    let (scheme, rest) = base.split_once("://").unwrap_or((base, ""));
-    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-    let servers = match scheme {
-        "redis+cluster" | "rediss+cluster" => {
-            if !matches!(path, "" | "0") {
-                return Err(StoreError::Config(format!(
-                    "{name}: a Redis Cluster has only database 0, so the URL names no other"
-                )));
-            }
-            let node_scheme = &scheme[..scheme.len() - "+cluster".len()];
-            let (user, hosts) = match authority.rsplit_once('@') {
-                Some((user, hosts)) => (format!("{user}@"), hosts),
-                None => (String::new(), authority),
-            };
-            let mut nodes = Vec::new();
-            for host in hosts.split(',') {
-                if host.is_empty() {
-                    return Err(StoreError::Config(format!(
-                        "{name} lists an empty seed node; write redis+cluster://HOST:PORT[,HOST:PORT…]"
-                    )));
-                }
-                nodes.push(format!("{node_scheme}://{user}{host}/{query}"));
-            }
-            Servers::Cluster(nodes)
-        }
-        _ if authority.contains(',') => {
-            return Err(StoreError::Config(format!(
-                "{name} names several servers; for a Redis Cluster write redis+cluster://HOST:PORT[,HOST:PORT…]"
-            )))
-        }
-        _ => Servers::Node(format!("{base}{query}")),
-    };
-    Ok(Target {
-        servers,
-        prefix,
-        replicas,
-    })
-}
-
-/// `text` with its `%XX` escapes decoded.
-fn percent_decode(text: &str, name: &str) -> Result<String, StoreError> {
-    let bad = || StoreError::Config(format!("{name}: malformed %-escape in the prefix {text:?}"));
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        rest = tail;
-        if b != b'%' {
-            bytes.push(b);
-            continue;
-        }
-        let hex = rest.get(..2).ok_or_else(bad)?;
-        let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
-        bytes.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-        rest = &rest[2..];
-    }
-    String::from_utf8(bytes).map_err(|_| bad())
-}
 
 /// The store's connection: a [`ConnectionManager`] to one server, or a
 /// [`ClusterConnection`] that routes each command to the node holding its
@@ -162,7 +47,7 @@ impl Connection {
     /// dropped, all within the response timeout. The resend may apply a
     /// script twice; every idem script applied twice still runs no call
     /// twice (see the [store's docs](super::RedisStore)).
-    pub(super) async fn open(
+    async fn open(
         servers: &Servers,
         options: &RedisOptions,
         unavailable: impl Fn(redis::RedisError) -> StoreError,
@@ -254,128 +139,172 @@ impl Connection {
     }
 }
 
-/// Keep one subscription to `channel` alive, waking the waiters of each key
-/// published on it. After every (re)connection all waiters re-read, since
-/// messages sent while disconnected are lost.
-///
-/// On a cluster a `PUBLISH` reaches every node, so subscribing on any one
-/// node is enough: the subscriber takes the seed nodes in turn, moving to
-/// the next when its node goes away.
-pub(super) fn subscriber(
-    servers: &Servers,
-    channel: String,
-    waiters: Arc<Waiters>,
-    connect_timeout: Duration,
-    subscribed: tokio::sync::oneshot::Sender<()>,
-) -> Result<impl Future<Output = ()> + Send + 'static, redis::RedisError> {
-    let clients = match servers {
-        Servers::Node(url) => vec![Client::open(url.as_str())?],
-        Servers::Cluster(nodes) => nodes
-            .iter()
-            .map(|url| Client::open(url.as_str()))
-            .collect::<RedisResult<_>>()?,
-    };
-    Ok(subscribe(
-        clients,
-        channel,
-        waiters,
-        connect_timeout,
-        subscribed,
-    ))
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("store", &self.name)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
 }
 
-async fn subscribe(
-    clients: Vec<Client>,
-    channel: String,
-    waiters: Arc<Waiters>,
-    connect_timeout: Duration,
-    subscribed: tokio::sync::oneshot::Sender<()>,
-) {
-    let mut subscribed = Some(subscribed);
-    let mut pause = Duration::from_millis(100);
-    for client in clients.iter().cycle() {
-        let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
-        if let Ok(Ok(mut pubsub)) = connected {
-            if pubsub.subscribe(&channel).await.is_ok() {
-                pause = Duration::from_millis(100);
-                if let Some(tx) = subscribed.take() {
-                    let _ = tx.send(());
-                }
-                waiters.wake_all();
-                let mut messages = pubsub.on_message();
-                while let Some(msg) = messages.next().await {
-                    if let Ok(key) = std::str::from_utf8(msg.get_payload_bytes()) {
-                        waiters.wake(key);
-                    }
-                }
-            }
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+    }
+}
+
+impl RedisStore {
+    /// Connect to `url` with default options: one server,
+    /// `redis://[user:password@]host[:port][/db][?prefix=NAME]`, or a
+    /// cluster, `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`
+    /// (see the [module docs](super)).
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect to `url`, check the data layout version, load the scripts and
+    /// start the subscriber that wakes waiters. Options in the URL's query
+    /// (`prefix`, `replicas`) override those of `options`.
+    ///
+    /// Data written by an older idem is migrated first (see
+    /// [`SCHEMA_VERSION`](super::SCHEMA_VERSION); on a single server only).
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the server cannot be
+    /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
+    /// data, and [`StoreError::Config`] for a malformed URL or prefix or an
+    /// unknown URL option.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
+        Self::open(url, options, false).await
+    }
+
+    /// Connect to `url` for reading only, with default options. See
+    /// [`RedisStore::connect_read_only_with`].
+    pub async fn connect_read_only(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_read_only_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect to `url` for reading only: the layout version under
+    /// `PREFIX:schema` is read, never written or migrated, and every
+    /// operation but reads ([`Store::get`](crate::store::Store::get), [`Store::scan`](crate::store::Store::scan),
+    /// [`Store::wait`](crate::store::Store::wait), [`Store::now`](crate::store::Store::now)) fails with [`StoreError::ReadOnly`]
+    /// before it reaches the server. Only idem's scripts are loaded into
+    /// the server's script cache, which holds no data.
+    ///
+    /// Every store connected read-write writes the layout version first,
+    /// so a prefix without it was never an idem store's:
+    /// [`StoreError::NotAnIdemStore`]. Data older than [`OLDEST_READABLE`](super::OLDEST_READABLE)
+    /// is [`StoreError::SchemaTooOld`], newer than [`SCHEMA_VERSION`](super::SCHEMA_VERSION)
+    /// [`StoreError::SchemaTooNew`]; otherwise it fails as
+    /// [`RedisStore::connect_with`] does.
+    pub async fn connect_read_only_with(
+        url: &str,
+        options: RedisOptions,
+    ) -> Result<RedisStore, StoreError> {
+        Self::open(url, options, true).await
+    }
+
+    /// Whether this store was connected read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The layout version the data had when this store connected: `None`
+    /// when this store wrote the first, an older version than
+    /// [`SCHEMA_VERSION`](super::SCHEMA_VERSION) when a store connected read-write migrated it (a
+    /// store connected read-only never does).
+    pub fn schema_found(&self) -> Option<u32> {
+        self.schema_found
+    }
+
+    async fn open(
+        url: &str,
+        options: RedisOptions,
+        read_only: bool,
+    ) -> Result<RedisStore, StoreError> {
+        let name = redact(url);
+        let target = options::parse(url, &name)?;
+        let mut options = match target.prefix {
+            Some(prefix) => options.prefix(prefix),
+            None => options,
+        };
+        if let Some(replicas) = target.replicas {
+            options = options.wait_for_replicas(replicas, Duration::from_secs(1));
         }
-        waiters.wake_all();
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
-    }
-}
+        if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
+            return Err(StoreError::Config(format!(
+                "Redis key prefix {:?} must be non-empty and contain no braces",
+                options.prefix
+            )));
+        }
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable {
+            store: name.clone(),
+            cause: Cause::from_error(e),
+        };
+        let mut conn = Connection::open(&target.servers, &options, unavailable, &name).await?;
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+        let schema_found = Self::check_layout(&mut conn, &options.prefix, read_only, &name).await?;
 
-    fn parse_ok(url: &str) -> Target {
-        parse(url, url).unwrap()
-    }
+        let scripts = Arc::new(Scripts::new());
+        for script in scripts.all() {
+            conn.load(script).await.map_err(unavailable)?;
+        }
 
-    fn parse_err(url: &str) -> String {
-        parse(url, url).unwrap_err().to_string()
-    }
-
-    #[test]
-    fn a_single_server_url_passes_through_without_idem_options() {
-        assert_eq!(
-            parse_ok("redis://:pw@h:1/2?prefix=app1&protocol=resp3"),
-            Target {
-                servers: Servers::Node("redis://:pw@h:1/2?protocol=resp3".into()),
-                prefix: Some("app1".into()),
-                replicas: None,
-            }
+        let waiters = Arc::new(Waiters::new(SAFETY_POLL));
+        let channel = format!("{}:done", options.prefix);
+        let (subscribed, ready) = tokio::sync::oneshot::channel();
+        let subscriber = tokio::spawn(
+            notify::subscriber(
+                &target.servers,
+                channel.clone(),
+                waiters.clone(),
+                options.connection_timeout,
+                subscribed,
+            )
+            .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?,
         );
-        assert_eq!(
-            parse_ok("redis://h").servers,
-            Servers::Node("redis://h".into())
-        );
+        // Waiters poll as a safety net, so a slow subscriber is no error;
+        // but give it a moment so the first waiters are woken promptly.
+        let _ = tokio::time::timeout(options.connection_timeout, ready).await;
+
+        Ok(RedisStore {
+            conn: Mutex::new(Some(conn)),
+            scripts,
+            name,
+            prefix: options.prefix,
+            channel,
+            waiters,
+            subscriber,
+            replicas: options.replicas,
+            audit_retention: options.audit_retention,
+            read_only,
+            schema_found,
+        })
     }
 
-    #[test]
-    fn a_cluster_url_becomes_one_url_per_seed_node_with_the_credentials() {
-        assert_eq!(
-            parse_ok("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3&prefix=x%3Ay&replicas=1"),
-            Target {
-                servers: Servers::Cluster(vec![
-                    "redis://u:p@a:7000/?protocol=resp3".into(),
-                    "redis://u:p@b:7001/?protocol=resp3".into(),
-                ]),
-                prefix: Some("x:y".into()),
-                replicas: Some(1),
-            }
-        );
-        assert_eq!(
-            parse_ok("rediss+cluster://a:1").servers,
-            Servers::Cluster(vec!["rediss://a:1/".into()])
-        );
+    /// [`StoreError::ReadOnly`] on a store connected read-only (after
+    /// [`StoreError::Closed`] once closed).
+    pub(super) fn writable(&self) -> Result<(), StoreError> {
+        self.conn()?;
+        match self.read_only {
+            false => Ok(()),
+            true => Err(StoreError::ReadOnly {
+                store: self.name.clone(),
+                cause:
+                    "it was connected read-only, for reading; connect it read-write to change it"
+                        .into(),
+            }),
+        }
     }
 
-    #[test]
-    fn unknown_options_are_refused_by_name() {
-        let err = parse_err("redis://h/?prefix=a&prefx=b&db=3");
-        assert!(err.contains(r#""prefx", "db""#), "{err}");
-        assert!(err.contains("known: prefix=NAME"), "{err}");
-    }
-
-    #[test]
-    fn cluster_urls_that_cannot_mean_anything_are_refused() {
-        assert!(parse_err("redis+cluster://a:1/3").contains("only database 0"));
-        assert!(parse_err("redis+cluster://a:1,,b:2").contains("empty seed node"));
-        assert!(parse_err("redis://a:1,b:2").contains("redis+cluster://"));
-        assert!(parse_err("redis://h/?prefix=%zz").contains("%-escape"));
-        assert!(parse_err("redis://h/?replicas=all").contains("number of replicas"));
+    /// A handle on the shared connection, or [`StoreError::Closed`].
+    pub(super) fn conn(&self) -> Result<Connection, StoreError> {
+        self.conn
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .ok_or_else(|| StoreError::Closed {
+                store: self.name.clone(),
+            })
     }
 }

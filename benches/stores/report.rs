@@ -1,0 +1,129 @@
+//! The report: Markdown tables of every store measured so far.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use crate::config::Config;
+use crate::measure::Report;
+use crate::timing::micros;
+
+pub fn ratio(d: Duration, naive: Duration) -> String {
+    format!("{:.1}×", d.as_secs_f64() / naive.as_secs_f64())
+}
+
+pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Report]) {
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        "\nNaive Mutex<HashMap> wrapper, same run: first call {:.2} µs, duplicate {:.2} µs\n",
+        micros(naive.0),
+        micros(naive.1)
+    );
+    let _ = writeln!(
+        s,
+        "| store | first call | × naive | duplicate | × naive | store ops first / dup | fsyncs first / dup | WAL bytes first / dup |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|");
+    for r in reports {
+        let fsyncs = match r.fsyncs {
+            Some((f, d)) => format!("{f:.2} / {d:.2}"),
+            None if r.store.starts_with("sqlite") => "n/a (no strace)".into(),
+            None => "–".into(),
+        };
+        let wal = match (r.first.wal, r.duplicate.wal) {
+            (Some(f), Some(d)) => format!("{f:.0} / {d:.0}"),
+            _ => "–".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {:.1} µs | {} | {:.1} µs | {} | {:.2} / {:.2} | {fsyncs} | {wal} |",
+            r.store,
+            micros(r.first.latency),
+            ratio(r.first.latency, naive.0),
+            micros(r.duplicate.latency),
+            ratio(r.duplicate.latency, naive.1),
+            r.first.ops,
+            r.duplicate.ops,
+        );
+    }
+
+    let _ = writeln!(
+        s,
+        "\n| store | {} concurrent calls of one key | claims sent to the store | claims answered on the caller's thread | callers answered from the record |",
+        config.burst
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for r in reports {
+        if let Some((took, claims, local, dedup)) = r.burst {
+            let _ = writeln!(
+                s,
+                "| {} | {:.1} ms | {claims} | {local} | {dedup} |",
+                r.store,
+                took.as_secs_f64() * 1e3
+            );
+        }
+    }
+
+    let _ = writeln!(
+        s,
+        "\n| store | 1 worker | 4 workers | 16 workers | 64 workers |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|");
+    for r in reports {
+        let cells: Vec<String> = r
+            .workers
+            .iter()
+            .map(|(_, rate)| format!("{rate:.0}/s"))
+            .collect();
+        let _ = writeln!(s, "| {} | {} |", r.store, cells.join(" | "));
+    }
+
+    if !config.sizes.is_empty() {
+        let _ = writeln!(
+            s,
+            "\n| store | records present | first call | × naive | duplicate | × naive |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|");
+        for r in reports {
+            for &(size, first, dup) in &r.sizes {
+                let _ = writeln!(
+                    s,
+                    "| {} | {size} | {:.1} µs | {} | {:.1} µs | {} |",
+                    r.store,
+                    micros(first),
+                    ratio(first, naive.0),
+                    micros(dup),
+                    ratio(dup, naive.1)
+                );
+            }
+        }
+    }
+
+    if config.sweep > 0 {
+        let _ = writeln!(
+            s,
+            "\n| store | expired records | swept | sweep took | caller's calls meanwhile | median / p99 / worst call during the sweep | median / worst call, no sweep |"
+        );
+        let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|");
+        let ms = |d: Duration| d.as_secs_f64() * 1e3;
+        for r in reports {
+            if let Some(w) = r.sweep {
+                let _ = writeln!(
+                    s,
+                    "| {} | {} | {} | {:.1} s | {} | {:.2} / {:.2} / {:.1} ms | {:.2} / {:.1} ms |",
+                    r.store,
+                    w.records,
+                    w.deleted,
+                    w.took.as_secs_f64(),
+                    w.calls,
+                    ms(w.median),
+                    ms(w.p99),
+                    ms(w.worst),
+                    ms(w.baseline_median),
+                    ms(w.baseline_worst)
+                );
+            }
+        }
+    }
+    println!("{s}");
+}

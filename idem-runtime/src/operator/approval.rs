@@ -1,0 +1,153 @@
+//! Deciding calls awaiting approval: approve or deny them (through the
+//! fenced transitions of `approval::transition`), wait for a decision,
+//! note that a person was asked.
+
+use std::time::Duration;
+
+use super::{Actor, Operator, OperatorError};
+use crate::approval::transition::{self, Undecidable};
+use crate::approval::Approval;
+use crate::audit::{AuditEvent, AuditQuery};
+use crate::key::IdempotencyKey;
+use crate::record::{AuditAction, AuditEntry, Record};
+
+impl Operator {
+    /// Write in the audit log that `actor` asked a person to decide the
+    /// call awaiting approval `record` (in a chat, say) and got no
+    /// decision. The record does not change; [`Operator::was_asked`] tells
+    /// afterwards, so that the person is not asked about it twice.
+    pub async fn note_asked(&self, record: &Record, actor: &Actor) -> Result<(), OperatorError> {
+        let at = self.store.now().await?;
+        let entry = actor.entry(at, AuditAction::Asked);
+        let event = AuditEvent {
+            seq: None,
+            at,
+            by: entry.by,
+            action: entry.action,
+            reason: entry.reason,
+            key: record.key.clone(),
+            tool: record.tool.clone(),
+            namespace: record.info.namespace.clone(),
+            fingerprint: record.fingerprint.clone(),
+            before: Some(record.status()),
+            after: Some(record.status()),
+        };
+        self.store.append_audit(&event).await?;
+        Ok(())
+    }
+
+    /// Whether a person was asked about `key` before
+    /// ([`Operator::note_asked`]).
+    pub async fn was_asked(&self, key: &IdempotencyKey) -> Result<bool, OperatorError> {
+        let query = AuditQuery::for_key(key.clone());
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = self.store.audit(&query, cursor.as_deref(), 100).await?;
+            if page.events.iter().any(|e| e.action == AuditAction::Asked) {
+                return Ok(true);
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(false),
+            }
+        }
+    }
+
+    /// Approve a call awaiting approval: the next call with its key *and
+    /// its arguments* runs it once, under `approval`. The approval is bound
+    /// to the arguments recorded with the request (those `idem show`
+    /// displays), and is kept for the tool's TTL, like an outcome: a
+    /// granted approval does not lapse with the request's approval TTL.
+    /// Refused for a record that is not awaiting approval, or already
+    /// approved, and (fenced) for one that changed since it was read.
+    pub async fn approve(
+        &self,
+        key: &IdempotencyKey,
+        approval: Approval,
+    ) -> Result<Record, OperatorError> {
+        let record = self.show(key).await?;
+        self.approve_record(&record, approval).await
+    }
+
+    /// [`Operator::approve`] the record as `record` shows it — the version
+    /// a person was shown, the arguments they read — and only that: if the
+    /// record changed since it was read (another decision, a request that
+    /// lapsed and was asked again with other arguments), the approval is
+    /// refused with [`OperatorError::Changed`] and nothing changes.
+    pub async fn approve_record(
+        &self,
+        record: &Record,
+        approval: Approval,
+    ) -> Result<Record, OperatorError> {
+        let record = record.clone();
+        self.check_pending(&record)?;
+        let at = self.store.now().await?;
+        let entry = AuditEntry {
+            at,
+            by: approval.approver.clone(),
+            action: AuditAction::Approved,
+            reason: approval.note.clone(),
+        };
+        let approved = transition::approve(&record, approval, at, self.kept_for(&record, None));
+        self.swap(&record, approved, entry).await
+    }
+
+    /// Deny a call awaiting approval: it never runs, and every call with its
+    /// key gets `reason`.
+    pub async fn deny(
+        &self,
+        key: &IdempotencyKey,
+        by: &str,
+        reason: &str,
+    ) -> Result<Record, OperatorError> {
+        let record = self.show(key).await?;
+        self.deny_record(&record, by, reason).await
+    }
+
+    /// [`Operator::deny`] the record as `record` shows it, and only that
+    /// version of it (see [`Operator::approve_record`]).
+    pub async fn deny_record(
+        &self,
+        record: &Record,
+        by: &str,
+        reason: &str,
+    ) -> Result<Record, OperatorError> {
+        let record = record.clone();
+        self.check_pending(&record)?;
+        let at = self.store.now().await?;
+        let denied = transition::deny(&record, reason, at, self.kept_for(&record, None));
+        let entry = AuditEntry {
+            at,
+            by: by.to_owned(),
+            action: AuditAction::Denied,
+            reason: Some(reason.to_owned()),
+        };
+        self.swap(&record, denied, entry).await
+    }
+
+    /// Wait up to `timeout` for a decision on a call awaiting approval: the
+    /// record as it then is (approved, denied, or still awaiting), `None`
+    /// when it is gone (expired, deleted). Woken by the decision where the
+    /// store can be notified of it; see
+    /// [`Store::wait_for_decision`](crate::store::Store::wait_for_decision).
+    pub async fn wait_for_decision(
+        &self,
+        key: &IdempotencyKey,
+        timeout: Duration,
+    ) -> Result<Option<Record>, OperatorError> {
+        Ok(self.store.wait_for_decision(key, timeout).await?)
+    }
+
+    fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {
+        transition::decidable(record).map_err(|refused| match refused {
+            Undecidable::AlreadyApproved { by } => OperatorError::AlreadyApproved {
+                key: record.key.clone(),
+                by,
+            },
+            Undecidable::NotPending(status) => OperatorError::NotPending {
+                key: record.key.clone(),
+                status,
+            },
+        })
+    }
+}

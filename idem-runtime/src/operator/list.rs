@@ -1,0 +1,263 @@
+//! Finding and reading records: listing, counting, finding a key by a
+//! prefix, showing one, reading the audit log.
+
+use std::collections::BTreeMap;
+
+use super::{Operator, OperatorError};
+use crate::clock::Timestamp;
+use crate::key::IdempotencyKey;
+use crate::record::{CorruptRecord, Outcome, Record, RecordState, Status};
+
+/// How many records one [`Store::scan`](crate::store::Store::scan) page
+/// asks for.
+const SCAN_PAGE: usize = 500;
+
+/// How many candidates an ambiguous prefix lists.
+const MAX_CANDIDATES: usize = 10;
+
+/// Which records [`Operator::list`] returns; every field set must match.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Filter {
+    /// Any of these statuses (empty: any).
+    pub status: Vec<Status>,
+    /// This tool.
+    pub tool: Option<String>,
+    /// This namespace.
+    pub namespace: Option<String>,
+    /// Created at or after this instant.
+    pub since: Option<Timestamp>,
+}
+
+impl Filter {
+    /// Records in `status`.
+    pub fn status(status: Status) -> Self {
+        Filter {
+            status: vec![status],
+            ..Filter::default()
+        }
+    }
+
+    /// Whether `record` passes.
+    pub fn matches(&self, record: &Record) -> bool {
+        (self.status.is_empty() || self.status.contains(&record.status()))
+            && self.tool.as_ref().is_none_or(|t| *t == record.tool)
+            && self
+                .namespace
+                .as_ref()
+                .is_none_or(|n| record.info.namespace.as_ref() == Some(n))
+            && self.since.is_none_or(|since| record.created_at >= since)
+    }
+}
+
+/// One page of [`Operator::list`].
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Page {
+    /// The matching records read for this page.
+    pub records: Vec<Record>,
+    /// Pass back to [`Operator::list`] for the next page; `None` after the
+    /// last.
+    pub cursor: Option<String>,
+    /// Stored records read for this page that could not be decoded, whatever
+    /// the filter (see [`ScanPage::corrupt`](crate::store::ScanPage::corrupt)).
+    pub corrupt: Vec<CorruptRecord>,
+}
+
+/// How many records are in each status ([`Operator::counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Counts {
+    /// Records per status; statuses with none are absent.
+    pub by_status: BTreeMap<Status, u64>,
+    /// Records per tool.
+    pub by_tool: BTreeMap<String, u64>,
+    /// All records (expired ones not included).
+    pub total: u64,
+    /// Unknown outcomes by how long they have waited for a person, for an
+    /// alert (nothing settles them but a person: they never expire).
+    pub unknown_by_age: UnknownAges,
+    /// Stored records that could not be decoded (not counted above).
+    #[serde(skip)]
+    pub corrupt: Vec<CorruptRecord>,
+}
+
+/// How many unknown outcomes have waited how long since they were
+/// recorded ([`Counts::unknown_by_age`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct UnknownAges {
+    /// Recorded less than an hour ago.
+    pub under_1h: u64,
+    /// Between an hour and a day ago.
+    pub under_1d: u64,
+    /// Between a day and a week ago.
+    pub under_7d: u64,
+    /// A week ago or more.
+    pub over_7d: u64,
+    /// When the oldest was recorded.
+    pub oldest: Option<Timestamp>,
+}
+
+impl UnknownAges {
+    /// Count an unknown outcome recorded at `at`, at `now`.
+    fn add(&mut self, at: Timestamp, now: Timestamp) {
+        const HOUR: u64 = 3600 * 1000;
+        let waited = now.as_millis().saturating_sub(at.as_millis());
+        let bucket = match waited {
+            w if w < HOUR => &mut self.under_1h,
+            w if w < 24 * HOUR => &mut self.under_1d,
+            w if w < 7 * 24 * HOUR => &mut self.under_7d,
+            _ => &mut self.over_7d,
+        };
+        *bucket += 1;
+        self.oldest = Some(self.oldest.map_or(at, |o| o.min(at)));
+    }
+}
+
+impl Operator {
+    /// Records matching `filter`, from `cursor` on (`None`: the start).
+    /// Reads the store a page at a time until about `limit` records match
+    /// or the store ends; a page may hold a few more than `limit`.
+    pub async fn list(
+        &self,
+        filter: &Filter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, OperatorError> {
+        let mut cursor = cursor.map(str::to_owned);
+        let mut records = Vec::new();
+        let mut corrupt = Vec::new();
+        loop {
+            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
+            records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
+            corrupt.extend(page.corrupt);
+            cursor = page.cursor;
+            if cursor.is_none() || records.len() >= limit {
+                return Ok(Page {
+                    records,
+                    cursor,
+                    corrupt,
+                });
+            }
+        }
+    }
+
+    /// Calls awaiting approval that match `filter` (its status is ignored).
+    pub async fn pending(&self, filter: &Filter) -> Result<Vec<Record>, OperatorError> {
+        let filter = Filter {
+            status: vec![Status::AwaitingApproval],
+            ..filter.clone()
+        };
+        let mut all = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.list(&filter, cursor.as_deref(), SCAN_PAGE).await?;
+            all.extend(page.records);
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(all),
+            }
+        }
+    }
+
+    /// Records per status and tool, read a page at a time.
+    pub async fn counts(&self) -> Result<Counts, OperatorError> {
+        let mut counts = Counts::default();
+        let mut cursor = None;
+        let now = self.store.now().await?;
+        loop {
+            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
+            for record in &page.records {
+                if let RecordState::Completed {
+                    outcome: Outcome::Unknown { .. },
+                    completed_at,
+                    ..
+                } = &record.state
+                {
+                    counts.unknown_by_age.add(*completed_at, now);
+                }
+                *counts.by_status.entry(record.status()).or_default() += 1;
+                *counts.by_tool.entry(record.tool.clone()).or_default() += 1;
+                counts.total += 1;
+            }
+            counts.corrupt.extend(page.corrupt);
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(counts),
+            }
+        }
+    }
+
+    /// The key a full key or a unique prefix of one names (at least four
+    /// hexadecimal digits for a prefix, like git).
+    pub async fn find(&self, given: &str) -> Result<IdempotencyKey, OperatorError> {
+        let given = given.trim().to_ascii_lowercase();
+        let given = given.as_str();
+        if let Ok(key) = IdempotencyKey::parse(given) {
+            return Ok(key);
+        }
+        let hex = given
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        if !hex || given.len() < 4 || given.len() > 64 {
+            return Err(OperatorError::InvalidKey {
+                given: given.to_owned(),
+            });
+        }
+        let mut found: Vec<IdempotencyKey> = Vec::new();
+        let mut cursor = None;
+        loop {
+            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
+            found.extend(
+                page.records
+                    .into_iter()
+                    .filter(|r| r.key.as_str().starts_with(given))
+                    .map(|r| r.key),
+            );
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        found.sort();
+        match found.len() {
+            0 => Err(OperatorError::NotFound {
+                key: given.to_owned(),
+            }),
+            1 => Ok(found.remove(0)),
+            n => Err(OperatorError::Ambiguous {
+                prefix: given.to_owned(),
+                more: n > MAX_CANDIDATES,
+                candidates: found
+                    .into_iter()
+                    .take(MAX_CANDIDATES)
+                    .map(|k| k.as_str().to_owned())
+                    .collect(),
+            }),
+        }
+    }
+
+    /// The record under `key`, steps and audit included.
+    pub async fn show(&self, key: &IdempotencyKey) -> Result<Record, OperatorError> {
+        self.store
+            .get(key)
+            .await?
+            .ok_or_else(|| OperatorError::NotFound {
+                key: key.as_str().to_owned(),
+            })
+    }
+
+    /// Up to `limit` events of the store's audit log that `query` selects,
+    /// oldest first, starting where `cursor` says (`None`: from the
+    /// start); see [`Store::audit`](crate::store::Store::audit). The log
+    /// keeps operator actions and approval decisions after their records
+    /// are gone.
+    pub async fn audit(
+        &self,
+        query: &crate::audit::AuditQuery,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<crate::audit::AuditPage, OperatorError> {
+        self.store
+            .audit(query, cursor, limit)
+            .await
+            .map_err(OperatorError::Store)
+    }
+}

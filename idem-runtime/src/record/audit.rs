@@ -1,0 +1,69 @@
+//! Operator actions as recorded on the record they changed.
+
+use std::fmt;
+
+use crate::clock::Timestamp;
+
+/// An operator action, as recorded on the record it changed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct AuditEntry {
+    /// When (the store's clock).
+    pub at: Timestamp,
+    /// Who (as given with `--by`).
+    pub by: String,
+    /// What.
+    pub action: AuditAction,
+    /// Why, or the note given with an approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// What an operator did to a record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum AuditAction {
+    /// Approved a call awaiting approval.
+    Approved,
+    /// Denied a call awaiting approval.
+    Denied,
+    /// Settled an unknown outcome (or a dead owner's call) as succeeded.
+    ResolvedSucceeded,
+    /// Settled an unknown outcome (or a dead owner's call) as failed.
+    ResolvedFailed,
+    /// Released an unknown outcome or a dead owner's call to run again.
+    Released,
+    /// Deleted a record.
+    Deleted,
+    /// The executor's approval policy approved a call.
+    ApprovedByPolicy,
+    /// The executor's approval policy denied a call.
+    DeniedByPolicy,
+    /// A person was asked to decide a call awaiting approval (in a chat,
+    /// through MCP elicitation) and gave no decision: the call stays
+    /// pending, and they are not asked about it again.
+    Asked,
+}
+
+impl AuditAction {
+    /// The action as stored.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            AuditAction::Approved => "approved",
+            AuditAction::Denied => "denied",
+            AuditAction::ResolvedSucceeded => "resolved_succeeded",
+            AuditAction::ResolvedFailed => "resolved_failed",
+            AuditAction::Released => "released",
+            AuditAction::Deleted => "deleted",
+            AuditAction::ApprovedByPolicy => "approved_by_policy",
+            AuditAction::DeniedByPolicy => "denied_by_policy",
+            AuditAction::Asked => "asked",
+        }
+    }
+}
+
+impl fmt::Display for AuditAction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

@@ -1,0 +1,144 @@
+//! Records: what a store keeps under a key.
+//!
+//! A record is born *in flight* when a call claims its key, holding a lease
+//! (until when the owner is presumed alive) and a fencing token (which owner
+//! it is). It becomes *completed* with the call's [`Outcome`], and is kept
+//! until it expires (24 h by default), after which a sweeper may delete it.
+//! In-flight records are never swept.
+//!
+//! The record's parts live beside it: its state and status (`state.rs`),
+//! what the first claim recorded about the call (`info.rs`), what operators
+//! did to it (`audit.rs`) and its encoding as bytes (`codec.rs`).
+
+mod audit;
+mod codec;
+mod info;
+mod state;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::clock::Timestamp;
+use crate::key::{Fingerprint, IdempotencyKey};
+
+pub use audit::{AuditAction, AuditEntry};
+pub use codec::CorruptRecord;
+pub use info::{CallInfo, CallInfoRef};
+pub use state::{FailureCode, Fence, Outcome, OutputJson, RecordState, Status, StoredFailure};
+
+/// How long completed records are kept unless a tool says otherwise.
+pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
+
+/// The step name under which an approval decision is recorded: by the
+/// executor before an `irreversible` tool runs, or by an operator approving
+/// a call that awaits approval.
+pub const APPROVAL_STEP: &str = "idem:approval";
+
+/// Everything a store keeps under a key.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+// Read through a flat mirror: serde's `flatten` over the internally tagged
+// state buffers the whole record into an intermediate tree first, which
+// was most of the cost of answering a duplicate from SQLite.
+#[serde(try_from = "codec::RecordWire")]
+pub struct Record {
+    /// The key.
+    pub key: IdempotencyKey,
+    /// The tool that claimed it.
+    pub tool: String,
+    /// Fingerprint of the first call's canonical arguments.
+    pub fingerprint: Fingerprint,
+    /// When the key was first claimed.
+    pub created_at: Timestamp,
+    /// In flight, awaiting approval, or completed.
+    #[serde(flatten)]
+    pub state: RecordState,
+    /// Progress of a multi-step tool: step name → stored step result.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub steps: BTreeMap<String, Value>,
+    /// What the first claim recorded about the call.
+    #[serde(default, skip_serializing_if = "CallInfo::is_empty")]
+    pub info: CallInfo,
+    /// The worker that holds the key, or last held it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker: Option<String>,
+    /// Operator actions on the record, oldest first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub audit: Vec<AuditEntry>,
+}
+
+impl Record {
+    /// The outcome, if completed.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match &self.state {
+            RecordState::Completed { outcome, .. } => Some(outcome),
+            RecordState::InFlight { .. } | RecordState::AwaitingApproval { .. } => None,
+        }
+    }
+
+    /// The current fence.
+    pub fn fence(&self) -> Fence {
+        match &self.state {
+            RecordState::InFlight { fence, .. }
+            | RecordState::AwaitingApproval { fence, .. }
+            | RecordState::Completed { fence, .. } => *fence,
+        }
+    }
+
+    /// The approval recorded under [`APPROVAL_STEP`], if any.
+    pub fn approval(&self) -> Option<crate::approval::Approval> {
+        crate::approval::transition::recorded(&self.steps)
+    }
+
+    /// Where the record stands.
+    pub fn status(&self) -> Status {
+        match &self.state {
+            RecordState::InFlight { .. } => Status::InFlight,
+            RecordState::AwaitingApproval { .. } if self.steps.contains_key(APPROVAL_STEP) => {
+                Status::Approved
+            }
+            RecordState::AwaitingApproval { .. } => Status::AwaitingApproval,
+            RecordState::Completed { outcome, .. } => match outcome {
+                Outcome::Success { .. } => Status::Succeeded,
+                Outcome::Failure { .. } => Status::Failed,
+                Outcome::Unknown { .. } => Status::Unknown,
+            },
+        }
+    }
+
+    /// When the record lapses: a completed record's or an approval
+    /// request's expiry; `None` when it never lapses — in flight, or
+    /// completed with an [`Outcome::Unknown`], which is kept until a person
+    /// settles it, whatever expiry it was written with (records written
+    /// before idem 0.3 carried one).
+    pub fn expires_at(&self) -> Option<Timestamp> {
+        match &self.state {
+            RecordState::InFlight { .. }
+            | RecordState::Completed {
+                outcome: Outcome::Unknown { .. },
+                ..
+            } => None,
+            RecordState::AwaitingApproval { expires_at, .. }
+            | RecordState::Completed { expires_at, .. } => Some(*expires_at),
+        }
+    }
+
+    /// How long a decision about this call is kept: the TTL the tool's
+    /// outcomes have (recorded at the first claim), else `fallback` for
+    /// records written before idem 0.3.
+    pub fn ttl_or(&self, fallback: Duration) -> Duration {
+        self.info.ttl.unwrap_or(fallback)
+    }
+
+    /// Whether the record is in flight with a lease that ran out at `now`.
+    pub fn lease_expired(&self, now: Timestamp) -> bool {
+        matches!(self.state, RecordState::InFlight { lease_until, .. } if lease_until <= now)
+    }
+
+    /// Whether the record is completed, or awaiting an approval, and past
+    /// its expiry at `now`: it then reads as absent and may be swept.
+    pub fn is_expired(&self, now: Timestamp) -> bool {
+        self.expires_at().is_some_and(|at| at <= now)
+    }
+}
