@@ -13,7 +13,7 @@
 //! `redis://…` and `postgres://…` time is real (200 ms leases), schedules
 //! run `--concurrency` at a time (default 32) and each run uses key
 //! namespaces of its own. Exits with status 1 when any schedule found a
-//! duplicate effect or a lost result.
+//! duplicate effect, a lost result or a call refused whose effect applied.
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -97,6 +97,9 @@ impl Progress {
             }
             for problem in report.lost_results.iter() {
                 println!("  lost result: {problem}");
+            }
+            for problem in report.refused_but_applied.iter() {
+                println!("  refused but applied: {problem}");
             }
         }
         if self.trace {

@@ -2,9 +2,10 @@
 //!
 //! Each call a worker makes carries at most one [`Fault`], drawn from the
 //! schedule's seed. The worker is known to the code that injects faults
-//! through a tokio task-local ([`WORKER`]), because that code — the store
-//! wrapper [`SimStore`], the simulated tools, the approval policy — is
-//! called from deep inside the executor, which knows nothing of workers.
+//! through a tokio task-local ([`WORKER`]), because that code — the hook
+//! [`Faults`] on the store's [`Interceptor`], the simulated tools, the
+//! approval policy — is called from deep inside the executor, which knows
+//! nothing of workers.
 //! Everything a call does, lease renewals included, runs inside the call's
 //! future and so sees its worker.
 //!
@@ -13,22 +14,34 @@
 //! finishes; the worker's driver, racing the call against that signal,
 //! drops the call. Whatever the store holds stays as it was — an in-flight
 //! record whose lease nobody renews — and the lease decides.
+//!
+//! The claim on the caller's thread ([`Store::claim_local`]: the memory
+//! store's every claim, SQLite's duplicates of completed calls) goes
+//! through [`Hook::around_local`], so that the fast path users run is the
+//! one under faults. It cannot await: a store fault strikes there as it
+//! does anywhere (refused: the error is the answer; applied: the claim is
+//! made, then the error is the answer), but a crash or a pause right after
+//! a claim won there is only marked on the worker, and strikes at its next
+//! fault site — the next store operation, the tool's start, the approval
+//! policy, a reconcile hook — each of which first waits out a freeze and
+//! dies of a marked crash ([`Worker::halt`]). Between the claim and that
+//! site the executor does nothing anyone can see (no store write, no
+//! effect), so the world is then exactly as a crash or a pause right after
+//! the claim leaves it: claimed, nothing else happened; a freeze is
+//! measured from the claim itself.
 
 use std::convert::Infallible;
 use std::fmt;
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use idem_runtime::clock::Timestamp;
 use idem_runtime::ctx::INTENT_STEP;
 use idem_runtime::executor::ATTEMPT_STEP;
-use idem_runtime::record::{Fence, Outcome};
+use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
 use idem_runtime::store::{ClaimOutcome, ClaimRequest};
-use idem_runtime::{IdempotencyKey, Record, Store, StoreError};
-use serde_json::Value;
+use idem_runtime::{Record, Store, StoreError};
 use tokio::sync::Notify;
 
 use crate::world::{lock, short, World};
@@ -144,6 +157,9 @@ pub(crate) struct Worker {
     fault: Fault,
     /// Set once the fault struck: each strikes once.
     struck: AtomicBool,
+    /// Set when a crash struck where the worker could not die (a claim on
+    /// the caller's thread): it dies at its next fault site.
+    crash_marked: AtomicBool,
     /// The provider's latency for this worker when nothing is slow.
     latency: Duration,
     /// Signalled when the worker crashes; its driver drops the call.
@@ -159,6 +175,7 @@ impl Worker {
             id,
             fault,
             struck: AtomicBool::new(false),
+            crash_marked: AtomicBool::new(false),
             latency,
             crashed: Notify::new(),
             frozen_until: Mutex::new(None),
@@ -195,8 +212,9 @@ impl Worker {
         }
     }
 
-    /// Freeze for `d`: the caller sleeps, and every store operation this
-    /// worker starts meanwhile waits until the end.
+    /// Freeze for `d`: the caller sleeps, and every fault site this worker
+    /// reaches meanwhile (a lease renewal's store operation, say) waits
+    /// until the end ([`Worker::halt`]).
     async fn freeze(&self, d: Duration) {
         let until = tokio::time::Instant::now() + d;
         *lock(&self.frozen_until) = Some(until);
@@ -217,9 +235,25 @@ impl Worker {
     /// Wait out a freeze in progress.
     async fn thawed(&self) {
         let until = *lock(&self.frozen_until);
-        if let Some(until) = until {
+        if let Some(until) = until.filter(|u| *u > tokio::time::Instant::now()) {
             tokio::time::sleep_until(until).await;
         }
+    }
+
+    /// Whether the worker must wait or die before it does anything more:
+    /// frozen, or marked to crash.
+    fn halted(&self) -> bool {
+        self.crash_marked.load(Ordering::SeqCst)
+            || lock(&self.frozen_until).is_some_and(|u| u > tokio::time::Instant::now())
+    }
+
+    /// At a fault site: die of a crash marked on the caller's thread, and
+    /// wait out a freeze.
+    async fn halt(&self) {
+        if self.crash_marked.load(Ordering::SeqCst) {
+            self.crash::<()>().await;
+        }
+        self.thawed().await;
     }
 }
 
@@ -228,10 +262,20 @@ fn current() -> Option<Arc<Worker>> {
     WORKER.try_with(Arc::clone).ok()
 }
 
-/// Where a tool body starts: a pause may strike.
+/// Where a tool body starts: a pause may strike (after a freeze or a
+/// crash marked earlier).
 pub(crate) async fn tool_starts() {
     if let Some(w) = current() {
+        w.halt().await;
         w.pause_at(PausePoint::ToolStart).await;
+    }
+}
+
+/// Where a reconcile hook starts: a freeze or a crash marked earlier
+/// strikes first.
+pub(crate) async fn reconcile_starts() {
+    if let Some(w) = current() {
+        w.halt().await;
     }
 }
 
@@ -249,6 +293,7 @@ pub(crate) async fn provider_latency() {
 /// picks from its fault.
 async fn delay(slow: fn(&Fault) -> Option<Duration>) {
     let Some(w) = current() else { return };
+    w.halt().await;
     let slow = w.strike(slow);
     tokio::time::sleep(slow.unwrap_or(w.latency)).await;
 }
@@ -275,80 +320,76 @@ pub(crate) async fn approval_delay() {
     .await
 }
 
-/// How a store answer shows in the trace, and whether it made the caller
-/// an owner.
-trait Traced {
-    fn show(&self) -> String;
-    fn acquired(&self) -> bool {
-        false
+/// How a store answer shows in the trace.
+fn show(answer: &Answer) -> String {
+    match answer {
+        Answer::Claim(outcome) => show_claim(outcome),
+        Answer::Record(None) => "absent".into(),
+        Answer::Record(Some(r)) => show_record(r),
+        Answer::Done => "ok".into(),
+        other => format!("{other:?}"),
     }
 }
 
-impl Traced for ClaimOutcome {
-    fn show(&self) -> String {
-        match self {
-            ClaimOutcome::Acquired {
-                fence, takeover, ..
-            } => match takeover {
-                Some(t) => format!("acquired {fence} taking over from {}", t.previous),
-                None => format!("acquired {fence}"),
-            },
-            ClaimOutcome::InFlight { fence, .. } => format!("in flight under {fence}"),
-            ClaimOutcome::Completed(_) => "completed".into(),
-            ClaimOutcome::KeyReused { .. } => "key reused".into(),
-            ClaimOutcome::AwaitingApproval(_) => "awaiting approval".into(),
-        }
-    }
-    fn acquired(&self) -> bool {
-        matches!(self, ClaimOutcome::Acquired { .. })
+fn show_claim(outcome: &ClaimOutcome) -> String {
+    match outcome {
+        ClaimOutcome::Acquired {
+            fence, takeover, ..
+        } => match takeover {
+            Some(t) => format!("acquired {fence} taking over from {}", t.previous),
+            None => format!("acquired {fence}"),
+        },
+        ClaimOutcome::InFlight { fence, .. } => format!("in flight under {fence}"),
+        ClaimOutcome::Completed(_) => "completed".into(),
+        ClaimOutcome::KeyReused { .. } => "key reused".into(),
+        ClaimOutcome::AwaitingApproval(_) => "awaiting approval".into(),
     }
 }
 
-impl Traced for () {
-    fn show(&self) -> String {
-        "ok".into()
+fn show_record(r: &Record) -> String {
+    if r.outcome().is_some() {
+        "completed".into()
+    } else {
+        format!("in flight under {}", r.fence())
     }
 }
 
-impl Traced for Option<Record> {
-    fn show(&self) -> String {
-        match self {
-            None => "absent".into(),
-            Some(r) if r.outcome().is_some() => "completed".into(),
-            Some(r) => format!("in flight under {}", r.fence()),
-        }
-    }
+/// The operation a fault names, for the kinds the simulation traces and
+/// strikes.
+fn op_of(kind: OpKind) -> Option<Op> {
+    Some(match kind {
+        OpKind::Claim => Op::Claim,
+        OpKind::Checkpoint => Op::Checkpoint,
+        OpKind::Renew => Op::Renew,
+        OpKind::Complete => Op::Complete,
+        OpKind::Release => Op::Release,
+        OpKind::Get => Op::Get,
+        OpKind::Wait => Op::Wait,
+        _ => return None,
+    })
 }
 
-impl Traced for u64 {
-    fn show(&self) -> String {
-        self.to_string()
-    }
+/// The store every simulated worker uses: the real store behind
+/// [`Faults`].
+pub(crate) type SimStore = Interceptor<Faults>;
+
+/// `inner` behind the simulation's faults, tracing into `world`.
+pub(crate) fn sim_store(inner: Arc<dyn Store>, world: Arc<World>) -> SimStore {
+    Interceptor::new(inner, Faults { world })
 }
 
-impl Traced for Timestamp {
-    fn show(&self) -> String {
-        "now".into()
-    }
-}
-
-/// The store every simulated worker uses: it forwards to the real store,
-/// traces each operation, counts stale-fence refusals, and injects the
-/// running worker's store faults, crashes and freezes.
+/// The hook of the simulation's store: it traces each operation, counts
+/// stale-fence refusals, and injects the running worker's store faults,
+/// crashes and freezes.
 #[derive(Debug)]
-pub(crate) struct SimStore {
-    inner: Arc<dyn Store>,
+pub(crate) struct Faults {
     world: Arc<World>,
 }
 
-impl SimStore {
-    pub(crate) fn new(inner: Arc<dyn Store>, world: Arc<World>) -> Self {
-        SimStore { inner, world }
-    }
-
-    fn unreachable(&self, op: Op, applied: bool) -> StoreError {
+impl Faults {
+    fn unreachable(&self, store: &dyn Store, op: Op, applied: bool) -> StoreError {
         StoreError::Unavailable {
-            store: self.inner.describe(),
+            store: store.describe(),
             cause: format!(
                 "simulated: {op:?} {}",
                 if applied {
@@ -361,39 +402,10 @@ impl SimStore {
         }
     }
 
-    /// Run `op` on `key` (a checkpoint of `step`) through the faults of
-    /// the running worker.
-    async fn guard<T: Traced>(
-        &self,
-        op: Op,
-        key: &IdempotencyKey,
-        step: Option<&str>,
-        forward: impl Future<Output = Result<T, StoreError>> + Send,
-    ) -> Result<T, StoreError> {
-        let worker = current();
-        let who = worker.as_ref().map_or(0, |w| w.id);
-        let what = format!(
-            "w{who} {op:?}{} key={}",
-            step.map(|s| format!(" {s}")).unwrap_or_default(),
-            short(key.as_str())
-        );
-        if let Some(w) = &worker {
-            w.thawed().await;
-            if w.strike(|f| (*f == Fault::StoreFails { op, applied: false }).then_some(()))
-                .is_some()
-            {
-                self.world
-                    .event(format!("{what} -> unreachable (not applied)"));
-                return Err(self.unreachable(op, false));
-            }
-            if op == Op::Complete {
-                w.crash_at(CrashPoint::BeforeRecord).await;
-                w.pause_at(PausePoint::BeforeRecord).await;
-            }
-        }
-        let result = forward.await;
-        match &result {
-            Ok(answer) => self.world.event(format!("{what} -> {}", answer.show())),
+    /// Trace what a store answered `what`, counting stale-fence refusals.
+    fn trace<T>(&self, what: &str, result: &Result<T, StoreError>, show: impl Fn(&T) -> String) {
+        match result {
+            Ok(answer) => self.world.event(format!("{what} -> {}", show(answer))),
             Err(e @ StoreError::StaleFence { .. }) => {
                 self.world
                     .counters
@@ -403,16 +415,81 @@ impl SimStore {
             }
             Err(e) => self.world.event(format!("{what} -> error {e}")),
         }
+    }
+}
+
+/// What the trace calls operation `kind` of worker `who` on `key` (a
+/// checkpoint of `step`).
+fn label(who: usize, kind: &str, key: &str, step: Option<&str>) -> String {
+    format!(
+        "w{who} {kind}{} key={}",
+        step.map(|s| format!(" {s}")).unwrap_or_default(),
+        short(key)
+    )
+}
+
+#[async_trait]
+impl Hook for Faults {
+    async fn around(&self, op: Operation<'_>, store: &dyn Store) -> Result<Answer, StoreError> {
+        let worker = current();
+        if let Some(w) = &worker {
+            w.halt().await;
+        }
+        let kind = op.kind();
+        let Some(sim_op) = op_of(kind) else {
+            // Waits for a decision are traced; the rest (audit, scans,
+            // replacements, the clock) pass untouched.
+            if kind != OpKind::WaitForDecision {
+                return op.run(store).await;
+            }
+            let who = worker.as_ref().map_or(0, |w| w.id);
+            let key = op.key().map_or("", |k| k.as_str());
+            let what = label(who, "WaitForDecision", key, None);
+            let result = op.run(store).await;
+            self.trace(&what, &result, show);
+            return result;
+        };
+        let step = match op {
+            Operation::Checkpoint { step, .. } => Some(step),
+            _ => None,
+        };
+        let who = worker.as_ref().map_or(0, |w| w.id);
+        let what = label(
+            who,
+            &format!("{sim_op:?}"),
+            op.key().map_or("", |k| k.as_str()),
+            step,
+        );
+        if let Some(w) = &worker {
+            let refused = Fault::StoreFails {
+                op: sim_op,
+                applied: false,
+            };
+            if w.strike(|f| (*f == refused).then_some(())).is_some() {
+                self.world
+                    .event(format!("{what} -> unreachable (not applied)"));
+                return Err(self.unreachable(store, sim_op, false));
+            }
+            if sim_op == Op::Complete {
+                w.crash_at(CrashPoint::BeforeRecord).await;
+                w.pause_at(PausePoint::BeforeRecord).await;
+            }
+        }
+        let result = op.run(store).await;
+        self.trace(&what, &result, show);
         let Some(w) = worker else { return result };
         let Ok(answer) = &result else { return result };
-        if w.strike(|f| (*f == Fault::StoreFails { op, applied: true }).then_some(()))
-            .is_some()
-        {
+        let lost = Fault::StoreFails {
+            op: sim_op,
+            applied: true,
+        };
+        if w.strike(|f| (*f == lost).then_some(())).is_some() {
             self.world.event(format!("{what} -> unreachable (applied)"));
-            return Err(self.unreachable(op, true));
+            return Err(self.unreachable(store, sim_op, true));
         }
-        let point = match (op, step) {
-            (Op::Claim, _) if answer.acquired() => Some(CrashPoint::AfterClaim),
+        let acquired = matches!(answer, Answer::Claim(ClaimOutcome::Acquired { .. }));
+        let point = match (sim_op, step) {
+            (Op::Claim, _) if acquired => Some(CrashPoint::AfterClaim),
             (Op::Checkpoint, Some(ATTEMPT_STEP)) => Some(CrashPoint::AfterStarted),
             (Op::Checkpoint, Some(INTENT_STEP)) => Some(CrashPoint::AfterIntent),
             (Op::Complete, _) => Some(CrashPoint::AfterRecord),
@@ -426,113 +503,63 @@ impl SimStore {
         }
         result
     }
-}
 
-#[async_trait]
-impl Store for SimStore {
-    fn describe(&self) -> String {
-        format!("sim({})", self.inner.describe())
-    }
-
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.guard(Op::Claim, req.key, None, self.inner.claim(req))
-            .await
-    }
-
-    async fn checkpoint(
+    /// The claim on the caller's thread, under the same faults as the
+    /// usual one (see the [module docs](self) for crashes and pauses,
+    /// which strike at the worker's next fault site).
+    fn around_local(
         &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        step: &str,
-        value: &Value,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let forward = self.inner.checkpoint(key, fence, step, value, lease);
-        self.guard(Op::Checkpoint, key, Some(step), forward).await
+        req: &ClaimRequest<'_>,
+        store: &dyn Store,
+    ) -> Option<Result<ClaimOutcome, StoreError>> {
+        let Some(w) = current() else {
+            return store.claim_local(req);
+        };
+        // A frozen worker, or one marked to crash, must not claim before
+        // it waits or dies: the usual claim's `around` does both.
+        if w.halted() {
+            return None;
+        }
+        let what = label(w.id, "ClaimLocal", req.key.as_str(), None);
+        let refused = Fault::StoreFails {
+            op: Op::Claim,
+            applied: false,
+        };
+        if w.strike(|f| (*f == refused).then_some(())).is_some() {
+            self.world
+                .event(format!("{what} -> unreachable (not applied)"));
+            return Some(Err(self.unreachable(store, Op::Claim, false)));
+        }
+        // `None`: the store answers this claim the usual way, where the
+        // worker's claim faults strike instead.
+        let result = store.claim_local(req)?;
+        self.trace(&what, &result, show_claim);
+        let Ok(outcome) = &result else {
+            return Some(result);
+        };
+        let lost = Fault::StoreFails {
+            op: Op::Claim,
+            applied: true,
+        };
+        if w.strike(|f| (*f == lost).then_some(())).is_some() {
+            self.world.event(format!("{what} -> unreachable (applied)"));
+            return Some(Err(self.unreachable(store, Op::Claim, true)));
+        }
+        if matches!(outcome, ClaimOutcome::Acquired { .. }) {
+            let crash = Fault::Crash(CrashPoint::AfterClaim);
+            if w.strike(|f| (*f == crash).then_some(())).is_some() {
+                w.crash_marked.store(true, Ordering::SeqCst);
+            } else if let Some(d) = w.strike(|f| match f {
+                Fault::Pause(PausePoint::AfterClaim, d) => Some(*d),
+                _ => None,
+            }) {
+                *lock(&w.frozen_until) = Some(tokio::time::Instant::now() + d);
+            }
+        }
+        Some(result)
     }
 
-    async fn renew(
-        &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        lease: Duration,
-    ) -> Result<(), StoreError> {
-        let forward = self.inner.renew(key, fence, lease);
-        self.guard(Op::Renew, key, None, forward).await
-    }
-
-    async fn complete(
-        &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        let forward = self.inner.complete(key, fence, outcome, ttl);
-        self.guard(Op::Complete, key, None, forward).await
-    }
-
-    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
-        let forward = self.inner.release(key, fence);
-        self.guard(Op::Release, key, None, forward).await
-    }
-
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
-        self.guard(Op::Get, key, None, self.inner.get(key)).await
-    }
-
-    async fn replace(
-        &self,
-        key: &IdempotencyKey,
-        expected: idem_runtime::store::Expected,
-        new: Option<&Record>,
-        audit: Option<&idem_runtime::audit::AuditEvent>,
-    ) -> Result<Option<Fence>, StoreError> {
-        self.inner.replace(key, expected, new, audit).await
-    }
-
-    async fn append_audit(
-        &self,
-        event: &idem_runtime::audit::AuditEvent,
-    ) -> Result<u64, StoreError> {
-        self.inner.append_audit(event).await
-    }
-
-    async fn audit(
-        &self,
-        query: &idem_runtime::audit::AuditQuery,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<idem_runtime::audit::AuditPage, StoreError> {
-        self.inner.audit(query, cursor, limit).await
-    }
-
-    async fn scan(
-        &self,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<idem_runtime::store::ScanPage, StoreError> {
-        self.inner.scan(cursor, limit).await
-    }
-
-    async fn wait(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.guard(Op::Wait, key, None, self.inner.wait(key, timeout))
-            .await
-    }
-
-    async fn sweep(&self) -> Result<u64, StoreError> {
-        self.inner.sweep().await
-    }
-
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.inner.now().await
-    }
-
-    async fn close(&self) {
-        self.inner.close().await
+    fn describe(&self, inner: String) -> String {
+        format!("sim({inner})")
     }
 }

@@ -20,10 +20,18 @@
 //! pause longer than the lease, a store error whose write may or may not
 //! have applied, a provider or an approval slower than the lease. The
 //! schedule runs against a real store through the real executor, with
-//! simulated providers that write every effect they apply to a ledger.
-//! Afterwards the checks look for a **duplicate effect** (a key whose
-//! effect the ledger holds twice) and a **lost result** (an output
-//! acknowledged to a caller whose record or effect is missing).
+//! simulated providers that write every request they receive to a
+//! [`ledger`]. Afterwards the checks ([`oracle`]) look for a **duplicate
+//! effect** (a key whose effect the ledger holds twice), a **lost result**
+//! (an output acknowledged to a caller whose record or effect is missing)
+//! and a call **refused but applied** (recorded as failed, its effect in
+//! the ledger).
+//!
+//! The store every worker uses is the real one behind a hook on
+//! [`Interceptor`](idem_runtime::store::intercept::Interceptor), so that
+//! every method reaches it — the caller's-thread claim
+//! ([`Store::claim_local`]: every claim on the memory store, duplicates of
+//! completed calls on SQLite) included, under the same faults.
 //!
 //! On the memory store a schedule runs on a current-thread tokio runtime
 //! whose clock is paused, and the store reads that clock ([`TokioClock`]):
@@ -35,6 +43,10 @@
 //!
 //! [`broken`] holds stores with one rule of the contract broken, to show
 //! that the checks catch what they claim to.
+//!
+//! [`process`] is the other driver of the same world, tools and checks:
+//! worker processes killed with SIGKILL mid-call on a durable store,
+//! sharing a ledger in a file (`idem-runtime/tests/kill.rs`).
 
 #![warn(missing_docs)]
 
@@ -46,6 +58,9 @@ use idem_runtime::{Namespace, Store};
 pub mod broken;
 pub mod clock;
 mod faults;
+pub mod ledger;
+pub mod oracle;
+pub mod process;
 mod schedule;
 pub mod servers;
 pub mod stores;
@@ -114,6 +129,8 @@ pub struct Summary {
     pub duplicate_effects: u64,
     /// Acknowledged outputs whose record or effect is missing.
     pub lost_results: u64,
+    /// Keys whose effect applied while their record says the call failed.
+    pub refused_but_applied: u64,
     /// Writes refused for a stale fence.
     pub stale_writes_rejected: u64,
     /// `OutcomeUnknown` errors returned to callers.
@@ -123,7 +140,8 @@ pub struct Summary {
     /// Calls with no definite answer after the settle phase (a liveness
     /// measure, not a safety failure).
     pub unsettled: u64,
-    /// Seeds of the schedules that found a duplicate or a lost result.
+    /// Seeds of the schedules that found a duplicate, a lost result or a
+    /// call refused whose effect applied.
     pub failing_seeds: Vec<u64>,
 }
 
@@ -133,6 +151,7 @@ impl Summary {
         self.schedules += 1;
         self.duplicate_effects += report.duplicate_effects.len() as u64;
         self.lost_results += report.lost_results.len() as u64;
+        self.refused_but_applied += report.refused_but_applied.len() as u64;
         self.stale_writes_rejected += report.stale_writes_rejected;
         self.unknown_outcomes += report.unknown_outcomes;
         self.reconciled += report.reconciled;
@@ -142,18 +161,20 @@ impl Summary {
         }
     }
 
-    /// Whether no schedule found a duplicate or a lost result.
+    /// Whether no schedule found a duplicate, a lost result or a call
+    /// refused whose effect applied.
     pub fn passed(&self) -> bool {
-        self.duplicate_effects == 0 && self.lost_results == 0
+        self.duplicate_effects == 0 && self.lost_results == 0 && self.refused_but_applied == 0
     }
 
     /// The one-line summary the `chaos` example ends with.
     pub fn line(&self) -> String {
         format!(
-            "schedules: {}, duplicate effects: {}, lost results: {}, stale writes rejected: {}, unknown outcomes surfaced: {}, reconciled: {}",
+            "schedules: {}, duplicate effects: {}, lost results: {}, refused but applied: {}, stale writes rejected: {}, unknown outcomes surfaced: {}, reconciled: {}",
             self.schedules,
             self.duplicate_effects,
             self.lost_results,
+            self.refused_but_applied,
             self.stale_writes_rejected,
             self.unknown_outcomes,
             self.reconciled

@@ -14,27 +14,28 @@
 //! 3. **Replay.** The whole run is replayed from its checkpoint through a
 //!    replaying executor: recorded outputs come back, nothing runs.
 //!
-//! Then the checks: the effect ledger must hold no key twice, and every
-//! output acknowledged to a caller must be the recorded one, with its
-//! effect in the ledger.
+//! Then the checks ([`oracle`](crate::oracle)): the effect ledger must hold
+//! no key twice, every output acknowledged to a caller must be the
+//! recorded one, with its effect in the ledger, and no key whose effect
+//! applied may be recorded as failed.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::approval::{Approval, ApprovalDecision, Callback};
 use idem_runtime::dispatch::Arguments;
 use idem_runtime::executor::InFlightPolicy;
 use idem_runtime::{
-    CallOutput, Dispatcher, Executor, IdemError, IdempotencyKey, Namespace, Outcome, Registry,
-    RetryPolicy, RunContext, Store, ToolCall,
+    CallOutput, Dispatcher, Executor, IdemError, Namespace, RetryPolicy, RunContext, Store,
+    ToolCall,
 };
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::faults::{self, CrashPoint, Fault, Op, PausePoint, SimStore, Worker, WORKER};
-use crate::tools::{App, Charge, DeleteAccount, SendEmail};
+use crate::faults::{sim_store, CrashPoint, Fault, Op, PausePoint, Worker, WORKER};
+use crate::oracle::{self, Acked};
+use crate::tools::{self, App};
 use crate::world::World;
 
 /// The time scale of a schedule. Every delay is a multiple of the lease,
@@ -317,6 +318,8 @@ pub struct ScheduleReport {
     /// Outputs acknowledged to a caller whose record or effect is missing
     /// or different.
     pub lost_results: Vec<String>,
+    /// Keys whose effect applied while their record says the call failed.
+    pub refused_but_applied: Vec<String>,
     /// Writes refused for a stale fence.
     pub stale_writes_rejected: u64,
     /// `OutcomeUnknown` errors returned to callers.
@@ -332,9 +335,12 @@ pub struct ScheduleReport {
 }
 
 impl ScheduleReport {
-    /// Whether the schedule found a duplicate effect or a lost result.
+    /// Whether the schedule found a duplicate effect, a lost result or a
+    /// call refused whose effect applied.
     pub fn failed(&self) -> bool {
-        !self.duplicate_effects.is_empty() || !self.lost_results.is_empty()
+        !self.duplicate_effects.is_empty()
+            || !self.lost_results.is_empty()
+            || !self.refused_but_applied.is_empty()
     }
 }
 
@@ -361,23 +367,17 @@ struct Sim {
 /// Acknowledged outputs and surfaced unknowns, gathered as answers come.
 #[derive(Default)]
 struct Tally {
-    acked: Vec<(String, IdempotencyKey, Value)>,
+    acked: Vec<Acked>,
     unknown: u64,
 }
 
 impl Sim {
     fn new(store: Arc<dyn Store>, timing: Timing, namespace: Namespace) -> Sim {
         let world = Arc::new(World::new());
-        let sim_store: Arc<dyn Store> = Arc::new(SimStore::new(store, world.clone()));
+        let sim_store: Arc<dyn Store> = Arc::new(sim_store(store, world.clone()));
         let make = {
             let (world, namespace) = (world.clone(), namespace.clone());
             move || {
-                let approvals = Callback::new(|_request| async {
-                    faults::approval_delay().await;
-                    Ok(ApprovalDecision::Approved(Approval::granted_by(
-                        "sim-policy",
-                    )))
-                });
                 Executor::builder_shared(sim_store.clone())
                     .state(world.clone())
                     .lease(timing.lease)
@@ -390,7 +390,7 @@ impl Sim {
                     )
                     .on_in_flight(InFlightPolicy::Wait(timing.lease * 20))
                     .namespace(namespace.clone())
-                    .approvals(approvals)
+                    .approvals(tools::approvals())
                     .build()
             }
         };
@@ -404,12 +404,7 @@ impl Sim {
 
     /// Worker `id`'s dispatcher, live or replaying.
     fn dispatcher(&self, id: usize, replay: bool) -> Dispatcher<App> {
-        let registry = || {
-            Registry::new()
-                .with(Charge)
-                .with(SendEmail)
-                .with(DeleteAccount)
-        };
+        let registry = tools::registry;
         let mut workers = self.workers.lock().unwrap_or_else(|p| p.into_inner());
         let live = workers
             .entry(id)
@@ -479,8 +474,11 @@ impl Tally {
         match answer {
             Answer::Done(Ok(out)) => {
                 if let Some(key) = &out.meta.key {
-                    self.acked
-                        .push((call.label(), key.clone(), out.output.clone()));
+                    self.acked.push(Acked {
+                        label: call.label(),
+                        key: key.clone(),
+                        output: out.output.clone(),
+                    });
                 }
             }
             Answer::Done(Err(IdemError::OutcomeUnknown { .. })) => self.unknown += 1,
@@ -493,17 +491,7 @@ impl Tally {
 /// again.
 fn is_definite(answer: &Answer) -> bool {
     match answer {
-        Answer::Done(Ok(_)) => true,
-        Answer::Done(Err(e)) => matches!(
-            e,
-            IdemError::OutcomeUnknown { .. }
-                | IdemError::KeyReused { .. }
-                | IdemError::ApprovalDenied { .. }
-                | IdemError::Tool {
-                    deduplicated: true,
-                    ..
-                }
-        ),
+        Answer::Done(result) => oracle::is_definite(result),
         Answer::Crashed => false,
     }
 }
@@ -595,33 +583,15 @@ async fn check(
     tally: &Tally,
     unsettled: u64,
 ) -> ScheduleReport {
-    let duplicate_effects: Vec<String> = world
-        .duplicates()
-        .into_iter()
-        .map(|(key, effects)| format!("key {key}: {}", effects.join(", ")))
-        .collect();
-    let mut lost_results = Vec::new();
-    for (label, key, output) in &tally.acked {
-        let recorded = match store.get(key).await {
-            Ok(Some(record)) => match record.outcome() {
-                Some(Outcome::Success { output }) => output.parse::<Value>().ok(),
-                _ => None,
-            },
-            Ok(None) | Err(_) => None,
-        };
-        if recorded.as_ref() != Some(output) {
-            lost_results.push(format!(
-                "{label}: acknowledged {output}, recorded {}",
-                recorded.map_or("nothing".into(), |v| v.to_string())
-            ));
-        }
-        if world.effects(key.as_str()) == 0 {
-            lost_results.push(format!(
-                "{label}: acknowledged {output}, but no effect in the ledger"
-            ));
-        }
-    }
-    for problem in duplicate_effects.iter().chain(&lost_results) {
+    let ledger = world.ledger();
+    let duplicate_effects = oracle::duplicate_effects(&ledger);
+    let lost_results = oracle::lost_results(store, &tally.acked, &ledger).await;
+    let refused_but_applied = oracle::refused_but_applied(store, &ledger).await;
+    for problem in duplicate_effects
+        .iter()
+        .chain(&lost_results)
+        .chain(&refused_but_applied)
+    {
         world.event(format!("CHECK FAILED {problem}"));
     }
     let (trace, trace_hash) = world.trace();
@@ -629,6 +599,7 @@ async fn check(
         seed: schedule.seed,
         duplicate_effects,
         lost_results,
+        refused_but_applied,
         stale_writes_rejected: world.counters.stale_writes_rejected.load(Ordering::Relaxed),
         unknown_outcomes: tally.unknown,
         reconciled: world.counters.reconciled.load(Ordering::Relaxed),

@@ -13,12 +13,19 @@
 //! stopped. Between it and the provider no store can stop a frozen owner
 //! (only a provider that takes the key could), so the simulation never
 //! freezes a worker there.
+//!
+//! The same tools run in worker processes killed with SIGKILL
+//! ([`process`](crate::process)), on a world whose ledger is a shared file
+//! and whose tool bodies wait a random while before and after each
+//! provider call ([`World::shared`]), so that kills land before, between
+//! and after effects.
 
 use std::future::Future;
 use std::sync::Arc;
 
+use idem_runtime::approval::{Approval, ApprovalDecision, Callback};
 use idem_runtime::class::{IdempotentWrite, Irreversible, NonIdempotentWrite};
-use idem_runtime::{Reconciled, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
+use idem_runtime::{Reconciled, Registry, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
 use serde::{Deserialize, Serialize};
 
 use crate::faults;
@@ -112,6 +119,25 @@ impl ToolDef for DeleteAccount {
     const SPEC: ToolSpec = ToolSpec::new("delete_account", "Delete an account (irreversible).");
 }
 
+/// The approval policy of both drivers: approve every call, after the
+/// delay of a slow approval when that is the running worker's fault.
+pub(crate) fn approvals() -> Callback {
+    Callback::new(|_request| async {
+        faults::approval_delay().await;
+        Ok(ApprovalDecision::Approved(Approval::granted_by(
+            "sim-policy",
+        )))
+    })
+}
+
+/// The tools, registered.
+pub(crate) fn registry() -> Registry<App> {
+    Registry::new()
+        .with(Charge)
+        .with(SendEmail)
+        .with(DeleteAccount)
+}
+
 /// The key of a keyed call; the executor always gives one.
 fn key_of(ctx: &ToolCtx) -> Result<String, ToolError> {
     ctx.key()
@@ -125,6 +151,7 @@ fn key_of(ctx: &ToolCtx) -> Result<String, ToolError> {
 /// after its latency.
 async fn intent_then_effect(
     ctx: &ToolCtx,
+    world: &World,
     intent: &str,
     effect: impl FnOnce(),
 ) -> Result<(), ToolError> {
@@ -134,10 +161,24 @@ async fn intent_then_effect(
             "superseded before calling the provider",
         ));
     }
-    faults::provider_latency().await;
+    before_provider(world).await;
     effect();
-    faults::provider_applied().await;
+    after_provider(world).await;
     Ok(())
+}
+
+/// Before a provider call: the provider's latency (or a slow provider),
+/// and the world's pace.
+async fn before_provider(world: &World) {
+    faults::provider_latency().await;
+    world.pace().await;
+}
+
+/// After a provider applied an effect: a crash or a lost answer may
+/// strike, and the world's pace.
+async fn after_provider(world: &World) {
+    faults::provider_applied().await;
+    world.pace().await;
 }
 
 impl Tool<App> for Charge {
@@ -151,9 +192,9 @@ impl Tool<App> for Charge {
         async move {
             faults::tool_starts().await;
             let key = key_of(&ctx)?;
-            faults::provider_latency().await;
+            before_provider(&world).await;
             let response = world.charge(&key, &args.account, args.cents);
-            faults::provider_applied().await;
+            after_provider(&world).await;
             serde_json::from_value(response).map_err(|e| ToolError::permanent(e.to_string()))
         }
     }
@@ -177,7 +218,7 @@ impl Tool<App> for SendEmail {
                 world.fresh_id(),
                 crate::world::short(&key)
             );
-            intent_then_effect(&ctx, &message_id, || {
+            intent_then_effect(&ctx, &world, &message_id, || {
                 world.send_mail(&key, &message_id, &args.to)
             })
             .await?;
@@ -191,30 +232,34 @@ impl Tool<App> for SendEmail {
         ctx: &ToolCtx,
         world: &App,
     ) -> impl Future<Output = Result<Reconciled<Sent>, ToolError>> + Send {
-        let answer = match ctx.recorded_intent::<String>() {
-            // Intent before effect: no intent, no email.
-            None => Ok(Reconciled::NotApplied),
-            Some(Err(e)) => Err(e),
-            Some(Ok(message_id)) if world.mail_was_sent(&message_id) => {
-                Ok(Reconciled::Applied(Sent { message_id }))
-            }
-            Some(Ok(_)) => Ok(Reconciled::NotApplied),
-        };
-        if let Ok(found) = &answer {
-            world
-                .counters
-                .reconciled
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            world.event(format!(
-                "reconcile send_email: {}",
-                match found {
-                    Reconciled::Applied(s) => format!("applied {}", s.message_id),
-                    Reconciled::NotApplied => "not applied".into(),
-                    Reconciled::Unknown => "unknown".into(),
+        let (ctx, world) = (ctx.clone(), world.clone());
+        async move {
+            faults::reconcile_starts().await;
+            let answer = match ctx.recorded_intent::<String>() {
+                // Intent before effect: no intent, no email.
+                None => Ok(Reconciled::NotApplied),
+                Some(Err(e)) => Err(e),
+                Some(Ok(message_id)) if world.mail_was_sent(&message_id) => {
+                    Ok(Reconciled::Applied(Sent { message_id }))
                 }
-            ));
+                Some(Ok(_)) => Ok(Reconciled::NotApplied),
+            };
+            if let Ok(found) = &answer {
+                world
+                    .counters
+                    .reconciled
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                world.event(format!(
+                    "reconcile send_email: {}",
+                    match found {
+                        Reconciled::Applied(s) => format!("applied {}", s.message_id),
+                        Reconciled::NotApplied => "not applied".into(),
+                        Reconciled::Unknown => "unknown".into(),
+                    }
+                ));
+            }
+            answer
         }
-        std::future::ready(answer)
     }
 }
 
@@ -230,7 +275,7 @@ impl Tool<App> for DeleteAccount {
             faults::tool_starts().await;
             let key = key_of(&ctx)?;
             let request_id = format!("del-{}", world.fresh_id());
-            intent_then_effect(&ctx, &request_id, || {
+            intent_then_effect(&ctx, &world, &request_id, || {
                 world.delete_account(&key, &request_id, &args.account)
             })
             .await?;

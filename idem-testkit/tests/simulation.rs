@@ -40,6 +40,15 @@ fn memory_store_no_duplicates_and_no_lost_results() {
     assert!(summary.reconciled > 0);
 }
 
+/// How many schedules each durable store's test runs: 40, or
+/// `IDEM_SIM_DURABLE_SCHEDULES` (the figures quoted run 1,000).
+fn durable_schedules() -> u64 {
+    std::env::var("IDEM_SIM_DURABLE_SCHEDULES")
+        .ok()
+        .map(|n| n.parse().expect("IDEM_SIM_DURABLE_SCHEDULES: a number"))
+        .unwrap_or(40)
+}
+
 /// `schedules` schedules on a durable store, ten at a time, in real time.
 /// The lease is longer than the example's: these tests run in debug
 /// builds next to each other on small machines, and a worker starved of
@@ -95,7 +104,7 @@ fn on_durable(name: &str, url: String, schedules: u64) {
 fn sqlite_store_no_duplicates_and_no_lost_results() {
     let dir = TempDir::new("idem-sim-sqlite").unwrap();
     let url = format!("sqlite://{}", dir.path().join("chaos.db").display());
-    on_durable("sqlite", url, 40);
+    on_durable("sqlite", url, durable_schedules());
 }
 
 #[test]
@@ -106,7 +115,7 @@ fn redis_store_no_duplicates_and_no_lost_results() {
             "redis-server",
         );
     };
-    on_durable("redis", server.url(), 40);
+    on_durable("redis", server.url(), durable_schedules());
 }
 
 #[test]
@@ -117,5 +126,5 @@ fn postgres_store_no_duplicates_and_no_lost_results() {
             "PostgreSQL",
         );
     };
-    on_durable("postgres", server.url(), 40);
+    on_durable("postgres", server.url(), durable_schedules());
 }
