@@ -9,8 +9,8 @@
 //! Each test prints its counts on a `KILL-TEST` line (`--nocapture`).
 #![cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 
-use idem_testkit::TempDir;
 use idem_testkit::process::{kill_workers_mid_call, run_worker};
+use idem_testkit::TempDir;
 
 /// The name of the entry point below, which the workers run.
 const ENTRY: &str = "kill_worker";
