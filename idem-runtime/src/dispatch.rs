@@ -40,11 +40,12 @@ use std::sync::Arc;
 use serde_json::{json, Value};
 
 use crate::error::IdemError;
-use crate::executor::{CallMeta, CallOutput, Executor, RunContext};
+use crate::executor::{CallOutput, Executor, RunContext};
 use crate::key::json_type;
 use crate::provider::{anthropic, genai, openai, openai_responses};
 use crate::registry::Registry;
 
+pub(crate) mod call;
 mod numbers;
 
 #[cfg(feature = "async-openai")]
@@ -53,109 +54,10 @@ pub use crate::provider::async_openai::CustomToolCall;
 /// The default limit on the size of one call's arguments: 64 KiB.
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
-/// One tool call as a model emitted it.
-///
-/// Read from a provider's JSON by the `parse` of each
-/// [`provider`](crate::provider) ([`openai::parse`], [`anthropic::parse`],
-/// [`openai_responses::parse`], [`genai::parse`]); with the
-/// `async-openai` feature, converted from async-openai's chat-completions
-/// tool calls (`ToolCall::from`, `ToolCall::try_from`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct ToolCall {
-    /// The provider's call id.
-    pub id: Option<String>,
-    /// The tool's name.
-    pub name: String,
-    /// The arguments, as sent.
-    pub arguments: Arguments,
-}
+pub use call::{Arguments, DispatchError, ToolCall, ToolResult};
 
-/// Arguments as sent by the provider.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Arguments {
-    /// A JSON text (OpenAI).
-    Text(String),
-    /// A JSON value (Anthropic).
-    Json(Value),
-}
-
-/// The model's message does not have the expected shape.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DispatchError {
-    /// The message is not in the provider's shape.
-    #[error("not an {provider} tool-call message: {detail}")]
-    Malformed {
-        /// `"OpenAI"`, `"Anthropic"`, `"OpenAI Responses"` or `"genai"`.
-        provider: &'static str,
-        /// What is wrong.
-        detail: String,
-    },
-    /// One item of the message's list of calls (`tool_calls`, `content`
-    /// blocks, `output` items) is not in the provider's shape. None of the
-    /// message's calls runs.
-    #[error("not an {provider} tool-call message: {detail}")]
-    MalformedItem {
-        /// `"OpenAI"`, `"Anthropic"`, `"OpenAI Responses"` or `"genai"`.
-        provider: &'static str,
-        /// The item's position in its list, from 0.
-        index: usize,
-        /// What is wrong, naming the item, as in
-        /// ``output[2] (function_call) has no string `call_id` ``.
-        detail: String,
-    },
-}
-
-/// The result of one call, ready to send back to the model.
-#[derive(Debug, Clone)]
-pub struct ToolResult {
-    /// The provider's call id.
-    pub call_id: Option<String>,
-    /// The tool's name as called.
-    pub tool: String,
-    /// The output, or why there is none.
-    pub result: Result<CallOutput<Value>, IdemError>,
-}
-
+/// The forwards to each provider's result shape.
 impl ToolResult {
-    /// Whether the call failed or was refused.
-    pub fn is_error(&self) -> bool {
-        self.result.is_err()
-    }
-
-    /// Whether the answer came from an earlier call's record (for tracing;
-    /// the model sees the same content as the first time).
-    pub fn deduplicated(&self) -> bool {
-        match &self.result {
-            Ok(c) => c.meta.deduplicated,
-            Err(e) => e.is_deduplicated(),
-        }
-    }
-
-    /// How the call was carried out, when it produced an output.
-    pub fn meta(&self) -> Option<&CallMeta> {
-        self.result.as_ref().ok().map(|c| &c.meta)
-    }
-
-    /// What the model reads: the output, or `{"error": {"code", "message"}}`.
-    pub fn content(&self) -> Value {
-        match &self.result {
-            Ok(called) => called.output.clone(),
-            Err(e) => {
-                let mut error = json!({ "code": e.code(), "message": e.to_string() });
-                if let IdemError::Tool {
-                    error: tool_error, ..
-                } = e
-                {
-                    error["kind"] = json!(tool_error.kind());
-                    if let Some(details) = tool_error.details() {
-                        error["details"] = details.clone();
-                    }
-                }
-                json!({ "error": error })
-            }
-        }
-    }
-
     /// An OpenAI `role: "tool"` message: [`openai::result`].
     pub fn to_openai(&self) -> Value {
         openai::result(self)

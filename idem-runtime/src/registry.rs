@@ -1,6 +1,6 @@
 //! A registry of tools, looked up by name for dispatch from model output,
 //! and the source of tool definitions: each provider's are written in
-//! [`provider`] (MCP's in the `idem` crate's `mcp`
+//! [`provider`](crate::provider) (MCP's in the `idem` crate's `mcp`
 //! module).
 
 use std::collections::HashMap;
@@ -14,7 +14,6 @@ use serde_json::{json, Value};
 use crate::class::{Class, ClassKind};
 use crate::error::IdemError;
 use crate::executor::{CallOutput, Executor, RunContext};
-use crate::provider;
 use crate::tool::{Tool, ToolSpec};
 
 /// A boxed, sendable future.
@@ -251,24 +250,6 @@ impl<S: 'static> Registry<S> {
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
         self.tools.is_empty()
-    }
-
-    /// Definitions for the OpenAI chat-completions `tools` parameter:
-    /// [`provider::openai::tools`].
-    pub fn openai_tools(&self) -> Value {
-        provider::openai::tools(self)
-    }
-
-    /// Definitions for the OpenAI Responses API `tools` parameter:
-    /// [`provider::openai_responses::tools`].
-    pub fn openai_responses_tools(&self) -> Value {
-        provider::openai_responses::tools(self)
-    }
-
-    /// Definitions for the Anthropic messages `tools` parameter:
-    /// [`provider::anthropic::tools`].
-    pub fn anthropic_tools(&self) -> Value {
-        provider::anthropic::tools(self)
     }
 
     /// What each tool is — name, description, class, whether its

@@ -26,8 +26,6 @@ use std::sync::Mutex;
 
 use serde::{Deserialize, Serialize};
 
-use crate::world::lock;
-
 /// Which provider received a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -158,4 +156,11 @@ pub fn read(path: &Path) -> Vec<Entry> {
 pub(crate) fn append_line(mut file: &File, line: &str) {
     let written = file.write(line.as_bytes()).expect("append a line");
     assert_eq!(written, line.len(), "a short append");
+}
+
+/// A poisoned mutex only means another task panicked mid-statement; the
+/// simulation's data is still what it was, and the panic is reported
+/// anyway.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }

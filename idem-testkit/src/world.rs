@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+pub(crate) use crate::ledger::lock;
 use crate::ledger::{Entry, Ledger, Provider};
 
 /// Counters of what the simulation observed, beyond the ledger.
@@ -201,11 +202,4 @@ impl World {
 /// a trace, short enough to read.
 pub(crate) fn short(key: &str) -> &str {
     key.get(key.len().saturating_sub(8)..).unwrap_or(key)
-}
-
-/// A poisoned mutex only means another task panicked mid-statement; the
-/// simulation's data is still what it was, and the panic is reported
-/// anyway.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
 }

@@ -44,6 +44,15 @@ pub(crate) fn step(approval: Approval) -> Value {
     serde_json::to_value(ApprovalDecision::Approved(approval)).expect("an approval serializes")
 }
 
+// The record's accessor lives with the protocol that writes the step, so
+// that `record` does not depend on `approval` (which depends on it).
+impl Record {
+    /// The approval recorded under [`APPROVAL_STEP`], if any.
+    pub fn approval(&self) -> Option<Approval> {
+        recorded(&self.steps)
+    }
+}
+
 /// The approval recorded among `steps` (under [`APPROVAL_STEP`]), if any.
 pub(crate) fn recorded(steps: &BTreeMap<String, Value>) -> Option<Approval> {
     match serde_json::from_value(steps.get(APPROVAL_STEP)?.clone()) {

@@ -6,7 +6,7 @@
 use serde_json::{json, Value};
 
 use super::shape::{optional, Shape};
-use crate::dispatch::{Arguments, DispatchError, ToolCall, ToolResult};
+use crate::dispatch::call::{Arguments, DispatchError, ToolCall, ToolResult};
 use crate::registry::Registry;
 
 /// The tool calls (`tool_use` blocks) of an Anthropic message, or of its

@@ -10,7 +10,7 @@
 
 use async_openai::types::chat::{ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls};
 
-use crate::dispatch::{Arguments, ToolCall};
+use crate::dispatch::call::{Arguments, ToolCall};
 
 /// A custom tool call (free-text input, no JSON arguments): idem tools
 /// take JSON arguments described by a JSON Schema, so it is not a call of

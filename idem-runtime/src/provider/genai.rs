@@ -12,7 +12,7 @@
 use serde_json::{json, Value};
 
 use super::shape::Shape;
-use crate::dispatch::{Arguments, DispatchError, ToolCall, ToolResult};
+use crate::dispatch::call::{Arguments, DispatchError, ToolCall, ToolResult};
 
 /// The tool calls of a genai response, as genai (0.4 to 0.7) serializes
 /// its types: a `ChatResponse` or `ChatMessage` (calls are the

@@ -79,3 +79,25 @@ fn definitions<S: 'static>(
         .map(|t| shape(&t.spec(), t.input_schema()))
         .collect()
 }
+
+// The registry's forwards to each provider's tool definitions live here,
+// so that the registry does not depend on the providers (which read it).
+impl<S: 'static> Registry<S> {
+    /// Definitions for the OpenAI chat-completions `tools` parameter:
+    /// [`crate::provider::openai::tools`].
+    pub fn openai_tools(&self) -> Value {
+        crate::provider::openai::tools(self)
+    }
+
+    /// Definitions for the OpenAI Responses API `tools` parameter:
+    /// [`crate::provider::openai_responses::tools`].
+    pub fn openai_responses_tools(&self) -> Value {
+        crate::provider::openai_responses::tools(self)
+    }
+
+    /// Definitions for the Anthropic messages `tools` parameter:
+    /// [`crate::provider::anthropic::tools`].
+    pub fn anthropic_tools(&self) -> Value {
+        crate::provider::anthropic::tools(self)
+    }
+}

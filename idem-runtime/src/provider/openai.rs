@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::shape::{arguments, optional, Shape};
-use crate::dispatch::{DispatchError, ToolCall, ToolResult};
+use crate::dispatch::call::{DispatchError, ToolCall, ToolResult};
 use crate::registry::Registry;
 use crate::tool::ToolSpec;
 

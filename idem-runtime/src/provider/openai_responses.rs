@@ -7,7 +7,7 @@
 use serde_json::{json, Value};
 
 use super::shape::{arguments, Shape};
-use crate::dispatch::{DispatchError, ToolCall, ToolResult};
+use crate::dispatch::call::{DispatchError, ToolCall, ToolResult};
 use crate::registry::Registry;
 
 /// The tool calls (`function_call` items) of an OpenAI Responses API

@@ -7,7 +7,7 @@
 
 use serde_json::Value;
 
-use crate::dispatch::{Arguments, DispatchError};
+use crate::dispatch::call::{Arguments, DispatchError};
 use crate::key::json_type;
 
 /// One provider's shape: its name in errors and the list holding its calls.

@@ -86,11 +86,6 @@ impl Record {
         }
     }
 
-    /// The approval recorded under [`APPROVAL_STEP`], if any.
-    pub fn approval(&self) -> Option<crate::approval::Approval> {
-        crate::approval::transition::recorded(&self.steps)
-    }
-
     /// Where the record stands.
     pub fn status(&self) -> Status {
         match &self.state {

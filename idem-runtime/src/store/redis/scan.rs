@@ -8,16 +8,13 @@ use redis::Value as RedisValue;
 
 use super::codec::{decode, number, parse_stream_id, StreamId};
 use super::connection::Connection;
-use super::schema::{audit_key, index_key, slot, SLOTS};
+use super::schema::{audit_key, index_key, slot, COUNT_WINDOW, SLOTS};
 use super::RedisStore;
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::CorruptRecord;
 use crate::store::{ScanPage, Store, StoreError};
-
-/// How many slots' index sizes one round trip of a scan counts.
-pub(super) const COUNT_WINDOW: u16 = 512;
 
 /// The most records one scan page reads.
 const MAX_SCAN_PAGE: usize = 10_000;

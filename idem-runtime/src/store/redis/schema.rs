@@ -6,10 +6,13 @@ use redis::Script;
 
 use super::codec::text;
 use super::connection::Connection;
-use super::scan::COUNT_WINDOW;
 use super::RedisStore;
 use crate::key::IdempotencyKey;
 use crate::store::{Cause, StoreError};
+
+/// How many slots one round trip reads at once, when a scan counts index
+/// sizes or a migration walks the slots.
+pub(super) const COUNT_WINDOW: u16 = 512;
 
 /// The data layout this build writes and understands, kept under
 /// `PREFIX:schema`.

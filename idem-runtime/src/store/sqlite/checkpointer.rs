@@ -9,8 +9,8 @@ use std::time::Duration;
 use rusqlite::wal::CheckpointMode;
 use rusqlite::{Connection, OpenFlags};
 
-use super::connection::Shared;
 use super::options::SqliteOptions;
+use super::shared::Shared;
 
 /// WAL pages (4 KiB each by default) after which the checkpointer copies
 /// the WAL back into the database file: SQLite's own autocheckpoint

@@ -2,7 +2,7 @@
 
 use rusqlite::ffi;
 
-use super::connection::Shared;
+use super::shared::Shared;
 use crate::store::{Cause, StoreError};
 
 impl Shared {

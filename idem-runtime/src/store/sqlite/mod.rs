@@ -61,6 +61,7 @@ mod error;
 mod options;
 mod reader;
 mod schema;
+mod shared;
 #[cfg(test)]
 mod tests;
 mod writer;
@@ -82,13 +83,13 @@ use crate::key::IdempotencyKey;
 use crate::record::{Fence, Outcome, Record};
 
 pub use checkpointer::{CHECKPOINT_PAGES, SWEEP_CHECKPOINT_WAIT, WAL_LIMIT_PAGES};
-pub use connection::CROSS_PROCESS_POLL;
 pub use options::{SqliteOptions, Synchronous, DEFAULT_RECORD_CACHE};
 pub use schema::{OLDEST_READABLE, SCHEMA_VERSION};
+pub use shared::CROSS_PROCESS_POLL;
 
-use connection::Shared;
 use reader::{audit_page, scan};
 use schema::AUDIT_SINCE;
+use shared::Shared;
 use writer::{Answer, Job, Op, SWEEP_BATCH};
 
 /// Records in one SQLite file. See the [module docs](self).

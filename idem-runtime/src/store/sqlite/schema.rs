@@ -3,7 +3,7 @@
 
 use rusqlite::{ffi, Connection, OptionalExtension, TransactionBehavior};
 
-use super::connection::{open_to_check, Shared};
+use super::shared::{open_to_check, Shared};
 use crate::store::{Cause, StoreError};
 
 /// The schema version this build writes and understands. Version 2 (idem

@@ -9,7 +9,7 @@ use serde_json::Value;
 use tokio::sync::oneshot;
 
 use super::codec::{load, millis, store, store_bytes, DecodedRecords};
-use super::connection::Shared;
+use super::shared::Shared;
 use super::SqliteStore;
 use crate::audit::{self, AuditEvent};
 use crate::clock::Timestamp;
