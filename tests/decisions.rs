@@ -302,6 +302,7 @@ async fn a_natural_key_taking_over_an_approved_call_does_not_run_its_own_argumen
             lease,
             info: Default::default(),
             worker: Some("worker-that-dies"),
+            durable: true,
         })
         .await
         .unwrap();

@@ -213,6 +213,7 @@ impl Backend {
                         lease: Duration::from_secs(60),
                         info: idem_runtime::record::CallInfoRef::EMPTY,
                         worker: None,
+                        durable: true,
                     };
                     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap()
                     else {

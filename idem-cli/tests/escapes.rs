@@ -95,6 +95,7 @@ async fn forged_unknown(url: &str) -> String {
             ttl: None,
         },
         worker: Some(FORGED),
+        durable: true,
     };
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("fresh key not acquired");
@@ -273,6 +274,7 @@ async fn a_refusal_quoting_a_forged_worker_shows_it_escaped() {
         lease: Duration::from_secs(600),
         info: CallInfoRef::EMPTY,
         worker: Some(FORGED),
+        durable: true,
     };
     assert!(matches!(
         store.claim(&claim).await.unwrap(),

@@ -184,6 +184,7 @@ async fn a_corrupt_record_is_named_loudly_and_the_rest_are_listed() {
             lease: Duration::from_secs(30),
             info: CallInfoRef::EMPTY,
             worker: None,
+            durable: true,
         };
         let idem_runtime::store::ClaimOutcome::Acquired { fence, .. } =
             store.claim(&req).await.unwrap()

@@ -92,6 +92,7 @@ async fn set_up(situation: Situation) -> (TempDir, Idem, Vec<String>) {
                     lease: Duration::from_millis(20),
                     info: CallInfoRef::EMPTY,
                     worker: Some("worker-that-died:1"),
+                    durable: true,
                 })
                 .await
                 .unwrap();

@@ -9,7 +9,14 @@
 //! strace -f -c -e trace=fsync,fdatasync $B /tmp/g.db concurrent 1000  # first calls, all at once
 //! strace -f -c -e trace=fsync,fdatasync $B /tmp/h.db workers 1000     # 16 workers, one call at a time each
 //! strace -f -c -e trace=fsync,fdatasync $B /tmp/i.db serial 1000 normal  # synchronous=NORMAL
+//! strace -f -c -e trace=fsync,fdatasync $B /tmp/j.db serial 1000 relaxed # claims as an idempotent_write's
 //! ```
+//!
+//! The claims are durable ([`ClaimRequest::durable`]), as a
+//! `non_idempotent_write`'s are, unless `relaxed` is given: then they are
+//! an `idempotent_write`'s, and only the completions are fsynced. (The
+//! executor also durably marks a non-idempotent call as started; this
+//! program does not.)
 //!
 //! Subtract the `open` run (creating the file) from the others. Keys are
 //! `0…n`, so `duplicates` replays the calls `serial` recorded.
@@ -28,7 +35,7 @@ fn key(i: usize) -> IdempotencyKey {
 }
 
 /// One call: claim, "run the tool", complete. Returns whether it ran.
-async fn call(store: &SqliteStore, i: usize) -> bool {
+async fn call(store: &SqliteStore, i: usize, durable: bool) -> bool {
     let (key, f) = (key(i), Fingerprint::new("0".repeat(64)));
     let req = ClaimRequest {
         key: &key,
@@ -38,6 +45,7 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
         lease: Duration::from_secs(60),
         info: idem_runtime::record::CallInfoRef::EMPTY,
         worker: None,
+        durable,
     };
     match store.claim(&req).await.expect("claim") {
         ClaimOutcome::Acquired { fence, .. } => {
@@ -58,12 +66,13 @@ async fn call(store: &SqliteStore, i: usize) -> bool {
 #[tokio::main]
 async fn main() {
     let args: Vec<String> = std::env::args().collect();
-    let (path, mode, n, synchronous) = match &args[1..] {
-        [path, mode, n] => (path, mode, n, Synchronous::Full),
-        [path, mode, n, s] if s == "normal" => (path, mode, n, Synchronous::Normal),
+    let (path, mode, n, synchronous, durable) = match &args[1..] {
+        [path, mode, n] => (path, mode, n, Synchronous::Full, true),
+        [path, mode, n, s] if s == "normal" => (path, mode, n, Synchronous::Normal, true),
+        [path, mode, n, s] if s == "relaxed" => (path, mode, n, Synchronous::Full, false),
         _ => {
             eprintln!(
-                "usage: sqlite_fsyncs DB open|serial|concurrent|workers|duplicates N [normal]"
+                "usage: sqlite_fsyncs DB open|serial|concurrent|workers|duplicates N [normal|relaxed]"
             );
             std::process::exit(2);
         }
@@ -77,7 +86,7 @@ async fn main() {
         "serial" | "duplicates" => {
             let mut ran = 0;
             for i in 0..n {
-                ran += usize::from(call(&store, i).await);
+                ran += usize::from(call(&store, i, durable).await);
             }
             ran
         }
@@ -85,7 +94,7 @@ async fn main() {
             let mut tasks = tokio::task::JoinSet::new();
             for i in 0..n {
                 let store = store.clone();
-                tasks.spawn(async move { call(&store, i).await });
+                tasks.spawn(async move { call(&store, i, durable).await });
             }
             tasks.join_all().await.into_iter().filter(|r| *r).count()
         }
@@ -97,7 +106,7 @@ async fn main() {
                 tasks.spawn(async move {
                     let mut ran = 0;
                     for i in (w..n).step_by(16) {
-                        ran += usize::from(call(&store, i).await);
+                        ran += usize::from(call(&store, i, durable).await);
                     }
                     ran
                 });

@@ -154,6 +154,15 @@ impl ClassKind {
         self.is_retry_safe()
     }
 
+    /// Whether a call's claim (and its started mark) must reach durable
+    /// storage before the tool runs. Not for an `idempotent_write`: a claim
+    /// lost with a crash or a power cut only means the call runs again with
+    /// the same key, as a takeover of that class would. Every class's
+    /// completion is durable before the caller is answered.
+    pub const fn needs_durable_claim(self) -> bool {
+        self.is_keyed() && !self.may_rerun_unknown_outcome()
+    }
+
     /// Whether an approval is needed before the tool runs.
     pub const fn needs_approval(self) -> bool {
         matches!(self, ClassKind::Irreversible)
@@ -237,6 +246,10 @@ mod tests {
         assert_eq!(
             ClassKind::ALL.map(ClassKind::is_keyed),
             [false, true, true, true]
+        );
+        assert_eq!(
+            ClassKind::ALL.map(ClassKind::needs_durable_claim),
+            [false, false, true, true]
         );
         assert_eq!(
             ClassKind::ALL.map(ClassKind::needs_approval),

@@ -167,6 +167,7 @@ fn req<'a>(
         lease,
         info: crate::record::CallInfoRef::EMPTY,
         worker: None,
+        durable: true,
     }
 }
 

@@ -60,6 +60,7 @@ async fn crashed(
             lease: Duration::from_secs(40),
             info: idem_runtime::record::CallInfoRef::EMPTY,
             worker: None,
+            durable: true,
         })
         .await
         .unwrap();

@@ -143,6 +143,7 @@ async fn an_owner_taken_over_is_told_through_its_ctx_and_its_late_result_is_not_
             lease: Duration::from_secs(60),
             info: idem_runtime::record::CallInfoRef::EMPTY,
             worker: None,
+            durable: true,
         })
         .await
         .unwrap()

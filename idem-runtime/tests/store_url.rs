@@ -25,6 +25,7 @@ async fn first_call_then_duplicate(store: Arc<dyn Store>) {
         lease: Duration::from_secs(30),
         info: idem_runtime::record::CallInfoRef::EMPTY,
         worker: None,
+        durable: true,
     };
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("fresh key not acquired on {}", store.describe());

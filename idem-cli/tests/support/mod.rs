@@ -219,6 +219,7 @@ pub async fn claim_directly(
             lease,
             info,
             worker: Some("worker-elsewhere:9"),
+            durable: true,
         })
         .await
         .unwrap();

@@ -82,6 +82,9 @@ impl CallEnv<'_> {
                 ttl: Some(self.ttl()),
             },
             worker: Some(&self.core.config.worker),
+            // A lost claim of an `idempotent_write` re-runs with the same
+            // key; every other class's claim must outlive a crash.
+            durable: self.class.needs_durable_claim(),
         }
     }
 

@@ -107,6 +107,22 @@ pub struct ClaimRequest<'a> {
     /// The claiming worker, recorded as the record's
     /// [`worker`](Record::worker) when the claim acquires the key.
     pub worker: Option<&'a str>,
+    /// Whether a claim that writes must reach durable storage before the
+    /// store answers. The executor asks for it for every class that is
+    /// never re-run on an unknown outcome (`non_idempotent_write`,
+    /// `irreversible`): a crash that forgot such a claim could forget that
+    /// an effect may have happened. An `idempotent_write` claims with
+    /// `false`: if a crash or a power cut loses the claim, the call simply
+    /// runs again with the same key, which its class makes harmless, and
+    /// its completion is made durable before the caller is answered.
+    ///
+    /// A store may ignore `false` and make every claim durable (always
+    /// correct, only slower). SQLite with `Synchronous::Full` commits a
+    /// batch of such claims without an fsync (the next durable commit's
+    /// fsync covers them); PostgreSQL commits them with
+    /// `synchronous_commit = off` for that transaction alone. A claim that
+    /// writes nothing (a duplicate) costs no flush either way.
+    pub durable: bool,
 }
 
 /// What a claim found.

@@ -24,6 +24,7 @@ pub fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> Cla
         lease: Duration::from_secs(30),
         info: idem_runtime::record::CallInfoRef::EMPTY,
         worker: None,
+        durable: true,
     }
 }
 

@@ -53,23 +53,35 @@ impl bb8::ManageConnection for Manager {
         let client = open(&self.config).await?;
         let sql = &*SQL;
         // Prepared concurrently: the client pipelines them.
-        let (claim, checkpoint, renew, complete, release, replace, remove, get, scan, sweep, now) =
-            tokio::try_join!(
-                client.prepare(&sql.claim),
-                client.prepare(&sql.checkpoint),
-                client.prepare(&sql.renew),
-                client.prepare(&sql.complete),
-                client.prepare(&sql.release),
-                client.prepare(&sql.replace),
-                client.prepare(&sql.remove),
-                client.prepare(&sql.get),
-                client.prepare(&sql.scan),
-                client.prepare(&sql.sweep),
-                client.prepare(&sql.now),
-            )?;
+        let (
+            (claim, claim_relaxed),
+            (checkpoint, renew, complete, release, replace, remove, get, scan, sweep, now),
+        ) = tokio::try_join!(
+            async {
+                tokio::try_join!(
+                    client.prepare(&sql.claim),
+                    client.prepare(&sql.claim_relaxed)
+                )
+            },
+            async {
+                tokio::try_join!(
+                    client.prepare(&sql.checkpoint),
+                    client.prepare(&sql.renew),
+                    client.prepare(&sql.complete),
+                    client.prepare(&sql.release),
+                    client.prepare(&sql.replace),
+                    client.prepare(&sql.remove),
+                    client.prepare(&sql.get),
+                    client.prepare(&sql.scan),
+                    client.prepare(&sql.sweep),
+                    client.prepare(&sql.now),
+                )
+            },
+        )?;
         Ok(Conn {
             client,
             claim,
+            claim_relaxed,
             checkpoint,
             renew,
             complete,

@@ -10,7 +10,20 @@
 //!   single-row updates fenced by `WHERE key = $1 AND fence = $2 AND state =
 //!   in flight` (a replace by the fence and state it expects) that report
 //!   the current holder when they match nothing.
-//! * Fences come from a sequence, so they are unique per key forever.
+//! * Fences come from a sequence, so they are unique per key forever —
+//!   with one exception, below.
+//! * A claim that need not be durable ([`ClaimRequest::durable`] `false`,
+//!   an `idempotent_write`'s) commits with `synchronous_commit = off` for
+//!   its own transaction: the server answers before flushing its WAL, and
+//!   flushes it within `wal_writer_delay`. Every other write waits for the
+//!   flush as the server is configured to. A server crash in between
+//!   loses the claim; the call then runs again with the same key, which
+//!   its class allows. The sequence's advance may be lost with it, so the
+//!   lost claim's fence can be handed out again for the same key: its
+//!   first owner, still running, and the new one may then both finish the
+//!   call, and the first completion is recorded (the other is refused
+//!   as superseded, and its caller is answered from the record when it
+//!   calls again).
 //! * Times come from the server's clock (`statement_timestamp()`), never
 //!   the worker's.
 //! * The schema (`idem_meta`, `idem_records`, `idem_audit`, sequence
@@ -106,7 +119,11 @@ impl Store for PostgresStore {
             let rows = conn
                 .client
                 .query(
-                    &conn.claim,
+                    if req.durable {
+                        &conn.claim
+                    } else {
+                        &conn.claim_relaxed
+                    },
                     &[
                         &req.key.as_str(),
                         &req.tool,

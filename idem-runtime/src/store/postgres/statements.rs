@@ -24,6 +24,8 @@ pub(super) const SCAN_MAX: usize = 10_000;
 /// name) filled in.
 pub(super) struct Sql {
     pub(super) claim: String,
+    /// [`Sql::claim`] for a claim that need not be durable.
+    pub(super) claim_relaxed: String,
     pub(super) checkpoint: String,
     pub(super) renew: String,
     pub(super) complete: String,
@@ -66,7 +68,7 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
                  WHEN 3 THEN state = 1 AND expires_at > {now}
                  ELSE false
                END";
-    Sql {
+    let mut sql = Sql {
         // `cur` reads the row first: when it is a live completed record, a
         // live owner's, one awaiting an approval not yet given, or another
         // call's, nothing is inserted, so a duplicate takes no row lock,
@@ -238,13 +240,32 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
              WHERE r.key = doomed.key AND r.state IN (1, 2) AND r.expires_at <= {now}",
         ),
         now: fill("SELECT {now}"),
-    }
+        claim_relaxed: String::new(),
+    };
+    // A claim that need not be durable (an `idempotent_write`'s): its
+    // transaction commits with `synchronous_commit = off`, so the server
+    // answers before the WAL is flushed. `set_config(…, true)` lasts until
+    // the end of the statement's own transaction. It is evaluated for the
+    // row about to be inserted: when the claim changes nothing it may not
+    // run, but then the transaction wrote nothing and waits for no flush.
+    sql.claim_relaxed = sql.claim.replacen(
+        "WHERE NOT EXISTS (",
+        "WHERE set_config('synchronous_commit', 'off', true) IS NOT NULL
+                 AND NOT EXISTS (",
+        1,
+    );
+    assert_ne!(
+        sql.claim_relaxed, sql.claim,
+        "the claim's insert has a WHERE"
+    );
+    sql
 });
 
 /// A pooled connection with every statement prepared.
 pub(super) struct Conn {
     pub(super) client: Client,
     pub(super) claim: Statement,
+    pub(super) claim_relaxed: Statement,
     pub(super) checkpoint: Statement,
     pub(super) renew: Statement,
     pub(super) complete: Statement,

@@ -41,6 +41,13 @@
 //!   slots a round trip). [`Store::sweep`] trims each stream to the events
 //!   younger than the retention (`XTRIM MINID`, by the server's clock),
 //!   returning 0 still.
+//! * Durability is the server's (`appendonly`, `appendfsync`): a script's
+//!   writes reach the disk as the server is configured to, whatever the
+//!   call's class, so [`ClaimRequest::durable`](super::ClaimRequest::durable)
+//!   changes nothing here. With `appendfsync always` every claim and
+//!   outcome is on disk before it is answered; with `everysec` (Redis's
+//!   default when the AOF is on) a power cut may lose the last second of
+//!   claims, outcomes and decisions alike.
 //! * Waiters ([`Store::wait`], [`Store::wait_for_decision`]) are woken by
 //!   pub/sub: the complete, release and replace scripts (an approval or a
 //!   denial is a replace) publish the key on `PREFIX:done`, and one

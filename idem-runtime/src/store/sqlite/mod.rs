@@ -30,11 +30,17 @@
 //!   up to the busy timeout. No connection keeps a read transaction open
 //!   between reads, so checkpoints are never starved.
 //! * With [`Synchronous::Full`] (the default) a record is on disk, and
-//!   survives power loss, before the call that wrote it returns: at most two
-//!   durable commits per first call (the claim before the tool runs, the
-//!   outcome before it is acknowledged). [`Synchronous::Normal`] skips the
-//!   fsync on commit: still safe against a crash of the process, but the
-//!   last transactions may be lost on power failure.
+//!   survives power loss, before the call that wrote it returns — except
+//!   an `idempotent_write`'s claim ([`ClaimRequest::durable`] `false`),
+//!   whose loss only means the call runs again with the same key. A first
+//!   call of that class pays one fsync (its outcome, before it is
+//!   acknowledged); a `non_idempotent_write` or `irreversible` call pays
+//!   one for its claim, one for its started mark and one for its outcome.
+//!   A batch of claims that need not be durable commits with
+//!   `synchronous=NORMAL`; a batch with anything else in it fsyncs.
+//!   [`Synchronous::Normal`] skips the fsync on every commit: still safe
+//!   against a crash of the process, but the last transactions may be lost
+//!   on power failure.
 //! * Waiters in this process ([`Store::wait`], [`Store::wait_for_decision`])
 //!   are woken the moment the writer commits a completion, a release or a
 //!   replace (an approval, a denial); a writer in *another* process (an
@@ -147,6 +153,7 @@ impl Store for SqliteStore {
                 lease: req.lease,
                 info: req.info.to_owned(),
                 worker: req.worker.map(str::to_owned),
+                durable: req.durable,
             })
             .await?
         {

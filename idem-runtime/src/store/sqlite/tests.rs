@@ -26,6 +26,7 @@ async fn acquire(store: &SqliteStore, key: &IdempotencyKey) -> Fence {
         lease: Duration::from_secs(3600),
         info: CallInfoRef::EMPTY,
         worker: None,
+        durable: true,
     };
     match store.claim(&req).await.unwrap() {
         ClaimOutcome::Acquired { fence, .. } => fence,

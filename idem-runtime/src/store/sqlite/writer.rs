@@ -45,6 +45,9 @@ pub(super) enum Op {
         lease: Duration,
         info: CallInfo,
         worker: Option<String>,
+        /// Whether the claim must be on disk before it is answered
+        /// ([`ClaimRequest::durable`]).
+        durable: bool,
     },
     Replace {
         key: IdempotencyKey,
@@ -83,6 +86,20 @@ pub(super) enum Op {
     Sweep {
         cutoff: Timestamp,
     },
+}
+
+impl Op {
+    /// Whether the transaction holding this operation must be on disk
+    /// before anyone is answered. Only a claim that says it need not
+    /// (an `idempotent_write`'s) may be lost with a power cut; everything
+    /// else — other claims, started marks, outcomes, an operator's or an
+    /// approval's change, the audit log, sweeps — is durable.
+    fn needs_durability(&self) -> bool {
+        match self {
+            Op::Claim { durable, .. } => *durable,
+            _ => true,
+        }
+    }
 }
 
 pub(super) enum Answer {
@@ -141,8 +158,56 @@ pub(super) struct Writer {
     pub(super) shared: Arc<Shared>,
 }
 
+/// What the writer's commits wait for, batch by batch.
+///
+/// With `synchronous=FULL` every commit fsyncs the WAL. A batch that holds
+/// nothing but claims that need not be durable (those of
+/// `idempotent_write` calls) commits with `synchronous=NORMAL` instead: its
+/// frames reach the WAL file without an fsync, and the next durable commit's
+/// fsync — the completion of the same call, at the latest — covers them,
+/// since an fsync flushes the whole file. SQLite refuses to change the
+/// setting inside a transaction, so it is switched between transactions,
+/// and only when a batch needs the other one.
+struct Durability {
+    /// The store was opened with `synchronous=FULL`.
+    full: bool,
+    /// The connection is switched to `NORMAL` for a batch of claims that
+    /// need not be durable.
+    relaxed: bool,
+}
+
+impl Durability {
+    fn of(conn: &Connection) -> Durability {
+        // 2 is FULL, 3 EXTRA; anything else already skips the commit fsync.
+        let level: i64 = conn
+            .pragma_query_value(None, "synchronous", |row| row.get(0))
+            .unwrap_or(2);
+        Durability {
+            full: level >= 2,
+            relaxed: false,
+        }
+    }
+
+    /// Set the connection up for a batch that `durable` or not. Relaxing
+    /// is an optimisation: when it fails, the batch is simply durable.
+    /// Going back to `FULL` is not: when it fails, the batch fails.
+    fn prepare(&mut self, conn: &Connection, durable: bool) -> rusqlite::Result<()> {
+        if !self.full || durable == !self.relaxed {
+            return Ok(());
+        }
+        if durable {
+            conn.pragma_update(None, "synchronous", "FULL")?;
+            self.relaxed = false;
+        } else if conn.pragma_update(None, "synchronous", "NORMAL").is_ok() {
+            self.relaxed = true;
+        }
+        Ok(())
+    }
+}
+
 impl Writer {
     pub(super) fn run(mut self, jobs: mpsc::Receiver<Job>) {
+        let mut durability = Durability::of(&self.conn);
         // Ends when the store (the only sender) is dropped.
         while let Ok(first) = jobs.recv() {
             let mut batch = vec![first];
@@ -152,7 +217,7 @@ impl Writer {
                     Err(_) => break,
                 }
             }
-            self.commit(batch);
+            self.commit(batch, &mut durability);
         }
     }
 
@@ -167,10 +232,10 @@ impl Writer {
     /// the abandoned transaction were never seen by anyone. Every round
     /// drops one job, so this ends. A failure of the transaction itself
     /// (the lock, the fence counter, COMMIT) fails every job left.
-    fn commit(&mut self, mut batch: Vec<Job>) {
+    fn commit(&mut self, mut batch: Vec<Job>, durability: &mut Durability) {
         let shared = self.shared.clone();
         loop {
-            match self.try_commit(&batch) {
+            match self.try_commit(&batch, durability) {
                 Ok(answers) => {
                     for (job, answer) in batch.into_iter().zip(answers) {
                         if answer.is_ok() {
@@ -206,7 +271,14 @@ impl Writer {
     /// One attempt at committing `batch`: every job's answer, in order, once
     /// the transaction is committed. Dropping the transaction on an error
     /// rolls it back.
-    fn try_commit(&mut self, batch: &[Job]) -> Result<Vec<Result<Answer, StoreError>>, Failed> {
+    fn try_commit(
+        &mut self,
+        batch: &[Job],
+        durability: &mut Durability,
+    ) -> Result<Vec<Result<Answer, StoreError>>, Failed> {
+        durability
+            .prepare(&self.conn, batch.iter().any(|j| j.op.needs_durability()))
+            .map_err(Failed::Transaction)?;
         let tx = self
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
@@ -299,6 +371,7 @@ fn apply(
             lease,
             info,
             worker,
+            durable,
         } => {
             let existing = match existing(key)? {
                 Ok(r) => r,
@@ -312,6 +385,7 @@ fn apply(
                 lease: *lease,
                 info: info.as_ref(),
                 worker: worker.as_deref(),
+                durable: *durable,
             };
             let fences = fences.expect("loaded for a batch with claims");
             let decision = transition::claim(existing.map(Arc::new), &req, now, || fences.take());
