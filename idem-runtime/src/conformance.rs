@@ -32,9 +32,11 @@ use serde_json::json;
 
 mod audit;
 mod decisions;
+mod durability;
 mod operations;
 pub use audit::*;
 pub use decisions::*;
+pub use durability::*;
 pub use operations::*;
 
 use crate::audit::DEFAULT_AUDIT_RETENTION;
@@ -934,6 +936,8 @@ macro_rules! store_conformance_tests {
             audit_events_outlive_their_records,
             audit_retention_sweeps_only_older_events,
             concurrent_audit_appends_lose_none,
+            a_claim_that_need_not_be_durable_decides_as_any_claim,
+            relaxed_concurrent_claims_have_one_owner,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

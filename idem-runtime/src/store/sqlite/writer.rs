@@ -192,7 +192,7 @@ impl Durability {
     /// is an optimisation: when it fails, the batch is simply durable.
     /// Going back to `FULL` is not: when it fails, the batch fails.
     fn prepare(&mut self, conn: &Connection, durable: bool) -> rusqlite::Result<()> {
-        if !self.full || durable == !self.relaxed {
+        if !self.full || durable != self.relaxed {
             return Ok(());
         }
         if durable {

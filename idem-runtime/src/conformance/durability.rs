@@ -1,0 +1,129 @@
+//! Cases for claims that need not be durable ([`ClaimRequest::durable`]
+//! `false`, an `idempotent_write`'s): a store may commit them without a
+//! flush, by another statement or another path, but what such a claim
+//! decides must be exactly what any claim decides.
+
+use std::collections::BTreeMap;
+
+use serde_json::json;
+
+use super::{fp, random_key, req, success, Harness};
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::RecordState;
+use crate::store::{ClaimOutcome, ClaimRequest, Store};
+
+/// A claim of `key` that need not be durable, with `lease`.
+fn relaxed<'a>(
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+    lease: std::time::Duration,
+) -> ClaimRequest<'a> {
+    ClaimRequest {
+        durable: false,
+        ..req(key, fingerprint, lease)
+    }
+}
+
+/// A claim that need not be durable acquires a new key, reports the owner
+/// in flight, key reuse and a completed outcome, takes over an expired
+/// lease with its steps, and claims an expired record anew, exactly as a
+/// durable claim does; a durable claim sees what it wrote.
+pub async fn a_claim_that_need_not_be_durable_decides_as_any_claim<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+
+    let ClaimOutcome::Acquired {
+        fence: first,
+        takeover: None,
+        ..
+    } = store.claim(&relaxed(&key, &f, h.tick() * 2)).await.unwrap()
+    else {
+        panic!("a new key was not acquired");
+    };
+    let record = store.get(&key).await.unwrap().expect("the claim wrote");
+    assert!(matches!(record.state, RecordState::InFlight { fence, .. } if fence == first));
+    for claim in [relaxed(&key, &f, h.tick()), req(&key, &f, h.tick())] {
+        match store.claim(&claim).await.unwrap() {
+            ClaimOutcome::InFlight { fence, .. } => assert_eq!(fence, first),
+            other => panic!("expected the owner in flight, got {other:?}"),
+        }
+    }
+    let other = fp("b");
+    assert!(matches!(
+        store.claim(&relaxed(&key, &other, h.tick())).await.unwrap(),
+        ClaimOutcome::KeyReused { .. }
+    ));
+
+    // The owner vanishes after a step; a relaxed claim takes over.
+    store
+        .checkpoint(&key, first, "charge", &json!({"id": 1}), h.tick() * 2)
+        .await
+        .unwrap();
+    h.advance(h.tick() * 3).await;
+    let ClaimOutcome::Acquired {
+        fence: second,
+        takeover: Some(takeover),
+        steps,
+        ..
+    } = store
+        .claim(&relaxed(&key, &f, h.tick() * 10))
+        .await
+        .unwrap()
+    else {
+        panic!("an expired lease was not taken over");
+    };
+    assert_eq!(takeover.previous, first);
+    assert_eq!(
+        steps,
+        BTreeMap::from([("charge".to_owned(), json!({"id": 1}))])
+    );
+
+    // Completed: answered as recorded, to every kind of claim.
+    store
+        .complete(&key, second, &success(7), h.tick() * 2)
+        .await
+        .unwrap();
+    for claim in [relaxed(&key, &f, h.tick()), req(&key, &f, h.tick())] {
+        match store.claim(&claim).await.unwrap() {
+            ClaimOutcome::Completed(record) => assert_eq!(record.outcome(), Some(&success(7))),
+            other => panic!("expected the recorded outcome, got {other:?}"),
+        }
+    }
+
+    // Expired: claimed anew, as a fresh call.
+    h.advance(h.tick() * 3).await;
+    match store.claim(&relaxed(&key, &f, h.tick())).await.unwrap() {
+        ClaimOutcome::Acquired {
+            fence,
+            takeover: None,
+            steps,
+            ..
+        } => {
+            assert!(fence != first && fence != second);
+            assert!(steps.is_empty(), "an expired call's steps came back");
+        }
+        other => panic!("an expired record was not claimed anew: {other:?}"),
+    }
+}
+
+/// Concurrent claims of one key that need not be durable: exactly one
+/// acquires it.
+pub async fn relaxed_concurrent_claims_have_one_owner<H: Harness>(h: H) {
+    let store = h.store();
+    let key = random_key();
+    let lease = h.tick() * 100;
+    let mut set = tokio::task::JoinSet::new();
+    for _ in 0..h.concurrency().min(1_000) {
+        let (store, key) = (store.clone(), key.clone());
+        set.spawn(async move {
+            let f = fp("same");
+            let acquired = matches!(
+                store.claim(&relaxed(&key, &f, lease)).await.expect("claim"),
+                ClaimOutcome::Acquired { .. }
+            );
+            usize::from(acquired)
+        });
+    }
+    let owners: usize = set.join_all().await.into_iter().sum();
+    assert_eq!(owners, 1, "more than one owner of one key");
+}
