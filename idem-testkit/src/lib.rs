@@ -5,6 +5,8 @@
 //!   of a test whose server is missing, and the harness and multi-process
 //!   helpers of the store tests;
 //! - [`stores`] and [`on_every_store!`]: one test run on every store;
+//! - [`power_cut`] (feature `sqlite`): a SQLite VFS that counts fsyncs
+//!   and, when the power is cut, leaves of the files what was synced;
 //! - the deterministic fault simulation below, which `examples/chaos.rs`
 //!   drives.
 //!
@@ -60,6 +62,8 @@ pub mod clock;
 mod faults;
 pub mod ledger;
 pub mod oracle;
+#[cfg(feature = "sqlite")]
+pub mod power_cut;
 pub mod process;
 mod schedule;
 pub mod servers;

@@ -54,7 +54,7 @@ pub(super) fn start_checkpointer(
         tracing::warn!(store = %shared.name, error = %e, "no checkpointer thread; the writer checkpoints");
     };
     let open = || -> rusqlite::Result<Connection> {
-        let conn = Connection::open_with_flags(
+        let conn = shared.open_connection(
             &shared.path,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;

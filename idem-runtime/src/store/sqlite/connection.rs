@@ -192,13 +192,14 @@ fn open_writer(
             return Err(shared.unavailable(format!("directory {} does not exist", dir.display())));
         }
     }
-    let mut conn = Connection::open_with_flags(
-        &shared.path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )
-    .map_err(sql)?;
+    let mut conn = shared
+        .open_connection(
+            &shared.path,
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .map_err(sql)?;
     // SQLite silently opens a file it may not write read-only; say so now
     // instead of failing on the first claim.
     if conn.is_readonly(rusqlite::MAIN_DB).map_err(sql)? {

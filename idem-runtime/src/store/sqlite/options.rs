@@ -59,6 +59,7 @@ pub struct SqliteOptions {
     pub(super) record_cache: usize,
     pub(super) clock: Arc<dyn Clock>,
     pub(super) audit_retention: Duration,
+    pub(super) vfs: Option<String>,
 }
 
 impl Default for SqliteOptions {
@@ -71,6 +72,7 @@ impl Default for SqliteOptions {
             record_cache: DEFAULT_RECORD_CACHE,
             clock: Arc::new(SystemClock),
             audit_retention: DEFAULT_AUDIT_RETENTION,
+            vfs: None,
         }
     }
 }
@@ -84,6 +86,7 @@ impl fmt::Debug for SqliteOptions {
             .field("readers", &self.readers)
             .field("record_cache", &self.record_cache)
             .field("audit_retention", &self.audit_retention)
+            .field("vfs", &self.vfs)
             .finish_non_exhaustive()
     }
 }
@@ -143,6 +146,26 @@ impl SqliteOptions {
     /// [`Store::sweep`]: crate::store::Store::sweep
     pub fn audit_retention(mut self, retention: Duration) -> Self {
         self.audit_retention = retention;
+        self
+    }
+
+    /// Open every connection of the store — the writer's, the readers',
+    /// the checkpointer's, the read-only check's — through the SQLite VFS
+    /// registered under `name` (default: SQLite's default VFS, `unix` or
+    /// `win32`).
+    ///
+    /// A VFS is the layer under SQLite that reads, writes and syncs the
+    /// files: one registered by the application (with
+    /// `sqlite3_vfs_register`, before the store opens) can encrypt or
+    /// compress the pages, keep the files somewhere else than a local
+    /// disk, or, in tests, record every fsync and throw away what was not
+    /// synced, to show what a power cut leaves (`idem_testkit::power_cut`
+    /// does). Every process sharing the file must read it the same way: a
+    /// VFS that changes the bytes on disk is for every one of them or for
+    /// none. An unknown name fails the opening with
+    /// [`StoreError::Unavailable`].
+    pub fn vfs(mut self, name: impl Into<String>) -> Self {
+        self.vfs = Some(name.into());
         self
     }
 }

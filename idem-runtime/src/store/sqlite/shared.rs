@@ -46,6 +46,9 @@ pub(super) struct Shared {
     /// Opened with [`SqliteStore::open_read_only`]: no writer, every
     /// connection read-only.
     pub(super) read_only: bool,
+    /// The VFS every connection is opened with ([`SqliteOptions::vfs`];
+    /// `None`: SQLite's default).
+    pub(super) vfs: Option<String>,
 }
 
 impl Shared {
@@ -67,6 +70,21 @@ impl Shared {
             waiters: Waiters::new(CROSS_PROCESS_POLL),
             closed: AtomicBool::new(false),
             read_only,
+            vfs: options.vfs.clone(),
+        }
+    }
+
+    /// Open a connection to `target` (the file, or a `file:` URI with
+    /// [`OpenFlags::SQLITE_OPEN_URI`]) through the store's VFS: every
+    /// connection of the store is opened here.
+    pub(super) fn open_connection(
+        &self,
+        target: impl AsRef<Path>,
+        flags: OpenFlags,
+    ) -> rusqlite::Result<Connection> {
+        match &self.vfs {
+            None => Connection::open_with_flags(target, flags),
+            Some(vfs) => Connection::open_with_flags_and_vfs(target, flags, vfs.as_str()),
         }
     }
 
@@ -83,7 +101,7 @@ impl Shared {
     /// A connection for [`SqliteStore::read_here`]: no busy timeout, so a
     /// lock it meets fails at once and the read goes the usual way.
     pub(super) fn open_local_reader(&self) -> rusqlite::Result<Connection> {
-        let conn = Connection::open_with_flags(
+        let conn = self.open_connection(
             &self.path,
             OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
@@ -96,9 +114,9 @@ impl Shared {
             true => OpenFlags::SQLITE_OPEN_READ_ONLY,
             false => OpenFlags::SQLITE_OPEN_READ_WRITE,
         };
-        let conn =
-            Connection::open_with_flags(&self.path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-                .map_err(|e| self.sql(e))?;
+        let conn = self
+            .open_connection(&self.path, access | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .map_err(|e| self.sql(e))?;
         conn.busy_timeout(self.busy_timeout)
             .map_err(|e| self.sql(e))?;
         Ok(conn)
@@ -121,12 +139,12 @@ pub(super) fn open_to_check(shared: &Shared) -> rusqlite::Result<Connection> {
         && header[18] == 2;
     let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
     if wal_mode && !Path::new(&wal).exists() {
-        Connection::open_with_flags(
+        shared.open_connection(
             format!("{}?immutable=1", file_uri(path)),
             flags | OpenFlags::SQLITE_OPEN_URI,
         )
     } else {
-        Connection::open_with_flags(path, flags)
+        shared.open_connection(path, flags)
     }
 }
 

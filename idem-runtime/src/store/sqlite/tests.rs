@@ -90,3 +90,42 @@ async fn a_sweep_deletes_every_expired_record_over_several_batches_and_nothing_e
     store.close().await;
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A store opened through a named VFS opens every connection with it: the
+/// default VFS under its own name works like no name at all, and an
+/// unknown name fails the opening, creating nothing.
+#[tokio::test]
+async fn the_store_opens_its_connections_through_the_vfs_named_in_its_options() {
+    let bytes: [u8; 8] = rand::random();
+    let dir = std::env::temp_dir().join(format!("idem-vfs-{}", crate::key::lower_hex(&bytes)));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let path = dir.join("unknown.db");
+    let err = SqliteStore::open_with(&path, SqliteOptions::default().vfs("no-such-vfs"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, crate::store::StoreError::Unavailable { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no-such-vfs"), "{err}");
+    assert!(!path.exists(), "an unknown VFS created the file");
+
+    // SAFETY: sqlite3_vfs_find with a null name only reads SQLite's list
+    // of VFSes; the default VFS it returns lives as long as the process.
+    let default = unsafe { rusqlite::ffi::sqlite3_vfs_find(std::ptr::null()) };
+    assert!(!default.is_null());
+    // SAFETY: zName of a registered VFS is a NUL-terminated static string.
+    let name = unsafe { std::ffi::CStr::from_ptr((*default).zName) };
+    let name = name.to_str().unwrap().to_owned();
+    let path = dir.join("default.db");
+    let store = SqliteStore::open_with(&path, SqliteOptions::default().vfs(name))
+        .await
+        .unwrap();
+    let k = key(7);
+    completed(&store, &k, Duration::from_secs(3600)).await;
+    assert!(store.get(&k).await.unwrap().is_some());
+    store.close().await;
+
+    std::fs::remove_dir_all(&dir).unwrap();
+}
