@@ -10,15 +10,10 @@
 //! * a `non_idempotent_write`, marked started before its body ran, is
 //!   refused as unknown and never runs twice.
 //!
-//! Each test also prints the fsyncs of one first call of its class
-//! (`--nocapture`): SPEC §9 — an `idempotent_write` pays one, the others
-//! two.
-//!
-//! AWAITING THE NON-DURABLE IDEMPOTENT CLAIM: the assertions in the block
-//! so marked at the end of the idempotent test hold only once an
-//! `idempotent_write`'s claim commits without its own fsync (its
-//! completion's covers it); until then it pays 2 WAL syncs and its claim
-//! survives the cut.
+//! Each test also checks the fsyncs of one first call of its class
+//! (printed with `--nocapture`): an `idempotent_write` pays one (its
+//! outcome; its claim may be lost, which the cut then shows), a
+//! `non_idempotent_write` three (claim, started mark, outcome).
 #![cfg(feature = "sqlite")]
 
 use std::future::Future;
@@ -198,6 +193,11 @@ async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
         .unwrap();
     let first_call = power.syncs().since(before);
     print_first_call("idempotent_write", first_call);
+    assert_eq!(
+        (first_call.wal, first_call.database, first_call.journal),
+        (1, 0, 0),
+        "a first idempotent_write pays one WAL fsync, for its outcome"
+    );
 
     // The next call's request reaches the provider, and the power goes:
     // the call cannot record its outcome.
@@ -212,12 +212,12 @@ async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
     // The power comes back later, past the lease.
     clock.advance(LEASE * 2);
     let store = store_after_power_came_back(&path, &clock).await;
+    // Its claim was never synced (the completion's fsync would have
+    // covered it): the cut lost it, and the store holds nothing.
     let held_after_cut = store.get(&key).await.unwrap();
     assert!(
-        held_after_cut
-            .as_ref()
-            .is_none_or(|r| r.status() == Status::InFlight && !started(r)),
-        "an idempotent write is never marked started: {held_after_cut:?}"
+        held_after_cut.is_none(),
+        "the claim of an idempotent write is not synced before its body runs, so a cut loses it: {held_after_cut:?}"
     );
 
     // Called again with the same call id: it runs again, under the same
@@ -234,18 +234,6 @@ async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
     let record = store.get(&key).await.unwrap().expect("recorded");
     assert_eq!(record.status(), Status::Succeeded);
     store.close().await;
-
-    // AWAITING THE NON-DURABLE IDEMPOTENT CLAIM (the lead's change): fails
-    // on main before it, where the claim has its own fsync (2 WAL syncs)
-    // and survives the cut (in flight, not started).
-    assert_eq!(
-        first_call.wal, 1,
-        "a first idempotent_write pays one WAL fsync (SPEC §9): {first_call:?}"
-    );
-    assert!(
-        held_after_cut.is_none(),
-        "the claim of an idempotent write is not synced before its body runs, so a cut loses it: {held_after_cut:?}"
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,9 +255,10 @@ async fn a_non_idempotent_write_cut_off_mid_call_is_refused_as_unknown() {
         .unwrap();
     let first_call = power.syncs().since(before);
     print_first_call("non_idempotent_write", first_call);
-    assert!(
-        first_call.wal >= 2,
-        "a first non_idempotent_write's claim is durable before it runs: {first_call:?}"
+    assert_eq!(
+        (first_call.wal, first_call.database, first_call.journal),
+        (3, 0, 0),
+        "a first non_idempotent_write syncs its claim and started mark before it runs, and its outcome"
     );
 
     // The next call's request reaches the provider, and the power goes.
