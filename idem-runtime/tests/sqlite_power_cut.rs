@@ -27,7 +27,9 @@ use idem_runtime::executor::ATTEMPT_STEP;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Record, Status};
 use idem_runtime::store::{SqliteOptions, SqliteStore, Store, Synchronous};
-use idem_runtime::{Executor, IdemError, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
+use idem_runtime::{
+    Executor, IdemError, NoApprovalNeeded, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
+};
 use idem_testkit::power_cut::{PowerCut, Syncs};
 use idem_testkit::TempDir;
 use serde::{Deserialize, Serialize};
@@ -163,55 +165,87 @@ async fn machine_off(exec: Executor<App>, store: Arc<SqliteStore>) {
     drop(store);
 }
 
-/// The fsyncs of one first call, printed.
-fn print_first_call(class: &str, syncs: Syncs) {
-    println!(
-        "POWER-CUT first call of a {class}: {} WAL syncs, {} database syncs, {} journal syncs",
-        syncs.wal, syncs.database, syncs.journal
-    );
-}
-
 fn started(record: &Record) -> bool {
     record.steps.contains_key(ATTEMPT_STEP)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
+/// What a power cut in the middle of a call left.
+struct AfterTheCut {
+    /// The fsyncs of one first call made before, with the power on.
+    first_call: Syncs,
+    /// The key of the call the power cut off, after its request reached
+    /// the provider.
+    key: IdempotencyKey,
+    /// The store, reopened once the power came back, past the lease.
+    store: Arc<SqliteStore>,
+    provider: App,
+}
+
+/// On a store synced in full through a fresh power-cut VFS named `vfs`:
+/// one first call of `tool` with the power on (its fsyncs counted), then a
+/// call whose request reaches the provider just before the power goes, so
+/// that it cannot record its outcome; the store reopened past the lease.
+async fn cut_off_mid_call<T>(tool: T, vfs: &'static str) -> (AfterTheCut, TempDir)
+where
+    T: Tool<App, Args = Order, Output = Applied> + Copy,
+    T::Class: NoApprovalNeeded,
+{
     let dir = TempDir::new("idem-power-cut").unwrap();
     let path = dir.path().join("idem.db");
     let clock = ManualClock::new(1_700_000_000_000);
-    let power = PowerCut::install("idem-power-cut-idempotent");
+    let power = PowerCut::install(vfs);
     let provider = App::default();
     let store = store_on_vfs(&path, &clock, power).await;
     let exec = executor(&store, &provider);
 
-    // One first call, with the power on: what it syncs.
     let before = power.syncs();
-    exec.call(Deliver, order("book"))
+    exec.call(tool, order("book"))
         .call_id("first")
         .await
         .unwrap();
     let first_call = power.syncs().since(before);
-    print_first_call("idempotent_write", first_call);
-    assert_eq!(
-        (first_call.wal, first_call.database, first_call.journal),
-        (1, 0, 0),
-        "a first idempotent_write pays one WAL fsync, for its outcome"
+    println!(
+        "POWER-CUT first call of {}: {} WAL syncs, {} database syncs, {} journal syncs",
+        T::SPEC.name,
+        first_call.wal,
+        first_call.database,
+        first_call.journal
     );
 
-    // The next call's request reaches the provider, and the power goes:
-    // the call cannot record its outcome.
     provider.cut_power_after_next_request(power);
-    let cut = exec.call(Deliver, order("lamp")).call_id("lamp").await;
+    let cut = exec.call(tool, order("lamp")).call_id("lamp").await;
     assert!(!power.is_on());
     assert!(cut.is_err(), "recorded with the power off: {cut:?}");
     let key = provider.last_key();
     assert_eq!(provider.applied(&key), 1);
     machine_off(exec, store).await;
 
-    // The power comes back later, past the lease.
     clock.advance(LEASE * 2);
     let store = store_after_power_came_back(&path, &clock).await;
+    let after = AfterTheCut {
+        first_call,
+        key,
+        store,
+        provider,
+    };
+    (after, dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
+    let (cut, _dir) = cut_off_mid_call(Deliver, "idem-power-cut-idempotent").await;
+    let AfterTheCut {
+        first_call,
+        key,
+        store,
+        provider,
+    } = cut;
+    assert_eq!(
+        (first_call.wal, first_call.database, first_call.journal),
+        (1, 0, 0),
+        "a first idempotent_write pays one WAL fsync, for its outcome"
+    );
+
     // Its claim was never synced (the completion's fsync would have
     // covered it): the cut lost it, and the store holds nothing.
     let held_after_cut = store.get(&key).await.unwrap();
@@ -238,42 +272,20 @@ async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_idempotent_write_cut_off_mid_call_is_refused_as_unknown() {
-    let dir = TempDir::new("idem-power-cut").unwrap();
-    let path = dir.path().join("idem.db");
-    let clock = ManualClock::new(1_700_000_000_000);
-    let power = PowerCut::install("idem-power-cut-non-idempotent");
-    let provider = App::default();
-    let store = store_on_vfs(&path, &clock, power).await;
-    let exec = executor(&store, &provider);
-
-    // One first call, with the power on: the claim and the started mark
-    // are synced before the body runs, the outcome after.
-    let before = power.syncs();
-    exec.call(Charge, order("book"))
-        .call_id("first")
-        .await
-        .unwrap();
-    let first_call = power.syncs().since(before);
-    print_first_call("non_idempotent_write", first_call);
+    let (cut, _dir) = cut_off_mid_call(Charge, "idem-power-cut-non-idempotent").await;
+    let AfterTheCut {
+        first_call,
+        key,
+        store,
+        provider,
+    } = cut;
     assert_eq!(
         (first_call.wal, first_call.database, first_call.journal),
         (3, 0, 0),
         "a first non_idempotent_write syncs its claim and started mark before it runs, and its outcome"
     );
 
-    // The next call's request reaches the provider, and the power goes.
-    provider.cut_power_after_next_request(power);
-    let cut = exec.call(Charge, order("lamp")).call_id("lamp").await;
-    assert!(!power.is_on());
-    assert!(cut.is_err(), "recorded with the power off: {cut:?}");
-    let key = provider.last_key();
-    assert_eq!(provider.applied(&key), 1);
-    machine_off(exec, store).await;
-
-    // The power comes back later, past the lease: the call is in flight,
-    // marked started — its effect may have happened.
-    clock.advance(LEASE * 2);
-    let store = store_after_power_came_back(&path, &clock).await;
+    // The call is in flight, marked started: its effect may have happened.
     let held = store
         .get(&key)
         .await
