@@ -249,51 +249,75 @@ pub async fn measure_classes(name: &'static str, config: &Config) -> Option<Clas
         .into_iter()
         .map(|c| (c, c.executor(store.clone())))
         .collect();
-    let mut rows = Vec::new();
     for (class, exec) in &execs {
         // Warm up: connections, prepared statements, the reader pool.
         for i in 0..50 {
             class.call(exec, &format!("{}-warm", class.tag()), i).await;
         }
     }
-    for (class, exec) in &execs {
-        b.settle().await;
-        let (ops0, wal0) = (b.ops(), b.wal().await);
-        let run = format!("{}-first", class.tag());
-        let (first, n) = mean_latency(config.calls, config.budget, |i| {
-            let run = &run;
-            async move { class.call(exec, run, i).await }
-        })
-        .await;
-        let (ops1, wal1) = (b.ops(), b.wal().await);
-        let wal_bytes = match (wal0, wal1) {
-            (Some(a), Some(z)) => Some((z - a) as f64 / n as f64),
-            _ => None,
-        };
-        eprintln!(
-            "  {}: first {:.1} µs, {:.2} ops",
-            class.label(),
-            micros(first),
-            (ops1 - ops0) as f64 / n as f64
-        );
-        rows.push(ClassRow {
-            class: *class,
-            first,
-            ops: (ops1 - ops0) as f64 / n as f64,
+    let mut rows: Vec<ClassRow> = Class::ALL
+        .into_iter()
+        .map(|class| ClassRow {
+            class,
+            first: Duration::ZERO,
+            ops: 0.0,
             fsyncs: None,
-            wal_bytes,
+            wal_bytes: None,
             wal_flushes: None,
             workers: Vec::new(),
-        });
+        })
+        .collect();
+    // First calls, one at a time: the classes take turns, ROUNDS times
+    // each with a share of the budget, so that the machine's load (other
+    // work on the same cores and disk) drifts over all of them alike.
+    const ROUNDS: u32 = 3;
+    let mut totals = vec![(Duration::ZERO, 0u64, 0u64, Some(0u64)); execs.len()];
+    for round in 0..ROUNDS {
+        for (c, (class, exec)) in execs.iter().enumerate() {
+            b.settle().await;
+            let (ops0, wal0) = (b.ops(), b.wal().await);
+            let run = format!("{}-first-{round}", class.tag());
+            let (mean, n) = mean_latency(
+                config.calls.div_ceil(ROUNDS as usize),
+                config.budget / ROUNDS,
+                |i| {
+                    let run = &run;
+                    async move { class.call(exec, run, i).await }
+                },
+            )
+            .await;
+            let (ops1, wal1) = (b.ops(), b.wal().await);
+            let t = &mut totals[c];
+            t.0 += mean * n as u32;
+            t.1 += n;
+            t.2 += ops1 - ops0;
+            t.3 = match (t.3, wal0, wal1) {
+                (Some(sum), Some(a), Some(z)) => Some(sum + (z - a)),
+                _ => None,
+            };
+        }
     }
-    // The classes take turns at each number of workers, so that the
-    // machine's load drifts over all of them alike.
-    for workers in [1, 4, 16, 64] {
-        for ((class, exec), row) in execs.iter().zip(rows.iter_mut()) {
+    for (row, &(time, n, ops, wal)) in rows.iter_mut().zip(&totals) {
+        row.first = time / n as u32;
+        row.ops = ops as f64 / n as f64;
+        row.wal_bytes = wal.map(|w| w as f64 / n as f64);
+        eprintln!(
+            "  {}: first {:.1} µs, {:.2} ops",
+            row.class.label(),
+            micros(row.first),
+            row.ops
+        );
+    }
+    // Throughput: the classes take turns at each number of workers, each
+    // going first in turn.
+    for (k, workers) in [1, 4, 16, 64].into_iter().enumerate() {
+        for j in 0..execs.len() {
+            let c = (j + k) % execs.len();
+            let (class, exec) = &execs[c];
             b.settle().await;
             let rate = throughput(exec, *class, workers, config.budget).await;
             eprintln!("  {}, {workers} workers: {rate:.0} calls/s", class.label());
-            row.workers.push((workers, rate));
+            rows[c].workers.push((workers, rate));
         }
     }
     // Closed before counting PostgreSQL's flushes, which waits for every
