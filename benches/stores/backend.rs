@@ -34,6 +34,8 @@ pub struct Backend {
     pub probe: Arc<Probe>,
     pub exec: Executor,
     pub raw: Raw,
+    /// The server's URL (Redis, PostgreSQL).
+    pub url: Option<String>,
     // Dropped last: the server or directory the store lives in.
     pub _home: Box<dyn std::any::Any + Send + Sync>,
 }
@@ -72,6 +74,13 @@ return 0";
 
 impl Backend {
     pub async fn open(name: &'static str) -> Option<Backend> {
+        Self::open_with(name, false).await
+    }
+
+    /// As [`Backend::open`]; with `fsync`, PostgreSQL's server runs with
+    /// `fsync=on` (the other stores are the same either way).
+    pub async fn open_with(name: &'static str, fsync: bool) -> Option<Backend> {
+        let mut url = None;
         let (store, raw, home): (Arc<dyn Store>, Raw, Box<dyn std::any::Any + Send + Sync>) =
             match name {
                 "memory" => (Arc::new(MemoryStore::new()), Raw::Memory, Box::new(())),
@@ -99,10 +108,16 @@ impl Backend {
                     };
                     let store = RedisStore::connect(&server.url()).await.expect("connect");
                     let client = redis::Client::open(server.url()).expect("redis client");
+                    url = Some(server.url());
                     (Arc::new(store), Raw::Redis(client), Box::new(server))
                 }
                 "postgres" => {
-                    let Some(server) = PostgresServer::start() else {
+                    let server = if fsync {
+                        PostgresServer::start_with(&["fsync=on"])
+                    } else {
+                        PostgresServer::start()
+                    };
+                    let Some(server) = server else {
                         println!("SKIPPED postgres: PostgreSQL is not installed");
                         return None;
                     };
@@ -114,6 +129,7 @@ impl Backend {
                             .await
                             .expect("connect");
                     tokio::spawn(connection);
+                    url = Some(server.url());
                     (Arc::new(store), Raw::Postgres(client), Box::new(server))
                 }
                 other => unreachable!("unknown store {other}"),
@@ -125,6 +141,7 @@ impl Backend {
             probe,
             exec,
             raw,
+            url,
             _home: home,
         })
     }

@@ -26,6 +26,8 @@ pub struct Config {
     pub calls: usize,
     pub budget: Duration,
     pub burst: usize,
+    /// The stores measured by class (`IDEM_BENCH_CLASSES`).
+    pub class_stores: Vec<String>,
 }
 
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -56,6 +58,13 @@ impl Config {
                 "unknown store {s:?} in IDEM_BENCH_STORES (known: {ALL_STORES:?})"
             );
         }
+        let class_stores = list("IDEM_BENCH_CLASSES", "sqlite-full,sqlite-normal,postgres");
+        for s in &class_stores {
+            assert!(
+                ALL_STORES.contains(&s.as_str()),
+                "unknown store {s:?} in IDEM_BENCH_CLASSES (known: {ALL_STORES:?})"
+            );
+        }
         let mut sizes: Vec<usize> = list("IDEM_BENCH_SIZES", "10000,100000")
             .iter()
             .map(|s| s.parse().expect("IDEM_BENCH_SIZES: numbers"))
@@ -68,6 +77,7 @@ impl Config {
             calls: env_or("IDEM_BENCH_CALLS", 2000usize).max(1),
             budget: Duration::from_secs_f64(env_or("IDEM_BENCH_SECS", 1.0)),
             burst: env_or("IDEM_BENCH_BURST", 10_000),
+            class_stores,
         }
     }
 }

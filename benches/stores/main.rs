@@ -12,7 +12,8 @@
 //!
 //! Redis and PostgreSQL are real servers started on loopback in temporary
 //! directories by `idem_testkit::servers` (Redis without persistence,
-//! PostgreSQL with `fsync=off`); a store whose server is not installed is
+//! PostgreSQL with `fsync=off`, and a second one with `fsync=on` for the
+//! per-class figures); a store whose server is not installed is
 //! reported as SKIPPED. SQLite files are in the system's temporary
 //! directory. The results are printed as Markdown tables at the end.
 //!
@@ -31,6 +32,11 @@
 //! * `IDEM_BENCH_BURST`: concurrent calls of one key (default 10000).
 //! * `IDEM_BENCH_SQLITE_RECORD_CACHE`: bytes of decoded records the SQLite
 //!   stores keep (default the store's own; `0` decodes every duplicate).
+//! * `IDEM_BENCH_CLASSES`: the stores measured by class ([`classes`]:
+//!   `idempotent_write`, `non_idempotent_write`, and `idempotent_write`
+//!   with durable claims as before), PostgreSQL on a server with
+//!   `fsync=on` (default `sqlite-full,sqlite-normal,postgres`; empty to
+//!   skip).
 //!
 //! Nothing here is a test: `cargo test` never runs it, and no result is
 //! checked against a threshold.
@@ -38,13 +44,14 @@
 //! The parts: [`probe`] counts store operations, [`config`] reads the
 //! knobs, [`timing`] times calls and the naive wrapper, [`backend`] opens
 //! and fills each store, [`measure`] takes every figure of one store,
-//! [`fsync`] counts SQLite's fsyncs under `strace`, and [`report`] prints
-//! the tables.
+//! [`fsync`] counts SQLite's fsyncs under `strace`, [`classes`] takes the
+//! per-class figures, and [`report`] prints the tables.
 
 #[path = "../common/mod.rs"]
 mod common;
 
 mod backend;
+mod classes;
 mod config;
 mod fsync;
 mod measure;
@@ -52,10 +59,11 @@ mod probe;
 mod report;
 mod timing;
 
+use classes::measure_classes;
 use config::{Config, ALL_STORES};
 use fsync::{fsync_child, FSYNC_CHILD};
 use measure::measure;
-use report::print_tables;
+use report::{print_class_tables, print_tables};
 use timing::{micros, naive};
 
 /// The runtime every part of the bench runs on: two workers, as the
@@ -91,6 +99,16 @@ fn main() {
                     // So far, in case a later store fails.
                     eprintln!("{name} done");
                     print_tables(&config, naive, &reports);
+                }
+            }
+        }
+        let mut by_class = Vec::new();
+        for name in ALL_STORES {
+            if config.class_stores.iter().any(|s| s == name) {
+                if let Some(report) = measure_classes(name, &config).await {
+                    by_class.push(report);
+                    eprintln!("{name} by class done");
+                    print_class_tables(&by_class);
                 }
             }
         }

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
+use crate::classes::{Class, ClassReport};
 use crate::config::Config;
 use crate::measure::Report;
 use crate::timing::micros;
@@ -123,6 +124,91 @@ pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Rep
                     ms(w.baseline_worst)
                 );
             }
+        }
+    }
+    println!("{s}");
+}
+
+/// The per-class tables: every figure of a row, and its ratio to the
+/// "before" row of the same store, measured in the same run.
+pub fn print_class_tables(reports: &[ClassReport]) {
+    let mut s = String::new();
+    let label = |store: &str| match store {
+        "postgres" => "postgres (fsync=on)".to_owned(),
+        other => other.to_owned(),
+    };
+    let _ = writeln!(
+        s,
+        "\nPer first call, by class (\"before\": idempotent_write with every claim forced durable; ÷ before: this row / the before row):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| store | class | first call | ÷ before | store ops | fsyncs | WAL bytes | pg_stat_wal writes / syncs |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|---:|");
+    for r in reports {
+        let before = r.rows.iter().find(|row| row.class == Class::Before);
+        for row in &r.rows {
+            let ratio = match before {
+                Some(b) if row.class != Class::Before => {
+                    format!("{:.2}×", row.first.as_secs_f64() / b.first.as_secs_f64())
+                }
+                _ => "–".into(),
+            };
+            let fsyncs = match row.fsyncs {
+                Some(f) => format!("{f:.2}"),
+                None if r.store.starts_with("sqlite") => "n/a (no strace)".into(),
+                None => "–".into(),
+            };
+            let wal = row
+                .wal_bytes
+                .map_or_else(|| "–".into(), |w| format!("{w:.0}"));
+            let flushes = row
+                .wal_flushes
+                .map_or_else(|| "–".into(), |(w, f)| format!("{w:.2} / {f:.2}"));
+            let _ = writeln!(
+                s,
+                "| {} | {} | {:.1} µs | {ratio} | {:.2} | {fsyncs} | {wal} | {flushes} |",
+                label(r.store),
+                row.class.label(),
+                micros(row.first),
+                row.ops,
+            );
+        }
+    }
+
+    let _ = writeln!(
+        s,
+        "\nFirst calls per second by class, all workers together (in brackets: ÷ the before row at the same number of workers):\n"
+    );
+    let _ = writeln!(
+        s,
+        "| store | class | 1 worker | 4 workers | 16 workers | 64 workers |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|");
+    for r in reports {
+        let before = r.rows.iter().find(|row| row.class == Class::Before);
+        for row in &r.rows {
+            let cells: Vec<String> = row
+                .workers
+                .iter()
+                .enumerate()
+                .map(
+                    |(i, &(_, rate))| match before.and_then(|b| b.workers.get(i)) {
+                        Some(&(_, base)) if row.class != Class::Before => {
+                            format!("{rate:.0}/s ({:.2}×)", rate / base)
+                        }
+                        _ => format!("{rate:.0}/s"),
+                    },
+                )
+                .collect();
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} |",
+                label(r.store),
+                row.class.label(),
+                cells.join(" | ")
+            );
         }
     }
     println!("{s}");

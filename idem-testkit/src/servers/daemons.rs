@@ -39,6 +39,9 @@ pub struct RedisCluster {
 /// A PostgreSQL server on 127.0.0.1 with a trusted superuser `idem`,
 /// `fsync=off` (a test server; its durability is not what is tested) and
 /// `pg_stat_statements` loaded. Stopped when dropped.
+///
+/// [`PostgresServer::start_with`] starts one with other settings, such as
+/// `fsync=on` for a benchmark whose commits must pay their WAL flush.
 #[derive(Debug)]
 pub struct PostgresServer {
     // Declared before the directory: the server stops before it is deleted.
@@ -265,6 +268,20 @@ impl PostgresServer {
     ///
     /// When the binaries exist but the server does not come up.
     pub fn start() -> Option<PostgresServer> {
+        Self::start_with(&[])
+    }
+
+    /// As [`PostgresServer::start`], with `settings` (`"name=value"`, each
+    /// passed as `-c name=value` after the defaults, so that they override
+    /// them): `PostgresServer::start_with(&["fsync=on"])` starts a server
+    /// whose commits wait for their WAL to reach the disk, as a production
+    /// server's do.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the server does not come up (a setting
+    /// the server rejects stops it from starting).
+    pub fn start_with(settings: &[&str]) -> Option<PostgresServer> {
         let pg_dirs = postgres_bin_dirs();
         let extra: Vec<&Path> = pg_dirs.iter().map(PathBuf::as_path).collect();
         let initdb = find_binary("initdb", &extra)?;
@@ -310,6 +327,7 @@ impl PostgresServer {
                 .arg(format!("unix_socket_directories={}", dir.path().display()))
                 .args(["-c", "fsync=off", "-c", "max_connections=200"])
                 .args(["-c", "shared_preload_libraries=pg_stat_statements"])
+                .args(settings.iter().flat_map(|setting| ["-c", setting]))
                 .current_dir(dir.path())
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
