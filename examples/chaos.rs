@@ -1,5 +1,7 @@
-//! Deterministic fault simulation: crashes, timeouts, pauses and store
-//! errors drawn from seeds, checked for duplicate effects and lost results.
+//! Deterministic fault simulation: crashes, timeouts, pauses, store errors
+//! and power cuts (the store loses the claims it had not flushed) drawn
+//! from seeds, checked for duplicate effects and lost results. The last
+//! line counts the power cuts that struck and the claims they lost.
 //!
 //! ```text
 //! cargo run --release --example chaos -- --schedules 10000 --seed 1

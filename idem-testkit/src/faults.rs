@@ -39,9 +39,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use idem_runtime::ctx::INTENT_STEP;
 use idem_runtime::executor::ATTEMPT_STEP;
+use idem_runtime::record::{Fence, RecordState};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest};
-use idem_runtime::{Record, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState};
+use idem_runtime::{IdempotencyKey, Record, Store, StoreError};
 use tokio::sync::Notify;
 
 use crate::world::{lock, short, World};
@@ -122,6 +123,17 @@ pub enum Fault {
     TimeoutAfterAccept,
     /// The approval policy takes this long (more than the lease).
     SlowApproval(Duration),
+    /// The power fails at this point: the store loses the claims it had
+    /// not flushed (the non-durable claims made since its last durable
+    /// write, of any worker). With `worker_dies`, the worker dies too, as
+    /// a crash at that point (an embedded store: the machine lost power);
+    /// otherwise it lives on (a store server restarted under it).
+    PowerCut {
+        /// Where it strikes.
+        at: CrashPoint,
+        /// Whether the worker dies with the store's unflushed writes.
+        worker_dies: bool,
+    },
 }
 
 impl fmt::Display for Fault {
@@ -140,6 +152,11 @@ impl fmt::Display for Fault {
             Fault::SlowProvider(d) => write!(f, "slow provider {}ms", d.as_millis()),
             Fault::TimeoutAfterAccept => f.write_str("timeout after accept"),
             Fault::SlowApproval(d) => write!(f, "slow approval {}ms", d.as_millis()),
+            Fault::PowerCut { at, worker_dies } => write!(
+                f,
+                "power cut {at:?}, the worker {}",
+                if *worker_dies { "dies" } else { "survives" }
+            ),
         }
     }
 }
@@ -160,6 +177,12 @@ pub(crate) struct Worker {
     /// Set when a crash struck where the worker could not die (a claim on
     /// the caller's thread): it dies at its next fault site.
     crash_marked: AtomicBool,
+    /// Set when a power cut struck where it could not be carried out (a
+    /// claim on the caller's thread, which cannot await the store): it is
+    /// carried out at the worker's next fault site.
+    cut_marked: AtomicBool,
+    /// What the store has not flushed, which a power cut loses.
+    volatile: Arc<Volatile>,
     /// The provider's latency for this worker when nothing is slow.
     latency: Duration,
     /// Signalled when the worker crashes; its driver drops the call.
@@ -170,12 +193,20 @@ pub(crate) struct Worker {
 }
 
 impl Worker {
-    pub(crate) fn new(id: usize, fault: Fault, latency: Duration, world: Arc<World>) -> Self {
+    pub(crate) fn new(
+        id: usize,
+        fault: Fault,
+        latency: Duration,
+        world: Arc<World>,
+        volatile: Arc<Volatile>,
+    ) -> Self {
         Worker {
             id,
             fault,
             struck: AtomicBool::new(false),
             crash_marked: AtomicBool::new(false),
+            cut_marked: AtomicBool::new(false),
+            volatile,
             latency,
             crashed: Notify::new(),
             frozen_until: Mutex::new(None),
@@ -202,12 +233,40 @@ impl Worker {
         match never {}
     }
 
-    /// Crash if the fault is a crash at `point`.
+    /// Crash if the fault is a crash at `point`; cut the power (and die,
+    /// if the worker dies with it) if it is a power cut there.
     async fn crash_at(&self, point: CrashPoint) {
         if self
             .strike(|f| (*f == Fault::Crash(point)).then_some(()))
             .is_some()
         {
+            self.crash::<()>().await;
+        }
+        if self.power_cut_at(point) {
+            self.cut_power().await;
+        }
+    }
+
+    /// Whether the fault is a power cut at `point` (it strikes now).
+    fn power_cut_at(&self, point: CrashPoint) -> bool {
+        self.strike(|f| match f {
+            Fault::PowerCut { at, .. } if *at == point => Some(()),
+            _ => None,
+        })
+        .is_some()
+    }
+
+    /// The power cut of this worker's fault, which has struck: the store
+    /// loses what it had not flushed; the worker dies too if it is to.
+    async fn cut_power(&self) {
+        self.volatile.cut(self.id, &self.world).await;
+        if matches!(
+            self.fault,
+            Fault::PowerCut {
+                worker_dies: true,
+                ..
+            }
+        ) {
             self.crash::<()>().await;
         }
     }
@@ -241,17 +300,21 @@ impl Worker {
     }
 
     /// Whether the worker must wait or die before it does anything more:
-    /// frozen, or marked to crash.
+    /// frozen, or marked to crash or to cut the power.
     fn halted(&self) -> bool {
         self.crash_marked.load(Ordering::SeqCst)
+            || self.cut_marked.load(Ordering::SeqCst)
             || lock(&self.frozen_until).is_some_and(|u| u > tokio::time::Instant::now())
     }
 
-    /// At a fault site: die of a crash marked on the caller's thread, and
-    /// wait out a freeze.
+    /// At a fault site: die of a crash marked on the caller's thread,
+    /// carry out a power cut marked there, and wait out a freeze.
     async fn halt(&self) {
         if self.crash_marked.load(Ordering::SeqCst) {
             self.crash::<()>().await;
+        }
+        if self.cut_marked.swap(false, Ordering::SeqCst) {
+            self.cut_power().await;
         }
         self.thawed().await;
     }
@@ -369,21 +432,187 @@ fn op_of(kind: OpKind) -> Option<Op> {
     })
 }
 
+/// A claim made without [`ClaimRequest::durable`] that acquired a key,
+/// and that no durable write has flushed yet.
+#[derive(Debug)]
+struct Unflushed {
+    key: IdempotencyKey,
+    fence: Fence,
+    /// Whether it took an in-flight record over (which a power cut brings
+    /// back) rather than creating the record.
+    takeover: bool,
+}
+
+/// What the store of a schedule has not flushed: the non-durable claims
+/// that acquired a key since its last durable write, oldest first. A
+/// durable write of any key empties it, as the fsync of a WAL (SQLite) or
+/// a WAL flush (PostgreSQL) covers everything written before it.
+///
+/// It follows the answers as the hook sees them, which on a server may
+/// arrive in another order than the commits: a cut may then lose a claim
+/// that a durable commit just before it had in fact flushed. Such a claim
+/// is still one whose owner has written nothing since (any write of its
+/// would have emptied the list), so losing it is a state a real power cut
+/// could leave had the commits come in the order seen. On a server that
+/// several schedules share, each schedule keeps its own list, as if it
+/// were alone on the store (other schedules' durable writes flush nothing
+/// of it): more claims lost than a shared server would lose, never fewer.
+#[derive(Debug)]
+pub(crate) struct Volatile {
+    /// The real store, where a power cut undoes the claims.
+    store: Arc<dyn Store>,
+    claims: Mutex<Vec<Unflushed>>,
+}
+
+impl Volatile {
+    /// Nothing unflushed yet on `store` (the real one, not the simulation's
+    /// hook: a power cut is no operation of any worker).
+    pub(crate) fn new(store: Arc<dyn Store>) -> Arc<Self> {
+        Arc::new(Volatile {
+            store,
+            claims: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// Claim `req` was answered `outcome`: a non-durable claim that acquired
+    /// the key is kept; a durable one flushes everything before it; a claim
+    /// that acquired nothing wrote nothing.
+    fn claimed(&self, req: &ClaimRequest<'_>, outcome: &ClaimOutcome) {
+        let ClaimOutcome::Acquired {
+            fence, takeover, ..
+        } = outcome
+        else {
+            return;
+        };
+        if req.durable {
+            self.flushed();
+        } else {
+            lock(&self.claims).push(Unflushed {
+                key: req.key.clone(),
+                fence: *fence,
+                takeover: takeover.is_some(),
+            });
+        }
+    }
+
+    /// A durable write succeeded: everything written before it is on disk.
+    fn flushed(&self) {
+        lock(&self.claims).clear();
+    }
+
+    /// The power fails (struck by worker `who`): the store loses every
+    /// claim it had not flushed. Each key they acquired goes back to what
+    /// it was before the first of them, if its record is still what the
+    /// last of them left (in flight under its fence): deleted when the
+    /// first created it; in flight again with its lease run out when the
+    /// first took it over. Counted and traced in `world`.
+    async fn cut(&self, who: usize, world: &World) {
+        world.counters.power_cuts.fetch_add(1, Ordering::Relaxed);
+        let lost = std::mem::take(&mut *lock(&self.claims));
+        if lost.is_empty() {
+            world.event(format!("w{who} power cut: nothing unflushed"));
+            return;
+        }
+        // Per key, in the order first claimed: whether the first claim took
+        // the record over, the last claim's fence, and how many claims.
+        let mut keys: Vec<(IdempotencyKey, bool, Fence, u64)> = Vec::new();
+        for claim in lost {
+            match keys.iter_mut().find(|(k, ..)| *k == claim.key) {
+                Some((_, _, fence, n)) => {
+                    *fence = claim.fence;
+                    *n += 1;
+                }
+                None => keys.push((claim.key, claim.takeover, claim.fence, 1)),
+            }
+        }
+        for (key, takeover, fence, claims) in keys {
+            let what = format!("w{who} power cut: key={} {fence}", short(key.as_str()));
+            let expected = Expected {
+                fence,
+                state: ExpectedState::InFlight,
+            };
+            // Before a takeover the record was in flight with the same
+            // steps (a takeover keeps them, and no checkpoint came since:
+            // it would have flushed) and a lease run out. `replace` gives
+            // the record back under a fresh fence where the store would
+            // give back the vanished owner's: that owner, if it still
+            // lives, is refused where it would be let through, so this
+            // cut is a little kinder to idem than a real one.
+            let restored = if takeover {
+                match self.previous(&key, fence).await {
+                    Some(record) => Some(record),
+                    None => {
+                        world.event(format!("{what}: moved on, nothing lost"));
+                        continue;
+                    }
+                }
+            } else {
+                None
+            };
+            match self
+                .store
+                .replace(&key, expected, restored.as_ref(), None)
+                .await
+            {
+                Ok(new) => {
+                    world
+                        .counters
+                        .claims_undone
+                        .fetch_add(claims, Ordering::Relaxed);
+                    world.event(match new {
+                        Some(new) => format!(
+                            "{what}: {claims} claim(s) lost, in flight again under {new}, lease run out"
+                        ),
+                        None => format!("{what}: {claims} claim(s) lost, record gone"),
+                    });
+                }
+                Err(StoreError::StaleFence { .. }) => {
+                    world.event(format!("{what}: moved on, nothing lost"));
+                }
+                Err(e) => world.event(format!("{what}: could not undo: {e}")),
+            }
+        }
+    }
+
+    /// The record a takeover under `fence` replaced, as far as it can be
+    /// told from the record now: the same one in flight with its lease run
+    /// out. `None` when the record is no longer in flight under `fence`.
+    async fn previous(&self, key: &IdempotencyKey, fence: Fence) -> Option<Record> {
+        let mut record = self.store.get(key).await.ok()??;
+        let now = self.store.now().await.ok()?;
+        match &mut record.state {
+            RecordState::InFlight {
+                fence: f,
+                lease_until,
+            } if *f == fence => *lease_until = now,
+            _ => return None,
+        }
+        Some(record)
+    }
+}
+
 /// The store every simulated worker uses: the real store behind
 /// [`Faults`].
 pub(crate) type SimStore = Interceptor<Faults>;
 
-/// `inner` behind the simulation's faults, tracing into `world`.
-pub(crate) fn sim_store(inner: Arc<dyn Store>, world: Arc<World>) -> SimStore {
-    Interceptor::new(inner, Faults { world })
+/// `inner` behind the simulation's faults, tracing into `world`, keeping
+/// what it has not flushed in `volatile`.
+pub(crate) fn sim_store(
+    inner: Arc<dyn Store>,
+    world: Arc<World>,
+    volatile: Arc<Volatile>,
+) -> SimStore {
+    Interceptor::new(inner, Faults { world, volatile })
 }
 
 /// The hook of the simulation's store: it traces each operation, counts
-/// stale-fence refusals, and injects the running worker's store faults,
-/// crashes and freezes.
+/// stale-fence refusals, keeps what the store has not flushed, and
+/// injects the running worker's store faults, crashes, power cuts and
+/// freezes.
 #[derive(Debug)]
 pub(crate) struct Faults {
     world: Arc<World>,
+    volatile: Arc<Volatile>,
 }
 
 impl Faults {
@@ -438,9 +667,14 @@ impl Hook for Faults {
         let kind = op.kind();
         let Some(sim_op) = op_of(kind) else {
             // Waits for a decision are traced; the rest (audit, scans,
-            // replacements, the clock) pass untouched.
+            // replacements, the clock) pass untouched, but for what their
+            // writes flush.
             if kind != OpKind::WaitForDecision {
-                return op.run(store).await;
+                let result = op.run(store).await;
+                if result.is_ok() && kind.writes() {
+                    self.volatile.flushed();
+                }
+                return result;
             }
             let who = worker.as_ref().map_or(0, |w| w.id);
             let key = op.key().map_or("", |k| k.as_str());
@@ -477,6 +711,13 @@ impl Hook for Faults {
         }
         let result = op.run(store).await;
         self.trace(&what, &result, show);
+        match (&op, &result) {
+            (Operation::Claim(req), Ok(Answer::Claim(outcome))) => {
+                self.volatile.claimed(req, outcome)
+            }
+            (_, Ok(_)) if kind.writes() => self.volatile.flushed(),
+            _ => {}
+        }
         let Some(w) = worker else { return result };
         let Ok(answer) = &result else { return result };
         let lost = Fault::StoreFails {
@@ -513,7 +754,11 @@ impl Hook for Faults {
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
         let Some(w) = current() else {
-            return store.claim_local(req);
+            let result = store.claim_local(req);
+            if let Some(Ok(outcome)) = &result {
+                self.volatile.claimed(req, outcome);
+            }
+            return result;
         };
         // A frozen worker, or one marked to crash, must not claim before
         // it waits or dies: the usual claim's `around` does both.
@@ -537,6 +782,7 @@ impl Hook for Faults {
         let Ok(outcome) = &result else {
             return Some(result);
         };
+        self.volatile.claimed(req, outcome);
         let lost = Fault::StoreFails {
             op: Op::Claim,
             applied: true,
@@ -549,6 +795,8 @@ impl Hook for Faults {
             let crash = Fault::Crash(CrashPoint::AfterClaim);
             if w.strike(|f| (*f == crash).then_some(())).is_some() {
                 w.crash_marked.store(true, Ordering::SeqCst);
+            } else if w.power_cut_at(CrashPoint::AfterClaim) {
+                w.cut_marked.store(true, Ordering::SeqCst);
             } else if let Some(d) = w.strike(|f| match f {
                 Fault::Pause(PausePoint::AfterClaim, d) => Some(*d),
                 _ => None,

@@ -20,7 +20,8 @@
 //! operator replays), and a fault for many of them — a crash at every point
 //! between claim and record, a timeout after the provider accepted, a
 //! pause longer than the lease, a store error whose write may or may not
-//! have applied, a provider or an approval slower than the lease. The
+//! have applied, a provider or an approval slower than the lease, a power
+//! cut that makes the store lose the claims it had not flushed. The
 //! schedule runs against a real store through the real executor, with
 //! simulated providers that write every request they receive to a
 //! [`ledger`]. Afterwards the checks ([`oracle`]) look for a **duplicate
@@ -89,6 +90,16 @@ pub fn run_memory_with(
     seed: u64,
     wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
 ) -> ScheduleReport {
+    run_memory_schedule(&Schedule::draw(seed, &Timing::virtual_time()), wrap)
+}
+
+/// Run `schedule` (drawn for [`Timing::virtual_time`], or
+/// [`Schedule::scripted`] with it) on a fresh memory store wrapped by
+/// `wrap`, in paused time: deterministic.
+pub fn run_memory_schedule(
+    schedule: &Schedule,
+    wrap: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+) -> ScheduleReport {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_time()
         .start_paused(true)
@@ -96,9 +107,13 @@ pub fn run_memory_with(
         .expect("a current-thread runtime");
     runtime.block_on(async {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(TokioClock::new())));
-        let timing = Timing::virtual_time();
-        let schedule = Schedule::draw(seed, &timing);
-        run_schedule(wrap(store), &schedule, timing, Namespace::default()).await
+        run_schedule(
+            wrap(store),
+            schedule,
+            Timing::virtual_time(),
+            Namespace::default(),
+        )
+        .await
     })
 }
 
@@ -141,6 +156,10 @@ pub struct Summary {
     pub unknown_outcomes: u64,
     /// Reconcile hooks that answered Applied or NotApplied.
     pub reconciled: u64,
+    /// Power cuts that struck.
+    pub power_cuts: u64,
+    /// Non-durable claims the power cuts made the store lose.
+    pub claims_undone: u64,
     /// Calls with no definite answer after the settle phase (a liveness
     /// measure, not a safety failure).
     pub unsettled: u64,
@@ -159,6 +178,8 @@ impl Summary {
         self.stale_writes_rejected += report.stale_writes_rejected;
         self.unknown_outcomes += report.unknown_outcomes;
         self.reconciled += report.reconciled;
+        self.power_cuts += report.power_cuts;
+        self.claims_undone += report.claims_undone;
         self.unsettled += report.unsettled;
         if report.failed() {
             self.failing_seeds.push(report.seed);
@@ -174,14 +195,16 @@ impl Summary {
     /// The one-line summary the `chaos` example ends with.
     pub fn line(&self) -> String {
         format!(
-            "schedules: {}, duplicate effects: {}, lost results: {}, refused but applied: {}, stale writes rejected: {}, unknown outcomes surfaced: {}, reconciled: {}",
+            "schedules: {}, duplicate effects: {}, lost results: {}, refused but applied: {}, stale writes rejected: {}, unknown outcomes surfaced: {}, reconciled: {}, power cuts: {}, claims lost to them: {}",
             self.schedules,
             self.duplicate_effects,
             self.lost_results,
             self.refused_but_applied,
             self.stale_writes_rejected,
             self.unknown_outcomes,
-            self.reconciled
+            self.reconciled,
+            self.power_cuts,
+            self.claims_undone
         )
     }
 }

@@ -33,7 +33,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::faults::{sim_store, CrashPoint, Fault, Op, PausePoint, Worker, WORKER};
+use crate::faults::{sim_store, CrashPoint, Fault, Op, PausePoint, Volatile, Worker, WORKER};
 use crate::oracle::{self, Acked};
 use crate::tools::{self, App};
 use crate::world::World;
@@ -231,6 +231,52 @@ impl Schedule {
     }
 }
 
+impl Schedule {
+    /// A schedule written by hand, for a test of one fault: `calls`, in
+    /// order, each the name of a simulated tool (`charge`, an
+    /// idempotent write; `send_email`, a non-idempotent write with a
+    /// reconcile hook; `delete_account`, irreversible) and its workers,
+    /// each the time it starts, in leases, and its fault. Every worker's
+    /// provider answers in a tenth of a lease; half the calls carry a
+    /// call id.
+    ///
+    /// # Panics
+    ///
+    /// On a tool the simulation does not have.
+    pub fn scripted(seed: u64, timing: &Timing, calls: &[(&str, &[(f64, Fault)])]) -> Schedule {
+        let calls = calls
+            .iter()
+            .enumerate()
+            .map(|(i, (tool, workers))| {
+                let tool = [
+                    ToolKind::Charge,
+                    ToolKind::SendEmail,
+                    ToolKind::DeleteAccount,
+                ]
+                .into_iter()
+                .find(|t| t.name() == *tool)
+                .unwrap_or_else(|| panic!("no simulated tool {tool}"));
+                PlannedCall {
+                    tool,
+                    call_id: (i % 2 == 0).then(|| format!("call_{i}")),
+                    step: i as u64,
+                    args: tool.args(i),
+                    workers: workers
+                        .iter()
+                        .map(|&(at, fault)| PlannedWorker {
+                            at: timing.of_lease(at),
+                            fault,
+                            latency: timing.of_lease(0.1),
+                            replay: false,
+                        })
+                        .collect(),
+                }
+            })
+            .collect();
+        Schedule { seed, calls }
+    }
+}
+
 /// How often each kind of fault strikes in one schedule. Drawn per
 /// schedule ("swarm testing"): a schedule where only a few kinds are
 /// enabled, each often, reaches the interleavings those kinds make far
@@ -241,8 +287,9 @@ struct FaultMix {
     /// The chance that a worker has a fault at all.
     rate: f64,
     /// Relative weights of crash, store error, pause, slow provider,
-    /// timeout after accept, slow approval; zero disables a kind.
-    weights: [f64; 6],
+    /// timeout after accept, slow approval, power cut; zero disables a
+    /// kind.
+    weights: [f64; 7],
     /// The slowest a provider answers, in leases, when nothing is wrong:
     /// some runs meet providers slower than the lease on every call, where
     /// only lease renewal keeps a waiting duplicate from taking over.
@@ -251,7 +298,7 @@ struct FaultMix {
 
 impl FaultMix {
     fn draw(rng: &mut StdRng) -> FaultMix {
-        let mut weights = [0.0; 6];
+        let mut weights = [0.0; 7];
         for w in &mut weights {
             if rng.random_bool(0.4) {
                 *w = rng.random_range(0.2..1.0);
@@ -303,7 +350,11 @@ impl FaultMix {
             }
             3 => Fault::SlowProvider(timing.of_lease(rng.random_range(1.2..2.5))),
             4 => Fault::TimeoutAfterAccept,
-            _ => Fault::SlowApproval(timing.of_lease(rng.random_range(1.2..3.0))),
+            5 => Fault::SlowApproval(timing.of_lease(rng.random_range(1.2..3.0))),
+            _ => Fault::PowerCut {
+                at: CRASH_POINTS[rng.random_range(0..CRASH_POINTS.len())],
+                worker_dies: rng.random_bool(0.5),
+            },
         }
     }
 }
@@ -326,6 +377,13 @@ pub struct ScheduleReport {
     pub unknown_outcomes: u64,
     /// Reconcile hooks that answered Applied or NotApplied.
     pub reconciled: u64,
+    /// Power cuts that struck.
+    pub power_cuts: u64,
+    /// Claims the power cuts made the store lose: claims of
+    /// `idempotent_write` calls (the only ones made without
+    /// [`durable`](idem_runtime::store::ClaimRequest::durable)) that no
+    /// durable write had flushed yet.
+    pub claims_undone: u64,
     /// Calls still without a definite answer after the settle phase.
     pub unsettled: u64,
     /// SHA-256 (first 8 bytes, hex) of the trace.
@@ -362,6 +420,8 @@ struct Sim {
     /// Each worker's dispatcher, made on its first call.
     workers: std::sync::Mutex<std::collections::HashMap<usize, Dispatcher<App>>>,
     namespace: Namespace,
+    /// What the store has not flushed, which a power cut loses.
+    volatile: Arc<Volatile>,
 }
 
 /// Acknowledged outputs and surfaced unknowns, gathered as answers come.
@@ -374,7 +434,8 @@ struct Tally {
 impl Sim {
     fn new(store: Arc<dyn Store>, timing: Timing, namespace: Namespace) -> Sim {
         let world = Arc::new(World::new());
-        let sim_store: Arc<dyn Store> = Arc::new(sim_store(store, world.clone()));
+        let volatile = Volatile::new(store.clone());
+        let sim_store: Arc<dyn Store> = Arc::new(sim_store(store, world.clone(), volatile.clone()));
         let make = {
             let (world, namespace) = (world.clone(), namespace.clone());
             move || {
@@ -399,6 +460,7 @@ impl Sim {
             make: Box::new(make),
             workers: Default::default(),
             namespace,
+            volatile,
         }
     }
 
@@ -510,7 +572,13 @@ pub async fn run_schedule(
     let mut next_worker = 0;
     let mut worker = |fault, latency, world: &Arc<World>| {
         next_worker += 1;
-        Arc::new(Worker::new(next_worker, fault, latency, world.clone()))
+        Arc::new(Worker::new(
+            next_worker,
+            fault,
+            latency,
+            world.clone(),
+            sim.volatile.clone(),
+        ))
     };
 
     // Live: every worker of every call, each in its own task.
@@ -603,6 +671,8 @@ async fn check(
         stale_writes_rejected: world.counters.stale_writes_rejected.load(Ordering::Relaxed),
         unknown_outcomes: tally.unknown,
         reconciled: world.counters.reconciled.load(Ordering::Relaxed),
+        power_cuts: world.counters.power_cuts.load(Ordering::Relaxed),
+        claims_undone: world.counters.claims_undone.load(Ordering::Relaxed),
         unsettled,
         trace_hash,
         trace,

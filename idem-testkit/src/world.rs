@@ -27,6 +27,11 @@ pub(crate) struct Counters {
     pub(crate) stale_writes_rejected: AtomicU64,
     /// Reconcile hooks that answered Applied or NotApplied.
     pub(crate) reconciled: AtomicU64,
+    /// Power cuts that struck.
+    pub(crate) power_cuts: AtomicU64,
+    /// Claims the power cuts made the store lose (non-durable claims not
+    /// yet flushed).
+    pub(crate) claims_undone: AtomicU64,
 }
 
 /// One schedule's world, or one worker process's view of a shared one.
