@@ -224,6 +224,18 @@ impl CallEnv<'_> {
             Outcome::Unknown { .. } => Duration::MAX,
             _ => self.ttl(),
         };
+        // Without a flight to publish to, the outcome is not needed after
+        // this: a store that completes on this thread takes it.
+        let outcome = match &self.flight {
+            None => match self
+                .store()
+                .complete_local(&owner.key, owner.fence, outcome, ttl)
+            {
+                Ok(done) => return done.map_err(|e| self.owner_err(owner, e)),
+                Err(outcome) => outcome,
+            },
+            Some(_) => outcome,
+        };
         self.store()
             .complete(&owner.key, owner.fence, &outcome, ttl)
             .await
