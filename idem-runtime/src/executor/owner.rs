@@ -116,10 +116,13 @@ where
         }
 
         // Phase 4.
+        // Boxed: approving is the largest phase (over 1 KB of state), and
+        // only irreversible calls take it; inline, every call's future
+        // would make room for it.
         if env.class.needs_approval() && !approved {
-            env.approve(owner, fingerprint, &|| {
+            Box::pin(env.approve(owner, fingerprint, &|| {
                 serde_json::to_value(args).unwrap_or(Value::Null)
-            })
+            }))
             .await?;
         }
 
