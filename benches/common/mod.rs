@@ -58,6 +58,18 @@ impl Naive {
     pub async fn call(&self, run: &str, step: u64, tool: &str, args: &SendEmail) -> EmailSent {
         let text = serde_json::to_string(args).unwrap();
         let key = hex::encode(Sha256::digest(format!("{run}:{step}:{tool}:{text}")));
+        self.answer(key, args)
+    }
+
+    /// One call of `tool` keyed by the provider's call id: the same work as
+    /// [`Naive::call`], the call id in place of the run and step.
+    pub async fn call_with_id(&self, call_id: &str, tool: &str, args: &SendEmail) -> EmailSent {
+        let text = serde_json::to_string(args).unwrap();
+        let key = hex::encode(Sha256::digest(format!("{call_id}:{tool}:{text}")));
+        self.answer(key, args)
+    }
+
+    fn answer(&self, key: String, args: &SendEmail) -> EmailSent {
         if let Some(hit) = self.done.lock().unwrap().get(&key) {
             return serde_json::from_str(hit).unwrap();
         }
@@ -67,5 +79,11 @@ impl Naive {
             .unwrap()
             .insert(key, serde_json::to_string(&out).unwrap());
         out
+    }
+
+    /// How many calls are recorded.
+    #[allow(dead_code)]
+    pub fn len(&self) -> usize {
+        self.done.lock().unwrap().len()
     }
 }

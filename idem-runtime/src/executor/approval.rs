@@ -7,7 +7,7 @@
 use serde_json::Value;
 
 use crate::approval::transition;
-use crate::approval::{ApprovalDecision, ApprovalRequest};
+use crate::approval::{Approval, ApprovalDecision, ApprovalRequest};
 use crate::audit::AuditEvent;
 use crate::error::IdemError;
 use crate::key::Fingerprint;
@@ -31,7 +31,9 @@ impl CallEnv<'_> {
         // approval, or the executor's policy.
         let given = matches!(self.approval, ApprovalSource::Given(_));
         let decision = match &self.approval {
-            ApprovalSource::Given(approval) => ApprovalDecision::Approved(approval.clone()),
+            ApprovalSource::Given(approval) => {
+                ApprovalDecision::Approved(Approval::clone(approval))
+            }
             ApprovalSource::Policy => {
                 let Some(policy) = &self.core.approvals else {
                     self.release(owner).await?;

@@ -4,7 +4,11 @@
 //! extends its lease (and records the next attempt number) before each
 //! retry, so that the pause does not let another caller take the key over.
 
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
+
+use tokio::time::error::Elapsed;
 
 use serde_json::Value;
 
@@ -39,7 +43,7 @@ where
             let ctx = base.clone().with_attempt(attempt);
             Metrics::bump(&self.env.metrics().executions);
             let run = self.tool().call(args.clone(), &ctx, self.state);
-            let result = match tokio::time::timeout(timeout, run).await {
+            let result = match within(timeout, run).await {
                 Ok(result) => result,
                 Err(_) => Err(ToolError::ambiguous(format!(
                     "timed out after {timeout:?}; the effect may or may not have happened"
@@ -55,6 +59,26 @@ where
             }
             attempt += 1;
         }
+    }
+}
+
+/// `run`, cut off `timeout` after it started, as `tokio::time::timeout`
+/// does; but the timer is made only if the first poll leaves `run`
+/// pending. A tool that answers at once (no I/O, or a cache) costs no
+/// timer entry and no look-up of the runtime's time driver, and its
+/// outcome is the same: `tokio::time::timeout` polls the future before
+/// its timer, so a future ready at its first poll is never timed out.
+async fn within<F: Future>(timeout: Duration, run: F) -> Result<F::Output, Elapsed> {
+    let started = tokio::time::Instant::now();
+    let mut run = std::pin::pin!(run);
+    let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
+    if let Poll::Ready(output) = first {
+        return Ok(output);
+    }
+    match started.checked_add(timeout) {
+        Some(deadline) => tokio::time::timeout_at(deadline, run).await,
+        // No deadline a clock can hold (`Duration::MAX`: no timeout).
+        None => Ok(run.await),
     }
 }
 

@@ -17,6 +17,7 @@
 //! The store remains the authority: this only saves round trips between
 //! calls that the store would have answered the same way.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use dashmap::mapref::entry::Entry;
@@ -27,7 +28,14 @@ use crate::record::Outcome;
 
 /// The keys being claimed by this executor right now.
 #[derive(Default)]
-pub(super) struct Flights(DashMap<IdempotencyKey, Arc<Flight>, KeyHashBuilder>);
+pub(super) struct Flights {
+    map: DashMap<IdempotencyKey, Arc<Flight>, KeyHashBuilder>,
+    /// How many flights are in the map (or about to enter or leave it):
+    /// with none, [`Flights::contains`] answers without hashing the key or
+    /// locking a shard. On a store that answers on the caller's thread
+    /// (memory), flights are never made, and every call asks.
+    live: AtomicUsize,
+}
 
 /// One key being claimed: what it is claimed for, and its outcome once
 /// recorded.
@@ -53,7 +61,9 @@ pub(super) enum Joined<'a> {
 impl Flights {
     /// Whether a call of `key` is being claimed by this executor now.
     pub(super) fn contains(&self, key: &IdempotencyKey) -> bool {
-        self.0.contains_key(key)
+        // A flight that starts just after this answer is missed either way:
+        // the map's answer, too, may be out of date by the time it is used.
+        self.live.load(Ordering::Acquire) != 0 && self.map.contains_key(key)
     }
 
     /// Join the flight of `key`, or start it.
@@ -63,7 +73,7 @@ impl Flights {
         tool: &'static str,
         fingerprint: &Fingerprint,
     ) -> Joined<'_> {
-        match self.0.entry(key.clone()) {
+        match self.map.entry(key.clone()) {
             Entry::Occupied(e) => {
                 let flight = e.get();
                 if flight.tool == tool && flight.fingerprint == *fingerprint {
@@ -79,6 +89,7 @@ impl Flights {
                     done: OnceLock::new(),
                     notify: tokio::sync::Notify::new(),
                 });
+                self.live.fetch_add(1, Ordering::AcqRel);
                 v.insert(flight.clone());
                 Joined::Leader(FlightGuard {
                     flights: self,
@@ -140,8 +151,9 @@ impl FlightGuard<'_> {
 impl Drop for FlightGuard<'_> {
     fn drop(&mut self) {
         self.flights
-            .0
+            .map
             .remove_if(&self.key, |_, f| Arc::ptr_eq(f, &self.flight));
+        self.flights.live.fetch_sub(1, Ordering::AcqRel);
         // Followers still waiting go to the store themselves.
         self.flight.land(None);
     }

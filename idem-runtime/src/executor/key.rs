@@ -112,7 +112,7 @@ impl CallEnv<'_> {
             clock: &*self.core.clock,
         };
         let window = source.window;
-        let (key, check_fingerprint, windowed) = key_for_call(&self.spec, material, source)
+        let (key, check_fingerprint, windowed) = key_for_call(self.spec, material, source)
             .map_err(|source| IdemError::Key {
                 tool: self.name().to_owned(),
                 source,

@@ -91,8 +91,10 @@ pub const ATTEMPT_STEP: &str = "idem:attempt";
 /// Where an irreversible call's approval comes from.
 #[derive(Debug, Clone)]
 enum ApprovalSource {
-    /// Given with the call ([`Executor::call_approved`]).
-    Given(Approval),
+    /// Given with the call ([`Executor::call_approved`]). Boxed: every
+    /// call's environment carries the source, and only irreversible calls
+    /// carry an approval.
+    Given(Box<Approval>),
     /// Asked of the executor's policy (dispatch by name).
     Policy,
 }
@@ -173,7 +175,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         T: Tool<S>,
         T::Class: NeedsApproval,
     {
-        CallBuilder::new(self, tool, args, ApprovalSource::Given(approval))
+        CallBuilder::new(self, tool, args, ApprovalSource::Given(Box::new(approval)))
     }
 
     /// An executor on the same store and state that performs no side
@@ -272,7 +274,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         let env = CallEnv {
             core: &self.inner.core,
             mode: self.mode,
-            spec: T::SPEC,
+            spec: const { &T::SPEC },
             class,
             call_id,
             run,
@@ -437,7 +439,9 @@ impl Core {
 struct CallEnv<'a> {
     core: &'a Core,
     mode: Mode,
-    spec: ToolSpec,
+    /// By reference: a call's phases carry this environment in their
+    /// future, which is smaller without a copy of the spec.
+    spec: &'static ToolSpec,
     class: ClassKind,
     /// The provider's tool-call id.
     call_id: Option<String>,

@@ -116,10 +116,13 @@ where
         }
 
         // Phase 4.
+        // Boxed: approving is the largest phase (over 1 KB of state), and
+        // only irreversible calls take it; inline, every call's future
+        // would make room for it.
         if env.class.needs_approval() && !approved {
-            env.approve(owner, fingerprint, &|| {
+            Box::pin(env.approve(owner, fingerprint, &|| {
                 serde_json::to_value(args).unwrap_or(Value::Null)
-            })
+            }))
             .await?;
         }
 
@@ -223,6 +226,18 @@ impl CallEnv<'_> {
         let ttl = match outcome {
             Outcome::Unknown { .. } => Duration::MAX,
             _ => self.ttl(),
+        };
+        // Without a flight to publish to, the outcome is not needed after
+        // this: a store that completes on this thread takes it.
+        let outcome = match &self.flight {
+            None => match self
+                .store()
+                .complete_local(&owner.key, owner.fence, outcome, ttl)
+            {
+                Ok(done) => return done.map_err(|e| self.owner_err(owner, e)),
+                Err(outcome) => outcome,
+            },
+            Some(_) => outcome,
         };
         self.store()
             .complete(&owner.key, owner.fence, &outcome, ttl)

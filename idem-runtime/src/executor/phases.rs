@@ -87,9 +87,13 @@ where
                 };
                 let result = match claimed {
                     Ok(claim::Claimed::Owner(owner)) => {
-                        // Boxed: the owner's path is large and is not taken by
-                        // duplicates, whose future stays small and cheap to move.
-                        Box::pin(self.owned(&args, &key.args.fingerprint, owner)).await
+                        // Not boxed apart: this future is boxed already
+                        // (`Executor::finish`), and a second box cost every
+                        // first call an allocation and a copy of the owner's
+                        // state. A duplicate that comes this way (a store
+                        // that does not answer on the caller's thread) pays
+                        // a larger box instead, once.
+                        self.owned(&args, &key.args.fingerprint, owner).await
                     }
                     Ok(claim::Claimed::Recorded(record)) => {
                         if let (Some(flight), Some(outcome)) = (&self.env.flight, record.outcome())

@@ -534,6 +534,19 @@ impl<H: Hook, S: Store> Store for Interceptor<H, S> {
         self.hook.around_local(req, &self.inner)
     }
 
+    /// Declined, always: a completion goes through [`Hook::around`] as
+    /// [`Operation::Complete`], so that a hook sees every one (what it
+    /// forwards is the wrapped store's asynchronous `complete`).
+    fn complete_local(
+        &self,
+        _key: &IdempotencyKey,
+        _fence: Fence,
+        outcome: Outcome,
+        _ttl: Duration,
+    ) -> Result<Result<(), StoreError>, Outcome> {
+        Err(outcome)
+    }
+
     async fn checkpoint(
         &self,
         key: &IdempotencyKey,

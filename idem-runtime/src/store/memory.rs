@@ -321,6 +321,21 @@ impl Store for MemoryStore {
         })
     }
 
+    fn complete_local(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Result<Result<(), StoreError>, Outcome> {
+        Ok(self.open().and_then(|()| {
+            let now = self.clock.now();
+            self.update(key, true, |r| {
+                transition::complete_in_place_owned(r, key, fence, outcome, ttl, now)
+            })
+        }))
+    }
+
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         self.open()?;
         let mut result = Ok(());

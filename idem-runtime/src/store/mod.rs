@@ -301,6 +301,28 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         ttl: Duration,
     ) -> Result<(), StoreError>;
 
+    /// [`Store::complete`] done on the caller's thread, when the store
+    /// can (the in-memory store): the outcome is taken by value, so a
+    /// store that keeps it in memory moves it into the record instead of
+    /// copying it, and no future is boxed. `Err(outcome)` hands the
+    /// outcome back: complete it the usual way. That is the default, and
+    /// what a store over the network or on disk returns.
+    ///
+    /// When it answers, the answer and the write must be exactly those
+    /// [`Store::complete`] would make at that moment (waking the key's
+    /// waiters included), and it must not block for longer than a write
+    /// to local memory.
+    fn complete_local(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Result<Result<(), StoreError>, Outcome> {
+        let _ = (key, fence, ttl);
+        Err(outcome)
+    }
+
     /// Delete an in-flight record owned by `fence`: the call is known not to
     /// have taken effect and may run again later.
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError>;
@@ -475,6 +497,15 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         (**self).complete(key, fence, outcome, ttl).await
+    }
+    fn complete_local(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Result<Result<(), StoreError>, Outcome> {
+        (**self).complete_local(key, fence, outcome, ttl)
     }
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         (**self).release(key, fence).await

@@ -215,14 +215,38 @@ pub fn complete_in_place(
     now: Timestamp,
 ) -> Result<(), StoreError> {
     check_owner(existing.as_deref(), key, fence)?;
-    let record = existing.expect("checked");
+    complete_owned(existing.expect("checked"), fence, outcome.clone(), ttl, now);
+    Ok(())
+}
+
+/// Complete the record in place with `outcome`, moved into it (the record
+/// of a store that keeps records in memory).
+pub fn complete_in_place_owned(
+    existing: Option<&mut Record>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    outcome: Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) -> Result<(), StoreError> {
+    check_owner(existing.as_deref(), key, fence)?;
+    complete_owned(existing.expect("checked"), fence, outcome, ttl, now);
+    Ok(())
+}
+
+fn complete_owned(
+    record: &mut Record,
+    fence: Fence,
+    outcome: Outcome,
+    ttl: Duration,
+    now: Timestamp,
+) {
     record.state = RecordState::Completed {
         fence,
-        outcome: outcome.clone(),
+        outcome,
         completed_at: now,
         expires_at: now.plus(ttl),
     };
-    Ok(())
 }
 
 /// The record after completion with `outcome`.
