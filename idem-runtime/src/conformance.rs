@@ -938,6 +938,7 @@ macro_rules! store_conformance_tests {
             concurrent_audit_appends_lose_none,
             a_claim_that_need_not_be_durable_decides_as_any_claim,
             relaxed_concurrent_claims_have_one_owner,
+            a_completion_on_the_callers_thread_is_a_completion,
         );
     };
     (@cases $make:path; $($case:ident),* $(,)?) => {$(

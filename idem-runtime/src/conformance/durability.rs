@@ -1,7 +1,9 @@
-//! Cases for claims that need not be durable ([`ClaimRequest::durable`]
-//! `false`, an `idempotent_write`'s): a store may commit them without a
-//! flush, by another statement or another path, but what such a claim
-//! decides must be exactly what any claim decides.
+//! Cases for the writes a store may make more cheaply than usual: claims
+//! that need not be durable ([`ClaimRequest::durable`] `false`, an
+//! `idempotent_write`'s), which it may commit without a flush, by another
+//! statement or another path, and completions on the caller's thread
+//! ([`Store::complete_local`]). What such a write decides must be exactly
+//! what the usual one decides.
 
 use std::collections::BTreeMap;
 
@@ -126,4 +128,38 @@ pub async fn relaxed_concurrent_claims_have_one_owner<H: Harness>(h: H) {
     }
     let owners: usize = set.join_all().await.into_iter().sum();
     assert_eq!(owners, 1, "more than one owner of one key");
+}
+
+/// A completion on the caller's thread ([`Store::complete_local`]), where
+/// the store makes one, is a completion: a stale owner is refused, the
+/// owner's outcome is recorded and read back, and a completed outcome is
+/// never overwritten. A store that declines hands the outcome back.
+pub async fn a_completion_on_the_callers_thread_is_a_completion<H: Harness>(h: H) {
+    use super::{acquire, assert_stale};
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let old = acquire(&*store, &req(&key, &f, h.tick())).await;
+    h.advance(h.tick() * 2).await;
+    let new = acquire(&*store, &req(&key, &f, h.tick() * 10)).await;
+    let ttl = h.tick() * 10;
+
+    match store.complete_local(&key, old, success(1), ttl) {
+        Ok(answer) => assert_stale(answer),
+        Err(handed_back) => assert_eq!(handed_back, success(1)),
+    }
+    match store.complete_local(&key, new, success(2), ttl) {
+        Ok(answer) => answer.expect("the owner completes"),
+        Err(handed_back) => store
+            .complete(&key, new, &handed_back, ttl)
+            .await
+            .expect("the owner completes"),
+    }
+    if let Ok(answer) = store.complete_local(&key, new, success(3), ttl) {
+        assert_stale(answer);
+    }
+    let f2 = f.clone();
+    match store.claim(&req(&key, &f2, h.tick())).await.unwrap() {
+        ClaimOutcome::Completed(record) => assert_eq!(record.outcome(), Some(&success(2))),
+        other => panic!("expected the owner's outcome, got {other:?}"),
+    }
 }
