@@ -106,6 +106,46 @@ struct Grown<W> {
     next: u64,
 }
 
+impl<W> Grown<W> {
+    /// The store in `slot`, made anew with `make` when `iters` more keys
+    /// would take it past `GROWN_MAX`.
+    fn room_for(
+        slot: &mut Option<Grown<W>>,
+        iters: u64,
+        make: impl FnOnce() -> Grown<W>,
+    ) -> &mut Grown<W> {
+        if slot
+            .as_ref()
+            .is_none_or(|g| g.len + iters as usize > GROWN_MAX)
+        {
+            *slot = Some(make());
+        }
+        slot.as_mut().expect("just filled")
+    }
+
+    /// Time `iters` first calls made by `call` on the next keys.
+    fn time<'a, F: std::future::Future<Output = ()> + 'a>(
+        &'a mut self,
+        rt: &tokio::runtime::Runtime,
+        iters: u64,
+        call: impl Fn(&'a W, u64) -> F,
+    ) -> std::time::Duration {
+        let Grown { what, len, next } = self;
+        let what: &'a W = what;
+        let first = *next;
+        let start = Instant::now();
+        rt.block_on(async {
+            for i in first..first + iters {
+                call(what, i).await;
+            }
+        });
+        let took = start.elapsed();
+        *next += iters;
+        *len += iters as usize;
+        took
+    }
+}
+
 impl Grown<Exec> {
     fn exec(rt: &tokio::runtime::Runtime) -> Self {
         let exec = new_exec();
@@ -218,47 +258,21 @@ fn overhead(c: &mut Criterion) {
         g.bench_function(format!("naive_first_grown{name}"), |b| {
             b.iter_custom(|iters| {
                 let mut slot = naive_grown.borrow_mut();
-                if slot
-                    .as_ref()
-                    .is_none_or(|g| g.len + iters as usize > GROWN_MAX)
-                {
-                    *slot = Some(Grown::naive(&rt));
-                }
-                let grown = slot.as_mut().unwrap();
-                let first = grown.next;
-                let start = Instant::now();
-                rt.block_on(async {
-                    for i in first..first + iters {
-                        naive_first(&grown.what, source, i).await;
-                    }
-                });
-                let took = start.elapsed();
-                grown.next += iters;
-                grown.len += iters as usize;
-                took
+                Grown::room_for(&mut slot, iters, || Grown::naive(&rt)).time(
+                    &rt,
+                    iters,
+                    |naive, i| naive_first(naive, source, i),
+                )
             })
         });
         g.bench_function(format!("idem_first_grown{name}"), |b| {
             b.iter_custom(|iters| {
                 let mut slot = idem_grown.borrow_mut();
-                if slot
-                    .as_ref()
-                    .is_none_or(|g| g.len + iters as usize > GROWN_MAX)
-                {
-                    *slot = Some(Grown::exec(&rt));
-                }
-                let grown = slot.as_mut().unwrap();
-                let first = grown.next;
-                let start = Instant::now();
-                rt.block_on(async {
-                    for i in first..first + iters {
-                        idem_first(&grown.what, source, i).await;
-                    }
-                });
-                let took = start.elapsed();
-                grown.next += iters;
-                grown.len += iters as usize;
-                took
+                Grown::room_for(&mut slot, iters, || Grown::exec(&rt)).time(
+                    &rt,
+                    iters,
+                    |exec, i| idem_first(exec, source, i),
+                )
             })
         });
     }
