@@ -146,37 +146,41 @@ impl<W> Grown<W> {
     }
 }
 
+impl<W> Grown<W> {
+    /// `what`, empty, its next keys far from the ones measured: fill it
+    /// with [`Grown::time`], then measure from [`Grown::filled`].
+    fn empty(what: W) -> Self {
+        Grown {
+            what,
+            len: 0,
+            next: u64::MAX / 2,
+        }
+    }
+
+    /// Filled: the measured keys start from 0.
+    fn filled(mut self) -> Self {
+        self.next = 0;
+        self
+    }
+}
+
 impl Grown<Exec> {
     fn exec(rt: &tokio::runtime::Runtime) -> Self {
-        let exec = new_exec();
-        let n = grown_start() as u64;
-        rt.block_on(async {
-            for i in 0..n {
-                idem_first(&exec, Source::Step, u64::MAX / 2 + i).await;
-            }
+        let mut grown = Grown::empty(new_exec());
+        grown.time(rt, grown_start() as u64, |exec, i| {
+            idem_first(exec, Source::Step, i)
         });
-        Grown {
-            what: exec,
-            len: n as usize,
-            next: 0,
-        }
+        grown.filled()
     }
 }
 
 impl Grown<Naive> {
     fn naive(rt: &tokio::runtime::Runtime) -> Self {
-        let naive = Naive::default();
-        let n = grown_start() as u64;
-        rt.block_on(async {
-            for i in 0..n {
-                naive_first(&naive, Source::Step, u64::MAX / 2 + i).await;
-            }
+        let mut grown = Grown::empty(Naive::default());
+        grown.time(rt, grown_start() as u64, |naive, i| {
+            naive_first(naive, Source::Step, i)
         });
-        Grown {
-            what: naive,
-            len: n as usize,
-            next: 0,
-        }
+        grown.filled()
     }
 }
 
