@@ -82,30 +82,36 @@ pub async fn an_approval_is_claimed_only_with_the_arguments_it_was_given_for<H: 
     }
 }
 
-/// With sweeps between: an approval granted just before its request would
-/// have lapsed is kept for the tool's TTL (recorded with the claim); an
-/// unknown outcome outlives that TTL many times over; a resolution is kept
-/// for the tool's TTL, not the operator's shorter default.
+/// With sweeps between: an approval granted before its request would have
+/// lapsed is kept for the tool's TTL (recorded with the claim), past the
+/// request's lapse; an unknown outcome outlives that TTL; a resolution is
+/// kept for the tool's TTL, not the operator's shorter default.
+///
+/// On a server's clock every wait is real and the machine may be busy, so
+/// what must *not* have lapsed by a read has a margin of many ticks: only
+/// what must have lapsed is timed closely, and a slow machine only makes
+/// that later.
 pub async fn decisions_outlive_the_ttls_around_them<H: Harness>(h: H) {
     let store = h.store();
     let tick = h.tick();
     // The operator's own default is one tick: shorter than the tool's.
     let operator = Operator::new(h.store() as Arc<dyn Store>).ttl(tick);
     let (key, f) = (random_key(), fp("a"));
+    let tool_ttl = tick * 20;
     let mut claim = req(&key, &f, tick * 30);
     claim.info = CallInfoRef {
-        ttl: Some(tick * 4),
+        ttl: Some(tool_ttl),
         ..CallInfoRef::EMPTY
     };
     let fence = acquire(&*store, &claim).await;
-    park(&*store, &key, fence, tick * 2).await;
+    let request_ttl = tick * 5;
+    park(&*store, &key, fence, request_ttl).await;
 
-    h.advance(tick).await;
     operator
         .approve(&key, Approval::granted_by("ana"))
         .await
-        .unwrap();
-    h.advance(tick * 2).await;
+        .expect("approved within the request's TTL");
+    h.advance(request_ttl + tick).await;
     store.sweep().await.unwrap();
     let read = store.get(&key).await.unwrap();
     assert_eq!(
@@ -126,7 +132,7 @@ pub async fn decisions_outlive_the_ttls_around_them<H: Harness>(h: H) {
         .complete(&key, owner, &unknown, Duration::MAX)
         .await
         .unwrap();
-    h.advance(tick * 6).await;
+    h.advance(tool_ttl + tick).await;
     store.sweep().await.unwrap();
     match store.claim(&claim).await.unwrap() {
         ClaimOutcome::Completed(record) => {
