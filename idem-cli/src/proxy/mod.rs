@@ -27,10 +27,11 @@ mod config;
 mod tool;
 mod upstream;
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use idem::mcp::{McpServer, REPEAT_ARGUMENT_META};
+use idem::mcp::{McpServer, REPEAT_ARGUMENT, REPEAT_ARGUMENT_META};
 use idem::{Dispatcher, Executor, Namespace, Registry};
 use idem_runtime::approval::{ApprovalDecision, Callback};
 #[allow(deprecated)] // SetLevelRequestParams: see `set_level`.
@@ -38,7 +39,8 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
     GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, ListPromptsResult,
     ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, SetLevelRequestParams, Tool,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
+    SetLevelRequestParams, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, ServiceError};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
@@ -249,6 +251,13 @@ impl ServerHandler for Proxy {
         self.idem.get_info()
     }
 
+    /// The versions up to the upstream's: what passes through (a resource,
+    /// a prompt) is in the upstream's protocol, so the client speaks it too.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        let upstream = self.idem.get_info().protocol_version;
+        Cow::Borrowed(ProtocolVersion::known_up_to(&upstream))
+    }
+
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
         self.upstream.forward().connect(context.peer);
     }
@@ -270,6 +279,15 @@ impl ServerHandler for Proxy {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        // The upstream's progress goes back under the client's token; the
+        // arguments as the upstream receives them (without idem's repeat
+        // argument) find the call.
+        let _progress = context.meta.get_progress_token().map(|token| {
+            let mut arguments = request.arguments.clone().unwrap_or_default();
+            arguments.remove(REPEAT_ARGUMENT);
+            self.upstream
+                .expect_progress(&request.name, Value::Object(arguments), token)
+        });
         ServerHandler::call_tool(&self.idem, request, context)
             .await
             .map(restore)

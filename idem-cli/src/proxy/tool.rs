@@ -108,12 +108,15 @@ impl Tool<()> for UpstreamTool {
                 )))
             }
         };
+        let progress = self
+            .upstream
+            .progress_token(self.spec.name, &Value::Object(arguments.clone()));
         let mut request =
             CallToolRequestParams::new(self.spec.name.to_owned()).with_arguments(arguments);
         if let Some(key) = ctx.key() {
             request = request.with_idempotency_key(key.as_str());
         }
-        let result = self.upstream.call(request).await?;
+        let result = self.upstream.call(request, progress).await?;
         serde_json::to_value(&result).map_err(|e| {
             ToolError::ambiguous(format!("the upstream's result cannot be recorded: {e}"))
         })

@@ -7,14 +7,60 @@ use std::sync::{Arc, Mutex};
 #[allow(deprecated)] // LoggingMessageNotificationParam: see `on_logging_message`.
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    InitializeResult, LoggingMessageNotificationParam, ProgressNotificationParam,
+    InitializeResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
     ResourceUpdatedNotificationParam, ServerPeerInfo,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
 use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, RoleClient, RoleServer, ServiceExt};
+use serde_json::Value;
 
 use idem_runtime::error::ToolError;
+
+/// An upstream call whose progress the client asked for, under way.
+struct Reporting {
+    calls: Arc<Mutex<Vec<ProgressToken>>>,
+    token: ProgressToken,
+}
+
+impl Reporting {
+    fn new(forward: &Forward, token: ProgressToken) -> Self {
+        let calls = forward.calls.clone();
+        calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(token.clone());
+        Reporting { calls, token }
+    }
+}
+
+impl Drop for Reporting {
+    fn drop(&mut self) {
+        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = calls.iter().position(|t| *t == self.token) {
+            calls.remove(at);
+        }
+    }
+}
+
+/// Drops a call's progress token when the call is over.
+pub struct ProgressGuard {
+    upstream: Arc<Upstream>,
+    entry: (String, Value, ProgressToken),
+}
+
+impl Drop for ProgressGuard {
+    fn drop(&mut self) {
+        let mut progress = self
+            .upstream
+            .progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = progress.iter().position(|e| *e == self.entry) {
+            progress.remove(at);
+        }
+    }
+}
 
 /// What the upstream said at `initialize`, as a server's configuration.
 fn initialized(info: &ServerPeerInfo) -> InitializeResult {
@@ -34,6 +80,9 @@ pub struct Upstream {
     command: Vec<String>,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, Forward>>>,
     forward: Forward,
+    /// The progress tokens of the client's calls in progress: tool,
+    /// arguments, token.
+    progress: Mutex<Vec<(String, Value, ProgressToken)>>,
 }
 
 /// Where the upstream's notifications go: the proxy's client, once it has
@@ -41,6 +90,12 @@ pub struct Upstream {
 #[derive(Clone, Default)]
 pub struct Forward {
     downstream: Arc<Mutex<Option<Peer<RoleServer>>>>,
+    /// The client's progress tokens of the upstream calls under way. rmcp
+    /// gives each upstream request a token of its own; while one call
+    /// with a client's token is under way, the upstream's progress is
+    /// that call's. (With several at once it cannot be told whose, and is
+    /// not passed on.)
+    calls: Arc<Mutex<Vec<ProgressToken>>>,
 }
 
 impl Forward {
@@ -67,9 +122,19 @@ impl ClientHandler for Forward {
 
     async fn on_progress(
         &self,
-        params: ProgressNotificationParam,
+        mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
+        let token = match self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_slice()
+        {
+            [token] => token.clone(),
+            _ => return,
+        };
+        params.progress_token = token;
         if let Some(peer) = self.peer() {
             let _ = peer.notify_progress(params).await;
         }
@@ -118,7 +183,39 @@ impl Upstream {
             command,
             running: tokio::sync::Mutex::new(None),
             forward: Forward::default(),
+            progress: Mutex::new(Vec::new()),
         }
+    }
+
+    /// The client asked for progress of its call of `tool` with
+    /// `arguments` under `token`: the upstream call made for it carries the
+    /// token, and the upstream's progress goes back to the client under it,
+    /// until the returned guard is dropped.
+    pub fn expect_progress(
+        self: &Arc<Self>,
+        tool: &str,
+        arguments: Value,
+        token: ProgressToken,
+    ) -> ProgressGuard {
+        let entry = (tool.to_owned(), arguments, token);
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry.clone());
+        ProgressGuard {
+            upstream: self.clone(),
+            entry,
+        }
+    }
+
+    /// The progress token of the client's call of `tool` with `arguments`.
+    pub fn progress_token(&self, tool: &str, arguments: &Value) -> Option<ProgressToken> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(t, a, _)| t == tool && a == arguments)
+            .map(|(_, _, token)| token.clone())
     }
 
     /// Where its notifications go.
@@ -169,10 +266,18 @@ impl Upstream {
     /// ambiguous error, which the executor re-runs with the same key for an
     /// idempotent write and records as an unknown outcome otherwise. A
     /// result with `isError` is the tool's answer, returned as it came.
-    pub async fn call(&self, params: CallToolRequestParams) -> Result<CallToolResult, ToolError> {
+    ///
+    /// `progress` is the client's progress token for the call, if it asked
+    /// for progress.
+    pub async fn call(
+        &self,
+        params: CallToolRequestParams,
+        progress: Option<ProgressToken>,
+    ) -> Result<CallToolResult, ToolError> {
         let (peer, _) = self.start().await.map_err(|e| {
             ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
         })?;
+        let _progress = progress.map(|token| Reporting::new(&self.forward, token));
         match peer.call_tool(params).await {
             Ok(result) => Ok(result),
             Err(ServiceError::TransportSend(e)) => Err(ToolError::transient(format!(

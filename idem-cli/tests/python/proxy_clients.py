@@ -217,6 +217,63 @@ async def create_entities() -> None:
     TABLE.append(("memory: create_entities, resent", "entities; the repeat's answer", *results))
 
 
+async def everything() -> None:
+    say("\n## server-everything: what is not a write passes through as it is")
+    seen = {}
+    for proxied in (False, True):
+        with place() as here:
+            command = npm_server("server-everything", "stdio")
+            client = here.proxied(command) if proxied else here.direct(command)
+            async with client:
+                capabilities = client.server_capabilities
+                tools = (await client.list_tools()).tools
+                resources = (await client.list_resources()).resources
+                templates = (await client.list_resource_templates()).resource_templates
+                document = await client.read_resource(resources[0].uri)
+                prompts = (await client.list_prompts()).prompts
+                prompt = await client.get_prompt("args-prompt", {"city": "Lyon"})
+                echo = await client.call_tool("echo", {"message": "hello"})
+                structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
+                image = await client.call_tool("get-tiny-image", {})
+                steps: list[float] = []
+
+                async def progress(done: float, total: float | None, message: str | None) -> None:
+                    steps.append(done)
+
+                slow = await client.call_tool(
+                    "trigger-long-running-operation", {"duration": 0.2, "steps": 2}, progress_callback=progress
+                )
+            seen[proxied] = {
+                "capabilities": sorted(
+                    k for k in ("prompts", "resources", "tools", "completions", "logging")
+                    if getattr(capabilities, k) is not None
+                ),
+                "tools": [t.name for t in tools],
+                "resources": [r.uri for r in resources],
+                "templates": [t.uri_template for t in templates],
+                "document": document.model_dump(exclude={"meta"}),
+                "prompts": [p.name for p in prompts],
+                "prompt": prompt.model_dump(exclude={"meta"}),
+                "echo": reads(echo),
+                "structured": structured.structured_content,
+                "image": [block.type for block in image.content],
+                "progress": steps,
+                "slow": reads(slow),
+            }
+            if proxied:
+                classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
+                say(f"through the proxy each tool carries its class: {classes}")
+                check(all(classes.values()), "every listed tool names its class")
+    for what, direct in seen[False].items():
+        check(seen[True][what] == direct, f"{what}: {seen[True][what]!r} through the proxy, {direct!r} directly")
+    say(
+        f"the same through the proxy as directly: capabilities {seen[True]['capabilities']}, "
+        f"{len(seen[True]['tools'])} tools, {len(seen[True]['resources'])} resources, "
+        f"{len(seen[True]['templates'])} templates, {len(seen[True]['prompts'])} prompts, a prompt, "
+        f"a resource read, echo, structured content, an image, progress {seen[True]['progress']}"
+    )
+
+
 CRASH_CONFIG = """
 [tools.append]
 class = "{cls}"
@@ -266,6 +323,7 @@ async def main() -> None:
     await edit_file()
     await move_file()
     await create_entities()
+    await everything()
     await crash("idempotent_write")
     await crash("non_idempotent_write")
     say("\n## upstream effects, directly and through `idem proxy`\n")
