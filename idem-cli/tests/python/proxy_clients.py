@@ -217,6 +217,31 @@ async def create_entities() -> None:
     TABLE.append(("memory: create_entities, resent", "entities; the repeat's answer", *results))
 
 
+async def operator_approval() -> None:
+    say("\n## server-memory: `delete_entities` (irreversible) from a client that cannot ask its user")
+    with place() as here:
+        env = {"MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+        command = npm_server("server-memory")
+        meta = {"io.idem/idempotencyKey": "forget-ada-1"}
+        forget = {"entityNames": ["Ada"]}
+        async with here.proxied(command, env=env) as client:
+            await client.call_tool("create_entities", ENTITY)
+            waiting = await client.call_tool("delete_entities", forget, meta=meta)
+            graph = last(await client.call_tool("read_graph", {}))
+            say(f"the model reads:\n  {reads(waiting)}")
+            check(waiting.is_error and len(graph["entities"]) == 1, "nothing deleted before a person decides")
+        listed = json.loads(here.idem("--json", "ls", "--state", "awaiting_approval"))["records"]
+        check(len(listed) == 1 and listed[0]["tool"] == "delete_entities", f"the inbox shows it: {listed}")
+        check(listed[0]["namespace"] == "mcp/memory-server", "named after the upstream server")
+        here.idem("approve", listed[0]["key"], "--by", "ops", "--note", "Ada asked to be forgotten")
+        say(f"idem approve {listed[0]['key'][:12]}… --by ops")
+        async with here.proxied(command, env=env) as client:
+            done = await client.call_tool("delete_entities", forget, meta=meta)
+            graph = last(await client.call_tool("read_graph", {}))
+            say(f"the call sent again after the approval -> {reads(done)!r}")
+            check(not done.is_error and graph["entities"] == [], "approved: deleted once")
+
+
 async def everything() -> None:
     say("\n## server-everything: what is not a write passes through as it is")
     seen = {}
@@ -323,6 +348,7 @@ async def main() -> None:
     await edit_file()
     await move_file()
     await create_entities()
+    await operator_approval()
     await everything()
     await crash("idempotent_write")
     await crash("non_idempotent_write")
