@@ -33,23 +33,6 @@ fn servers() -> Option<PathBuf> {
     (all && node).then_some(dir)
 }
 
-/// A Python that can `import mcp`.
-fn python() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("IDEM_PYTHON").map(PathBuf::from),
-        Some(PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../target/python-mcp/bin/python"
-        ))),
-    ];
-    candidates.into_iter().flatten().find(|python| {
-        Command::new(python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    })
-}
-
 const SERVERS: &str =
     "Node and the npm MCP servers (.ci/mcp-servers-setup.sh installs them in target/mcp-servers)";
 
@@ -140,7 +123,10 @@ fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
         idem_testkit::skip(what, SERVERS);
         return;
     };
-    let Some(python) = python() else {
+    let Some(python) = idem_testkit::python_mcp(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/.."
+    ))) else {
         idem_testkit::skip(
             what,
             "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)",

@@ -17,50 +17,36 @@ use serde_json::Value;
 
 use idem_runtime::error::ToolError;
 
-/// An upstream call whose progress the client asked for, under way.
-struct Reporting {
-    calls: Arc<Mutex<Vec<ProgressToken>>>,
-    token: ProgressToken,
+/// An entry of a list shared with other tasks, taken out again when the
+/// guard is dropped: a call under way, for as long as it is.
+pub struct Listed<T: PartialEq> {
+    list: Arc<Mutex<Vec<T>>>,
+    entry: T,
 }
 
-impl Reporting {
-    fn new(forward: &Forward, token: ProgressToken) -> Self {
-        let calls = forward.calls.clone();
-        calls
-            .lock()
+impl<T: PartialEq + Clone> Listed<T> {
+    fn new(list: &Arc<Mutex<Vec<T>>>, entry: T) -> Self {
+        list.lock()
             .unwrap_or_else(|e| e.into_inner())
-            .push(token.clone());
-        Reporting { calls, token }
-    }
-}
-
-impl Drop for Reporting {
-    fn drop(&mut self) {
-        let mut calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(at) = calls.iter().position(|t| *t == self.token) {
-            calls.remove(at);
+            .push(entry.clone());
+        Listed {
+            list: list.clone(),
+            entry,
         }
     }
 }
 
-/// Drops a call's progress token when the call is over.
-pub struct ProgressGuard {
-    upstream: Arc<Upstream>,
-    entry: (String, Value, ProgressToken),
-}
-
-impl Drop for ProgressGuard {
+impl<T: PartialEq> Drop for Listed<T> {
     fn drop(&mut self) {
-        let mut progress = self
-            .upstream
-            .progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
-        if let Some(at) = progress.iter().position(|e| *e == self.entry) {
-            progress.remove(at);
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = list.iter().position(|e| *e == self.entry) {
+            list.remove(at);
         }
     }
 }
+
+/// A client's call of a tool, with its arguments and progress token.
+type Progressing = (String, Value, ProgressToken);
 
 /// What the upstream said at `initialize`, as a server's configuration.
 fn initialized(info: &ServerPeerInfo) -> InitializeResult {
@@ -82,7 +68,7 @@ pub struct Upstream {
     forward: Forward,
     /// The progress tokens of the client's calls in progress: tool,
     /// arguments, token.
-    progress: Mutex<Vec<(String, Value, ProgressToken)>>,
+    progress: Arc<Mutex<Vec<Progressing>>>,
 }
 
 /// Where the upstream's notifications go: the proxy's client, once it has
@@ -183,7 +169,7 @@ impl Upstream {
             command,
             running: tokio::sync::Mutex::new(None),
             forward: Forward::default(),
-            progress: Mutex::new(Vec::new()),
+            progress: Arc::default(),
         }
     }
 
@@ -192,20 +178,12 @@ impl Upstream {
     /// token, and the upstream's progress goes back to the client under it,
     /// until the returned guard is dropped.
     pub fn expect_progress(
-        self: &Arc<Self>,
+        &self,
         tool: &str,
         arguments: Value,
         token: ProgressToken,
-    ) -> ProgressGuard {
-        let entry = (tool.to_owned(), arguments, token);
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(entry.clone());
-        ProgressGuard {
-            upstream: self.clone(),
-            entry,
-        }
+    ) -> Listed<Progressing> {
+        Listed::new(&self.progress, (tool.to_owned(), arguments, token))
     }
 
     /// The progress token of the client's call of `tool` with `arguments`.
@@ -277,7 +255,7 @@ impl Upstream {
         let (peer, _) = self.start().await.map_err(|e| {
             ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
         })?;
-        let _progress = progress.map(|token| Reporting::new(&self.forward, token));
+        let _progress = progress.map(|token| Listed::new(&self.forward.calls, token));
         match peer.call_tool(params).await {
             Ok(result) => Ok(result),
             Err(ServiceError::TransportSend(e)) => Err(ToolError::transient(format!(

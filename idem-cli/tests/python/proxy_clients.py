@@ -107,6 +107,17 @@ def place():
         shutil.rmtree(where.dir, ignore_errors=True)
 
 
+def filesystem(here: Place, proxied: bool) -> tuple[Path, Client, Person]:
+    """server-filesystem on a directory of its own, straight or through the
+    proxy; the person in the chat accepts what the proxy asks."""
+    root = here.dir / "files"
+    root.mkdir()
+    command = npm_server("server-filesystem", str(root))
+    person = Person()
+    client = here.proxied(command, elicitation_callback=person) if proxied else here.direct(command)
+    return root, client, person
+
+
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
 
 
@@ -115,15 +126,9 @@ async def edit_file() -> None:
     counts = []
     for proxied in (False, True):
         with place() as here:
-            root = here.dir / "files"
-            root.mkdir()
+            root, client, person = filesystem(here, proxied)
             target = root / "notes.txt"
             target.write_text("a")
-            command = npm_server("server-filesystem", str(root))
-            person = Person()
-            client = (
-                here.proxied(command, elicitation_callback=person) if proxied else here.direct(command)
-            )
             async with client:
                 arguments = {"path": str(target), **EDIT}
                 meta = {"io.idem/idempotencyKey": "edit-notes-1"}
@@ -134,7 +139,6 @@ async def edit_file() -> None:
             counts.append(edits)
             route = "through idem proxy" if proxied else "directly"
             say(f"{route}: the file reads {text!r} ({edits} edit(s)); the repeat answered error={again.is_error}")
-            say(f"  first -> {reads(first)[:300]!r}")
             if proxied:
                 say(f"  the person was asked once:\n    {person.asked[0].splitlines()[0]}")
                 check(text == "aa", "through the proxy the file changes once")
@@ -154,14 +158,8 @@ async def move_file() -> None:
     answers = []
     for proxied in (False, True):
         with place() as here:
-            root = here.dir / "files"
-            root.mkdir()
+            root, client, person = filesystem(here, proxied)
             (root / "draft.txt").write_text("hello")
-            command = npm_server("server-filesystem", str(root))
-            person = Person()
-            client = (
-                here.proxied(command, elicitation_callback=person) if proxied else here.direct(command)
-            )
             async with client:
                 arguments = {"source": str(root / "draft.txt"), "destination": str(root / "final.txt")}
                 meta = {"io.idem/idempotencyKey": "move-draft-1"}
