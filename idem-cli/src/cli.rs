@@ -100,6 +100,11 @@ pub struct ProxyArgs {
     /// comment on every guess) and exit, to review it once.
     #[arg(long)]
     pub print_config: bool,
+    /// Serve over streamable HTTP on this address (at /mcp) rather than
+    /// over stdio. Loopback only, unless a reverse proxy with TLS is in
+    /// front of it.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
     /// The upstream MCP server's command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,

@@ -43,6 +43,8 @@ use rmcp::model::{
     SetLevelRequestParams, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, ServiceError};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
@@ -117,14 +119,50 @@ pub async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
         server = server.approver(&tool, approval.into());
     }
     let proxy = Proxy::new(server, upstream.clone(), tools);
-    let transport = (tokio::io::stdin(), tokio::io::stdout());
-    let service = proxy
-        .serve(transport)
-        .await
-        .map_err(|e| CliError::Usage(format!("the client did not initialize: {e}")))?;
-    let _ = service.waiting().await;
+    match &args.listen {
+        Some(address) => serve_http(proxy, address, &name).await?,
+        None => {
+            let transport = (tokio::io::stdin(), tokio::io::stdout());
+            let service = proxy
+                .serve(transport)
+                .await
+                .map_err(|e| CliError::Usage(format!("the client did not initialize: {e}")))?;
+            let _ = service.waiting().await;
+        }
+    }
     upstream.stop().await;
     executor.store().close().await;
+    Ok(())
+}
+
+/// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until
+/// interrupted (Ctrl-C).
+async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), CliError> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| CliError::Usage(format!("--listen: cannot listen on {address}: {e}")))?;
+    let address = listener.local_addr()?;
+    // Only requests that name this server's own host: a page on another
+    // site cannot reach it through DNS rebinding.
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts([
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        address.to_string(),
+        format!("localhost:{}", address.port()),
+    ]);
+    let service = StreamableHttpService::new(
+        move || Ok(proxy.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    // The line a supervisor (and the tests) wait for, with the port chosen.
+    eprintln!("idem proxy: serving {name} on http://{address}/mcp");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
     Ok(())
 }
 

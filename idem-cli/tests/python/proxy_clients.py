@@ -16,8 +16,10 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -92,8 +94,6 @@ class Place:
         return Client(server, **options)
 
     def idem(self, *args: str) -> str:
-        import subprocess
-
         out = subprocess.run([IDEM, "--store", self.store, *args], capture_output=True, text=True, check=True)
         return out.stdout
 
@@ -213,6 +213,33 @@ async def create_entities() -> None:
             results.append(f"{len(entities)} in the graph; the retry answers {created} created")
             del chat_first
     TABLE.append(("memory: create_entities, resent", "entities; the repeat's answer", *results))
+
+
+async def over_http() -> None:
+    say("\n## `idem proxy --listen`: server-memory served over streamable HTTP, a call sent again")
+    with place() as here:
+        env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--", *npm_server("server-memory")]
+        proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            url = None
+            for line in proxy.stderr:
+                found = re.search(r"serving \S+ on (http://\S+/mcp)", line)
+                if found:
+                    url = found.group(1)
+                    break
+            check(url is not None, "the proxy printed its address")
+            async with Client(url) as client:
+                meta = {"io.idem/idempotencyKey": "ada-http-1"}
+                first = await client.call_tool("create_entities", ENTITY, meta=meta)
+                again = await client.call_tool("create_entities", ENTITY, meta=meta)
+                graph = last(await client.call_tool("read_graph", {}))
+            say(f"{url}: the retry -> deduplicated={again.meta['io.idem/deduplicated']}")
+            check(reads(again) == reads(first) and len(last(again)) == 1, "the retry answers as the first did")
+            check(len(graph["entities"]) == 1, "one entity")
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            proxy.wait(timeout=20)
 
 
 async def operator_approval() -> None:
@@ -347,6 +374,7 @@ async def main() -> None:
     await move_file()
     await create_entities()
     await operator_approval()
+    await over_http()
     await everything()
     await crash("idempotent_write")
     await crash("non_idempotent_write")
