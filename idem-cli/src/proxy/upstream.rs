@@ -1,6 +1,7 @@
 //! The upstream MCP server: a child process spoken to over stdio by rmcp's
-//! client, started again when it has gone (a crash, a restart), and the
-//! notifications it sends passed on to the proxy's own client.
+//! client, or a server reached over streamable HTTP; started (or connected
+//! to) again when it has gone (a crash, a restart), and the notifications
+//! it sends passed on to the proxy's own client.
 
 use std::sync::{Arc, Mutex};
 
@@ -11,11 +12,14 @@ use rmcp::model::{
     ResourceUpdatedNotificationParam, ServerPeerInfo,
 };
 use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, RoleServer, ServiceExt};
 use serde_json::Value;
 
 use idem_runtime::error::ToolError;
+
+use super::http::{self, HttpClient};
 
 /// An entry of a list shared with other tasks, taken out again when the
 /// guard is dropped: a call under way, for as long as it is.
@@ -61,9 +65,30 @@ fn initialized(info: &ServerPeerInfo) -> InitializeResult {
     result
 }
 
-/// The upstream server, (re)started on demand.
+/// Where the upstream server is.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A program (and its arguments) the proxy starts and speaks to over
+    /// stdio.
+    Command(Vec<String>),
+    /// A server already running, reached over streamable HTTP at this
+    /// `http://` URL.
+    Http(String),
+}
+
+impl Source {
+    /// The upstream as its messages name it: the program, or the URL.
+    fn name(&self) -> &str {
+        match self {
+            Source::Command(command) => command.first().map_or("", String::as_str),
+            Source::Http(url) => url,
+        }
+    }
+}
+
+/// The upstream server, (re)started or (re)connected on demand.
 pub struct Upstream {
-    command: Vec<String>,
+    source: Source,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, Forward>>>,
     forward: Forward,
     /// The progress tokens of the client's calls in progress: tool,
@@ -162,11 +187,11 @@ impl ClientHandler for Forward {
 }
 
 impl Upstream {
-    /// An upstream started by `command` (program and arguments); nothing
-    /// runs until [`Upstream::start`].
-    pub fn new(command: Vec<String>) -> Self {
+    /// The upstream at `source`; nothing runs (or connects) until
+    /// [`Upstream::start`].
+    pub fn new(source: Source) -> Self {
         Upstream {
-            command,
+            source,
             running: tokio::sync::Mutex::new(None),
             forward: Forward::default(),
             progress: Arc::default(),
@@ -201,8 +226,9 @@ impl Upstream {
         &self.forward
     }
 
-    /// Start it (or find it running) and return what it said at
-    /// `initialize`, with a handle to talk to it.
+    /// Start it or connect to it (or find it running) and return what it
+    /// said at `initialize`, with a handle to talk to it. Over HTTP a new
+    /// connection is a new session, initialized again.
     pub async fn start(&self) -> Result<(Peer<RoleClient>, InitializeResult), String> {
         let mut running = self.running.lock().await;
         if let Some(service) = running.as_ref() {
@@ -212,20 +238,26 @@ impl Upstream {
                 }
             }
         }
-        let (program, args) = self
-            .command
-            .split_first()
-            .ok_or("no upstream command: give one after `--`")?;
-        let mut command = tokio::process::Command::new(program);
-        command.args(args);
-        let transport = TokioChildProcess::new(command)
-            .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
-        let service = self
-            .forward
-            .clone()
-            .serve(transport)
-            .await
-            .map_err(|e| format!("the upstream server `{program}` did not initialize: {e}"))?;
+        let name = self.source.name();
+        let service = match &self.source {
+            Source::Command(command) => {
+                let (program, args) = command
+                    .split_first()
+                    .ok_or("no upstream command: give one after `--`")?;
+                let mut command = tokio::process::Command::new(program);
+                command.args(args);
+                let transport = TokioChildProcess::new(command)
+                    .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
+                self.forward.clone().serve(transport).await
+            }
+            Source::Http(url) => {
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let transport =
+                    StreamableHttpClientTransport::with_client(HttpClient::new(), config);
+                self.forward.clone().serve(transport).await
+            }
+        }
+        .map_err(|e| format!("the upstream server `{name}` did not initialize: {e}"))?;
         let info = service
             .peer_info()
             .map(|info| initialized(&info))
@@ -237,8 +269,11 @@ impl Upstream {
 
     /// Call a tool upstream.
     ///
-    /// An upstream that cannot be started (or restarted) has received
-    /// nothing: a transient error, and the call may run again. Once the
+    /// An upstream that cannot be started (or restarted, or connected to)
+    /// has received nothing: a transient error, and the call may run
+    /// again; so has an HTTP upstream that no longer knew the session (it
+    /// restarted: rmcp starts a new session and sends the call once more
+    /// before it gives up). Once the
     /// request has gone, an error response, a transport that closes (the
     /// server crashed) or a timeout leaves its effect unknown: an
     /// ambiguous error, which the executor re-runs with the same key for an
@@ -258,6 +293,17 @@ impl Upstream {
         let _progress = progress.map(|token| Listed::new(&self.forward.calls, token));
         match peer.call_tool(params).await {
             Ok(result) => Ok(result),
+            // Over HTTP the request's POST is the send: only a connection
+            // never made (or a session the server no longer knew) sent
+            // nothing.
+            Err(ServiceError::TransportSend(e))
+                if matches!(self.source, Source::Http(_)) && !http::unsent(&*e.error) =>
+            {
+                Err(ToolError::ambiguous(format!(
+                    "the upstream server received the call, then the exchange failed ({e}): \
+                     whether it took effect is unknown"
+                )))
+            }
             Err(ServiceError::TransportSend(e)) => Err(ToolError::transient(format!(
                 "the request could not be sent to the upstream server ({e}); nothing ran"
             ))),
@@ -279,7 +325,8 @@ impl Upstream {
         self.start().await.map(|(peer, _)| peer)
     }
 
-    /// Stop it, waiting for the child to exit.
+    /// Stop it, waiting for the child to exit (over HTTP: end the
+    /// session).
     pub async fn stop(&self) {
         if let Some(service) = self.running.lock().await.take() {
             let _ = service.cancel().await;

@@ -19,9 +19,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from mcp import Client, StdioServerParameters, types
@@ -91,6 +93,16 @@ class Place:
         server = StdioServerParameters(
             command=IDEM, args=[*args, "--", *command], env={"IDEM_STORE": self.store, **(env or {})}
         )
+        return Client(server, **options)
+
+    def through(self, url: str, config: str | None = None, **options) -> Client:
+        """A client of `idem proxy --upstream URL` (over stdio)."""
+        args = ["proxy", "--upstream", url]
+        if config is not None:
+            path = self.dir / "proxy.toml"
+            path.write_text(config)
+            args += ["--config", str(path)]
+        server = StdioServerParameters(command=IDEM, args=args, env={"IDEM_STORE": self.store})
         return Client(server, **options)
 
     def idem(self, *args: str) -> str:
@@ -351,7 +363,7 @@ async def crash(cls: str) -> None:
             result = await call
             lines = journal.read_text().splitlines()
             starts = [line for line in lines if line.startswith("start x")]
-            say(f"the call -> error={result.is_error} {reads(result)[:160]!r}")
+            say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
             say(f"the upstream's journal: {lines}")
             if cls == "idempotent_write":
                 check(not result.is_error, "an idempotent write is re-run on the new upstream")
@@ -369,15 +381,183 @@ async def crash(cls: str) -> None:
             )
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def everything_over_http():
+    """server-everything in its streamable HTTP mode on a free loopback
+    port; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "PORT": str(port)}
+    quiet = subprocess.DEVNULL
+    server = subprocess.Popen(npm_server("server-everything", "streamableHttp"), env=env, stdout=quiet, stderr=quiet)
+    try:
+        # Until it listens (or has exited).
+        while server.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        check(server.poll() is None, "server-everything started over HTTP")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.kill()
+        server.wait(timeout=20)
+
+
+class SlowUpstream:
+    """slow_upstream.py over streamable HTTP on a listening socket this
+    process holds: killed and started again, it keeps its address, and a
+    connection made in between waits rather than being refused."""
+
+    def __init__(self, here: Place) -> None:
+        self.journal, self.hold, self.pid = here.dir / "journal", here.dir / "hold", here.dir / "pid"
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.socket.listen(64)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "SLOW_UPSTREAM_JOURNAL": str(self.journal),
+            "SLOW_UPSTREAM_HOLD": str(self.hold),
+            "SLOW_UPSTREAM_PID": str(self.pid),
+            "SLOW_UPSTREAM_FD": str(self.socket.fileno()),
+        }
+        command = [sys.executable, str(HERE / "slow_upstream.py")]
+        self.process = subprocess.Popen(command, env=env, pass_fds=[self.socket.fileno()])
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=20)
+
+    def starts(self) -> list[str]:
+        if not self.journal.exists():
+            return []
+        return [line for line in self.journal.read_text().splitlines() if line.startswith("start")]
+
+    def close(self) -> None:
+        self.kill()
+        self.socket.close()
+
+
+async def upstream_over_http() -> None:
+    say("\n## `idem proxy --upstream URL`: upstream servers reached over streamable HTTP")
+    with everything_over_http() as url:
+        async with Client(url) as client:
+            direct = sorted(t.name for t in (await client.list_tools()).tools)
+        with place() as here:
+            async with here.through(url) as client:
+                tools = (await client.list_tools()).tools
+                echo = await client.call_tool("echo", {"message": "over http"})
+            classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
+            check(sorted(classes) == direct, f"the same tools through the proxy: {sorted(classes)} / {direct}")
+            check(all(classes.values()), f"each listed with its class: {classes}")
+            check(reads(echo) == "Echo: over http", f"echo answers: {reads(echo)!r}")
+            say(f"server-everything at {url}: {len(tools)} tools listed through the proxy, echo -> {reads(echo)!r}")
+
+    counts = []
+    for proxied in (False, True):
+        with place() as here:
+            upstream = SlowUpstream(here)
+            upstream.start()
+            try:
+                client = here.through(upstream.url) if proxied else Client(upstream.url)
+                async with client:
+                    meta = {"io.idem/idempotencyKey": "append-http-1"}
+                    first = await client.call_tool("append", {"line": "x"}, meta=meta)
+                    again = await client.call_tool("append", {"line": "x"}, meta=meta)
+                runs = len(upstream.starts())
+                counts.append(str(runs))
+                route = "through idem proxy" if proxied else "directly"
+                say(f"{route}: `append` sent twice with one key -> {runs} run(s) upstream")
+                if proxied:
+                    check(runs == 1, "through the proxy the upstream runs once")
+                    check(again.meta["io.idem/deduplicated"], "the repeat is answered from the record")
+                    check(reads(again) == reads(first), "the repeat answers as the first did")
+                    ls = here.idem("ls", "--namespace", "mcp/slow-upstream")
+                    check("append" in ls, f"the record names the upstream server:\n{ls}")
+                else:
+                    check(runs == 2, "directly it runs twice")
+            finally:
+                upstream.close()
+    TABLE.append(("HTTP upstream: append, resent", "runs upstream", *counts))
+
+    refused = subprocess.run(
+        [IDEM, "proxy", "--upstream", "https://mcp.example.com/mcp"], capture_output=True, text=True
+    )
+    say(f"idem proxy --upstream https://… -> exit {refused.returncode}: {refused.stderr.strip()}")
+    check(refused.returncode == 2, "an https:// upstream is refused as a usage error")
+    check("no TLS support" in refused.stderr and "TLS-terminating proxy" in refused.stderr, refused.stderr)
+
+
+async def crash_http(cls: str) -> None:
+    say(f"\n## an HTTP upstream killed mid-call and started again: `append` as {cls}")
+    with place() as here:
+        upstream = SlowUpstream(here)
+        upstream.start()
+        try:
+            async with here.through(upstream.url, config=CRASH_CONFIG.format(cls=cls)) as client:
+                upstream.hold.touch()
+                meta = {"io.idem/idempotencyKey": f"crash-http-{cls}"}
+                call = asyncio.create_task(client.call_tool("append", {"line": "x"}, meta=meta))
+                while not upstream.starts():
+                    await asyncio.sleep(0.02)
+                upstream.hold.unlink()
+                upstream.kill()
+                upstream.start()
+                result = await call
+                lines = upstream.journal.read_text().splitlines()
+                starts = upstream.starts()
+                say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
+                say(f"the upstream's journal: {lines}")
+                if cls == "idempotent_write":
+                    check(not result.is_error, "an idempotent write is re-run on the new upstream")
+                    check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
+                    check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
+                    check(lines.count("done x") == 1, "and finishes once")
+                else:
+                    check(result.is_error, "a non-idempotent write's outcome is unknown")
+                    check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
+                    again = await client.call_tool("append", {"line": "x"}, meta=meta)
+                    check(again.is_error and len(lines) == 1, "never re-run")
+                    say(f"retried -> {reads(again)[:160]!r}")
+                # The new session serves the next call.
+                other = await client.call_tool("append", {"line": "y"})
+                check(not other.is_error, f"the next call runs on a new session: {reads(other)!r}")
+            TABLE.append(
+                (f"HTTP upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(len(starts)))
+            )
+        finally:
+            upstream.close()
+
+
+CASES = {
+    "edit_file": edit_file,
+    "move_file": move_file,
+    "create_entities": create_entities,
+    "operator_approval": operator_approval,
+    "over_http": over_http,
+    "everything": everything,
+    "crash_idempotent": lambda: crash("idempotent_write"),
+    "crash_non_idempotent": lambda: crash("non_idempotent_write"),
+    "upstream_over_http": upstream_over_http,
+    "crash_http_idempotent": lambda: crash_http("idempotent_write"),
+    "crash_http_non_idempotent": lambda: crash_http("non_idempotent_write"),
+}
+
+
 async def main() -> None:
-    await edit_file()
-    await move_file()
-    await create_entities()
-    await operator_approval()
-    await over_http()
-    await everything()
-    await crash("idempotent_write")
-    await crash("non_idempotent_write")
+    # Arguments name the cases to run (all by default), to try one alone.
+    for name in sys.argv[1:] or CASES:
+        await CASES[name]()
     say("\n## upstream effects, directly and through `idem proxy`\n")
     say("| scenario | counted | directly | through idem proxy |")
     say("|---|---|---|---|")
