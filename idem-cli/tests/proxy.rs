@@ -5,7 +5,10 @@
 //! the official Python MCP SDK as the client (`target/python-mcp`, or
 //! `IDEM_PYTHON`). The client's cases are in `tests/python/proxy_clients.py`;
 //! each counts the upstream's effects from the upstream itself, straight
-//! and through the proxy.
+//! and through the proxy. Upstreams are started over stdio, and reached
+//! over streamable HTTP (`idem proxy --upstream URL`: server-everything's
+//! HTTP mode, and `tests/python/slow_upstream.py` killed and restarted on
+//! one listening socket).
 //!
 //! Without Node, the servers or the SDK the tests are skipped loudly, and
 //! fail under `IDEM_REQUIRE_SERVERS=1`.

@@ -230,8 +230,8 @@ pub fn print(config: &Config, server: &str, version: &str, tools: &[Tool]) -> St
         out,
         "# idem proxy configuration for the MCP server `{server}` {version}.\n\
          # Written by `idem proxy --print-config`: review each class once, then pass\n\
-         # this file with `idem proxy --config FILE -- COMMAND…`. A class marked\n\
-         # \"guessed\" comes from the server's own annotations.\n\
+         # this file with `idem proxy --config FILE -- COMMAND…` (or --upstream\n\
+         # URL). A class marked \"guessed\" comes from the server's own annotations.\n\
          # Classes: read, idempotent_write, non_idempotent_write, irreversible.\n\
          # Options: key = [\"field\", …] (a natural key), ttl = \"7d\",\n\
          # timeout = \"30s\", approval = \"chat_or_operator\" | \"chat\" | \"operator\".\n\
