@@ -296,13 +296,18 @@ impl Upstream {
             // Over HTTP the request's POST is the send: only a connection
             // never made (or a session the server no longer knew) sent
             // nothing.
-            Err(ServiceError::TransportSend(e))
-                if matches!(self.source, Source::Http(_)) && !http::unsent(&*e.error) =>
-            {
-                Err(ToolError::ambiguous(format!(
-                    "the upstream server received the call, then the exchange failed ({e}): \
-                     whether it took effect is unknown"
-                )))
+            Err(ServiceError::TransportSend(e)) if matches!(self.source, Source::Http(_)) => {
+                let error = &*e.error;
+                if http::unsent(error) {
+                    Err(ToolError::transient(format!(
+                        "the request did not reach the upstream server ({error}); nothing ran"
+                    )))
+                } else {
+                    Err(ToolError::ambiguous(format!(
+                        "the upstream server received the call, then the exchange failed \
+                         ({error}): whether it took effect is unknown"
+                    )))
+                }
             }
             Err(ServiceError::TransportSend(e)) => Err(ToolError::transient(format!(
                 "the request could not be sent to the upstream server ({e}); nothing ran"

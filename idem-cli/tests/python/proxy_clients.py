@@ -416,11 +416,18 @@ class SlowUpstream:
 
     def __init__(self, here: Place) -> None:
         self.journal, self.hold, self.pid = here.dir / "journal", here.dir / "hold", here.dir / "pid"
-        self.socket = socket.socket()
-        self.socket.bind(("127.0.0.1", 0))
-        self.socket.listen(64)
+        self.listen(0)
         self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
         self.process: subprocess.Popen | None = None
+
+    def listen(self, port: int) -> None:
+        """A listening socket on `port`; the same port again once the old
+        one is closed (its connections, which inherit the option, do not
+        hold it)."""
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", port))
+        self.socket.listen(64)
 
     def start(self) -> None:
         env = {
@@ -539,6 +546,34 @@ async def crash_http(cls: str) -> None:
             upstream.close()
 
 
+async def refused_http() -> None:
+    say("\n## an HTTP upstream that refuses the connection: nothing was sent")
+    with place() as here:
+        upstream = SlowUpstream(here)
+        port = upstream.socket.getsockname()[1]
+        upstream.start()
+        try:
+            config = CRASH_CONFIG.format(cls="non_idempotent_write")
+            async with here.through(upstream.url, config=config) as client:
+                # The server and its address gone: connections are refused.
+                upstream.close()
+                meta = {"io.idem/idempotencyKey": "refused-1"}
+                refused = await client.call_tool("append", {"line": "x"}, meta=meta)
+                code = (refused.meta or {}).get("io.idem/error", {}).get("code")
+                say(f"the call -> error={refused.is_error} code={code} {reads(refused)[:200]!r}")
+                check(refused.is_error and code != "outcome_unknown", "refused, and not as an unknown outcome")
+                check(not upstream.starts(), "nothing ran")
+                # Back on the same address: the same call runs, once.
+                upstream.listen(port)
+                upstream.start()
+                again = await client.call_tool("append", {"line": "x"}, meta=meta)
+                say(f"sent again once the server is back -> error={again.is_error} {reads(again)!r}")
+                check(not again.is_error and len(upstream.starts()) == 1, "it runs, once")
+            TABLE.append(("HTTP upstream refusing, then back", "runs upstream (non-idempotent)", "-", "1"))
+        finally:
+            upstream.close()
+
+
 CASES = {
     "edit_file": edit_file,
     "move_file": move_file,
@@ -551,6 +586,7 @@ CASES = {
     "upstream_over_http": upstream_over_http,
     "crash_http_idempotent": lambda: crash_http("idempotent_write"),
     "crash_http_non_idempotent": lambda: crash_http("non_idempotent_write"),
+    "refused_http": refused_http,
 }
 
 
