@@ -155,3 +155,47 @@ fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
     );
     assert!(transcript.contains("all cases passed"), "{transcript}");
 }
+
+/// `idem proxy` with `args`: its exit code and stderr.
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    let dir = idem_testkit::TempDir::new("idem-proxy-refused").unwrap();
+    let out = Command::new(IDEM)
+        .arg("proxy")
+        .args(args)
+        .env(
+            "IDEM_STORE",
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        )
+        .output()
+        .expect("idem runs");
+    assert!(
+        !dir.path().join("idem.db").exists(),
+        "a refused command line opens no store"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
+    let (code, stderr) = refused(&["--upstream", "https://mcp.example.com/mcp"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("https://mcp.example.com/mcp"), "{stderr}");
+    assert!(stderr.contains("no TLS support"), "{stderr}");
+    assert!(stderr.contains("TLS-terminating proxy"), "{stderr}");
+    assert!(stderr.contains("over stdio"), "{stderr}");
+
+    let (code, stderr) = refused(&["--upstream", "ftp://127.0.0.1/mcp"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("ftp://127.0.0.1/mcp"), "{stderr}");
+
+    // An upstream, or a command to start one: not both, and one of them.
+    let (code, stderr) = refused(&["--upstream", "http://127.0.0.1:9/mcp", "--", "node"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let (code, stderr) = refused(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("required"), "{stderr}");
+}
