@@ -249,6 +249,9 @@ async fn status_error(
     StreamableHttpError::UnexpectedServerResponse(Cow::Owned(format!("HTTP {status}: {text}")))
 }
 
+// rmcp's transport calls the `…_with_response_limits` and
+// `…_with_max_sse_event_size` methods, which apply its limits; the others
+// are the trait's required entry points, with the default limits.
 impl StreamableHttpClient for HttpClient {
     type Error = HttpError;
 
@@ -267,28 +270,6 @@ impl StreamableHttpClient for HttpClient {
             auth_header,
             custom_headers,
             StreamableHttpResponseLimits::default(),
-        )
-        .await
-    }
-
-    async fn post_message_with_max_sse_event_size(
-        &self,
-        uri: Arc<str>,
-        message: ClientJsonRpcMessage,
-        session_id: Option<Arc<str>>,
-        auth_header: Option<String>,
-        custom_headers: HashMap<HeaderName, HeaderValue>,
-        max_sse_event_size: usize,
-    ) -> Result<StreamableHttpPostResponse, Failure> {
-        let mut limits = StreamableHttpResponseLimits::default();
-        limits.max_sse_event_size = max_sse_event_size;
-        self.post_message_with_response_limits(
-            uri,
-            message,
-            session_id,
-            auth_header,
-            custom_headers,
-            limits,
         )
         .await
     }

@@ -342,6 +342,28 @@ class = "{cls}"
 """
 
 
+async def judge_crash(cls: str, client: Client, meta: dict, result: types.CallToolResult, journal: Path) -> int:
+    """What a call of `append` whose upstream was killed mid-call answered,
+    and what the upstream's journal shows, for the class `cls`; the number
+    of runs upstream."""
+    lines = journal.read_text().splitlines()
+    starts = [line for line in lines if line.startswith("start x")]
+    say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
+    say(f"the upstream's journal: {lines}")
+    if cls == "idempotent_write":
+        check(not result.is_error, "an idempotent write is re-run on the new upstream")
+        check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
+        check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
+        check(lines.count("done x") == 1, "and finishes once")
+    else:
+        check(result.is_error, "a non-idempotent write's outcome is unknown")
+        check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
+        again = await client.call_tool("append", {"line": "x"}, meta=meta)
+        check(again.is_error and len(journal.read_text().splitlines()) == 1, "never re-run")
+        say(f"retried -> {reads(again)[:160]!r}")
+    return len(starts)
+
+
 async def crash(cls: str) -> None:
     say(f"\n## an upstream killed mid-call and started again: `append` as {cls}")
     with place() as here:
@@ -360,25 +382,8 @@ async def crash(cls: str) -> None:
                 await asyncio.sleep(0.02)
             hold.unlink()
             os.kill(int(pid.read_text()), signal.SIGKILL)
-            result = await call
-            lines = journal.read_text().splitlines()
-            starts = [line for line in lines if line.startswith("start x")]
-            say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
-            say(f"the upstream's journal: {lines}")
-            if cls == "idempotent_write":
-                check(not result.is_error, "an idempotent write is re-run on the new upstream")
-                check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
-                check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
-                check(lines.count("done x") == 1, "and finishes once")
-            else:
-                check(result.is_error, "a non-idempotent write's outcome is unknown")
-                check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
-                again = await client.call_tool("append", {"line": "x"}, meta=meta)
-                check(again.is_error and len(journal.read_text().splitlines()) == 1, "never re-run")
-                say(f"retried -> {reads(again)[:160]!r}")
-            TABLE.append(
-                (f"upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(len(starts)))
-            )
+            runs = await judge_crash(cls, client, meta, await call, journal)
+            TABLE.append((f"upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(runs)))
 
 
 def free_port() -> int:
@@ -520,28 +525,11 @@ async def crash_http(cls: str) -> None:
                 upstream.hold.unlink()
                 upstream.kill()
                 upstream.start()
-                result = await call
-                lines = upstream.journal.read_text().splitlines()
-                starts = upstream.starts()
-                say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
-                say(f"the upstream's journal: {lines}")
-                if cls == "idempotent_write":
-                    check(not result.is_error, "an idempotent write is re-run on the new upstream")
-                    check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
-                    check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
-                    check(lines.count("done x") == 1, "and finishes once")
-                else:
-                    check(result.is_error, "a non-idempotent write's outcome is unknown")
-                    check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
-                    again = await client.call_tool("append", {"line": "x"}, meta=meta)
-                    check(again.is_error and len(lines) == 1, "never re-run")
-                    say(f"retried -> {reads(again)[:160]!r}")
+                runs = await judge_crash(cls, client, meta, await call, upstream.journal)
                 # The new session serves the next call.
                 other = await client.call_tool("append", {"line": "y"})
                 check(not other.is_error, f"the next call runs on a new session: {reads(other)!r}")
-            TABLE.append(
-                (f"HTTP upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(len(starts)))
-            )
+            TABLE.append((f"HTTP upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(runs)))
         finally:
             upstream.close()
 
