@@ -16,26 +16,10 @@ use std::process::Command;
 
 mod mcp_example;
 
-/// A Python that can `import mcp`.
-fn python() -> Option<PathBuf> {
-    let candidates = [
-        std::env::var_os("IDEM_PYTHON").map(PathBuf::from),
-        Some(PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/target/python-mcp/bin/python"
-        ))),
-    ];
-    candidates.into_iter().flatten().find(|python| {
-        Command::new(python)
-            .args(["-c", "import mcp"])
-            .output()
-            .is_ok_and(|out| out.status.success())
-    })
-}
-
 #[test]
 fn the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http() {
-    let Some(python) = python() else {
+    let Some(python) = idem_testkit::python_mcp(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
+    else {
         idem_testkit::skip(
             "the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http",
             "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)",

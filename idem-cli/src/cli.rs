@@ -82,6 +82,32 @@ pub enum Command {
     /// Write an approver's entry for the `idem serve --approvers` file: a
     /// hashed password (read from stdin) or a new API token.
     Approver(ApproverArgs),
+    /// Put idem in front of an MCP server: start it (`idem proxy --
+    /// COMMAND…`) and serve its tools over stdio, every call keyed,
+    /// recorded and answered once (docs/proxy.md).
+    Proxy(ProxyArgs),
+}
+
+/// `idem proxy`.
+#[derive(Debug, Args)]
+pub struct ProxyArgs {
+    /// The configuration file (TOML): a class and key options for each
+    /// upstream tool, by name or glob. Where it is silent, the upstream's
+    /// annotations decide.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Print the configuration the proxy infers for this server (a
+    /// comment on every guess) and exit, to review it once.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Serve over streamable HTTP on this address (at /mcp) rather than
+    /// over stdio. Loopback only, unless a reverse proxy with TLS is in
+    /// front of it.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// The upstream MCP server's command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
 }
 
 impl Command {

@@ -11,6 +11,7 @@
 mod cli;
 mod commands;
 mod error;
+mod proxy;
 mod render;
 mod serve;
 mod store;

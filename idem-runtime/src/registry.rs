@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Value};
 
-use crate::class::{Class, ClassKind};
+use crate::class::ClassKind;
 use crate::error::IdemError;
 use crate::executor::{CallOutput, Executor, RunContext};
 use crate::tool::{Tool, ToolSpec};
@@ -54,11 +54,11 @@ pub trait DynTool<S>: Send + Sync + 'static {
 
 impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
     fn spec(&self) -> ToolSpec {
-        T::SPEC
+        *self.runtime_spec()
     }
 
     fn class(&self) -> ClassKind {
-        <T::Class as Class>::KIND
+        self.runtime_class()
     }
 
     fn input_schema(&self) -> Value {
@@ -92,7 +92,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
             let args: T::Args = serde_path_to_error::deserialize(&args).map_err(|e| {
                 let path = e.path().to_string();
                 IdemError::InvalidArguments {
-                    tool: T::SPEC.name.to_owned(),
+                    tool: self.runtime_spec().name.to_owned(),
                     detail: if path == "." {
                         e.into_inner().to_string()
                     } else {
@@ -103,7 +103,7 @@ impl<S: Send + Sync + 'static, T: Tool<S>> DynTool<S> for T {
             let called = exec.execute_dispatched(self, args, call_id, run).await?;
             let output = serde_json::to_value(&called.output).map_err(|e| {
                 IdemError::OutputNotSerializable {
-                    tool: T::SPEC.name.to_owned(),
+                    tool: self.runtime_spec().name.to_owned(),
                     detail: e.to_string(),
                 }
             })?;

@@ -17,7 +17,7 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use crate::class::Class;
+use crate::class::{Class, ClassKind};
 use crate::ctx::ToolCtx;
 use crate::error::ToolError;
 
@@ -138,6 +138,26 @@ pub trait ToolDef: Send + Sync + 'static {
     /// Key material for [`KeySpec::Natural`] and [`KeySpec::Custom`] tools.
     fn key_material(_args: &Self::Args) -> Option<KeyMaterial> {
         None
+    }
+
+    /// This tool's spec: [`ToolDef::SPEC`]. A tool known only at run time
+    /// (one of an MCP server that `idem proxy` fronts) returns its own;
+    /// the executor and the registry read this, never `SPEC` directly.
+    fn runtime_spec(&self) -> &'static ToolSpec {
+        const { &Self::SPEC }
+    }
+
+    /// This tool's class: [`ToolDef::Class`]'s. A tool known only at run
+    /// time returns its own (its `Class` type is then only a placeholder:
+    /// such a tool is called by dispatch, which reads the class from
+    /// here).
+    fn runtime_class(&self) -> ClassKind {
+        <Self::Class as Class>::KIND
+    }
+
+    /// This tool's key material for `args`: [`ToolDef::key_material`]'s.
+    fn runtime_key_material(&self, args: &Self::Args) -> Option<KeyMaterial> {
+        Self::key_material(args)
     }
 }
 

@@ -36,6 +36,7 @@ pub async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate => migrate::run(url, &out).await,
         Command::Serve(args) => crate::serve::run(url, &args).await,
         Command::Approver(args) => crate::serve::approver(&args),
+        Command::Proxy(args) => crate::proxy::run(url, &args).await,
         command => {
             let operator = match command.changes_records() {
                 true => store::open(url).await?,
@@ -60,7 +61,7 @@ async fn run_on(operator: &Operator, command: Command, out: &Output) -> Result<(
         Command::Stats => stats::run(operator, out).await,
         Command::Log(args) => log::run(operator, &args, out).await,
         Command::Key(args) => key::run(&args, out),
-        Command::Migrate | Command::Serve(_) | Command::Approver(_) => {
+        Command::Migrate | Command::Serve(_) | Command::Approver(_) | Command::Proxy(_) => {
             unreachable!("these open the store themselves, or need none")
         }
     }

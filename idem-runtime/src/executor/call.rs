@@ -252,7 +252,8 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S,
     /// duplicate is then answered without a boxed future.
     fn into_future(self) -> Self::IntoFuture {
         let exec = self.exec;
-        match exec.start::<T>(
+        match exec.start(
+            &self.tool,
             self.args,
             self.provider_id,
             self.run,

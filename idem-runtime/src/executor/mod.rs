@@ -66,7 +66,7 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::approval::{Approval, ApprovalPolicy};
-use crate::class::{Class, ClassKind, NeedsApproval, NoApprovalNeeded};
+use crate::class::{ClassKind, NeedsApproval, NoApprovalNeeded};
 use crate::clock::Clock;
 use crate::error::{IdemError, ToolError};
 use crate::key::Namespace;
@@ -242,7 +242,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         options: call::CallOptions,
         approval: ApprovalSource,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        match self.start::<T>(args, call_id, run, options, approval) {
+        match self.start(tool, args, call_id, run, options, approval) {
             Started::Done(result) => result,
             Started::Running(rest) => self.finish::<T, _>(tool, rest).await,
         }
@@ -254,16 +254,18 @@ impl<S: Send + Sync + 'static> Executor<S> {
     /// switch or an allocation beyond its key.
     fn start<T: Tool<S>>(
         &self,
+        tool: &T,
         args: T::Args,
         call_id: Option<String>,
         run: RunContext,
         options: call::CallOptions,
         approval: ApprovalSource,
     ) -> Started<'_, T::Args, T::Output> {
-        let class = <T::Class as Class>::KIND;
+        let class = tool.runtime_class();
+        let spec = tool.runtime_spec();
         let span = tracing::info_span!(
             "idem.call",
-            tool = T::SPEC.name,
+            tool = spec.name,
             class = class.as_str(),
             key = tracing::field::Empty,
             attempts = tracing::field::Empty,
@@ -274,13 +276,13 @@ impl<S: Send + Sync + 'static> Executor<S> {
         let env = CallEnv {
             core: &self.inner.core,
             mode: self.mode,
-            spec: const { &T::SPEC },
+            spec,
             class,
             call_id,
             run,
             policy: options
                 .retry
-                .unwrap_or_else(|| self.inner.core.default_policy(&T::SPEC)),
+                .unwrap_or_else(|| self.inner.core.default_policy(spec)),
             approval_wait: options
                 .approval_wait
                 .unwrap_or(self.inner.core.config.approval_wait),
@@ -296,7 +298,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 key: None,
             });
         }
-        let result = env.key(&args, T::key_material(&args)).map(|key| {
+        let result = env.key(&args, tool.runtime_key_material(&args)).map(|key| {
             // A store that answers on this thread (memory; SQLite for a
             // duplicate) needs no flight: its answer is as quick as the
             // flight's, and a flight would cost every call a map entry.

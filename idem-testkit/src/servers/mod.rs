@@ -58,6 +58,23 @@ pub fn skip(what: &str, server: &str) {
     eprintln!("SKIPPED `{what}`: {server} is not installed (set IDEM_REQUIRE_SERVERS=1 to make this a failure)");
 }
 
+/// A Python that can `import mcp` (the official Python MCP SDK, the
+/// client of the MCP tests): `IDEM_PYTHON`, else the virtual environment
+/// `.ci/run` makes in `target/python-mcp` under the workspace root
+/// `workspace`. `None` when neither has the SDK.
+pub fn python_mcp(workspace: &Path) -> Option<PathBuf> {
+    let candidates = [
+        std::env::var_os("IDEM_PYTHON").map(PathBuf::from),
+        Some(workspace.join("target/python-mcp/bin/python")),
+    ];
+    candidates.into_iter().flatten().find(|python| {
+        std::process::Command::new(python)
+            .args(["-c", "import mcp"])
+            .output()
+            .is_ok_and(|out| out.status.success())
+    })
+}
+
 /// The environment variable that makes a test binary a child of
 /// [`claim_from_processes`]: `URL KEY TASKS TAG START_AT_MILLIS`.
 pub const CHILD_ENV: &str = "IDEM_MULTI_PROCESS_CHILD";

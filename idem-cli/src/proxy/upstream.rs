@@ -1,0 +1,288 @@
+//! The upstream MCP server: a child process spoken to over stdio by rmcp's
+//! client, started again when it has gone (a crash, a restart), and the
+//! notifications it sends passed on to the proxy's own client.
+
+use std::sync::{Arc, Mutex};
+
+#[allow(deprecated)] // LoggingMessageNotificationParam: see `on_logging_message`.
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
+    InitializeResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
+    ResourceUpdatedNotificationParam, ServerPeerInfo,
+};
+use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, RoleClient, RoleServer, ServiceExt};
+use serde_json::Value;
+
+use idem_runtime::error::ToolError;
+
+/// An entry of a list shared with other tasks, taken out again when the
+/// guard is dropped: a call under way, for as long as it is.
+pub struct Listed<T: PartialEq> {
+    list: Arc<Mutex<Vec<T>>>,
+    entry: T,
+}
+
+impl<T: PartialEq + Clone> Listed<T> {
+    fn new(list: &Arc<Mutex<Vec<T>>>, entry: T) -> Self {
+        list.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry.clone());
+        Listed {
+            list: list.clone(),
+            entry,
+        }
+    }
+}
+
+impl<T: PartialEq> Drop for Listed<T> {
+    fn drop(&mut self) {
+        let mut list = self.list.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(at) = list.iter().position(|e| *e == self.entry) {
+            list.remove(at);
+        }
+    }
+}
+
+/// A client's call of a tool, with its arguments and progress token.
+type Progressing = (String, Value, ProgressToken);
+
+/// What the upstream said at `initialize`, as a server's configuration.
+fn initialized(info: &ServerPeerInfo) -> InitializeResult {
+    let mut result = InitializeResult::new(info.capabilities.clone());
+    result.protocol_version = info.protocol_version.clone();
+    result.server_info = info
+        .server_info
+        .clone()
+        .unwrap_or_else(|| Implementation::new("upstream", ""));
+    result.instructions = info.instructions.clone();
+    result.meta = info.meta.clone();
+    result
+}
+
+/// The upstream server, (re)started on demand.
+pub struct Upstream {
+    command: Vec<String>,
+    running: tokio::sync::Mutex<Option<RunningService<RoleClient, Forward>>>,
+    forward: Forward,
+    /// The progress tokens of the client's calls in progress: tool,
+    /// arguments, token.
+    progress: Arc<Mutex<Vec<Progressing>>>,
+}
+
+/// Where the upstream's notifications go: the proxy's client, once it has
+/// connected.
+#[derive(Clone, Default)]
+pub struct Forward {
+    downstream: Arc<Mutex<Option<Peer<RoleServer>>>>,
+    /// The client's progress tokens of the upstream calls under way. rmcp
+    /// gives each upstream request a token of its own; while one call
+    /// with a client's token is under way, the upstream's progress is
+    /// that call's. (With several at once it cannot be told whose, and is
+    /// not passed on.)
+    calls: Arc<Mutex<Vec<ProgressToken>>>,
+}
+
+impl Forward {
+    /// Send the upstream's notifications to `peer` from now on.
+    pub fn connect(&self, peer: Peer<RoleServer>) {
+        *self.downstream.lock().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+    }
+
+    fn peer(&self) -> Option<Peer<RoleServer>> {
+        self.downstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+}
+
+impl ClientHandler for Forward {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("idem-proxy", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        mut params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        let token = match self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_slice()
+        {
+            [token] => token.clone(),
+            _ => return,
+        };
+        params.progress_token = token;
+        if let Some(peer) = self.peer() {
+            let _ = peer.notify_progress(params).await;
+        }
+    }
+
+    // Logging is deprecated (SEP-2577) but servers still send it.
+    #[allow(deprecated)]
+    async fn on_logging_message(
+        &self,
+        params: LoggingMessageNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(peer) = self.peer() {
+            let _ = peer.notify_logging_message(params).await;
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        if let Some(peer) = self.peer() {
+            let _ = peer.notify_resource_updated(params).await;
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(peer) = self.peer() {
+            let _ = peer.notify_resource_list_changed().await;
+        }
+    }
+
+    async fn on_prompt_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        if let Some(peer) = self.peer() {
+            let _ = peer.notify_prompt_list_changed().await;
+        }
+    }
+}
+
+impl Upstream {
+    /// An upstream started by `command` (program and arguments); nothing
+    /// runs until [`Upstream::start`].
+    pub fn new(command: Vec<String>) -> Self {
+        Upstream {
+            command,
+            running: tokio::sync::Mutex::new(None),
+            forward: Forward::default(),
+            progress: Arc::default(),
+        }
+    }
+
+    /// The client asked for progress of its call of `tool` with
+    /// `arguments` under `token`: the upstream call made for it carries the
+    /// token, and the upstream's progress goes back to the client under it,
+    /// until the returned guard is dropped.
+    pub fn expect_progress(
+        &self,
+        tool: &str,
+        arguments: Value,
+        token: ProgressToken,
+    ) -> Listed<Progressing> {
+        Listed::new(&self.progress, (tool.to_owned(), arguments, token))
+    }
+
+    /// The progress token of the client's call of `tool` with `arguments`.
+    pub fn progress_token(&self, tool: &str, arguments: &Value) -> Option<ProgressToken> {
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .find(|(t, a, _)| t == tool && a == arguments)
+            .map(|(_, _, token)| token.clone())
+    }
+
+    /// Where its notifications go.
+    pub fn forward(&self) -> &Forward {
+        &self.forward
+    }
+
+    /// Start it (or find it running) and return what it said at
+    /// `initialize`, with a handle to talk to it.
+    pub async fn start(&self) -> Result<(Peer<RoleClient>, InitializeResult), String> {
+        let mut running = self.running.lock().await;
+        if let Some(service) = running.as_ref() {
+            if !service.is_closed() && !service.peer().is_transport_closed() {
+                if let Some(info) = service.peer_info() {
+                    return Ok((service.peer().clone(), initialized(&info)));
+                }
+            }
+        }
+        let (program, args) = self
+            .command
+            .split_first()
+            .ok_or("no upstream command: give one after `--`")?;
+        let mut command = tokio::process::Command::new(program);
+        command.args(args);
+        let transport = TokioChildProcess::new(command)
+            .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
+        let service = self
+            .forward
+            .clone()
+            .serve(transport)
+            .await
+            .map_err(|e| format!("the upstream server `{program}` did not initialize: {e}"))?;
+        let info = service
+            .peer_info()
+            .map(|info| initialized(&info))
+            .ok_or("the upstream server sent no initialize result")?;
+        let peer = service.peer().clone();
+        *running = Some(service);
+        Ok((peer, info))
+    }
+
+    /// Call a tool upstream.
+    ///
+    /// An upstream that cannot be started (or restarted) has received
+    /// nothing: a transient error, and the call may run again. Once the
+    /// request has gone, an error response, a transport that closes (the
+    /// server crashed) or a timeout leaves its effect unknown: an
+    /// ambiguous error, which the executor re-runs with the same key for an
+    /// idempotent write and records as an unknown outcome otherwise. A
+    /// result with `isError` is the tool's answer, returned as it came.
+    ///
+    /// `progress` is the client's progress token for the call, if it asked
+    /// for progress.
+    pub async fn call(
+        &self,
+        params: CallToolRequestParams,
+        progress: Option<ProgressToken>,
+    ) -> Result<CallToolResult, ToolError> {
+        let (peer, _) = self.start().await.map_err(|e| {
+            ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
+        })?;
+        let _progress = progress.map(|token| Listed::new(&self.forward.calls, token));
+        match peer.call_tool(params).await {
+            Ok(result) => Ok(result),
+            Err(ServiceError::TransportSend(e)) => Err(ToolError::transient(format!(
+                "the request could not be sent to the upstream server ({e}); nothing ran"
+            ))),
+            Err(ServiceError::McpError(e)) => Err(ToolError::ambiguous(format!(
+                "the upstream server answered with a protocol error ({}: {}) after it received \
+                 the call",
+                e.code.0, e.message
+            ))),
+            Err(e) => Err(ToolError::ambiguous(format!(
+                "the upstream server received the call, then {e}: whether it took effect is \
+                 unknown"
+            ))),
+        }
+    }
+
+    /// The running upstream's handle, if it runs, for requests other than
+    /// tool calls (resources, prompts), which pass through unchanged.
+    pub async fn peer(&self) -> Result<Peer<RoleClient>, String> {
+        self.start().await.map(|(peer, _)| peer)
+    }
+
+    /// Stop it, waiting for the child to exit.
+    pub async fn stop(&self) {
+        if let Some(service) = self.running.lock().await.take() {
+            let _ = service.cancel().await;
+        }
+    }
+}

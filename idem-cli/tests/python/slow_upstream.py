@@ -1,0 +1,43 @@
+"""An upstream MCP server for the crash tests of `idem proxy`, written with
+the official Python MCP SDK: one tool, `append`, that writes a line to a
+journal (with the idempotency key the proxy sent in `_meta`) and, while the
+file named by SLOW_UPSTREAM_HOLD exists, waits before it finishes, so that
+the test can kill it mid-call. Its process id is written to
+SLOW_UPSTREAM_PID when it starts.
+"""
+
+import asyncio
+import os
+from pathlib import Path
+
+from mcp.server.mcpserver import Context, MCPServer
+
+JOURNAL = Path(os.environ["SLOW_UPSTREAM_JOURNAL"])
+HOLD = Path(os.environ["SLOW_UPSTREAM_HOLD"])
+Path(os.environ["SLOW_UPSTREAM_PID"]).write_text(str(os.getpid()))
+
+server = MCPServer("slow-upstream")
+
+
+def key_of(ctx: Context) -> str:
+    meta = ctx.request_context.meta
+    if meta is None:
+        return "-"
+    if not isinstance(meta, dict):
+        meta = meta.model_dump(by_alias=True)
+    return str(meta.get("io.idem/idempotencyKey", "-"))
+
+
+@server.tool()
+async def append(line: str, ctx: Context) -> str:
+    """Append a line to the journal."""
+    with JOURNAL.open("a") as journal:
+        journal.write(f"start {line} {key_of(ctx)}\n")
+    while HOLD.exists():
+        await asyncio.sleep(0.05)
+    with JOURNAL.open("a") as journal:
+        journal.write(f"done {line}\n")
+    return f"appended {line}"
+
+
+server.run("stdio")
