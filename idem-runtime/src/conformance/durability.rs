@@ -38,7 +38,10 @@ pub async fn a_claim_that_need_not_be_durable_decides_as_any_claim<H: Harness>(h
         fence: first,
         takeover: None,
         ..
-    } = store.claim(&relaxed(&key, &f, h.tick() * 20)).await.unwrap()
+    } = store
+        .claim(&relaxed(&key, &f, h.tick() * 20))
+        .await
+        .unwrap()
     else {
         panic!("a new key was not acquired");
     };
