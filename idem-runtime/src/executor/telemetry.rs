@@ -61,6 +61,9 @@ pub(super) struct Ending {
     pub(super) error_type: Option<&'static str>,
     /// `idem.refusal`: why idem refused the call.
     pub(super) refusal: Option<&'static str>,
+    /// Whether the tool body ran (whatever the outcome: an unknown outcome
+    /// ran too).
+    pub(super) ran: bool,
 }
 
 /// Classify a call's result. `ran`: the tool body ran at least once;
@@ -85,6 +88,7 @@ pub(super) fn classify<O>(
                 },
                 error_type: None,
                 refusal: None,
+                ran,
             }
         }
         Err(e) => e,
@@ -96,6 +100,7 @@ pub(super) fn classify<O>(
                 outcome: Ended::AwaitingApproval,
                 error_type: None,
                 refusal: None,
+                ran,
             }
         }
         _ if e.is_deduplicated() => answered,
@@ -108,6 +113,7 @@ pub(super) fn classify<O>(
         outcome,
         error_type: Some(code),
         refusal: (outcome == Ended::Refused).then_some(code),
+        ran,
     }
 }
 
@@ -303,16 +309,14 @@ mod instruments {
                 attributes.push(KeyValue::new("idem.refusal", refusal));
             }
             self.calls.add(1, &attributes);
-            match ending.outcome {
-                Ended::Executed => {
-                    // The conventions' attributes only: the duration of
-                    // an execution, failed or not.
-                    attributes.retain(|kv| kv.key.as_str() != "idem.outcome");
-                    self.duration.record(elapsed.as_secs_f64(), &attributes);
-                }
-                Ended::Deduplicated | Ended::Joined => self.deduplications.add(1, &attributes),
-                Ended::Unknown => {}
-                Ended::Refused | Ended::AwaitingApproval | Ended::Denied => {}
+            if matches!(ending.outcome, Ended::Deduplicated | Ended::Joined) {
+                self.deduplications.add(1, &attributes);
+            }
+            if ending.ran {
+                // The duration of an execution, failed or not, with the
+                // conventions' attributes and the class.
+                attributes.retain(|kv| kv.key.as_str() != "idem.outcome");
+                self.duration.record(elapsed.as_secs_f64(), &attributes);
             }
         }
     }
