@@ -532,3 +532,112 @@ async fn a_takeover_and_a_refusal_are_told_on_the_span() {
     );
     assert_eq!(worker.metrics().takeovers, 1);
 }
+
+#[cfg(feature = "mcp")]
+mod mcp_support;
+
+/// A `tools/call` carrying a W3C `traceparent` in `_meta` continues that
+/// trace: the server's `tools/call {tool}` span is a child of the caller's
+/// span, and the tool's `execute_tool` span a child of the server's.
+#[cfg(feature = "mcp")]
+#[tokio::test]
+async fn an_mcp_call_continues_the_callers_trace() {
+    use idem::mcp::{CallToolRequestParamsExt, TRACEPARENT_META};
+    use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    let t = Telemetry::new();
+    let ledger = mcp_support::Ledger::default();
+    let client = mcp_support::connect(mcp_support::server(&ledger)).await;
+
+    // A traceparent as another process sends it.
+    let call = mcp_support::with_meta(
+        mcp_support::charge("cus_17", 4_900),
+        serde_json::json!({
+            TRACEPARENT_META: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "io.idem/idempotencyKey": "order-17",
+        }),
+    );
+    let result = client.call_tool(call).await.unwrap();
+    assert_eq!(result.is_error, Some(false));
+
+    // The client helper, inside a span of the caller's.
+    let turn = tracing::info_span!("agent turn");
+    let turn_context = turn.context();
+    let call = turn.in_scope(|| {
+        mcp_support::charge("cus_18", 100)
+            .with_idempotency_key("order-18")
+            .with_trace_context()
+    });
+    assert!(call
+        .meta
+        .as_ref()
+        .unwrap()
+        .0
+         .0
+        .contains_key(TRACEPARENT_META));
+    client.call_tool(call).await.unwrap();
+    drop(turn);
+
+    // A result that is an error (arguments that do not deserialize), and
+    // a protocol error (no such tool).
+    let bad = mcp_support::call("charge_card", serde_json::json!({ "customer": 17 }));
+    assert_eq!(client.call_tool(bad).await.unwrap().is_error, Some(true));
+    let unknown = mcp_support::call("no_such_tool", serde_json::json!({}));
+    client.call_tool(unknown).await.unwrap_err();
+
+    let spans = t.spans.get_finished_spans().unwrap();
+    let server_spans: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "mcp.method.name").as_deref() == Some("tools/call"))
+        .collect();
+    assert_eq!(server_spans.len(), 4, "{server_spans:#?}");
+    let tool_span_under = |parent: &SpanData| -> SpanData {
+        spans
+            .iter()
+            .find(|s| {
+                s.parent_span_id == parent.span_context.span_id()
+                    && attr(s, "gen_ai.operation.name").as_deref() == Some("execute_tool")
+                    && s.span_kind == SpanKind::Internal
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no execute_tool span under {:?}", parent.name))
+    };
+
+    let remote = server_spans[0];
+    assert_eq!(remote.name, "tools/call charge_card");
+    assert_eq!(remote.span_kind, SpanKind::Server);
+    assert_eq!(
+        remote.span_context.trace_id(),
+        TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
+    );
+    assert_eq!(
+        remote.parent_span_id,
+        SpanId::from_hex("00f067aa0ba902b7").unwrap()
+    );
+    assert_attrs(
+        remote,
+        &[
+            ("mcp.method.name", Some("tools/call")),
+            ("gen_ai.tool.name", Some("charge_card")),
+            ("gen_ai.operation.name", Some("execute_tool")),
+            ("error.type", None),
+        ],
+    );
+    assert!(attr(remote, "jsonrpc.request.id").is_some());
+    let tool = tool_span_under(remote);
+    assert_eq!(tool.name, "execute_tool charge_card");
+    assert_eq!(tool.span_context.trace_id(), remote.span_context.trace_id());
+    assert_attrs(&tool, &[("idem.outcome", Some("executed"))]);
+
+    let helped = server_spans[1];
+    let turn_span = turn_context.span().span_context().clone();
+    assert_eq!(helped.span_context.trace_id(), turn_span.trace_id());
+    assert_eq!(helped.parent_span_id, turn_span.span_id());
+    tool_span_under(helped);
+
+    assert_attrs(server_spans[2], &[("error.type", Some("tool_error"))]);
+    assert!(matches!(server_spans[2].status, Status::Error { .. }));
+    assert_eq!(server_spans[3].name, "tools/call no_such_tool");
+    assert_attrs(server_spans[3], &[("error.type", Some("-32602"))]);
+}
