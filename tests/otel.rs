@@ -878,3 +878,99 @@ fn spans_and_metrics_arrive_over_otlp() {
         Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(1))
     );
 }
+
+/// `examples/demo.rs`, built with the features of this test and run with
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` set, exports a span per call (the model's
+/// repeats among them, answered from the record) and prints what it prints
+/// without it.
+#[test]
+fn the_demo_exports_its_calls_over_otlp() {
+    use std::process::{Command, Stdio};
+
+    let features: Vec<&str> = [
+        ("sqlite", cfg!(feature = "sqlite")),
+        ("redis", cfg!(feature = "redis")),
+        ("postgres", cfg!(feature = "postgres")),
+        ("conformance", cfg!(feature = "conformance")),
+        ("schema-validation", cfg!(feature = "schema-validation")),
+        ("mcp", cfg!(feature = "mcp")),
+        ("rig", cfg!(feature = "rig")),
+        ("async-openai", cfg!(feature = "async-openai")),
+        ("otel", true),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    // The same features as this test: the library is not built again.
+    let mut cargo = Command::new(env!("CARGO"));
+    cargo
+        .args(["build", "--example", "demo", "--message-format=json"])
+        .args(["--no-default-features", "--features", &features.join(",")])
+        .arg("--manifest-path")
+        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
+        .stderr(Stdio::inherit());
+    if !cfg!(debug_assertions) {
+        cargo.arg("--release");
+    }
+    let output = cargo.output().expect("cargo runs");
+    assert!(output.status.success(), "cargo build --example demo failed");
+    let demo = String::from_utf8(output.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .find(|m| m["target"]["name"] == "demo" && m["executable"].is_string())
+        .map(|m| m["executable"].as_str().unwrap().to_owned())
+        .expect("cargo names the demo's executable");
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = rt.block_on(receiver::Receiver::start());
+    let dir = std::env::temp_dir().join(format!("idem-otel-demo-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |otlp: Option<&str>, db: &str| {
+        let mut command = Command::new(&demo);
+        command
+            .current_dir(&dir)
+            .env("IDEM_STORE", format!("sqlite://{}", dir.join(db).display()))
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        if let Some(endpoint) = otlp {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        // The store's path is the only line that differs between runs.
+        stdout.lines().skip(1).collect::<Vec<_>>().join("\n")
+            + &String::from_utf8(output.stderr).unwrap()
+    };
+    let quiet = run(None, "quiet.db");
+    let exported = run(Some(&receiver.url), "exported.db");
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(exported, quiet, "exporting prints nothing extra");
+
+    let spans = receiver.spans();
+    eprintln!("{}", receiver::tree(&spans));
+    let tool_spans: Vec<_> = spans
+        .iter()
+        .filter(|s| {
+            receiver::span_attr(s, "gen_ai.operation.name").as_deref() == Some("execute_tool")
+        })
+        .collect();
+    assert!(tool_spans.len() >= 10, "{}", receiver::tree(&spans));
+    let outcome = |o: &str| {
+        tool_spans
+            .iter()
+            .filter(|s| receiver::span_attr(s, "idem.outcome").as_deref() == Some(o))
+            .count()
+    };
+    assert!(outcome("executed") > 0);
+    assert!(outcome("deduplicated") > 0, "the model's repeats");
+    assert!(outcome("awaiting_approval") > 0, "the deletion");
+    assert!(receiver
+        .metrics()
+        .iter()
+        .any(|m| m.name == "gen_ai.execute_tool.duration"));
+}
