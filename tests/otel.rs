@@ -533,6 +533,54 @@ async fn a_takeover_and_a_refusal_are_told_on_the_span() {
     assert_eq!(worker.metrics().takeovers, 1);
 }
 
+/// Book a room; the booking system takes a while to answer.
+#[tool(class = "idempotent_write")]
+async fn book_room(args: Tag) -> Result<String, ToolError> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(format!("{} booked {}", args.customer, args.tag))
+}
+
+/// The model's repeat arrives while the first call is still running: it
+/// waits for that call's outcome and answers from it (`joined`).
+#[tokio::test(start_paused = true)]
+async fn a_repeat_of_a_call_in_flight_joins_it() {
+    let t = Telemetry::new();
+    let app = App::default();
+    let exec = t.executor(Arc::new(MemoryStore::new()), &app).build();
+    let room = || Tag {
+        customer: "ada".into(),
+        tag: "room 101".into(),
+    };
+    let (first, repeat) = tokio::join!(
+        exec.call(book_room, room())
+            .call_id("call_book")
+            .into_future(),
+        exec.call(book_room, room())
+            .call_id("call_book")
+            .into_future(),
+    );
+    assert!(!first.unwrap().meta.deduplicated);
+    assert!(repeat.unwrap().meta.deduplicated);
+
+    let spans = t.tool_spans();
+    let outcomes: Vec<String> = spans
+        .iter()
+        .map(|s| attr(s, "idem.outcome").unwrap())
+        .collect();
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.contains(&"executed".to_owned()), "{outcomes:?}");
+    assert!(outcomes.contains(&"joined".to_owned()), "{outcomes:?}");
+    assert_eq!(t.count("idem.calls", &[("idem.outcome", "joined")]), 1);
+    assert_eq!(t.count("idem.deduplications", &[]), 1);
+    assert_eq!(
+        t.points("gen_ai.execute_tool.duration")
+            .iter()
+            .map(|(_, n)| n)
+            .sum::<u64>(),
+        1
+    );
+}
+
 #[cfg(feature = "mcp")]
 mod mcp_support;
 

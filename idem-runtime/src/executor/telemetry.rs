@@ -63,6 +63,7 @@ pub(super) struct Ending {
     pub(super) refusal: Option<&'static str>,
     /// Whether the tool body ran (whatever the outcome: an unknown outcome
     /// ran too).
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
     pub(super) ran: bool,
 }
 
