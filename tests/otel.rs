@@ -584,6 +584,9 @@ async fn a_repeat_of_a_call_in_flight_joins_it() {
 #[cfg(feature = "mcp")]
 mod mcp_support;
 
+/// The examples' binaries, built with this test's features.
+mod mcp_example;
+
 /// A `tools/call` carrying a W3C `traceparent` in `_meta` continues that
 /// trace: the server's `tools/call {tool}` span is a child of the caller's
 /// span, and the tool's `execute_tool` span a child of the server's.
@@ -933,7 +936,7 @@ fn spans_and_metrics_arrive_over_otlp() {
 /// without it.
 #[test]
 fn the_demo_exports_its_calls_over_otlp() {
-    use std::process::{Command, Stdio};
+    use std::process::Command;
 
     let features: Vec<&str> = [
         ("sqlite", cfg!(feature = "sqlite")),
@@ -950,25 +953,7 @@ fn the_demo_exports_its_calls_over_otlp() {
     .filter_map(|(name, on)| on.then_some(name))
     .collect();
     // The same features as this test: the library is not built again.
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args(["build", "--example", "demo", "--message-format=json"])
-        .args(["--no-default-features", "--features", &features.join(",")])
-        .arg("--manifest-path")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .stderr(Stdio::inherit());
-    if !cfg!(debug_assertions) {
-        cargo.arg("--release");
-    }
-    let output = cargo.output().expect("cargo runs");
-    assert!(output.status.success(), "cargo build --example demo failed");
-    let demo = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|m| m["target"]["name"] == "demo" && m["executable"].is_string())
-        .map(|m| m["executable"].as_str().unwrap().to_owned())
-        .expect("cargo names the demo's executable");
+    let demo = mcp_example::example("demo", &features);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -976,13 +961,15 @@ fn the_demo_exports_its_calls_over_otlp() {
         .build()
         .unwrap();
     let receiver = rt.block_on(receiver::Receiver::start());
-    let dir = std::env::temp_dir().join(format!("idem-otel-demo-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = mcp_example::TempDir::new();
     let run = |otlp: Option<&str>, db: &str| {
         let mut command = Command::new(&demo);
         command
-            .current_dir(&dir)
-            .env("IDEM_STORE", format!("sqlite://{}", dir.join(db).display()))
+            .current_dir(&dir.0)
+            .env(
+                "IDEM_STORE",
+                format!("sqlite://{}", dir.0.join(db).display()),
+            )
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
         if let Some(endpoint) = otlp {
             command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
@@ -996,7 +983,7 @@ fn the_demo_exports_its_calls_over_otlp() {
     };
     let quiet = run(None, "quiet.db");
     let exported = run(Some(&receiver.url), "exported.db");
-    std::fs::remove_dir_all(&dir).ok();
+    drop(dir);
     assert_eq!(exported, quiet, "exporting prints nothing extra");
 
     let spans = receiver.spans();
