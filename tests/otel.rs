@@ -995,6 +995,14 @@ fn the_demo_exports_its_calls_over_otlp() {
         })
         .collect();
     assert!(tool_spans.len() >= 10, "{}", receiver::tree(&spans));
+    let run = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent idem-demo")
+        .expect("the demo's run is a span");
+    assert!(
+        tool_spans.iter().all(|s| s.parent_span_id == run.span_id),
+        "every call is a child of the run"
+    );
     let outcome = |o: &str| {
         tool_spans
             .iter()
