@@ -38,6 +38,21 @@ fn how(r: &idem::ToolResult) -> String {
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    // Built with `--features otel` and OTEL_EXPORTER_OTLP_ENDPOINT set:
+    // every call's span and the executor's metrics go there over OTLP.
+    #[cfg(feature = "otel")]
+    let _telemetry = common::otel::init("idem-demo")?;
+    // The run is one agent invocation: each tool call's span is its child.
+    let run = tracing::info_span!(
+        "invoke_agent",
+        otel.name = "invoke_agent idem-demo",
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = "idem-demo",
+    );
+    tracing::Instrument::instrument(demo(), run).await
+}
+
+async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     // The error's message names the store with its password hidden (its
     // `Debug`, which `?` out of `main` would print, is not for people).
     let store = idem::store::from_env().await.map_err(|e| e.to_string())?;

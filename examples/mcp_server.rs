@@ -169,6 +169,11 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let serve = serve_from_args()?;
+    // Built with `--features otel` and OTEL_EXPORTER_OTLP_ENDPOINT set:
+    // each `tools/call` span (continuing the client's trace) and the
+    // executor's metrics go there over OTLP.
+    #[cfg(feature = "otel")]
+    let _telemetry = common::otel::init("idem-mcp-server").map_err(|e| e.to_string())?;
     // A store URL may hold a password: what this server says about its
     // store (to the model, in the log, in an error) never does.
     let store = idem::store::from_env()

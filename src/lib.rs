@@ -138,6 +138,8 @@ pub use idem_runtime::conformance;
 
 #[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "otel")]
+pub mod otel;
 #[cfg(feature = "rig")]
 pub mod rig;
 

@@ -1,5 +1,5 @@
-//! Every call gets an `idem.call` span with tool, class, key, attempts,
-//! deduplicated and outcome; the executor counts executions, dedup hits,
+//! Every call gets an `execute_tool` span with the tool, its class, key,
+//! attempts and what idem decided (`idem.outcome`); the executor counts executions, dedup hits,
 //! retries, refusals and approvals.
 
 mod common;
@@ -14,7 +14,7 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
-/// Collects the fields of every `idem.call` span.
+/// Collects the fields of every `execute_tool` span.
 #[derive(Default, Clone)]
 struct Spans {
     next: Arc<AtomicU64>,
@@ -38,7 +38,7 @@ impl Subscriber for Spans {
     }
     fn new_span(&self, span: &Attributes<'_>) -> Id {
         let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
-        if span.metadata().name() == "idem.call" {
+        if span.metadata().name() == "execute_tool" {
             let mut fields = BTreeMap::new();
             span.record(&mut Fields(&mut fields));
             self.fields.lock().unwrap().insert(id, fields);
@@ -118,17 +118,22 @@ fn each_call_has_a_span_with_its_facts_and_the_counters_add_up() {
         spans.fields.lock().unwrap().values().cloned().collect();
     assert_eq!(spans.len(), 5);
     let field = |i: usize, name: &str| spans[i].get(name).cloned().unwrap_or_default();
-    assert_eq!(field(0, "tool"), "send_email");
-    assert_eq!(field(0, "class"), "idempotent_write");
-    assert_eq!(field(0, "key"), key.as_str());
-    assert_eq!(field(0, "attempts"), "1");
-    assert_eq!(field(0, "deduplicated"), "false");
-    assert_eq!(field(0, "outcome"), "ok");
-    assert_eq!(field(1, "deduplicated"), "true");
-    assert_eq!(field(2, "class"), "read");
-    assert_eq!(field(2, "key"), "", "reads have no key");
-    assert_eq!(field(3, "outcome"), "key_reused");
-    assert_eq!(field(4, "class"), "irreversible");
+    assert_eq!(field(0, "gen_ai.tool.name"), "send_email");
+    assert_eq!(field(0, "otel.name"), "execute_tool send_email");
+    assert_eq!(field(0, "gen_ai.tool.call.id"), "call_1");
+    assert_eq!(field(0, "idem.class"), "idempotent_write");
+    assert_eq!(field(0, "idem.key"), key.as_str());
+    assert_eq!(field(0, "idem.attempts"), "1");
+    assert_eq!(field(0, "idem.outcome"), "executed");
+    assert_eq!(field(1, "idem.outcome"), "deduplicated");
+    assert_eq!(field(1, "idem.attempts"), "0");
+    assert_eq!(field(2, "idem.class"), "read");
+    assert_eq!(field(2, "idem.key"), "", "reads have no key");
+    assert_eq!(field(3, "idem.outcome"), "refused");
+    assert_eq!(field(3, "idem.refusal"), "key_reused");
+    assert_eq!(field(3, "error.type"), "key_reused");
+    assert_eq!(field(4, "idem.class"), "irreversible");
+    assert_eq!(field(4, "idem.approver"), "ops");
 
     let m = exec.metrics();
     assert_eq!(m.executions, 3, "send, lookup, delete");

@@ -4,6 +4,9 @@
 //! The tools are written `#[idem::tool]`: the MCP example has rmcp's own
 //! `#[tool]` in scope, and the path says which attribute is meant.
 
+#[cfg(feature = "otel")]
+pub mod otel;
+
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -211,7 +211,11 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
         let n = calls.len();
         for (i, call) in calls.into_iter().enumerate() {
             let (this, run) = (self.clone(), run.clone());
-            tasks.spawn(async move { (i, this.dispatch_one(call, &run).await) });
+            // In the caller's span: each call's span is its child, as in
+            // a sequential batch.
+            tasks.spawn(tracing::Instrument::in_current_span(async move {
+                (i, this.dispatch_one(call, &run).await)
+            }));
         }
         let mut slots: Vec<Option<ToolResult>> = (0..n).map(|_| None).collect();
         while let Some(joined) = tasks.join_next().await {

@@ -54,6 +54,15 @@ pub trait CallToolRequestParamsExt: Sized {
     /// server derive the key from them, the tool and the arguments (it does
     /// so only when the call carries no idempotency key).
     fn with_run_step(self, run_id: impl Into<String>, step: u64) -> Self;
+
+    /// Carry the current span's trace in the call's `_meta`
+    /// ([`TRACEPARENT_META`](super::TRACEPARENT_META) and
+    /// [`TRACESTATE_META`](super::TRACESTATE_META), W3C Trace Context, as
+    /// OpenTelemetry's MCP conventions say), so that the server's spans join
+    /// the caller's trace (feature `otel`; the current span must be an
+    /// OpenTelemetry one, through `tracing-opentelemetry`).
+    #[cfg(feature = "otel")]
+    fn with_trace_context(self) -> Self;
 }
 
 impl CallToolRequestParamsExt for CallToolRequestParams {
@@ -69,6 +78,13 @@ impl CallToolRequestParamsExt for CallToolRequestParams {
     fn with_run_step(self, run_id: impl Into<String>, step: u64) -> Self {
         let this = with_meta(self, RUN_ID_META, Value::String(run_id.into()));
         with_meta(this, STEP_META, Value::from(step))
+    }
+
+    #[cfg(feature = "otel")]
+    fn with_trace_context(mut self) -> Self {
+        let meta = self.meta.get_or_insert_with(RequestMetaObject::new);
+        super::trace::propagation::inject_current(&mut meta.0 .0);
+        self
     }
 }
 

@@ -106,6 +106,7 @@ mod policy;
 mod server;
 mod tasks;
 mod tools;
+mod trace;
 
 pub use client::CallToolRequestParamsExt;
 pub use key::{
@@ -119,3 +120,4 @@ pub use meta::{
 pub use policy::{Approver, Unkeyed, REPEAT_ARGUMENT};
 pub use server::{McpServer, SecretError};
 pub use tools::{tool_definition, tool_definitions};
+pub use trace::{TRACEPARENT_META, TRACESTATE_META};

@@ -1,6 +1,6 @@
 //! The `mcp_server` example, for the tests that run it as a client would:
 //! its binary, built with the test's features, and a directory for its
-//! store.
+//! store; any example's binary (`example`).
 #![allow(dead_code)]
 
 use std::path::PathBuf;
@@ -21,9 +21,15 @@ pub fn binary() -> PathBuf {
     .into_iter()
     .filter_map(|(name, on)| on.then_some(name))
     .collect();
+    example("mcp_server", &features)
+}
+
+/// The binary of example `name`, built with `features` (and no default
+/// ones).
+pub fn example(name: &str, features: &[&str]) -> PathBuf {
     let mut cargo = Command::new(env!("CARGO"));
     cargo
-        .args(["build", "--example", "mcp_server", "--message-format=json"])
+        .args(["build", "--example", name, "--message-format=json"])
         .args(["--no-default-features", "--features", &features.join(",")])
         .arg("--manifest-path")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
@@ -34,13 +40,13 @@ pub fn binary() -> PathBuf {
     let output = cargo.output().expect("cargo runs");
     assert!(
         output.status.success(),
-        "cargo build --example mcp_server failed"
+        "cargo build --example {name} failed"
     );
     String::from_utf8(output.stdout)
         .unwrap()
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "mcp_server")
+        .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
         .and_then(|m| m["executable"].as_str().map(PathBuf::from))
         .expect("cargo names the example's executable")
 }

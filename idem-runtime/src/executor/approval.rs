@@ -15,6 +15,7 @@ use crate::record::{AuditAction, Status};
 
 use super::claim::Owner;
 use super::metrics::Metrics;
+use super::telemetry::Count;
 use super::{ApprovalSource, CallEnv, APPROVAL_STEP};
 
 impl CallEnv<'_> {
@@ -26,7 +27,7 @@ impl CallEnv<'_> {
         fingerprint: &Fingerprint,
         args: &(dyn Fn() -> Value + Sync),
     ) -> Result<(), IdemError> {
-        Metrics::bump(&self.metrics().approvals_requested);
+        self.count(Count::ApprovalRequested);
         // Who decided, for the audit log: the caller that handed in an
         // approval, or the executor's policy.
         let given = matches!(self.approval, ApprovalSource::Given(_));
@@ -53,7 +54,7 @@ impl CallEnv<'_> {
                     Err(cause) => {
                         // Undecided is not a denial to remember.
                         self.release(owner).await?;
-                        Metrics::bump(&self.metrics().approvals_denied);
+                        self.count(Count::ApprovalDenied);
                         return Err(self.refuse(IdemError::ApprovalDenied {
                             tool: self.name().to_owned(),
                             reason: format!("the approval policy could not decide: {cause}"),
@@ -68,6 +69,9 @@ impl CallEnv<'_> {
                 // Bound to the arguments this call carries: only they ever
                 // run under it.
                 let approval = approval.for_arguments(fingerprint.clone());
+                self.count(Count::ApprovalGranted);
+                self.span
+                    .record("idem.approver", approval.approver.as_str());
                 let action = match given {
                     true => AuditAction::Approved,
                     false => AuditAction::ApprovedByPolicy,
@@ -97,7 +101,7 @@ impl CallEnv<'_> {
                 })
             }
             ApprovalDecision::Denied { reason } => {
-                Metrics::bump(&self.metrics().approvals_denied);
+                self.count(Count::ApprovalDenied);
                 self.log_decision(
                     owner,
                     fingerprint,

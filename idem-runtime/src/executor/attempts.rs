@@ -5,6 +5,7 @@
 //! retry, so that the pause does not let another caller take the key over.
 
 use std::future::Future;
+use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -49,6 +50,7 @@ where
                     "timed out after {timeout:?}; the effect may or may not have happened"
                 ))),
             };
+            self.env.attempts.store(attempt, Ordering::Relaxed);
             let error = match result {
                 Ok(output) => return (Ok(output), attempt),
                 Err(error) => error,

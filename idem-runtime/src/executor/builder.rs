@@ -97,6 +97,8 @@ pub struct ExecutorBuilder<S> {
     config: ExecutorConfig,
     approvals: Option<Arc<dyn ApprovalPolicy>>,
     clock: Arc<dyn Clock>,
+    #[cfg(feature = "otel")]
+    meter: Option<super::telemetry::Meter>,
 }
 
 impl Executor<()> {
@@ -114,6 +116,8 @@ impl Executor<()> {
             config: ExecutorConfig::default(),
             approvals: None,
             clock: Arc::new(SystemClock),
+            #[cfg(feature = "otel")]
+            meter: None,
         }
     }
 }
@@ -127,6 +131,8 @@ impl<S> ExecutorBuilder<S> {
             config: self.config,
             approvals: self.approvals,
             clock: self.clock,
+            #[cfg(feature = "otel")]
+            meter: self.meter,
         }
     }
 
@@ -202,6 +208,16 @@ impl<S> ExecutorBuilder<S> {
         self
     }
 
+    /// The OpenTelemetry meter idem's instruments are made with (feature
+    /// `otel`). Without one, the executor takes a meter named `idem` from
+    /// the global meter provider as it is when [`build`](Self::build) runs:
+    /// install the provider first.
+    #[cfg(feature = "otel")]
+    pub fn meter(mut self, meter: super::telemetry::Meter) -> Self {
+        self.meter = Some(meter);
+        self
+    }
+
     /// Finish.
     pub fn build(self) -> Executor<S> {
         Executor {
@@ -211,7 +227,13 @@ impl<S> ExecutorBuilder<S> {
                     config: self.config,
                     approvals: self.approvals,
                     clock: self.clock,
+                    #[cfg(not(feature = "otel"))]
                     metrics: Metrics::default(),
+                    #[cfg(feature = "otel")]
+                    metrics: Metrics::new(match &self.meter {
+                        Some(meter) => super::telemetry::Instruments::new(meter),
+                        None => super::telemetry::Instruments::default(),
+                    }),
                     flights: flight::Flights::default(),
                 },
                 state: self.state,

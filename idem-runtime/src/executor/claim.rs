@@ -7,6 +7,7 @@
 //! else is refused as not recorded.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -25,6 +26,7 @@ use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
 use super::flight::Flight;
 use super::key::CallKey;
 use super::metrics::Metrics;
+use super::telemetry::Count;
 use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
 
 /// What a claim found that the call goes on with.
@@ -134,6 +136,7 @@ impl CallEnv<'_> {
                 }));
             }
             tracing::debug!("duplicate of a call in flight; waiting for its outcome");
+            self.joined.store(true, Ordering::Relaxed);
             self.store()
                 .wait(key, left)
                 .await
@@ -246,26 +249,33 @@ impl CallEnv<'_> {
                 steps,
                 takeover,
                 lease_until,
-            } => Ok(Some(Claimed::Owner(Owner {
-                claimed_at: Timestamp(
-                    lease_until
-                        .as_millis()
-                        .saturating_sub(self.lease().as_millis().min(u64::MAX.into()) as u64),
-                ),
-                key: key.clone(),
-                fence,
-                // Acquiring an approved request, the store checked the
-                // arguments against the record's; a takeover did not.
-                foreign_approval: steps.contains_key(APPROVAL_STEP)
-                    && !transition::covers(
-                        &steps,
-                        &call.args.fingerprint,
-                        takeover.is_none() || call.check_fingerprint,
+            } => Ok(Some(Claimed::Owner({
+                self.span.record("idem.fence", fence.0);
+                if takeover.is_some() {
+                    self.span.record("idem.takeover", true);
+                    self.count(Count::Takeover);
+                }
+                Owner {
+                    claimed_at: Timestamp(
+                        lease_until
+                            .as_millis()
+                            .saturating_sub(self.lease().as_millis().min(u64::MAX.into()) as u64),
                     ),
-                steps,
-                takeover,
-                namespace: call.namespace.clone(),
-                lease: LeaseWatch::new(sent + self.lease()),
+                    key: key.clone(),
+                    fence,
+                    // Acquiring an approved request, the store checked the
+                    // arguments against the record's; a takeover did not.
+                    foreign_approval: steps.contains_key(APPROVAL_STEP)
+                        && !transition::covers(
+                            &steps,
+                            &call.args.fingerprint,
+                            takeover.is_none() || call.check_fingerprint,
+                        ),
+                    steps,
+                    takeover,
+                    namespace: call.namespace.clone(),
+                    lease: LeaseWatch::new(sent + self.lease()),
+                }
             }))),
             ClaimOutcome::Completed(record) => Ok(Some(Claimed::Recorded(record))),
             ClaimOutcome::AwaitingApproval(record) => Err(self.pending(&record, call)),

@@ -117,7 +117,7 @@ impl CallEnv<'_> {
                 tool: self.name().to_owned(),
                 source,
             })?;
-        self.span.record("key", key.as_str());
+        self.span.record("idem.key", key.as_str());
         Ok(CallKey {
             key,
             args,

@@ -54,13 +54,14 @@ mod key;
 mod metrics;
 mod owner;
 mod phases;
+mod telemetry;
 
 use std::borrow::Borrow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tracing::Instrument;
@@ -77,6 +78,8 @@ use crate::tool::{Tool, ToolSpec};
 pub use builder::{ExecutorBuilder, ExecutorConfig, InFlightPolicy, DEFAULT_LEASE};
 pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunContext};
 pub use metrics::MetricsSnapshot;
+#[cfg(feature = "otel")]
+pub use telemetry::{Meter, OTEL_SCOPE};
 
 use metrics::Metrics;
 
@@ -264,13 +267,30 @@ impl<S: Send + Sync + 'static> Executor<S> {
         let class = tool.runtime_class();
         let spec = tool.runtime_spec();
         let span = tracing::info_span!(
-            "idem.call",
-            tool = spec.name,
-            class = class.as_str(),
-            key = tracing::field::Empty,
-            attempts = tracing::field::Empty,
-            deduplicated = tracing::field::Empty,
-            outcome = tracing::field::Empty,
+            "execute_tool",
+            otel.name = format_args!("{} {}", telemetry::OPERATION, spec.name),
+            otel.kind = "internal",
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+            gen_ai.operation.name = telemetry::OPERATION,
+            gen_ai.tool.name = spec.name,
+            gen_ai.tool.type = "function",
+            gen_ai.tool.description = spec.description,
+            gen_ai.tool.call.id = call_id.as_deref(),
+            error.type = tracing::field::Empty,
+            idem.class = class.as_str(),
+            idem.namespace = run
+                .namespace
+                .as_ref()
+                .unwrap_or(&self.inner.core.config.namespace)
+                .as_str(),
+            idem.key = tracing::field::Empty,
+            idem.outcome = tracing::field::Empty,
+            idem.refusal = tracing::field::Empty,
+            idem.attempts = tracing::field::Empty,
+            idem.takeover = tracing::field::Empty,
+            idem.fence = tracing::field::Empty,
+            idem.approver = tracing::field::Empty,
         );
         let entered = span.enter();
         let env = CallEnv {
@@ -289,6 +309,10 @@ impl<S: Send + Sync + 'static> Executor<S> {
             approval,
             span: span.clone(),
             flight: None,
+            attempts: AtomicU32::new(0),
+            joined: AtomicBool::new(false),
+            #[cfg(feature = "otel")]
+            started: std::time::Instant::now(),
         };
         if !class.is_keyed() {
             drop(entered);
@@ -327,8 +351,8 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 });
             }
         };
+        env.end(&done);
         drop(entered);
-        record_result(&span, &done);
         Started::Done(done)
     }
 
@@ -352,41 +376,14 @@ impl<S: Send + Sync + 'static> Executor<S> {
             of: PhantomData,
         };
         match rest.key {
-            Some((key, local)) => Box::pin(Recorded {
-                inner: call.keyed(rest.args, key, local).instrument(span),
-            }),
-            None => Box::pin(Recorded {
-                inner: call.read(rest.args).instrument(span),
-            }),
+            Some((key, local)) => Box::pin(call.keyed(rest.args, key, local).instrument(span)),
+            None => Box::pin(call.read(rest.args).instrument(span)),
         }
     }
 }
 
 /// The remaining phases of a call, boxed.
 type BoxedCall<'a, O> = Pin<Box<dyn Future<Output = Result<CallOutput<O>, IdemError>> + Send + 'a>>;
-
-pin_project_lite::pin_project! {
-    /// A call's remaining phases, run inside its span, which records how
-    /// the call ended.
-    struct Recorded<F> {
-        #[pin]
-        inner: tracing::instrument::Instrumented<F>,
-    }
-}
-
-impl<F, O> Future for Recorded<F>
-where
-    F: Future<Output = Result<CallOutput<O>, IdemError>>,
-{
-    type Output = F::Output;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
-        let mut inner = self.project().inner;
-        let result = std::task::ready!(inner.as_mut().poll(cx));
-        record_result(inner.as_ref().get_ref().span(), &result);
-        Poll::Ready(result)
-    }
-}
 
 /// A call after [`Executor::start`].
 // Returned once and taken apart at once, never stored: boxing the large
@@ -407,21 +404,6 @@ struct Rest<'a, A> {
     /// For a keyed class: the key, and the claim if the store answered it
     /// on this thread.
     key: Option<(key::CallKey, Option<Result<claim::Claimed, IdemError>>)>,
-}
-
-/// Record how a call ended on its `idem.call` span.
-fn record_result<O>(span: &tracing::Span, result: &Result<CallOutput<O>, IdemError>) {
-    match result {
-        Ok(c) => {
-            span.record("attempts", c.meta.attempts);
-            span.record("deduplicated", c.meta.deduplicated);
-            span.record("outcome", "ok");
-        }
-        Err(e) => {
-            span.record("deduplicated", e.is_deduplicated());
-            span.record("outcome", e.code().as_str());
-        }
-    }
 }
 
 impl Core {
@@ -453,10 +435,19 @@ struct CallEnv<'a> {
     /// How long to wait for a pending approval's decision.
     approval_wait: Duration,
     approval: ApprovalSource,
-    /// The call's `idem.call` span, to record the key into.
+    /// The call's `execute_tool` span, to record what the phases learn
+    /// into.
     span: tracing::Span,
     /// Set when this call leads the in-process flight of its key.
     flight: Option<flight::FlightGuard<'a>>,
+    /// Attempts of the tool body this call made (0: it never ran).
+    attempts: AtomicU32,
+    /// Set when this call waited for another call of its key in flight
+    /// (in this process or another) and answers from its outcome.
+    joined: AtomicBool,
+    /// When the call started, for `gen_ai.execute_tool.duration`.
+    #[cfg(feature = "otel")]
+    started: std::time::Instant,
 }
 
 impl CallEnv<'_> {
@@ -496,6 +487,7 @@ impl CallEnv<'_> {
     /// A store failure, as the caller sees it: a stale fence means another
     /// owner took the key over, which is not the store being unavailable.
     fn store_err(&self, source: StoreError) -> IdemError {
+        self.count(telemetry::Count::StoreError);
         match source {
             StoreError::StaleFence { ref key, .. } => IdemError::Superseded {
                 tool: self.name().to_owned(),

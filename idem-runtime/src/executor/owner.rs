@@ -23,6 +23,7 @@ use crate::store::{StoreError, Takeover};
 use crate::tool::{Reconciled, Tool};
 
 use super::claim::Owner;
+use super::telemetry::Count;
 use super::{Call, CallEnv, CallOutput, APPROVAL_STEP, ATTEMPT_STEP};
 
 /// What the class decides about a failed owner's key without the tool.
@@ -397,6 +398,7 @@ impl CallEnv<'_> {
     /// Record the outcome as unknown (every later duplicate is refused)
     /// and return the refusal.
     async fn unknown(&self, owner: &Owner, reason: String) -> IdemError {
+        self.count(Count::UnknownOutcome);
         if let Err(e) = self
             .complete(
                 owner,
@@ -418,6 +420,7 @@ impl CallEnv<'_> {
     /// The reconcile hook of a takeover failed: the record stays in flight,
     /// and when this lease runs out the next caller reconciles again.
     fn reconcile_failed(&self, owner: &Owner, e: ToolError) -> IdemError {
+        self.count(Count::UnknownOutcome);
         self.refuse(IdemError::OutcomeUnknown {
             tool: self.name().to_owned(),
             key: owner.key.clone(),

@@ -12,6 +12,7 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
+use tracing::Instrument as _;
 
 mod chat;
 mod task;
@@ -23,6 +24,7 @@ use super::ask::States;
 use super::key;
 use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
+use super::trace;
 use crate::dispatch::Arguments;
 use crate::key::{CanonicalArgs, IdempotencyKey};
 use crate::{
@@ -132,7 +134,24 @@ impl<S: Send + Sync + 'static> Tools<S> {
     /// params", as MCP asks); everything else that stops a call (a missing
     /// or malformed key, invalid arguments, a refusal, an unknown outcome,
     /// a tool's own failure) is a tool error result the model can read.
+    ///
+    /// The call runs in its `tools/call {tool}` span (see `trace.rs`), the
+    /// parent of the tool's `execute_tool` span.
     pub(crate) async fn call(
+        &self,
+        request: Request<'_>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let span = trace::call_span(request.name, context, request.meta);
+        let response = self
+            .call_in_span(request, context)
+            .instrument(span.clone())
+            .await;
+        trace::record_response(&span, &response);
+        response
+    }
+
+    async fn call_in_span(
         &self,
         request: Request<'_>,
         context: &RequestContext<RoleServer>,
@@ -311,7 +330,10 @@ impl<S: Send + Sync + 'static> Tools<S> {
     ) -> Result<ToolResult, CallToolResult> {
         let name = call.name.clone();
         let dispatcher = self.dispatcher.clone();
-        let mut task = tokio::spawn(async move { dispatcher.dispatch_one(call, &run).await });
+        // In the request's span: the tool's span is its child.
+        let mut task = tokio::spawn(
+            async move { dispatcher.dispatch_one(call, &run).await }.in_current_span(),
+        );
         let joined = tokio::select! {
             biased;
             joined = &mut task => joined,

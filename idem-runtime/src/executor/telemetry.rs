@@ -1,0 +1,331 @@
+//! How a call's end is told: the fields of its `execute_tool` span (the
+//! OpenTelemetry GenAI conventions' names, and idem's own under `idem.*`),
+//! and, with the `otel` feature, OpenTelemetry instruments.
+//!
+//! The span's fields are listed in `doc/telemetry.md`; what this module
+//! decides is the outcome a call ended with, from its result and two facts
+//! the phases gathered on the way (whether the tool body ran, whether the
+//! call joined another call of its key in flight).
+
+use crate::error::IdemError;
+
+use super::{CallEnv, CallOutput};
+
+/// The value of `gen_ai.operation.name`, and the first word of the span's
+/// OpenTelemetry name.
+pub(super) const OPERATION: &str = "execute_tool";
+
+/// What idem decided about a call, as `idem.outcome` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ended {
+    /// The tool body ran (successfully or not).
+    Executed,
+    /// Answered from the record of an earlier call; nothing ran.
+    Deduplicated,
+    /// Waited for another call of the same key in flight and answered
+    /// from its outcome; nothing ran.
+    Joined,
+    /// Refused before the tool ran (key reused, in flight, store
+    /// unavailable…); the reason is the error's code.
+    Refused,
+    /// The outcome could not be known (recorded as unknown, or a duplicate
+    /// of such a call).
+    Unknown,
+    /// Left awaiting a person's approval.
+    AwaitingApproval,
+    /// The approval was denied.
+    Denied,
+}
+
+impl Ended {
+    pub(super) const fn as_str(self) -> &'static str {
+        match self {
+            Ended::Executed => "executed",
+            Ended::Deduplicated => "deduplicated",
+            Ended::Joined => "joined",
+            Ended::Refused => "refused",
+            Ended::Unknown => "unknown",
+            Ended::AwaitingApproval => "awaiting_approval",
+            Ended::Denied => "denied",
+        }
+    }
+}
+
+/// How a call ended, in the span's and the instruments' terms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ending {
+    pub(super) outcome: Ended,
+    /// `error.type`: the error's code (`_OTHER` never arises: every idem
+    /// error has a code). `None` when the call succeeded or awaits an
+    /// approval (not a failure: the caller is told to wait).
+    pub(super) error_type: Option<&'static str>,
+    /// `idem.refusal`: why idem refused the call.
+    pub(super) refusal: Option<&'static str>,
+    /// Whether the tool body ran (whatever the outcome: an unknown outcome
+    /// ran too).
+    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
+    pub(super) ran: bool,
+}
+
+/// Classify a call's result. `ran`: the tool body ran at least once;
+/// `joined`: the call followed another call of its key in flight.
+pub(super) fn classify<O>(
+    result: &Result<CallOutput<O>, IdemError>,
+    ran: bool,
+    joined: bool,
+) -> Ending {
+    let answered = if joined {
+        Ended::Joined
+    } else {
+        Ended::Deduplicated
+    };
+    let e = match result {
+        Ok(c) => {
+            return Ending {
+                outcome: if c.meta.deduplicated {
+                    answered
+                } else {
+                    Ended::Executed
+                },
+                error_type: None,
+                refusal: None,
+                ran,
+            }
+        }
+        Err(e) => e,
+    };
+    let code = e.code().as_str();
+    let outcome = match e {
+        IdemError::ApprovalPending { .. } => {
+            return Ending {
+                outcome: Ended::AwaitingApproval,
+                error_type: None,
+                refusal: None,
+                ran,
+            }
+        }
+        _ if e.is_deduplicated() => answered,
+        IdemError::OutcomeUnknown { .. } => Ended::Unknown,
+        IdemError::ApprovalDenied { .. } => Ended::Denied,
+        _ if ran => Ended::Executed,
+        _ => Ended::Refused,
+    };
+    Ending {
+        outcome,
+        error_type: Some(code),
+        refusal: (outcome == Ended::Refused).then_some(code),
+        ran,
+    }
+}
+
+/// The counters a call adds to on its way, beside how it ended.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Count {
+    Takeover,
+    UnknownOutcome,
+    ApprovalRequested,
+    ApprovalGranted,
+    ApprovalDenied,
+    StoreError,
+}
+
+impl CallEnv<'_> {
+    /// Add one to a counter (and its instrument, with the call's tool and
+    /// class).
+    pub(super) fn count(&self, what: Count) {
+        let m = self.metrics();
+        let counter = match what {
+            Count::Takeover => &m.takeovers,
+            Count::UnknownOutcome => &m.unknown_outcomes,
+            Count::ApprovalRequested => &m.approvals_requested,
+            Count::ApprovalGranted => &m.approvals_granted,
+            Count::ApprovalDenied => &m.approvals_denied,
+            Count::StoreError => &m.store_errors,
+        };
+        super::Metrics::bump(counter);
+        #[cfg(feature = "otel")]
+        {
+            let o = &m.otel;
+            let instrument = match what {
+                Count::Takeover => &o.takeovers,
+                Count::UnknownOutcome => &o.unknown_outcomes,
+                Count::ApprovalRequested => &o.approvals_requested,
+                Count::ApprovalGranted => &o.approvals_granted,
+                Count::ApprovalDenied => &o.approvals_denied,
+                Count::StoreError => &o.store_errors,
+            };
+            o.add(instrument, self);
+        }
+    }
+
+    /// Record how the call ended on its span and in the instruments.
+    pub(super) fn end<O>(&self, result: &Result<CallOutput<O>, IdemError>) {
+        let attempts = self.attempts.load(std::sync::atomic::Ordering::Relaxed);
+        let joined = self.joined.load(std::sync::atomic::Ordering::Relaxed);
+        let ending = classify(result, attempts > 0, joined);
+        let span = &self.span;
+        if !span.is_disabled() {
+            span.record("idem.outcome", ending.outcome.as_str());
+            span.record("idem.attempts", attempts);
+            if let Some(refusal) = ending.refusal {
+                span.record("idem.refusal", refusal);
+            }
+            if let Some(error_type) = ending.error_type {
+                span.record("error.type", error_type);
+                span.record("otel.status_code", "ERROR");
+                if let Err(e) = result {
+                    span.record("otel.status_description", tracing::field::display(e));
+                }
+            }
+        }
+        #[cfg(feature = "otel")]
+        self.core
+            .metrics
+            .otel
+            .call_ended(self, &ending, self.started.elapsed());
+    }
+}
+
+#[cfg(feature = "otel")]
+pub use instruments::{Meter, OTEL_SCOPE};
+
+#[cfg(feature = "otel")]
+pub(super) use instruments::Instruments;
+
+#[cfg(feature = "otel")]
+mod instruments {
+    use std::time::Duration;
+
+    use opentelemetry::metrics::{Counter, Histogram};
+    use opentelemetry::KeyValue;
+
+    use super::{Ended, Ending};
+    use crate::executor::CallEnv;
+
+    pub use opentelemetry::metrics::Meter;
+
+    /// The instrumentation scope idem's meter is named for (with the
+    /// crate's version) when it comes from the global meter provider.
+    pub const OTEL_SCOPE: &str = "idem";
+
+    /// The explicit bucket boundaries the GenAI conventions give
+    /// `gen_ai.execute_tool.duration`, in seconds.
+    const DURATION_BUCKETS: [f64; 14] = [
+        0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
+    ];
+
+    /// An executor's OpenTelemetry instruments.
+    pub(in crate::executor) struct Instruments {
+        duration: Histogram<f64>,
+        calls: Counter<u64>,
+        deduplications: Counter<u64>,
+        pub(in crate::executor) takeovers: Counter<u64>,
+        pub(in crate::executor) unknown_outcomes: Counter<u64>,
+        pub(in crate::executor) approvals_requested: Counter<u64>,
+        pub(in crate::executor) approvals_granted: Counter<u64>,
+        pub(in crate::executor) approvals_denied: Counter<u64>,
+        pub(in crate::executor) store_errors: Counter<u64>,
+    }
+
+    impl std::fmt::Debug for Instruments {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.debug_struct("Instruments").finish_non_exhaustive()
+        }
+    }
+
+    impl Default for Instruments {
+        /// From the global meter provider, as it is when the executor is
+        /// built.
+        fn default() -> Self {
+            let scope = opentelemetry::InstrumentationScope::builder(OTEL_SCOPE)
+                .with_version(env!("CARGO_PKG_VERSION"))
+                .build();
+            Instruments::new(&opentelemetry::global::meter_with_scope(scope))
+        }
+    }
+
+    impl Instruments {
+        pub(in crate::executor) fn new(meter: &Meter) -> Self {
+            let counter = |name: &'static str, description: &'static str| {
+                meter
+                    .u64_counter(name)
+                    .with_unit("{call}")
+                    .with_description(description)
+                    .build()
+            };
+            Instruments {
+                duration: meter
+                    .f64_histogram("gen_ai.execute_tool.duration")
+                    .with_unit("s")
+                    .with_description("Duration of tool executions (calls whose tool body ran).")
+                    .with_boundaries(DURATION_BUCKETS.to_vec())
+                    .build(),
+                calls: counter(
+                    "idem.calls",
+                    "Tool calls, by what idem decided (idem.outcome).",
+                ),
+                deduplications: counter(
+                    "idem.deduplications",
+                    "Calls answered from a record or from a call of the same key in flight.",
+                ),
+                takeovers: counter(
+                    "idem.takeovers",
+                    "Calls that took a key over from an owner that vanished.",
+                ),
+                unknown_outcomes: counter(
+                    "idem.unknown_outcomes",
+                    "Calls whose outcome could not be known.",
+                ),
+                approvals_requested: counter(
+                    "idem.approvals.requested",
+                    "Approvals asked of a policy or given with the call.",
+                ),
+                approvals_granted: counter("idem.approvals.granted", "Approvals granted."),
+                approvals_denied: counter("idem.approvals.denied", "Approvals denied."),
+                store_errors: meter
+                    .u64_counter("idem.store.errors")
+                    .with_unit("{error}")
+                    .with_description("Store operations that failed.")
+                    .build(),
+            }
+        }
+
+        /// Add one to `counter`, with the call's tool and class.
+        pub(in crate::executor) fn add(&self, counter: &Counter<u64>, env: &CallEnv<'_>) {
+            counter.add(1, &base(env));
+        }
+
+        pub(super) fn call_ended(&self, env: &CallEnv<'_>, ending: &Ending, elapsed: Duration) {
+            let [tool, class] = base(env);
+            let mut attributes = vec![
+                tool,
+                class,
+                KeyValue::new("gen_ai.tool.type", "function"),
+                KeyValue::new("idem.outcome", ending.outcome.as_str()),
+            ];
+            if let Some(error_type) = ending.error_type {
+                attributes.push(KeyValue::new("error.type", error_type));
+            }
+            if let Some(refusal) = ending.refusal {
+                attributes.push(KeyValue::new("idem.refusal", refusal));
+            }
+            self.calls.add(1, &attributes);
+            if matches!(ending.outcome, Ended::Deduplicated | Ended::Joined) {
+                self.deduplications.add(1, &attributes);
+            }
+            if ending.ran {
+                // The duration of an execution, failed or not, with the
+                // conventions' attributes and the class.
+                attributes.retain(|kv| kv.key.as_str() != "idem.outcome");
+                self.duration.record(elapsed.as_secs_f64(), &attributes);
+            }
+        }
+    }
+
+    fn base(env: &CallEnv<'_>) -> [KeyValue; 2] {
+        [
+            KeyValue::new("gen_ai.tool.name", env.spec.name),
+            KeyValue::new("idem.class", env.class.as_str()),
+        ]
+    }
+}
