@@ -170,6 +170,8 @@ async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), CliEr
     );
     let router = axum::Router::new().nest_service("/mcp", service);
     // The line a supervisor (and the tests) wait for, with the port chosen.
+    // The name is the upstream's own text: shown escaped.
+    let name = crate::render::escape::visible(name);
     eprintln!("idem proxy: serving {name} on http://{address}/mcp");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
