@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 
 #[allow(deprecated)] // LoggingMessageNotificationParam: see `on_logging_message`.
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    InitializeResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam, ServerPeerInfo,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, InitializeResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ResourceUpdatedNotificationParam, ServerPeerInfo,
+    ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, RoleServer, ServiceExt};
@@ -51,6 +52,19 @@ impl<T: PartialEq> Drop for Listed<T> {
 
 /// A client's call of a tool, with its arguments and progress token.
 type Progressing = (String, Value, ProgressToken);
+
+/// A `tools/call`'s answer as a tool result. A result rmcp read as another
+/// shape (one with no content, `{}`, or only `_meta`) is read again as a
+/// tool result; one that is none is unexpected.
+fn call_result(answer: ServerResult) -> Result<CallToolResult, ServiceError> {
+    match answer {
+        ServerResult::CallToolResult(result) => Ok(result),
+        ServerResult::EmptyResult(_) => Ok(CallToolResult::success(Vec::new())),
+        other => serde_json::to_value(other)
+            .and_then(serde_json::from_value)
+            .map_err(|_| ServiceError::UnexpectedResponse),
+    }
+}
 
 /// What the upstream said at `initialize`, as a server's configuration.
 fn initialized(info: &ServerPeerInfo) -> InitializeResult {
@@ -101,12 +115,11 @@ pub struct Upstream {
 #[derive(Clone, Default)]
 pub struct Forward {
     downstream: Arc<Mutex<Option<Peer<RoleServer>>>>,
-    /// The client's progress tokens of the upstream calls under way. rmcp
-    /// gives each upstream request a token of its own; while one call
-    /// with a client's token is under way, the upstream's progress is
-    /// that call's. (With several at once it cannot be told whose, and is
-    /// not passed on.)
-    calls: Arc<Mutex<Vec<ProgressToken>>>,
+    /// The upstream calls under way whose client asked for progress: the
+    /// token rmcp gave the upstream request, and the client's. The
+    /// upstream's progress goes back under the client's token of the call
+    /// it names, however many are under way.
+    calls: Arc<Mutex<Vec<(ProgressToken, ProgressToken)>>>,
 }
 
 impl Forward {
@@ -136,14 +149,15 @@ impl ClientHandler for Forward {
         mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let token = match self
+        let token = self
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .as_slice()
-        {
-            [token] => token.clone(),
-            _ => return,
+            .iter()
+            .find(|(upstream, _)| *upstream == params.progress_token)
+            .map(|(_, client)| client.clone());
+        let Some(token) = token else {
+            return;
         };
         params.progress_token = token;
         if let Some(peer) = self.peer() {
@@ -290,8 +304,20 @@ impl Upstream {
         let (peer, _) = self.start().await.map_err(|e| {
             ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
         })?;
-        let _progress = progress.map(|token| Listed::new(&self.forward.calls, token));
-        match peer.call_tool(params).await {
+        // Sent as rmcp's `call_tool` sends it, keeping the handle for the
+        // progress token rmcp gave the request.
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let answer = async {
+            let handle = peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await?;
+            let _progress = progress.map(|client| {
+                Listed::new(&self.forward.calls, (handle.progress_token.clone(), client))
+            });
+            handle.await_response().await
+        }
+        .await;
+        match answer.and_then(call_result) {
             Ok(result) => Ok(result),
             // Over HTTP the request's POST is the send: only a connection
             // never made (or a session the server no longer knew) sent

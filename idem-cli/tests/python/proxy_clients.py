@@ -297,14 +297,27 @@ async def everything() -> None:
                 echo = await client.call_tool("echo", {"message": "hello"})
                 structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
                 image = await client.call_tool("get-tiny-image", {})
-                steps: list[float] = []
+                # Two calls under way at once, each asking for progress:
+                # each hears only its own steps.
+                steps: dict[int, list[float]] = {2: [], 3: []}
 
-                async def progress(done: float, total: float | None, message: str | None) -> None:
-                    steps.append(done)
+                def progress_of(n: int):
+                    async def progress(done: float, total: float | None, message: str | None) -> None:
+                        steps[n].append(done)
 
-                slow = await client.call_tool(
-                    "trigger-long-running-operation", {"duration": 0.2, "steps": 2}, progress_callback=progress
+                    return progress
+
+                slow = await asyncio.gather(
+                    *(
+                        client.call_tool(
+                            "trigger-long-running-operation",
+                            {"duration": 0.3, "steps": n},
+                            progress_callback=progress_of(n),
+                        )
+                        for n in (2, 3)
+                    )
                 )
+                slow = [reads(result) for result in slow]
             seen[proxied] = {
                 "capabilities": sorted(
                     k for k in ("prompts", "resources", "tools", "completions", "logging")
@@ -320,12 +333,13 @@ async def everything() -> None:
                 "structured": structured.structured_content,
                 "image": [block.type for block in image.content],
                 "progress": steps,
-                "slow": reads(slow),
+                "slow": slow,
             }
             if proxied:
                 classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
                 say(f"through the proxy each tool carries its class: {classes}")
                 check(all(classes.values()), "every listed tool names its class")
+    check(all(len(seen[False]["progress"][n]) == n for n in (2, 3)), f"the upstream reports progress: {seen[False]['progress']}")
     for what, direct in seen[False].items():
         check(seen[True][what] == direct, f"{what}: {seen[True][what]!r} through the proxy, {direct!r} directly")
     say(
