@@ -338,8 +338,9 @@ impl ServerHandler for Proxy {
         let _progress = context.meta.get_progress_token().map(|token| {
             let mut arguments = request.arguments.clone().unwrap_or_default();
             arguments.remove(REPEAT_ARGUMENT);
+            let peer = context.peer.clone();
             self.upstream
-                .expect_progress(&request.name, Value::Object(arguments), token)
+                .expect_progress(&request.name, Value::Object(arguments), token, peer)
         });
         ServerHandler::call_tool(&self.idem, request, context)
             .await

@@ -3,6 +3,7 @@
 //! to) again when it has gone (a crash, a restart), and the notifications
 //! it sends passed on to the proxy's own client.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[allow(deprecated)] // LoggingMessageNotificationParam: see `on_logging_message`.
@@ -50,8 +51,44 @@ impl<T: PartialEq> Drop for Listed<T> {
     }
 }
 
-/// A client's call of a tool, with its arguments and progress token.
-type Progressing = (String, Value, ProgressToken);
+/// Where a call's progress goes: under the client's token, to the client's
+/// own session (over HTTP, one proxy serves many).
+#[derive(Clone)]
+pub struct ProgressTo {
+    token: ProgressToken,
+    peer: Peer<RoleServer>,
+}
+
+/// A client's call of a tool, with its arguments, waiting for progress.
+/// Entries are told apart by a number of their own: two sessions may make
+/// the same call with the same token.
+#[derive(Clone)]
+pub struct Progressing {
+    id: u64,
+    tool: String,
+    arguments: Value,
+    to: ProgressTo,
+}
+
+impl PartialEq for Progressing {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+/// An upstream request under way whose progress a client asked for: the
+/// token rmcp gave the request, and where its progress goes.
+#[derive(Clone)]
+struct Routed {
+    upstream: ProgressToken,
+    to: ProgressTo,
+}
+
+impl PartialEq for Routed {
+    fn eq(&self, other: &Self) -> bool {
+        self.upstream == other.upstream
+    }
+}
 
 /// A `tools/call`'s answer as a tool result. A result rmcp read as another
 /// shape (one with no content, `{}`, or only `_meta`) is read again as a
@@ -119,7 +156,7 @@ pub struct Forward {
     /// token rmcp gave the upstream request, and the client's. The
     /// upstream's progress goes back under the client's token of the call
     /// it names, however many are under way.
-    calls: Arc<Mutex<Vec<(ProgressToken, ProgressToken)>>>,
+    calls: Arc<Mutex<Vec<Routed>>>,
 }
 
 impl Forward {
@@ -149,20 +186,18 @@ impl ClientHandler for Forward {
         mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let token = self
+        let to = self
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .find(|(upstream, _)| *upstream == params.progress_token)
-            .map(|(_, client)| client.clone());
-        let Some(token) = token else {
+            .find(|routed| routed.upstream == params.progress_token)
+            .map(|routed| routed.to.clone());
+        let Some(to) = to else {
             return;
         };
-        params.progress_token = token;
-        if let Some(peer) = self.peer() {
-            let _ = peer.notify_progress(params).await;
-        }
+        params.progress_token = to.token;
+        let _ = to.peer.notify_progress(params).await;
     }
 
     // Logging is deprecated (SEP-2577) but servers still send it.
@@ -221,18 +256,27 @@ impl Upstream {
         tool: &str,
         arguments: Value,
         token: ProgressToken,
+        peer: Peer<RoleServer>,
     ) -> Listed<Progressing> {
-        Listed::new(&self.progress, (tool.to_owned(), arguments, token))
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let entry = Progressing {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            tool: tool.to_owned(),
+            arguments,
+            to: ProgressTo { token, peer },
+        };
+        Listed::new(&self.progress, entry)
     }
 
-    /// The progress token of the client's call of `tool` with `arguments`.
-    pub fn progress_token(&self, tool: &str, arguments: &Value) -> Option<ProgressToken> {
+    /// Where the progress of the client's call of `tool` with `arguments`
+    /// goes, if it asked for progress.
+    pub fn progress_to(&self, tool: &str, arguments: &Value) -> Option<ProgressTo> {
         self.progress
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .find(|(t, a, _)| t == tool && a == arguments)
-            .map(|(_, _, token)| token.clone())
+            .find(|entry| entry.tool == tool && entry.arguments == *arguments)
+            .map(|entry| entry.to.clone())
     }
 
     /// Where its notifications go.
@@ -294,12 +338,12 @@ impl Upstream {
     /// idempotent write and records as an unknown outcome otherwise. A
     /// result with `isError` is the tool's answer, returned as it came.
     ///
-    /// `progress` is the client's progress token for the call, if it asked
+    /// `progress` says where the call's progress goes, if its client asked
     /// for progress.
     pub async fn call(
         &self,
         params: CallToolRequestParams,
-        progress: Option<ProgressToken>,
+        progress: Option<ProgressTo>,
     ) -> Result<CallToolResult, ToolError> {
         let (peer, _) = self.start().await.map_err(|e| {
             ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
@@ -311,8 +355,9 @@ impl Upstream {
             let handle = peer
                 .send_cancellable_request(request, PeerRequestOptions::no_options())
                 .await?;
-            let _progress = progress.map(|client| {
-                Listed::new(&self.forward.calls, (handle.progress_token.clone(), client))
+            let _progress = progress.map(|to| {
+                let upstream = handle.progress_token.clone();
+                Listed::new(&self.forward.calls, Routed { upstream, to })
             });
             handle.await_response().await
         }
