@@ -105,8 +105,18 @@ pub struct ProxyArgs {
     /// front of it.
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<String>,
+    /// Connect to an upstream MCP server already running, over streamable
+    /// HTTP at this URL (`http://HOST:PORT/mcp`), instead of starting one.
+    /// Plain HTTP only: for an https:// server, put a local TLS-terminating
+    /// proxy in front of it.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub upstream: Option<String>,
     /// The upstream MCP server's command and its arguments, after `--`.
-    #[arg(last = true, required = true, value_name = "COMMAND")]
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 

@@ -67,6 +67,10 @@ pub enum CliError {
     /// Some stored records could not be decoded: the output left them out.
     #[error("{}", corrupt_message(.0))]
     Corrupt(Vec<CorruptRecord>),
+    /// `idem proxy --upstream` was given a URL it cannot use (`https://`,
+    /// not a URL).
+    #[error("{0}")]
+    UpstreamUrl(#[from] crate::proxy::UpstreamUrlError),
     /// Writing the output failed (a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
@@ -82,7 +86,7 @@ impl CliError {
     /// The process's exit code.
     pub fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
-            CliError::Usage(_) => exit::USAGE,
+            CliError::Usage(_) | CliError::UpstreamUrl(_) => exit::USAGE,
             CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
             CliError::Corrupt(_) => exit::CORRUPT,
             CliError::Operator { error, .. } => match error {

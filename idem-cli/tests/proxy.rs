@@ -5,7 +5,10 @@
 //! the official Python MCP SDK as the client (`target/python-mcp`, or
 //! `IDEM_PYTHON`). The client's cases are in `tests/python/proxy_clients.py`;
 //! each counts the upstream's effects from the upstream itself, straight
-//! and through the proxy.
+//! and through the proxy. Upstreams are started over stdio, and reached
+//! over streamable HTTP (`idem proxy --upstream URL`: server-everything's
+//! HTTP mode, and `tests/python/slow_upstream.py` killed and restarted on
+//! one listening socket).
 //!
 //! Without Node, the servers or the SDK the tests are skipped loudly, and
 //! fail under `IDEM_REQUIRE_SERVERS=1`.
@@ -151,4 +154,48 @@ fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
         String::from_utf8_lossy(&output.stderr)
     );
     assert!(transcript.contains("all cases passed"), "{transcript}");
+}
+
+/// `idem proxy` with `args`: its exit code and stderr.
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    let dir = idem_testkit::TempDir::new("idem-proxy-refused").unwrap();
+    let out = Command::new(IDEM)
+        .arg("proxy")
+        .args(args)
+        .env(
+            "IDEM_STORE",
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        )
+        .output()
+        .expect("idem runs");
+    assert!(
+        !dir.path().join("idem.db").exists(),
+        "a refused command line opens no store"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
+    let (code, stderr) = refused(&["--upstream", "https://mcp.example.com/mcp"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("https://mcp.example.com/mcp"), "{stderr}");
+    assert!(stderr.contains("no TLS support"), "{stderr}");
+    assert!(stderr.contains("TLS-terminating proxy"), "{stderr}");
+    assert!(stderr.contains("over stdio"), "{stderr}");
+
+    let (code, stderr) = refused(&["--upstream", "ftp://127.0.0.1/mcp"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("ftp://127.0.0.1/mcp"), "{stderr}");
+
+    // An upstream, or a command to start one: not both, and one of them.
+    let (code, stderr) = refused(&["--upstream", "http://127.0.0.1:9/mcp", "--", "node"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let (code, stderr) = refused(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("required"), "{stderr}");
 }

@@ -1,7 +1,9 @@
 //! `idem proxy`: idem in front of an MCP server nobody has to change.
 //!
 //! The proxy starts the upstream server (`idem proxy -- COMMAND…`) as a
-//! child process and speaks MCP to it over stdio with rmcp's client; it
+//! child process and speaks MCP to it over stdio with rmcp's client, or
+//! connects to one already running over streamable HTTP (`idem proxy
+//! --upstream http://HOST:PORT/mcp`); it
 //! serves the same tools to its own client over stdio with idem's MCP
 //! server (`idem::mcp::McpServer`), so every call is keyed, recorded and
 //! answered exactly as a Rust tool's would be:
@@ -11,8 +13,10 @@
 //! * `tool`: an upstream tool as an idem tool, defined at run time; its
 //!   call carries the idempotency key to the upstream in `_meta`
 //!   (`io.idem/idempotencyKey`).
-//! * `upstream`: the child process, started again when it has gone, and
-//!   the mapping of what can go wrong to idem's error kinds.
+//! * `upstream`: the child process or HTTP session, started again when it
+//!   has gone, and the mapping of what can go wrong to idem's error kinds.
+//! * `http`: the HTTP client rmcp's streamable HTTP transport runs on
+//!   (hyper's, plain HTTP), which tells a request never sent from one sent.
 //! * here: the server the client sees. Tool calls go through idem; the
 //!   upstream's result is recorded whole and answered as it came (with
 //!   idem's `_meta`); resources, prompts, completions and the upstream's
@@ -24,6 +28,7 @@
 //! mcp/NAME` lists them.
 
 mod config;
+mod http;
 mod tool;
 mod upstream;
 
@@ -51,8 +56,9 @@ use serde_json::Value;
 use crate::cli::ProxyArgs;
 use crate::error::CliError;
 use config::Config;
+pub use http::UpstreamUrlError;
 use tool::UpstreamTool;
-use upstream::Upstream;
+use upstream::{Source, Upstream};
 
 /// Run `idem proxy` on the store at `url`.
 pub async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
@@ -64,7 +70,14 @@ pub async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
         }
         None => Config::default(),
     };
-    let upstream = Arc::new(Upstream::new(args.command.clone()));
+    let source = match &args.upstream {
+        Some(url) => {
+            http::check_url(url)?;
+            Source::Http(url.clone())
+        }
+        None => Source::Command(args.command.clone()),
+    };
+    let upstream = Arc::new(Upstream::new(source));
     let (peer, info) = upstream.start().await.map_err(CliError::Usage)?;
     let tools = peer
         .list_all_tools()
@@ -157,6 +170,8 @@ async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), CliEr
     );
     let router = axum::Router::new().nest_service("/mcp", service);
     // The line a supervisor (and the tests) wait for, with the port chosen.
+    // The name is the upstream's own text: shown escaped.
+    let name = crate::render::escape::visible(name);
     eprintln!("idem proxy: serving {name} on http://{address}/mcp");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
@@ -323,8 +338,9 @@ impl ServerHandler for Proxy {
         let _progress = context.meta.get_progress_token().map(|token| {
             let mut arguments = request.arguments.clone().unwrap_or_default();
             arguments.remove(REPEAT_ARGUMENT);
+            let peer = context.peer.clone();
             self.upstream
-                .expect_progress(&request.name, Value::Object(arguments), token)
+                .expect_progress(&request.name, Value::Object(arguments), token, peer)
         });
         ServerHandler::call_tool(&self.idem, request, context)
             .await

@@ -110,7 +110,7 @@ impl Tool<()> for UpstreamTool {
         };
         let progress = self
             .upstream
-            .progress_token(self.spec.name, &Value::Object(arguments.clone()));
+            .progress_to(self.spec.name, &Value::Object(arguments.clone()));
         let mut request =
             CallToolRequestParams::new(self.spec.name.to_owned()).with_arguments(arguments);
         if let Some(key) = ctx.key() {

@@ -1,21 +1,27 @@
 //! The upstream MCP server: a child process spoken to over stdio by rmcp's
-//! client, started again when it has gone (a crash, a restart), and the
-//! notifications it sends passed on to the proxy's own client.
+//! client, or a server reached over streamable HTTP; started (or connected
+//! to) again when it has gone (a crash, a restart), and the notifications
+//! it sends passed on to the proxy's own client.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 #[allow(deprecated)] // LoggingMessageNotificationParam: see `on_logging_message`.
 use rmcp::model::{
-    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, Implementation,
-    InitializeResult, LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken,
-    ResourceUpdatedNotificationParam, ServerPeerInfo,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig,
+    ClientRequest, Implementation, InitializeResult, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, ResourceUpdatedNotificationParam, ServerPeerInfo,
+    ServerResult,
 };
-use rmcp::service::{NotificationContext, Peer, RunningService, ServiceError};
-use rmcp::transport::TokioChildProcess;
+use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, RoleServer, ServiceExt};
 use serde_json::Value;
 
 use idem_runtime::error::ToolError;
+
+use super::http::{self, HttpClient};
 
 /// An entry of a list shared with other tasks, taken out again when the
 /// guard is dropped: a call under way, for as long as it is.
@@ -45,8 +51,57 @@ impl<T: PartialEq> Drop for Listed<T> {
     }
 }
 
-/// A client's call of a tool, with its arguments and progress token.
-type Progressing = (String, Value, ProgressToken);
+/// Where a call's progress goes: under the client's token, to the client's
+/// own session (over HTTP, one proxy serves many).
+#[derive(Clone)]
+pub struct ProgressTo {
+    token: ProgressToken,
+    peer: Peer<RoleServer>,
+}
+
+/// A client's call of a tool, with its arguments, waiting for progress.
+/// Entries are told apart by a number of their own: two sessions may make
+/// the same call with the same token.
+#[derive(Clone)]
+pub struct Progressing {
+    id: u64,
+    tool: String,
+    arguments: Value,
+    to: ProgressTo,
+}
+
+impl PartialEq for Progressing {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+/// An upstream request under way whose progress a client asked for: the
+/// token rmcp gave the request, and where its progress goes.
+#[derive(Clone)]
+struct Routed {
+    upstream: ProgressToken,
+    to: ProgressTo,
+}
+
+impl PartialEq for Routed {
+    fn eq(&self, other: &Self) -> bool {
+        self.upstream == other.upstream
+    }
+}
+
+/// A `tools/call`'s answer as a tool result. A result rmcp read as another
+/// shape (one with no content, `{}`, or only `_meta`) is read again as a
+/// tool result; one that is none is unexpected.
+fn call_result(answer: ServerResult) -> Result<CallToolResult, ServiceError> {
+    match answer {
+        ServerResult::CallToolResult(result) => Ok(result),
+        ServerResult::EmptyResult(_) => Ok(CallToolResult::success(Vec::new())),
+        other => serde_json::to_value(other)
+            .and_then(serde_json::from_value)
+            .map_err(|_| ServiceError::UnexpectedResponse),
+    }
+}
 
 /// What the upstream said at `initialize`, as a server's configuration.
 fn initialized(info: &ServerPeerInfo) -> InitializeResult {
@@ -61,9 +116,30 @@ fn initialized(info: &ServerPeerInfo) -> InitializeResult {
     result
 }
 
-/// The upstream server, (re)started on demand.
+/// Where the upstream server is.
+#[derive(Debug, Clone)]
+pub enum Source {
+    /// A program (and its arguments) the proxy starts and speaks to over
+    /// stdio.
+    Command(Vec<String>),
+    /// A server already running, reached over streamable HTTP at this
+    /// `http://` URL.
+    Http(String),
+}
+
+impl Source {
+    /// The upstream as its messages name it: the program, or the URL.
+    fn name(&self) -> &str {
+        match self {
+            Source::Command(command) => command.first().map_or("", String::as_str),
+            Source::Http(url) => url,
+        }
+    }
+}
+
+/// The upstream server, (re)started or (re)connected on demand.
 pub struct Upstream {
-    command: Vec<String>,
+    source: Source,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, Forward>>>,
     forward: Forward,
     /// The progress tokens of the client's calls in progress: tool,
@@ -76,12 +152,11 @@ pub struct Upstream {
 #[derive(Clone, Default)]
 pub struct Forward {
     downstream: Arc<Mutex<Option<Peer<RoleServer>>>>,
-    /// The client's progress tokens of the upstream calls under way. rmcp
-    /// gives each upstream request a token of its own; while one call
-    /// with a client's token is under way, the upstream's progress is
-    /// that call's. (With several at once it cannot be told whose, and is
-    /// not passed on.)
-    calls: Arc<Mutex<Vec<ProgressToken>>>,
+    /// The upstream calls under way whose client asked for progress: the
+    /// token rmcp gave the upstream request, and the client's. The
+    /// upstream's progress goes back under the client's token of the call
+    /// it names, however many are under way.
+    calls: Arc<Mutex<Vec<Routed>>>,
 }
 
 impl Forward {
@@ -111,19 +186,18 @@ impl ClientHandler for Forward {
         mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let token = match self
+        let to = self
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .as_slice()
-        {
-            [token] => token.clone(),
-            _ => return,
+            .iter()
+            .find(|routed| routed.upstream == params.progress_token)
+            .map(|routed| routed.to.clone());
+        let Some(to) = to else {
+            return;
         };
-        params.progress_token = token;
-        if let Some(peer) = self.peer() {
-            let _ = peer.notify_progress(params).await;
-        }
+        params.progress_token = to.token;
+        let _ = to.peer.notify_progress(params).await;
     }
 
     // Logging is deprecated (SEP-2577) but servers still send it.
@@ -162,11 +236,11 @@ impl ClientHandler for Forward {
 }
 
 impl Upstream {
-    /// An upstream started by `command` (program and arguments); nothing
-    /// runs until [`Upstream::start`].
-    pub fn new(command: Vec<String>) -> Self {
+    /// The upstream at `source`; nothing runs (or connects) until
+    /// [`Upstream::start`].
+    pub fn new(source: Source) -> Self {
         Upstream {
-            command,
+            source,
             running: tokio::sync::Mutex::new(None),
             forward: Forward::default(),
             progress: Arc::default(),
@@ -182,18 +256,27 @@ impl Upstream {
         tool: &str,
         arguments: Value,
         token: ProgressToken,
+        peer: Peer<RoleServer>,
     ) -> Listed<Progressing> {
-        Listed::new(&self.progress, (tool.to_owned(), arguments, token))
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let entry = Progressing {
+            id: NEXT.fetch_add(1, Ordering::Relaxed),
+            tool: tool.to_owned(),
+            arguments,
+            to: ProgressTo { token, peer },
+        };
+        Listed::new(&self.progress, entry)
     }
 
-    /// The progress token of the client's call of `tool` with `arguments`.
-    pub fn progress_token(&self, tool: &str, arguments: &Value) -> Option<ProgressToken> {
+    /// Where the progress of the client's call of `tool` with `arguments`
+    /// goes, if it asked for progress.
+    pub fn progress_to(&self, tool: &str, arguments: &Value) -> Option<ProgressTo> {
         self.progress
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
-            .find(|(t, a, _)| t == tool && a == arguments)
-            .map(|(_, _, token)| token.clone())
+            .find(|entry| entry.tool == tool && entry.arguments == *arguments)
+            .map(|entry| entry.to.clone())
     }
 
     /// Where its notifications go.
@@ -201,8 +284,9 @@ impl Upstream {
         &self.forward
     }
 
-    /// Start it (or find it running) and return what it said at
-    /// `initialize`, with a handle to talk to it.
+    /// Start it or connect to it (or find it running) and return what it
+    /// said at `initialize`, with a handle to talk to it. Over HTTP a new
+    /// connection is a new session, initialized again.
     pub async fn start(&self) -> Result<(Peer<RoleClient>, InitializeResult), String> {
         let mut running = self.running.lock().await;
         if let Some(service) = running.as_ref() {
@@ -212,20 +296,26 @@ impl Upstream {
                 }
             }
         }
-        let (program, args) = self
-            .command
-            .split_first()
-            .ok_or("no upstream command: give one after `--`")?;
-        let mut command = tokio::process::Command::new(program);
-        command.args(args);
-        let transport = TokioChildProcess::new(command)
-            .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
-        let service = self
-            .forward
-            .clone()
-            .serve(transport)
-            .await
-            .map_err(|e| format!("the upstream server `{program}` did not initialize: {e}"))?;
+        let name = self.source.name();
+        let service = match &self.source {
+            Source::Command(command) => {
+                let (program, args) = command
+                    .split_first()
+                    .ok_or("no upstream command: give one after `--`")?;
+                let mut command = tokio::process::Command::new(program);
+                command.args(args);
+                let transport = TokioChildProcess::new(command)
+                    .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
+                self.forward.clone().serve(transport).await
+            }
+            Source::Http(url) => {
+                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                let transport =
+                    StreamableHttpClientTransport::with_client(HttpClient::new(), config);
+                self.forward.clone().serve(transport).await
+            }
+        }
+        .map_err(|e| format!("the upstream server `{name}` did not initialize: {e}"))?;
         let info = service
             .peer_info()
             .map(|info| initialized(&info))
@@ -237,27 +327,59 @@ impl Upstream {
 
     /// Call a tool upstream.
     ///
-    /// An upstream that cannot be started (or restarted) has received
-    /// nothing: a transient error, and the call may run again. Once the
+    /// An upstream that cannot be started (or restarted, or connected to)
+    /// has received nothing: a transient error, and the call may run
+    /// again; so has an HTTP upstream that no longer knew the session (it
+    /// restarted: rmcp starts a new session and sends the call once more
+    /// before it gives up). Once the
     /// request has gone, an error response, a transport that closes (the
     /// server crashed) or a timeout leaves its effect unknown: an
     /// ambiguous error, which the executor re-runs with the same key for an
     /// idempotent write and records as an unknown outcome otherwise. A
     /// result with `isError` is the tool's answer, returned as it came.
     ///
-    /// `progress` is the client's progress token for the call, if it asked
+    /// `progress` says where the call's progress goes, if its client asked
     /// for progress.
     pub async fn call(
         &self,
         params: CallToolRequestParams,
-        progress: Option<ProgressToken>,
+        progress: Option<ProgressTo>,
     ) -> Result<CallToolResult, ToolError> {
         let (peer, _) = self.start().await.map_err(|e| {
             ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
         })?;
-        let _progress = progress.map(|token| Listed::new(&self.forward.calls, token));
-        match peer.call_tool(params).await {
+        // Sent as rmcp's `call_tool` sends it, keeping the handle for the
+        // progress token rmcp gave the request.
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let answer = async {
+            let handle = peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await?;
+            let _progress = progress.map(|to| {
+                let upstream = handle.progress_token.clone();
+                Listed::new(&self.forward.calls, Routed { upstream, to })
+            });
+            handle.await_response().await
+        }
+        .await;
+        match answer.and_then(call_result) {
             Ok(result) => Ok(result),
+            // Over HTTP the request's POST is the send: only a connection
+            // never made (or a session the server no longer knew) sent
+            // nothing.
+            Err(ServiceError::TransportSend(e)) if matches!(self.source, Source::Http(_)) => {
+                let error = &*e.error;
+                if http::unsent(error) {
+                    Err(ToolError::transient(format!(
+                        "the request did not reach the upstream server ({error}); nothing ran"
+                    )))
+                } else {
+                    Err(ToolError::ambiguous(format!(
+                        "the upstream server received the call, then the exchange failed \
+                         ({error}): whether it took effect is unknown"
+                    )))
+                }
+            }
             Err(ServiceError::TransportSend(e)) => Err(ToolError::transient(format!(
                 "the request could not be sent to the upstream server ({e}); nothing ran"
             ))),
@@ -279,7 +401,8 @@ impl Upstream {
         self.start().await.map(|(peer, _)| peer)
     }
 
-    /// Stop it, waiting for the child to exit.
+    /// Stop it, waiting for the child to exit (over HTTP: end the
+    /// session).
     pub async fn stop(&self) {
         if let Some(service) = self.running.lock().await.take() {
             let _ = service.cancel().await;

@@ -19,9 +19,11 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from mcp import Client, StdioServerParameters, types
@@ -91,6 +93,16 @@ class Place:
         server = StdioServerParameters(
             command=IDEM, args=[*args, "--", *command], env={"IDEM_STORE": self.store, **(env or {})}
         )
+        return Client(server, **options)
+
+    def through(self, url: str, config: str | None = None, **options) -> Client:
+        """A client of `idem proxy --upstream URL` (over stdio)."""
+        args = ["proxy", "--upstream", url]
+        if config is not None:
+            path = self.dir / "proxy.toml"
+            path.write_text(config)
+            args += ["--config", str(path)]
+        server = StdioServerParameters(command=IDEM, args=args, env={"IDEM_STORE": self.store})
         return Client(server, **options)
 
     def idem(self, *args: str) -> str:
@@ -285,14 +297,27 @@ async def everything() -> None:
                 echo = await client.call_tool("echo", {"message": "hello"})
                 structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
                 image = await client.call_tool("get-tiny-image", {})
-                steps: list[float] = []
+                # Two calls under way at once, each asking for progress:
+                # each hears only its own steps.
+                steps: dict[int, list[float]] = {2: [], 3: []}
 
-                async def progress(done: float, total: float | None, message: str | None) -> None:
-                    steps.append(done)
+                def progress_of(n: int):
+                    async def progress(done: float, total: float | None, message: str | None) -> None:
+                        steps[n].append(done)
 
-                slow = await client.call_tool(
-                    "trigger-long-running-operation", {"duration": 0.2, "steps": 2}, progress_callback=progress
+                    return progress
+
+                slow = await asyncio.gather(
+                    *(
+                        client.call_tool(
+                            "trigger-long-running-operation",
+                            {"duration": 0.3, "steps": n},
+                            progress_callback=progress_of(n),
+                        )
+                        for n in (2, 3)
+                    )
                 )
+                slow = [reads(result) for result in slow]
             seen[proxied] = {
                 "capabilities": sorted(
                     k for k in ("prompts", "resources", "tools", "completions", "logging")
@@ -308,12 +333,13 @@ async def everything() -> None:
                 "structured": structured.structured_content,
                 "image": [block.type for block in image.content],
                 "progress": steps,
-                "slow": reads(slow),
+                "slow": slow,
             }
             if proxied:
                 classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
                 say(f"through the proxy each tool carries its class: {classes}")
                 check(all(classes.values()), "every listed tool names its class")
+    check(all(len(seen[False]["progress"][n]) == n for n in (2, 3)), f"the upstream reports progress: {seen[False]['progress']}")
     for what, direct in seen[False].items():
         check(seen[True][what] == direct, f"{what}: {seen[True][what]!r} through the proxy, {direct!r} directly")
     say(
@@ -328,6 +354,28 @@ CRASH_CONFIG = """
 [tools.append]
 class = "{cls}"
 """
+
+
+async def judge_crash(cls: str, client: Client, meta: dict, result: types.CallToolResult, journal: Path) -> int:
+    """What a call of `append` whose upstream was killed mid-call answered,
+    and what the upstream's journal shows, for the class `cls`; the number
+    of runs upstream."""
+    lines = journal.read_text().splitlines()
+    starts = [line for line in lines if line.startswith("start x")]
+    say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
+    say(f"the upstream's journal: {lines}")
+    if cls == "idempotent_write":
+        check(not result.is_error, "an idempotent write is re-run on the new upstream")
+        check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
+        check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
+        check(lines.count("done x") == 1, "and finishes once")
+    else:
+        check(result.is_error, "a non-idempotent write's outcome is unknown")
+        check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
+        again = await client.call_tool("append", {"line": "x"}, meta=meta)
+        check(again.is_error and len(journal.read_text().splitlines()) == 1, "never re-run")
+        say(f"retried -> {reads(again)[:160]!r}")
+    return len(starts)
 
 
 async def crash(cls: str) -> None:
@@ -348,36 +396,206 @@ async def crash(cls: str) -> None:
                 await asyncio.sleep(0.02)
             hold.unlink()
             os.kill(int(pid.read_text()), signal.SIGKILL)
-            result = await call
-            lines = journal.read_text().splitlines()
-            starts = [line for line in lines if line.startswith("start x")]
-            say(f"the call -> error={result.is_error} {reads(result)[:160]!r}")
-            say(f"the upstream's journal: {lines}")
-            if cls == "idempotent_write":
-                check(not result.is_error, "an idempotent write is re-run on the new upstream")
-                check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
-                check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
-                check(lines.count("done x") == 1, "and finishes once")
-            else:
-                check(result.is_error, "a non-idempotent write's outcome is unknown")
-                check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
+            runs = await judge_crash(cls, client, meta, await call, journal)
+            TABLE.append((f"upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(runs)))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def everything_over_http():
+    """server-everything in its streamable HTTP mode on a free loopback
+    port; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "PORT": str(port)}
+    quiet = subprocess.DEVNULL
+    server = subprocess.Popen(npm_server("server-everything", "streamableHttp"), env=env, stdout=quiet, stderr=quiet)
+    try:
+        # Until it listens (or has exited).
+        while server.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        check(server.poll() is None, "server-everything started over HTTP")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.kill()
+        server.wait(timeout=20)
+
+
+class SlowUpstream:
+    """slow_upstream.py over streamable HTTP on a listening socket this
+    process holds: killed and started again, it keeps its address, and a
+    connection made in between waits rather than being refused."""
+
+    def __init__(self, here: Place) -> None:
+        self.journal, self.hold, self.pid = here.dir / "journal", here.dir / "hold", here.dir / "pid"
+        self.listen(0)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def listen(self, port: int) -> None:
+        """A listening socket on `port`; the same port again once the old
+        one is closed (its connections, which inherit the option, do not
+        hold it)."""
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", port))
+        self.socket.listen(64)
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "SLOW_UPSTREAM_JOURNAL": str(self.journal),
+            "SLOW_UPSTREAM_HOLD": str(self.hold),
+            "SLOW_UPSTREAM_PID": str(self.pid),
+            "SLOW_UPSTREAM_FD": str(self.socket.fileno()),
+        }
+        command = [sys.executable, str(HERE / "slow_upstream.py")]
+        self.process = subprocess.Popen(command, env=env, pass_fds=[self.socket.fileno()])
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=20)
+
+    def starts(self) -> list[str]:
+        if not self.journal.exists():
+            return []
+        return [line for line in self.journal.read_text().splitlines() if line.startswith("start")]
+
+    def close(self) -> None:
+        self.kill()
+        self.socket.close()
+
+
+async def upstream_over_http() -> None:
+    say("\n## `idem proxy --upstream URL`: upstream servers reached over streamable HTTP")
+    with everything_over_http() as url:
+        async with Client(url) as client:
+            direct = sorted(t.name for t in (await client.list_tools()).tools)
+        with place() as here:
+            async with here.through(url) as client:
+                tools = (await client.list_tools()).tools
+                echo = await client.call_tool("echo", {"message": "over http"})
+            classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
+            check(sorted(classes) == direct, f"the same tools through the proxy: {sorted(classes)} / {direct}")
+            check(all(classes.values()), f"each listed with its class: {classes}")
+            check(reads(echo) == "Echo: over http", f"echo answers: {reads(echo)!r}")
+            say(f"server-everything at {url}: {len(tools)} tools listed through the proxy, echo -> {reads(echo)!r}")
+
+    counts = []
+    for proxied in (False, True):
+        with place() as here:
+            upstream = SlowUpstream(here)
+            upstream.start()
+            try:
+                client = here.through(upstream.url) if proxied else Client(upstream.url)
+                async with client:
+                    meta = {"io.idem/idempotencyKey": "append-http-1"}
+                    first = await client.call_tool("append", {"line": "x"}, meta=meta)
+                    again = await client.call_tool("append", {"line": "x"}, meta=meta)
+                runs = len(upstream.starts())
+                counts.append(str(runs))
+                route = "through idem proxy" if proxied else "directly"
+                say(f"{route}: `append` sent twice with one key -> {runs} run(s) upstream")
+                if proxied:
+                    check(runs == 1, "through the proxy the upstream runs once")
+                    check(again.meta["io.idem/deduplicated"], "the repeat is answered from the record")
+                    check(reads(again) == reads(first), "the repeat answers as the first did")
+                    ls = here.idem("ls", "--namespace", "mcp/slow-upstream")
+                    check("append" in ls, f"the record names the upstream server:\n{ls}")
+                else:
+                    check(runs == 2, "directly it runs twice")
+            finally:
+                upstream.close()
+    TABLE.append(("HTTP upstream: append, resent", "runs upstream", *counts))
+
+    refused = subprocess.run(
+        [IDEM, "proxy", "--upstream", "https://mcp.example.com/mcp"], capture_output=True, text=True
+    )
+    say(f"idem proxy --upstream https://… -> exit {refused.returncode}: {refused.stderr.strip()}")
+    check(refused.returncode == 2, "an https:// upstream is refused as a usage error")
+    check("no TLS support" in refused.stderr and "TLS-terminating proxy" in refused.stderr, refused.stderr)
+
+
+async def crash_http(cls: str) -> None:
+    say(f"\n## an HTTP upstream killed mid-call and started again: `append` as {cls}")
+    with place() as here:
+        upstream = SlowUpstream(here)
+        upstream.start()
+        try:
+            async with here.through(upstream.url, config=CRASH_CONFIG.format(cls=cls)) as client:
+                upstream.hold.touch()
+                meta = {"io.idem/idempotencyKey": f"crash-http-{cls}"}
+                call = asyncio.create_task(client.call_tool("append", {"line": "x"}, meta=meta))
+                while not upstream.starts():
+                    await asyncio.sleep(0.02)
+                upstream.hold.unlink()
+                upstream.kill()
+                upstream.start()
+                runs = await judge_crash(cls, client, meta, await call, upstream.journal)
+                # The new session serves the next call.
+                other = await client.call_tool("append", {"line": "y"})
+                check(not other.is_error, f"the next call runs on a new session: {reads(other)!r}")
+            TABLE.append((f"HTTP upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(runs)))
+        finally:
+            upstream.close()
+
+
+async def refused_http() -> None:
+    say("\n## an HTTP upstream that refuses the connection: nothing was sent")
+    with place() as here:
+        upstream = SlowUpstream(here)
+        port = upstream.socket.getsockname()[1]
+        upstream.start()
+        try:
+            config = CRASH_CONFIG.format(cls="non_idempotent_write")
+            async with here.through(upstream.url, config=config) as client:
+                # The server and its address gone: connections are refused.
+                upstream.close()
+                meta = {"io.idem/idempotencyKey": "refused-1"}
+                refused = await client.call_tool("append", {"line": "x"}, meta=meta)
+                code = (refused.meta or {}).get("io.idem/error", {}).get("code")
+                say(f"the call -> error={refused.is_error} code={code} {reads(refused)[:200]!r}")
+                check(refused.is_error and code != "outcome_unknown", "refused, and not as an unknown outcome")
+                check(not upstream.starts(), "nothing ran")
+                # Back on the same address: the same call runs, once.
+                upstream.listen(port)
+                upstream.start()
                 again = await client.call_tool("append", {"line": "x"}, meta=meta)
-                check(again.is_error and len(journal.read_text().splitlines()) == 1, "never re-run")
-                say(f"retried -> {reads(again)[:160]!r}")
-            TABLE.append(
-                (f"upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(len(starts)))
-            )
+                say(f"sent again once the server is back -> error={again.is_error} {reads(again)!r}")
+                check(not again.is_error and len(upstream.starts()) == 1, "it runs, once")
+            TABLE.append(("HTTP upstream refusing, then back", "runs upstream (non-idempotent)", "-", "1"))
+        finally:
+            upstream.close()
+
+
+CASES = {
+    "edit_file": edit_file,
+    "move_file": move_file,
+    "create_entities": create_entities,
+    "operator_approval": operator_approval,
+    "over_http": over_http,
+    "everything": everything,
+    "crash_idempotent": lambda: crash("idempotent_write"),
+    "crash_non_idempotent": lambda: crash("non_idempotent_write"),
+    "upstream_over_http": upstream_over_http,
+    "crash_http_idempotent": lambda: crash_http("idempotent_write"),
+    "crash_http_non_idempotent": lambda: crash_http("non_idempotent_write"),
+    "refused_http": refused_http,
+}
 
 
 async def main() -> None:
-    await edit_file()
-    await move_file()
-    await create_entities()
-    await operator_approval()
-    await over_http()
-    await everything()
-    await crash("idempotent_write")
-    await crash("non_idempotent_write")
+    # Arguments name the cases to run (all by default), to try one alone.
+    for name in sys.argv[1:] or CASES:
+        await CASES[name]()
     say("\n## upstream effects, directly and through `idem proxy`\n")
     say("| scenario | counted | directly | through idem proxy |")
     say("|---|---|---|---|")

@@ -4,6 +4,12 @@ journal (with the idempotency key the proxy sent in `_meta`) and, while the
 file named by SLOW_UPSTREAM_HOLD exists, waits before it finishes, so that
 the test can kill it mid-call. Its process id is written to
 SLOW_UPSTREAM_PID when it starts.
+
+Over stdio by default. With SLOW_UPSTREAM_FD it serves streamable HTTP (at
+/mcp) on that listening socket, inherited from the test, which keeps it
+open: a server killed and started again on the same socket is the same
+address throughout, and a connection made in between waits in the socket's
+queue instead of being refused.
 """
 
 import asyncio
@@ -40,4 +46,13 @@ async def append(line: str, ctx: Context) -> str:
     return f"appended {line}"
 
 
-server.run("stdio")
+if "SLOW_UPSTREAM_FD" in os.environ:
+    import socket
+
+    import uvicorn
+
+    listening = socket.socket(fileno=int(os.environ["SLOW_UPSTREAM_FD"]))
+    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    asyncio.run(uvicorn.Server(config).serve(sockets=[listening]))
+else:
+    server.run("stdio")
