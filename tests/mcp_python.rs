@@ -11,15 +11,13 @@
 //! Without it the test is skipped loudly, and fails under
 //! `IDEM_REQUIRE_SERVERS=1`.
 
-use std::path::PathBuf;
-use std::process::Command;
+use std::path::Path;
 
 mod mcp_example;
 
 #[test]
 fn the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http() {
-    let Some(python) = idem_testkit::python_mcp(std::path::Path::new(env!("CARGO_MANIFEST_DIR")))
-    else {
+    let Some(python) = idem_testkit::python_mcp(Path::new(env!("CARGO_MANIFEST_DIR"))) else {
         idem_testkit::skip(
             "the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http",
             "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)",
@@ -27,24 +25,14 @@ fn the_python_sdk_gets_one_effect_per_intent_over_stdio_and_http() {
         return;
     };
     let example = mcp_example::binary();
-    let output = Command::new(python)
-        .arg(concat!(
+    idem_testkit::run_python_clients(
+        &python,
+        Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/python/mcp_clients.py"
-        ))
-        .env("IDEM_MCP_EXAMPLE", &example)
-        .output()
-        .expect("python runs");
-    let transcript = String::from_utf8_lossy(&output.stdout);
-    // Kept for reading: what each client sent and what the model read.
-    let dir = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/target/tmp"));
-    let _ = std::fs::create_dir_all(&dir);
-    let _ = std::fs::write(dir.join("mcp-python-transcript.md"), transcript.as_bytes());
-    println!("{transcript}");
-    assert!(
-        output.status.success(),
-        "the Python client's cases failed:\n{transcript}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        )),
+        &[("IDEM_MCP_EXAMPLE", example.as_os_str())],
+        Path::new(env!("CARGO_MANIFEST_DIR")),
+        "mcp-python-transcript.md",
     );
-    assert!(transcript.contains("all cases passed"), "{transcript}");
 }

@@ -136,24 +136,19 @@ fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
         );
         return;
     };
-    let output = Command::new(python)
-        .arg(concat!(
+    idem_testkit::run_python_clients(
+        &python,
+        std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/python/proxy_clients.py"
-        ))
-        .env("IDEM_BIN", IDEM)
-        .env("IDEM_MCP_SERVERS", &servers)
-        .output()
-        .expect("python runs");
-    let transcript = String::from_utf8_lossy(&output.stdout);
-    keep("proxy-python-transcript.md", &transcript);
-    println!("{transcript}");
-    assert!(
-        output.status.success(),
-        "the Python client's cases failed:\n{transcript}\n{}",
-        String::from_utf8_lossy(&output.stderr)
+        )),
+        &[
+            ("IDEM_BIN", IDEM.as_ref()),
+            ("IDEM_MCP_SERVERS", servers.as_os_str()),
+        ],
+        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/..")),
+        "proxy-python-transcript.md",
     );
-    assert!(transcript.contains("all cases passed"), "{transcript}");
 }
 
 /// `idem proxy` with `args`: its exit code and stderr.

@@ -75,7 +75,9 @@ mod world;
 pub use clock::TokioClock;
 pub use faults::{CrashPoint, Fault, Op, PausePoint};
 pub use schedule::{run_schedule, Schedule, ScheduleReport, Timing};
-pub use servers::{python_mcp, skip, PostgresServer, RedisCluster, RedisServer, TempDir};
+pub use servers::{
+    python_mcp, run_python_clients, skip, PostgresServer, RedisCluster, RedisServer, TempDir,
+};
 pub use stores::TestStore;
 pub use world::World;
 

@@ -75,6 +75,38 @@ pub fn python_mcp(workspace: &Path) -> Option<PathBuf> {
     })
 }
 
+/// Run the Python MCP client script `script` with `python` (one
+/// [`python_mcp`] found) and the environment `envs`, as the tests that
+/// drive idem with the official SDK do: its transcript (standard output) is
+/// kept in `WORKSPACE/target/tmp/KEEP_AS` for reading, printed, and
+/// returned. Panics, with the transcript and standard error, unless the
+/// script succeeded and said "all cases passed".
+pub fn run_python_clients(
+    python: &Path,
+    script: &Path,
+    envs: &[(&str, &std::ffi::OsStr)],
+    workspace: &Path,
+    keep_as: &str,
+) -> String {
+    let output = std::process::Command::new(python)
+        .arg(script)
+        .envs(envs.iter().copied())
+        .output()
+        .expect("python runs");
+    let transcript = String::from_utf8_lossy(&output.stdout).into_owned();
+    let dir = workspace.join("target/tmp");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(keep_as), transcript.as_bytes());
+    println!("{transcript}");
+    assert!(
+        output.status.success(),
+        "the Python client's cases failed:\n{transcript}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(transcript.contains("all cases passed"), "{transcript}");
+    transcript
+}
+
 /// The environment variable that makes a test binary a child of
 /// [`claim_from_processes`]: `URL KEY TASKS TAG START_AT_MILLIS`.
 pub const CHILD_ENV: &str = "IDEM_MULTI_PROCESS_CHILD";
