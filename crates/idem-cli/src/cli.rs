@@ -1,0 +1,436 @@
+//! The command line: every command, option and its help text (clap derive).
+//!
+//! Parsing only: nothing here touches a store. What each command does lives
+//! in `commands/`, one file per command or pair of commands.
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+use idem_runtime::record::Status;
+
+/// The store used when neither `--store` nor `IDEM_STORE` names one: the
+/// SQLite file the demo writes.
+pub(crate) const DEFAULT_STORE: &str = idem_runtime::store::url::DEFAULT_STORE_URL;
+
+/// List, inspect and settle the records of an idem store: find the calls
+/// idem refused to guess about (outcomes unknown, approvals pending) and
+/// decide them.
+///
+/// A KEY is a full 64-digit key or a unique prefix of one (at least 4
+/// digits), as git takes commits.
+#[derive(Debug, Parser)]
+#[command(name = "idem", version, max_term_width = 100)]
+pub(crate) struct Cli {
+    /// The store: sqlite://PATH, redis://HOST:PORT/DB or
+    /// postgres://USER@HOST/DB (default: sqlite://idem.db).
+    #[arg(
+        long,
+        global = true,
+        value_name = "URL",
+        env = "IDEM_STORE",
+        hide_env_values = true
+    )]
+    pub store: Option<String>,
+
+    /// Print JSON for scripts (the schema is in docs/cli.md) instead of
+    /// tables; never coloured.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List records, newest first.
+    #[command(visible_alias = "list")]
+    Ls(LsArgs),
+    /// Everything a record holds: state, call, arguments, steps, outcome,
+    /// audit.
+    #[command(visible_alias = "describe")]
+    Show(KeyArg),
+    /// Approve a call awaiting approval: the next call with its key runs it
+    /// once.
+    Approve(ApproveArgs),
+    /// Deny a call awaiting approval: it never runs, and every call with its
+    /// key gets the reason.
+    Deny(DenyArgs),
+    /// Settle a call whose outcome idem does not know (or whose owner
+    /// vanished): as succeeded, as failed, or released to run again.
+    Resolve(ResolveArgs),
+    /// Delete a record, so that the next call with its key runs as new.
+    Delete(DeleteArgs),
+    /// Delete records past their expiry.
+    Purge(PurgeArgs),
+    /// How many records are in each state, and per tool.
+    Stats,
+    /// The store's audit log, oldest first: every approval, denial,
+    /// resolution, release and delete (who, when, why, state before and
+    /// after), kept after the records they speak of are gone.
+    Log(LogArgs),
+    /// Create the store's schema, or migrate it to this idem's version
+    /// (reading commands never do), and say from which version.
+    Migrate,
+    /// Derive the key of a call, exactly as the executor does
+    /// (docs/keys.md), to find its record from a transcript. Reads no store.
+    Key(KeyDeriveArgs),
+    /// Serve the approval inbox: a web page (and a JSON API under /api/)
+    /// where approvers see the calls waiting for a decision and decide
+    /// them (docs/inbox.md).
+    Serve(ServeArgs),
+    /// Write an approver's entry for the `idem serve --approvers` file: a
+    /// hashed password (read from stdin) or a new API token.
+    Approver(ApproverArgs),
+    /// Put idem in front of an MCP server: start it (`idem proxy --
+    /// COMMAND…`) and serve its tools over stdio, every call keyed,
+    /// recorded and answered once (docs/proxy.md).
+    Proxy(ProxyArgs),
+}
+
+/// `idem proxy`.
+#[derive(Debug, Args)]
+pub(crate) struct ProxyArgs {
+    /// The configuration file (TOML): a class and key options for each
+    /// upstream tool, by name or glob. Where it is silent, the upstream's
+    /// annotations decide.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+    /// Print the configuration the proxy infers for this server (a
+    /// comment on every guess) and exit, to review it once.
+    #[arg(long)]
+    pub print_config: bool,
+    /// Serve over streamable HTTP on this address (at /mcp) rather than
+    /// over stdio. Loopback only, unless a reverse proxy with TLS is in
+    /// front of it.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: Option<String>,
+    /// Connect to an upstream MCP server already running, over streamable
+    /// HTTP at this URL (`http://HOST:PORT/mcp`), instead of starting one.
+    /// Plain HTTP only: for an https:// server, put a local TLS-terminating
+    /// proxy in front of it.
+    #[arg(long, value_name = "URL", conflicts_with = "command")]
+    pub upstream: Option<String>,
+    /// The upstream MCP server's command and its arguments, after `--`.
+    #[arg(
+        last = true,
+        required_unless_present = "upstream",
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<String>,
+}
+
+impl Command {
+    /// Whether the command changes records (its errors then say that
+    /// nothing was changed).
+    pub(crate) fn changes_records(&self) -> bool {
+        matches!(
+            self,
+            Command::Approve(_)
+                | Command::Deny(_)
+                | Command::Resolve(_)
+                | Command::Delete(_)
+                | Command::Purge(_)
+                | Command::Migrate
+                | Command::Serve(_)
+        )
+    }
+}
+
+/// `idem serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on. Loopback by default: put a reverse proxy
+    /// with TLS in front of it to serve other machines.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub listen: String,
+    /// The approvers file (TOML): who may sign in, with which role
+    /// (approver or viewer), and their hashed passwords and API tokens
+    /// (`idem approver` writes entries).
+    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
+    pub approvers: std::path::PathBuf,
+    /// The application's tool catalog (JSON, `Registry::catalog`), for
+    /// each tool's description and class.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<std::path::PathBuf>,
+    /// An item waiting longer than this is marked overdue (90s, 15m, 2h,
+    /// 7d).
+    #[arg(long, value_name = "DURATION", default_value = "1h")]
+    pub overdue: String,
+    /// Take the signed-in approver's name from this request header, set by
+    /// a reverse proxy that authenticates people (e.g. X-Forwarded-User).
+    /// Only when the proxy is the only way to reach idem serve: anyone who
+    /// can reach it directly could send the header. The name must still
+    /// be in the approvers file, which gives its role.
+    #[arg(long, value_name = "HEADER")]
+    pub trust_proxy_header: Option<String>,
+    /// Mark session cookies `Secure`: set it when people reach the inbox
+    /// over HTTPS (through a TLS-terminating proxy).
+    #[arg(long)]
+    pub secure_cookies: bool,
+    /// How long a sign-in lasts (90s, 15m, 2h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "12h")]
+    pub session: String,
+    /// How often the inbox looks for new items, for pages that stay open.
+    #[arg(long, value_name = "DURATION", default_value = "1s", hide = true)]
+    pub refresh: String,
+}
+
+/// `idem approver`.
+#[derive(Debug, Args)]
+pub(crate) struct ApproverArgs {
+    /// What to write.
+    #[command(subcommand)]
+    pub command: ApproverCommand,
+}
+
+/// `idem approver password` and `idem approver token`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ApproverCommand {
+    /// Hash a password read from stdin (one line) and print the
+    /// approvers-file entry for NAME.
+    Password(ApproverEntryArgs),
+    /// Make a new API token for NAME: print the token once on stderr (it
+    /// is not kept anywhere) and the entry, which holds only its hash.
+    Token(ApproverEntryArgs),
+}
+
+/// The approver an entry is for.
+#[derive(Debug, Args)]
+pub(crate) struct ApproverEntryArgs {
+    /// The approver's name, as the audit log records their decisions.
+    pub name: String,
+    /// `approver` (may decide) or `viewer` (may only look).
+    #[arg(long, value_name = "ROLE", default_value = "approver")]
+    pub role: String,
+}
+
+/// `idem ls`.
+#[derive(Debug, Args)]
+pub(crate) struct LsArgs {
+    /// Only records in this state (repeat or separate with commas for
+    /// several): in_flight, awaiting_approval, approved, succeeded, failed,
+    /// unknown.
+    #[arg(long = "state", value_name = "STATE", value_delimiter = ',')]
+    pub states: Vec<Status>,
+    /// Only calls of this tool.
+    #[arg(long, value_name = "TOOL")]
+    pub tool: Option<String>,
+    /// Only calls of this namespace (tenant).
+    #[arg(long, value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+    /// Only records created since then: a duration back from now (90s, 15m,
+    /// 2h, 7d, 1h30m) or an RFC 3339 time (2026-05-01T09:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Show at most this many records, the newest (0: all).
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub limit: usize,
+}
+
+/// `idem log`.
+#[derive(Debug, Args)]
+pub(crate) struct LogArgs {
+    /// Only events about this key, or keys with this prefix (at least 4
+    /// digits); the record itself may be long gone.
+    pub key: Option<String>,
+    /// Only events since then: a duration back from now (90s, 15m, 2h, 7d,
+    /// 1h30m) or an RFC 3339 time (2026-05-01T09:00:00Z).
+    #[arg(long, value_name = "WHEN")]
+    pub since: Option<String>,
+    /// Show at most this many events, the latest (0: all).
+    #[arg(long, default_value_t = 100, value_name = "N")]
+    pub limit: usize,
+}
+
+/// A command that names one record.
+#[derive(Debug, Args)]
+pub(crate) struct KeyArg {
+    /// The record's key, or a unique prefix of it (at least 4 digits).
+    pub key: String,
+}
+
+/// `idem approve`.
+#[derive(Debug, Args)]
+pub(crate) struct ApproveArgs {
+    /// The key (or a unique prefix) of the call awaiting approval.
+    pub key: String,
+    /// Who approves (recorded on the record).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// A note recorded with the approval.
+    #[arg(long, value_name = "TEXT")]
+    pub note: Option<String>,
+}
+
+/// `idem deny`.
+#[derive(Debug, Args)]
+pub(crate) struct DenyArgs {
+    /// The key (or a unique prefix) of the call awaiting approval.
+    pub key: String,
+    /// Who denies (recorded on the record).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why: every later call with the key gets this reason.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+/// `idem resolve`.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("resolution")
+        .required(true)
+        .args(["succeeded", "failed", "release"])
+))]
+pub(crate) struct ResolveArgs {
+    /// The key (or a unique prefix) of the call to settle.
+    pub key: String,
+    /// The effect happened: duplicates get this output (JSON).
+    #[arg(long, value_name = "JSON")]
+    pub succeeded: Option<String>,
+    /// The effect did not happen and must not be tried again: duplicates
+    /// get this failure message.
+    #[arg(long, value_name = "MESSAGE")]
+    pub failed: Option<String>,
+    /// The effect did not happen: delete the record, so that the next call
+    /// with the key runs the tool.
+    #[arg(long)]
+    pub release: bool,
+    /// Who settles it (recorded on the record).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why (recorded on the record).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+    /// Keep the resolution this long (90s, 15m, 2h, 7d) instead of the
+    /// tool's own TTL, which is the default. After it, a duplicate runs the
+    /// call again: a TTL shorter than the tool's is a decision to allow
+    /// that.
+    #[arg(long, value_name = "DURATION", conflicts_with = "release")]
+    pub ttl: Option<String>,
+}
+
+/// `idem delete`.
+#[derive(Debug, Args)]
+pub(crate) struct DeleteArgs {
+    /// The key (or a unique prefix) of the record.
+    pub key: String,
+    /// Who deletes it.
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why.
+    #[arg(long, value_name = "TEXT")]
+    pub reason: String,
+}
+
+/// `idem purge`.
+#[derive(Debug, Args)]
+pub(crate) struct PurgeArgs {
+    /// Delete completed records and unanswered approval requests past their
+    /// expiry (they already read as absent).
+    #[arg(long, required = true)]
+    pub expired: bool,
+}
+
+/// `idem key`.
+#[derive(Debug, Args)]
+#[command(group(
+    ArgGroup::new("source")
+        .required(true)
+        .args(["call_id", "run", "natural", "custom", "repeat_window"])
+))]
+pub(crate) struct KeyDeriveArgs {
+    /// The tool's name.
+    #[arg(long, value_name = "TOOL")]
+    pub tool: String,
+    /// The provider's tool-call id (OpenAI `tool_calls[].id`, Anthropic
+    /// `tool_use.id`).
+    #[arg(long, value_name = "ID")]
+    pub call_id: Option<String>,
+    /// The agent run, for a call without a call id (with --step and --args).
+    #[arg(long, value_name = "RUN", requires_all = ["step", "args"])]
+    pub run: Option<String>,
+    /// The step of the run that made the call.
+    #[arg(long, value_name = "N", requires = "run")]
+    pub step: Option<u64>,
+    /// A natural key: the tool's natural-key fields as a JSON object, after
+    /// the tool's normalisers.
+    #[arg(long, value_name = "FIELDS")]
+    pub natural: Option<String>,
+    /// The time-window number of a natural key (floor(unix seconds / window
+    /// seconds)).
+    #[arg(long, value_name = "N", requires = "natural")]
+    pub window: Option<u64>,
+    /// The material a tool's custom key function returned.
+    #[arg(long, value_name = "MATERIAL")]
+    pub custom: Option<String>,
+    /// A call that carried no key, keyed by a repeat window of this many
+    /// seconds (an MCP chat client's call; with --args and --at).
+    #[arg(long, value_name = "SECONDS", requires = "args")]
+    pub repeat_window: Option<u64>,
+    /// When the repeat-windowed call was made (RFC 3339); its window's key
+    /// is derived. Default: now.
+    #[arg(long, value_name = "TIME", requires = "repeat_window")]
+    pub at: Option<String>,
+    /// How many identical effects the caller meant before this one (its
+    /// `intended_repeat`; 0 for the first).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 0,
+        requires = "repeat_window"
+    )]
+    pub repeat: u32,
+    /// The call's arguments as JSON (needed with --run; with --call-id, only
+    /// to print their fingerprint).
+    #[arg(long, value_name = "JSON")]
+    pub args: Option<String>,
+    /// The namespace (tenant).
+    #[arg(long, value_name = "NS", default_value = "default")]
+    pub namespace: String,
+    /// The tool's key derivation version (its `key_version`).
+    #[arg(long, value_name = "V", default_value_t = idem_runtime::key::DEFAULT_KEY_VERSION)]
+    pub key_version: u32,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn states_are_read_repeated_or_comma_separated() {
+        let cli = Cli::try_parse_from([
+            "idem",
+            "ls",
+            "--state",
+            "unknown,awaiting-approval",
+            "--state",
+            "failed",
+        ])
+        .unwrap();
+        let Command::Ls(ls) = cli.command else {
+            panic!("not ls")
+        };
+        assert_eq!(
+            ls.states,
+            [Status::Unknown, Status::AwaitingApproval, Status::Failed]
+        );
+    }
+
+    #[test]
+    fn resolve_takes_exactly_one_resolution() {
+        let base = ["idem", "resolve", "abcd", "--by", "ada", "--reason", "r"];
+        let with =
+            |extra: &[&str]| Cli::try_parse_from(base.iter().chain(extra).copied()).map(|_| ());
+        assert!(with(&["--release"]).is_ok());
+        assert!(with(&[]).is_err());
+        assert!(with(&["--release", "--failed", "no"]).is_err());
+    }
+}

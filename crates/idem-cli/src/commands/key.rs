@@ -1,0 +1,101 @@
+//! `idem key`: derive a call's key as the executor does (`docs/keys.md`),
+//! from what a transcript shows: the tool, the call id or the run and step
+//! with the arguments, or (a call that carried no key) the repeat window
+//! and when the call was made. Reads no store.
+
+use idem_runtime::clock::Clock;
+use idem_runtime::key::{derive_key, CanonicalArgs, KeyInput, KeySource, Namespace};
+use serde_json::Value;
+
+use super::Output;
+use crate::cli::KeyDeriveArgs;
+use crate::error::CliError;
+use crate::render::json::KeyJson;
+
+/// `idem key`: print the derived key (or its JSON).
+pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
+    let usage = |e: idem_runtime::key::KeyError| CliError::Usage(e.to_string());
+    let namespace = Namespace::new(args.namespace.clone()).map_err(usage)?;
+    let canonical = match &args.args {
+        Some(text) => Some(CanonicalArgs::from_value(&json("--args", text)?).map_err(usage)?),
+        None => None,
+    };
+    let fields;
+    let (source, tag) = match (&args.call_id, &args.run, &args.natural, &args.custom) {
+        (Some(id), ..) => (KeySource::CallId(id), "call"),
+        (_, Some(run), ..) => {
+            let (Some(step), Some(canonical)) = (args.step, &canonical) else {
+                return Err(CliError::Usage("--run needs --step and --args".into()));
+            };
+            let source = KeySource::Step {
+                run_id: run,
+                step,
+                args: canonical,
+            };
+            (source, "step")
+        }
+        (_, _, Some(natural), _) => {
+            fields = json("--natural", natural)?;
+            if !fields.is_object() {
+                return Err(CliError::Usage(
+                    "--natural takes the natural-key fields as a JSON object".into(),
+                ));
+            }
+            let source = KeySource::Natural {
+                fields: &fields,
+                window: args.window,
+            };
+            (source, "natural")
+        }
+        (_, _, _, Some(material)) => (KeySource::Custom(material), "custom"),
+        _ => match (args.repeat_window, &canonical) {
+            (Some(seconds), Some(canonical)) => {
+                let at = match &args.at {
+                    Some(text) => crate::time::parse_rfc3339(text).ok_or_else(|| {
+                        CliError::Usage(format!("--at `{text}` is not an RFC 3339 time"))
+                    })?,
+                    None => idem_runtime::clock::SystemClock.now(),
+                };
+                let seconds = seconds.max(1);
+                let source = KeySource::Window {
+                    seconds,
+                    number: at.as_millis() / 1000 / seconds,
+                    repeat: args.repeat,
+                    args: canonical,
+                };
+                (source, "window")
+            }
+            _ => {
+                return Err(CliError::Usage(
+                    "say where the key comes from: --call-id, --run with --step and --args, --natural, --custom, or --repeat-window with --args".into(),
+                ))
+            }
+        },
+    };
+    let key = derive_key(&KeyInput {
+        version: args.key_version,
+        namespace: &namespace,
+        tool: &args.tool,
+        source,
+    })
+    .map_err(usage)?;
+    if out.json {
+        return out.json(&KeyJson {
+            key: key.as_str().to_owned(),
+            source: tag,
+            version: args.key_version,
+            namespace: namespace.as_str().to_owned(),
+            tool: args.tool.clone(),
+            fingerprint: canonical
+                .as_ref()
+                .map(|c| c.fingerprint.as_str().to_owned()),
+            canonical_arguments: canonical.map(|c| c.text),
+        });
+    }
+    out.text(&format!("{key}\n"))
+}
+
+fn json(option: &str, text: &str) -> Result<Value, CliError> {
+    serde_json::from_str(text)
+        .map_err(|e| CliError::Usage(format!("{option} is not valid JSON ({e})")))
+}

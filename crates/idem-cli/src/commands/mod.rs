@@ -1,0 +1,128 @@
+//! What each command does, one file per command or pair of commands:
+//! `ls`, `show`, `decide` (approve, deny), `settle` (resolve, delete),
+//! `purge`, `stats`, `log`, `key`, `migrate`. Each validates its input first,
+//! opens the store only then (`idem key` never does), read-only unless it
+//! changes records, and prints through [`Output`].
+
+mod decide;
+mod key;
+mod log;
+mod ls;
+mod migrate;
+mod purge;
+mod settle;
+mod show;
+mod stats;
+
+use std::io::Write;
+
+use idem_runtime::clock::Timestamp;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::operator::{Operator, OperatorError};
+use serde::Serialize;
+
+use crate::cli::{Cli, Command};
+use crate::error::CliError;
+use crate::render::escape::json_safe;
+use crate::store;
+
+/// Run the command `cli` names.
+pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
+    let out = Output { json: cli.json };
+    let url = store::url(cli.store.as_deref());
+    match cli.command {
+        // Needs no store.
+        Command::Key(args) => key::run(&args, &out),
+        Command::Migrate => migrate::run(url, &out).await,
+        Command::Serve(args) => crate::serve::run(url, &args).await,
+        Command::Approver(args) => crate::serve::approver(&args),
+        Command::Proxy(args) => crate::proxy::run(url, &args).await,
+        command => {
+            let operator = match command.changes_records() {
+                true => store::open(url).await?,
+                false => store::open_read_only(url).await?,
+            };
+            let result = run_on(&operator, command, &out).await;
+            operator.store().close().await;
+            result
+        }
+    }
+}
+
+async fn run_on(operator: &Operator, command: Command, out: &Output) -> Result<(), CliError> {
+    match command {
+        Command::Ls(args) => ls::run(operator, &args, out).await,
+        Command::Show(args) => show::run(operator, &args.key, out).await,
+        Command::Approve(args) => decide::approve(operator, &args, out).await,
+        Command::Deny(args) => decide::deny(operator, &args, out).await,
+        Command::Resolve(args) => settle::resolve(operator, &args, out).await,
+        Command::Delete(args) => settle::delete(operator, &args, out).await,
+        Command::Purge(_) => purge::run(operator, out).await,
+        Command::Stats => stats::run(operator, out).await,
+        Command::Log(args) => log::run(operator, &args, out).await,
+        Command::Key(args) => key::run(&args, out),
+        Command::Migrate | Command::Serve(_) | Command::Approver(_) | Command::Proxy(_) => {
+            unreachable!("these open the store themselves, or need none")
+        }
+    }
+}
+
+/// Where a command prints: JSON for scripts, or styled text for people.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Output {
+    /// `--json`.
+    pub json: bool,
+}
+
+impl Output {
+    /// Print `value` as pretty JSON on stdout, never styled, and with no
+    /// raw control or bidirectional character in its strings
+    /// ([`json_safe`]): it parses back to the record's own text.
+    pub(crate) fn json<T: Serialize>(&self, value: &T) -> Result<(), CliError> {
+        let text = serde_json::to_string_pretty(value).map_err(std::io::Error::from)?;
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(json_safe(&text).as_bytes())?;
+        writeln!(stdout)?;
+        Ok(())
+    }
+
+    /// Print styled text on stdout; colours are stripped unless stdout is a
+    /// terminal that wants them.
+    pub(crate) fn text(&self, text: &str) -> Result<(), CliError> {
+        let mut stdout = anstream::stdout().lock();
+        stdout.write_all(text.as_bytes())?;
+        stdout.flush()?;
+        Ok(())
+    }
+
+    /// A remark for people (an empty list, a cut list) on stderr, so that
+    /// stdout holds only the table.
+    pub(crate) fn note(&self, text: &str) {
+        let _ = writeln!(anstream::stderr(), "{text}");
+    }
+}
+
+/// A non-empty `--by` / `--reason` value, trimmed.
+fn required(option: &str, value: &str) -> Result<String, CliError> {
+    let value = value.trim();
+    if value.is_empty() {
+        return Err(CliError::Usage(format!("{option} must not be empty")));
+    }
+    Ok(value.to_owned())
+}
+
+/// The key a full key or unique prefix names.
+async fn find(operator: &Operator, given: &str) -> Result<IdempotencyKey, CliError> {
+    Ok(operator.find(given).await?)
+}
+
+/// The store's time, for ages and leases.
+async fn now(operator: &Operator) -> Result<Timestamp, CliError> {
+    Ok(operator.store().now().await.map_err(OperatorError::Store)?)
+}
+
+/// An operator error, with the store's time for its message.
+async fn refused(operator: &Operator, error: OperatorError) -> CliError {
+    let now = operator.store().now().await.ok();
+    CliError::Operator { error, now }
+}

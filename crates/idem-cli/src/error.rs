@@ -1,0 +1,245 @@
+//! What can go wrong, as one line on stderr and an exit code per kind, so a
+//! script can tell "no such record" from "the store is down" without
+//! reading the message. Every refusal happens before anything is written:
+//! whatever the error, nothing changed.
+
+use std::process::ExitCode;
+
+use idem_runtime::clock::Timestamp;
+use idem_runtime::operator::OperatorError;
+use idem_runtime::record::CorruptRecord;
+use idem_runtime::store::StoreError;
+
+use crate::render::escape::visible;
+use crate::time::{relative, rfc3339};
+
+/// The exit codes (documented in `docs/cli.md`).
+pub(crate) mod exit {
+    /// Done.
+    pub(crate) const OK: u8 = 0;
+    /// The record's state does not allow the action (not awaiting approval,
+    /// already approved, already settled, in flight under a live lease,
+    /// changed meanwhile).
+    pub(crate) const REFUSED: u8 = 1;
+    /// Bad command line: unknown option, malformed JSON, bad key text, bad
+    /// time (clap's own code for usage errors).
+    pub(crate) const USAGE: u8 = 2;
+    /// No record matches the key or prefix.
+    pub(crate) const NOT_FOUND: u8 = 3;
+    /// The key prefix matches several records.
+    pub(crate) const AMBIGUOUS: u8 = 4;
+    /// The store cannot be used: unreachable, misconfigured, written by a
+    /// newer idem, corrupt.
+    pub(crate) const STORE: u8 = 5;
+    /// `ls` or `stats` printed what it could read, but some stored records
+    /// could not be decoded; they are named on stderr and were left out
+    /// (and untouched).
+    pub(crate) const CORRUPT: u8 = 6;
+}
+
+/// Why a command failed. Nothing was changed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// The command line is wrong in a way clap cannot see (malformed JSON,
+    /// an unreadable time).
+    #[error("{0}")]
+    Usage(String),
+    /// The store could not be opened.
+    #[error("{0}")]
+    Store(#[from] StoreError),
+    /// The SQLite file named does not exist (and is not created).
+    #[error("there is no idem store at {url}: the file {path} does not exist (name the store with --store URL or IDEM_STORE)")]
+    NoSqliteFile {
+        /// The store's URL, password hidden.
+        url: String,
+        /// The file.
+        path: String,
+    },
+    /// An operator action was refused.
+    #[error("{}", operator_message(.error, *.now))]
+    Operator {
+        /// Why.
+        error: OperatorError,
+        /// The store's time, to say "in 12s" rather than an epoch number
+        /// (`None` when it could not be read).
+        now: Option<Timestamp>,
+    },
+    /// Some stored records could not be decoded: the output left them out.
+    #[error("{}", corrupt_message(.0))]
+    Corrupt(Vec<CorruptRecord>),
+    /// `idem proxy --upstream` was given a URL it cannot use (`https://`,
+    /// not a URL).
+    #[error("{0}")]
+    UpstreamUrl(#[from] crate::proxy::UpstreamUrlError),
+    /// Writing the output failed (a closed pipe).
+    #[error("cannot write the output: {0}")]
+    Output(#[from] std::io::Error),
+}
+
+impl From<OperatorError> for CliError {
+    fn from(error: OperatorError) -> Self {
+        CliError::Operator { error, now: None }
+    }
+}
+
+impl CliError {
+    /// The process's exit code.
+    pub(crate) fn exit_code(&self) -> ExitCode {
+        ExitCode::from(match self {
+            CliError::Usage(_) | CliError::UpstreamUrl(_) => exit::USAGE,
+            CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
+            CliError::Corrupt(_) => exit::CORRUPT,
+            CliError::Operator { error, .. } => match error {
+                OperatorError::NotFound { .. } => exit::NOT_FOUND,
+                OperatorError::Ambiguous { .. } => exit::AMBIGUOUS,
+                OperatorError::InvalidKey { .. } => exit::USAGE,
+                OperatorError::Store(_) => exit::STORE,
+                _ => exit::REFUSED,
+            },
+        })
+    }
+
+    /// Whether the output stream was closed under us (`idem ls | head`):
+    /// not worth a message.
+    pub(crate) fn is_broken_pipe(&self) -> bool {
+        matches!(self, CliError::Output(e) if e.kind() == std::io::ErrorKind::BrokenPipe)
+    }
+
+    /// The message on one line; for a command that changes records
+    /// (`acting`), saying that nothing was changed. A driver's multi-line
+    /// message is joined; what the message quotes from a record or the
+    /// command line (a tool, a worker, a key prefix) is shown escaped
+    /// ([`visible`]), carriage returns and escape sequences included.
+    pub(crate) fn line(&self, acting: bool) -> String {
+        let text = self.to_string();
+        let joined = text
+            .split('\n')
+            .map(str::trim)
+            .filter(|l| !l.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut line = visible(&joined).into_owned();
+        if acting && !matches!(self, CliError::Output(_)) && !line.contains("nothing") {
+            line.push_str("; nothing was changed");
+        }
+        line
+    }
+}
+
+/// The corrupt records named, keys escaped (a corrupt row's key may hold
+/// anything).
+fn corrupt_message(corrupt: &[CorruptRecord]) -> String {
+    let n = corrupt.len();
+    let s = if n == 1 { "" } else { "s" };
+    let named: Vec<String> = corrupt
+        .iter()
+        .map(|c| format!("{:?} ({})", c.key, c.detail.escape_debug()))
+        .collect();
+    format!(
+        "{n} stored record{s} could not be read and {} left out of the output above (left untouched in the store): {}",
+        if n == 1 { "was" } else { "were" },
+        named.join("; ")
+    )
+}
+
+/// The library's message, with times said as times rather than epoch
+/// milliseconds.
+fn operator_message(error: &OperatorError, now: Option<Timestamp>) -> String {
+    match error {
+        OperatorError::LiveLease { key, until, worker } => {
+            let when = match now {
+                Some(now) => format!("{} ({})", rfc3339(*until), relative(now, *until)),
+                None => rfc3339(*until),
+            };
+            format!(
+                "key {key} is in flight under a live lease (worker {worker}, until {when}); wait for it to finish or for its lease to run out"
+            )
+        }
+        error => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_runtime::key::IdempotencyKey;
+    use idem_runtime::record::Status;
+
+    fn key() -> IdempotencyKey {
+        IdempotencyKey::parse(&"ab".repeat(32)).unwrap()
+    }
+
+    #[test]
+    fn each_kind_of_failure_has_its_exit_code() {
+        let code = |e: CliError| e.exit_code();
+        assert_eq!(code(CliError::Usage("x".into())), ExitCode::from(2));
+        assert_eq!(
+            code(OperatorError::NotFound { key: "abcd".into() }.into()),
+            ExitCode::from(3)
+        );
+        assert_eq!(
+            code(
+                OperatorError::Ambiguous {
+                    prefix: "abcd".into(),
+                    candidates: vec![],
+                    more: false
+                }
+                .into()
+            ),
+            ExitCode::from(4)
+        );
+        assert_eq!(
+            code(
+                OperatorError::NotPending {
+                    key: key(),
+                    status: Status::Succeeded
+                }
+                .into()
+            ),
+            ExitCode::from(1)
+        );
+        assert_eq!(
+            code(StoreError::Config("bad".into()).into()),
+            ExitCode::from(5)
+        );
+    }
+
+    #[test]
+    fn a_live_lease_is_said_in_times_not_epoch_numbers() {
+        let error = CliError::Operator {
+            error: OperatorError::LiveLease {
+                key: key(),
+                until: Timestamp(30_000),
+                worker: "w1:7".into(),
+            },
+            now: Some(Timestamp(18_000)),
+        };
+        let line = error.line(true);
+        assert!(
+            line.contains("1970-01-01T00:00:30.000Z (in 12s)") && line.contains("worker w1:7"),
+            "{line}"
+        );
+        assert!(line.ends_with("nothing was changed"), "{line}");
+    }
+
+    #[test]
+    fn record_text_quoted_by_a_message_is_shown_escaped() {
+        let error = CliError::Operator {
+            error: OperatorError::LiveLease {
+                key: key(),
+                until: Timestamp(30_000),
+                worker: "w1\r\x1b[2Kworker ok\u{202e}".into(),
+            },
+            now: None,
+        };
+        let line = error.line(false);
+        assert!(
+            line.contains("worker w1\\r\\u{1b}[2Kworker ok\\u{202e}"),
+            "{line}"
+        );
+        assert!(!line.contains(['\r', '\x1b', '\u{202e}']), "{line}");
+        // A driver's lines are joined, not escaped.
+        let error = CliError::Usage("first line\r\n  second line\n".into());
+        assert_eq!(error.line(false), "first line second line");
+    }
+}

@@ -1,0 +1,443 @@
+//! `idem proxy`: idem in front of an MCP server nobody has to change.
+//!
+//! The proxy starts the upstream server (`idem proxy -- COMMAND…`) as a
+//! child process and speaks MCP to it over stdio with rmcp's client, or
+//! connects to one already running over streamable HTTP (`idem proxy
+//! --upstream http://HOST:PORT/mcp`); it
+//! serves the same tools to its own client over stdio with idem's MCP
+//! server (`idem::mcp::McpServer`), so every call is keyed, recorded and
+//! answered exactly as a Rust tool's would be:
+//!
+//! * `config`: each tool's class and key options, from the `--config`
+//!   file or the upstream's annotations; `--print-config` writes them.
+//! * `tool`: an upstream tool as an idem tool, defined at run time; its
+//!   call carries the idempotency key to the upstream in `_meta`
+//!   (`io.idem/idempotencyKey`).
+//! * `upstream`: the child process or HTTP session, started again when it
+//!   has gone, and the mapping of what can go wrong to idem's error kinds.
+//! * `http`: the HTTP client rmcp's streamable HTTP transport runs on
+//!   (hyper's, plain HTTP), which tells a request never sent from one sent.
+//! * here: the server the client sees. Tool calls go through idem; the
+//!   upstream's result is recorded whole and answered as it came (with
+//!   idem's `_meta`); resources, prompts, completions and the upstream's
+//!   notifications pass through; the capabilities are the upstream's,
+//!   with idem's entry added.
+//!
+//! Records are kept in the namespace `mcp/NAME`, NAME being the server's
+//! own name (or the file's `[server] name`), so `idem ls --namespace
+//! mcp/NAME` lists them.
+
+mod config;
+mod http;
+mod tool;
+mod upstream;
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use idem::mcp::{McpServer, REPEAT_ARGUMENT, REPEAT_ARGUMENT_META};
+use idem::{Dispatcher, Executor, Namespace, Registry};
+use idem_runtime::approval::{ApprovalDecision, Callback};
+#[allow(deprecated)] // SetLevelRequestParams: see `set_level`.
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
+    GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerConfig,
+    SetLevelRequestParams, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, ServiceError};
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
+use serde_json::Value;
+
+use crate::cli::ProxyArgs;
+use crate::error::CliError;
+use config::Config;
+pub(crate) use http::UpstreamUrlError;
+use tool::UpstreamTool;
+use upstream::{Source, Upstream};
+
+/// Run `idem proxy` on the store at `url`.
+pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
+    let config = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
+            Config::parse(&text, &path.display().to_string()).map_err(CliError::Usage)?
+        }
+        None => Config::default(),
+    };
+    let source = match &args.upstream {
+        Some(url) => {
+            http::check_url(url)?;
+            Source::Http(url.clone())
+        }
+        None => Source::Command(args.command.clone()),
+    };
+    let upstream = Arc::new(Upstream::new(source));
+    let (peer, info) = upstream.start().await.map_err(CliError::Usage)?;
+    let tools = peer
+        .list_all_tools()
+        .await
+        .map_err(|e| CliError::Usage(format!("the upstream server did not list its tools: {e}")))?;
+    let name = config
+        .server
+        .name
+        .clone()
+        .unwrap_or_else(|| info.server_info.name.clone());
+
+    if args.print_config {
+        let text = config::print(&config, &name, &info.server_info.version, &tools);
+        upstream.stop().await;
+        print!("{text}");
+        return Ok(());
+    }
+
+    let namespace = Namespace::new(format!("mcp/{name}")).map_err(|e| {
+        CliError::Usage(format!(
+            "the server's name `{name}` cannot name a namespace ({e}); set [server] name"
+        ))
+    })?;
+    let store = idem_runtime::store::connect(url).await?;
+    // Every irreversible call is left to a person: the one in the chat
+    // when the client can ask them, else an operator (`idem approve`, the
+    // inbox), as each tool's `approval` says.
+    let executor = Executor::builder_shared(store)
+        .approvals(Callback::new(|request| async move {
+            Ok(ApprovalDecision::Pending {
+                message: format!("`{}` cannot be undone: a person decides", request.tool),
+            })
+        }))
+        .build();
+    let mut registry: Registry = Registry::new();
+    let mut approvers = Vec::new();
+    for tool in &tools {
+        let resolved = config.resolve(tool);
+        let description = tool.description.as_deref().unwrap_or_default();
+        let defined = UpstreamTool::new(&tool.name, description, &resolved, upstream.clone());
+        registry
+            .insert(Arc::new(defined))
+            .map_err(|e| CliError::Usage(format!("the upstream server lists a tool twice: {e}")))?;
+        if let Some(approval) = resolved.approval {
+            approvers.push((tool.name.to_string(), approval));
+        }
+    }
+    let mut server = McpServer::new(Dispatcher::new(executor.clone(), registry))
+        .with_config(info.clone())
+        .namespace(namespace);
+    for (tool, approval) in approvers {
+        server = server.approver(&tool, approval.into());
+    }
+    let proxy = Proxy::new(server, upstream.clone(), tools);
+    match &args.listen {
+        Some(address) => serve_http(proxy, address, &name).await?,
+        None => {
+            let transport = (tokio::io::stdin(), tokio::io::stdout());
+            let service = proxy
+                .serve(transport)
+                .await
+                .map_err(|e| CliError::Usage(format!("the client did not initialize: {e}")))?;
+            let _ = service.waiting().await;
+        }
+    }
+    upstream.stop().await;
+    executor.store().close().await;
+    Ok(())
+}
+
+/// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until
+/// interrupted (Ctrl-C).
+async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), CliError> {
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|e| CliError::Usage(format!("--listen: cannot listen on {address}: {e}")))?;
+    let address = listener.local_addr()?;
+    // Only requests that name this server's own host: a page on another
+    // site cannot reach it through DNS rebinding.
+    let config = StreamableHttpServerConfig::default().with_allowed_hosts([
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        address.to_string(),
+        format!("localhost:{}", address.port()),
+    ]);
+    let service = StreamableHttpService::new(
+        move || Ok(proxy.clone()),
+        Arc::new(LocalSessionManager::default()),
+        config,
+    );
+    let router = axum::Router::new().nest_service("/mcp", service);
+    // The line a supervisor (and the tests) wait for, with the port chosen.
+    // The name is the upstream's own text: shown escaped.
+    let name = crate::render::escape::visible(name);
+    eprintln!("idem proxy: serving {name} on http://{address}/mcp");
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}
+
+/// The server the proxy's client talks to.
+#[derive(Clone)]
+struct Proxy {
+    idem: McpServer,
+    upstream: Arc<Upstream>,
+    /// The upstream's tools as listed, with idem's additions.
+    listed: Arc<Vec<Tool>>,
+}
+
+impl Proxy {
+    fn new(idem: McpServer, upstream: Arc<Upstream>, tools: Vec<Tool>) -> Self {
+        let ours: HashMap<&str, &Tool> = idem.tools().iter().map(|t| (&*t.name, t)).collect();
+        let listed = tools
+            .iter()
+            .map(|tool| match ours.get(&*tool.name) {
+                Some(definition) => listed(tool, definition),
+                None => tool.clone(),
+            })
+            .collect();
+        Proxy {
+            idem,
+            upstream,
+            listed: Arc::new(listed),
+        }
+    }
+
+    async fn upstream(&self) -> Result<rmcp::Peer<RoleClient>, ErrorData> {
+        self.upstream
+            .peer()
+            .await
+            .map_err(|e| ErrorData::internal_error(e, None))
+    }
+}
+
+/// The upstream's definition of a tool with what idem adds: its class's
+/// annotations (the title kept), idem's `_meta` (class, keying), and,
+/// for a tool keyed by a window, the optional repeat argument and the
+/// sentence that explains it.
+fn listed(upstream: &Tool, ours: &Tool) -> Tool {
+    let mut tool = upstream.clone();
+    tool.description = ours.description.clone();
+    if let Some(mut annotations) = ours.annotations.clone() {
+        if let Some(theirs) = &upstream.annotations {
+            annotations.title = theirs.title.clone();
+            annotations.open_world_hint = theirs.open_world_hint.or(annotations.open_world_hint);
+        }
+        tool.annotations = Some(annotations);
+    }
+    if let Some(meta) = &ours.meta {
+        let mine = tool.meta.get_or_insert_with(Default::default);
+        for (k, v) in meta.iter() {
+            mine.insert(k.clone(), v.clone());
+        }
+        if let Some(Value::String(argument)) = meta.get(REPEAT_ARGUMENT_META) {
+            let repeat = ours
+                .input_schema
+                .get("properties")
+                .and_then(|p| p.get(argument))
+                .cloned();
+            if let Some(repeat) = repeat {
+                let mut schema = (*tool.input_schema).clone();
+                let properties = schema
+                    .entry("properties")
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(properties) = properties.as_object_mut() {
+                    properties.insert(argument.clone(), repeat);
+                }
+                tool.input_schema = Arc::new(schema);
+            }
+        }
+    }
+    tool
+}
+
+/// idem's answer to a call, with the upstream's result in it restored:
+/// idem's server carries a recorded result in `structuredContent`; the
+/// client gets the upstream's content, structured content and `isError`
+/// as they came, after any sentence idem put first (a repeat already
+/// done), and idem's `_meta` added to the upstream's. idem's own answers
+/// (a refusal, an unknown outcome, an approval) pass as they are.
+fn restore(response: CallToolResponse) -> CallToolResponse {
+    let CallToolResponse::Complete(mut ours) = response else {
+        return response;
+    };
+    if ours.is_error == Some(true) {
+        return CallToolResponse::Complete(ours);
+    }
+    let Some(recorded) = ours.structured_content.take() else {
+        return CallToolResponse::Complete(ours);
+    };
+    let mut theirs: CallToolResult = match serde_json::from_value(recorded.clone()) {
+        Ok(theirs) => theirs,
+        Err(_) => {
+            ours.structured_content = Some(recorded);
+            return CallToolResponse::Complete(ours);
+        }
+    };
+    // The result type of the protocol spoken with the client, which may
+    // be newer than the upstream's.
+    theirs.result_type = ours.result_type;
+    let first = ours.content.len().saturating_sub(1);
+    theirs.content.splice(0..0, ours.content.drain(..first));
+    if let Some(meta) = ours.meta {
+        let mine = theirs.meta.get_or_insert_with(Default::default);
+        for (k, v) in meta.iter() {
+            mine.insert(k.clone(), v.clone());
+        }
+    }
+    CallToolResponse::Complete(theirs)
+}
+
+fn passed(e: ServiceError) -> ErrorData {
+    match e {
+        ServiceError::McpError(e) => e,
+        other => ErrorData::internal_error(format!("the upstream server: {other}"), None),
+    }
+}
+
+impl ServerHandler for Proxy {
+    fn get_info(&self) -> ServerConfig {
+        self.idem.get_info()
+    }
+
+    /// The versions up to the upstream's: what passes through (a resource,
+    /// a prompt) is in the upstream's protocol, so the client speaks it too.
+    fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
+        let upstream = self.idem.get_info().protocol_version;
+        Cow::Borrowed(ProtocolVersion::known_up_to(&upstream))
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.upstream.forward().connect(context.peer);
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items((*self.listed).clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.listed.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        // The upstream's progress goes back under the client's token; the
+        // arguments as the upstream receives them (without idem's repeat
+        // argument) find the call.
+        let _progress = context.meta.get_progress_token().map(|token| {
+            let mut arguments = request.arguments.clone().unwrap_or_default();
+            arguments.remove(REPEAT_ARGUMENT);
+            let peer = context.peer.clone();
+            self.upstream
+                .expect_progress(&request.name, Value::Object(arguments), token, peer)
+        });
+        ServerHandler::call_tool(&self.idem, request, context)
+            .await
+            .map(restore)
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        self.idem.get_task(request, context).await
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        self.upstream()
+            .await?
+            .list_resources(request)
+            .await
+            .map_err(passed)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        self.upstream()
+            .await?
+            .list_resource_templates(request)
+            .await
+            .map_err(passed)
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        self.upstream()
+            .await?
+            .read_resource_once(request)
+            .await
+            .map_err(passed)
+    }
+
+    async fn list_prompts(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        self.upstream()
+            .await?
+            .list_prompts(request)
+            .await
+            .map_err(passed)
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        self.upstream()
+            .await?
+            .get_prompt_once(request)
+            .await
+            .map_err(passed)
+    }
+
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        self.upstream()
+            .await?
+            .complete(request)
+            .await
+            .map_err(passed)
+    }
+
+    // Logging is deprecated (SEP-2577) but servers still take it.
+    #[allow(deprecated)]
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.upstream()
+            .await?
+            .set_level(request)
+            .await
+            .map_err(passed)
+    }
+}

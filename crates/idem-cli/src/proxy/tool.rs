@@ -1,0 +1,124 @@
+//! One upstream tool as an idem tool: known only at run time, so its spec
+//! and class come from the instance (`ToolDef::runtime_spec`,
+//! `runtime_class`), and its call sends the request upstream with the
+//! idempotency key in `_meta`.
+
+use std::sync::Arc;
+
+use idem::mcp::CallToolRequestParamsExt;
+use idem_runtime::class::{ClassKind, NonIdempotentWrite};
+use idem_runtime::ctx::ToolCtx;
+use idem_runtime::error::ToolError;
+use idem_runtime::tool::{KeyMaterial, KeySpec, Tool, ToolDef, ToolSpec};
+use rmcp::model::{CallToolRequestParams, JsonObject};
+use serde_json::{Map, Value};
+
+use super::config::Resolved;
+use super::upstream::Upstream;
+
+/// An upstream tool run through the executor.
+pub(super) struct UpstreamTool {
+    spec: &'static ToolSpec,
+    class: ClassKind,
+    natural: Option<&'static [&'static str]>,
+    upstream: Arc<Upstream>,
+}
+
+/// Give `text` the `'static` lifetime a [`ToolSpec`] holds: the proxy
+/// defines its tools once, at start, and keeps them until it exits.
+fn leak(text: &str) -> &'static str {
+    Box::leak(text.to_owned().into_boxed_str())
+}
+
+impl UpstreamTool {
+    /// The tool `name` (described as `description`) of `upstream`, run as
+    /// `resolved` says.
+    pub(super) fn new(
+        name: &str,
+        description: &str,
+        resolved: &Resolved,
+        upstream: Arc<Upstream>,
+    ) -> Self {
+        let natural: Option<&'static [&'static str]> = resolved.key.as_ref().map(|fields| {
+            let fields: Vec<&'static str> = fields.iter().map(|f| leak(f)).collect();
+            &*Box::leak(fields.into_boxed_slice())
+        });
+        let mut spec = ToolSpec::new(leak(name), leak(description));
+        spec.ttl = resolved.ttl;
+        spec.timeout = resolved.timeout;
+        if let Some(fields) = natural {
+            spec.key = KeySpec::Natural {
+                fields,
+                window: None,
+            };
+        }
+        UpstreamTool {
+            spec: Box::leak(Box::new(spec)),
+            class: resolved.class,
+            natural,
+            upstream,
+        }
+    }
+}
+
+impl ToolDef for UpstreamTool {
+    // A placeholder: the class is `runtime_class`'s, read by dispatch.
+    type Class = NonIdempotentWrite;
+    type Args = Value;
+    /// The upstream's `CallToolResult`, as JSON: recorded, and answered to
+    /// duplicates as it came.
+    type Output = Value;
+
+    const SPEC: ToolSpec = ToolSpec::new("upstream", "A tool of the upstream MCP server.");
+
+    /// Any object: the upstream's result. Declaring one makes idem's MCP
+    /// server carry the recorded result whole in `structuredContent`,
+    /// from which the proxy answers with it.
+    fn output_schema() -> Option<schemars::Schema> {
+        Some(schemars::json_schema!({ "type": "object" }))
+    }
+
+    fn runtime_spec(&self) -> &'static ToolSpec {
+        self.spec
+    }
+
+    fn runtime_class(&self) -> ClassKind {
+        self.class
+    }
+
+    fn runtime_key_material(&self, args: &Value) -> Option<KeyMaterial> {
+        let fields = self.natural?;
+        let mut material = Map::new();
+        for &field in fields {
+            let value = args.get(field).cloned().unwrap_or(Value::Null);
+            material.insert(field.to_owned(), value);
+        }
+        Some(KeyMaterial::Natural(Value::Object(material)))
+    }
+}
+
+impl Tool<()> for UpstreamTool {
+    async fn call(&self, args: Value, ctx: &ToolCtx, _state: &()) -> Result<Value, ToolError> {
+        let arguments: JsonObject = match args {
+            Value::Object(object) => object,
+            Value::Null => JsonObject::new(),
+            other => {
+                return Err(ToolError::permanent(format!(
+                    "the arguments must be a JSON object, found {other}"
+                )))
+            }
+        };
+        let progress = self
+            .upstream
+            .progress_to(self.spec.name, &Value::Object(arguments.clone()));
+        let mut request =
+            CallToolRequestParams::new(self.spec.name.to_owned()).with_arguments(arguments);
+        if let Some(key) = ctx.key() {
+            request = request.with_idempotency_key(key.as_str());
+        }
+        let result = self.upstream.call(request, progress).await?;
+        serde_json::to_value(&result).map_err(|e| {
+            ToolError::ambiguous(format!("the upstream's result cannot be recorded: {e}"))
+        })
+    }
+}

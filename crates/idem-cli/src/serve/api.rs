@@ -1,0 +1,208 @@
+//! The JSON API under `/api/`, for bots (a chat-ops integration, a
+//! ticketing system): the same inbox, records and decisions as the pages,
+//! authenticated by an API token (`Authorization: Bearer …`) or the
+//! trusted proxy's header. Decisions take JSON bodies only
+//! (`Content-Type: application/json`), which a page on another site cannot
+//! send without the browser asking first, so no CSRF token is needed; and
+//! there is no confirmation step: the bot's request is the confirmation.
+//! `docs/inbox.md` documents every field.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use idem_runtime::key::IdempotencyKey;
+use serde_json::{json, Value};
+
+use super::approvers::Identity;
+use super::decide::{self, Asked, Refused};
+use super::pages::{items, InboxFilter};
+use super::view::{class_meaning, class_of, Item, Seen};
+use super::App;
+use crate::render::escape::json_safe;
+use crate::render::json::{AuditEventJson, RecordJson};
+
+/// JSON with the record text's controls written as escapes
+/// ([`json_safe`]), like `idem --json`.
+fn json(status: StatusCode, value: &Value) -> Response {
+    let text = json_safe(&value.to_string()).into_owned();
+    (
+        status,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        text,
+    )
+        .into_response()
+}
+
+fn error(status: StatusCode, code: &str, message: &str) -> Response {
+    json(
+        status,
+        &json!({ "error": { "code": code, "message": message } }),
+    )
+}
+
+fn refused(refused: &Refused) -> Response {
+    error(refused.status(), refused.code(), &refused.message())
+}
+
+fn authenticated(app: &App, headers: &HeaderMap) -> Result<Identity, Response> {
+    app.api_user(headers).ok_or_else(|| {
+        error(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized",
+            "Send an API token as `Authorization: Bearer TOKEN` (idem approver token NAME makes one).",
+        )
+    })
+}
+
+fn item_json(item: &Item) -> Value {
+    json!({
+        "key": item.key,
+        "tool": item.tool,
+        "class": item.class,
+        "namespace": Some(&item.namespace).filter(|n| !n.is_empty()),
+        "waits_for": item.waits.as_str(),
+        "waiting_since": item.since,
+        "overdue": item.overdue,
+        "version": item.version,
+    })
+}
+
+/// `GET /api/inbox?state=&tool=&namespace=`.
+pub(super) async fn inbox(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(filter): Query<InboxFilter>,
+) -> Response {
+    if let Err(response) = authenticated(&app, &headers) {
+        return response;
+    }
+    match items(&app, &filter).await {
+        Ok((items, corrupt)) => json(
+            StatusCode::OK,
+            &json!({
+                "items": items.iter().map(item_json).collect::<Vec<_>>(),
+                "corrupt": corrupt,
+            }),
+        ),
+        Err(e) => refused(&e),
+    }
+}
+
+fn parse_key(given: &str) -> Result<IdempotencyKey, Response> {
+    IdempotencyKey::parse(given.trim()).map_err(|_| {
+        error(
+            StatusCode::NOT_FOUND,
+            "not_found",
+            "Not a record's key (64 hexadecimal digits).",
+        )
+    })
+}
+
+/// `GET /api/records/{key}`: the record (as `idem show --json` prints
+/// it), its version, class and the tool's description, and its audit
+/// trail.
+pub(super) async fn record(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Response {
+    if let Err(response) = authenticated(&app, &headers) {
+        return response;
+    }
+    let key = match parse_key(&key) {
+        Ok(key) => key,
+        Err(response) => return response,
+    };
+    let (record, now, trail) = match decide::read(&app.operator, &key).await {
+        Ok(read) => read,
+        Err(e) => return refused(&e),
+    };
+    let trail: Vec<Value> = trail
+        .iter()
+        .map(|e| serde_json::to_value(AuditEventJson::new(e)).unwrap_or(Value::Null))
+        .collect();
+    let Some(record) = record else {
+        return json(
+            StatusCode::NOT_FOUND,
+            &json!({
+                "error": { "code": "not_found", "message": "There is no record under this key now (released, deleted or expired); its audit trail is here." },
+                "audit": trail,
+            }),
+        );
+    };
+    let class = class_of(&record, app.catalog.as_ref());
+    json(
+        StatusCode::OK,
+        &json!({
+            "record": serde_json::to_value(RecordJson::new(&record, now)).unwrap_or(Value::Null),
+            "version": Seen::of(&record).token(),
+            "class": class.map(|c| c.as_str()),
+            "class_meaning": class.map(class_meaning),
+            "description": app.catalog.as_ref().and_then(|c| c.tool(&record.tool)).map(|t| t.description.clone()),
+            "audit": trail,
+        }),
+    )
+}
+
+/// `POST /api/records/{key}/{approve|deny|resolve}` with a JSON body:
+/// `version` (required) and `note`, `reason`, `as`, `output`.
+pub(super) async fn decide(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path((key, action)): Path<(String, String)>,
+    body: Result<Json<Asked>, JsonRejection>,
+) -> Response {
+    let who = match authenticated(&app, &headers) {
+        Ok(who) => who,
+        Err(response) => return response,
+    };
+    let key = match parse_key(&key) {
+        Ok(key) => key,
+        Err(response) => return response,
+    };
+    let Json(asked) = match body {
+        Ok(body) => body,
+        Err(e) => {
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "invalid",
+                &format!("The body must be a JSON object sent as application/json ({}). Nothing was changed.", e.body_text()),
+            )
+        }
+    };
+    let checked = asked.decision(&action).and_then(|d| Ok((asked.seen()?, d)));
+    let (seen, decision) = match checked {
+        Ok(checked) => checked,
+        Err(e) => return refused(&e),
+    };
+    if who.role != super::Role::Approver {
+        return refused(&Refused::Forbidden);
+    }
+    let record = match decide::current(&app.operator, &key, &seen, &decision).await {
+        Ok(record) => record,
+        Err(e) => return refused(&e),
+    };
+    match decide::decide(&app.operator, &record, &decision, &who).await {
+        Ok(after) => {
+            let now = app
+                .operator
+                .store()
+                .now()
+                .await
+                .unwrap_or(record.created_at);
+            json(
+                StatusCode::OK,
+                &json!({
+                    "done": decide::done(&decision),
+                    "by": who.name,
+                    "record": after.map(|r| serde_json::to_value(RecordJson::new(&r, now)).unwrap_or(Value::Null)),
+                }),
+            )
+        }
+        Err(e) => refused(&e),
+    }
+}

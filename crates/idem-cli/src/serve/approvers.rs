@@ -1,0 +1,268 @@
+//! Who may use the inbox: the approvers file, and checking a password or
+//! an API token against it.
+//!
+//! ```toml
+//! [[approver]]
+//! name = "dana"
+//! role = "approver"   # may decide; "viewer" may only look
+//! password = "$argon2id$v=19$m=19456,t=2,p=1$…"   # idem approver password dana
+//! tokens = ["sha256:…"]                           # idem approver token dana
+//! ```
+//!
+//! Passwords are kept as Argon2id PHC strings; API tokens (random, 256
+//! bits) as their SHA-256, which is enough for a secret nobody chose.
+//! The file is read once, at start-up; nothing in it is ever shown.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
+use argon2::Argon2;
+use base64::Engine;
+use rand::RngCore;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// What a signed-in person may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Role {
+    /// See and decide.
+    Approver,
+    /// See only.
+    Viewer,
+}
+
+impl Role {
+    /// `approver` or `viewer`.
+    pub(crate) fn parse(text: &str) -> Result<Role, String> {
+        match text.trim() {
+            "approver" => Ok(Role::Approver),
+            "viewer" => Ok(Role::Viewer),
+            other => Err(format!(
+                "unknown role '{}': expected approver (may decide) or viewer (may only look)",
+                crate::render::clip(other, 30)
+            )),
+        }
+    }
+
+    /// As written in the file.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Role::Approver => "approver",
+            Role::Viewer => "viewer",
+        }
+    }
+}
+
+/// One entry of the file.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    role: Role,
+    #[serde(default)]
+    password: Option<String>,
+    #[serde(default)]
+    tokens: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    approver: Vec<Entry>,
+}
+
+/// A signed-in person or bot, as decisions record them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Identity {
+    /// The name from the approvers file.
+    pub name: String,
+    /// What they may do.
+    pub role: Role,
+}
+
+/// The approvers file, read.
+#[derive(Debug)]
+pub(super) struct Approvers {
+    by_name: HashMap<String, Entry>,
+    /// SHA-256 (hex) of each API token → the name it belongs to.
+    by_token: HashMap<String, String>,
+    /// Verified against when a name is unknown, so that a wrong name takes
+    /// as long as a wrong password.
+    decoy: String,
+}
+
+impl Approvers {
+    /// Read and check the file at `path`.
+    pub(super) fn load(path: &Path) -> Result<Approvers, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read the approvers file {}: {e}", path.display()))?;
+        Approvers::parse(&text).map_err(|e| format!("approvers file {}: {e}", path.display()))
+    }
+
+    /// Read and check the file's text.
+    pub(super) fn parse(text: &str) -> Result<Approvers, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+        let mut by_name = HashMap::new();
+        let mut by_token = HashMap::new();
+        for entry in file.approver {
+            let name = entry.name.trim().to_owned();
+            if name.is_empty() || name.chars().any(crate::render::escape::needs_escape) {
+                return Err(format!(
+                    "approver name {:?} must be non-empty printable text",
+                    entry.name
+                ));
+            }
+            if let Some(hash) = &entry.password {
+                PasswordHash::new(hash).map_err(|e| {
+                    format!("approver {name}: the password is not a PHC hash ({e}); write it with `idem approver password {name}`")
+                })?;
+            }
+            for token in &entry.tokens {
+                let hex = token
+                    .strip_prefix("sha256:")
+                    .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+                    .ok_or_else(|| {
+                        format!("approver {name}: a token must be written as sha256:<64 hex digits>; make one with `idem approver token {name}`")
+                    })?;
+                by_token.insert(hex.to_ascii_lowercase(), name.clone());
+            }
+            if by_name
+                .insert(
+                    name.clone(),
+                    Entry {
+                        name: name.clone(),
+                        ..entry
+                    },
+                )
+                .is_some()
+            {
+                return Err(format!("approver {name} is listed twice"));
+            }
+        }
+        if by_name.is_empty() {
+            return Err("no [[approver]] entries: nobody could sign in".to_owned());
+        }
+        Ok(Approvers {
+            by_name,
+            by_token,
+            decoy: hash_password("decoy password, never accepted")?,
+        })
+    }
+
+    /// The identity `name` has, if listed (for a name a trusted proxy
+    /// vouches for, or a live session).
+    pub(super) fn identity(&self, name: &str) -> Option<Identity> {
+        self.by_name.get(name).map(|e| Identity {
+            name: e.name.clone(),
+            role: e.role,
+        })
+    }
+
+    /// `name` signed in with `password`. Takes as long for an unknown name
+    /// as for a wrong password (Argon2 verification, run off the async
+    /// threads by the caller).
+    pub(super) fn check_password(&self, name: &str, password: &str) -> Option<Identity> {
+        let entry = self.by_name.get(name.trim());
+        let hash = entry
+            .and_then(|e| e.password.as_deref())
+            .unwrap_or(&self.decoy);
+        let parsed = PasswordHash::new(hash).ok()?;
+        let ok = Argon2::default()
+            .verify_password(password.as_bytes(), &parsed)
+            .is_ok();
+        match (ok, entry) {
+            (true, Some(e)) if e.password.is_some() => self.identity(&e.name),
+            _ => None,
+        }
+    }
+
+    /// The identity an API token belongs to.
+    pub(super) fn check_token(&self, token: &str) -> Option<Identity> {
+        let hex = hex_sha256(token.trim());
+        self.by_token.get(&hex).and_then(|name| self.identity(name))
+    }
+}
+
+/// An Argon2id PHC string for `password`, with a fresh salt.
+pub(super) fn hash_password(password: &str) -> Result<String, String> {
+    let mut salt = [0u8; 16];
+    rand::rng().fill_bytes(&mut salt);
+    let salt = SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    Argon2::default()
+        .hash_password(password.as_bytes(), &salt)
+        .map(|h| h.to_string())
+        .map_err(|e| e.to_string())
+}
+
+/// A new API token: 32 random bytes, base64url.
+pub(super) fn new_token() -> String {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    format!(
+        "idem_{}",
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes)
+    )
+}
+
+/// How a token is written in the file: `sha256:` and its hex digest.
+pub(super) fn token_entry(token: &str) -> String {
+    format!("sha256:{}", hex_sha256(token))
+}
+
+fn hex_sha256(text: &str) -> String {
+    Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(password: &str, token: &str) -> String {
+        format!(
+            "[[approver]]\nname = \"dana\"\nrole = \"approver\"\npassword = \"{}\"\ntokens = [\"{}\"]\n\n[[approver]]\nname = \"vic\"\nrole = \"viewer\"\npassword = \"{}\"\n",
+            hash_password(password).unwrap(),
+            token_entry(token),
+            hash_password("viewer pw").unwrap(),
+        )
+    }
+
+    #[test]
+    fn passwords_and_tokens_are_checked_against_their_hashes() {
+        let approvers = Approvers::parse(&file("s3cret pw", "idem_tok")).unwrap();
+        let dana = approvers.check_password("dana", "s3cret pw").unwrap();
+        assert_eq!(dana.role, Role::Approver);
+        assert_eq!(approvers.check_password("dana", "wrong"), None);
+        assert_eq!(approvers.check_password("nobody", "s3cret pw"), None);
+        assert_eq!(
+            approvers.check_password("vic", "viewer pw").unwrap().role,
+            Role::Viewer
+        );
+        assert_eq!(approvers.check_token("idem_tok").unwrap().name, "dana");
+        assert_eq!(approvers.check_token("idem_other"), None);
+    }
+
+    #[test]
+    fn a_malformed_file_is_refused_with_what_is_wrong() {
+        let refused = |text: &str| Approvers::parse(text).unwrap_err();
+        assert!(refused("").contains("no [[approver]] entries"));
+        assert!(
+            refused("[[approver]]\nname = \"a\"\nrole = \"boss\"\n").contains("unknown variant")
+        );
+        assert!(
+            refused("[[approver]]\nname = \"a\"\nrole = \"viewer\"\npassword = \"plain\"\n")
+                .contains("not a PHC hash")
+        );
+        assert!(
+            refused("[[approver]]\nname = \"a\"\nrole = \"viewer\"\ntokens = [\"abc\"]\n")
+                .contains("sha256:<64 hex digits>")
+        );
+        let twice = "[[approver]]\nname = \"a\"\nrole = \"viewer\"\n".repeat(2);
+        assert!(refused(&twice).contains("listed twice"));
+    }
+}

@@ -1,0 +1,404 @@
+//! Decisions, as the page and the JSON API make them: check the input,
+//! check that the record is still the version the person saw, then act
+//! through the operator API on exactly that version.
+
+use idem_runtime::approval::Approval;
+use idem_runtime::audit::{AuditEvent, AuditQuery};
+use idem_runtime::clock::Timestamp;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::operator::{Actor, Operator, OperatorError, Resolution};
+use idem_runtime::record::Record;
+use serde_json::Value;
+
+use super::approvers::Identity;
+use super::view::{arguments_in_words, shown, what_changed, Seen, Waits};
+
+/// A decision, as asked for.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Decision {
+    /// Let the call run once.
+    Approve {
+        /// An optional note.
+        note: Option<String>,
+    },
+    /// Never let it run.
+    Deny {
+        /// Why (required).
+        reason: String,
+    },
+    /// Settle an unknown outcome (or a vanished owner's call).
+    Resolve {
+        /// How.
+        resolution: Resolution,
+        /// Why (required).
+        reason: String,
+    },
+}
+
+/// The fields of a decision form (`application/x-www-form-urlencoded`).
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub(super) struct FormFields {
+    /// The CSRF token.
+    #[serde(default)]
+    pub csrf: String,
+    /// `yes` once the person confirmed the restated effect.
+    #[serde(default)]
+    pub confirmed: Option<String>,
+    /// See [`Asked::version`].
+    #[serde(default)]
+    pub version: String,
+    /// See [`Asked::note`].
+    #[serde(default)]
+    pub note: Option<String>,
+    /// See [`Asked::reason`].
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// See [`Asked::resolution`].
+    #[serde(default, rename = "as")]
+    pub resolution: Option<String>,
+    /// The output as JSON text.
+    #[serde(default)]
+    pub output: Option<String>,
+}
+
+/// The fields of a decision: a form's, or a JSON body's.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub(super) struct Asked {
+    /// The version shown ([`Seen::token`]).
+    #[serde(default)]
+    pub version: String,
+    /// Approve: the note.
+    #[serde(default)]
+    pub note: Option<String>,
+    /// Deny, resolve: why.
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Resolve: `succeeded`, `failed` or `released`.
+    #[serde(default, rename = "as")]
+    pub resolution: Option<String>,
+    /// Resolve as succeeded: the output.
+    #[serde(default)]
+    pub output: Option<Value>,
+}
+
+/// Why a decision was not made. Nothing was changed.
+#[derive(Debug, Clone, PartialEq)]
+pub(super) enum Refused {
+    /// The input is incomplete or malformed (HTTP 422).
+    Invalid(String),
+    /// The record changed since the person saw it (HTTP 409).
+    Changed(String),
+    /// The record is not in a state this decision applies to (HTTP 409).
+    NotApplicable(String),
+    /// The viewer role may not decide (HTTP 403).
+    Forbidden,
+    /// The store failed (HTTP 503). The detail goes to the server's log,
+    /// not to the page: store errors can name hosts.
+    Store(String),
+}
+
+impl Refused {
+    /// A code for programs.
+    pub(super) fn code(&self) -> &'static str {
+        match self {
+            Refused::Invalid(_) => "invalid",
+            Refused::Changed(_) => "changed",
+            Refused::NotApplicable(_) => "not_applicable",
+            Refused::Forbidden => "forbidden",
+            Refused::Store(_) => "store",
+        }
+    }
+
+    /// The HTTP status.
+    pub(super) fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            Refused::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Refused::Changed(_) | Refused::NotApplicable(_) => StatusCode::CONFLICT,
+            Refused::Forbidden => StatusCode::FORBIDDEN,
+            Refused::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
+        }
+    }
+
+    /// What to tell the person, ending with what was (not) changed.
+    pub(super) fn message(&self) -> String {
+        let text = match self {
+            Refused::Invalid(m) | Refused::Changed(m) | Refused::NotApplicable(m) => m.clone(),
+            Refused::Forbidden => {
+                "You are signed in as a viewer: you can see records but not decide them.".to_owned()
+            }
+            Refused::Store(_) => {
+                "The store could not be read or written; try again in a moment.".to_owned()
+            }
+        };
+        format!("{text} Nothing was changed.")
+    }
+}
+
+impl Asked {
+    /// The decision `action` (`approve`, `deny`, `resolve`) with these
+    /// fields, checked.
+    pub(super) fn decision(&self, action: &str) -> Result<Decision, Refused> {
+        let reason = || {
+            self.reason
+                .as_deref()
+                .map(str::trim)
+                .filter(|r| !r.is_empty())
+                .map(str::to_owned)
+        };
+        match action {
+            "approve" => Ok(Decision::Approve {
+                note: self
+                    .note
+                    .as_deref()
+                    .map(str::trim)
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned),
+            }),
+            "deny" => Ok(Decision::Deny {
+                reason: reason().ok_or_else(|| {
+                    Refused::Invalid(
+                        "A denial needs a reason: every later call with this key is told it."
+                            .into(),
+                    )
+                })?,
+            }),
+            "resolve" => {
+                let reason = reason().ok_or_else(|| {
+                    Refused::Invalid(
+                        "Say why you know how it ended: the reason is kept in the audit log."
+                            .into(),
+                    )
+                })?;
+                let resolution = match self.resolution.as_deref().map(str::trim) {
+                    Some("succeeded") => Resolution::Succeeded(self.output_value()?),
+                    Some("failed") => Resolution::Failed(reason.clone()),
+                    Some("released") => Resolution::Release,
+                    Some(other) => {
+                        return Err(Refused::Invalid(format!(
+                            "Unknown resolution “{}”: choose succeeded, failed or released.",
+                            shown(other)
+                        )))
+                    }
+                    None => return Err(Refused::Invalid(
+                        "Choose how the call ended: succeeded, failed, or released to run again."
+                            .into(),
+                    )),
+                };
+                Ok(Decision::Resolve { resolution, reason })
+            }
+            other => Err(Refused::Invalid(format!(
+                "Unknown action “{}”.",
+                shown(other)
+            ))),
+        }
+    }
+
+    /// The output of a call resolved as succeeded.
+    fn output_value(&self) -> Result<Value, Refused> {
+        self.output.clone().ok_or_else(|| {
+            Refused::Invalid("Give the output every repeat of the call will get (JSON).".into())
+        })
+    }
+
+    /// The fields of a form, whose output is JSON text: it must parse.
+    pub(super) fn from_form(form: FormFields) -> Result<Asked, Refused> {
+        let output = match form.output.as_deref().map(str::trim) {
+            Some(text) if !text.is_empty() && form.resolution.as_deref() == Some("succeeded") => {
+                Some(serde_json::from_str(text).map_err(|e| {
+                    Refused::Invalid(format!(
+                        "The output must be the tool's output as JSON ({e}); write text in quotes: \"done\"."
+                    ))
+                })?)
+            }
+            _ => None,
+        };
+        Ok(Asked {
+            version: form.version,
+            note: form.note,
+            reason: form.reason,
+            resolution: form.resolution,
+            output,
+        })
+    }
+
+    /// The version the person saw.
+    pub(super) fn seen(&self) -> Result<Seen, Refused> {
+        Seen::parse(&self.version).ok_or_else(|| {
+            Refused::Invalid(
+                "The version of the record you decided on is missing: open the record and decide from there.".into(),
+            )
+        })
+    }
+}
+
+/// The effect of `decision` on `record`, restated for a confirmation.
+pub(super) fn effect(decision: &Decision, record: &Record) -> String {
+    let tool = shown(&record.tool);
+    let args = arguments_in_words(record);
+    match decision {
+        Decision::Approve { .. } => format!(
+            "{tool} will run once, with exactly these arguments: {args}. A caller waiting for this decision runs it now; otherwise the next call with this key does."
+        ),
+        Decision::Deny { reason } => format!(
+            "{tool} will never run under this key ({args}). Every call with the key is told: “{}”.",
+            shown(reason)
+        ),
+        Decision::Resolve { resolution, .. } => match resolution {
+            Resolution::Succeeded(output) => format!(
+                "The call of {tool} ({args}) is recorded as having happened. Nothing runs; every repeat of it gets this output: {}.",
+                shown(&output.to_string())
+            ),
+            Resolution::Failed(reason) => format!(
+                "The call of {tool} ({args}) is recorded as not having happened, and it is never tried again under this key. Every repeat is told: “{}”.",
+                shown(reason)
+            ),
+            Resolution::Release => format!(
+                "The record is deleted, and the next call with this key runs {tool} again ({args}). Do this only if you know the effect did not happen."
+            ),
+        },
+    }
+}
+
+/// What a decision did, for the notice after it.
+pub(super) fn done(decision: &Decision) -> &'static str {
+    match decision {
+        Decision::Approve { .. } => "approved",
+        Decision::Deny { .. } => "denied",
+        Decision::Resolve { resolution, .. } => match resolution {
+            Resolution::Succeeded(_) => "resolved as succeeded",
+            Resolution::Failed(_) => "resolved as failed",
+            Resolution::Release => "released",
+        },
+    }
+}
+
+/// The record under `key` as the person saw it: refused with what changed
+/// when it is not that version any more, or when the decision does not
+/// apply to it.
+pub(super) async fn current(
+    operator: &Operator,
+    key: &IdempotencyKey,
+    seen: &Seen,
+    decision: &Decision,
+) -> Result<Record, Refused> {
+    let record = operator.store().get(key).await.map_err(store)?;
+    let now = operator.store().now().await.map_err(store)?;
+    match record {
+        Some(record) if Seen::of(&record) == *seen => {
+            let waits = Waits::of(&record, now);
+            let applies = match decision {
+                Decision::Approve { .. } | Decision::Deny { .. } => waits == Some(Waits::Approval),
+                Decision::Resolve { .. } => {
+                    matches!(waits, Some(Waits::Unknown | Waits::Vanished))
+                }
+            };
+            if !applies {
+                return Err(Refused::NotApplicable(format!(
+                    "This record is {}; {} does not apply to it.",
+                    super::view::status_words(record.status()),
+                    done(decision)
+                )));
+            }
+            Ok(record)
+        }
+        other => {
+            let log = trail(operator, key).await.unwrap_or_default();
+            Err(Refused::Changed(what_changed(
+                seen,
+                other.as_ref(),
+                &log,
+                now,
+            )))
+        }
+    }
+}
+
+/// Make `decision` on `record` (the version the person saw) as `who`.
+pub(super) async fn decide(
+    operator: &Operator,
+    record: &Record,
+    decision: &Decision,
+    who: &Identity,
+) -> Result<Option<Record>, Refused> {
+    if who.role != super::approvers::Role::Approver {
+        return Err(Refused::Forbidden);
+    }
+    let result = match decision {
+        Decision::Approve { note } => {
+            let mut approval = Approval::granted_by(who.name.clone());
+            if let Some(note) = note {
+                approval = approval.with_note(note.clone());
+            }
+            operator.approve_record(record, approval).await.map(Some)
+        }
+        Decision::Deny { reason } => operator
+            .deny_record(record, &who.name, reason)
+            .await
+            .map(Some),
+        Decision::Resolve { resolution, reason } => {
+            let actor = Actor::new(who.name.clone()).because(reason.clone());
+            operator
+                .resolve_record(record, resolution.clone(), &actor)
+                .await
+        }
+    };
+    match result {
+        Ok(record) => Ok(record),
+        Err(OperatorError::Changed { key }) => {
+            // Changed between the check and the swap.
+            let now_record = operator.store().get(&key).await.map_err(store)?;
+            let now = operator.store().now().await.map_err(store)?;
+            let log = trail(operator, &key).await.unwrap_or_default();
+            Err(Refused::Changed(what_changed(
+                &Seen::of(record),
+                now_record.as_ref(),
+                &log,
+                now,
+            )))
+        }
+        Err(OperatorError::Store(e)) => Err(store(e)),
+        Err(e) => Err(Refused::NotApplicable(format!(
+            "{}.",
+            shown(&e.to_string())
+        ))),
+    }
+}
+
+/// What a record's page (and the API's record) shows: the record under
+/// `key` (`None`: gone), the store's time, and the key's audit trail.
+pub(super) async fn read(
+    operator: &Operator,
+    key: &IdempotencyKey,
+) -> Result<(Option<Record>, Timestamp, Vec<AuditEvent>), Refused> {
+    let record = operator.store().get(key).await.map_err(store)?;
+    let now = operator.store().now().await.map_err(store)?;
+    Ok((record, now, trail(operator, key).await?))
+}
+
+/// The store's audit log for `key`, oldest first (at most 200 events).
+pub(super) async fn trail(
+    operator: &Operator,
+    key: &IdempotencyKey,
+) -> Result<Vec<AuditEvent>, Refused> {
+    let page = operator
+        .audit(&AuditQuery::for_key(key.clone()), None, 200)
+        .await
+        .map_err(read_failed)?;
+    Ok(page.events)
+}
+
+/// An operator read that failed (only the store can fail a read).
+pub(super) fn read_failed(e: OperatorError) -> Refused {
+    match e {
+        OperatorError::Store(e) => store(e),
+        e => Refused::Store(e.to_string()),
+    }
+}
+
+/// A store error, logged on stderr; the page gets only that the store
+/// failed (its text can name hosts).
+pub(super) fn store(e: idem_runtime::store::StoreError) -> Refused {
+    eprintln!("idem serve: store error: {e}");
+    Refused::Store(e.to_string())
+}

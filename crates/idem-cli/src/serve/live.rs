@@ -1,0 +1,69 @@
+//! The inbox, live: one task looks at what waits for a decision every
+//! `--refresh` and, when it changed (an item came, went, or changed
+//! state), bumps a counter that every open page's event stream
+//! (`GET /events`, server-sent events) turns into an `inbox` event.
+//!
+//! One look serves every open page, however many there are. A decision
+//! made on a page reaches the caller waiting for it through the store
+//! itself (`Store::wait_for_decision`), not through this.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use futures_util::stream;
+use tokio::sync::watch;
+
+use super::pages::{items, InboxFilter};
+use super::App;
+
+/// Look at the inbox every `every`, and bump `changed` when it differs
+/// from the last look.
+pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<u64>, every: Duration) {
+    let mut last: Option<Vec<(String, String)>> = None;
+    let mut tick = tokio::time::interval(every.max(Duration::from_millis(50)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        // Nobody is looking: do not read the store.
+        if changed.receiver_count() <= 1 && last.is_some() {
+            last = None;
+            continue;
+        }
+        let Ok((found, _)) = items(&app, &InboxFilter::default()).await else {
+            continue;
+        };
+        let now: Vec<(String, String)> = found.into_iter().map(|i| (i.key, i.version)).collect();
+        // The first look since somebody started looking counts as a
+        // change: what they were shown may be older than it.
+        if last.as_ref() != Some(&now) {
+            changed.send_modify(|n| *n += 1);
+        }
+        last = Some(now);
+    }
+}
+
+/// `GET /events`: an `inbox` event each time the inbox changes.
+pub(super) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    match app.page_user(&headers) {
+        Ok(Some(_)) => {}
+        _ => return StatusCode::UNAUTHORIZED.into_response(),
+    }
+    let mut changes = app.changes.clone();
+    changes.mark_unchanged();
+    let stream = stream::unfold(changes, |mut changes| async move {
+        changes.changed().await.ok()?;
+        let n = *changes.borrow_and_update();
+        Some((
+            Ok::<_, Infallible>(Event::default().event("inbox").data(n.to_string())),
+            changes,
+        ))
+    });
+    Sse::new(stream)
+        .keep_alive(KeepAlive::default())
+        .into_response()
+}

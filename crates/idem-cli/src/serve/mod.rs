@@ -1,0 +1,304 @@
+//! `idem serve`: the approval inbox, a web page over the store for the
+//! people who decide (a finance lead approving a refund, a support lead an
+//! account deletion), and the same decisions as a JSON API under `/api/`
+//! for bots. `docs/inbox.md` documents both.
+//!
+//! The parts: `approvers` (who may sign in, and with which role),
+//! `session` (signed cookies, CSRF tokens, slowing down guessers), `view`
+//! (what a record looks like in words), `decide` (a decision, checked
+//! against the version the person saw, made through the operator API),
+//! `pages` (the HTML), `api` (the JSON), `live` (server-sent events when
+//! the inbox changes).
+//!
+//! Every decision goes through [`idem_runtime::operator::Operator`], fenced
+//! on the record as it was shown: a record that changed in between is
+//! refused with what changed, and nothing is written.
+
+// Helpers return `Result<_, Response>`: the error *is* the page to send,
+// built once per request; boxing it would only add an allocation.
+#![allow(clippy::result_large_err)]
+
+mod api;
+mod approvers;
+mod decide;
+mod live;
+mod login;
+mod pages;
+mod session;
+mod view;
+
+use std::io::BufRead;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::Router;
+use idem_runtime::catalog::Catalog;
+use idem_runtime::operator::Operator;
+
+use crate::cli::{ApproverArgs, ApproverCommand, ServeArgs};
+use crate::error::CliError;
+use crate::time::parse_duration;
+pub(crate) use approvers::Role;
+use approvers::{Approvers, Identity};
+use session::{Session, Sessions, Throttle};
+
+/// What every request handler shares.
+pub(crate) struct App {
+    operator: Operator,
+    approvers: Approvers,
+    sessions: Sessions,
+    throttle: Throttle,
+    catalog: Option<Catalog>,
+    overdue: Duration,
+    proxy_header: Option<HeaderName>,
+    changes: tokio::sync::watch::Receiver<u64>,
+}
+
+/// Someone signed in on a page: who, their session, and the cookie to set
+/// when the session was just made (a trusted proxy's first request).
+pub(crate) struct User {
+    identity: Identity,
+    session: Session,
+    set_cookie: Option<String>,
+}
+
+impl App {
+    /// The person a page request comes from, from the trusted proxy's
+    /// header or the session cookie; `None`: not signed in.
+    fn page_user(&self, headers: &HeaderMap) -> Result<Option<User>, Response> {
+        let from_cookie = headers
+            .get(header::COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|c| session::cookie_value(c, session::COOKIE))
+            .and_then(|v| self.sessions.verify(v));
+        if let Some(name) = &self.proxy_header {
+            let Some(vouched) = headers.get(name).and_then(|v| v.to_str().ok()) else {
+                return Err(pages::message(
+                    axum::http::StatusCode::UNAUTHORIZED,
+                    None,
+                    "Not signed in",
+                    "The proxy in front of the inbox did not say who you are.",
+                ));
+            };
+            let Some(identity) = self.approvers.identity(vouched.trim()) else {
+                return Err(not_listed(vouched));
+            };
+            return Ok(Some(match from_cookie {
+                Some(session) if session.name == identity.name => User {
+                    identity,
+                    session,
+                    set_cookie: None,
+                },
+                _ => {
+                    let (cookie, session) = self.sessions.start(&identity.name);
+                    User {
+                        identity,
+                        session,
+                        set_cookie: Some(cookie),
+                    }
+                }
+            }));
+        }
+        Ok(from_cookie.and_then(|session| {
+            self.approvers.identity(&session.name).map(|identity| User {
+                identity,
+                session,
+                set_cookie: None,
+            })
+        }))
+    }
+
+    /// The bot (or person) an API request comes from: a bearer token, or
+    /// the trusted proxy's header.
+    fn api_user(&self, headers: &HeaderMap) -> Option<Identity> {
+        if let Some(token) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        {
+            return self.approvers.check_token(token);
+        }
+        let name = self.proxy_header.as_ref()?;
+        let vouched = headers.get(name)?.to_str().ok()?;
+        self.approvers.identity(vouched.trim())
+    }
+}
+
+fn not_listed(name: &str) -> Response {
+    pages::message(
+        axum::http::StatusCode::FORBIDDEN,
+        None,
+        "Not an approver",
+        &format!(
+            "{} is not in the approvers file, so it may not use the inbox.",
+            view::shown(name)
+        ),
+    )
+}
+
+/// The routes.
+fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(pages::inbox))
+        .route("/inbox/rows", get(pages::rows))
+        .route("/login", get(login::login_form).post(login::login))
+        .route("/logout", post(login::logout))
+        .route("/records/{key}", get(pages::record))
+        .route("/records/{key}/version", get(pages::version))
+        .route("/records/{key}/{action}", post(pages::decide))
+        .route("/events", get(live::events))
+        .route("/static/inbox.css", get(pages::css))
+        .route("/static/inbox.js", get(pages::js))
+        .route("/api/inbox", get(api::inbox))
+        .route("/api/records/{key}", get(api::record))
+        .route("/api/records/{key}/{action}", post(api::decide))
+        .fallback(pages::not_found)
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(app)
+}
+
+/// Headers on every response: nothing is framed (no clickjacking of the
+/// approve button), no script or style from elsewhere, no referrer, no
+/// caching of pages that show records.
+async fn secure_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let set = |headers: &mut HeaderMap, name: HeaderName, value: &'static str| {
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
+    set(headers, header::X_FRAME_OPTIONS, "DENY");
+    set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    set(headers, header::REFERRER_POLICY, "no-referrer");
+    set(headers, header::CACHE_CONTROL, "no-store");
+    response
+}
+
+/// `idem serve`.
+pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
+    let duration = |option: &str, text: &str| {
+        parse_duration(text).ok_or_else(|| {
+            CliError::Usage(format!(
+                "{option} takes a duration such as 90s, 15m, 2h or 7d, not '{}'",
+                crate::render::clip(text, 40)
+            ))
+        })
+    };
+    let overdue = duration("--overdue", &args.overdue)?;
+    let session_ttl = duration("--session", &args.session)?;
+    let refresh = duration("--refresh", &args.refresh)?;
+    let addr: SocketAddr = args.listen.parse().map_err(|_| {
+        CliError::Usage(format!(
+            "--listen takes an address and port such as 127.0.0.1:8080, not '{}'",
+            crate::render::clip(&args.listen, 40)
+        ))
+    })?;
+    let proxy_header = match &args.trust_proxy_header {
+        Some(name) => Some(HeaderName::try_from(name.trim()).map_err(|_| {
+            CliError::Usage(format!(
+                "--trust-proxy-header takes a header name such as X-Forwarded-User, not '{}'",
+                crate::render::clip(name, 40)
+            ))
+        })?),
+        None => None,
+    };
+    let approvers = Approvers::load(&args.approvers).map_err(CliError::Usage)?;
+    let catalog =
+        match &args.tools {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    CliError::Usage(format!(
+                        "cannot read the tool catalog {}: {e}",
+                        path.display()
+                    ))
+                })?;
+                Some(Catalog::from_json(&text).map_err(|e| {
+                    CliError::Usage(format!("tool catalog {}: {e}", path.display()))
+                })?)
+            }
+            None => None,
+        };
+    let operator = crate::store::open(url).await?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|e| CliError::Usage(format!("cannot listen on {addr}: {e}")))?;
+    let local = listener.local_addr()?;
+    let (changed, changes) = tokio::sync::watch::channel(0);
+    let app = Arc::new(App {
+        operator: operator.clone(),
+        approvers,
+        sessions: Sessions::new(session_ttl, args.secure_cookies),
+        throttle: Throttle::default(),
+        catalog,
+        overdue,
+        proxy_header,
+        changes,
+    });
+    let watcher = tokio::spawn(live::watch(app.clone(), changed, refresh));
+    eprintln!(
+        "idem serve: the approval inbox is on http://{local}/ ({})",
+        operator.store().describe()
+    );
+    let served = axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await;
+    watcher.abort();
+    operator.store().close().await;
+    Ok(served?)
+}
+
+/// `idem approver password|token NAME`: the entry to paste into the
+/// approvers file.
+pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
+    let (entry, secret) = match &args.command {
+        ApproverCommand::Password(a) | ApproverCommand::Token(a) => (a, &args.command),
+    };
+    let role = Role::parse(&entry.role).map_err(CliError::Usage)?;
+    let name = entry.name.trim();
+    if name.is_empty()
+        || name.contains(crate::render::escape::needs_escape)
+        || name.contains(['"', '\\'])
+    {
+        return Err(CliError::Usage(
+            "the approver's name must be printable text, without quotes or backslashes".into(),
+        ));
+    }
+    let line = match secret {
+        ApproverCommand::Password(_) => {
+            let mut password = String::new();
+            std::io::stdin().lock().read_line(&mut password)?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            if password.chars().count() < 12 {
+                return Err(CliError::Usage(
+                    "the password (read from stdin) must be at least 12 characters".into(),
+                ));
+            }
+            let hash = approvers::hash_password(password).map_err(CliError::Usage)?;
+            format!("password = \"{hash}\"")
+        }
+        ApproverCommand::Token(_) => {
+            let token = approvers::new_token();
+            eprintln!("API token for {name} (shown once; send it as `Authorization: Bearer TOKEN`):\n{token}");
+            format!("tokens = [\"{}\"]", approvers::token_entry(&token))
+        }
+    };
+    println!(
+        "[[approver]]\nname = \"{name}\"\nrole = \"{}\"\n{line}\n",
+        role.as_str()
+    );
+    Ok(())
+}

@@ -1,0 +1,582 @@
+//! The HTML pages: sign-in, the inbox, a record's decision page, the
+//! confirmation that restates a decision's effect, and messages. Templates
+//! are in `idem-cli/templates/` (askama: checked when `idem` is compiled,
+//! every value HTML-escaped).
+
+use std::sync::Arc;
+
+use askama::Template;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Redirect, Response};
+use axum::Form;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::operator::Filter;
+use idem_runtime::record::Status;
+
+use super::approvers::Role;
+use super::decide::{self, Asked, FormFields, Refused};
+use super::session::same_token;
+use super::view::{Detail, Item, Trail, Waits};
+use super::{App, User};
+
+/// Who is signed in, as the page header shows it.
+pub(super) struct UserView {
+    pub(super) name: String,
+    pub(super) role: &'static str,
+    pub(super) csrf: String,
+}
+
+impl UserView {
+    fn of(user: &User) -> UserView {
+        UserView {
+            name: super::view::shown(&user.identity.name),
+            role: user.identity.role.as_str(),
+            csrf: user.session.csrf.clone(),
+        }
+    }
+}
+
+#[derive(Template)]
+#[template(path = "inbox.html")]
+struct InboxPage {
+    user: Option<UserView>,
+    items: Vec<Item>,
+    states: Vec<(&'static str, &'static str)>,
+    filter: InboxFilter,
+    tools: Vec<String>,
+    overdue: String,
+    corrupt: usize,
+    query: String,
+}
+
+#[derive(Template)]
+#[template(path = "rows.html")]
+struct Rows {
+    items: Vec<Item>,
+}
+
+#[derive(Template)]
+#[template(path = "record.html")]
+struct RecordPage {
+    user: Option<UserView>,
+    title: String,
+    key: String,
+    detail: Option<Detail>,
+    trail: Vec<Trail>,
+    notice: Option<String>,
+    error: Option<String>,
+    csrf: String,
+    can_decide: bool,
+    form: Shown,
+}
+
+#[derive(Template)]
+#[template(path = "confirm.html")]
+struct ConfirmPage {
+    user: Option<UserView>,
+    key: String,
+    action: String,
+    done: &'static str,
+    effect: String,
+    csrf: String,
+    form: Shown,
+}
+
+#[derive(Template)]
+#[template(path = "message.html")]
+struct MessagePage {
+    user: Option<UserView>,
+    title: String,
+    message: String,
+    back: &'static str,
+    back_label: &'static str,
+}
+
+/// A form's fields as they are put back in a page (re-shown after an
+/// error, carried through the confirmation).
+#[derive(Debug, Clone, Default)]
+struct Shown {
+    version: String,
+    note: String,
+    reason: String,
+    resolution: String,
+    output: String,
+}
+
+impl Shown {
+    fn of(form: &FormFields) -> Shown {
+        Shown {
+            version: form.version.clone(),
+            note: form.note.clone().unwrap_or_default(),
+            reason: form.reason.clone().unwrap_or_default(),
+            resolution: form.resolution.clone().unwrap_or_default(),
+            output: form.output.clone().unwrap_or_default(),
+        }
+    }
+}
+
+/// The inbox's filters, from the query string.
+#[derive(Debug, Clone, Default, serde::Deserialize)]
+pub(super) struct InboxFilter {
+    /// `all` (the default), `awaiting_approval`, `unknown` or `vanished`.
+    #[serde(default)]
+    pub state: String,
+    /// Only this tool.
+    #[serde(default)]
+    pub tool: String,
+    /// Only this namespace.
+    #[serde(default)]
+    pub namespace: String,
+}
+
+impl InboxFilter {
+    /// The query string that repeats these filters (`?…`, or empty).
+    fn query(&self) -> String {
+        let pairs: Vec<String> = [
+            ("state", &self.state),
+            ("tool", &self.tool),
+            ("namespace", &self.namespace),
+        ]
+        .iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| format!("{k}={}", percent(v)))
+        .collect();
+        match pairs.is_empty() {
+            true => String::new(),
+            false => format!("?{}", pairs.join("&")),
+        }
+    }
+}
+
+/// `text` percent-encoded for a query string.
+fn percent(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// The items waiting for a decision that `filter` selects, newest first,
+/// and how many stored records could not be read.
+pub(super) async fn items(app: &App, filter: &InboxFilter) -> Result<(Vec<Item>, usize), Refused> {
+    let store_filter = Filter {
+        status: vec![Status::AwaitingApproval, Status::Unknown, Status::InFlight],
+        tool: Some(filter.tool.trim().to_owned()).filter(|t| !t.is_empty()),
+        namespace: Some(filter.namespace.trim().to_owned()).filter(|n| !n.is_empty()),
+        since: None,
+    };
+    let store = app.operator.store();
+    let now = store.now().await.map_err(decide::store)?;
+    let mut items = Vec::new();
+    let mut corrupt = 0;
+    let mut cursor = None;
+    loop {
+        let page = app
+            .operator
+            .list(&store_filter, cursor.as_deref(), 500)
+            .await
+            .map_err(decide::read_failed)?;
+        corrupt += page.corrupt.len();
+        items.extend(
+            page.records
+                .iter()
+                .filter_map(|r| Item::of(r, app.catalog.as_ref(), now, app.overdue))
+                .filter(|i| {
+                    filter.state.is_empty()
+                        || filter.state == "all"
+                        || i.waits.as_str() == filter.state
+                }),
+        );
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    items.sort_by(|a, b| b.since_ms.cmp(&a.since_ms).then(a.key.cmp(&b.key)));
+    Ok((items, corrupt))
+}
+
+/// An HTML response, with the session cookie when one was just made.
+pub(super) fn html(status: StatusCode, body: String, user: Option<&User>) -> Response {
+    let mut response = (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response();
+    if let Some(cookie) = user.and_then(|u| u.set_cookie.as_deref()) {
+        if let Ok(value) = cookie.parse() {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
+}
+
+pub(super) fn render(template: &impl Template) -> String {
+    template.render().unwrap_or_else(|e| {
+        format!(
+            "<p>The page could not be drawn: {}</p>",
+            askama::filters::escape(e.to_string(), askama::filters::Html)
+                .map(|s| s.to_string())
+                .unwrap_or_default()
+        )
+    })
+}
+
+/// A page that says one thing.
+pub(super) fn message(
+    status: StatusCode,
+    user: Option<&User>,
+    title: &str,
+    text: &str,
+) -> Response {
+    let page = MessagePage {
+        user: user.map(UserView::of),
+        title: title.to_owned(),
+        message: text.to_owned(),
+        back: "/",
+        back_label: "Back to the inbox",
+    };
+    html(status, render(&page), user)
+}
+
+/// The signed-in user, or the response to send instead (to the sign-in
+/// page).
+fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Response> {
+    match app.page_user(headers)? {
+        Some(user) => Ok(user),
+        None => Err(Redirect::to("/login").into_response()),
+    }
+}
+
+/// `GET /`.
+pub(super) async fn inbox(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(filter): Query<InboxFilter>,
+) -> Response {
+    let user = match signed_in(&app, &headers) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let (items, corrupt) = match items(&app, &filter).await {
+        Ok(found) => found,
+        Err(e) => {
+            return message(
+                e.status(),
+                Some(&user),
+                "The inbox could not be read",
+                &e.message(),
+            )
+        }
+    };
+    let mut tools: Vec<String> = match &app.catalog {
+        Some(c) => c
+            .tools
+            .iter()
+            .map(|t| super::view::shown(&t.name))
+            .collect(),
+        None => items.iter().map(|i| i.tool.clone()).collect(),
+    };
+    tools.sort();
+    tools.dedup();
+    let page = InboxPage {
+        user: Some(UserView::of(&user)),
+        query: filter.query(),
+        items,
+        states: vec![
+            ("all", "anything"),
+            ("awaiting_approval", "an approval"),
+            ("unknown", "an unknown outcome"),
+            ("vanished", "a vanished worker"),
+        ],
+        filter: InboxFilter {
+            state: match filter.state.as_str() {
+                "" => "all".to_owned(),
+                s => s.to_owned(),
+            },
+            ..filter
+        },
+        tools,
+        overdue: crate::time::age(
+            idem_runtime::clock::Timestamp(0).plus(app.overdue),
+            idem_runtime::clock::Timestamp(0),
+        ),
+        corrupt,
+    };
+    html(StatusCode::OK, render(&page), Some(&user))
+}
+
+/// `GET /inbox/rows`: the inbox's rows alone, for the page to refresh.
+pub(super) async fn rows(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Query(filter): Query<InboxFilter>,
+) -> Response {
+    let user = match signed_in(&app, &headers) {
+        Ok(user) => user,
+        Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
+    };
+    match items(&app, &filter).await {
+        Ok((items, _)) => html(StatusCode::OK, render(&Rows { items }), Some(&user)),
+        Err(e) => e.status().into_response(),
+    }
+}
+
+pub(super) fn csrf_refused(user: Option<&User>) -> Response {
+    message(
+        StatusCode::FORBIDDEN,
+        user,
+        "Refused",
+        "The form's security token is missing or stale: open the page again and repeat. Nothing was changed.",
+    )
+}
+
+/// `?done=…` after a decision.
+#[derive(Debug, Default, serde::Deserialize)]
+pub(super) struct Done {
+    #[serde(default)]
+    done: Option<String>,
+}
+
+fn parse_key(given: &str) -> Option<IdempotencyKey> {
+    IdempotencyKey::parse(given.trim()).ok()
+}
+
+/// `GET /records/{key}`.
+pub(super) async fn record(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+    Query(done): Query<Done>,
+) -> Response {
+    let user = match signed_in(&app, &headers) {
+        Ok(user) => user,
+        Err(response) => return response,
+    };
+    let Some(key) = parse_key(&key) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            Some(&user),
+            "No such record",
+            "That is not a record's key (64 hexadecimal digits).",
+        );
+    };
+    let notice = done
+        .done
+        .map(|d| format!("Done: {}.", super::view::shown(&d)));
+    record_page(
+        &app,
+        &user,
+        &key,
+        StatusCode::OK,
+        notice,
+        None,
+        Shown::default(),
+    )
+    .await
+}
+
+async fn record_page(
+    app: &App,
+    user: &User,
+    key: &IdempotencyKey,
+    status: StatusCode,
+    notice: Option<String>,
+    error: Option<String>,
+    form: Shown,
+) -> Response {
+    let (record, now, trail) = match decide::read(&app.operator, key).await {
+        Ok(read) => read,
+        Err(e) => {
+            return message(
+                e.status(),
+                Some(user),
+                "The record could not be read",
+                &e.message(),
+            )
+        }
+    };
+    let trail: Vec<Trail> = trail.iter().map(|e| Trail::of(e, now)).collect();
+    let detail = record
+        .as_ref()
+        .map(|r| Detail::of(r, app.catalog.as_ref(), now));
+    let title = detail
+        .as_ref()
+        .map_or("No record".to_owned(), |d| d.tool.clone());
+    let form = Shown {
+        version: detail
+            .as_ref()
+            .map(|d| d.version.clone())
+            .unwrap_or_default(),
+        ..form
+    };
+    let page = RecordPage {
+        user: Some(UserView::of(user)),
+        title,
+        key: key.as_str().to_owned(),
+        detail,
+        trail,
+        notice,
+        error,
+        csrf: user.session.csrf.clone(),
+        can_decide: user.identity.role == Role::Approver,
+        form,
+    };
+    html(status, render(&page), Some(user))
+}
+
+/// `GET /records/{key}/version`: the version of the record now, for the
+/// page to tell that it changed (`gone` when there is none).
+pub(super) async fn version(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path(key): Path<String>,
+) -> Response {
+    if signed_in(&app, &headers).is_err() {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let Some(key) = parse_key(&key) else {
+        return StatusCode::NOT_FOUND.into_response();
+    };
+    match app.operator.store().get(&key).await {
+        Ok(Some(record)) => super::view::Seen::of(&record).token().into_response(),
+        Ok(None) => "gone".into_response(),
+        Err(e) => decide::store(e).status().into_response(),
+    }
+}
+
+/// `POST /records/{key}/{approve|deny|resolve}`: first the confirmation
+/// restating the effect, then (with `confirmed=yes`) the decision.
+pub(super) async fn decide(
+    State(app): State<Arc<App>>,
+    headers: HeaderMap,
+    Path((key, action)): Path<(String, String)>,
+    Form(form): Form<FormFields>,
+) -> Response {
+    let user = match signed_in(&app, &headers) {
+        Ok(user) => user,
+        Err(_) => {
+            return message(
+                StatusCode::UNAUTHORIZED,
+                None,
+                "Not signed in",
+                "Sign in to decide. Nothing was changed.",
+            )
+        }
+    };
+    if !same_token(&user.session.csrf, &form.csrf) {
+        return csrf_refused(Some(&user));
+    }
+    let Some(key) = parse_key(&key) else {
+        return message(
+            StatusCode::NOT_FOUND,
+            Some(&user),
+            "No such record",
+            "That is not a record's key. Nothing was changed.",
+        );
+    };
+    if !matches!(action.as_str(), "approve" | "deny" | "resolve") {
+        return not_found().await;
+    }
+    if user.identity.role != Role::Approver {
+        return message(
+            StatusCode::FORBIDDEN,
+            Some(&user),
+            "Refused",
+            &Refused::Forbidden.message(),
+        );
+    }
+    let key_shown = key.clone();
+    match decide_confirmed(&app, &user, key, action, form).await {
+        Ok(response) => response,
+        Err((refused, form)) => {
+            record_page(
+                &app,
+                &user,
+                &key_shown,
+                refused.status(),
+                None,
+                Some(refused.message()),
+                form,
+            )
+            .await
+        }
+    }
+}
+
+/// The confirmation, or the decision once confirmed; refused: why, and
+/// the fields to show again.
+async fn decide_confirmed(
+    app: &App,
+    user: &User,
+    key: IdempotencyKey,
+    action: String,
+    form: FormFields,
+) -> Result<Response, (Refused, Shown)> {
+    let shown = Shown::of(&form);
+    let confirmed = form.confirmed.as_deref() == Some("yes");
+    let checked = Asked::from_form(form).and_then(|asked| {
+        let decision = asked.decision(&action)?;
+        Ok((asked.seen()?, decision))
+    });
+    let (seen, decision) = checked.map_err(|refused| (refused, shown.clone()))?;
+    // The record changed: what the person typed no longer applies to it.
+    let record = decide::current(&app.operator, &key, &seen, &decision)
+        .await
+        .map_err(|refused| (refused, Shown::default()))?;
+    if !confirmed {
+        let page = ConfirmPage {
+            user: Some(UserView::of(user)),
+            key: key.as_str().to_owned(),
+            action,
+            done: decide::done(&decision),
+            effect: decide::effect(&decision, &record),
+            csrf: user.session.csrf.clone(),
+            form: shown,
+        };
+        return Ok(html(StatusCode::OK, render(&page), Some(user)));
+    }
+    decide::decide(&app.operator, &record, &decision, &user.identity)
+        .await
+        .map_err(|refused| (refused, Shown::default()))?;
+    Ok(Redirect::to(&format!(
+        "/records/{}?done={}",
+        key.as_str(),
+        percent(decide::done(&decision))
+    ))
+    .into_response())
+}
+
+/// Anything else.
+pub(super) async fn not_found() -> Response {
+    message(
+        StatusCode::NOT_FOUND,
+        None,
+        "Not found",
+        "There is no such page.",
+    )
+}
+
+/// `GET /static/inbox.css`.
+pub(super) async fn css() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
+        include_str!("../../static/inbox.css"),
+    )
+        .into_response()
+}
+
+/// `GET /static/inbox.js`.
+pub(super) async fn js() -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
+        include_str!("../../static/inbox.js"),
+    )
+        .into_response()
+}

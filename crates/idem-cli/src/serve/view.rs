@@ -1,0 +1,550 @@
+//! What the inbox shows of a record, in words: the pieces the templates
+//! lay out. Every text that comes from a record goes through
+//! [`visible`] (askama then HTML-escapes it), so a call's arguments or an
+//! error message can neither inject markup nor reorder what is around it
+//! with bidirectional controls.
+
+use std::time::Duration;
+
+use idem_runtime::approval::Approval;
+use idem_runtime::audit::AuditEvent;
+use idem_runtime::catalog::{Catalog, CatalogTool};
+use idem_runtime::class::ClassKind;
+use idem_runtime::clock::Timestamp;
+use idem_runtime::record::{Outcome, Record, RecordState, Status};
+use serde_json::Value;
+
+use crate::render::escape::visible;
+use crate::render::json::json_or_string;
+use crate::render::short_key;
+use crate::time::{age, relative, rfc3339};
+
+/// Record text as it may be shown.
+pub(super) fn shown(text: &str) -> String {
+    visible(text).into_owned()
+}
+
+/// JSON text pretty-printed, each line escaped (JSON writes bidirectional
+/// and C1 controls raw).
+pub(super) fn pretty_json(text: &str) -> String {
+    let value = json_or_string(text);
+    let pretty = serde_json::to_string_pretty(&value).unwrap_or_else(|_| text.to_owned());
+    pretty.lines().map(shown).collect::<Vec<_>>().join("\n")
+}
+
+/// What a class means, in plain words.
+pub(super) fn class_meaning(class: ClassKind) -> &'static str {
+    match class {
+        ClassKind::Read => "Reads only: nothing changes when it runs.",
+        ClassKind::IdempotentWrite => {
+            "A write that is safe to repeat: running it again with the same arguments changes nothing more."
+        }
+        ClassKind::NonIdempotentWrite => {
+            "A write that would happen again if run twice (a charge, a message): idem runs it once per key, and never again when it is not sure whether it ran."
+        }
+        ClassKind::Irreversible => {
+            "Cannot be undone (a refund, a deletion): it runs only once a person approves it, and at most once."
+        }
+    }
+}
+
+/// A status in words.
+pub(super) fn status_words(status: Status) -> &'static str {
+    match status {
+        Status::InFlight => "running",
+        Status::AwaitingApproval => "awaiting approval",
+        Status::Approved => "approved, waiting for its call to run it",
+        Status::Succeeded => "succeeded",
+        Status::Failed => "failed",
+        Status::Unknown => "unknown: nobody knows whether it happened",
+    }
+}
+
+/// What kind of decision an item waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Waits {
+    /// An approval or a denial.
+    Approval,
+    /// A resolution of an unknown outcome.
+    Unknown,
+    /// A resolution of a call whose owner vanished mid-call.
+    Vanished,
+}
+
+impl Waits {
+    /// What `record` waits for at `now`, if anything.
+    pub(super) fn of(record: &Record, now: Timestamp) -> Option<Waits> {
+        match record.status() {
+            Status::AwaitingApproval => Some(Waits::Approval),
+            Status::Unknown => Some(Waits::Unknown),
+            Status::InFlight if record.lease_expired(now) => Some(Waits::Vanished),
+            _ => None,
+        }
+    }
+
+    /// The filter value naming it.
+    pub(super) fn as_str(self) -> &'static str {
+        match self {
+            Waits::Approval => "awaiting_approval",
+            Waits::Unknown => "unknown",
+            Waits::Vanished => "vanished",
+        }
+    }
+
+    /// In words, for the inbox.
+    pub(super) fn words(self) -> &'static str {
+        match self {
+            Waits::Approval => "awaiting approval",
+            Waits::Unknown => "outcome unknown",
+            Waits::Vanished => "owner vanished",
+        }
+    }
+
+    /// Since when the item has waited.
+    pub(super) fn since(self, record: &Record) -> Timestamp {
+        match &record.state {
+            RecordState::AwaitingApproval { requested_at, .. } => *requested_at,
+            RecordState::Completed { completed_at, .. } => *completed_at,
+            RecordState::InFlight { lease_until, .. } => *lease_until,
+        }
+    }
+}
+
+/// Which version of a record a person was shown: decisions carry it back,
+/// and one made on a record that changed since is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Seen {
+    /// The record's fence: every decision, and every new request under
+    /// the key, gives it a new one.
+    pub fence: u64,
+    /// Its status.
+    pub status: Status,
+    /// How many audit entries it had.
+    pub audit: usize,
+}
+
+impl Seen {
+    /// The version `record` is.
+    pub(super) fn of(record: &Record) -> Seen {
+        Seen {
+            fence: record.fence().0,
+            status: record.status(),
+            audit: record.audit.len(),
+        }
+    }
+
+    /// As a form field or JSON value: `fence-status-audit`.
+    pub(super) fn token(&self) -> String {
+        format!("{}-{}-{}", self.fence, self.status, self.audit)
+    }
+
+    /// A token written by [`Seen::token`].
+    pub(super) fn parse(token: &str) -> Option<Seen> {
+        let mut parts = token.trim().splitn(3, '-');
+        let fence = parts.next()?.parse().ok()?;
+        let status = parts.next()?.parse().ok()?;
+        let audit = parts.next()?.parse().ok()?;
+        Some(Seen {
+            fence,
+            status,
+            audit,
+        })
+    }
+}
+
+/// What changed between the version a person saw and the record now
+/// (`None`: it is gone; `log` then says why, newest last), in a sentence.
+pub(super) fn what_changed(
+    seen: &Seen,
+    now: Option<&Record>,
+    log: &[AuditEvent],
+    at: Timestamp,
+) -> String {
+    let Some(record) = now else {
+        let why = log
+            .last()
+            .map(|e| {
+                format!(
+                    " ({})",
+                    acted(e.action, &e.by, e.at, e.reason.as_deref(), at)
+                )
+            })
+            .unwrap_or_else(|| " (it expired, or was released or deleted)".to_owned());
+        return format!("The record is gone since you opened it{why}.");
+    };
+    let after: Vec<String> = record
+        .audit
+        .iter()
+        .skip(seen.audit)
+        .map(|e| acted(e.action, &e.by, e.at, e.reason.as_deref(), at))
+        .collect();
+    let after = match after.is_empty() {
+        true => String::new(),
+        false => format!(" — {}", after.join("; ")),
+    };
+    if record.status() != seen.status {
+        format!(
+            "When you opened it, it was {}; it is now {}{after}.",
+            status_words(seen.status),
+            status_words(record.status())
+        )
+    } else {
+        format!(
+            "It was asked again since you opened it: this is a newer version of the record under the same key{after}. Read its arguments again."
+        )
+    }
+}
+
+/// "approved by dana 2m ago (“note”)".
+fn acted(
+    action: idem_runtime::record::AuditAction,
+    by: &str,
+    when: Timestamp,
+    reason: Option<&str>,
+    now: Timestamp,
+) -> String {
+    let reason = reason
+        .map(|r| format!(" (“{}”)", shown(r)))
+        .unwrap_or_default();
+    format!("{action} by {} {}{reason}", shown(by), relative(now, when))
+}
+
+/// One line of the inbox.
+#[derive(Debug, Clone)]
+pub(super) struct Item {
+    /// The full key.
+    pub key: String,
+    /// The tool.
+    pub tool: String,
+    /// The class, when the catalog (or the state) says.
+    pub class: Option<&'static str>,
+    /// The namespace.
+    pub namespace: String,
+    /// What it waits for.
+    pub waits: Waits,
+    /// How long it has waited ("5m").
+    pub age: String,
+    /// Since when (RFC 3339).
+    pub since: String,
+    /// Waited longer than the overdue age.
+    pub overdue: bool,
+    /// Its arguments on one line, cut.
+    pub summary: String,
+    /// The version shown.
+    pub version: String,
+    /// Waiting since, for sorting.
+    pub since_ms: u64,
+}
+
+impl Item {
+    /// The inbox line for `record`, if it waits for a decision.
+    pub(super) fn of(
+        record: &Record,
+        catalog: Option<&Catalog>,
+        now: Timestamp,
+        overdue: Duration,
+    ) -> Option<Item> {
+        let waits = Waits::of(record, now)?;
+        let since = waits.since(record);
+        Some(Item {
+            key: record.key.as_str().to_owned(),
+            tool: shown(&record.tool),
+            class: class_of(record, catalog).map(ClassKind::as_str),
+            namespace: shown(record.info.namespace.as_deref().unwrap_or("")),
+            waits,
+            age: age(now, since),
+            since: rfc3339(since),
+            overdue: since.until(now) > overdue,
+            summary: match &record.info.args {
+                Some(args) => crate::render::clip(args, 90),
+                None => "(withheld)".to_owned(),
+            },
+            version: Seen::of(record).token(),
+            since_ms: since.as_millis(),
+        })
+    }
+}
+
+/// The class of the record's tool: from the catalog, else from what only
+/// one class does (only `irreversible` calls wait for approval).
+pub(super) fn class_of(record: &Record, catalog: Option<&Catalog>) -> Option<ClassKind> {
+    catalog
+        .and_then(|c| c.tool(&record.tool))
+        .map(|t| t.class)
+        .or(match record.status() {
+            Status::AwaitingApproval | Status::Approved => Some(ClassKind::Irreversible),
+            _ => None,
+        })
+}
+
+/// A labelled line of the decision page.
+#[derive(Debug, Clone)]
+pub(super) struct Field {
+    /// The label.
+    pub label: &'static str,
+    /// The value (escaped for display; askama escapes HTML).
+    pub value: String,
+}
+
+/// One event of the record's audit trail.
+#[derive(Debug, Clone)]
+pub(super) struct Trail {
+    /// When (RFC 3339).
+    pub at: String,
+    /// How long ago.
+    pub ago: String,
+    /// Who.
+    pub by: String,
+    /// What (`approved`, `denied`, …).
+    pub action: String,
+    /// State before → after.
+    pub change: String,
+    /// Why, or the note.
+    pub reason: Option<String>,
+}
+
+impl Trail {
+    /// An event of the store's log.
+    pub(super) fn of(event: &AuditEvent, now: Timestamp) -> Trail {
+        let state = |s: Option<Status>| s.map_or("gone".to_owned(), |s| s.as_str().to_owned());
+        Trail {
+            at: rfc3339(event.at),
+            ago: relative(now, event.at),
+            by: shown(&event.by),
+            action: event.action.to_string(),
+            change: format!("{} → {}", state(event.before), state(event.after)),
+            reason: event.reason.as_deref().map(shown),
+        }
+    }
+}
+
+/// Everything the decision page shows of a record.
+#[derive(Debug, Clone)]
+pub(super) struct Detail {
+    /// The full key.
+    pub key: String,
+    /// The tool.
+    pub tool: String,
+    /// Its description, from the catalog.
+    pub description: Option<String>,
+    /// Its class.
+    pub class: Option<&'static str>,
+    /// What the class means.
+    pub class_meaning: Option<&'static str>,
+    /// The status in words.
+    pub status: &'static str,
+    /// The status as written in filters.
+    pub status_code: &'static str,
+    /// What it waits for, if anything.
+    pub waits: Option<Waits>,
+    /// The canonical arguments, pretty-printed; `None` when withheld.
+    pub arguments: Option<String>,
+    /// The arguments' fingerprint.
+    pub fingerprint: String,
+    /// The other fields, in order.
+    pub fields: Vec<Field>,
+    /// The version shown.
+    pub version: String,
+}
+
+impl Detail {
+    /// The page for `record` at `now`.
+    pub(super) fn of(record: &Record, catalog: Option<&Catalog>, now: Timestamp) -> Detail {
+        let tool: Option<&CatalogTool> = catalog.and_then(|c| c.tool(&record.tool));
+        let class = class_of(record, catalog);
+        let info = &record.info;
+        let when = |at: Timestamp| format!("{} ({})", rfc3339(at), relative(now, at));
+        let mut fields = Vec::new();
+        let mut field = |label: &'static str, value: String| fields.push(Field { label, value });
+        field("Key", record.key.as_str().to_owned());
+        if let Some(ns) = &info.namespace {
+            field("Namespace", shown(ns));
+        }
+        match (&info.call_id, &info.run_id, info.step) {
+            (Some(id), _, _) => field("Call id", shown(id)),
+            (None, Some(run), Some(step)) => {
+                field("Run and step", format!("{}, step {step}", shown(run)))
+            }
+            (None, Some(run), None) => field("Run", shown(run)),
+            (None, None, _) => {}
+        }
+        if let (Some(_), Some(run)) = (&info.call_id, &info.run_id) {
+            field("Run", shown(run));
+        }
+        if let Some(worker) = &record.worker {
+            field("Worker", shown(worker));
+        }
+        field("Created", when(record.created_at));
+        match &record.state {
+            RecordState::AwaitingApproval {
+                requested_at,
+                expires_at,
+                message,
+                ..
+            } => {
+                field("Approval asked", when(*requested_at));
+                field("Waits for", shown(message));
+                field(
+                    "Expires",
+                    match record.status() {
+                        Status::Approved => format!("{}: then the approval lapses unused", when(*expires_at)),
+                        _ => format!("{}: unanswered until then, the request lapses and a new call asks again", when(*expires_at)),
+                    },
+                );
+            }
+            RecordState::InFlight { lease_until, .. } => field(
+                "Lease",
+                if record.lease_expired(now) {
+                    format!("ran out {}: the worker that ran it vanished mid-call, so nobody knows whether the effect happened", when(*lease_until))
+                } else {
+                    format!("until {}", when(*lease_until))
+                },
+            ),
+            RecordState::Completed {
+                completed_at,
+                outcome,
+                ..
+            } => {
+                field("Completed", when(*completed_at));
+                match outcome {
+                    Outcome::Unknown { reason } => field("What went wrong", shown(reason)),
+                    Outcome::Failure { failure } => field(
+                        "Failure",
+                        format!("{}: {}", failure.code, shown(&failure.message)),
+                    ),
+                    Outcome::Success { output } => field("Output", shown(output.as_str())),
+                }
+            }
+        }
+        if let Some(Value::Number(attempts)) =
+            record.steps.get(idem_runtime::executor::ATTEMPT_STEP)
+        {
+            field(
+                "Attempts",
+                format!("{attempts} (attempts made before this state)"),
+            );
+        }
+        if let Some(Approval { approver, note, .. }) = record.approval() {
+            field(
+                "Approved by",
+                match note {
+                    Some(n) => format!("{} (“{}”)", shown(&approver), shown(&n)),
+                    None => shown(&approver),
+                },
+            );
+        }
+        Detail {
+            key: record.key.as_str().to_owned(),
+            tool: shown(&record.tool),
+            description: tool.map(|t| shown(&t.description)),
+            class: class.map(ClassKind::as_str),
+            class_meaning: class.map(class_meaning),
+            status: status_words(record.status()),
+            status_code: record.status().as_str(),
+            waits: Waits::of(record, now),
+            arguments: info.args.as_deref().map(pretty_json),
+            fingerprint: record.fingerprint.as_str().to_owned(),
+            fields,
+            version: Seen::of(record).token(),
+        }
+    }
+}
+
+/// The arguments as "name = value" pairs on one line, for restating an
+/// effect: `charge = "ch_42", cents = 4900`.
+pub(super) fn arguments_in_words(record: &Record) -> String {
+    let Some(args) = &record.info.args else {
+        return format!(
+            "the arguments whose fingerprint is {} (the tool keeps them out of the store)",
+            short_key(record.fingerprint.as_str())
+        );
+    };
+    match json_or_string(args) {
+        Value::Object(map) if !map.is_empty() => map
+            .iter()
+            .map(|(k, v)| format!("{} = {}", shown(k), shown(&v.to_string())))
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => shown(&other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_version_token_reads_back_and_refuses_what_it_did_not_write() {
+        let seen = Seen {
+            fence: 42,
+            status: Status::AwaitingApproval,
+            audit: 3,
+        };
+        assert_eq!(seen.token(), "42-awaiting_approval-3");
+        assert_eq!(Seen::parse(&seen.token()), Some(seen));
+        for bad in [
+            "",
+            "42",
+            "42-awaiting_approval",
+            "x-unknown-0",
+            "1-sleeping-0",
+        ] {
+            assert_eq!(Seen::parse(bad), None, "{bad}");
+        }
+    }
+
+    fn awaiting(args: Option<&str>) -> Record {
+        use idem_runtime::key::{Fingerprint, IdempotencyKey};
+        use idem_runtime::record::{CallInfo, Fence};
+        Record {
+            key: IdempotencyKey::parse(&"ab".repeat(32)).unwrap(),
+            tool: "refund".into(),
+            fingerprint: Fingerprint::new("cd".repeat(32)),
+            created_at: Timestamp(1_000),
+            state: RecordState::AwaitingApproval {
+                fence: Fence(7),
+                requested_at: Timestamp(1_000),
+                expires_at: Timestamp(90_000_000),
+                message: "refunds need finance".into(),
+            },
+            steps: Default::default(),
+            info: CallInfo {
+                args: args.map(str::to_owned),
+                ..CallInfo::default()
+            },
+            worker: None,
+            audit: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn arguments_kept_out_of_the_store_are_shown_withheld_by_fingerprint() {
+        let record = awaiting(None);
+        let now = Timestamp(61_000);
+        let detail = Detail::of(&record, None, now);
+        assert_eq!(detail.arguments, None);
+        assert_eq!(
+            detail.class,
+            Some("irreversible"),
+            "only irreversible calls await approval"
+        );
+        assert!(arguments_in_words(&record).contains("fingerprint is cdcdcdcdcdcd"));
+        let item = Item::of(&record, None, now, Duration::from_secs(30)).unwrap();
+        assert_eq!(item.summary, "(withheld)");
+        assert_eq!(item.age, "1m");
+        assert!(item.overdue);
+        let shown = awaiting(Some(r#"{"cents":4900,"charge":"ch_42"}"#));
+        assert_eq!(
+            arguments_in_words(&shown),
+            r#"cents = 4900, charge = "ch_42""#
+        );
+    }
+
+    #[test]
+    fn pretty_json_escapes_each_line_and_keeps_the_layout() {
+        let text = pretty_json("{\"a\":\"x\u{202e}y\",\"b\":[1,2]}");
+        assert!(!text.contains('\u{202e}'));
+        assert!(text.contains("\\u{202e}"), "{text}");
+        assert_eq!(text.lines().count(), 7, "{text}");
+    }
+}

@@ -1,0 +1,260 @@
+//! Approvals through the `idem` program, on every store: a call waiting
+//! for a person is approved or denied from the command line, the tool runs
+//! exactly once, and waiting callers and later duplicates get the
+//! decision.
+//!
+//! Each scenario is written once against a store URL and runs on a SQLite
+//! file, and on the Redis and PostgreSQL servers of `idem_testkit::servers`
+//! (skipped loudly when their binaries are missing; a failure under
+//! `IDEM_REQUIRE_SERVERS=1`). The Redis and PostgreSQL stores are shared by
+//! the scenarios, so each works in a namespace of its own.
+
+use std::time::Duration;
+
+use idem::approval::Approval;
+use idem::prelude::*;
+use serde_json::{json, Value};
+
+use crate::support::tools::{
+    delete_account, delete_call, dispatcher, executor, ns, tenant, App, DeleteAccount, ASK,
+};
+use crate::support::{listed, unique, Idem};
+
+idem_testkit::on_every_store! {
+    stores: [sqlite, redis, postgres],
+    run: |scenario, store| scenario(store.url()).await,
+    tests: [
+        a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
+        callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
+        a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
+    ],
+}
+
+/// How long a waiting caller waits for a person.
+const PATIENCE: Duration = Duration::from_secs(30);
+
+async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url: &str) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let agent = dispatcher(url, &app, Duration::ZERO).await;
+    let call = delete_call(&unique("call"), "mallory");
+
+    // The policy leaves the call to a person: the model is told it waits.
+    let first = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    let Err(IdemError::ApprovalPending { key, message, .. }) = &first.result else {
+        panic!("expected a pending approval: {:?}", first.result)
+    };
+    assert_eq!(message, ASK);
+    let key = key.as_str().to_owned();
+    assert_eq!(app.deletions(), 0);
+
+    let page = idem
+        .run(&[
+            "ls",
+            "--state",
+            "awaiting-approval",
+            "--namespace",
+            &namespace,
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(page["total"], 1);
+    assert_eq!(page["records"][0]["key"], key.as_str());
+    assert_eq!(page["records"][0]["approval"]["message"], ASK);
+    assert_eq!(page["records"][0]["approval"]["approved_by"], Value::Null);
+    assert_eq!(
+        page["records"][0]["arguments"],
+        json!({"customer": "mallory"})
+    );
+
+    // Asking again before anyone decided: still waiting, nothing ran.
+    let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    assert!(
+        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
+        "{:?}",
+        again.result
+    );
+
+    let out = idem
+        .run(&[
+            "approve",
+            &key[..12],
+            "--by",
+            "ada",
+            "--note",
+            "ticket OPS-7",
+        ])
+        .await;
+    assert!(out.ok().starts_with("approved "), "{}", out.stdout);
+    assert_eq!(app.deletions(), 0, "approving runs nothing by itself");
+
+    // A second decision is refused and changes nothing.
+    idem.run(&["approve", &key, "--by", "bob"])
+        .await
+        .fails(1, "already approved (by ada)");
+    idem.run(&["deny", &key, "--by", "bob", "--reason", "no"])
+        .await
+        .fails(1, "already approved");
+    idem.run(&["resolve", &key, "--release", "--by", "bob", "--reason", "r"])
+        .await
+        .fails(1, "approve or deny it instead");
+    let shown = idem.run(&["show", &key, "--json"]).await.json();
+    assert_eq!(shown["status"], "approved");
+    assert_eq!(shown["approval"]["approved_by"], "ada");
+    assert_eq!(shown["approval"]["note"], "ticket OPS-7");
+
+    // The agent calls again: the tool runs, once.
+    let ran = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    let output = ran.result.as_ref().expect("runs once approved");
+    assert!(!output.meta.deduplicated);
+    assert_eq!(output.output, json!("deleted mallory"));
+    let dup = agent.dispatch_one(call, &tenant(&namespace)).await;
+    assert!(dup.deduplicated(), "{:?}", dup.result);
+    assert_eq!(app.deletions(), 1);
+
+    let shown = idem.run(&["show", &key, "--json"]).await.json();
+    assert_eq!(shown["status"], "succeeded");
+    assert_eq!(shown["approval"]["approved_by"], "ada");
+    assert_eq!(shown["audit"][0]["action"], "approved");
+    assert_eq!(shown["audit"][0]["reason"], "ticket OPS-7");
+}
+
+async fn callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli(url: &str) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let call_id = unique("call");
+
+    // An agent whose calls wait for a person's decision.
+    let waiting = dispatcher(url, &app, PATIENCE).await;
+    let call = delete_call(&call_id, "eve");
+    let context = tenant(&namespace);
+    let agent = tokio::spawn(async move { waiting.dispatch_one(call, &context).await });
+    let key = listed(&idem, &namespace, "awaiting_approval").await;
+
+    // A typed caller of the same call joins, and waits too.
+    let exec = executor(url, &app, Duration::ZERO).await;
+    let typed_ns = ns(&namespace);
+    let typed_id = call_id.clone();
+    let typed = tokio::spawn(async move {
+        exec.call_approved(
+            delete_account,
+            DeleteAccount {
+                customer: "eve".into(),
+            },
+            Approval::granted_by("the agent itself"),
+        )
+        .call_id(typed_id)
+        .namespace(typed_ns)
+        .wait_for_approval(PATIENCE)
+        .await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!agent.is_finished() && !typed.is_finished());
+    assert_eq!(app.deletions(), 0, "nothing runs before a person decides");
+
+    idem.run(&["approve", &key, "--by", "ada"]).await.ok();
+
+    let agent = agent.await.unwrap();
+    let typed = typed.await.unwrap();
+    let agent = agent.result.expect("the waiting agent's call runs");
+    let typed = typed.expect("the waiting typed call gets the output");
+    assert_eq!(agent.output, json!("deleted eve"));
+    assert_eq!(typed.output, "deleted eve");
+    assert_eq!(
+        [agent.meta.deduplicated, typed.meta.deduplicated]
+            .iter()
+            .filter(|d| !**d)
+            .count(),
+        1,
+        "exactly one of them ran the tool"
+    );
+    assert_eq!(app.deletions(), 1);
+    let shown = idem.run(&["show", &key, "--json"]).await.json();
+    assert_eq!(shown["status"], "succeeded");
+    assert_eq!(shown["approval"]["approved_by"], "ada");
+}
+
+async fn a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate(url: &str) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let call_id = unique("call");
+    let reason = "accounts are closed by support, not by agents";
+
+    let waiting = dispatcher(url, &app, PATIENCE).await;
+    let call = delete_call(&call_id, "eve");
+    let context = tenant(&namespace);
+    let agent = tokio::spawn(async move { waiting.dispatch_one(call, &context).await });
+    let key = listed(&idem, &namespace, "awaiting_approval").await;
+
+    let out = idem
+        .run(&["deny", &key[..12], "--by", "ada", "--reason", reason])
+        .await;
+    assert!(out.ok().starts_with("denied "), "{}", out.stdout);
+
+    let answer = agent.await.unwrap();
+    match &answer.result {
+        Err(IdemError::ApprovalDenied { reason: got, .. }) => assert_eq!(got, reason),
+        other => panic!("the waiting caller should get the denial: {other:?}"),
+    }
+    assert!(answer.content()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains(reason));
+
+    // Every later duplicate gets the reason, dispatched or typed.
+    let agent = dispatcher(url, &app, Duration::ZERO).await;
+    let dup = agent
+        .dispatch_one(delete_call(&call_id, "eve"), &tenant(&namespace))
+        .await;
+    assert!(dup.deduplicated());
+    assert!(matches!(&dup.result, Err(IdemError::ApprovalDenied { reason: r, .. }) if r == reason));
+    let exec = executor(url, &app, Duration::ZERO).await;
+    let typed = exec
+        .call_approved(
+            delete_account,
+            DeleteAccount {
+                customer: "eve".into(),
+            },
+            Approval::granted_by("the agent itself"),
+        )
+        .call_id(&call_id)
+        .namespace(ns(&namespace))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&typed, IdemError::ApprovalDenied { reason: r, deduplicated: true, .. } if r == reason),
+        "{typed}"
+    );
+    assert_eq!(app.deletions(), 0);
+
+    // Decided is decided.
+    idem.run(&["approve", &key, "--by", "bob"])
+        .await
+        .fails(1, "not awaiting approval (it is failed)");
+    idem.run(&["deny", &key, "--by", "bob", "--reason", "again"])
+        .await
+        .fails(1, "not awaiting approval");
+    idem.run(&[
+        "resolve",
+        &key,
+        "--succeeded",
+        "{}",
+        "--by",
+        "bob",
+        "--reason",
+        "r",
+    ])
+    .await
+    .fails(1, "already failed");
+
+    let shown = idem.run(&["show", &key, "--json"]).await.json();
+    assert_eq!(shown["status"], "failed");
+    assert_eq!(shown["outcome"]["code"], "approval_denied");
+    assert_eq!(shown["outcome"]["message"], reason);
+    assert_eq!(shown["audit"][0]["action"], "denied");
+    assert_eq!(shown["audit"][0]["by"], "ada");
+}

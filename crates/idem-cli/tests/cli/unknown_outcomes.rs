@@ -1,0 +1,384 @@
+//! Unknown outcomes through the `idem` program, on every store: a
+//! timed-out charge is listed as unknown and resolved from the command
+//! line (succeeded, failed or released), the duplicate gets the
+//! resolution, a resolution keeps the retention asked for, and `idem log`
+//! keeps what was done after the records are gone.
+//!
+//! Each scenario is written once against a store URL and runs on a SQLite
+//! file, and on the Redis and PostgreSQL servers of `idem_testkit::servers`
+//! (skipped loudly when their binaries are missing; a failure under
+//! `IDEM_REQUIRE_SERVERS=1`). The Redis and PostgreSQL stores are shared by
+//! the scenarios, so each works in a namespace of its own.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::stores_support::{ada, key_from_transcript, timed_out_charge};
+use crate::support::tools::{charge_card, executor, ns, App, Charged};
+use crate::support::{claim_directly, schema, unique, Idem};
+
+idem_testkit::on_every_store! {
+    stores: [sqlite, redis, postgres],
+    run: |scenario, store| scenario(store.url()).await,
+    tests: [
+        a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
+        unknown_outcomes_resolved_as_failed_or_released,
+        an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
+        idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
+    ],
+}
+
+/// `idem log` keeps what `resolve --release` and `delete` did (who, when,
+/// why, state before and after) after the records are gone, by full key
+/// or prefix, as a table and as the documented JSON.
+async fn idem_log_shows_a_release_and_a_delete_after_their_records_are_gone(url: &str) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let exec = executor(url, &app, Duration::ZERO).await;
+    let call_id = timed_out_charge(&exec, &app, &namespace).await;
+    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
+    idem.run(&[
+        "resolve",
+        &key,
+        "--release",
+        "--by",
+        "ada",
+        "--reason",
+        "the bank never saw it",
+    ])
+    .await
+    .ok();
+    idem.run(&["show", &key]).await.fails(3, "no record");
+
+    let log = idem.run(&["log", &key[..10], "--json"]).await.json();
+    schema::check(&log, "log");
+    assert_eq!(log["total"], 1, "{log}");
+    let event = &log["events"][0];
+    assert_eq!(event["action"], "released");
+    assert_eq!(event["by"], "ada");
+    assert_eq!(event["reason"], "the bank never saw it");
+    assert_eq!(event["before"], "unknown");
+    assert!(event["after"].is_null());
+    assert_eq!(event["tool"], "charge_card");
+    assert_eq!(event["namespace"], namespace.as_str());
+
+    // The retry runs again (the release allowed it) and is deleted.
+    exec.call(charge_card, ada())
+        .call_id(&call_id)
+        .namespace(ns(&namespace))
+        .await
+        .unwrap();
+    idem.run(&["delete", &key, "--by", "bo", "--reason", "test charge"])
+        .await
+        .ok();
+    let table = idem.run(&["log", &key, "--since", "1h"]).await;
+    let table = table.ok();
+    assert!(table.starts_with("AT "), "{table}");
+    assert!(
+        table.contains("released") && table.contains("unknown → deleted"),
+        "{table}"
+    );
+    assert!(
+        table.contains("deleted") && table.contains("succeeded → deleted") && table.contains("bo"),
+        "{table}"
+    );
+    let none = idem
+        .run(&["log", &key, "--since", "2099-01-01T00:00:00Z", "--json"])
+        .await
+        .json();
+    assert_eq!(none["total"], 0);
+    idem.run(&["log", "xyz"]).await.fails(2, "not a key");
+}
+
+/// An unknown outcome is shown as kept until a person settles it, counted
+/// by age in `idem stats`, and `idem resolve --ttl` keeps the resolution as
+/// long as asked (a malformed TTL changes nothing).
+async fn an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for(
+    url: &str,
+) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let exec = executor(url, &app, Duration::ZERO).await;
+    let call_id = timed_out_charge(&exec, &app, &namespace).await;
+    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
+
+    let shown = idem.run(&["show", &key[..12]]).await;
+    let shown = shown.ok();
+    assert!(
+        shown.contains("until a person settles it") && shown.contains("never expires"),
+        "{shown}"
+    );
+    assert!(!shown.contains("Expires"), "{shown}");
+    let listed = idem
+        .run(&["ls", "--state", "unknown", "--namespace", &namespace])
+        .await;
+    assert!(
+        listed.ok().contains("waiting for a person for"),
+        "{}",
+        listed.stdout
+    );
+    let stats = idem.run(&["stats", "--json"]).await.json();
+    schema::check(&stats, "stats");
+    assert!(
+        stats["unknown_by_age"]["under_1h"].as_u64().unwrap() >= 1,
+        "{stats}"
+    );
+    assert!(stats["unknown_by_age"]["oldest"].is_string(), "{stats}");
+
+    let refused = idem
+        .run(&[
+            "resolve",
+            &key[..12],
+            "--failed",
+            "not charged",
+            "--ttl",
+            "soon",
+            "--by",
+            "ada",
+            "--reason",
+            "checked",
+        ])
+        .await;
+    refused.fails(2, "--ttl takes a duration");
+    let resolved = idem
+        .run(&[
+            "resolve",
+            &key[..12],
+            "--failed",
+            "not charged",
+            "--ttl",
+            "2h",
+            "--by",
+            "ada",
+            "--reason",
+            "the dashboard shows no charge",
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(resolved["status"], "failed");
+    let at = |field: &str| idem_cli_time(resolved[field].as_str().unwrap());
+    let kept = at("expires_at") - at("completed_at");
+    assert!((7_190_000..=7_210_000).contains(&kept), "kept {kept} ms");
+}
+
+/// Milliseconds since the epoch of an RFC 3339 time as the program prints
+/// it (`2026-05-01T09:00:00.000Z`).
+fn idem_cli_time(text: &str) -> i64 {
+    let (date, time) = text.trim_end_matches('Z').split_once('T').unwrap();
+    let d: Vec<i64> = date.split('-').map(|p| p.parse().unwrap()).collect();
+    let (hms, milli) = time.split_once('.').unwrap_or((time, "0"));
+    let t: Vec<i64> = hms.split(':').map(|p| p.parse().unwrap()).collect();
+    // Days from civil (Howard Hinnant's algorithm).
+    let (y, m) = if d[1] <= 2 {
+        (d[0] - 1, d[1] + 9)
+    } else {
+        (d[0], d[1] - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + d[2] - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    ((days * 24 + t[0]) * 60 + t[1]) * 60_000 + t[2] * 1000 + milli.parse::<i64>().unwrap()
+}
+
+async fn a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution(
+    url: &str,
+) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let exec = executor(url, &app, Duration::ZERO).await;
+
+    let call_id = timed_out_charge(&exec, &app, &namespace).await;
+    assert_eq!(app.charges(), 1);
+
+    // The operator finds it: by state, and from the transcript's call id.
+    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
+    let page = idem
+        .run(&[
+            "ls",
+            "--state",
+            "unknown",
+            "--namespace",
+            &namespace,
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(page["total"], 1);
+    let record = &page["records"][0];
+    assert_eq!(record["key"], key.as_str());
+    assert_eq!(record["status"], "unknown");
+    assert_eq!(record["tool"], "charge_card");
+    assert_eq!(record["call_id"], call_id.as_str());
+    assert_eq!(record["worker"], "test-worker:1");
+    assert_eq!(
+        record["arguments"],
+        json!({"customer": "ada", "cents": 4900})
+    );
+    assert!(record["outcome"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("timed out"));
+    let table = idem
+        .run(&["ls", "--state", "unknown", "--namespace", &namespace])
+        .await;
+    let table = table.ok();
+    assert!(table.starts_with("KEY "), "{table}");
+    assert!(
+        table.contains(&key[..12]) && table.contains("unknown") && table.contains("charge_card"),
+        "{table}"
+    );
+
+    // It is settled from the command line, by a key prefix.
+    let out = idem
+        .run(&[
+            "resolve",
+            &key[..12],
+            "--succeeded",
+            r#"{"charge_id": "ch_from_the_dashboard"}"#,
+            "--by",
+            "ada",
+            "--reason",
+            "the payment dashboard shows the charge",
+        ])
+        .await;
+    assert!(out.ok().starts_with("resolved "), "{}", out.stdout);
+
+    // The model's retry gets the resolved output; the card is not charged
+    // again.
+    let again = exec
+        .call(charge_card, ada())
+        .call_id(&call_id)
+        .namespace(ns(&namespace))
+        .await
+        .unwrap();
+    assert!(again.meta.deduplicated);
+    assert_eq!(
+        again.output,
+        Charged {
+            charge_id: "ch_from_the_dashboard".into()
+        }
+    );
+    assert_eq!(app.charges(), 1);
+
+    // The record says who settled it and why.
+    let shown = idem.run(&["show", &key, "--json"]).await.json();
+    assert_eq!(shown["status"], "succeeded");
+    assert_eq!(shown["audit"][0]["by"], "ada");
+    assert_eq!(shown["audit"][0]["action"], "resolved_succeeded");
+    assert_eq!(
+        shown["audit"][0]["reason"],
+        "the payment dashboard shows the charge"
+    );
+    let described = idem.run(&["show", &key[..8]]).await;
+    let described = described.ok();
+    assert!(
+        described.contains("resolved_succeeded by ada: the payment dashboard shows the charge"),
+        "{described}"
+    );
+}
+
+async fn unknown_outcomes_resolved_as_failed_or_released(url: &str) {
+    let idem = Idem::new(url);
+    let namespace = unique("tenant");
+    let app = App::default();
+    let exec = executor(url, &app, Duration::ZERO).await;
+
+    // Resolved as failed: the retry gets the failure and nothing runs.
+    let failed = timed_out_charge(&exec, &app, &namespace).await;
+    let key = key_from_transcript("charge_card", &failed, &namespace).await;
+    idem.run(&[
+        "resolve",
+        &key,
+        "--failed",
+        "card declined (seen at the bank)",
+        "--by",
+        "ada",
+        "--reason",
+        "bank statement",
+    ])
+    .await
+    .ok();
+    let err = exec
+        .call(charge_card, ada())
+        .call_id(&failed)
+        .namespace(ns(&namespace))
+        .await
+        .unwrap_err();
+    assert!(err.is_deduplicated(), "{err}");
+    assert!(
+        err.to_string().contains("card declined (seen at the bank)"),
+        "{err}"
+    );
+    assert_eq!(app.charges(), 1);
+
+    // Released: the record is gone and the retry charges the card.
+    let released = timed_out_charge(&exec, &app, &namespace).await;
+    let key = key_from_transcript("charge_card", &released, &namespace).await;
+    let out = idem
+        .run(&[
+            "resolve",
+            &key[..10],
+            "--release",
+            "--by",
+            "ada",
+            "--reason",
+            "the bank never saw it",
+        ])
+        .await;
+    assert!(out.ok().starts_with("released "), "{}", out.stdout);
+    idem.run(&["show", &key]).await.fails(3, "no record");
+    let again = exec
+        .call(charge_card, ada())
+        .call_id(&released)
+        .namespace(ns(&namespace))
+        .await
+        .unwrap();
+    assert!(!again.meta.deduplicated);
+    assert_eq!(app.charges(), 3);
+
+    // A call whose owner vanished (its lease ran out, nobody took it over)
+    // is settled the same way.
+    let vanished = unique("call");
+    let key = claim_directly(
+        url,
+        &namespace,
+        &vanished,
+        Some("{}"),
+        Duration::from_millis(200),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let shown = idem.run(&["show", key.as_str(), "--json"]).await.json();
+    assert_eq!(shown["status"], "in_flight");
+    assert_eq!(shown["lease"]["expired"], true);
+    let described = idem.run(&["show", key.as_str()]).await;
+    assert!(
+        described.ok().contains("the owner vanished"),
+        "{}",
+        described.stdout
+    );
+    let resolved = idem
+        .run(&[
+            "resolve",
+            key.as_str(),
+            "--failed",
+            "the worker died before charging",
+            "--by",
+            "ada",
+            "--reason",
+            "no charge at the bank",
+            "--json",
+        ])
+        .await
+        .json();
+    assert_eq!(resolved["status"], "failed");
+    assert_eq!(resolved["outcome"]["code"], "permanent");
+    assert_eq!(resolved["audit"][0]["action"], "resolved_failed");
+}

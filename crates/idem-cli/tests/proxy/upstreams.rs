@@ -1,0 +1,188 @@
+//! `idem proxy` in front of MCP servers nobody on this project wrote: the
+//! reference servers from npm (`@modelcontextprotocol/server-memory`,
+//! `server-filesystem`, `server-everything`, which `.ci/mcp-servers-setup.sh`
+//! installs in `target/mcp-servers`), run on the distribution's Node, with
+//! the official Python MCP SDK as the client (`target/python-mcp`, or
+//! `IDEM_PYTHON`). The client's cases are in `tests/python/proxy_clients.py`;
+//! each counts the upstream's effects from the upstream itself, straight
+//! and through the proxy. Upstreams are started over stdio, and reached
+//! over streamable HTTP (`idem proxy --upstream URL`: server-everything's
+//! HTTP mode, and `tests/python/slow_upstream.py` killed and restarted on
+//! one listening socket).
+//!
+//! Without Node, the servers or the SDK the tests are skipped loudly, and
+//! fail under `IDEM_REQUIRE_SERVERS=1`.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use crate::support::IDEM;
+
+/// The installed servers: `node_modules/@modelcontextprotocol`.
+fn servers() -> Option<PathBuf> {
+    let dir = idem_testkit::workspace_root()
+        .join("target/mcp-servers/node_modules/@modelcontextprotocol");
+    let all = ["server-memory", "server-filesystem", "server-everything"]
+        .iter()
+        .all(|name| dir.join(name).join("dist/index.js").is_file());
+    let node = Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    (all && node).then_some(dir)
+}
+
+const SERVERS: &str =
+    "Node and the npm MCP servers (.ci/mcp-servers-setup.sh installs them in target/mcp-servers)";
+
+/// Kept for reading: a file under `target/tmp`.
+fn keep(name: &str, text: &str) {
+    let dir = idem_testkit::workspace_root().join("target/tmp");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(name), text);
+}
+
+fn print_config(servers: &std::path::Path, server: &str, args: &[&str]) -> String {
+    let dir = idem_testkit::TempDir::new("idem-proxy-print").unwrap();
+    let script = servers.join(server).join("dist/index.js");
+    let out = Command::new(IDEM)
+        .args(["proxy", "--print-config", "--", "node"])
+        .arg(&script)
+        .args(args)
+        .env(
+            "IDEM_STORE",
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        )
+        .env("MEMORY_FILE_PATH", dir.path().join("memory.jsonl"))
+        .current_dir(dir.path())
+        .output()
+        .expect("idem runs");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        !dir.path().join("idem.db").exists(),
+        "--print-config opens no store"
+    );
+    text
+}
+
+/// The class `text` (a printed configuration) gives `tool`.
+fn class_of<'a>(text: &'a str, tool: &str) -> &'a str {
+    let header = format!("[tools.{tool}]\nclass = \"");
+    let at = text
+        .find(&header)
+        .unwrap_or_else(|| panic!("{tool} in:\n{text}"))
+        + header.len();
+    let end = text[at..].find('"').unwrap();
+    &text[at..at + end]
+}
+
+#[test]
+fn print_config_infers_each_tool_class_from_the_servers_annotations() {
+    let Some(servers) = servers() else {
+        idem_testkit::skip(
+            "print_config_infers_each_tool_class_from_the_servers_annotations",
+            SERVERS,
+        );
+        return;
+    };
+    let memory = print_config(&servers, "server-memory", &[]);
+    keep("proxy-memory.toml", &memory);
+    assert!(memory.contains("name = \"memory-server\""), "{memory}");
+    assert_eq!(class_of(&memory, "create_entities"), "non_idempotent_write");
+    assert_eq!(class_of(&memory, "delete_entities"), "irreversible");
+    assert_eq!(class_of(&memory, "read_graph"), "read");
+    // A comment on every guess: each tool's class is guessed here.
+    let tools = memory.matches("\n[tools.").count();
+    assert_eq!(memory.matches("\n# Guessed: ").count(), tools, "{memory}");
+
+    let files = tempdir_path();
+    let filesystem = print_config(&servers, "server-filesystem", &[files.as_str()]);
+    keep("proxy-filesystem.toml", &filesystem);
+    assert_eq!(class_of(&filesystem, "edit_file"), "irreversible");
+    assert_eq!(
+        class_of(&filesystem, "create_directory"),
+        "idempotent_write"
+    );
+    assert_eq!(class_of(&filesystem, "read_text_file"), "read");
+}
+
+fn tempdir_path() -> String {
+    std::env::temp_dir().display().to_string()
+}
+
+#[test]
+fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
+    let what = "the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent";
+    let Some(servers) = servers() else {
+        idem_testkit::skip(what, SERVERS);
+        return;
+    };
+    let Some(python) = idem_testkit::python_mcp() else {
+        idem_testkit::skip(
+            what,
+            "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)",
+        );
+        return;
+    };
+    idem_testkit::run_python_clients(
+        &python,
+        std::path::Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/python/proxy_clients.py"
+        )),
+        &[
+            ("IDEM_BIN", IDEM.as_ref()),
+            ("IDEM_MCP_SERVERS", servers.as_os_str()),
+        ],
+        "proxy-python-transcript.md",
+    );
+}
+
+/// `idem proxy` with `args`: its exit code and stderr.
+fn refused(args: &[&str]) -> (Option<i32>, String) {
+    let dir = idem_testkit::TempDir::new("idem-proxy-refused").unwrap();
+    let out = Command::new(IDEM)
+        .arg("proxy")
+        .args(args)
+        .env(
+            "IDEM_STORE",
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        )
+        .output()
+        .expect("idem runs");
+    assert!(
+        !dir.path().join("idem.db").exists(),
+        "a refused command line opens no store"
+    );
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
+    let (code, stderr) = refused(&["--upstream", "https://mcp.example.com/mcp"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("https://mcp.example.com/mcp"), "{stderr}");
+    assert!(stderr.contains("no TLS support"), "{stderr}");
+    assert!(stderr.contains("TLS-terminating proxy"), "{stderr}");
+    assert!(stderr.contains("over stdio"), "{stderr}");
+
+    let (code, stderr) = refused(&["--upstream", "ftp://127.0.0.1/mcp"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("ftp://127.0.0.1/mcp"), "{stderr}");
+
+    // An upstream, or a command to start one: not both, and one of them.
+    let (code, stderr) = refused(&["--upstream", "http://127.0.0.1:9/mcp", "--", "node"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    let (code, stderr) = refused(&[]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("required"), "{stderr}");
+}

@@ -1,0 +1,607 @@
+"""`idem proxy` in front of MCP servers nobody on this project wrote, driven
+by the official Python MCP SDK (`mcp` on PyPI) as a client.
+
+Run by `crates/idem-cli/tests/proxy/upstreams.rs`, which passes the `idem` program in
+IDEM_BIN and the npm servers' directory (node_modules/@modelcontextprotocol)
+in IDEM_MCP_SERVERS. Each scenario runs twice, straight against the server
+and through the proxy, and counts the upstream's effects from the upstream
+itself (the file, the knowledge graph read back, a journal), never from
+what idem answers.
+
+Prints a transcript and the table of effects; exits non-zero on the first
+broken expectation.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import Client, StdioServerParameters, types
+
+IDEM = os.environ["IDEM_BIN"]
+SERVERS = Path(os.environ["IDEM_MCP_SERVERS"])
+NODE = os.environ.get("IDEM_NODE") or shutil.which("node")
+HERE = Path(__file__).parent
+TABLE: list[tuple[str, str, str, str]] = []
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def reads(result: types.CallToolResult) -> str:
+    """What the model reads: the text blocks of a result."""
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+def last(result: types.CallToolResult):
+    """The upstream's answer as JSON: its last text block (idem may put a
+    sentence before it)."""
+    texts = [block.text for block in result.content if block.type == "text"]
+    return json.loads(texts[-1])
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+def npm_server(name: str, *args: str) -> list[str]:
+    return [NODE, str(SERVERS / name / "dist" / "index.js"), *args]
+
+
+class Person:
+    """The person in the chat: accepts every approval question."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def __call__(self, context, params):
+        self.asked.append(params.message)
+        return types.ElicitResult(action="accept")
+
+
+class Place:
+    """A temporary directory with an idem store in it."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="idem-proxy-py-"))
+        self.store = f"sqlite://{self.dir / 'idem.db'}"
+
+    def direct(self, command: list[str], env: dict[str, str] | None = None, **options) -> Client:
+        server = StdioServerParameters(command=command[0], args=command[1:], env=env or {})
+        return Client(server, **options)
+
+    def proxied(
+        self, command: list[str], env: dict[str, str] | None = None, config: str | None = None, **options
+    ) -> Client:
+        args = ["proxy"]
+        if config is not None:
+            path = self.dir / "proxy.toml"
+            path.write_text(config)
+            args += ["--config", str(path)]
+        server = StdioServerParameters(
+            command=IDEM, args=[*args, "--", *command], env={"IDEM_STORE": self.store, **(env or {})}
+        )
+        return Client(server, **options)
+
+    def through(self, url: str, config: str | None = None, **options) -> Client:
+        """A client of `idem proxy --upstream URL` (over stdio)."""
+        args = ["proxy", "--upstream", url]
+        if config is not None:
+            path = self.dir / "proxy.toml"
+            path.write_text(config)
+            args += ["--config", str(path)]
+        server = StdioServerParameters(command=IDEM, args=args, env={"IDEM_STORE": self.store})
+        return Client(server, **options)
+
+    def idem(self, *args: str) -> str:
+        out = subprocess.run([IDEM, "--store", self.store, *args], capture_output=True, text=True, check=True)
+        return out.stdout
+
+
+@contextlib.contextmanager
+def place():
+    where = Place()
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where.dir, ignore_errors=True)
+
+
+def filesystem(here: Place, proxied: bool) -> tuple[Path, Client, Person]:
+    """server-filesystem on a directory of its own, straight or through the
+    proxy; the person in the chat accepts what the proxy asks."""
+    root = here.dir / "files"
+    root.mkdir()
+    command = npm_server("server-filesystem", str(root))
+    person = Person()
+    client = here.proxied(command, elicitation_callback=person) if proxied else here.direct(command)
+    return root, client, person
+
+
+EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
+
+
+async def edit_file() -> None:
+    say("\n## server-filesystem: `edit_file` a -> aa, sent again after its response was lost")
+    counts = []
+    for proxied in (False, True):
+        with place() as here:
+            root, client, person = filesystem(here, proxied)
+            target = root / "notes.txt"
+            target.write_text("a")
+            async with client:
+                arguments = {"path": str(target), **EDIT}
+                meta = {"io.idem/idempotencyKey": "edit-notes-1"}
+                first = await client.call_tool("edit_file", arguments, meta=meta)
+                again = await client.call_tool("edit_file", arguments, meta=meta)
+            text = target.read_text()
+            edits = len(text) - 1
+            counts.append(edits)
+            route = "through idem proxy" if proxied else "directly"
+            say(f"{route}: the file reads {text!r} ({edits} edit(s)); the repeat answered error={again.is_error}")
+            if proxied:
+                say(f"  the person was asked once:\n    {person.asked[0].splitlines()[0]}")
+                check(text == "aa", "through the proxy the file changes once")
+                check(len(person.asked) == 1, "the approval is asked once")
+                check(again.meta["io.idem/deduplicated"], "the repeat is answered from the record")
+                check(reads(again) == reads(first), "the repeat answers as the first did")
+                ls = here.idem("ls", "--namespace", "mcp/secure-filesystem-server")
+                check("edit_file" in ls, f"idem ls shows the proxied call:\n{ls}")
+                say(f"  idem ls --namespace mcp/secure-filesystem-server:\n    {ls.splitlines()[1]}")
+            else:
+                check(edits == 2, f"directly the repeat edits again ({text!r})")
+    TABLE.append(("filesystem: edit_file a->aa, resent", "edits applied", *map(str, counts)))
+
+
+async def move_file() -> None:
+    say("\n## server-filesystem: `move_file`, sent again")
+    answers = []
+    for proxied in (False, True):
+        with place() as here:
+            root, client, person = filesystem(here, proxied)
+            (root / "draft.txt").write_text("hello")
+            async with client:
+                arguments = {"source": str(root / "draft.txt"), "destination": str(root / "final.txt")}
+                meta = {"io.idem/idempotencyKey": "move-draft-1"}
+                first = await client.call_tool("move_file", arguments, meta=meta)
+                again = await client.call_tool("move_file", arguments, meta=meta)
+            moved = int((root / "final.txt").exists() and not (root / "draft.txt").exists())
+            route = "through idem proxy" if proxied else "directly"
+            say(f"{route}: first -> {reads(first)!r}\n  repeat -> error={again.is_error} {reads(again)!r}")
+            check(moved == 1 and not first.is_error, "the file is moved")
+            if proxied:
+                check(not again.is_error and reads(again) == reads(first), "the repeat answers as the first did")
+            else:
+                check(again.is_error, "directly the repeat fails: the source is gone")
+            answers.append(f"1 move, repeat {'fails' if again.is_error else 'answers as the first'}")
+    TABLE.append(("filesystem: move_file, resent", "files moved; the repeat's answer", *answers))
+
+
+ENTITY = {"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]}
+
+
+async def create_entities() -> None:
+    say("\n## server-memory: `create_entities`, sent again (a program's retry, then a model's repeat)")
+    results = []
+    for proxied in (False, True):
+        with place() as here:
+            env = {"MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+            command = npm_server("server-memory")
+            client = here.proxied(command, env=env) if proxied else here.direct(command, env=env)
+            async with client:
+                meta = {"io.idem/idempotencyKey": "ada-1"}
+                first = await client.call_tool("create_entities", ENTITY, meta=meta)
+                again = await client.call_tool("create_entities", ENTITY, meta=meta)
+                # A chat client sends no key: the model repeats the call.
+                other = {"entities": [{"name": "Grace", "entityType": "person", "observations": []}]}
+                chat_first = await client.call_tool("create_entities", other)
+                chat_again = await client.call_tool("create_entities", other)
+                graph = await client.call_tool("read_graph", {})
+            entities = last(graph)["entities"]
+            route = "through idem proxy" if proxied else "directly"
+            say(f"{route}: first -> {reads(first)[:70]!r}…\n  repeat -> {reads(again)[:70]!r}")
+            say(f"  a model's repeat (no key) -> {reads(chat_again)[:120]!r}")
+            created = len(last(again))
+            check(len(entities) == 2, f"the graph holds Ada and Grace once each: {entities}")
+            if proxied:
+                check(reads(again) == reads(first), "the retry answers as the first did")
+                check(chat_again.meta["io.idem/deduplicated"], "the model's repeat is a duplicate")
+                check("already done" in reads(chat_again).lower(), "the model is told it was already done")
+            else:
+                check(json.loads(reads(again)) == [], "directly the retry answers an empty list")
+                check(reads(chat_again) == "[]", "directly the model's repeat answers an empty list")
+            results.append(f"{len(entities)} in the graph; the retry answers {created} created")
+            del chat_first
+    TABLE.append(("memory: create_entities, resent", "entities; the repeat's answer", *results))
+
+
+async def over_http() -> None:
+    say("\n## `idem proxy --listen`: server-memory served over streamable HTTP, a call sent again")
+    with place() as here:
+        env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--", *npm_server("server-memory")]
+        proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            url = None
+            for line in proxy.stderr:
+                found = re.search(r"serving \S+ on (http://\S+/mcp)", line)
+                if found:
+                    url = found.group(1)
+                    break
+            check(url is not None, "the proxy printed its address")
+            async with Client(url) as client:
+                meta = {"io.idem/idempotencyKey": "ada-http-1"}
+                first = await client.call_tool("create_entities", ENTITY, meta=meta)
+                again = await client.call_tool("create_entities", ENTITY, meta=meta)
+                graph = last(await client.call_tool("read_graph", {}))
+            say(f"{url}: the retry -> deduplicated={again.meta['io.idem/deduplicated']}")
+            check(reads(again) == reads(first) and len(last(again)) == 1, "the retry answers as the first did")
+            check(len(graph["entities"]) == 1, "one entity")
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            proxy.wait(timeout=20)
+
+
+async def operator_approval() -> None:
+    say("\n## server-memory: `delete_entities` (irreversible) from a client that cannot ask its user")
+    with place() as here:
+        env = {"MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+        command = npm_server("server-memory")
+        meta = {"io.idem/idempotencyKey": "forget-ada-1"}
+        forget = {"entityNames": ["Ada"]}
+        async with here.proxied(command, env=env) as client:
+            await client.call_tool("create_entities", ENTITY)
+            waiting = await client.call_tool("delete_entities", forget, meta=meta)
+            graph = last(await client.call_tool("read_graph", {}))
+            say(f"the model reads:\n  {reads(waiting)}")
+            check(waiting.is_error and len(graph["entities"]) == 1, "nothing deleted before a person decides")
+        listed = json.loads(here.idem("--json", "ls", "--state", "awaiting_approval"))["records"]
+        check(len(listed) == 1 and listed[0]["tool"] == "delete_entities", f"the inbox shows it: {listed}")
+        check(listed[0]["namespace"] == "mcp/memory-server", "named after the upstream server")
+        here.idem("approve", listed[0]["key"], "--by", "ops", "--note", "Ada asked to be forgotten")
+        say(f"idem approve {listed[0]['key'][:12]}… --by ops")
+        async with here.proxied(command, env=env) as client:
+            done = await client.call_tool("delete_entities", forget, meta=meta)
+            graph = last(await client.call_tool("read_graph", {}))
+            say(f"the call sent again after the approval -> {reads(done)!r}")
+            check(not done.is_error and graph["entities"] == [], "approved: deleted once")
+
+
+async def everything() -> None:
+    say("\n## server-everything: what is not a write passes through as it is")
+    seen = {}
+    for proxied in (False, True):
+        with place() as here:
+            command = npm_server("server-everything", "stdio")
+            client = here.proxied(command) if proxied else here.direct(command)
+            async with client:
+                capabilities = client.server_capabilities
+                tools = (await client.list_tools()).tools
+                resources = (await client.list_resources()).resources
+                templates = (await client.list_resource_templates()).resource_templates
+                document = await client.read_resource(resources[0].uri)
+                prompts = (await client.list_prompts()).prompts
+                prompt = await client.get_prompt("args-prompt", {"city": "Lyon"})
+                echo = await client.call_tool("echo", {"message": "hello"})
+                structured = await client.call_tool("get-structured-content", {"location": "Chicago"})
+                image = await client.call_tool("get-tiny-image", {})
+                # Two calls under way at once, each asking for progress:
+                # each hears only its own steps.
+                steps: dict[int, list[float]] = {2: [], 3: []}
+
+                def progress_of(n: int):
+                    async def progress(done: float, total: float | None, message: str | None) -> None:
+                        steps[n].append(done)
+
+                    return progress
+
+                slow = await asyncio.gather(
+                    *(
+                        client.call_tool(
+                            "trigger-long-running-operation",
+                            {"duration": 0.3, "steps": n},
+                            progress_callback=progress_of(n),
+                        )
+                        for n in (2, 3)
+                    )
+                )
+                slow = [reads(result) for result in slow]
+            seen[proxied] = {
+                "capabilities": sorted(
+                    k for k in ("prompts", "resources", "tools", "completions", "logging")
+                    if getattr(capabilities, k) is not None
+                ),
+                "tools": [t.name for t in tools],
+                "resources": [r.uri for r in resources],
+                "templates": [t.uri_template for t in templates],
+                "document": document.model_dump(exclude={"meta"}),
+                "prompts": [p.name for p in prompts],
+                "prompt": prompt.model_dump(exclude={"meta"}),
+                "echo": reads(echo),
+                "structured": structured.structured_content,
+                "image": [block.type for block in image.content],
+                "progress": steps,
+                "slow": slow,
+            }
+            if proxied:
+                classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
+                say(f"through the proxy each tool carries its class: {classes}")
+                check(all(classes.values()), "every listed tool names its class")
+    check(all(len(seen[False]["progress"][n]) == n for n in (2, 3)), f"the upstream reports progress: {seen[False]['progress']}")
+    for what, direct in seen[False].items():
+        check(seen[True][what] == direct, f"{what}: {seen[True][what]!r} through the proxy, {direct!r} directly")
+    say(
+        f"the same through the proxy as directly: capabilities {seen[True]['capabilities']}, "
+        f"{len(seen[True]['tools'])} tools, {len(seen[True]['resources'])} resources, "
+        f"{len(seen[True]['templates'])} templates, {len(seen[True]['prompts'])} prompts, a prompt, "
+        f"a resource read, echo, structured content, an image, progress {seen[True]['progress']}"
+    )
+
+
+CRASH_CONFIG = """
+[tools.append]
+class = "{cls}"
+"""
+
+
+async def judge_crash(cls: str, client: Client, meta: dict, result: types.CallToolResult, journal: Path) -> int:
+    """What a call of `append` whose upstream was killed mid-call answered,
+    and what the upstream's journal shows, for the class `cls`; the number
+    of runs upstream."""
+    lines = journal.read_text().splitlines()
+    starts = [line for line in lines if line.startswith("start x")]
+    say(f"the call -> error={result.is_error} {reads(result)[:400]!r}")
+    say(f"the upstream's journal: {lines}")
+    if cls == "idempotent_write":
+        check(not result.is_error, "an idempotent write is re-run on the new upstream")
+        check(len(starts) == 2 and len(set(starts)) == 1, "re-run with the same key")
+        check(starts[0].split()[-1] != "-", "the key reached the upstream in _meta")
+        check(lines.count("done x") == 1, "and finishes once")
+    else:
+        check(result.is_error, "a non-idempotent write's outcome is unknown")
+        check(result.meta["io.idem/error"]["code"] == "outcome_unknown", "refused as unknown")
+        again = await client.call_tool("append", {"line": "x"}, meta=meta)
+        check(again.is_error and len(journal.read_text().splitlines()) == 1, "never re-run")
+        say(f"retried -> {reads(again)[:160]!r}")
+    return len(starts)
+
+
+async def crash(cls: str) -> None:
+    say(f"\n## an upstream killed mid-call and started again: `append` as {cls}")
+    with place() as here:
+        journal, hold, pid = here.dir / "journal", here.dir / "hold", here.dir / "pid"
+        env = {
+            "SLOW_UPSTREAM_JOURNAL": str(journal),
+            "SLOW_UPSTREAM_HOLD": str(hold),
+            "SLOW_UPSTREAM_PID": str(pid),
+        }
+        command = [sys.executable, str(HERE / "slow_upstream.py")]
+        async with here.proxied(command, env=env, config=CRASH_CONFIG.format(cls=cls)) as client:
+            hold.touch()
+            meta = {"io.idem/idempotencyKey": f"crash-{cls}"}
+            call = asyncio.create_task(client.call_tool("append", {"line": "x"}, meta=meta))
+            while not (journal.exists() and "start x" in journal.read_text()):
+                await asyncio.sleep(0.02)
+            hold.unlink()
+            os.kill(int(pid.read_text()), signal.SIGKILL)
+            runs = await judge_crash(cls, client, meta, await call, journal)
+            TABLE.append((f"upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(runs)))
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@contextlib.contextmanager
+def everything_over_http():
+    """server-everything in its streamable HTTP mode on a free loopback
+    port; yields its URL."""
+    port = free_port()
+    env = {**os.environ, "PORT": str(port)}
+    quiet = subprocess.DEVNULL
+    server = subprocess.Popen(npm_server("server-everything", "streamableHttp"), env=env, stdout=quiet, stderr=quiet)
+    try:
+        # Until it listens (or has exited).
+        while server.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.05)
+        check(server.poll() is None, "server-everything started over HTTP")
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        server.kill()
+        server.wait(timeout=20)
+
+
+class SlowUpstream:
+    """slow_upstream.py over streamable HTTP on a listening socket this
+    process holds: killed and started again, it keeps its address, and a
+    connection made in between waits rather than being refused."""
+
+    def __init__(self, here: Place) -> None:
+        self.journal, self.hold, self.pid = here.dir / "journal", here.dir / "hold", here.dir / "pid"
+        self.listen(0)
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
+        self.process: subprocess.Popen | None = None
+
+    def listen(self, port: int) -> None:
+        """A listening socket on `port`; the same port again once the old
+        one is closed (its connections, which inherit the option, do not
+        hold it)."""
+        self.socket = socket.socket()
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.socket.bind(("127.0.0.1", port))
+        self.socket.listen(64)
+
+    def start(self) -> None:
+        env = {
+            **os.environ,
+            "SLOW_UPSTREAM_JOURNAL": str(self.journal),
+            "SLOW_UPSTREAM_HOLD": str(self.hold),
+            "SLOW_UPSTREAM_PID": str(self.pid),
+            "SLOW_UPSTREAM_FD": str(self.socket.fileno()),
+        }
+        command = [sys.executable, str(HERE / "slow_upstream.py")]
+        self.process = subprocess.Popen(command, env=env, pass_fds=[self.socket.fileno()])
+
+    def kill(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait(timeout=20)
+
+    def starts(self) -> list[str]:
+        if not self.journal.exists():
+            return []
+        return [line for line in self.journal.read_text().splitlines() if line.startswith("start")]
+
+    def close(self) -> None:
+        self.kill()
+        self.socket.close()
+
+
+async def upstream_over_http() -> None:
+    say("\n## `idem proxy --upstream URL`: upstream servers reached over streamable HTTP")
+    with everything_over_http() as url:
+        async with Client(url) as client:
+            direct = sorted(t.name for t in (await client.list_tools()).tools)
+        with place() as here:
+            async with here.through(url) as client:
+                tools = (await client.list_tools()).tools
+                echo = await client.call_tool("echo", {"message": "over http"})
+            classes = {t.name: (t.meta or {}).get("io.idem/class") for t in tools}
+            check(sorted(classes) == direct, f"the same tools through the proxy: {sorted(classes)} / {direct}")
+            check(all(classes.values()), f"each listed with its class: {classes}")
+            check(reads(echo) == "Echo: over http", f"echo answers: {reads(echo)!r}")
+            say(f"server-everything at {url}: {len(tools)} tools listed through the proxy, echo -> {reads(echo)!r}")
+
+    counts = []
+    for proxied in (False, True):
+        with place() as here:
+            upstream = SlowUpstream(here)
+            upstream.start()
+            try:
+                client = here.through(upstream.url) if proxied else Client(upstream.url)
+                async with client:
+                    meta = {"io.idem/idempotencyKey": "append-http-1"}
+                    first = await client.call_tool("append", {"line": "x"}, meta=meta)
+                    again = await client.call_tool("append", {"line": "x"}, meta=meta)
+                runs = len(upstream.starts())
+                counts.append(str(runs))
+                route = "through idem proxy" if proxied else "directly"
+                say(f"{route}: `append` sent twice with one key -> {runs} run(s) upstream")
+                if proxied:
+                    check(runs == 1, "through the proxy the upstream runs once")
+                    check(again.meta["io.idem/deduplicated"], "the repeat is answered from the record")
+                    check(reads(again) == reads(first), "the repeat answers as the first did")
+                    ls = here.idem("ls", "--namespace", "mcp/slow-upstream")
+                    check("append" in ls, f"the record names the upstream server:\n{ls}")
+                else:
+                    check(runs == 2, "directly it runs twice")
+            finally:
+                upstream.close()
+    TABLE.append(("HTTP upstream: append, resent", "runs upstream", *counts))
+
+    refused = subprocess.run(
+        [IDEM, "proxy", "--upstream", "https://mcp.example.com/mcp"], capture_output=True, text=True
+    )
+    say(f"idem proxy --upstream https://… -> exit {refused.returncode}: {refused.stderr.strip()}")
+    check(refused.returncode == 2, "an https:// upstream is refused as a usage error")
+    check("no TLS support" in refused.stderr and "TLS-terminating proxy" in refused.stderr, refused.stderr)
+
+
+async def crash_http(cls: str) -> None:
+    say(f"\n## an HTTP upstream killed mid-call and started again: `append` as {cls}")
+    with place() as here:
+        upstream = SlowUpstream(here)
+        upstream.start()
+        try:
+            async with here.through(upstream.url, config=CRASH_CONFIG.format(cls=cls)) as client:
+                upstream.hold.touch()
+                meta = {"io.idem/idempotencyKey": f"crash-http-{cls}"}
+                call = asyncio.create_task(client.call_tool("append", {"line": "x"}, meta=meta))
+                while not upstream.starts():
+                    await asyncio.sleep(0.02)
+                upstream.hold.unlink()
+                upstream.kill()
+                upstream.start()
+                runs = await judge_crash(cls, client, meta, await call, upstream.journal)
+                # The new session serves the next call.
+                other = await client.call_tool("append", {"line": "y"})
+                check(not other.is_error, f"the next call runs on a new session: {reads(other)!r}")
+            TABLE.append((f"HTTP upstream killed mid-call: {cls}", "runs upstream (same key)", "-", str(runs)))
+        finally:
+            upstream.close()
+
+
+async def refused_http() -> None:
+    say("\n## an HTTP upstream that refuses the connection: nothing was sent")
+    with place() as here:
+        upstream = SlowUpstream(here)
+        port = upstream.socket.getsockname()[1]
+        upstream.start()
+        try:
+            config = CRASH_CONFIG.format(cls="non_idempotent_write")
+            async with here.through(upstream.url, config=config) as client:
+                # The server and its address gone: connections are refused.
+                upstream.close()
+                meta = {"io.idem/idempotencyKey": "refused-1"}
+                refused = await client.call_tool("append", {"line": "x"}, meta=meta)
+                code = (refused.meta or {}).get("io.idem/error", {}).get("code")
+                say(f"the call -> error={refused.is_error} code={code} {reads(refused)[:200]!r}")
+                check(refused.is_error and code != "outcome_unknown", "refused, and not as an unknown outcome")
+                check(not upstream.starts(), "nothing ran")
+                # Back on the same address: the same call runs, once.
+                upstream.listen(port)
+                upstream.start()
+                again = await client.call_tool("append", {"line": "x"}, meta=meta)
+                say(f"sent again once the server is back -> error={again.is_error} {reads(again)!r}")
+                check(not again.is_error and len(upstream.starts()) == 1, "it runs, once")
+            TABLE.append(("HTTP upstream refusing, then back", "runs upstream (non-idempotent)", "-", "1"))
+        finally:
+            upstream.close()
+
+
+CASES = {
+    "edit_file": edit_file,
+    "move_file": move_file,
+    "create_entities": create_entities,
+    "operator_approval": operator_approval,
+    "over_http": over_http,
+    "everything": everything,
+    "crash_idempotent": lambda: crash("idempotent_write"),
+    "crash_non_idempotent": lambda: crash("non_idempotent_write"),
+    "upstream_over_http": upstream_over_http,
+    "crash_http_idempotent": lambda: crash_http("idempotent_write"),
+    "crash_http_non_idempotent": lambda: crash_http("non_idempotent_write"),
+    "refused_http": refused_http,
+}
+
+
+async def main() -> None:
+    # Arguments name the cases to run (all by default), to try one alone.
+    for name in sys.argv[1:] or CASES:
+        await CASES[name]()
+    say("\n## upstream effects, directly and through `idem proxy`\n")
+    say("| scenario | counted | directly | through idem proxy |")
+    say("|---|---|---|---|")
+    for row in TABLE:
+        say("| " + " | ".join(row) + " |")
+    say("\nall cases passed")
+
+
+asyncio.run(main())

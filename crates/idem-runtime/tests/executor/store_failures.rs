@@ -1,0 +1,90 @@
+//! The executor with a store that must not be touched or cannot be
+//! reached: reads run without it, writes do not run without it.
+
+use std::time::Duration;
+
+use crate::support::{msg, send, App, LookUp};
+use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+use idem_runtime::{Executor, IdemError, RetryPolicy, StoreError, ToolError};
+
+/// A store that must not be touched (`Panics`) or cannot be reached
+/// (`Down`): a hook that answers every operation itself, the caller's-thread
+/// claim included, and never calls the store it wraps.
+#[derive(Debug)]
+enum BrokenStore {
+    Panics,
+    Down,
+}
+
+/// Where the broken store says it is.
+const ADDRESS: &str = "redis://10.0.0.9:6379";
+
+impl BrokenStore {
+    fn fail<T>(&self) -> Result<T, StoreError> {
+        match self {
+            BrokenStore::Panics => panic!("the store was touched"),
+            BrokenStore::Down => Err(StoreError::Unavailable {
+                store: ADDRESS.into(),
+                cause: "connection refused".into(),
+            }),
+        }
+    }
+
+    /// An in-memory store (never reached) behind this hook.
+    fn store(self) -> Interceptor<BrokenStore, MemoryStore> {
+        Interceptor::new(MemoryStore::new(), self)
+    }
+}
+
+#[async_trait::async_trait]
+impl Hook for BrokenStore {
+    async fn around(&self, op: Operation<'_>, _store: &dyn Store) -> Result<Answer, StoreError> {
+        // Closing a connection that never was touches nothing.
+        if op.kind() == OpKind::Close {
+            return Ok(Answer::Done);
+        }
+        self.fail()
+    }
+
+    fn around_local(
+        &self,
+        _req: &ClaimRequest<'_>,
+        _store: &dyn Store,
+    ) -> Option<Result<ClaimOutcome, StoreError>> {
+        Some(self.fail())
+    }
+
+    fn describe(&self, _inner: String) -> String {
+        ADDRESS.into()
+    }
+}
+
+#[tokio::test]
+async fn reads_are_retried_and_never_touch_the_store() {
+    let world = App::default();
+    let exec = Executor::builder(BrokenStore::Panics.store())
+        .state(world.clone())
+        .retry(RetryPolicy::exponential().initial_delay(Duration::from_millis(1)))
+        .build();
+    world.fail_next([ToolError::transient("503")]);
+    let out = exec.call(LookUp, msg("ada")).await.unwrap();
+    assert_eq!(out.meta.attempts, 2);
+    assert_eq!(out.meta.key, None);
+}
+
+#[tokio::test]
+async fn a_store_that_is_down_means_writes_do_not_run() {
+    let world = App::default();
+    let exec = Executor::builder(BrokenStore::Down.store())
+        .state(world.clone())
+        .build();
+    let err = send(&exec, "ada", "c").await.unwrap_err();
+    assert!(matches!(err, IdemError::Store { .. }));
+    let text = err.to_string();
+    assert!(
+        text.contains("redis://10.0.0.9:6379") && text.contains("connection refused"),
+        "{text}"
+    );
+    assert_eq!(world.calls(), 0);
+}

@@ -1,0 +1,292 @@
+"""The idem MCP example server as chat clients use it, driven by the official
+Python MCP SDK (`mcp` on PyPI) over stdio and over streamable HTTP.
+
+Run by `crates/idem/tests/mcp/python.rs`, which builds the example and passes its path in
+IDEM_MCP_EXAMPLE. Effects are counted from the demo providers' ledger (one
+JSON line per effect, IDEM_DEMO_LEDGER), never from what idem answers.
+
+Prints a transcript: each case, what the client sent, and what the model
+reads. Exits non-zero on the first broken expectation.
+"""
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from mcp import Client, StdioServerParameters, types
+
+EXAMPLE = os.environ["IDEM_MCP_EXAMPLE"]
+
+
+def say(text: str) -> None:
+    print(text, flush=True)
+
+
+def reads(result: types.CallToolResult) -> str:
+    """What the model reads: the text blocks of a result."""
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        raise AssertionError(message)
+
+
+class Example:
+    """One store and one ledger, and the example server serving them."""
+
+    def __init__(self, transport: str, **env: str) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="idem-mcp-py-"))
+        self.ledger = self.dir / "ledger.jsonl"
+        self.transport = transport
+        self.env = {
+            "IDEM_STORE": f"sqlite://{self.dir / 'idem.db'}",
+            "IDEM_DEMO_LEDGER": str(self.ledger),
+            **env,
+        }
+        self.http: subprocess.Popen | None = None
+        self.url: str | None = None
+
+    def effects(self, kind: str) -> int:
+        if not self.ledger.exists():
+            return 0
+        lines = self.ledger.read_text().splitlines()
+        return sum(1 for line in lines if json.loads(line)["effect"] == kind)
+
+    def start(self) -> None:
+        """Start the HTTP server (stdio servers are started per client)."""
+        if self.transport != "http":
+            return
+        env = {**os.environ, **self.env}
+        self.http = subprocess.Popen(
+            [EXAMPLE, "--http", "127.0.0.1:0"],
+            env=env,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for line in self.http.stderr:
+            found = re.search(r"serving on (http://\S+/mcp)", line)
+            if found:
+                self.url = found.group(1)
+                break
+        check(self.url is not None, "the HTTP server printed its address")
+
+    def stop(self) -> None:
+        if self.http is not None:
+            self.http.terminate()
+            self.http.wait(timeout=10)
+            self.http = None
+
+    def restart(self) -> None:
+        """A new server process on the same store."""
+        self.stop()
+        self.start()
+
+    def client(self, **options) -> Client:
+        if self.transport == "http":
+            return Client(self.url, **options)
+        server = StdioServerParameters(command=EXAMPLE, env=self.env)
+        return Client(server, **options)
+
+
+@contextlib.asynccontextmanager
+async def example(transport: str, **env: str):
+    server = Example(transport, **env)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+        shutil.rmtree(server.dir, ignore_errors=True)
+
+
+CHARGE = {"customer": "ada", "cents": 4900}
+
+
+async def claude_code(transport: str) -> None:
+    say("\n## Claude Code: the tool-use id in _meta['claudecode/toolUseId']")
+    async with example(transport) as server, server.client() as client:
+        first = await client.call_tool("charge_card", CHARGE, meta={"claudecode/toolUseId": "toolu_01"})
+        say(f"first call (toolu_01) -> {reads(first)!r}")
+        resent = await client.call_tool("charge_card", CHARGE, meta={"claudecode/toolUseId": "toolu_01"})
+        check(resent.meta["io.idem/deduplicated"], "the re-sent tool use is a duplicate")
+        later = await client.call_tool("charge_card", CHARGE, meta={"claudecode/toolUseId": "toolu_02"})
+        say(f"the model calls it again in a later turn (toolu_02); it reads:\n  {reads(later)}")
+        check(later.meta["io.idem/deduplicated"], "a later turn's repeat is a duplicate")
+        check(server.effects("charge") == 1, "one charge")
+        meant = await client.call_tool(
+            "charge_card", {**CHARGE, "intended_repeat": 1}, meta={"claudecode/toolUseId": "toolu_03"}
+        )
+        say(f"the user asks for a second charge (intended_repeat: 1) -> {reads(meant)!r}")
+        check(server.effects("charge") == 2, "a deliberate repeat is a second charge")
+
+
+async def vscode(transport: str) -> None:
+    say("\n## VS Code: vscode.conversationId and vscode.requestId")
+    async with example(transport) as server, server.client() as client:
+        email = {"to": "ada@example.com", "subject": "Your refund"}
+        ids = {"vscode.conversationId": "conv-1", "vscode.requestId": "req-1"}
+        await client.call_tool("send_email", email, meta=ids)
+        again = await client.call_tool("send_email", email, meta=ids)
+        check(again.meta["io.idem/deduplicated"], "the same chat request is a duplicate")
+        check(server.effects("email") == 1, "one email")
+        charge = await client.call_tool("charge_card", CHARGE, meta=ids)
+        later = await client.call_tool(
+            "charge_card", CHARGE, meta={**ids, "vscode.requestId": "req-2"}
+        )
+        say(f"a charge, then the same charge in the next chat request -> {reads(later)[:60]!r}…")
+        check(server.effects("charge") == 1, "one charge across chat requests")
+        check(reads(charge).startswith("charged"), "the first charge ran")
+
+
+async def codex(transport: str) -> None:
+    say("\n## Codex: _meta['x-codex-turn-metadata']")
+    async with example(transport) as server, server.client() as client:
+        turn = json.dumps({"session_id": "s-1", "thread_id": "th-1", "turn_id": "t-1"})
+        await client.call_tool("charge_card", CHARGE, meta={"x-codex-turn-metadata": turn})
+        again = await client.call_tool("charge_card", CHARGE, meta={"x-codex-turn-metadata": turn})
+        check(again.meta["io.idem/deduplicated"], "the same turn is a duplicate")
+        check(server.effects("charge") == 1, "one charge")
+        say("two calls in one turn -> one charge")
+
+
+async def no_ids(transport: str) -> None:
+    say("\n## Claude Desktop, Cursor, the Inspector: no ids at all")
+    async with example(transport) as server, server.client() as client:
+        first = await client.call_tool("charge_card", CHARGE)
+        second = await client.call_tool("charge_card", CHARGE)
+        say(f"charge_card twice -> {reads(first)!r}, then the model reads:\n  {reads(second)}")
+        check(server.effects("charge") == 1, "one charge")
+        await client.call_tool("create_customer", {"email": "Ada@Example.com", "name": "Ada"})
+        found = await client.call_tool("create_customer", {"email": "ada@example.com", "name": "Ada L."})
+        check(server.effects("customer") == 1, "one customer per address")
+        say(f"create_customer reworded -> {reads(found)[:70]!r}…")
+        listed = await client.list_tools()
+        charge = next(t for t in listed.tools if t.name == "charge_card")
+        check(charge.meta["io.idem/class"] == "non_idempotent_write", "the class is listed")
+        check(charge.meta["io.idem/keying"] == "window", "the keying is listed")
+        check("intended_repeat" in charge.input_schema["properties"], "the repeat argument is listed")
+        say(f"tools/list says of charge_card: {charge.meta}")
+
+
+async def window_boundary(transport: str) -> None:
+    say("\n## A retry across what would be a clock boundary (a 2 s window here)")
+    async with example(transport, IDEM_DEMO_REPEAT_WINDOW="2") as server, server.client() as client:
+        # Just before a multiple of 2 s, then just after it.
+        while not 1.70 <= time.time() % 2 < 1.80:
+            await asyncio.sleep(0.01)
+        first_at = time.time()
+        await client.call_tool("charge_card", CHARGE)
+        await asyncio.sleep(max(0.0, first_at + 0.40 - time.time()))
+        check(int(time.time() // 2) != int(first_at // 2), "the retry is past the boundary")
+        retry = await client.call_tool("charge_card", CHARGE)
+        check(retry.meta["io.idem/deduplicated"], "the retry across the boundary is a duplicate")
+        check(server.effects("charge") == 1, "one charge across the boundary")
+        await asyncio.sleep(max(0.0, first_at + 2.2 - time.time()))
+        await client.call_tool("charge_card", CHARGE)
+        check(server.effects("charge") == 2, "a window after the first call, a new charge")
+        say("retry 0.4 s later, across the boundary -> one charge; 2.2 s after the first -> a second")
+
+
+class Person:
+    """The person in the chat: answers every approval question with `action`."""
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+        self.asked: list[str] = []
+
+    async def __call__(self, context, params):
+        self.asked.append(params.message)
+        return types.ElicitResult(action=self.action)
+
+
+async def approvals(transport: str, mode: str) -> None:
+    form = "elicitation/create" if mode == "legacy" else "an input-required result (2026-07-28)"
+    say(f"\n## delete_account asked of the person in the chat, as {form}")
+    async with example(transport) as server:
+        yes = Person("accept")
+        async with server.client(mode=mode, elicitation_callback=yes) as client:
+            result = await client.call_tool("delete_account", {"customer": "ada"})
+            say(f"the person was asked:\n  {yes.asked[0].replace(chr(10), chr(10) + '  ')}")
+            say(f"they accept -> {reads(result)!r}")
+            check(server.effects("delete") == 1, "accepted: deleted once")
+            again = await client.call_tool("delete_account", {"customer": "ada"})
+            check(again.meta["io.idem/deduplicated"] and len(yes.asked) == 1, "not asked twice")
+        no = Person("decline")
+        async with server.client(mode=mode, elicitation_callback=no) as client:
+            result = await client.call_tool("delete_account", {"customer": "bob"})
+            say(f"they decline -> the model reads:\n  {reads(result)}")
+            check(result.is_error and server.effects("delete") == 1, "declined: nothing deleted")
+        later = Person("cancel")
+        async with server.client(mode=mode, elicitation_callback=later) as client:
+            result = await client.call_tool("delete_account", {"customer": "carol"})
+            say(f"they dismiss the question -> the model reads:\n  {reads(result)}")
+            again = await client.call_tool("delete_account", {"customer": "carol"})
+            check(again.is_error and len(later.asked) == 1, "dismissed: pending, never asked again")
+            check(server.effects("delete") == 1, "nothing deleted")
+        async with server.client(mode=mode) as client:
+            result = await client.call_tool("delete_account", {"customer": "dave"})
+            say(f"a client without elicitation -> the model reads:\n  {reads(result)}")
+            check(result.is_error and server.effects("delete") == 1, "pending: nothing deleted")
+
+
+async def restart(transport: str) -> None:
+    say("\n## The server restarts between a call and its repeat")
+    async with example(transport) as server:
+        async with server.client() as client:
+            first = await client.call_tool("charge_card", CHARGE)
+        server.restart()
+        async with server.client() as client:
+            again = await client.call_tool("charge_card", CHARGE)
+        check(again.meta["io.idem/deduplicated"], "answered from the record after a restart")
+        check(reads(again).endswith(reads(first)), "with the first call's result")
+        check(server.effects("charge") == 1, "one charge across the restart")
+        say("charge, restart, the same charge -> one charge, answered from the SQLite record")
+
+
+async def dropped_stream() -> None:
+    say("\n## HTTP: the response is lost after the server got the call; re-sent with a new id")
+    async with example("http", IDEM_DEMO_SLOW_CHARGE_MS="700") as server:
+        async with server.client() as client:
+            try:
+                await client.call_tool("charge_card", CHARGE, read_timeout_seconds=0.2)
+                check(False, "the first response does not arrive in time")
+            except Exception as e:  # the SDK's timeout
+                say(f"the client gave up on the response: {type(e).__name__}")
+        async with server.client() as client:
+            again = await client.call_tool("charge_card", CHARGE)
+        check(server.effects("charge") == 1, "one charge")
+        check(
+            again.meta["io.idem/deduplicated"],
+            f"the re-sent request is answered from the first: {reads(again)!r} {again.meta}",
+        )
+        say(f"re-sent -> one charge; the model reads:\n  {reads(again)}")
+
+
+async def main() -> None:
+    transports = sys.argv[1:] or ["stdio", "http"]
+    for transport in transports:
+        say(f"\n# Over {transport}")
+        await claude_code(transport)
+        await vscode(transport)
+        await codex(transport)
+        await no_ids(transport)
+        await window_boundary(transport)
+        await approvals(transport, "legacy")
+        await approvals(transport, "auto")
+        await restart(transport)
+    if "http" in transports:
+        await dropped_stream()
+    say("\nall cases passed")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

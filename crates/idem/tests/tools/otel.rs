@@ -1,0 +1,1011 @@
+//! OpenTelemetry: each call is an `execute_tool {tool}` span with the GenAI
+//! conventions' attributes and what idem decided about it, read back from
+//! the SDK's in-memory exporters through `tracing-opentelemetry`; the
+//! executor's instruments record `gen_ai.execute_tool.duration` once per
+//! call whose tool ran, and idem's counters.
+
+use std::collections::BTreeMap;
+use std::future::IntoFuture;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::common::*;
+use idem::approval::DenyAll;
+use idem::clock::ManualClock;
+use idem::dispatch::{Arguments, ToolCall};
+use idem::executor::ExecutorBuilder;
+use idem::prelude::*;
+use idem::{ErrorCode, RetryPolicy};
+use opentelemetry::trace::{SpanKind, Status, TracerProvider as _};
+use opentelemetry::Value;
+use opentelemetry_sdk::metrics::data::{AggregatedMetrics, MetricData};
+use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
+use opentelemetry_sdk::trace::{InMemorySpanExporter, SdkTracerProvider, SpanData};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tracing_subscriber::layer::SubscriberExt as _;
+
+/// Spans and metrics of one test, kept in memory.
+struct Telemetry {
+    spans: InMemorySpanExporter,
+    tracer: SdkTracerProvider,
+    metrics: InMemoryMetricExporter,
+    meter: SdkMeterProvider,
+    _guard: tracing::subscriber::DefaultGuard,
+}
+
+impl Telemetry {
+    /// Spans exported as they end; the `tracing` layer on this thread.
+    fn new() -> Self {
+        let spans = InMemorySpanExporter::default();
+        let tracer = SdkTracerProvider::builder()
+            .with_simple_exporter(spans.clone())
+            .build();
+        let metrics = InMemoryMetricExporter::default();
+        let meter = SdkMeterProvider::builder()
+            .with_reader(PeriodicReader::builder(metrics.clone()).build())
+            .build();
+        let subscriber = tracing_subscriber::registry()
+            .with(tracing_opentelemetry::layer().with_tracer(tracer.tracer("otel-test")));
+        let guard = tracing::subscriber::set_default(subscriber);
+        Telemetry {
+            spans,
+            tracer,
+            metrics,
+            meter,
+            _guard: guard,
+        }
+    }
+
+    /// An executor whose instruments report to this test's meter.
+    fn executor(&self, store: Arc<dyn Store>, app: &App) -> ExecutorBuilder<App> {
+        Executor::builder_shared(store).state(app.clone()).meter(
+            opentelemetry::metrics::MeterProvider::meter(&self.meter, "idem"),
+        )
+    }
+
+    /// The `execute_tool` spans that ended, in the order they ended.
+    fn tool_spans(&self) -> Vec<SpanData> {
+        self.spans
+            .get_finished_spans()
+            .unwrap()
+            .into_iter()
+            .filter(|s| attr(s, "gen_ai.operation.name").as_deref() == Some("execute_tool"))
+            .collect()
+    }
+
+    /// The span of the call with provider call id `id` (the last one).
+    fn span_of(&self, id: &str) -> SpanData {
+        self.tool_spans()
+            .into_iter()
+            .rfind(|s| attr(s, "gen_ai.tool.call.id").as_deref() == Some(id))
+            .unwrap_or_else(|| panic!("no span for call {id}"))
+    }
+
+    /// Every data point of the metric `name`: its attributes and value
+    /// (a counter's sum, a histogram's count).
+    fn points(&self, name: &str) -> Vec<(BTreeMap<String, String>, u64)> {
+        self.meter.force_flush().unwrap();
+        let mut points = Vec::new();
+        let exported = self.metrics.get_finished_metrics().unwrap();
+        let Some(last) = exported.last() else {
+            return points;
+        };
+        for scope in last.scope_metrics() {
+            for metric in scope.metrics().filter(|m| m.name() == name) {
+                let attrs = |kvs: &mut dyn Iterator<Item = &opentelemetry::KeyValue>| {
+                    kvs.map(|kv| (kv.key.to_string(), kv.value.to_string()))
+                        .collect::<BTreeMap<_, _>>()
+                };
+                match metric.data() {
+                    AggregatedMetrics::U64(MetricData::Sum(sum)) => {
+                        for p in sum.data_points() {
+                            points.push((attrs(&mut p.attributes()), p.value()));
+                        }
+                    }
+                    AggregatedMetrics::F64(MetricData::Histogram(h)) => {
+                        for p in h.data_points() {
+                            let bounds: Vec<f64> = p.bounds().collect();
+                            assert_eq!(
+                                bounds,
+                                [
+                                    0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
+                                    10.24, 20.48, 40.96, 81.92
+                                ],
+                                "the conventions' buckets"
+                            );
+                            points.push((attrs(&mut p.attributes()), p.count()));
+                        }
+                    }
+                    other => panic!("{name}: unexpected data {other:?}"),
+                }
+            }
+        }
+        points
+    }
+
+    /// The sum of the points of counter `name` whose attributes include
+    /// `with`.
+    fn count(&self, name: &str, with: &[(&str, &str)]) -> u64 {
+        self.points(name)
+            .into_iter()
+            .filter(|(attrs, _)| {
+                with.iter()
+                    .all(|(k, v)| attrs.get(*k).map(String::as_str) == Some(*v))
+            })
+            .map(|(_, n)| n)
+            .sum()
+    }
+}
+
+impl Drop for Telemetry {
+    fn drop(&mut self) {
+        let _ = self.tracer.shutdown();
+        let _ = self.meter.shutdown();
+    }
+}
+
+/// The attribute `key` of `span`, as a string.
+fn attr(span: &SpanData, key: &str) -> Option<String> {
+    span.attributes
+        .iter()
+        .find(|kv| kv.key.as_str() == key)
+        .map(|kv| match &kv.value {
+            Value::String(s) => s.to_string(),
+            other => other.to_string(),
+        })
+}
+
+/// Assert the attributes `expected` of `span` (`None`: absent).
+fn assert_attrs(span: &SpanData, expected: &[(&str, Option<&str>)]) {
+    for (key, value) in expected {
+        assert_eq!(
+            attr(span, key).as_deref(),
+            *value,
+            "{key} of span {:?}",
+            span.name
+        );
+    }
+}
+
+fn email() -> SendEmail {
+    SendEmail {
+        to: "ada@example.com".into(),
+        subject: "Your invoice".into(),
+        body: "Hello Ada".into(),
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Charge {
+    card: String,
+    cents: u64,
+}
+
+/// Charge a card; the gateway never answers (an ambiguous error).
+#[tool(class = "non_idempotent_write")]
+async fn charge_card(_args: Charge) -> Result<String, ToolError> {
+    Err(ToolError::ambiguous("the payment gateway timed out"))
+}
+
+static FLAKY_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+struct Tag {
+    customer: String,
+    tag: String,
+}
+
+/// Tag a customer; the first attempt meets a transient failure.
+#[tool(class = "idempotent_write")]
+async fn tag_customer(args: Tag) -> Result<String, ToolError> {
+    if FLAKY_CALLS.fetch_add(1, Ordering::SeqCst) == 0 {
+        return Err(ToolError::transient("503 from the CRM"));
+    }
+    Ok(format!("{} tagged {}", args.customer, args.tag))
+}
+
+/// A first call, its duplicate, a retried idempotent write, an unknown
+/// outcome, an approval given with the call, a denial by the policy (a
+/// dispatched call), and a read.
+#[tokio::test(start_paused = true)]
+async fn each_decision_is_an_execute_tool_span_with_its_attributes() {
+    let t = Telemetry::new();
+    let app = App::default();
+    let exec = t
+        .executor(Arc::new(MemoryStore::new()), &app)
+        .retry(RetryPolicy::default())
+        .build();
+
+    // First call, then the model's repeat.
+    let first = exec
+        .call(send_email, email())
+        .call_id("call_first")
+        .await
+        .unwrap();
+    exec.call(send_email, email())
+        .call_id("call_first")
+        .await
+        .unwrap();
+    let key = first.meta.key.unwrap();
+
+    // A retried idempotent write.
+    let tagged = exec
+        .call(
+            tag_customer,
+            Tag {
+                customer: "ada".into(),
+                tag: "vip".into(),
+            },
+        )
+        .call_id("call_tag")
+        .await
+        .unwrap();
+    assert_eq!(tagged.meta.attempts, 2);
+
+    // An unknown outcome: run once, not retried, recorded as unknown.
+    let charge = Charge {
+        card: "tok_visa".into(),
+        cents: 4200,
+    };
+    let unknown = exec
+        .call(charge_card, charge.clone())
+        .call_id("call_charge")
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), ErrorCode::OutcomeUnknown);
+
+    // An approval given with the call.
+    exec.call_approved(
+        delete_account,
+        DeleteAccount {
+            account: "acct_1".into(),
+        },
+        Approval::granted_by("ops@example.com"),
+    )
+    .call_id("call_delete")
+    .await
+    .unwrap();
+
+    // A denial, through the dispatcher and its executor's policy.
+    let denying = t
+        .executor(Arc::new(MemoryStore::new()), &app)
+        .approvals(DenyAll)
+        .build();
+    let results = Dispatcher::new(denying, registry())
+        .dispatch(
+            vec![ToolCall {
+                id: Some("call_denied".into()),
+                name: "delete_account".into(),
+                arguments: Arguments::Json(serde_json::json!({ "account": "acct_2" })),
+            }],
+            &RunContext::new("run-1", 1),
+        )
+        .await;
+    assert!(results[0].is_error());
+
+    // A read: no key.
+    exec.call(
+        lookup_customer,
+        Lookup {
+            email: "ada@example.com".into(),
+        },
+    )
+    .await
+    .unwrap();
+
+    let spans = t.tool_spans();
+    assert_eq!(spans.len(), 7, "one span per call: {spans:#?}");
+    for span in &spans {
+        let tool = attr(span, "gen_ai.tool.name").unwrap();
+        assert_eq!(span.name, format!("execute_tool {tool}"));
+        assert_eq!(span.span_kind, SpanKind::Internal);
+        assert_attrs(span, &[("gen_ai.tool.type", Some("function"))]);
+    }
+
+    let first_span = &spans[0];
+    assert_attrs(
+        first_span,
+        &[
+            ("gen_ai.tool.name", Some("send_email")),
+            ("gen_ai.tool.call.id", Some("call_first")),
+            (
+                "gen_ai.tool.description",
+                Some("Send an email to a customer."),
+            ),
+            ("idem.class", Some("idempotent_write")),
+            ("idem.namespace", Some("default")),
+            ("idem.key", Some(key.as_str())),
+            ("idem.outcome", Some("executed")),
+            ("idem.attempts", Some("1")),
+            ("idem.fence", Some("1")),
+            ("idem.takeover", None),
+            ("error.type", None),
+        ],
+    );
+    assert_eq!(first_span.status, Status::Unset);
+
+    let duplicate = &spans[1];
+    assert_attrs(
+        duplicate,
+        &[
+            ("gen_ai.tool.call.id", Some("call_first")),
+            ("idem.key", Some(key.as_str())),
+            ("idem.outcome", Some("deduplicated")),
+            ("idem.attempts", Some("0")),
+            ("idem.fence", None),
+            ("error.type", None),
+        ],
+    );
+
+    assert_attrs(
+        &t.span_of("call_tag"),
+        &[
+            ("gen_ai.tool.name", Some("tag_customer")),
+            ("idem.outcome", Some("executed")),
+            ("idem.attempts", Some("2")),
+        ],
+    );
+
+    let unknown = t.span_of("call_charge");
+    assert_attrs(
+        &unknown,
+        &[
+            ("idem.class", Some("non_idempotent_write")),
+            ("idem.outcome", Some("unknown")),
+            ("idem.attempts", Some("1")),
+            ("error.type", Some("outcome_unknown")),
+        ],
+    );
+    assert!(matches!(unknown.status, Status::Error { .. }));
+
+    assert_attrs(
+        &t.span_of("call_delete"),
+        &[
+            ("idem.class", Some("irreversible")),
+            ("idem.outcome", Some("executed")),
+            ("idem.approver", Some("ops@example.com")),
+        ],
+    );
+
+    let denied = t.span_of("call_denied");
+    assert_attrs(
+        &denied,
+        &[
+            ("gen_ai.tool.name", Some("delete_account")),
+            ("idem.outcome", Some("denied")),
+            ("idem.attempts", Some("0")),
+            ("idem.approver", None),
+            ("error.type", Some("approval_denied")),
+        ],
+    );
+    assert!(matches!(denied.status, Status::Error { .. }));
+
+    let read = spans.last().unwrap();
+    assert_attrs(
+        read,
+        &[
+            ("gen_ai.tool.name", Some("lookup_customer")),
+            ("gen_ai.tool.call.id", None),
+            ("idem.class", Some("read")),
+            ("idem.key", None),
+            ("idem.outcome", Some("executed")),
+        ],
+    );
+
+    // One duration sample per call whose tool ran: first, tag, charge,
+    // delete, read (not the duplicate, not the denial).
+    let ran: Vec<String> = spans
+        .iter()
+        .filter(|s| attr(s, "idem.attempts").as_deref() != Some("0"))
+        .map(|s| attr(s, "gen_ai.tool.name").unwrap())
+        .collect();
+    assert_eq!(ran.len(), 5);
+    let durations = t.points("gen_ai.execute_tool.duration");
+    assert_eq!(durations.iter().map(|(_, n)| n).sum::<u64>(), 5);
+    for tool in &ran {
+        let samples: u64 = durations
+            .iter()
+            .filter(|(a, _)| a.get("gen_ai.tool.name") == Some(tool))
+            .map(|(_, n)| n)
+            .sum();
+        assert_eq!(samples, 1, "{tool}");
+    }
+    let charge_duration = durations
+        .iter()
+        .find(|(a, _)| a["gen_ai.tool.name"] == "charge_card")
+        .unwrap();
+    assert_eq!(charge_duration.0["error.type"], "outcome_unknown");
+    assert_eq!(charge_duration.0["gen_ai.tool.type"], "function");
+
+    // idem's counters, by outcome and by event.
+    assert_eq!(
+        t.count("idem.calls", &[("idem.outcome", "executed")]),
+        4,
+        "first, tag, delete, read"
+    );
+    assert_eq!(t.count("idem.calls", &[("idem.outcome", "unknown")]), 1);
+    assert_eq!(t.count("idem.calls", &[("idem.outcome", "denied")]), 1);
+    assert_eq!(
+        t.count("idem.deduplications", &[("gen_ai.tool.name", "send_email")]),
+        1
+    );
+    assert_eq!(t.count("idem.unknown_outcomes", &[]), 1);
+    assert_eq!(t.count("idem.approvals.requested", &[]), 2);
+    assert_eq!(t.count("idem.approvals.granted", &[]), 1);
+    assert_eq!(
+        t.count(
+            "idem.approvals.denied",
+            &[("gen_ai.tool.name", "delete_account")]
+        ),
+        1
+    );
+    assert_eq!(t.count("idem.takeovers", &[]), 0);
+    let m = exec.metrics();
+    assert_eq!((m.unknown_outcomes, m.approvals_granted), (1, 1));
+}
+
+/// A worker dies after starting the call; once its lease runs out, the
+/// next worker takes the key over and runs it again (an idempotent
+/// write), with the next fence. A refused call (the same key with other
+/// arguments) says why.
+#[tokio::test]
+async fn a_takeover_and_a_refusal_are_told_on_the_span() {
+    let t = Telemetry::new();
+    let app = App::default();
+    let clock = ManualClock::new(1_764_460_800_000);
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::with_clock(Arc::new(clock.clone())));
+
+    app.mail.lose_next_response.store(true, Ordering::SeqCst);
+    {
+        let worker = t.executor(store.clone(), &app).build();
+        let call = worker
+            .call(send_email, email())
+            .call_id("call_1")
+            .into_future();
+        let mail = app.mail.clone();
+        tokio::select! {
+            _ = call => unreachable!("the worker died before recording"),
+            _ = async {
+                while mail.requests.load(Ordering::SeqCst) == 0 {
+                    tokio::task::yield_now().await;
+                }
+            } => {}
+        }
+    }
+    clock.advance(Duration::from_secs(16));
+
+    let worker = t.executor(store, &app).build();
+    let sent = worker
+        .call(send_email, email())
+        .call_id("call_1")
+        .await
+        .unwrap();
+    assert!(!sent.meta.deduplicated);
+    let other = SendEmail {
+        to: "bob@example.com".into(),
+        ..email()
+    };
+    worker
+        .call(send_email, other)
+        .call_id("call_1")
+        .await
+        .unwrap_err();
+
+    let spans = t.tool_spans();
+    assert_eq!(spans.len(), 3, "{spans:#?}");
+    assert_attrs(
+        &spans[0],
+        &[
+            ("idem.fence", Some("1")),
+            ("idem.outcome", None),
+            ("idem.takeover", None),
+        ],
+    );
+    assert_attrs(
+        &spans[1],
+        &[
+            ("idem.outcome", Some("executed")),
+            ("idem.takeover", Some("true")),
+            ("idem.fence", Some("2")),
+            ("idem.attempts", Some("1")),
+        ],
+    );
+    assert_attrs(
+        &spans[2],
+        &[
+            ("idem.outcome", Some("refused")),
+            ("idem.refusal", Some("key_reused")),
+            ("error.type", Some("key_reused")),
+        ],
+    );
+    assert_eq!(t.count("idem.takeovers", &[]), 1);
+    assert_eq!(
+        t.count(
+            "idem.calls",
+            &[("idem.outcome", "refused"), ("idem.refusal", "key_reused")]
+        ),
+        1
+    );
+    assert_eq!(worker.metrics().takeovers, 1);
+}
+
+/// Book a room; the booking system takes a while to answer.
+#[tool(class = "idempotent_write")]
+async fn book_room(args: Tag) -> Result<String, ToolError> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Ok(format!("{} booked {}", args.customer, args.tag))
+}
+
+/// The model's repeat arrives while the first call is still running: it
+/// waits for that call's outcome and answers from it (`joined`).
+#[tokio::test(start_paused = true)]
+async fn a_repeat_of_a_call_in_flight_joins_it() {
+    let t = Telemetry::new();
+    let app = App::default();
+    let exec = t.executor(Arc::new(MemoryStore::new()), &app).build();
+    let room = || Tag {
+        customer: "ada".into(),
+        tag: "room 101".into(),
+    };
+    let (first, repeat) = tokio::join!(
+        exec.call(book_room, room())
+            .call_id("call_book")
+            .into_future(),
+        exec.call(book_room, room())
+            .call_id("call_book")
+            .into_future(),
+    );
+    assert!(!first.unwrap().meta.deduplicated);
+    assert!(repeat.unwrap().meta.deduplicated);
+
+    let spans = t.tool_spans();
+    let outcomes: Vec<String> = spans
+        .iter()
+        .map(|s| attr(s, "idem.outcome").unwrap())
+        .collect();
+    assert_eq!(outcomes.len(), 2);
+    assert!(outcomes.contains(&"executed".to_owned()), "{outcomes:?}");
+    assert!(outcomes.contains(&"joined".to_owned()), "{outcomes:?}");
+    assert_eq!(t.count("idem.calls", &[("idem.outcome", "joined")]), 1);
+    assert_eq!(t.count("idem.deduplications", &[]), 1);
+    assert_eq!(
+        t.points("gen_ai.execute_tool.duration")
+            .iter()
+            .map(|(_, n)| n)
+            .sum::<u64>(),
+        1
+    );
+}
+
+/// A `tools/call` carrying a W3C `traceparent` in `_meta` continues that
+/// trace: the server's `tools/call {tool}` span is a child of the caller's
+/// span, and the tool's `execute_tool` span a child of the server's.
+#[cfg(feature = "mcp")]
+#[tokio::test]
+async fn an_mcp_call_continues_the_callers_trace() {
+    use idem::mcp::{CallToolRequestParamsExt, TRACEPARENT_META};
+    use opentelemetry::trace::{SpanId, TraceContextExt as _, TraceId};
+    use tracing_opentelemetry::OpenTelemetrySpanExt as _;
+
+    let t = Telemetry::new();
+    let ledger = crate::mcp_support::Ledger::default();
+    let client = crate::mcp_support::connect(crate::mcp_support::server(&ledger)).await;
+
+    // A traceparent as another process sends it.
+    let call = crate::mcp_support::with_meta(
+        crate::mcp_support::charge("cus_17", 4_900),
+        serde_json::json!({
+            TRACEPARENT_META: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "io.idem/idempotencyKey": "order-17",
+        }),
+    );
+    let result = client.call_tool(call).await.unwrap();
+    assert_eq!(result.is_error, Some(false));
+
+    // The client helper, inside a span of the caller's.
+    let turn = tracing::info_span!("agent turn");
+    let turn_context = turn.context();
+    let call = turn.in_scope(|| {
+        crate::mcp_support::charge("cus_18", 100)
+            .with_idempotency_key("order-18")
+            .with_trace_context()
+    });
+    assert!(call
+        .meta
+        .as_ref()
+        .unwrap()
+        .0
+         .0
+        .contains_key(TRACEPARENT_META));
+    client.call_tool(call).await.unwrap();
+    drop(turn);
+
+    // A result that is an error (arguments that do not deserialize), and
+    // a protocol error (no such tool).
+    let bad = crate::mcp_support::call("charge_card", serde_json::json!({ "customer": 17 }));
+    assert_eq!(client.call_tool(bad).await.unwrap().is_error, Some(true));
+    let unknown = crate::mcp_support::call("no_such_tool", serde_json::json!({}));
+    client.call_tool(unknown).await.unwrap_err();
+
+    let spans = t.spans.get_finished_spans().unwrap();
+    let server_spans: Vec<&SpanData> = spans
+        .iter()
+        .filter(|s| attr(s, "mcp.method.name").as_deref() == Some("tools/call"))
+        .collect();
+    assert_eq!(server_spans.len(), 4, "{server_spans:#?}");
+    let tool_span_under = |parent: &SpanData| -> SpanData {
+        spans
+            .iter()
+            .find(|s| {
+                s.parent_span_id == parent.span_context.span_id()
+                    && attr(s, "gen_ai.operation.name").as_deref() == Some("execute_tool")
+                    && s.span_kind == SpanKind::Internal
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no execute_tool span under {:?}", parent.name))
+    };
+
+    let remote = server_spans[0];
+    assert_eq!(remote.name, "tools/call charge_card");
+    assert_eq!(remote.span_kind, SpanKind::Server);
+    assert_eq!(
+        remote.span_context.trace_id(),
+        TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap()
+    );
+    assert_eq!(
+        remote.parent_span_id,
+        SpanId::from_hex("00f067aa0ba902b7").unwrap()
+    );
+    assert_attrs(
+        remote,
+        &[
+            ("mcp.method.name", Some("tools/call")),
+            ("gen_ai.tool.name", Some("charge_card")),
+            ("gen_ai.operation.name", Some("execute_tool")),
+            ("error.type", None),
+        ],
+    );
+    assert!(attr(remote, "jsonrpc.request.id").is_some());
+    let tool = tool_span_under(remote);
+    assert_eq!(tool.name, "execute_tool charge_card");
+    assert_eq!(tool.span_context.trace_id(), remote.span_context.trace_id());
+    assert_attrs(&tool, &[("idem.outcome", Some("executed"))]);
+
+    let helped = server_spans[1];
+    let turn_span = turn_context.span().span_context().clone();
+    assert_eq!(helped.span_context.trace_id(), turn_span.trace_id());
+    assert_eq!(helped.parent_span_id, turn_span.span_id());
+    tool_span_under(helped);
+
+    assert_attrs(server_spans[2], &[("error.type", Some("tool_error"))]);
+    assert!(matches!(server_spans[2].status, Status::Error { .. }));
+    assert_eq!(server_spans[3].name, "tools/call no_such_tool");
+    assert_attrs(server_spans[3], &[("error.type", Some("-32602"))]);
+}
+
+/// An OTLP/HTTP receiver on loopback: what the exporters sent, by path.
+mod receiver {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::Bytes;
+    use axum::extract::State;
+    use axum::http::Uri;
+    use axum::routing::post;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::metrics::v1::Metric;
+    use opentelemetry_proto::tonic::trace::v1::Span;
+    use prost::Message as _;
+
+    type Received = Arc<Mutex<Vec<(String, Bytes)>>>;
+
+    pub struct Receiver {
+        pub url: String,
+        received: Received,
+    }
+
+    async fn receive(State(received): State<Received>, uri: Uri, body: Bytes) -> &'static str {
+        received.lock().unwrap().push((uri.path().to_owned(), body));
+        // An empty Export…ServiceResponse: everything accepted.
+        ""
+    }
+
+    impl Receiver {
+        pub async fn start() -> Self {
+            let received = Received::default();
+            let app = axum::Router::new()
+                .route("/v1/traces", post(receive))
+                .route("/v1/metrics", post(receive))
+                .with_state(received.clone());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let url = format!("http://{}", listener.local_addr().unwrap());
+            tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+            Receiver { url, received }
+        }
+
+        fn bodies(&self, path: &str) -> Vec<Bytes> {
+            let received = self.received.lock().unwrap();
+            received
+                .iter()
+                .filter(|(p, _)| p == path)
+                .map(|(_, b)| b.clone())
+                .collect()
+        }
+
+        /// Every span that arrived, decoded.
+        pub fn spans(&self) -> Vec<Span> {
+            self.bodies("/v1/traces")
+                .iter()
+                .flat_map(|b| {
+                    ExportTraceServiceRequest::decode(b.as_ref())
+                        .unwrap()
+                        .resource_spans
+                })
+                .flat_map(|r| r.scope_spans)
+                .flat_map(|s| s.spans)
+                .collect()
+        }
+
+        /// Every metric that arrived, decoded (each export in turn).
+        pub fn metrics(&self) -> Vec<Metric> {
+            self.bodies("/v1/metrics")
+                .iter()
+                .flat_map(|b| {
+                    ExportMetricsServiceRequest::decode(b.as_ref())
+                        .unwrap()
+                        .resource_metrics
+                })
+                .flat_map(|r| r.scope_metrics)
+                .flat_map(|s| s.metrics)
+                .collect()
+        }
+    }
+
+    /// The string value of attribute `key` of a decoded span.
+    pub fn span_attr(span: &Span, key: &str) -> Option<String> {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value;
+        let kv = span.attributes.iter().find(|kv| kv.key == key)?;
+        Some(match kv.value.as_ref()?.value.as_ref()? {
+            Value::StringValue(s) => s.clone(),
+            Value::IntValue(i) => i.to_string(),
+            Value::BoolValue(b) => b.to_string(),
+            other => format!("{other:?}"),
+        })
+    }
+
+    /// The spans as an indented tree, children under their parent, with
+    /// what idem decided.
+    pub fn tree(spans: &[Span]) -> String {
+        fn line(span: &Span, depth: usize, out: &mut String) {
+            let facts: Vec<String> = [
+                "idem.outcome",
+                "idem.attempts",
+                "idem.takeover",
+                "idem.approver",
+                "idem.refusal",
+                "error.type",
+            ]
+            .iter()
+            .filter_map(|k| span_attr(span, k).map(|v| format!("{k}={v}")))
+            .collect();
+            out.push_str(&format!(
+                "{}{} [{}]\n",
+                "  ".repeat(depth),
+                span.name,
+                facts.join(" ")
+            ));
+        }
+        fn children(spans: &[Span], parent: &Span, depth: usize, out: &mut String) {
+            for span in spans.iter().filter(|s| s.parent_span_id == parent.span_id) {
+                line(span, depth, out);
+                children(spans, span, depth + 1, out);
+            }
+        }
+        let mut out = String::new();
+        let known = |id: &[u8]| spans.iter().any(|s| s.span_id == id);
+        for root in spans.iter().filter(|s| !known(&s.parent_span_id)) {
+            line(root, 0, &mut out);
+            children(spans, root, 1, &mut out);
+        }
+        out
+    }
+}
+
+/// Spans and metrics exported over OTLP/HTTP (protobuf) by the SDK's batch
+/// span processor and periodic metric reader, as an application sets them
+/// up, arrive at a receiver on loopback and decode to what idem recorded.
+#[test]
+fn spans_and_metrics_arrive_over_otlp() {
+    use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig as _};
+    use opentelemetry_proto::tonic::metrics::v1::metric::Data;
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = rt.block_on(receiver::Receiver::start());
+
+    // The exporters' HTTP client blocks: they are built, flushed and
+    // dropped outside the runtime.
+    let spans = SpanExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{}/v1/traces", receiver.url))
+        .build()
+        .unwrap();
+    let tracer = SdkTracerProvider::builder()
+        .with_batch_exporter(spans)
+        .build();
+    let metrics = MetricExporter::builder()
+        .with_http()
+        .with_endpoint(format!("{}/v1/metrics", receiver.url))
+        .build()
+        .unwrap();
+    let meter = SdkMeterProvider::builder()
+        .with_reader(PeriodicReader::builder(metrics).build())
+        .build();
+    let subscriber = tracing_subscriber::registry()
+        .with(tracing_opentelemetry::layer().with_tracer(tracer.tracer("otlp-test")));
+    let guard = tracing::subscriber::set_default(subscriber);
+
+    let app = App::default();
+    let exec = Executor::builder(MemoryStore::new())
+        .state(app)
+        .meter(opentelemetry::metrics::MeterProvider::meter(&meter, "idem"))
+        .build();
+    rt.block_on(async {
+        let _turn = tracing::info_span!("agent turn").entered();
+        for _ in 0..2 {
+            exec.call(send_email, email())
+                .call_id("call_otlp")
+                .await
+                .unwrap();
+        }
+    });
+    drop(guard);
+    tracer.force_flush().unwrap();
+    meter.force_flush().unwrap();
+    tracer.shutdown().unwrap();
+    meter.shutdown().unwrap();
+
+    let spans = receiver.spans();
+    eprintln!("{}", receiver::tree(&spans));
+    let turn = spans.iter().find(|s| s.name == "agent turn").unwrap();
+    let calls: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "execute_tool send_email")
+        .collect();
+    assert_eq!(calls.len(), 2);
+    for call in &calls {
+        assert_eq!(call.trace_id, turn.trace_id);
+        assert_eq!(call.parent_span_id, turn.span_id);
+        // SPAN_KIND_INTERNAL
+        assert_eq!(call.kind, 1);
+        assert_eq!(
+            receiver::span_attr(call, "gen_ai.tool.call.id").as_deref(),
+            Some("call_otlp")
+        );
+    }
+    let outcomes: Vec<_> = calls
+        .iter()
+        .map(|c| receiver::span_attr(c, "idem.outcome").unwrap())
+        .collect();
+    assert_eq!(outcomes, ["executed", "deduplicated"]);
+
+    let metrics = receiver.metrics();
+    let duration = metrics
+        .iter()
+        .rfind(|m| m.name == "gen_ai.execute_tool.duration")
+        .expect("the duration histogram arrived");
+    assert_eq!(duration.unit, "s");
+    let Some(Data::Histogram(histogram)) = &duration.data else {
+        panic!("a histogram: {duration:?}")
+    };
+    assert_eq!(histogram.data_points.len(), 1);
+    let point = &histogram.data_points[0];
+    assert_eq!(point.count, 1, "the duplicate ran nothing");
+    assert_eq!(point.explicit_bounds.len(), 14);
+    assert_eq!(point.explicit_bounds.last(), Some(&81.92));
+    let dedups = metrics
+        .iter()
+        .rfind(|m| m.name == "idem.deduplications")
+        .expect("the deduplications counter arrived");
+    let Some(Data::Sum(sum)) = &dedups.data else {
+        panic!("a sum: {dedups:?}")
+    };
+    assert_eq!(sum.data_points.len(), 1);
+    assert_eq!(
+        sum.data_points[0].value,
+        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(1))
+    );
+}
+
+/// `examples/demo.rs`, built with the features of this test and run with
+/// `OTEL_EXPORTER_OTLP_ENDPOINT` set, exports a span per call (the model's
+/// repeats among them, answered from the record) and prints what it prints
+/// without it.
+#[test]
+fn the_demo_exports_its_calls_over_otlp() {
+    use std::process::Command;
+
+    let features: Vec<&str> = [
+        ("sqlite", cfg!(feature = "sqlite")),
+        ("redis", cfg!(feature = "redis")),
+        ("postgres", cfg!(feature = "postgres")),
+        ("conformance", cfg!(feature = "conformance")),
+        ("schema-validation", cfg!(feature = "schema-validation")),
+        ("mcp", cfg!(feature = "mcp")),
+        ("rig", cfg!(feature = "rig")),
+        ("async-openai", cfg!(feature = "async-openai")),
+        ("otel", true),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    // The same features as this test: the library is not built again.
+    let demo = crate::mcp_example::example("demo", &features);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = rt.block_on(receiver::Receiver::start());
+    let dir = crate::mcp_example::TempDir::new();
+    let run = |otlp: Option<&str>, db: &str| {
+        let mut command = Command::new(&demo);
+        command
+            .current_dir(&dir.0)
+            .env(
+                "IDEM_STORE",
+                format!("sqlite://{}", dir.0.join(db).display()),
+            )
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+        if let Some(endpoint) = otlp {
+            command.env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+        }
+        let output = command.output().unwrap();
+        assert!(output.status.success(), "{output:?}");
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        // The store's path is the only line that differs between runs.
+        stdout.lines().skip(1).collect::<Vec<_>>().join("\n")
+            + &String::from_utf8(output.stderr).unwrap()
+    };
+    let quiet = run(None, "quiet.db");
+    let exported = run(Some(&receiver.url), "exported.db");
+    drop(dir);
+    assert_eq!(exported, quiet, "exporting prints nothing extra");
+
+    let spans = receiver.spans();
+    eprintln!("{}", receiver::tree(&spans));
+    let tool_spans: Vec<_> = spans
+        .iter()
+        .filter(|s| {
+            receiver::span_attr(s, "gen_ai.operation.name").as_deref() == Some("execute_tool")
+        })
+        .collect();
+    assert!(tool_spans.len() >= 10, "{}", receiver::tree(&spans));
+    let run = spans
+        .iter()
+        .find(|s| s.name == "invoke_agent idem-demo")
+        .expect("the demo's run is a span");
+    assert!(
+        tool_spans.iter().all(|s| s.parent_span_id == run.span_id),
+        "every call is a child of the run"
+    );
+    let outcome = |o: &str| {
+        tool_spans
+            .iter()
+            .filter(|s| receiver::span_attr(s, "idem.outcome").as_deref() == Some(o))
+            .count()
+    };
+    assert!(outcome("executed") > 0);
+    assert!(outcome("deduplicated") > 0, "the model's repeats");
+    assert!(outcome("awaiting_approval") > 0, "the deletion");
+    assert!(receiver
+        .metrics()
+        .iter()
+        .any(|m| m.name == "gen_ai.execute_tool.duration"));
+}
