@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MCP's official conformance suite, the client of tests/mcp_conformance.rs:
+# MCP's official conformance suite, the client of crates/idem/tests/mcp/conformance.rs:
 # the npm package @modelcontextprotocol/conformance and the Node 22 it needs
 # (it calls fs.globSync, which Node 20 lacks), both from the npm registry,
 # in target/node22. Pinned; when both are there at these versions, this does

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # MCP servers nobody on this project wrote, for the tests of `idem proxy`
-# (idem-cli/tests/proxy.rs): the reference servers' npm packages
+# (crates/idem-cli/tests/proxy/): the reference servers' npm packages
 # @modelcontextprotocol/server-memory, server-filesystem and
 # server-everything, installed with npm into target/mcp-servers. Pinned;
 # when all three are there at these versions, this does nothing. They run
