@@ -32,7 +32,7 @@ pub(crate) fn url(given: Option<&str>) -> &str {
 /// records (an older schema is migrated).
 pub(crate) async fn open(url: &str) -> Result<Operator, CliError> {
     refuse_missing_file(url)?;
-    let store: Arc<dyn Store> = idem_runtime::store::connect(url).await?;
+    let store: Arc<dyn Store> = idem::store::connect(url).await?;
     Ok(Operator::new(store))
 }
 
@@ -41,7 +41,7 @@ pub(crate) async fn open(url: &str) -> Result<Operator, CliError> {
 /// database that is not an idem store is refused.
 pub(crate) async fn open_read_only(url: &str) -> Result<Operator, CliError> {
     refuse_missing_file(url)?;
-    let store: Arc<dyn Store> = idem_runtime::store::connect_read_only(url).await?;
+    let store: Arc<dyn Store> = idem::store::connect_read_only(url).await?;
     Ok(Operator::new(store))
 }
 

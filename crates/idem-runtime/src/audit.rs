@@ -133,13 +133,13 @@ pub struct AuditPage {
 
 /// The cursor after the event at `at` with `seq`, for the stores that
 /// order their log by `(at, seq)`.
-pub(crate) fn position_cursor(at: Timestamp, seq: u64) -> String {
+pub fn position_cursor(at: Timestamp, seq: u64) -> String {
     format!("{}.{seq}", at.as_millis())
 }
 
 /// The page of `events` read with one more than `limit` asked for: the
 /// first `limit`, and a cursor after the last of them when there was more.
-pub(crate) fn page_of(mut events: Vec<AuditEvent>, limit: usize) -> AuditPage {
+pub fn page_of(mut events: Vec<AuditEvent>, limit: usize) -> AuditPage {
     let more = events.len() > limit;
     events.truncate(limit);
     let cursor = more
@@ -150,14 +150,14 @@ pub(crate) fn page_of(mut events: Vec<AuditEvent>, limit: usize) -> AuditPage {
 }
 
 /// The `(at, seq)` a [`position_cursor`] names.
-pub(crate) fn parse_position_cursor(cursor: &str) -> Option<(Timestamp, u64)> {
+pub fn parse_position_cursor(cursor: &str) -> Option<(Timestamp, u64)> {
     let (at, seq) = cursor.split_once('.')?;
     Some((Timestamp(at.parse().ok()?), seq.parse().ok()?))
 }
 
 /// The instant before which events are older than `retention` at `now`
 /// (`None`: none are, the retention reaches before the epoch).
-pub(crate) fn retention_cutoff(now: Timestamp, retention: Duration) -> Option<Timestamp> {
+pub fn retention_cutoff(now: Timestamp, retention: Duration) -> Option<Timestamp> {
     let retention = u64::try_from(retention.as_millis()).unwrap_or(u64::MAX);
     now.as_millis().checked_sub(retention).map(Timestamp)
 }

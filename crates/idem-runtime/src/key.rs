@@ -137,7 +137,7 @@ impl Hash for IdempotencyKey {
 /// [`IdempotencyKey`]: passes the key's own hash through instead of
 /// rehashing it with SipHash.
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct KeyHashBuilder;
+pub struct KeyHashBuilder;
 
 impl std::hash::BuildHasher for KeyHashBuilder {
     type Hasher = KeyHasher;
@@ -148,7 +148,7 @@ impl std::hash::BuildHasher for KeyHashBuilder {
 
 /// The hasher of [`KeyHashBuilder`].
 #[derive(Debug, Clone, Copy, Default)]
-pub(crate) struct KeyHasher(u64);
+pub struct KeyHasher(u64);
 
 impl Hasher for KeyHasher {
     fn finish(&self) -> u64 {

@@ -66,6 +66,7 @@ pub mod power_cut;
 pub mod process;
 mod schedule;
 pub mod servers;
+pub mod store_cases;
 pub mod stores;
 mod tools;
 mod world;

@@ -57,7 +57,7 @@ impl TestStore {
     }
 
     /// The store's URL (`sqlite://…`, `redis://…`, `redis+cluster://…`,
-    /// `postgres://…`), for [`idem_runtime::store::connect`] or for a
+    /// `postgres://…`), for [`idem::store::connect`] or for a
     /// program under test. Whoever opens it reads the system clock, or the
     /// server's.
     ///
@@ -91,15 +91,14 @@ impl TestStore {
         }
         #[cfg(feature = "sqlite")]
         if let (Some(path), Some(clock)) = (&self.sqlite, &self.clock) {
-            let options =
-                idem_runtime::store::SqliteOptions::default().clock(Arc::new(clock.clone()));
+            let options = idem_sqlite::SqliteOptions::default().clock(Arc::new(clock.clone()));
             return Arc::new(
-                idem_runtime::store::SqliteStore::open_with(path, options)
+                idem_sqlite::SqliteStore::open_with(path, options)
                     .await
                     .expect("open the test's SQLite store"),
             );
         }
-        idem_runtime::store::connect(self.url())
+        idem::store::connect(self.url())
             .await
             .unwrap_or_else(|e| panic!("connect to the test's {} store: {e}", self.name))
     }
@@ -202,7 +201,7 @@ pub async fn postgres(test: &str) -> Option<TestStore> {
 ///
 /// /// Called as `sqlite::records_survive`, `redis::records_survive`…
 /// async fn records_survive(url: &str) {
-///     let _store = idem_runtime::store::connect(url).await.unwrap();
+///     let _store = idem::store::connect(url).await.unwrap();
 /// }
 ///
 /// /// Called with the store itself.

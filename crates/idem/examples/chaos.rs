@@ -180,7 +180,7 @@ fn run_durable(
         .build()
         .map_err(|e| e.to_string())?;
     runtime.block_on(async {
-        let store = idem_runtime::store::connect(&args.store)
+        let store = idem::store::connect(&args.store)
             .await
             .map_err(|e| e.to_string())?;
         // A tag of this run: reruns on a shared server use fresh keys.

@@ -129,8 +129,10 @@ pub use idem_runtime::retry::RetryPolicy;
 // The modules, for everything else.
 pub use idem_runtime::{
     approval, audit, catalog, class, clock, dispatch, error, executor, key, operator, provider,
-    record, registry, retry, store,
+    record, registry, retry,
 };
+
+pub mod store;
 
 #[cfg(feature = "conformance")]
 pub use idem_runtime::conformance;

@@ -25,7 +25,7 @@ struct MigrationJson<'a> {
 /// which. A SQLite file that does not exist is refused, not created.
 pub(super) async fn run(url: &str, out: &Output) -> Result<(), CliError> {
     store::refuse_missing_file(url)?;
-    let migration = idem_runtime::store::url::migrate(url).await?;
+    let migration = idem::store::migrate(url).await?;
     if out.json {
         return out.json(&MigrationJson {
             store: &migration.store,

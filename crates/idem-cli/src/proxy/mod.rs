@@ -101,7 +101,7 @@ pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
             "the server's name `{name}` cannot name a namespace ({e}); set [server] name"
         ))
     })?;
-    let store = idem_runtime::store::connect(url).await?;
+    let store = idem::store::connect(url).await?;
     // Every irreversible call is left to a person: the one in the chat
     // when the client can ask them, else an operator (`idem approve`, the
     // inbox), as each tool's `approval` says.

@@ -169,7 +169,7 @@ async fn reading_a_redis_prefix_without_idem_fails_and_writes_nothing() {
 async fn a_corrupt_record_is_named_loudly_and_the_rest_are_listed() {
     let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
     let path = dir.path().join("idem.db");
-    let store = idem_runtime::store::SqliteStore::open(&path).await.unwrap();
+    let store = idem::store::SqliteStore::open(&path).await.unwrap();
     let (good, bad) = ("ab".repeat(32), "cd".repeat(32));
     for key in [&good, &bad] {
         let key = IdempotencyKey::parse(key).unwrap();

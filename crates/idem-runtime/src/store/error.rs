@@ -86,8 +86,41 @@ pub enum StoreError {
         /// The cause.
         cause: Cause,
     },
-    /// The store is misconfigured (bad URL, unknown scheme, bad option).
+    /// The store is misconfigured (a bad option or value in its URL).
     Config(String),
+    /// No backend opens the URL's scheme.
+    UnknownScheme {
+        /// The URL (password hidden).
+        store: String,
+        /// A URL of each backend this build has, as `memory:, sqlite://PATH
+        /// or redis://HOST`.
+        expected: String,
+    },
+    /// The URL's backend exists, but this build was made without it.
+    NotBuilt {
+        /// The URL (password hidden).
+        store: String,
+        /// The Cargo feature that builds the backend: `redis`.
+        feature: &'static str,
+    },
+    /// The URL is not one its backend reads.
+    InvalidUrl {
+        /// The URL (password hidden).
+        store: String,
+        /// What is wrong with it, and what to write.
+        reason: String,
+    },
+    /// The store keeps nothing between processes (`memory:`): there is no
+    /// schema to migrate.
+    NothingToMigrate {
+        /// The store.
+        store: String,
+    },
+    /// An environment variable naming the store is not valid UTF-8.
+    EnvNotUnicode {
+        /// The variable: `IDEM_STORE`.
+        var: &'static str,
+    },
     /// The store was closed with [`Store::close`](super::Store::close):
     /// nothing was written and nothing ran.
     Closed {
@@ -151,6 +184,24 @@ impl fmt::Display for StoreError {
                 "store {store} is read-only: {cause}; nothing was written and nothing ran"
             ),
             StoreError::Config(message) => write!(f, "store configuration error: {message}"),
+            StoreError::UnknownScheme { store, expected } => write!(
+                f,
+                "store configuration error: unknown store URL scheme in {store:?}; expected {expected}"
+            ),
+            StoreError::NotBuilt { store, feature } => write!(
+                f,
+                "store configuration error: {store} needs idem built with the `{feature}` feature"
+            ),
+            StoreError::InvalidUrl { store, reason } => {
+                write!(f, "store configuration error: {store:?}: {reason}")
+            }
+            StoreError::NothingToMigrate { store } => write!(
+                f,
+                "store configuration error: {store} keeps nothing between processes, so there is nothing to migrate"
+            ),
+            StoreError::EnvNotUnicode { var } => {
+                write!(f, "store configuration error: {var} is not valid UTF-8")
+            }
             StoreError::Closed { store } => write!(
                 f,
                 "store {store} is closed; nothing was written and nothing ran"

@@ -42,48 +42,24 @@ use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{CallInfoRef, CorruptRecord, Fence, Outcome, Record};
 
+pub mod backend;
 mod error;
 pub mod intercept;
 pub mod memory;
 mod poll;
-#[cfg(feature = "postgres")]
-pub mod postgres;
 mod redact;
-#[cfg(feature = "redis")]
-pub mod redis;
-#[cfg(feature = "sqlite")]
-pub mod sqlite;
 mod sweeper;
 pub mod transition;
 pub mod url;
 mod wait_for;
-#[cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 mod waiters;
 
 pub use error::{Cause, FenceHolder, StoreError};
 pub use memory::MemoryStore;
 pub use poll::{poll_decision, poll_wait};
-#[cfg(feature = "postgres")]
-pub use postgres::{PostgresOptions, PostgresStore};
-#[cfg(feature = "redis")]
-pub use redis::{RedisOptions, RedisStore};
-#[cfg(feature = "sqlite")]
-pub use sqlite::{SqliteOptions, SqliteStore, Synchronous};
+pub use redact::redact;
 pub use sweeper::{spawn_sweeper, SweeperHandle};
-pub use url::{connect, connect_read_only, from_env, STORE_ENV};
-
-/// The longest lease or TTL the remote stores write, in milliseconds:
-/// 2^52 ms, about 142,000 years. Longer spans are cut to it, so that the
-/// server's `now + span` stays an exact integer (Redis scripts compute in
-/// doubles and print with `%d`; PostgreSQL's `bigint` overflows).
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) const MAX_SPAN_MILLIS: u64 = 1 << 52;
-
-/// `span` in milliseconds, at most [`MAX_SPAN_MILLIS`].
-#[cfg(any(feature = "redis", feature = "postgres"))]
-pub(crate) fn span_millis(span: Duration) -> u64 {
-    span.as_millis().min(u128::from(MAX_SPAN_MILLIS)) as u64
-}
+pub use url::{DEFAULT_STORE_URL, STORE_ENV};
 
 /// A request to own a key.
 #[derive(Debug, Clone)]
@@ -452,7 +428,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// PostgreSQL pool). Afterwards every operation fails with
     /// [`StoreError::Closed`] instead of hanging, waiters included; closing
     /// again does nothing. Reachable through the `Arc<dyn Store>` that
-    /// [`connect`] returns.
+    /// [`Backends::connect`](backend::Backends::connect) returns.
     ///
     /// The default does nothing, for stores that hold nothing worth
     /// closing; the conformance suite expects a closed store to refuse

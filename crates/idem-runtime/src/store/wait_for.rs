@@ -7,7 +7,7 @@ use crate::record::{Record, RecordState, Status};
 
 /// The state a waiter waits for a record to leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum WaitFor {
+pub enum WaitFor {
     /// In flight under a live lease: [`Store::wait`](super::Store::wait).
     Completion,
     /// Awaiting a person's decision, not yet approved:
@@ -20,7 +20,7 @@ impl WaitFor {
     /// it leaves that state with nobody writing — the owner's lease runs
     /// out, the request lapses unanswered — when a waiter must look again
     /// although no notification will come. `None` once the wait is over.
-    pub(crate) fn pending_until(self, record: &Record, now: Timestamp) -> Option<Timestamp> {
+    pub fn pending_until(self, record: &Record, now: Timestamp) -> Option<Timestamp> {
         let until = match (self, &record.state) {
             (WaitFor::Completion, RecordState::InFlight { lease_until, .. }) => *lease_until,
             // An approved request keeps this state until a call claims it,

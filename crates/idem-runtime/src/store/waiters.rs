@@ -22,7 +22,7 @@ use crate::record::Record;
 
 /// One [`Notify`] per key somebody is waiting on.
 #[derive(Debug)]
-pub(crate) struct Waiters {
+pub struct Waiters {
     keys: DashMap<String, Arc<Notify>>,
     /// The safety net: waiters re-read at least this often, for a lost
     /// notification or a writer in another process that cannot notify
@@ -32,7 +32,7 @@ pub(crate) struct Waiters {
 
 impl Waiters {
     /// Nobody waiting yet; waiters will re-read at least every `poll`.
-    pub(crate) fn new(poll: Duration) -> Self {
+    pub fn new(poll: Duration) -> Self {
         Waiters {
             keys: DashMap::new(),
             poll,
@@ -41,7 +41,7 @@ impl Waiters {
 
     /// Wake everybody waiting on `key` (its record completed, was released
     /// or replaced).
-    pub(crate) fn wake(&self, key: &str) {
+    pub fn wake(&self, key: &str) {
         if let Some((_, notify)) = self.keys.remove(key) {
             notify.notify_waiters();
         }
@@ -49,7 +49,7 @@ impl Waiters {
 
     /// Wake every waiter, e.g. after the notification channel reconnected
     /// and messages may have been lost: each re-reads its record.
-    pub(crate) fn wake_all(&self) {
+    pub fn wake_all(&self) {
         self.keys.retain(|_, notify| {
             notify.notify_waiters();
             false
@@ -71,7 +71,7 @@ impl Waiters {
     /// notification, when the state ends by itself (the owner's lease runs
     /// out, an approval request lapses), and at least every `poll` the
     /// waiters were made with ([`Waiters::new`]).
-    pub(crate) async fn wait<F, Fut>(
+    pub async fn wait<F, Fut>(
         &self,
         key: &IdempotencyKey,
         what: WaitFor,

@@ -146,14 +146,11 @@ async fn a_duplicate_can_be_rejected_while_in_flight() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
-    #[allow(unused_mut)]
-    let mut stores: Vec<Arc<dyn Store>> = vec![Arc::new(MemoryStore::new())];
-    #[cfg(feature = "sqlite")]
     let file = std::env::temp_dir().join(format!("idem-burst-{}.db", std::process::id()));
-    #[cfg(feature = "sqlite")]
-    stores.push(Arc::new(
-        idem_runtime::store::SqliteStore::open(&file).await.unwrap(),
-    ));
+    let stores: Vec<Arc<dyn Store>> = vec![
+        Arc::new(MemoryStore::new()),
+        Arc::new(idem_sqlite::SqliteStore::open(&file).await.unwrap()),
+    ];
     for inner in stores {
         let store = Arc::new(probed_shared(inner, Renewals::Renew));
         let world = App::default();
@@ -185,7 +182,6 @@ async fn ten_thousand_concurrent_duplicates_in_one_process_cost_one_claim() {
             "{what}: one claim reached the store"
         );
     }
-    #[cfg(feature = "sqlite")]
     for suffix in ["", "-wal", "-shm"] {
         let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
     }

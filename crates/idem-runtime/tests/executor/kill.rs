@@ -7,7 +7,6 @@
 //! fault simulation).
 //!
 //! Each test prints its counts on a `KILL-TEST` line (`--nocapture`).
-#![cfg(any(feature = "sqlite", feature = "redis", feature = "postgres"))]
 
 use idem_testkit::process::{kill_workers_mid_call, run_worker};
 use idem_testkit::TempDir;
@@ -30,7 +29,6 @@ async fn kill_on(store: &str, url: &str) {
 }
 
 /// Workers share one SQLite file in a temporary directory.
-#[cfg(feature = "sqlite")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
     use idem_runtime::Store;
@@ -38,7 +36,7 @@ async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() 
     let dir = TempDir::new("idem-kill-sqlite").unwrap();
     let path = dir.path().join("idem.db");
     // Create the file first so the workers race on claims, not on setup.
-    idem_runtime::store::SqliteStore::open(&path)
+    idem_sqlite::SqliteStore::open(&path)
         .await
         .unwrap()
         .close()
@@ -50,7 +48,6 @@ async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() 
 /// Run the scenario on a server of its own that `start` brings up, or skip
 /// loudly when its binaries are missing (a failure under
 /// `IDEM_REQUIRE_SERVERS=1`).
-#[cfg(any(feature = "redis", feature = "postgres"))]
 async fn on_server<S: Send + 'static>(
     store: &str,
     server: &str,
@@ -65,7 +62,6 @@ async fn on_server<S: Send + 'static>(
 }
 
 /// Workers share one `redis-server` of the test's own.
-#[cfg(feature = "redis")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
     use idem_testkit::RedisServer;
@@ -80,7 +76,6 @@ async fn redis_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
 }
 
 /// Workers share one PostgreSQL server of the test's own.
-#[cfg(feature = "postgres")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
     use idem_testkit::PostgresServer;

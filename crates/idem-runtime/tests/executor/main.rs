@@ -19,4 +19,3 @@ mod leases;
 mod memory_conformance;
 mod retries;
 mod store_failures;
-mod store_url;

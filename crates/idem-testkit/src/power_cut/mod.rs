@@ -29,7 +29,8 @@
 //!
 //! ```no_run
 //! # async fn demo(path: &std::path::Path) {
-//! use idem_runtime::store::{SqliteOptions, SqliteStore, Store, Synchronous};
+//! use idem_runtime::store::Store;
+//! use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 //! use idem_testkit::power_cut::PowerCut;
 //!
 //! let power = PowerCut::install("power-cut-demo");
@@ -56,7 +57,7 @@
 //! the VFS in every connection opened through it, so it is never
 //! unregistered or freed (a few hundred bytes, plus the synced images).
 //!
-//! [`SqliteOptions::default`]: idem_runtime::store::SqliteOptions
+//! [`SqliteOptions::default`]: idem_sqlite::SqliteOptions
 
 mod vfs;
 
@@ -109,7 +110,7 @@ impl Syncs {
 impl PowerCut {
     /// Register a power-cut VFS under `name` over SQLite's default VFS, the
     /// power on. Open a store through it with
-    /// [`SqliteOptions::vfs`](idem_runtime::store::SqliteOptions::vfs)`(power.name())`.
+    /// [`SqliteOptions::vfs`](idem_sqlite::SqliteOptions::vfs)`(power.name())`.
     ///
     /// # Panics
     ///

@@ -7,12 +7,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem::{Executor, MemoryStore};
+use idem_postgres::PostgresStore;
+use idem_redis::RedisStore;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
-use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, PostgresStore, RedisStore, SqliteOptions, SqliteStore, Store,
-    Synchronous,
-};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
+use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use idem_testkit::{PostgresServer, RedisServer, TempDir};
 use sha2::{Digest, Sha256};
 
@@ -93,7 +93,7 @@ impl Backend {
                     };
                     let cache = env_or(
                         "IDEM_BENCH_SQLITE_RECORD_CACHE",
-                        idem_runtime::store::sqlite::DEFAULT_RECORD_CACHE,
+                        idem_sqlite::DEFAULT_RECORD_CACHE,
                     );
                     let options = SqliteOptions::default()
                         .synchronous(sync)

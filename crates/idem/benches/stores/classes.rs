@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::{tool, Executor, ToolError};
+use idem_postgres::PostgresStore;
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, PostgresStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store, StoreError};
 
 use crate::backend::{Backend, Raw};
 use crate::common::{args, send, send_email, EmailSent, SendEmail};

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use idem_runtime::store::{SqliteOptions, SqliteStore, Store, Synchronous};
+use idem_runtime::store::Store;
+
+use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use idem_testkit::TempDir;
 
 use crate::classes::Class;

@@ -35,41 +35,16 @@ fn secret_urls() -> Vec<String> {
 /// The examples' binaries, built with the stores' features (an integration
 /// test has no `CARGO_BIN_EXE_…` for examples).
 fn examples() -> Vec<(String, PathBuf)> {
-    let mut cargo = Command::new(env!("CARGO"));
-    cargo
-        .args(["build", "--message-format=json"])
-        .args([
-            "--example",
-            "demo",
-            "--example",
-            "chaos",
-            "--example",
-            "mcp_server",
-        ])
-        .args(["--features", "mcp,sqlite,redis,postgres"])
-        .arg("--manifest-path")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
-        .stderr(Stdio::inherit());
-    if !cfg!(debug_assertions) {
-        cargo.arg("--release");
-    }
-    let output = cargo.output().expect("cargo runs");
-    assert!(output.status.success(), "cargo build --example … failed");
-    let built: Vec<(String, PathBuf)> = String::from_utf8(output.stdout)
-        .unwrap()
-        .lines()
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| m["reason"] == "compiler-artifact")
-        .filter_map(|m| {
-            let path = m["executable"].as_str()?;
-            Some((
-                m["target"]["name"].as_str()?.to_owned(),
-                PathBuf::from(path),
-            ))
+    let features = ["mcp", "sqlite", "redis", "postgres"];
+    ["demo", "chaos", "mcp_server"]
+        .into_iter()
+        .map(|name| {
+            (
+                name.to_owned(),
+                crate::mcp_example::example(name, &features),
+            )
         })
-        .collect();
-    assert_eq!(built.len(), 3, "{built:?}");
-    built
+        .collect()
 }
 
 /// Run `binary ARGS` with `IDEM_STORE=url`: all it printed.

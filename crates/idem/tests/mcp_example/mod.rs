@@ -26,14 +26,24 @@ pub fn binary() -> PathBuf {
 
 /// The binary of example `name`, built with `features` (and no default
 /// ones).
+///
+/// A test built with every feature of the facade is taken to run under the
+/// README's `cargo test --workspace --all-features`, which has built every
+/// example with the whole workspace's features: the same selection asks
+/// for that build, found up to date, instead of a second build of the
+/// dependency tree with the features of this package alone.
 pub fn example(name: &str, features: &[&str]) -> PathBuf {
     let mut cargo = Command::new(env!("CARGO"));
     cargo
         .args(["build", "--example", name, "--message-format=json"])
-        .args(["--no-default-features", "--features", &features.join(",")])
         .arg("--manifest-path")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"))
         .stderr(Stdio::inherit());
+    if every_feature() {
+        cargo.args(["--workspace", "--all-features"]);
+    } else {
+        cargo.args(["--no-default-features", "--features", &features.join(",")]);
+    }
     if !cfg!(debug_assertions) {
         cargo.arg("--release");
     }
@@ -49,6 +59,21 @@ pub fn example(name: &str, features: &[&str]) -> PathBuf {
         .find(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == name)
         .and_then(|m| m["executable"].as_str().map(PathBuf::from))
         .expect("cargo names the example's executable")
+}
+
+/// Whether this test was built with every feature of the facade.
+fn every_feature() -> bool {
+    cfg!(all(
+        feature = "mcp",
+        feature = "sqlite",
+        feature = "redis",
+        feature = "postgres",
+        feature = "conformance",
+        feature = "schema-validation",
+        feature = "rig",
+        feature = "async-openai",
+        feature = "otel"
+    ))
 }
 
 /// A directory of its own for the SQLite file, removed afterwards.

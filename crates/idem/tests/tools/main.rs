@@ -29,3 +29,4 @@ mod repeat_window_stores;
 #[cfg(feature = "rig")]
 mod rig;
 mod scenarios;
+mod store_url;

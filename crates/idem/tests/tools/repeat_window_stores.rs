@@ -57,9 +57,7 @@ async fn bursts_across_boundaries_charge_once(url: &str) {
     let ledger = Ledger::default();
     let mut dispatchers = Vec::new();
     for worker in 0..WORKERS {
-        let store = idem::store::url::connect(url)
-            .await
-            .expect("the store opens");
+        let store = idem::store::connect(url).await.expect("the store opens");
         let executor = Executor::builder_shared(store)
             .state(ledger.clone())
             .worker(format!("worker-{worker}"))

@@ -1,0 +1,242 @@
+//! Connecting a [`PostgresStore`]: its constructors, the first
+//! connection, and the [`bb8`] pool of connections with every statement
+//! prepared.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use tokio_postgres::{Client, Config, NoTls};
+
+use crate::error::error;
+use crate::listener::{listen, SAFETY_POLL};
+use crate::options::{config, PostgresOptions};
+use crate::schema::{check_read_only, migrate};
+use crate::statements::{Conn, SQL};
+use crate::PostgresStore;
+use idem_runtime::store::backend::Waiters;
+use idem_runtime::store::StoreError;
+
+impl fmt::Debug for PostgresStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PostgresStore")
+            .field("store", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+/// Opens [`Conn`]s for the pool.
+pub(super) struct Manager {
+    config: Config,
+}
+
+async fn open(config: &Config) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(NoTls).await?;
+    tokio::spawn(async move {
+        // Ends when the client is dropped or the server goes away; the
+        // client then reports itself closed and the pool drops it.
+        let _ = connection.await;
+    });
+    Ok(client)
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = tokio_postgres::Error;
+
+    async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+        let client = open(&self.config).await?;
+        let sql = &*SQL;
+        // Prepared concurrently: the client pipelines them.
+        let (
+            (claim, claim_relaxed),
+            (checkpoint, renew, complete, release, replace, remove, get, scan, sweep, now),
+        ) = tokio::try_join!(
+            async {
+                tokio::try_join!(
+                    client.prepare(&sql.claim),
+                    client.prepare(&sql.claim_relaxed)
+                )
+            },
+            async {
+                tokio::try_join!(
+                    client.prepare(&sql.checkpoint),
+                    client.prepare(&sql.renew),
+                    client.prepare(&sql.complete),
+                    client.prepare(&sql.release),
+                    client.prepare(&sql.replace),
+                    client.prepare(&sql.remove),
+                    client.prepare(&sql.get),
+                    client.prepare(&sql.scan),
+                    client.prepare(&sql.sweep),
+                    client.prepare(&sql.now),
+                )
+            },
+        )?;
+        Ok(Conn {
+            client,
+            claim,
+            claim_relaxed,
+            checkpoint,
+            renew,
+            complete,
+            release,
+            replace,
+            remove,
+            get,
+            scan,
+            sweep,
+            now,
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut Conn) -> Result<(), tokio_postgres::Error> {
+        conn.client.simple_query("").await.map(drop)
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+impl PostgresStore {
+    /// Connect to `url` (`postgres://user[:password]@host[:port]/db`, with
+    /// `?schema=NAME` for a schema of idem's own: see the
+    /// [module docs](super)) with default options.
+    pub async fn connect(url: &str) -> Result<PostgresStore, StoreError> {
+        Self::connect_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connect to `url`, create or migrate the schema, and start the
+    /// listener that wakes waiters.
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the server cannot be
+    /// reached, [`StoreError::SchemaTooNew`] when a newer idem created the
+    /// schema, and [`StoreError::Config`] for a malformed URL or schema
+    /// name.
+    pub async fn connect_with(
+        url: &str,
+        options: PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let (config, name, schema) = config(url, &options, false)?;
+        let client = first_connection(&config, &name, &options).await?;
+        let found = migrate(client, &name, schema.as_deref()).await?;
+        Ok(Self::start(config, name, &options, found).await)
+    }
+
+    /// Connect to `url` for reading only, with default options. See
+    /// [`PostgresStore::connect_read_only_with`].
+    pub async fn connect_read_only(url: &str) -> Result<PostgresStore, StoreError> {
+        Self::connect_read_only_with(url, PostgresOptions::default()).await
+    }
+
+    /// Connect to `url` for reading only: nothing is created or migrated,
+    /// and every session runs with `default_transaction_read_only = on`,
+    /// so the server itself refuses anything that would write, as
+    /// [`StoreError::ReadOnly`]. Reads work as on a store connected
+    /// read-write.
+    ///
+    /// Refuses, changing nothing: a database or PostgreSQL schema without
+    /// idem's tables and schema version ([`StoreError::NotAnIdemStore`]),
+    /// a schema older than [`OLDEST_READABLE`]
+    /// ([`StoreError::SchemaTooOld`]) or newer than [`SCHEMA_VERSION`]
+    /// ([`StoreError::SchemaTooNew`]); otherwise fails as
+    /// [`PostgresStore::connect_with`] does.
+    ///
+    /// [`OLDEST_READABLE`]: crate::OLDEST_READABLE
+    /// [`SCHEMA_VERSION`]: crate::SCHEMA_VERSION
+    pub async fn connect_read_only_with(
+        url: &str,
+        options: PostgresOptions,
+    ) -> Result<PostgresStore, StoreError> {
+        let (config, name, schema) = config(url, &options, true)?;
+        let client = first_connection(&config, &name, &options).await?;
+        let found = check_read_only(&client, &name, schema.as_deref()).await?;
+        Ok(Self::start(config, name, &options, Some(found)).await)
+    }
+
+    /// The schema version the database had when this store connected:
+    /// `None` when this store created the schema, an older version than
+    /// [`SCHEMA_VERSION`] when a store connected read-write migrated it (a
+    /// store connected read-only never does).
+    ///
+    /// [`SCHEMA_VERSION`]: crate::SCHEMA_VERSION
+    pub fn schema_found(&self) -> Option<u32> {
+        self.schema_found
+    }
+}
+
+/// The connection that checks (or migrates) the schema.
+async fn first_connection(
+    config: &Config,
+    name: &str,
+    options: &PostgresOptions,
+) -> Result<Client, StoreError> {
+    tokio::time::timeout(options.connect_timeout, open(config))
+        .await
+        .map_err(|_| StoreError::Unavailable {
+            store: name.to_owned(),
+            cause: format!("no connection within {:?}", options.connect_timeout).into(),
+        })?
+        .map_err(|e| error(name, e))
+}
+
+impl PostgresStore {
+    /// The pool and the listener, on a checked schema.
+    async fn start(
+        config: Config,
+        name: String,
+        options: &PostgresOptions,
+        schema_found: Option<u32>,
+    ) -> PostgresStore {
+        let pool = bb8::Pool::builder()
+            .max_size(options.pool_size)
+            .connection_timeout(options.connect_timeout)
+            // A checkout must not cost a round trip; broken connections are
+            // noticed by `has_broken` and replaced.
+            .test_on_check_out(false)
+            .build_unchecked(Manager {
+                config: config.clone(),
+            });
+
+        let waiters = Arc::new(Waiters::new(SAFETY_POLL));
+        let (listening, ready) = tokio::sync::oneshot::channel();
+        let listener = tokio::spawn(listen(
+            config,
+            waiters.clone(),
+            options.connect_timeout,
+            listening,
+        ));
+        let _ = tokio::time::timeout(options.connect_timeout, ready).await;
+        PostgresStore {
+            pool: Mutex::new(Some(pool)),
+            name,
+            schema_found,
+            waiters,
+            listener,
+            audit_retention: options.audit_retention,
+        }
+    }
+
+    /// A pooled connection, or [`StoreError::Closed`].
+    pub(super) async fn conn(&self) -> Result<bb8::PooledConnection<'static, Manager>, StoreError> {
+        let pool = self.pool.lock().expect("not poisoned").clone();
+        let Some(pool) = pool else {
+            return Err(StoreError::Closed {
+                store: self.name.clone(),
+            });
+        };
+        pool.get_owned().await.map_err(|e| match e {
+            bb8::RunError::User(e) => self.error(e),
+            bb8::RunError::TimedOut => StoreError::Unavailable {
+                store: self.name.clone(),
+                cause: "timed out waiting for a connection".into(),
+            },
+        })
+    }
+}

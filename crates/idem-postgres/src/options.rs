@@ -1,0 +1,138 @@
+//! How a [`PostgresStore`](crate::PostgresStore) connects: its options,
+//! and what its URL says (the driver's configuration and idem's own
+//! `schema` parameter).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use tokio_postgres::Config;
+
+use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
+use idem_runtime::store::redact;
+use idem_runtime::store::StoreError;
+
+/// How to connect a [`PostgresStore`](crate::PostgresStore).
+#[derive(Debug, Clone)]
+pub struct PostgresOptions {
+    pub(super) pool_size: u32,
+    pub(super) connect_timeout: Duration,
+    pub(super) audit_retention: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        PostgresOptions {
+            pool_size: 16,
+            connect_timeout: Duration::from_secs(5),
+            audit_retention: DEFAULT_AUDIT_RETENTION,
+        }
+    }
+}
+
+impl PostgresOptions {
+    /// How many connections the pool keeps at most (default 16).
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.pool_size = size.max(1);
+        self
+    }
+
+    /// How long connecting, or waiting for a pooled connection, may take
+    /// before the operation fails (default 5 s).
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Keep audit events for `retention` (default
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] deletes older ones,
+    /// judged by the server's clock.
+    ///
+    /// [`Store::sweep`]: idem_runtime::store::Store::sweep
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
+    }
+}
+
+/// `url` without its `schema` query parameter, and that parameter's
+/// value, checked: a PostgreSQL identifier idem can use unquoted and
+/// unambiguous (lower-case ASCII letters, digits and `_`, not starting with
+/// a digit or `pg_`, at most 63 bytes).
+fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
+    let Some((base, query)) = url.split_once('?') else {
+        return Ok((url.to_owned(), None));
+    };
+    let mut schema = None;
+    let mut rest = Vec::new();
+    for param in query.split('&') {
+        match param.split_once('=') {
+            Some(("schema", value)) => {
+                if schema.replace(value).is_some() {
+                    return Err(StoreError::Config(format!(
+                        "{} names the schema twice",
+                        redact(url)
+                    )));
+                }
+            }
+            _ => rest.push(param),
+        }
+    }
+    if let Some(name) = schema {
+        let valid = !name.is_empty()
+            && name.len() <= 63
+            && !name.starts_with("pg_")
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+        if !valid {
+            return Err(StoreError::Config(format!(
+                "schema {name:?} in {} is not a usable schema name: write lower-case letters, \
+                 digits and _ (not first a digit, not starting with pg_, at most 63 bytes)",
+                redact(url)
+            )));
+        }
+    }
+    let url = match rest.is_empty() {
+        true => base.to_owned(),
+        false => format!("{base}?{}", rest.join("&")),
+    };
+    Ok((url, schema.map(str::to_owned)))
+}
+
+/// The driver's configuration for `url`, its name for messages (password
+/// hidden) and the PostgreSQL schema it names; `read_only` makes every
+/// session's transactions read-only.
+pub(super) fn config(
+    url: &str,
+    options: &PostgresOptions,
+    read_only: bool,
+) -> Result<(Config, String, Option<String>), StoreError> {
+    let name = redact(url);
+    let (driver_url, schema) = take_schema(url)?;
+    let mut config = Config::from_str(&driver_url)
+        .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL {name}: {e}")))?;
+    // Every connection, pooled and listening, resolves idem's unqualified
+    // names in the schema, and a read-only store's sessions refuse writes;
+    // `options` the URL already gives are kept.
+    let mut settings = Vec::new();
+    if let Some(schema) = &schema {
+        settings.push(format!("-c search_path={schema}"));
+    }
+    if read_only {
+        settings.push("-c default_transaction_read_only=on".to_owned());
+    }
+    if !settings.is_empty() {
+        let settings = settings.join(" ");
+        let options = match config.get_options() {
+            Some(given) => format!("{given} {settings}"),
+            None => settings,
+        };
+        config.options(&options);
+    }
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(options.connect_timeout);
+    }
+    config.application_name("idem");
+    Ok((config, name, schema))
+}

@@ -1,0 +1,310 @@
+//! How a [`RedisStore`](crate::RedisStore) connects — one server, or a
+//! Redis Cluster through its seed nodes — as its URL says: the one
+//! connection type the store talks through either way, and the store's
+//! constructors.
+
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisResult, Script, ScriptInvocation};
+
+use crate::notify::{self, SAFETY_POLL};
+use crate::options::{self, RedisOptions, Servers};
+use crate::scripts::Scripts;
+use crate::RedisStore;
+use idem_runtime::store::backend::Waiters;
+use idem_runtime::store::redact;
+use idem_runtime::store::{Cause, StoreError};
+
+/// The store's connection: a [`ConnectionManager`] to one server, or a
+/// [`ClusterConnection`] that routes each command to the node holding its
+/// key's slot. Both are cheap handles on one shared connection (per node).
+#[derive(Clone)]
+pub(super) enum Connection {
+    Node(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+/// Run `$body` with `$conn` bound to whichever connection `$self` holds.
+macro_rules! on_either {
+    ($self:expr, $conn:ident => $body:expr) => {
+        match $self {
+            Connection::Node($conn) => $body,
+            Connection::Cluster($conn) => $body,
+        }
+    };
+}
+
+impl Connection {
+    /// Connect to `servers` within `options`' timeouts.
+    ///
+    /// A cluster connection follows redirections (`MOVED`, `ASK`), waits out
+    /// `TRYAGAIN` and `CLUSTERDOWN`, and resends a request whose connection
+    /// dropped, all within the response timeout. The resend may apply a
+    /// script twice; every idem script applied twice still runs no call
+    /// twice (see the [store's docs](crate::RedisStore)).
+    async fn open(
+        servers: &Servers,
+        options: &RedisOptions,
+        unavailable: impl Fn(redis::RedisError) -> StoreError,
+        name: &str,
+    ) -> Result<Connection, StoreError> {
+        let config =
+            |e: redis::RedisError| StoreError::Config(format!("bad Redis URL {name}: {e}"));
+        let limit = options.connection_timeout * 3;
+        let in_time = |result: Result<RedisResult<Connection>, _>| match result {
+            Ok(result) => result.map_err(&unavailable),
+            Err(_) => Err(StoreError::Unavailable {
+                store: name.to_owned(),
+                cause: Cause::from(format!("no connection within {limit:?}")),
+            }),
+        };
+        match servers {
+            Servers::Node(url) => {
+                let client = Client::open(url.as_str()).map_err(config)?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(options.connection_timeout))
+                    .set_response_timeout(Some(options.response_timeout))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let connecting = async {
+                    ConnectionManager::new_with_config(client, config)
+                        .await
+                        .map(Connection::Node)
+                };
+                in_time(tokio::time::timeout(limit, connecting).await)
+            }
+            Servers::Cluster(nodes) => {
+                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                    .connection_timeout(options.connection_timeout)
+                    .response_timeout(options.response_timeout)
+                    .build()
+                    .map_err(config)?;
+                let connecting =
+                    async { client.get_async_connection().await.map(Connection::Cluster) };
+                in_time(tokio::time::timeout(limit, connecting).await)
+            }
+        }
+    }
+
+    /// Run one command.
+    pub(super) async fn query<T: FromRedisValue>(&mut self, cmd: &Cmd) -> RedisResult<T> {
+        on_either!(self, conn => cmd.query_async(conn).await)
+    }
+
+    /// Run a pipeline whose commands touch keys of one slot (on a cluster,
+    /// it goes whole to the node of the first key).
+    pub(super) async fn pipeline<T: FromRedisValue>(&mut self, pipe: &Pipeline) -> RedisResult<T> {
+        on_either!(self, conn => pipe.query_async(conn).await)
+    }
+
+    /// Run a script (`EVALSHA`, loading it first if the server lacks it).
+    pub(super) async fn invoke<T: FromRedisValue>(
+        &mut self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> RedisResult<T> {
+        on_either!(self, conn => invocation.invoke_async(conn).await)
+    }
+
+    /// Load `script` (on a cluster, into every primary).
+    pub(super) async fn load(&mut self, script: &Script) -> RedisResult<String> {
+        on_either!(self, conn => script.prepare_invoke().load_async(conn).await)
+    }
+
+    /// Run commands whose keys may lie in different slots, each reply in
+    /// the order of `cmds`: one pipeline on one server; on a cluster, each
+    /// command sent at once to its own node (a cluster pipeline must stay
+    /// within one slot).
+    pub(super) async fn batch(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<redis::Value>> {
+        match self {
+            Connection::Node(conn) => {
+                let mut pipe = redis::pipe();
+                for cmd in cmds {
+                    pipe.add_command(cmd);
+                }
+                pipe.query_async(conn).await
+            }
+            Connection::Cluster(conn) => {
+                let replies = cmds.iter().map(|cmd| {
+                    let mut conn = conn.clone();
+                    async move { cmd.query_async(&mut conn).await }
+                });
+                futures_util::future::try_join_all(replies).await
+            }
+        }
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("store", &self.name)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for RedisStore {
+    fn drop(&mut self) {
+        self.subscriber.abort();
+    }
+}
+
+impl RedisStore {
+    /// Connect to `url` with default options: one server,
+    /// `redis://[user:password@]host[:port][/db][?prefix=NAME]`, or a
+    /// cluster, `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]`
+    /// (see the [module docs](super)).
+    pub async fn connect(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect to `url`, check the data layout version, load the scripts and
+    /// start the subscriber that wakes waiters. Options in the URL's query
+    /// (`prefix`, `replicas`) override those of `options`.
+    ///
+    /// Data written by an older idem is migrated first (see
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION); on a single server only).
+    ///
+    /// Fails with [`StoreError::Unavailable`] when the server cannot be
+    /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
+    /// data, and [`StoreError::Config`] for a malformed URL or prefix or an
+    /// unknown URL option.
+    pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
+        Self::open(url, options, false).await
+    }
+
+    /// Connect to `url` for reading only, with default options. See
+    /// [`RedisStore::connect_read_only_with`].
+    pub async fn connect_read_only(url: &str) -> Result<RedisStore, StoreError> {
+        Self::connect_read_only_with(url, RedisOptions::default()).await
+    }
+
+    /// Connect to `url` for reading only: the layout version under
+    /// `PREFIX:schema` is read, never written or migrated, and every
+    /// operation but reads ([`Store::get`](idem_runtime::store::Store::get), [`Store::scan`](idem_runtime::store::Store::scan),
+    /// [`Store::wait`](idem_runtime::store::Store::wait), [`Store::now`](idem_runtime::store::Store::now)) fails with [`StoreError::ReadOnly`]
+    /// before it reaches the server. Only idem's scripts are loaded into
+    /// the server's script cache, which holds no data.
+    ///
+    /// Every store connected read-write writes the layout version first,
+    /// so a prefix without it was never an idem store's:
+    /// [`StoreError::NotAnIdemStore`]. Data older than [`OLDEST_READABLE`](crate::OLDEST_READABLE)
+    /// is [`StoreError::SchemaTooOld`], newer than [`SCHEMA_VERSION`](crate::SCHEMA_VERSION)
+    /// [`StoreError::SchemaTooNew`]; otherwise it fails as
+    /// [`RedisStore::connect_with`] does.
+    pub async fn connect_read_only_with(
+        url: &str,
+        options: RedisOptions,
+    ) -> Result<RedisStore, StoreError> {
+        Self::open(url, options, true).await
+    }
+
+    /// Whether this store was connected read-only.
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The layout version the data had when this store connected: `None`
+    /// when this store wrote the first, an older version than
+    /// [`SCHEMA_VERSION`](crate::SCHEMA_VERSION) when a store connected read-write migrated it (a
+    /// store connected read-only never does).
+    pub fn schema_found(&self) -> Option<u32> {
+        self.schema_found
+    }
+
+    async fn open(
+        url: &str,
+        options: RedisOptions,
+        read_only: bool,
+    ) -> Result<RedisStore, StoreError> {
+        let name = redact(url);
+        let target = options::parse(url, &name)?;
+        let mut options = match target.prefix {
+            Some(prefix) => options.prefix(prefix),
+            None => options,
+        };
+        if let Some(replicas) = target.replicas {
+            options = options.wait_for_replicas(replicas, Duration::from_secs(1));
+        }
+        if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
+            return Err(StoreError::Config(format!(
+                "Redis key prefix {:?} must be non-empty and contain no braces",
+                options.prefix
+            )));
+        }
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable {
+            store: name.clone(),
+            cause: Cause::from_error(e),
+        };
+        let mut conn = Connection::open(&target.servers, &options, unavailable, &name).await?;
+
+        let schema_found = Self::check_layout(&mut conn, &options.prefix, read_only, &name).await?;
+
+        let scripts = Arc::new(Scripts::new());
+        for script in scripts.all() {
+            conn.load(script).await.map_err(unavailable)?;
+        }
+
+        let waiters = Arc::new(Waiters::new(SAFETY_POLL));
+        let channel = format!("{}:done", options.prefix);
+        let (subscribed, ready) = tokio::sync::oneshot::channel();
+        let subscriber = tokio::spawn(
+            notify::subscriber(
+                &target.servers,
+                channel.clone(),
+                waiters.clone(),
+                options.connection_timeout,
+                subscribed,
+            )
+            .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?,
+        );
+        // Waiters poll as a safety net, so a slow subscriber is no error;
+        // but give it a moment so the first waiters are woken promptly.
+        let _ = tokio::time::timeout(options.connection_timeout, ready).await;
+
+        Ok(RedisStore {
+            conn: Mutex::new(Some(conn)),
+            scripts,
+            name,
+            prefix: options.prefix,
+            channel,
+            waiters,
+            subscriber,
+            replicas: options.replicas,
+            audit_retention: options.audit_retention,
+            read_only,
+            schema_found,
+        })
+    }
+
+    /// [`StoreError::ReadOnly`] on a store connected read-only (after
+    /// [`StoreError::Closed`] once closed).
+    pub(super) fn writable(&self) -> Result<(), StoreError> {
+        self.conn()?;
+        match self.read_only {
+            false => Ok(()),
+            true => Err(StoreError::ReadOnly {
+                store: self.name.clone(),
+                cause:
+                    "it was connected read-only, for reading; connect it read-write to change it"
+                        .into(),
+            }),
+        }
+    }
+
+    /// A handle on the shared connection, or [`StoreError::Closed`].
+    pub(super) fn conn(&self) -> Result<Connection, StoreError> {
+        self.conn
+            .lock()
+            .expect("not poisoned")
+            .clone()
+            .ok_or_else(|| StoreError::Closed {
+                store: self.name.clone(),
+            })
+    }
+}

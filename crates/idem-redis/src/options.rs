@@ -1,0 +1,264 @@
+//! How a [`RedisStore`](crate::RedisStore) is configured: its
+//! [`RedisOptions`], and the URL naming the servers, which may carry
+//! options of its own.
+//!
+//! The URL's query holds idem's own options (`prefix`) next to the one
+//! redis-rs reads (`protocol`); any other name is refused, so a misspelt
+//! option is an error rather than silently ignored.
+
+use std::time::Duration;
+
+use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
+use idem_runtime::store::StoreError;
+
+/// How to connect a [`RedisStore`](crate::RedisStore).
+#[derive(Debug, Clone)]
+pub struct RedisOptions {
+    pub(super) prefix: String,
+    pub(super) connection_timeout: Duration,
+    pub(super) response_timeout: Duration,
+    /// Replicas that must hold a write before it counts, and how long to
+    /// wait for them.
+    pub(super) replicas: Option<(u32, Duration)>,
+    pub(super) audit_retention: Duration,
+}
+
+impl Default for RedisOptions {
+    fn default() -> Self {
+        RedisOptions {
+            prefix: "idem".into(),
+            connection_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(5),
+            replicas: None,
+            audit_retention: DEFAULT_AUDIT_RETENTION,
+        }
+    }
+}
+
+impl RedisOptions {
+    /// The prefix of every key idem writes (default `idem`); no braces.
+    /// Stores with different prefixes share a server or cluster without
+    /// seeing each other's records. The URL option `prefix=NAME` sets it.
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// How long connecting may take before the operation fails (default
+    /// 2 s).
+    pub fn connection_timeout(mut self, timeout: Duration) -> Self {
+        self.connection_timeout = timeout;
+        self
+    }
+
+    /// How long a reply may take before the operation fails (default 5 s).
+    /// The transition may still have been applied; the caller treats the
+    /// failure as ambiguous and does not run the tool.
+    pub fn response_timeout(mut self, timeout: Duration) -> Self {
+        self.response_timeout = timeout;
+        self
+    }
+
+    /// Count a transition as done only once `replicas` replicas of the
+    /// primary hold it (`WAIT`, sent with the script in one round trip),
+    /// waiting at most `timeout` for them; fewer in time is a
+    /// [`StoreError::Unavailable`], so no call runs on a claim a failover
+    /// could lose. Off by default (`0`): Redis replicates asynchronously,
+    /// and a failover may lose the last transitions the old primary
+    /// acknowledged — a lost claim lets a duplicate run the call again.
+    /// The URL option `replicas=N` sets this with a 1 s timeout.
+    ///
+    /// While a replica is missing, every write waits out `timeout` on its
+    /// node's shared connection; keep it short.
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = (replicas > 0).then_some((replicas, timeout));
+        self
+    }
+
+    /// Keep audit events for `retention` (default
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`](idem_runtime::store::Store::sweep) trims older ones,
+    /// judged by the server's clock.
+    pub fn audit_retention(mut self, retention: Duration) -> Self {
+        self.audit_retention = retention;
+        self
+    }
+}
+
+/// What a Redis URL names: the servers and idem's options.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct Target {
+    pub(super) servers: Servers,
+    /// `?prefix=…`, when given.
+    pub(super) prefix: Option<String>,
+    /// `?replicas=N`, when given.
+    pub(super) replicas: Option<u32>,
+}
+
+/// The servers of a [`Target`], as URLs redis-rs reads.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum Servers {
+    /// One server (`redis://`, `rediss://`, `redis+unix://`, …).
+    Node(String),
+    /// The seed nodes of a cluster (`redis+cluster://a,b,…`), each a
+    /// `redis://` or `rediss://` URL; the client learns the others from
+    /// them.
+    Cluster(Vec<String>),
+}
+
+/// The options a Redis URL's query may hold.
+const KNOWN_OPTIONS: &str = "prefix=NAME, replicas=N, protocol=resp2|resp3";
+
+/// Read `url` (which [`redact`](idem_runtime::store::redact)ed is `name`).
+pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
+    let (base, query) = url.split_once('?').unwrap_or((url, ""));
+    let mut prefix = None;
+    let mut replicas = None;
+    let mut passed = Vec::new();
+    let mut unknown = Vec::new();
+    for param in query.split('&').filter(|p| !p.is_empty()) {
+        let (option, value) = param.split_once('=').unwrap_or((param, ""));
+        match option {
+            "prefix" => prefix = Some(percent_decode(value, name)?),
+            "replicas" => match value.parse() {
+                Ok(n) => replicas = Some(n),
+                Err(_) => {
+                    return Err(StoreError::Config(format!(
+                        "{name}: replicas must be a number of replicas, not {value:?}"
+                    )))
+                }
+            },
+            "protocol" => passed.push(param),
+            _ => unknown.push(format!("{option:?}")),
+        }
+    }
+    if !unknown.is_empty() {
+        return Err(StoreError::Config(format!(
+            "unknown Redis URL option {} in {name}; known: {KNOWN_OPTIONS}",
+            unknown.join(", ")
+        )));
+    }
+    let query = match passed.is_empty() {
+        true => String::new(),
+        false => format!("?{}", passed.join("&")),
+    };
+    let (scheme, rest) = base.split_once("://").unwrap_or((base, ""));
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let servers = match scheme {
+        "redis+cluster" | "rediss+cluster" => {
+            if !matches!(path, "" | "0") {
+                return Err(StoreError::Config(format!(
+                    "{name}: a Redis Cluster has only database 0, so the URL names no other"
+                )));
+            }
+            let node_scheme = &scheme[..scheme.len() - "+cluster".len()];
+            let (user, hosts) = match authority.rsplit_once('@') {
+                Some((user, hosts)) => (format!("{user}@"), hosts),
+                None => (String::new(), authority),
+            };
+            let mut nodes = Vec::new();
+            for host in hosts.split(',') {
+                if host.is_empty() {
+                    return Err(StoreError::Config(format!(
+                        "{name} lists an empty seed node; write redis+cluster://HOST:PORT[,HOST:PORT…]"
+                    )));
+                }
+                nodes.push(format!("{node_scheme}://{user}{host}/{query}"));
+            }
+            Servers::Cluster(nodes)
+        }
+        _ if authority.contains(',') => {
+            return Err(StoreError::Config(format!(
+                "{name} names several servers; for a Redis Cluster write redis+cluster://HOST:PORT[,HOST:PORT…]"
+            )))
+        }
+        _ => Servers::Node(format!("{base}{query}")),
+    };
+    Ok(Target {
+        servers,
+        prefix,
+        replicas,
+    })
+}
+
+/// `text` with its `%XX` escapes decoded.
+fn percent_decode(text: &str, name: &str) -> Result<String, StoreError> {
+    let bad = || StoreError::Config(format!("{name}: malformed %-escape in the prefix {text:?}"));
+    let mut bytes = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = tail;
+        if b != b'%' {
+            bytes.push(b);
+            continue;
+        }
+        let hex = rest.get(..2).ok_or_else(bad)?;
+        let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
+        bytes.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
+        rest = &rest[2..];
+    }
+    String::from_utf8(bytes).map_err(|_| bad())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_ok(url: &str) -> Target {
+        parse(url, url).unwrap()
+    }
+
+    fn parse_err(url: &str) -> String {
+        parse(url, url).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_single_server_url_passes_through_without_idem_options() {
+        assert_eq!(
+            parse_ok("redis://:pw@h:1/2?prefix=app1&protocol=resp3"),
+            Target {
+                servers: Servers::Node("redis://:pw@h:1/2?protocol=resp3".into()),
+                prefix: Some("app1".into()),
+                replicas: None,
+            }
+        );
+        assert_eq!(
+            parse_ok("redis://h").servers,
+            Servers::Node("redis://h".into())
+        );
+    }
+
+    #[test]
+    fn a_cluster_url_becomes_one_url_per_seed_node_with_the_credentials() {
+        assert_eq!(
+            parse_ok("redis+cluster://u:p@a:7000,b:7001/?protocol=resp3&prefix=x%3Ay&replicas=1"),
+            Target {
+                servers: Servers::Cluster(vec![
+                    "redis://u:p@a:7000/?protocol=resp3".into(),
+                    "redis://u:p@b:7001/?protocol=resp3".into(),
+                ]),
+                prefix: Some("x:y".into()),
+                replicas: Some(1),
+            }
+        );
+        assert_eq!(
+            parse_ok("rediss+cluster://a:1").servers,
+            Servers::Cluster(vec!["rediss://a:1/".into()])
+        );
+    }
+
+    #[test]
+    fn unknown_options_are_refused_by_name() {
+        let err = parse_err("redis://h/?prefix=a&prefx=b&db=3");
+        assert!(err.contains(r#""prefx", "db""#), "{err}");
+        assert!(err.contains("known: prefix=NAME"), "{err}");
+    }
+
+    #[test]
+    fn cluster_urls_that_cannot_mean_anything_are_refused() {
+        assert!(parse_err("redis+cluster://a:1/3").contains("only database 0"));
+        assert!(parse_err("redis+cluster://a:1,,b:2").contains("empty seed node"));
+        assert!(parse_err("redis://a:1,b:2").contains("redis+cluster://"));
+        assert!(parse_err("redis://h/?prefix=%zz").contains("%-escape"));
+        assert!(parse_err("redis://h/?replicas=all").contains("number of replicas"));
+    }
+}

@@ -1,0 +1,346 @@
+//! The data layout in Redis: the keys of a record and of its slot, the
+//! layout version under `PREFIX:schema`, and the migrations of data an
+//! older idem wrote (Redis has no schema; these play its part).
+
+use redis::Script;
+
+use crate::codec::text;
+use crate::connection::Connection;
+use crate::RedisStore;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::store::{Cause, StoreError};
+
+/// How many slots one round trip reads at once, when a scan counts index
+/// sizes or a migration walks the slots.
+pub(super) const COUNT_WINDOW: u16 = 512;
+
+/// The data layout this build writes and understands, kept under
+/// `PREFIX:schema`.
+///
+/// Version 2 (idem 0.2) adds records awaiting approval, call details, the
+/// worker and operator audit to the record's hash, and the per-slot
+/// indexes that scans page through. Data of version 1 is migrated when a
+/// version 2 store connects to it: its records are indexed (they read
+/// unchanged, lacking only what version 1 did not record), then the version
+/// is set to 2, so a version 1 build refuses to connect rather than
+/// misread a record awaiting approval. Records that version 1 workers still
+/// connected at that moment create afterwards are not indexed: claims and
+/// reads find them, scans do not, so stop version 1 workers before the
+/// first version 2 store connects.
+pub const SCHEMA_VERSION: u32 = 2;
+
+/// The oldest data layout a store connected read-only
+/// ([`RedisStore::connect_read_only`]) reads without migrating it: version
+/// 1 kept no indexes, so scans would miss every record. Older data is
+/// refused with [`StoreError::SchemaTooOld`].
+pub const OLDEST_READABLE: u32 = 2;
+
+/// How many slots (hash tags) the records are spread over: keys are hex,
+/// and a slot is a key's first three digits.
+pub(super) const SLOTS: u16 = 4096;
+
+impl RedisStore {
+    /// Check the data layout version under `PREFIX:schema` as the store
+    /// connects: read-only, read it; read-write, write
+    /// it if the store is new and migrate older data first. Returns the
+    /// version found (`None`: this store wrote the first).
+    pub(super) async fn check_layout(
+        conn: &mut Connection,
+        prefix: &str,
+        read_only: bool,
+        name: &str,
+    ) -> Result<Option<u32>, StoreError> {
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable {
+            store: name.to_owned(),
+            cause: Cause::from_error(e),
+        };
+        let schema_key = format!("{}:schema", prefix);
+        let (found, schema_found) = match read_only {
+            true => {
+                let found: Option<String> = conn
+                    .query(redis::cmd("GET").arg(&schema_key))
+                    .await
+                    .map_err(unavailable)?;
+                let Some(found) = found else {
+                    return Err(StoreError::NotAnIdemStore {
+                        store: name.to_owned(),
+                        cause: format!("there is no {schema_key} key").into(),
+                    });
+                };
+                let version = found.parse::<u32>().ok();
+                if let Some(v) = version.filter(|&v| v < OLDEST_READABLE) {
+                    return Err(StoreError::SchemaTooOld {
+                        store: name.to_owned(),
+                        found: v,
+                        oldest_readable: OLDEST_READABLE,
+                    });
+                }
+                (found, version)
+            }
+            false => {
+                let claimed = Self::claim_layout(conn, prefix, &schema_key, name).await?;
+                // A store that existed before this build may hold unknown
+                // outcomes written with a key TTL.
+                keep_unknown_outcomes(conn, prefix, claimed.1.is_none())
+                    .await
+                    .map_err(unavailable)?;
+                claimed
+            }
+        };
+        match found.parse::<u32>() {
+            // A store connected read-only reads older layouts it can.
+            Ok(v) if v == SCHEMA_VERSION || (read_only && (OLDEST_READABLE..SCHEMA_VERSION).contains(&v)) => {}
+            Ok(v) if v > SCHEMA_VERSION => {
+                return Err(StoreError::SchemaTooNew {
+                    store: name.to_owned(),
+                    found: v,
+                    supported: SCHEMA_VERSION,
+                })
+            }
+            _ => {
+                return Err(StoreError::Unavailable {
+                    store: name.to_owned(),
+                    cause: format!(
+                        "{schema_key} holds {found:?}, not a schema version this idem knows ({SCHEMA_VERSION})"
+                    )
+                    .into(),
+                })
+            }
+        }
+        Ok(schema_found)
+    }
+
+    /// Write this build's layout version if the store is new, migrate data
+    /// of version 1, and return the version then there (checked by the
+    /// caller) with the one found first (`None`: written now).
+    async fn claim_layout(
+        conn: &mut Connection,
+        prefix: &str,
+        schema_key: &str,
+        name: &str,
+    ) -> Result<(String, Option<u32>), StoreError> {
+        let unavailable = |e: redis::RedisError| StoreError::Unavailable {
+            store: name.to_owned(),
+            cause: Cause::from_error(e),
+        };
+        // Claim the layout for this version if the store is new, then read
+        // what was and what is there: one round trip.
+        let (before, mut found): (Option<String>, String) = conn
+            .pipeline(
+                redis::pipe()
+                    .cmd("GET")
+                    .arg(schema_key)
+                    .cmd("SET")
+                    .arg(schema_key)
+                    .arg(SCHEMA_VERSION)
+                    .arg("NX")
+                    .ignore()
+                    .cmd("GET")
+                    .arg(schema_key),
+            )
+            .await
+            .map_err(unavailable)?;
+        if found == "1" {
+            found = match conn {
+                Connection::Node(node) => migrate_from_1(node, prefix, schema_key)
+                    .await
+                    .map_err(unavailable)?,
+                // Version 1 never ran on a cluster (it could not connect
+                // to one), so its data is there only if copied in.
+                Connection::Cluster(_) => {
+                    return Err(StoreError::Unavailable {
+                        store: name.to_owned(),
+                        cause: format!(
+                            "{schema_key} says schema version 1, which idem migrates on a single server only; \
+                             migrate it there (connect once to a server holding a copy) before moving the data to a cluster"
+                        )
+                        .into(),
+                    })
+                }
+            };
+        }
+        Ok((found, before.and_then(|v| v.parse().ok())))
+    }
+
+    /// The Redis key holding the record of `key`.
+    pub fn record_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}:{{{}}}:r:{}", self.prefix, slot(key), key.as_str())
+    }
+
+    pub(super) fn fence_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}:{{{}}}:fence", self.prefix, slot(key))
+    }
+
+    /// The index of the slot of `key`.
+    pub(super) fn index_key(&self, key: &IdempotencyKey) -> String {
+        index_key(&self.prefix, slot(key))
+    }
+
+    /// The audit stream and counter of the slot of `key`.
+    pub(super) fn audit_keys(&self, key: &IdempotencyKey) -> [String; 2] {
+        let slot = slot(key);
+        [
+            format!("{}:{{{slot}}}:audit", self.prefix),
+            format!("{}:{{{slot}}}:audit_seq", self.prefix),
+        ]
+    }
+}
+
+/// The hash slot tag of `key`: its first three hex digits (4,096 slots).
+pub(super) fn slot(key: &IdempotencyKey) -> &str {
+    &key.as_str()[..3]
+}
+
+/// The index of the records of `slot` (three hex digits).
+pub(super) fn index_key(prefix: &str, slot: &str) -> String {
+    format!("{prefix}:{{{slot}}}:keys")
+}
+
+/// The audit stream of `slot`.
+pub(super) fn audit_key(prefix: &str, slot: u16) -> String {
+    format!("{prefix}:{{{slot:03x}}}:audit")
+}
+
+/// `text` as a literal in a `SCAN MATCH` pattern.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The slot and key of a record's Redis key `PREFIX:{SLOT}:r:KEY`, or
+/// `None` for any other key.
+fn parse_record_key<'a>(prefix: &str, redis_key: &'a str) -> Option<(&'a str, &'a str)> {
+    let rest = redis_key.strip_prefix(prefix)?.strip_prefix(":{")?;
+    let (slot, key) = rest.split_once("}:r:")?;
+    (slot.len() == 3 && key.starts_with(slot) && IdempotencyKey::parse(key).is_ok())
+        .then_some((slot, key))
+}
+
+/// Migrate data of schema version 1 to 2: index every record (version 1
+/// kept no indexes), then set the version, unless another store did it
+/// meanwhile. Returns the version then found. Several stores connecting at
+/// once may all do it; indexing a key twice changes nothing.
+async fn migrate_from_1(
+    conn: &mut redis::aio::ConnectionManager,
+    prefix: &str,
+    schema_key: &str,
+) -> redis::RedisResult<String> {
+    let pattern = format!("{}:{{???}}:r:*", glob_escape(prefix));
+    let mut cursor = 0u64;
+    loop {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(&pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        let mut pipe = redis::pipe();
+        for redis_key in &keys {
+            if let Some((slot, key)) = parse_record_key(prefix, redis_key) {
+                pipe.cmd("ZADD")
+                    .arg(index_key(prefix, slot))
+                    .arg(0)
+                    .arg(key)
+                    .ignore();
+            }
+        }
+        if !keys.is_empty() {
+            pipe.query_async::<()>(conn).await?;
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Script::new(
+        "if redis.call('GET', KEYS[1]) == '1' then redis.call('SET', KEYS[1], ARGV[1]) end \
+         return redis.call('GET', KEYS[1])",
+    )
+    .key(schema_key)
+    .arg(SCHEMA_VERSION)
+    .invoke_async(conn)
+    .await
+}
+
+/// Once per store: give every unknown outcome stored before idem 0.3 (with
+/// its record's retention as the key's TTL, so that Redis would delete it
+/// and let the call run again) the form unknown outcomes have now, kept
+/// until a person settles them (`keep_unknown.lua`). `PREFIX:unknown_kept`
+/// says it was done; a worker that finds another doing it (its lock,
+/// `PREFIX:unknown_kept:lock`, held for at most a minute) leaves it to
+/// that one; `created` (this connect created the store) only marks it
+/// done. Each script looks at one slot's next 1,000 records, so no call
+/// waits long behind it.
+async fn keep_unknown_outcomes(
+    conn: &mut Connection,
+    prefix: &str,
+    created: bool,
+) -> redis::RedisResult<()> {
+    const BATCH: usize = 1000;
+    let done = format!("{prefix}:unknown_kept");
+    let lock = format!("{done}:lock");
+    if created {
+        // A store this build created holds nothing to fix.
+        return conn.query(redis::cmd("SET").arg(&done).arg(1)).await;
+    }
+    let already: Option<String> = conn.query(redis::cmd("GET").arg(&done)).await?;
+    if already.is_some() {
+        return Ok(());
+    }
+    let locked: Option<String> = conn
+        .query(
+            redis::cmd("SET")
+                .arg(&lock)
+                .arg(1)
+                .arg("NX")
+                .arg("PX")
+                .arg(60_000),
+        )
+        .await?;
+    if locked.is_none() {
+        return Ok(());
+    }
+    let script = include_str!("scripts/keep_unknown.lua");
+    // (slot, the member to resume after) of every slot not yet done.
+    let mut pending: Vec<(String, String)> = (0..SLOTS)
+        .map(|s| (format!("{s:03x}"), String::new()))
+        .collect();
+    while !pending.is_empty() {
+        let mut next = Vec::new();
+        for window in pending.chunks(usize::from(COUNT_WINDOW)) {
+            let cmds = window
+                .iter()
+                .map(|(slot, after)| {
+                    let mut cmd = redis::cmd("EVAL");
+                    cmd.arg(script)
+                        .arg(1)
+                        .arg(index_key(prefix, slot))
+                        .arg(format!("{prefix}:{{{slot}}}:r:"))
+                        .arg(after)
+                        .arg(BATCH);
+                    cmd
+                })
+                .collect();
+            let replies = conn.batch(cmds).await?;
+            for ((slot, _), reply) in window.iter().zip(replies) {
+                match text(&reply) {
+                    Some(last) if !last.is_empty() => next.push((slot.clone(), last)),
+                    _ => {}
+                }
+            }
+        }
+        pending = next;
+    }
+    conn.query::<()>(redis::cmd("SET").arg(&done).arg(1))
+        .await?;
+    conn.query::<()>(redis::cmd("DEL").arg(&lock)).await?;
+    Ok(())
+}

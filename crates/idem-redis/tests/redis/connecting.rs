@@ -1,0 +1,123 @@
+//! Connecting to Redis: URL options and TLS URLs this build cannot serve
+//! are refused before anything connects, and a store connected read-only
+//! writes nothing at all.
+
+use std::time::Duration;
+
+use crate::redis_support::{own_server, raw, writes_applied};
+use idem_redis::RedisStore;
+use idem_runtime::conformance::random_key;
+use idem_runtime::store::{Store, StoreError};
+use idem_testkit::store_cases::{acquire, every_write_is_refused_read_only, sent};
+
+/// A misspelt URL option is refused by name, before anything connects.
+#[tokio::test]
+async fn an_unknown_url_option_is_refused_by_name() {
+    let err = RedisStore::connect("redis://127.0.0.1:1/?prefx=app1")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Config(_)), "{err:?}");
+    assert!(err.to_string().contains(r#""prefx""#), "{err}");
+}
+
+/// This build has no Redis TLS feature: a TLS cluster URL is a
+/// configuration error, as a TLS single-server URL is, not a connection
+/// attempt in clear text.
+#[tokio::test]
+async fn a_tls_cluster_url_is_refused_without_a_tls_build() {
+    for url in ["rediss+cluster://127.0.0.1:1", "rediss://127.0.0.1:1"] {
+        let err = RedisStore::connect(url).await.unwrap_err();
+        assert!(matches!(err, StoreError::Config(_)), "{url}: {err:?}");
+    }
+}
+
+/// Connected read-only, a store writes nothing at all: a prefix no idem
+/// store ever used is refused as not an idem store (and stays empty), an
+/// idem store reads as usual and refuses every write, and data of layout
+/// version 1 is refused naming `idem migrate`, not migrated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_connected_read_only_writes_nothing() {
+    let Some(server) = own_server("redis read-only").await else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = raw(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg("other-app:session")
+        .arg("x")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+
+    let writes = writes_applied(&mut raw).await;
+    for prefix in ["idem", "other-app"] {
+        match RedisStore::connect_read_only(&format!("{url}?prefix={prefix}")).await {
+            Err(e @ StoreError::NotAnIdemStore { .. }) => {
+                assert!(e.to_string().contains("is not an idem store"), "{e}")
+            }
+            other => panic!("prefix {prefix}: expected NotAnIdemStore, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        writes,
+        "nothing was written"
+    );
+
+    let live = RedisStore::connect(&url).await.unwrap();
+    assert_eq!(
+        live.schema_found(),
+        None,
+        "the first store writes the layout"
+    );
+    let (done, running) = (random_key(), random_key());
+    let fence = acquire(&live, &done).await;
+    live.complete(&done, fence, &sent("m-1"), Duration::from_secs(3600))
+        .await
+        .unwrap();
+    let running_fence = acquire(&live, &running).await;
+
+    let writes = writes_applied(&mut raw).await;
+    let reader = crate::redis_support::BACKENDS
+        .connect_read_only(&url)
+        .await
+        .unwrap();
+    assert_eq!(reader.scan(None, 100).await.unwrap().records.len(), 2);
+    assert_eq!(
+        reader.get(&done).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+    every_write_is_refused_read_only(&*reader, &running, running_fence).await;
+    reader.close().await;
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        writes,
+        "nothing was written"
+    );
+
+    // Layout version 1, under a prefix of its own.
+    let _: () = redis::cmd("SET")
+        .arg("old:schema")
+        .arg("1")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let writes = writes_applied(&mut raw).await;
+    match RedisStore::connect_read_only(&format!("{url}?prefix=old")).await {
+        Err(e @ StoreError::SchemaTooOld { found: 1, .. }) => {
+            assert!(e.to_string().contains("idem migrate"), "{e}")
+        }
+        other => panic!("expected SchemaTooOld, got {other:?}"),
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        writes,
+        "nothing was migrated"
+    );
+    let migration = crate::redis_support::BACKENDS
+        .migrate(&format!("{url}?prefix=old"))
+        .await
+        .unwrap();
+    assert_eq!((migration.from, migration.to), (Some(1), 2));
+    live.close().await;
+}

@@ -1,0 +1,118 @@
+//! Pieces shared by the Redis store's test files (`mod redis_support;`,
+//! beside `mod support;`): the server of the test binary, a server of a
+//! test's own, and a plain connection to look at what the store wrote.
+#![allow(dead_code)] // each test file uses its own subset
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use idem_redis::RedisStore;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::{Fence, Record, RecordState};
+use idem_runtime::store::{Expected, ExpectedState, Store};
+use idem_testkit::{skip, RedisServer};
+
+/// The server of this test binary, started on first use.
+pub(crate) static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
+
+/// The URL of [`SERVER`], or `None` after a loud skip.
+pub(crate) async fn server_url(test: &str) -> Option<String> {
+    idem_testkit::store_cases::server_url(test, "redis-server", || {
+        SERVER.as_ref().map(RedisServer::url)
+    })
+    .await
+}
+
+/// A server of the test's own (to count only its commands or clients, or to
+/// reconfigure or stop it), or `None` after a loud skip.
+pub(crate) async fn own_server(test: &str) -> Option<RedisServer> {
+    let server = tokio::task::spawn_blocking(RedisServer::start)
+        .await
+        .unwrap();
+    if server.is_none() {
+        skip(test, "redis-server");
+    }
+    server
+}
+
+/// A plain connection for looking at what the store wrote.
+pub(crate) async fn raw(url: &str) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(url)
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// Writes the server applied since it started (`rdb_changes_since_last_save`
+/// with saving off): every write command adds to it, reads do not.
+pub(crate) async fn writes_applied(raw: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("persistence")
+        .query_async(raw)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("rdb_changes_since_last_save:"))
+        .expect("INFO persistence lists rdb_changes_since_last_save")
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+/// Park the in-flight call `key` owned by `fence` as awaiting approval for
+/// `ttl`; returns the record's new fence.
+pub(crate) async fn park(
+    store: &RedisStore,
+    key: &IdempotencyKey,
+    fence: Fence,
+    ttl: Duration,
+) -> Fence {
+    let now = store.now().await.unwrap();
+    let mut record = store.get(key).await.unwrap().expect("in flight");
+    record.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(ttl),
+        message: "ask #payments-oncall".into(),
+    };
+    store
+        .replace(
+            key,
+            Expected {
+                fence,
+                state: ExpectedState::InFlight,
+            },
+            Some(&record),
+            None,
+        )
+        .await
+        .unwrap()
+        .expect("a fence for the new record")
+}
+
+/// Every record of the store, each once, over `page`-sized scan pages.
+pub(crate) async fn scan_all(store: &RedisStore, page: usize) -> Vec<Record> {
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let got = store.scan(cursor.as_deref(), page).await.unwrap();
+        assert!(got.records.len() <= page, "a page larger than asked for");
+        all.extend(got.records);
+        match got.cursor {
+            Some(next) => {
+                assert!(
+                    cursor.as_ref().is_none_or(|c| next > *c),
+                    "the scan went back"
+                );
+                cursor = Some(next);
+            }
+            None => return all,
+        }
+    }
+}
+
+/// A table of this one backend, as a program's table holds it: what
+/// `idem::store::connect` and `migrate` do with a URL of this scheme.
+pub static BACKENDS: idem_runtime::store::backend::Backends =
+    idem_runtime::store::backend::Backends::new(&[&idem_redis::BACKEND]);

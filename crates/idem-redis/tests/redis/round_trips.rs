@@ -1,0 +1,129 @@
+//! What a call costs on a real `redis-server`: one round trip to claim,
+//! one to complete and one for a duplicate, which writes nothing.
+
+use std::time::Duration;
+
+use crate::redis_support::{own_server, park, raw, writes_applied};
+use futures_util::StreamExt;
+use idem_redis::RedisStore;
+use idem_runtime::conformance::random_key;
+use idem_runtime::store::{ClaimOutcome, Store};
+use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+
+/// A replayed run asks for calls that are already recorded: answering them
+/// runs the claim script, which must take its read-only branch.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_of_a_completed_call_writes_nothing() {
+    let Some(server) = own_server("redis duplicate writes").await else {
+        return;
+    };
+    let url = server.url();
+    let mut raw = raw(&url).await;
+    let store = RedisStore::connect(&url).await.unwrap();
+    let (key, f) = (random_key(), fingerprint());
+    let fence = acquire(&store, &key).await;
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
+        .await
+        .unwrap();
+    let before = writes_applied(&mut raw).await;
+    for _ in 0..100 {
+        let dup = store.claim(&request(&key, &f)).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::Completed(_)), "{dup:?}");
+    }
+    let after = writes_applied(&mut raw).await;
+    eprintln!("redis: 100 duplicates applied {} writes", after - before);
+    assert_eq!(after, before, "a duplicate wrote");
+    // The counter does count the script's writes: a first call's claim.
+    acquire(&store, &random_key()).await;
+    assert!(writes_applied(&mut raw).await > after);
+
+    // Nor does a duplicate of a call awaiting approval write.
+    let waiting = random_key();
+    let fence = acquire(&store, &waiting).await;
+    park(&store, &waiting, fence, Duration::from_secs(600)).await;
+    let before = writes_applied(&mut raw).await;
+    for _ in 0..100 {
+        let dup = store.claim(&request(&waiting, &f)).await.unwrap();
+        assert!(matches!(dup, ClaimOutcome::AwaitingApproval(_)), "{dup:?}");
+    }
+    assert_eq!(
+        writes_applied(&mut raw).await,
+        before,
+        "a duplicate of a call awaiting approval wrote"
+    );
+}
+
+/// The commands clients sent to the server while `op` ran, as MONITOR saw
+/// them; commands run inside scripts (`[0 lua]`) are not round trips and
+/// are left out.
+async fn client_commands<T>(
+    url: &str,
+    op: impl std::future::Future<Output = T>,
+) -> (T, Vec<String>) {
+    let client = redis::Client::open(url).unwrap();
+    let monitor = client.get_async_monitor().await.unwrap();
+    let mut lines = monitor.into_on_message::<String>();
+    let mut probe = client.get_multiplexed_async_connection().await.unwrap();
+    let marker = |what: &str| format!("idem-{what}-{}", random_key());
+    let (begin, end) = (marker("begin"), marker("end"));
+    let echo = |text: String| redis::cmd("ECHO").arg(text).clone();
+    let _: String = echo(begin.clone()).query_async(&mut probe).await.unwrap();
+    while !lines.next().await.unwrap().contains(&begin) {}
+    let out = op.await;
+    let _: String = echo(end.clone()).query_async(&mut probe).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(5), lines.next())
+            .await
+            .expect("MONITOR went quiet")
+            .unwrap();
+        if line.contains(&end) {
+            break;
+        }
+        if !line.contains(" lua]") {
+            seen.push(line);
+        }
+    }
+    (out, seen)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_duplicate_one() {
+    // A server of its own, so no other test's commands are counted.
+    let Some(server) = own_server("redis round trips").await else {
+        return;
+    };
+    let url = server.url();
+    let store = RedisStore::connect(&url).await.unwrap();
+    let key = random_key();
+    let f = fingerprint();
+
+    let (claim, sent_claim) = client_commands(&url, store.claim(&request(&key, &f))).await;
+    let ClaimOutcome::Acquired { fence, .. } = claim.unwrap() else {
+        panic!("fresh key not acquired");
+    };
+    let (done, sent_complete) = client_commands(
+        &url,
+        store.complete(&key, fence, &sent("m-1"), Duration::from_secs(60)),
+    )
+    .await;
+    done.unwrap();
+    let (dup, sent_dup) = client_commands(&url, store.claim(&request(&key, &f))).await;
+    assert!(matches!(dup.unwrap(), ClaimOutcome::Completed(_)));
+
+    eprintln!("redis round trips: claim {sent_claim:?}, complete {sent_complete:?}, duplicate {sent_dup:?}");
+    for (what, sent) in [
+        ("claim", &sent_claim),
+        ("complete", &sent_complete),
+        ("duplicate", &sent_dup),
+    ] {
+        assert_eq!(
+            sent.len(),
+            1,
+            "{what} took {} round trips: {sent:?}",
+            sent.len()
+        );
+        assert!(sent[0].contains("\"EVALSHA\""), "{what}: {sent:?}");
+    }
+}

@@ -1,0 +1,136 @@
+//! Tests of the SQLite store's internals.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::Connection;
+
+use crate::writer::SWEEP_BATCH;
+use crate::{SqliteOptions, SqliteStore, Synchronous};
+use idem_runtime::clock::ManualClock;
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
+use idem_runtime::record::{CallInfoRef, Fence, Outcome, OutputJson};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
+
+fn key(i: u64) -> IdempotencyKey {
+    IdempotencyKey::parse(&format!("{i:064x}")).expect("64 hex digits")
+}
+
+async fn acquire(store: &SqliteStore, key: &IdempotencyKey) -> Fence {
+    let f = Fingerprint::new("0".repeat(64));
+    let req = ClaimRequest {
+        key,
+        tool: "t",
+        fingerprint: &f,
+        check_fingerprint: true,
+        lease: Duration::from_secs(3600),
+        info: CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    };
+    match store.claim(&req).await.unwrap() {
+        ClaimOutcome::Acquired { fence, .. } => fence,
+        other => panic!("{other:?}"),
+    }
+}
+
+async fn completed(store: &SqliteStore, key: &IdempotencyKey, ttl: Duration) {
+    let fence = acquire(store, key).await;
+    let outcome = Outcome::Success {
+        output: OutputJson::from_value(&serde_json::json!({ "ok": true })),
+    };
+    store.complete(key, fence, &outcome, ttl).await.unwrap();
+}
+
+/// More expired records than one batch holds: a sweep takes them all,
+/// over several transactions, and leaves live and in-flight records.
+#[tokio::test]
+async fn a_sweep_deletes_every_expired_record_over_several_batches_and_nothing_else() {
+    let bytes: [u8; 8] = rand::random();
+    let dir = std::env::temp_dir().join(format!("idem-sweep-{}", hex(&bytes)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("idem.db");
+    let clock = ManualClock::new(1_000_000);
+    let options = SqliteOptions::default()
+        .synchronous(Synchronous::Normal)
+        .clock(Arc::new(clock.clone()));
+    let store = SqliteStore::open_with(&path, options).await.unwrap();
+
+    let (template, live, in_flight) = (key(1), key(2), key(3));
+    completed(&store, &template, Duration::from_secs(1)).await;
+    completed(&store, &live, Duration::from_secs(3600)).await;
+    acquire(&store, &in_flight).await;
+    // Copies of the short-lived record under keys 1000 ..= 3499.
+    let expired = 2 * SWEEP_BATCH + SWEEP_BATCH / 2;
+    let conn = Connection::open(&path).unwrap();
+    let copied = conn
+        .execute(
+            "WITH RECURSIVE s(i) AS (SELECT 1000 UNION ALL SELECT i + 1 FROM s WHERE i < ?1)
+             INSERT INTO idem_records (key, expires_at, record)
+             SELECT printf('%064x', i), t.expires_at,
+                    CAST(replace(CAST(t.record AS TEXT), t.key, printf('%064x', i)) AS BLOB)
+             FROM s, idem_records AS t WHERE t.key = ?2",
+            rusqlite::params![(1000 + expired - 1) as i64, template.as_str()],
+        )
+        .unwrap();
+    assert_eq!(copied as u64, expired);
+    assert!(store.get(&key(1000)).await.unwrap().is_some());
+
+    clock.advance(Duration::from_secs(2));
+    assert_eq!(store.sweep().await.unwrap(), expired + 1);
+    let left: i64 = conn
+        .query_row("SELECT count(*) FROM idem_records", [], |row| row.get(0))
+        .unwrap();
+    assert_eq!(left, 2, "the live and the in-flight record");
+    assert!(store.get(&live).await.unwrap().is_some());
+    assert!(store.get(&in_flight).await.unwrap().is_some());
+    assert_eq!(store.sweep().await.unwrap(), 0);
+
+    drop(conn);
+    store.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A store opened through a named VFS opens every connection with it: the
+/// default VFS under its own name works like no name at all, and an
+/// unknown name fails the opening, creating nothing.
+#[tokio::test]
+async fn the_store_opens_its_connections_through_the_vfs_named_in_its_options() {
+    let bytes: [u8; 8] = rand::random();
+    let dir = std::env::temp_dir().join(format!("idem-vfs-{}", hex(&bytes)));
+    std::fs::create_dir_all(&dir).unwrap();
+
+    let path = dir.join("unknown.db");
+    let err = SqliteStore::open_with(&path, SqliteOptions::default().vfs("no-such-vfs"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, idem_runtime::store::StoreError::Unavailable { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("no-such-vfs"), "{err}");
+    assert!(!path.exists(), "an unknown VFS created the file");
+
+    // SAFETY: sqlite3_vfs_find with a null name only reads SQLite's list
+    // of VFSes; the default VFS it returns lives as long as the process.
+    let default = unsafe { rusqlite::ffi::sqlite3_vfs_find(std::ptr::null()) };
+    assert!(!default.is_null());
+    // SAFETY: zName of a registered VFS is a NUL-terminated static string.
+    let name = unsafe { std::ffi::CStr::from_ptr((*default).zName) };
+    let name = name.to_str().unwrap().to_owned();
+    let path = dir.join("default.db");
+    let store = SqliteStore::open_with(&path, SqliteOptions::default().vfs(name))
+        .await
+        .unwrap();
+    let k = key(7);
+    completed(&store, &k, Duration::from_secs(3600)).await;
+    assert!(store.get(&k).await.unwrap().is_some());
+    store.close().await;
+
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Lowercase hex of `bytes`, for directory names.
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,159 @@
+//! Opening a SQLite store: it reads its own URL, migrates a file of
+//! schema version 1, and refuses a newer schema, a file that is not
+//! SQLite (keeping the driver's error) and a missing directory.
+
+use std::sync::Arc;
+
+use crate::sqlite_support::{record, sqlite};
+use idem_runtime::conformance::random_key;
+use idem_runtime::record::{Outcome, OutputJson};
+use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_sqlite::SqliteStore;
+use idem_testkit::store_cases::{driver_error, fingerprint, request, sent};
+use idem_testkit::TempDir;
+use serde_json::json;
+
+/// The SQLite store reads its own URL, as the Redis and PostgreSQL stores
+/// do; `store::connect` only picks it by the scheme.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_store_reads_its_own_url() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let url = format!("sqlite://{}?synchronous=normal", path.display());
+    let store = SqliteStore::connect(&url).await.unwrap();
+    assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
+    record(&store, &random_key(), &sent("m-1")).await;
+    for (url, says) in [
+        ("redis://cache/0", "not a SQLite URL"),
+        ("sqlite:", "names no file"),
+        ("sqlite://idem.db?journal=off", "unknown SQLite option"),
+    ] {
+        match SqliteStore::connect(url).await {
+            Err(StoreError::Config(message)) => assert!(message.contains(says), "{url}: {message}"),
+            other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_from_a_newer_idem_is_refused() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    SqliteStore::open(&path).await.unwrap().close().await;
+    sqlite(
+        &path,
+        "UPDATE idem_meta SET value = 99 WHERE name = 'schema_version'",
+    );
+    match SqliteStore::open(&path).await {
+        Err(StoreError::SchemaTooNew {
+            found, supported, ..
+        }) => assert_eq!((found, supported), (99, idem_sqlite::SCHEMA_VERSION)),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+}
+
+/// A file written by idem 0.1 (schema version 1, exactly as 0.1 created
+/// it) is migrated on open: its records read unchanged, a duplicate gets its
+/// recorded answer, and its unknown outcome can be settled by an operator.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_file_written_by_schema_version_1_is_migrated_and_reads() {
+    use idem_runtime::operator::{Actor, Operator, Resolution};
+    use idem_runtime::record::Status;
+
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem-0.1.db");
+    let (done, unknown) = (random_key(), random_key());
+    // The 0.1 schema and two records as 0.1 serialized them.
+    let far = 4_000_000_000_000u64;
+    sqlite(
+        &path,
+        &format!(
+            r#"CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+               CREATE TABLE idem_records (key TEXT PRIMARY KEY NOT NULL, expires_at INTEGER, record BLOB NOT NULL);
+               CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE expires_at IS NOT NULL;
+               INSERT INTO idem_meta (name, value) VALUES ('next_fence', 3), ('schema_version', 1);
+               INSERT INTO idem_records VALUES ('{done}', {far}, CAST('{{"key":"{done}","tool":"send_email","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":1,"outcome":{{"status":"success","output":"{{\"id\":\"m-1\"}}"}},"completed_at":1700000000100,"expires_at":{far}}}' AS BLOB));
+               INSERT INTO idem_records VALUES ('{unknown}', {far}, CAST('{{"key":"{unknown}","tool":"charge_card","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":2,"outcome":{{"status":"unknown","reason":"owner vanished"}},"completed_at":1700000000100,"expires_at":{far},"steps":{{"idem:attempt":1}}}}' AS BLOB));"#,
+            fp = fingerprint(),
+        ),
+    );
+    let store = Arc::new(SqliteStore::open(&path).await.unwrap());
+    let f = fingerprint();
+    match store.claim(&request(&done, &f)).await.unwrap() {
+        ClaimOutcome::Completed(record) => assert_eq!(
+            record.outcome(),
+            Some(&Outcome::Success {
+                output: OutputJson::from_value(&json!({ "id": "m-1" }))
+            })
+        ),
+        other => panic!("expected the 0.1 record, got {other:?}"),
+    }
+    let operator = Operator::new(store.clone());
+    let record = operator.show(&unknown).await.unwrap();
+    assert_eq!(record.status(), Status::Unknown);
+    assert!(record.info.is_empty() && record.audit.is_empty());
+    let settled = operator
+        .resolve(
+            &unknown,
+            Resolution::Succeeded(json!({ "charge": "ch_1" })),
+            &Actor::new("ana").because("the processor shows the charge"),
+        )
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(settled.status(), Status::Succeeded);
+    assert!(settled.fence().0 >= 3, "fences continue after 0.1's");
+    store.close().await;
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_that_is_not_sqlite_is_refused_and_not_overwritten() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("notes.txt");
+    let text = "these are my notes, not a database\n".repeat(200);
+    std::fs::write(&path, &text).unwrap();
+    match SqliteStore::open(&path).await {
+        Err(StoreError::Unavailable { store, cause }) => {
+            assert!(store.contains("notes.txt"), "{store}");
+            assert!(cause.contains("not a SQLite database"), "{cause}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+}
+
+/// rusqlite's error stays the source of the store's error, for reporters
+/// that print the chain and callers that look at SQLite's error code.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unopenable_file_keeps_the_driver_error_as_source() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("notes.txt");
+    std::fs::write(&path, "not a database\n".repeat(200)).unwrap();
+    let e = SqliteStore::open(&path).await.unwrap_err();
+    assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+    let driver: &rusqlite::Error = driver_error(&e);
+    assert_eq!(
+        driver.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::NotADatabase)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn missing_directory_is_unavailable() {
+    match SqliteStore::open("/nonexistent-idem-dir/sub/idem.db").await {
+        Err(StoreError::Unavailable { store, cause }) => {
+            assert!(store.contains("/nonexistent-idem-dir/sub/idem.db"));
+            assert!(cause.contains("does not exist"), "{cause}");
+        }
+        other => panic!("expected Unavailable, got {other:?}"),
+    }
+}

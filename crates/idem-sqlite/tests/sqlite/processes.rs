@@ -1,0 +1,59 @@
+//! Several processes on one SQLite file: one owner for a key claimed from
+//! all of them at once, and waiters woken at once in process and within
+//! the poll across processes.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::conformance::random_key;
+use idem_runtime::store::Store;
+use idem_sqlite::SqliteStore;
+use idem_testkit::servers::{claim_from_processes, run_child, TempDir};
+use idem_testkit::store_cases::wake_up_latencies;
+
+// The entry point of the child processes of the multi-process tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child processes started by the multi-process tests"]
+async fn multi_process_child() {
+    run_child().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_processes_claiming_one_key_in_one_file_have_one_owner() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("shared.db");
+    // Create the file first so the children race on claims, not on setup.
+    SqliteStore::open(&path).await.unwrap().close().await;
+    let url = format!("sqlite://{}", path.display());
+    let key = random_key();
+    let report = tokio::task::spawn_blocking(move || {
+        claim_from_processes("processes::multi_process_child", &url, &key, 4, 200)
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.runs, 1, "more than one process ran the tool");
+    assert_eq!(report.finished, 800);
+    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn waiters_are_woken_at_once_in_process_and_within_the_poll_across_processes() {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    let one = Arc::new(SqliteStore::open(&path).await.unwrap());
+    // A second store on the same file stands for another process: the
+    // first one's writer cannot notify it.
+    let other = Arc::new(SqliteStore::open(&path).await.unwrap());
+
+    let same = wake_up_latencies(one.clone(), one.clone(), 5).await[2];
+    let across = wake_up_latencies(one, other, 5).await[2];
+    eprintln!(
+        "sqlite wake-up latency (median of 5): same process {same:?}, other process {across:?}"
+    );
+    // The back-off had grown to 160 ms: only a notification is this fast.
+    assert!(same < Duration::from_millis(50), "{same:?}");
+    assert!(
+        across <= idem_sqlite::CROSS_PROCESS_POLL + Duration::from_millis(50),
+        "{across:?}"
+    );
+}

@@ -1,0 +1,265 @@
+//! Scenario pieces shared by the backends' own tests (`idem-sqlite`,
+//! `idem-redis`, `idem-postgres`): one call's request, claim, park and
+//! approve; wake-up latencies; failing closed; read-only refusals.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
+use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, APPROVAL_STEP};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
+use serde_json::json;
+
+/// The fingerprint of the arguments of every call in these tests.
+pub fn fingerprint() -> Fingerprint {
+    Fingerprint::new("f".repeat(64))
+}
+
+/// A `send_email` call under `key`, with a 30 s lease.
+pub fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
+    ClaimRequest {
+        key,
+        tool: "send_email",
+        fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_secs(30),
+        info: idem_runtime::record::CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    }
+}
+
+/// What `send_email` returns.
+pub fn sent(id: &str) -> Outcome {
+    Outcome::Success {
+        output: OutputJson::from_value(&json!({ "message_id": id })),
+    }
+}
+
+/// Claim a fresh `key` and return the owner's fence.
+pub async fn acquire<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Fence {
+    let f = fingerprint();
+    match store.claim(&request(key, &f)).await.unwrap() {
+        ClaimOutcome::Acquired { fence, .. } => fence,
+        other => panic!("expected to own a fresh key, got {other:?}"),
+    }
+}
+
+/// Park the in-flight `key` owned by `fence` as awaiting a person's
+/// approval (asked an hour ago at most), as the executor does; returns the
+/// parked record's fence.
+pub async fn park<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: Fence) -> Fence {
+    let now = store.now().await.unwrap();
+    let mut record = store.get(key).await.unwrap().expect("in flight");
+    record.state = RecordState::AwaitingApproval {
+        fence,
+        requested_at: now,
+        expires_at: now.plus(Duration::from_secs(3600)),
+        message: "ask a person".into(),
+    };
+    let expected = Expected {
+        fence,
+        state: ExpectedState::InFlight,
+    };
+    store
+        .replace(key, expected, Some(&record), None)
+        .await
+        .unwrap()
+        .expect("a fence for the parked record")
+}
+
+/// Approve the parked `key` holding `fence`: the next claim runs the call.
+pub async fn approve<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: Fence) {
+    let mut record = store.get(key).await.unwrap().expect("parked");
+    record
+        .steps
+        .insert(APPROVAL_STEP.into(), json!({ "by": "ada" }));
+    let expected = Expected {
+        fence,
+        state: ExpectedState::AwaitingApproval,
+    };
+    store
+        .replace(key, expected, Some(&record), None)
+        .await
+        .unwrap();
+}
+
+/// Times from `complete` returning on `writer` to `wait` returning on
+/// `waiter`, sorted, over `rounds` calls. Each waiter waits 200 ms first,
+/// so its polling back-off has grown to 160 ms: a wake-up much faster than
+/// that came from a notification.
+pub async fn wake_up_latencies<S: Store>(
+    writer: Arc<S>,
+    waiter: Arc<S>,
+    rounds: usize,
+) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    for _ in 0..rounds {
+        let key = idem_runtime::conformance::random_key();
+        let fence = acquire(&*writer, &key).await;
+        let waiting = {
+            let (waiter, key) = (waiter.clone(), key.clone());
+            tokio::spawn(async move {
+                let record = waiter.wait(&key, Duration::from_secs(10)).await.unwrap();
+                assert!(record.expect("record").outcome().is_some());
+                Instant::now()
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let completed = Instant::now();
+        writer
+            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
+            .await
+            .unwrap();
+        latencies.push(waiting.await.unwrap().duration_since(completed));
+    }
+    latencies.sort();
+    latencies
+}
+
+/// A store whose server `stop` takes away fails closed: a new claim and the
+/// completion of a claimed call are `Unavailable`, naming the store, within
+/// a bounded time.
+pub async fn fails_closed_when_the_server_goes_away<S: Store>(store: S, stop: impl FnOnce()) {
+    let key = idem_runtime::conformance::random_key();
+    let fence = acquire(&store, &key).await;
+    tokio::task::block_in_place(stop);
+    let started = Instant::now();
+    let f = fingerprint();
+    let other = idem_runtime::conformance::random_key();
+    match store.claim(&request(&other, &f)).await {
+        Err(StoreError::Unavailable { store: name, cause }) => {
+            assert_eq!(name, store.describe());
+            assert!(!cause.is_empty());
+        }
+        other => panic!("a claim without a server must fail closed, got {other:?}"),
+    }
+    assert!(matches!(
+        store
+            .complete(&key, fence, &sent("m"), Duration::from_secs(60))
+            .await,
+        Err(StoreError::Unavailable { .. })
+    ));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+/// A loopback port nobody listens on.
+pub fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The URL of a test server started once per test binary, or `None` after
+/// a loud skip (a failure under `IDEM_REQUIRE_SERVERS=1`) when its binary is
+/// missing. `url` reads it off the lazily started server.
+pub async fn server_url(test: &str, server: &str, url: fn() -> Option<String>) -> Option<String> {
+    let found = tokio::task::spawn_blocking(url).await.unwrap();
+    if found.is_none() {
+        crate::skip(test, server);
+    }
+    found
+}
+
+/// The driver's error behind `e`: its `Error::source`, which must be of
+/// type `D`. The message names the driver's error too.
+pub fn driver_error<D: std::error::Error + 'static>(e: &StoreError) -> &D {
+    let source = std::error::Error::source(e)
+        .unwrap_or_else(|| panic!("{e:?} has no source; the driver's error was dropped"));
+    let driver = source.downcast_ref::<D>().unwrap_or_else(|| {
+        panic!(
+            "the source of {e:?} is not a {}",
+            std::any::type_name::<D>()
+        )
+    });
+    assert!(
+        e.to_string().contains(&driver.to_string()),
+        "{e} does not name the cause {driver}"
+    );
+    driver
+}
+
+/// Every write to `store`, opened read-only, fails with
+/// [`StoreError::ReadOnly`] naming it, and `existing` (completed, or in
+/// flight under `fence`) reads as before.
+pub async fn every_write_is_refused_read_only<S: Store + ?Sized>(
+    store: &S,
+    existing: &IdempotencyKey,
+    fence: Fence,
+) {
+    let before = store.get(existing).await.unwrap();
+    let fresh = idem_runtime::conformance::random_key();
+    let f = fingerprint();
+    let lease = Duration::from_secs(30);
+    let expected = Expected {
+        fence,
+        state: ExpectedState::Completed,
+    };
+    let refusals: Vec<(&str, Result<(), StoreError>)> = vec![
+        ("claim", store.claim(&request(&fresh, &f)).await.map(drop)),
+        (
+            "checkpoint",
+            store
+                .checkpoint(existing, fence, "s", &json!(1), lease)
+                .await,
+        ),
+        ("renew", store.renew(existing, fence, lease).await),
+        (
+            "complete",
+            store.complete(existing, fence, &sent("x"), lease).await,
+        ),
+        ("release", store.release(existing, fence).await),
+        (
+            "replace",
+            store
+                .replace(existing, expected, None, None)
+                .await
+                .map(drop),
+        ),
+        (
+            "append_audit",
+            store.append_audit(&audit_event(existing)).await.map(drop),
+        ),
+        ("sweep", store.sweep().await.map(drop)),
+    ];
+    for (what, refusal) in refusals {
+        match refusal {
+            Err(StoreError::ReadOnly { store: name, .. }) => {
+                assert_eq!(name, store.describe(), "{what} names the store")
+            }
+            other => panic!("{what} on a read-only store: expected ReadOnly, got {other:?}"),
+        }
+    }
+    assert_eq!(
+        store.get(existing).await.unwrap(),
+        before,
+        "nothing changed"
+    );
+    assert!(
+        store.get(&fresh).await.unwrap().is_none(),
+        "no claim was recorded"
+    );
+}
+
+/// An audit event about `key`, as an operator's action appends it.
+fn audit_event(key: &IdempotencyKey) -> idem_runtime::audit::AuditEvent {
+    idem_runtime::audit::AuditEvent {
+        seq: None,
+        at: idem_runtime::clock::Timestamp(1_700_000_000_000),
+        by: "ops".into(),
+        action: idem_runtime::record::AuditAction::Released,
+        reason: Some("checked".into()),
+        key: key.clone(),
+        tool: "send_email".into(),
+        namespace: None,
+        fingerprint: fingerprint(),
+        before: Some(idem_runtime::record::Status::Unknown),
+        after: None,
+    }
+}

@@ -1,0 +1,299 @@
+//! Choosing a store by URL: the same program on a laptop (SQLite) and on a
+//! fleet (Redis, PostgreSQL), by configuration alone.
+#![cfg(all(feature = "sqlite", feature = "redis", feature = "postgres"))]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem::key::Fingerprint;
+use idem::record::{Outcome, OutputJson};
+use idem::store::{connect, ClaimOutcome, ClaimRequest, Store, StoreError};
+use idem_runtime::conformance::random_key;
+use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};
+use serde_json::json;
+
+/// What a program does with whatever store it was configured with: record
+/// a call, and see the duplicate deduplicated.
+async fn first_call_then_duplicate(store: Arc<dyn Store>) {
+    let key = random_key();
+    let f = Fingerprint::new("a".repeat(64));
+    let req = ClaimRequest {
+        key: &key,
+        tool: "send_email",
+        fingerprint: &f,
+        check_fingerprint: true,
+        lease: Duration::from_secs(30),
+        info: idem::record::CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    };
+    let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
+        panic!("fresh key not acquired on {}", store.describe());
+    };
+    let outcome = Outcome::Success {
+        output: OutputJson::from_value(&json!({"message_id": "m-1"})),
+    };
+    store
+        .complete(&key, fence, &outcome, Duration::from_secs(60))
+        .await
+        .unwrap();
+    match store.claim(&req).await.unwrap() {
+        ClaimOutcome::Completed(r) => assert_eq!(r.outcome(), Some(&outcome)),
+        other => panic!(
+            "duplicate not deduplicated on {}: {other:?}",
+            store.describe()
+        ),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_url_selects_the_in_memory_store() {
+    let store = connect("memory:").await.unwrap();
+    assert_eq!(store.describe(), "memory");
+    first_call_then_duplicate(store).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_url_selects_a_file_with_its_options() {
+    let dir = TempDir::new("idem-url").unwrap();
+    let path = dir.path().join("app.db");
+    let url = format!(
+        "sqlite://{}?synchronous=normal&busy_timeout_ms=250",
+        path.display()
+    );
+    let store = connect(&url).await.unwrap();
+    assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
+    first_call_then_duplicate(store).await;
+    assert!(path.exists());
+    let mode: String = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA journal_mode", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+}
+
+/// `close` reaches the store behind the `Arc<dyn Store>` that `connect`
+/// returns: afterwards operations fail with `Closed`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connected_store_can_be_closed() {
+    let dir = TempDir::new("idem-url").unwrap();
+    let sqlite = format!("sqlite://{}", dir.path().join("app.db").display());
+    for url in ["memory:", sqlite.as_str()] {
+        let store = connect(url).await.unwrap();
+        store.close().await;
+        match store.get(&random_key()).await {
+            Err(StoreError::Closed { store: name }) => assert_eq!(name, store.describe()),
+            other => panic!("{url}: expected Closed after close, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_urls_are_configuration_errors() {
+    for (url, says) in [
+        ("mongodb://db/idem", "unknown store URL scheme"),
+        ("memory:x", "a memory store takes no path or options"),
+        ("sqlite://", "names no file"),
+        ("sqlite://idem.db?journal=off", "unknown SQLite option"),
+        ("sqlite://idem.db?busy_timeout_ms=soon", "milliseconds"),
+        ("redis://", "bad Redis URL"),
+        ("postgres://[::1", "bad PostgreSQL URL"),
+    ] {
+        match connect(url).await {
+            Err(
+                e @ (StoreError::Config(_)
+                | StoreError::InvalidUrl { .. }
+                | StoreError::UnknownScheme { .. }),
+            ) => {
+                assert!(e.to_string().contains(says), "{url}: {e}")
+            }
+            other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_and_postgres_urls_select_the_server_stores() {
+    let (redis, postgres) =
+        tokio::task::spawn_blocking(|| (RedisServer::start(), PostgresServer::start()))
+            .await
+            .unwrap();
+    match redis {
+        Some(server) => {
+            let store = connect(&server.url()).await.unwrap();
+            assert_eq!(store.describe(), server.url());
+            first_call_then_duplicate(store).await;
+        }
+        None => skip("redis URL selection", "redis-server"),
+    }
+    match postgres {
+        Some(server) => {
+            let url = server.url().replace("postgres://", "postgresql://");
+            let store = connect(&url).await.unwrap();
+            assert_eq!(store.describe(), url);
+            first_call_then_duplicate(store).await;
+        }
+        None => skip("postgres URL selection", "PostgreSQL"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unreachable_server_urls_fail_closed_without_the_password() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    for url in [
+        format!("redis://:pw@127.0.0.1:{port}/"),
+        format!("postgres://app:pw@127.0.0.1:{port}/idem"),
+    ] {
+        match connect(&url).await {
+            Err(e @ StoreError::Unavailable { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+                assert!(!message.contains(":pw@"), "password leaked: {message}");
+            }
+            other => panic!("{url}: expected Unavailable, got {other:?}"),
+        }
+    }
+}
+
+/// A local port nothing listens on.
+fn closed_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn urls_asking_for_tls_are_refused_before_connecting_without_the_password() {
+    let port = closed_port();
+    for (url, backend) in [
+        (format!("rediss://:pw@127.0.0.1:{port}/0"), "Redis"),
+        (format!("rediss://user:pw@127.0.0.1:{port}"), "Redis"),
+        (format!("rediss+cluster://:pw@127.0.0.1:{port}"), "Redis"),
+        (
+            format!("postgres://app:pw@127.0.0.1:{port}/idem?sslmode=require"),
+            "PostgreSQL",
+        ),
+        (
+            format!("postgresql://app@127.0.0.1:{port}/idem?password=pw&sslmode=verify-ca"),
+            "PostgreSQL",
+        ),
+        (
+            format!("postgres://app:p?w@127.0.0.1:{port}/idem?schema=s&sslmode=Verify-Full"),
+            "PostgreSQL",
+        ),
+    ] {
+        // Whatever opens it: read-write, read-only, or to migrate.
+        let read_only = idem::store::connect_read_only(&url).await;
+        assert!(
+            matches!(read_only, Err(StoreError::TlsUnsupported { .. })),
+            "{url} read-only: {read_only:?}"
+        );
+        let migrated = idem::store::migrate(&url).await;
+        assert!(
+            matches!(migrated, Err(StoreError::TlsUnsupported { .. })),
+            "{url} migrate: {migrated:?}"
+        );
+        match connect(&url).await {
+            Err(e @ StoreError::TlsUnsupported { backend: b, .. }) => {
+                assert_eq!(b, backend, "{url}");
+                let message = e.to_string();
+                assert!(
+                    message.contains(&format!("no TLS support for {backend}"))
+                        && message.contains("trusted network")
+                        && message.contains(&format!("127.0.0.1:{port}")),
+                    "{message}"
+                );
+                assert!(!message.contains("pw"), "password leaked: {message}");
+            }
+            other => panic!("{url}: expected TlsUnsupported, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgres_urls_that_allow_plain_text_still_connect() {
+    // `prefer` (tokio-postgres's default) falls back to plain text: the URL
+    // reaches the PostgreSQL store, which finds nothing listening.
+    let port = closed_port();
+    for mode in ["prefer", "disable"] {
+        let url = format!("postgres://app:pw@127.0.0.1:{port}/idem?sslmode={mode}");
+        match connect(&url).await {
+            Err(e @ StoreError::Unavailable { .. }) => {
+                assert!(!e.to_string().contains("pw"), "{e}")
+            }
+            other => panic!("{url}: expected Unavailable, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_string_of_no_known_kind_is_refused_without_its_password() {
+    for url in [
+        "host=db user=app password=pw dbname=idem",
+        "host=db password = 'p w' dbname=idem",
+        "app:pw@db/idem",
+    ] {
+        match connect(url).await {
+            Err(e @ StoreError::UnknownScheme { .. }) => {
+                let message = e.to_string();
+                assert!(message.contains("unknown store URL scheme"), "{message}");
+                assert!(
+                    !message.contains("pw") && !message.contains("p w"),
+                    "{message}"
+                );
+            }
+            other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
+}
+
+// Run by `idem_store_environment_variable_selects_the_store` in a child
+// process, whose environment it sets.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child process started by the IDEM_STORE test"]
+async fn from_env_child() {
+    let store = idem::store::from_env().await.unwrap();
+    println!("\nIDEM-STORE {}", store.describe());
+}
+
+#[test]
+fn idem_store_environment_variable_selects_the_store() {
+    let dir = TempDir::new("idem-url-env").unwrap();
+    let path = dir.path().join("env.db");
+    let describe = |value: Option<String>| {
+        let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+        cmd.args([
+            "--ignored",
+            "--exact",
+            "store_url::from_env_child",
+            "--nocapture",
+        ])
+        .current_dir(dir.path());
+        match value {
+            Some(v) => cmd.env(idem::store::STORE_ENV, v),
+            None => cmd.env_remove(idem::store::STORE_ENV),
+        };
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .find_map(|l| l.strip_prefix("IDEM-STORE ").map(str::to_owned))
+            .unwrap()
+    };
+    assert_eq!(describe(Some("memory:".into())), "memory");
+    assert_eq!(
+        describe(Some(format!("sqlite://{}", path.display()))),
+        format!("sqlite:{}", path.display())
+    );
+    // Unset: the embedded default, a SQLite file in the working directory.
+    assert_eq!(
+        describe(None),
+        format!("sqlite:{}", dir.path().join("idem.db").display())
+    );
+}
