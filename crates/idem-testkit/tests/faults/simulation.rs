@@ -211,7 +211,8 @@ fn durable_schedules() -> u64 {
         .unwrap_or(40)
 }
 
-/// `schedules` schedules on a durable store, ten at a time, in real time.
+/// `schedules` schedules on a durable store, twenty at a time, in real
+/// time (they spend most of it waiting out leases and pauses).
 /// The lease is longer than the example's: these tests run in debug
 /// builds next to each other on small machines, and a worker starved of
 /// CPU for longer than its lease is a real pause past the lease.
@@ -231,7 +232,7 @@ fn on_durable(name: &str, url: String, schedules: u64) {
         let mut summary = Summary::default();
         let mut seeds = 1..=schedules;
         loop {
-            while running.len() < 10 {
+            while running.len() < 20 {
                 let Some(seed) = seeds.next() else { break };
                 let (store, tag) = (store.clone(), tag.clone());
                 running.spawn(
