@@ -10,8 +10,8 @@ use idem_runtime::operator::OperatorError;
 use idem_runtime::record::CorruptRecord;
 use idem_runtime::store::StoreError;
 
-use crate::render::escape::visible;
 use crate::time::{relative, rfc3339};
+use idem_runtime::text::visible;
 
 /// The exit codes (documented in `docs/cli.md`).
 pub(crate) mod exit {
@@ -70,10 +70,24 @@ pub(crate) enum CliError {
     /// `idem proxy --upstream` was given a URL it cannot use (`https://`,
     /// not a URL).
     #[error("{0}")]
-    UpstreamUrl(#[from] crate::proxy::UpstreamUrlError),
+    UpstreamUrl(#[from] idem_mcp::proxy::UpstreamUrlError),
     /// Writing the output failed (a closed pipe).
     #[error("cannot write the output: {0}")]
     Output(#[from] std::io::Error),
+}
+
+impl From<idem_mcp::proxy::ProxyError> for CliError {
+    fn from(error: idem_mcp::proxy::ProxyError) -> Self {
+        use idem_mcp::proxy::ProxyError;
+        match error {
+            ProxyError::UpstreamUrl(e) => CliError::UpstreamUrl(e),
+            ProxyError::Store(e) => CliError::Store(e),
+            ProxyError::Io(e) => CliError::Output(e),
+            // What the operator gave or started does not work: a usage
+            // error (exit code 2), in the proxy's own words.
+            other => CliError::Usage(other.to_string()),
+        }
+    }
 }
 
 impl From<OperatorError> for CliError {

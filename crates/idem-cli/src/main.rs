@@ -11,7 +11,6 @@
 mod cli;
 mod commands;
 mod error;
-mod proxy;
 mod render;
 mod serve;
 mod store;

@@ -9,6 +9,7 @@
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
+pub(crate) use idem_runtime::text::parse_duration;
 
 const MS_PER_DAY: u64 = 86_400_000;
 
@@ -63,38 +64,6 @@ pub(crate) fn parse_since(given: &str, now: Timestamp) -> Result<Timestamp, Stri
             "--since {given:?} is neither a duration (90s, 15m, 2h, 7d, 1h30m) nor an RFC 3339 time (2026-05-01T09:00:00Z)"
         )
     })
-}
-
-/// `1h30m`, `90s`, `250ms`, `2d`, `1w`: numbers each followed by a unit.
-pub(crate) fn parse_duration(text: &str) -> Option<Duration> {
-    let mut rest = text.trim();
-    if rest.is_empty() {
-        return None;
-    }
-    let mut total = Duration::ZERO;
-    while !rest.is_empty() {
-        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-        let unit_len = rest[digits..]
-            .bytes()
-            .take_while(u8::is_ascii_alphabetic)
-            .count();
-        if digits == 0 || unit_len == 0 {
-            return None;
-        }
-        let n: u64 = rest[..digits].parse().ok()?;
-        let unit_ms: u64 = match &rest[digits..digits + unit_len] {
-            "ms" => 1,
-            "s" | "sec" | "secs" => 1000,
-            "m" | "min" | "mins" => 60_000,
-            "h" | "hr" | "hrs" => 3_600_000,
-            "d" | "day" | "days" => MS_PER_DAY,
-            "w" | "week" | "weeks" => 7 * MS_PER_DAY,
-            _ => return None,
-        };
-        total = total.checked_add(Duration::from_millis(n.checked_mul(unit_ms)?))?;
-        rest = rest[digits + unit_len..].trim_start();
-    }
-    Some(total)
 }
 
 /// An RFC 3339 time (`2026-05-01T09:00:00Z`, `2026-05-01T11:00:00.5+02:00`)

@@ -29,6 +29,7 @@ pub mod retry;
 pub mod schema;
 pub mod state;
 pub mod store;
+pub mod text;
 pub mod tool;
 
 pub use approval::Approval;

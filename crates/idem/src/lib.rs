@@ -138,7 +138,8 @@ pub mod store;
 pub use idem_runtime::conformance;
 
 #[cfg(feature = "mcp")]
-pub mod mcp;
+#[doc(inline)]
+pub use idem_mcp as mcp;
 #[cfg(feature = "otel")]
 pub mod otel;
 #[cfg(feature = "rig")]

@@ -8,9 +8,9 @@ use idem_runtime::record::Record;
 use super::{find, now, refused, required, Output};
 use crate::cli::{ApproveArgs, DenyArgs};
 use crate::error::CliError;
-use crate::render::escape::visible;
 use crate::render::json::RecordJson;
 use crate::render::short_key;
+use idem_runtime::text::visible;
 
 /// `idem approve`: record the approval; the next call with the key runs.
 pub(super) async fn approve(

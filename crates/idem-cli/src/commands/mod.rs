@@ -23,8 +23,8 @@ use serde::Serialize;
 
 use crate::cli::{Cli, Command};
 use crate::error::CliError;
-use crate::render::escape::json_safe;
 use crate::store;
+use idem_runtime::text::json_safe;
 
 /// Run the command `cli` names.
 pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
@@ -36,7 +36,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Migrate => migrate::run(url, &out).await,
         Command::Serve(args) => crate::serve::run(url, &args).await,
         Command::Approver(args) => crate::serve::approver(&args),
-        Command::Proxy(args) => crate::proxy::run(url, &args).await,
+        Command::Proxy(args) => proxy(url, &args).await,
         command => {
             let operator = match command.changes_records() {
                 true => store::open(url).await?,
@@ -125,4 +125,19 @@ async fn now(operator: &Operator) -> Result<Timestamp, CliError> {
 async fn refused(operator: &Operator, error: OperatorError) -> CliError {
     let now = operator.store().now().await.ok();
     CliError::Operator { error, now }
+}
+
+/// `idem proxy`: the proxy of `idem_mcp`, recording on the store at `url`
+/// (opened only once the upstream has answered).
+async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> {
+    let options = idem_mcp::proxy::ProxyOptions {
+        config: args.config.clone(),
+        print_config: args.print_config,
+        listen: args.listen.clone(),
+        upstream: args.upstream.clone(),
+        command: args.command.clone(),
+    };
+    idem_mcp::proxy::run(&options, || idem::store::connect(url))
+        .await
+        .map_err(CliError::from)
 }

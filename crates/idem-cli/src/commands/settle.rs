@@ -7,10 +7,10 @@ use super::decide::{print, what};
 use super::{find, refused, required, Output};
 use crate::cli::{DeleteArgs, ResolveArgs};
 use crate::error::CliError;
-use crate::render::escape::visible;
 use crate::render::json::DeletedJson;
 use crate::render::short_key;
 use crate::time::{parse_duration, rfc3339};
+use idem_runtime::text::visible;
 
 /// `idem resolve`: settle the call as succeeded or failed, or release it.
 pub(super) async fn resolve(

@@ -9,11 +9,11 @@ use std::fmt::Write;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::record::{Outcome, Record, RecordState, Status};
 
-use super::escape::visible;
 use super::json::json_or_string;
 use super::short_key;
 use super::style::{paint, status as status_style, COMMAND, DIM, HEADER};
 use crate::time::{age, relative, rfc3339};
+use idem_runtime::text::visible;
 
 /// Width of the label column.
 const LABEL: usize = 13;

@@ -1,13 +1,15 @@
 //! How records are shown: tables and descriptions for people (`table`,
 //! `describe`, coloured by `style`), the stable JSON schema for scripts
 //! (`json`). Commands decide what to show; this folder only shapes it.
-//! Whatever a record holds reaches a person through `escape`.
+//! Whatever a record holds reaches a person through
+//! `idem_runtime::text::visible`.
 
 pub(crate) mod describe;
-pub(crate) mod escape;
 pub(crate) mod json;
 pub(crate) mod style;
 pub(crate) mod table;
+
+pub(crate) use idem_runtime::text::clip;
 
 use idem_runtime::clock::Timestamp;
 use idem_runtime::record::{Outcome, Record, RecordState, Status};
@@ -25,7 +27,7 @@ pub(crate) fn short_key(key: &str) -> &str {
 
 /// One line saying where a record stands beyond its state: the lease of a
 /// call in flight, what an approval waits for, the outcome; the record's
-/// text in it escaped ([`escape::visible`]).
+/// text in it escaped ([`visible`](idem_runtime::text::visible)).
 pub(crate) fn summary(record: &Record, now: Timestamp) -> String {
     let line = match (&record.state, record.status()) {
         (RecordState::InFlight { lease_until, .. }, _) if record.lease_expired(now) => format!(
@@ -56,20 +58,7 @@ pub(crate) fn summary(record: &Record, now: Timestamp) -> String {
             ),
         },
     };
-    escape::visible(&line).into_owned()
-}
-
-/// `text` cut to `max` characters, with an ellipsis when cut, on one line:
-/// line breaks and other controls are shown escaped ([`escape::visible`]),
-/// so the cut counts what is seen.
-pub(crate) fn clip(text: &str, max: usize) -> String {
-    let one_line = escape::visible(text);
-    if one_line.chars().count() <= max {
-        return one_line.into_owned();
-    }
-    let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
-    cut.push('…');
-    cut
+    idem_runtime::text::visible(&line).into_owned()
 }
 
 #[cfg(test)]

@@ -5,8 +5,8 @@
 
 use anstyle::Style;
 
-use super::escape::visible;
 use super::style::{paint, HEADER};
+use idem_runtime::text::visible;
 
 /// One cell: its text, escaped, and how it is coloured.
 #[derive(Debug, Clone, Default)]

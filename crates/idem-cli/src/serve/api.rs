@@ -22,8 +22,8 @@ use super::decide::{self, Asked, Refused};
 use super::pages::{items, InboxFilter};
 use super::view::{class_meaning, class_of, Item, Seen};
 use super::App;
-use crate::render::escape::json_safe;
 use crate::render::json::{AuditEventJson, RecordJson};
+use idem_runtime::text::json_safe;
 
 /// JSON with the record text's controls written as escapes
 /// ([`json_safe`]), like `idem --json`.

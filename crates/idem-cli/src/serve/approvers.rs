@@ -109,7 +109,7 @@ impl Approvers {
         let mut by_token = HashMap::new();
         for entry in file.approver {
             let name = entry.name.trim().to_owned();
-            if name.is_empty() || name.chars().any(crate::render::escape::needs_escape) {
+            if name.is_empty() || name.chars().any(idem_runtime::text::needs_escape) {
                 return Err(format!(
                     "approver name {:?} must be non-empty printable text",
                     entry.name

@@ -270,7 +270,7 @@ pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
     let role = Role::parse(&entry.role).map_err(CliError::Usage)?;
     let name = entry.name.trim();
     if name.is_empty()
-        || name.contains(crate::render::escape::needs_escape)
+        || name.contains(idem_runtime::text::needs_escape)
         || name.contains(['"', '\\'])
     {
         return Err(CliError::Usage(

@@ -14,10 +14,10 @@ use idem_runtime::clock::Timestamp;
 use idem_runtime::record::{Outcome, Record, RecordState, Status};
 use serde_json::Value;
 
-use crate::render::escape::visible;
 use crate::render::json::json_or_string;
 use crate::render::short_key;
 use crate::time::{age, relative, rfc3339};
+use idem_runtime::text::visible;
 
 /// Record text as it may be shown.
 pub(super) fn shown(text: &str) -> String {

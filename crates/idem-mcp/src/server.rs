@@ -14,13 +14,13 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::json;
 
-use super::ask::States;
-use super::call::{Request, Tools};
-use super::key::{CLIENT_FIELDS, IDEMPOTENCY_KEY_HEADER};
-use super::meta::CAPABILITY;
-use super::policy::{Approver, Unkeyed};
-use crate::registry::BoxFuture;
-use crate::{Dispatcher, Namespace};
+use crate::ask::States;
+use crate::call::{Request, Tools};
+use crate::key::{CLIENT_FIELDS, IDEMPOTENCY_KEY_HEADER};
+use crate::meta::CAPABILITY;
+use crate::policy::{Approver, Unkeyed};
+use idem_runtime::registry::BoxFuture;
+use idem_runtime::{Dispatcher, Namespace};
 
 /// An MCP server for the tools of a [`Dispatcher`]'s registry: an rmcp
 /// [`ServerHandler`] whose `tools/call` runs through the dispatcher, keyed
@@ -88,7 +88,7 @@ impl<S: Send + Sync + 'static> McpServer<S> {
 
     /// Key every call in tenant `namespace` rather than the executor's
     /// default (one server per tenant; see
-    /// [`Namespace`](crate::Namespace)). With a
+    /// [`Namespace`](idem_runtime::Namespace)). With a
     /// [`principal`](McpServer::principal), each caller's calls are keyed
     /// in `namespace/principal`.
     pub fn namespace(mut self, namespace: Namespace) -> Self {

@@ -25,9 +25,9 @@ use super::key;
 use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
 use super::trace;
-use crate::dispatch::Arguments;
-use crate::key::{CanonicalArgs, IdempotencyKey};
-use crate::{
+use idem_runtime::dispatch::Arguments;
+use idem_runtime::key::{CanonicalArgs, IdempotencyKey};
+use idem_runtime::{
     Dispatcher, ErrorCode, IdemError, Namespace, RepeatWindow, RunContext, ToolCall, ToolResult,
 };
 

@@ -4,12 +4,12 @@
 use rmcp::model::{CallToolRequestParams, RequestMetaObject};
 use serde_json::Value;
 
-use super::key::{IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META};
-use crate::key::{self, CanonicalArgs, KeyError, KeyInput, KeySource};
-use crate::{IdempotencyKey, Namespace};
+use crate::key::{IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META};
+use idem_runtime::key::{self, CanonicalArgs, KeyError, KeyInput, KeySource};
+use idem_runtime::{IdempotencyKey, Namespace};
 
 /// Keys for an rmcp [`CallToolRequestParams`], in the `_meta` fields an
-/// [`McpServer`](super::McpServer) reads.
+/// [`McpServer`](crate::McpServer) reads.
 ///
 /// Send the same key on every retry of one intended effect (a timeout, a
 /// reconnect, a replay of the run) and a new one for every new effect.
@@ -56,8 +56,8 @@ pub trait CallToolRequestParamsExt: Sized {
     fn with_run_step(self, run_id: impl Into<String>, step: u64) -> Self;
 
     /// Carry the current span's trace in the call's `_meta`
-    /// ([`TRACEPARENT_META`](super::TRACEPARENT_META) and
-    /// [`TRACESTATE_META`](super::TRACESTATE_META), W3C Trace Context, as
+    /// ([`TRACEPARENT_META`](crate::TRACEPARENT_META) and
+    /// [`TRACESTATE_META`](crate::TRACESTATE_META), W3C Trace Context, as
     /// OpenTelemetry's MCP conventions say), so that the server's spans join
     /// the caller's trace (feature `otel`; the current span must be an
     /// OpenTelemetry one, through `tracing-opentelemetry`).
@@ -83,7 +83,7 @@ impl CallToolRequestParamsExt for CallToolRequestParams {
     #[cfg(feature = "otel")]
     fn with_trace_context(mut self) -> Self {
         let meta = self.meta.get_or_insert_with(RequestMetaObject::new);
-        super::trace::propagation::inject_current(&mut meta.0 .0);
+        crate::trace::propagation::inject_current(&mut meta.0 .0);
         self
     }
 }

@@ -9,14 +9,14 @@ use idem_runtime::registry::DynTool;
 use rmcp::model::{JsonObject, MetaObject, Tool, ToolAnnotations};
 use serde_json::{json, Value};
 
-use super::meta::{CLASS_META, KEYING_META, REPEAT_ARGUMENT_META, WINDOW_SECONDS_META};
-use super::policy::{Keyed, Unkeyed, REPEAT_ARGUMENT};
-use crate::Registry;
+use crate::meta::{CLASS_META, KEYING_META, REPEAT_ARGUMENT_META, WINDOW_SECONDS_META};
+use crate::policy::{Keyed, Unkeyed, REPEAT_ARGUMENT};
+use idem_runtime::Registry;
 
 /// The rmcp definition of one tool.
 ///
 /// The annotations come from the tool's class
-/// ([`ClassKind::annotations`](crate::ClassKind::annotations)), so what
+/// ([`ClassKind::annotations`](idem_runtime::ClassKind::annotations)), so what
 /// the tool advertises and how idem runs it cannot disagree; `_meta`
 /// names the class ([`CLASS_META`]).
 pub fn tool_definition<S: 'static>(tool: &dyn DynTool<S>) -> Tool {
@@ -25,7 +25,7 @@ pub fn tool_definition<S: 'static>(tool: &dyn DynTool<S>) -> Tool {
     base_definition(tool).with_meta(meta)
 }
 
-/// The definition an [`McpServer`](super::McpServer) lists under its
+/// The definition an [`McpServer`](crate::McpServer) lists under its
 /// policy: [`tool_definition`]'s, and in `_meta` how the tool is keyed
 /// ([`KEYING_META`]); a tool keyed by a window also gets the optional
 /// [`REPEAT_ARGUMENT`] and a sentence in its description saying what a

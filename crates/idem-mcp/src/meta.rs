@@ -23,7 +23,7 @@ pub const KEYING_META: &str = "io.idem/keying";
 pub const WINDOW_SECONDS_META: &str = "io.idem/windowSeconds";
 
 /// The `_meta` field of a listed tool that has the optional argument that
-/// marks a deliberate repeat: its name ([`REPEAT_ARGUMENT`](super::REPEAT_ARGUMENT)).
+/// marks a deliberate repeat: its name ([`REPEAT_ARGUMENT`](crate::REPEAT_ARGUMENT)).
 pub const REPEAT_ARGUMENT_META: &str = "io.idem/repeatArgument";
 
 /// The `_meta` field of an error result with the error for programs:

@@ -1,13 +1,13 @@
-//! Asking the person in the chat ([`super::super::ask`]) about a call
+//! Asking the person in the chat ([`crate::ask`]) about a call
 //! awaiting approval, and taking the answer they gave.
 
 use rmcp::model::{InputResponses, Tool};
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
-use super::super::ask::{self, Answer, Form};
 use super::Tools;
-use crate::key::IdempotencyKey;
+use crate::ask::{self, Answer, Form};
+use idem_runtime::key::IdempotencyKey;
 
 impl<S: Send + Sync + 'static> Tools<S> {
     /// Who approves in the chat, as recorded: the principal or "the chat

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use idem_runtime::registry::DynTool;
 
-use crate::{ClassKind, KeySpec};
+use idem_runtime::{ClassKind, KeySpec};
 
 /// What an MCP server does with a write whose request carries no key of
 /// idem's (`_meta` `io.idem/idempotencyKey`, the `Idempotency-Key` header,
@@ -18,7 +18,7 @@ use crate::{ClassKind, KeySpec};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Unkeyed {
     /// The same tool with the same canonical arguments within this window
-    /// of the first call is one effect ([`RepeatWindow`](crate::RepeatWindow)):
+    /// of the first call is one effect ([`RepeatWindow`](idem_runtime::RepeatWindow)):
     /// a model that repeats a call "to be sure", a client that re-sends it
     /// after a dropped stream, gets the first call's result and is told it
     /// was already done. The window slides from the first call, so no clock

@@ -1,8 +1,10 @@
 //! Serve idem tools over MCP with [rmcp](https://docs.rs/rmcp), the
-//! official Rust SDK (feature `mcp`, rmcp 3.11 or later 3.x).
+//! official Rust SDK (rmcp 3.11 or later 3.x): the crate behind the `idem`
+//! facade's `idem::mcp` (its feature `mcp`), and with its own feature
+//! `proxy`, the module `proxy`: `idem proxy` in front of any MCP server.
 //!
 //! * [`McpServer`] is an rmcp [`ServerHandler`](rmcp::ServerHandler) for
-//!   the tools of a [`Dispatcher`](crate::Dispatcher): `tools/list` with
+//!   the tools of a [`Dispatcher`](idem_runtime::Dispatcher): `tools/list` with
 //!   typed rmcp [`Tool`](rmcp::model::Tool)s (annotations from each tool's
 //!   class, an output schema where the output is a JSON object whose type
 //!   has one), and
@@ -72,7 +74,7 @@
 //! # Approvals in the chat
 //!
 //! An `irreversible` call that the executor's approval policy leaves to a
-//! person ([`ApprovalDecision::Pending`](crate::approval::ApprovalDecision))
+//! person ([`ApprovalDecision::Pending`](idem_runtime::approval::ApprovalDecision))
 //! is asked of the chat user when the client supports elicitation, unless
 //! [`McpServer::approver`] says an operator decides: on protocol
 //! 2026-07-28 an `InputRequiredResult` with a sealed, single-use
@@ -107,6 +109,9 @@ mod server;
 mod tasks;
 mod tools;
 mod trace;
+
+#[cfg(feature = "proxy")]
+pub mod proxy;
 
 pub use client::CallToolRequestParamsExt;
 pub use key::{

@@ -5,7 +5,7 @@
 //! connects to one already running over streamable HTTP (`idem proxy
 //! --upstream http://HOST:PORT/mcp`); it
 //! serves the same tools to its own client over stdio with idem's MCP
-//! server (`idem::mcp::McpServer`), so every call is keyed, recorded and
+//! server ([`McpServer`]), so every call is keyed, recorded and
 //! answered exactly as a Rust tool's would be:
 //!
 //! * `config`: each tool's class and key options, from the `--config`
@@ -29,6 +29,7 @@
 
 mod config;
 mod http;
+mod options;
 mod tool;
 mod upstream;
 
@@ -36,9 +37,10 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use idem::mcp::{McpServer, REPEAT_ARGUMENT, REPEAT_ARGUMENT_META};
-use idem::{Dispatcher, Executor, Namespace, Registry};
+use crate::{McpServer, REPEAT_ARGUMENT, REPEAT_ARGUMENT_META};
 use idem_runtime::approval::{ApprovalDecision, Callback};
+use idem_runtime::store::{Store, StoreError};
+use idem_runtime::{Dispatcher, Executor, Namespace, Registry};
 #[allow(deprecated)] // SetLevelRequestParams: see `set_level`.
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CompleteRequestParams, CompleteResult,
@@ -53,20 +55,26 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
-use crate::cli::ProxyArgs;
-use crate::error::CliError;
 use config::Config;
-pub(crate) use http::UpstreamUrlError;
+pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
 use tool::UpstreamTool;
 use upstream::{Source, Upstream};
 
-/// Run `idem proxy` on the store at `url`.
-pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
+/// Run the proxy as `options` say until its client goes away (stdio) or
+/// it is interrupted (HTTP). `store` opens the store that records the
+/// calls, once the upstream has answered: a proxy that cannot start opens
+/// none.
+pub async fn run<F, Fut>(options: &ProxyOptions, store: F) -> Result<(), ProxyError>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Arc<dyn Store>, StoreError>>,
+{
+    let args = options;
     let config = match &args.config {
         Some(path) => {
             let text = std::fs::read_to_string(path)
-                .map_err(|e| CliError::Usage(format!("cannot read {}: {e}", path.display())))?;
-            Config::parse(&text, &path.display().to_string()).map_err(CliError::Usage)?
+                .map_err(|e| ProxyError::Config(format!("cannot read {}: {e}", path.display())))?;
+            Config::parse(&text, &path.display().to_string()).map_err(ProxyError::Config)?
         }
         None => Config::default(),
     };
@@ -78,11 +86,10 @@ pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
         None => Source::Command(args.command.clone()),
     };
     let upstream = Arc::new(Upstream::new(source));
-    let (peer, info) = upstream.start().await.map_err(CliError::Usage)?;
-    let tools = peer
-        .list_all_tools()
-        .await
-        .map_err(|e| CliError::Usage(format!("the upstream server did not list its tools: {e}")))?;
+    let (peer, info) = upstream.start().await.map_err(ProxyError::Upstream)?;
+    let tools = peer.list_all_tools().await.map_err(|e| {
+        ProxyError::Upstream(format!("the upstream server did not list its tools: {e}"))
+    })?;
     let name = config
         .server
         .name
@@ -96,12 +103,11 @@ pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
         return Ok(());
     }
 
-    let namespace = Namespace::new(format!("mcp/{name}")).map_err(|e| {
-        CliError::Usage(format!(
-            "the server's name `{name}` cannot name a namespace ({e}); set [server] name"
-        ))
+    let namespace = Namespace::new(format!("mcp/{name}")).map_err(|e| ProxyError::Name {
+        name: name.clone(),
+        reason: e.to_string(),
     })?;
-    let store = idem::store::connect(url).await?;
+    let store = store().await?;
     // Every irreversible call is left to a person: the one in the chat
     // when the client can ask them, else an operator (`idem approve`, the
     // inbox), as each tool's `approval` says.
@@ -118,9 +124,9 @@ pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
         let resolved = config.resolve(tool);
         let description = tool.description.as_deref().unwrap_or_default();
         let defined = UpstreamTool::new(&tool.name, description, &resolved, upstream.clone());
-        registry
-            .insert(Arc::new(defined))
-            .map_err(|e| CliError::Usage(format!("the upstream server lists a tool twice: {e}")))?;
+        registry.insert(Arc::new(defined)).map_err(|e| {
+            ProxyError::Upstream(format!("the upstream server lists a tool twice: {e}"))
+        })?;
         if let Some(approval) = resolved.approval {
             approvers.push((tool.name.to_string(), approval));
         }
@@ -139,7 +145,7 @@ pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
             let service = proxy
                 .serve(transport)
                 .await
-                .map_err(|e| CliError::Usage(format!("the client did not initialize: {e}")))?;
+                .map_err(|e| ProxyError::Client(e.to_string()))?;
             let _ = service.waiting().await;
         }
     }
@@ -150,10 +156,13 @@ pub(crate) async fn run(url: &str, args: &ProxyArgs) -> Result<(), CliError> {
 
 /// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until
 /// interrupted (Ctrl-C).
-async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), CliError> {
+async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), ProxyError> {
     let listener = tokio::net::TcpListener::bind(address)
         .await
-        .map_err(|e| CliError::Usage(format!("--listen: cannot listen on {address}: {e}")))?;
+        .map_err(|source| ProxyError::Listen {
+            address: address.to_owned(),
+            source,
+        })?;
     let address = listener.local_addr()?;
     // Only requests that name this server's own host: a page on another
     // site cannot reach it through DNS rebinding.
@@ -171,7 +180,7 @@ async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), CliEr
     let router = axum::Router::new().nest_service("/mcp", service);
     // The line a supervisor (and the tests) wait for, with the port chosen.
     // The name is the upstream's own text: shown escaped.
-    let name = crate::render::escape::visible(name);
+    let name = idem_runtime::text::visible(name);
     eprintln!("idem proxy: serving {name} on http://{address}/mcp");
     axum::serve(listener, router)
         .with_graceful_shutdown(async {

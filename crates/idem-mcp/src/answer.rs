@@ -1,13 +1,13 @@
 //! What a model reads: every refusal, duplicate, unknown outcome and
 //! pending approval in plain words — what happened, whether anything ran,
 //! and what to do next (call again, wait, ask the user, do nothing). The
-//! codes stay in `_meta` ([`ERROR_META`](super::ERROR_META)) for programs.
+//! codes stay in `_meta` ([`ERROR_META`](crate::ERROR_META)) for programs.
 
 use idem_runtime::error::ErrorKind;
 use serde_json::Value;
 
-use crate::key::KeyError;
-use crate::IdemError;
+use idem_runtime::key::KeyError;
+use idem_runtime::IdemError;
 
 /// What the answer may tell the model it can do.
 #[derive(Clone, Copy, Debug, Default)]
@@ -175,7 +175,7 @@ pub(crate) fn bad_key_fields(tool: &str, problem: &str) -> String {
 
 /// `2026-12-01 14:02:11 UTC`.
 pub(crate) fn utc(millis: u64) -> String {
-    let c = crate::clock::Timestamp(millis).civil();
+    let c = idem_runtime::clock::Timestamp(millis).civil();
     format!(
         "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
         c.year, c.month, c.day, c.hour, c.minute, c.second

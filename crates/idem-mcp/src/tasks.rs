@@ -14,8 +14,8 @@
 use rmcp::model::{Task, TaskPayload};
 use serde::{Deserialize, Serialize};
 
-use crate::clock::Timestamp;
-use crate::{RepeatWindow, RunContext};
+use idem_runtime::clock::Timestamp;
+use idem_runtime::{RepeatWindow, RunContext};
 
 /// How often a client should ask (milliseconds).
 pub(crate) const POLL_EVERY_MS: u64 = 2_000;
@@ -39,7 +39,8 @@ pub(crate) struct Ticket {
 impl Ticket {
     /// The run context that keys the call as it was keyed the first time.
     pub(crate) fn run(&self) -> Result<RunContext, String> {
-        let namespace = crate::Namespace::new(self.namespace.clone()).map_err(|e| e.to_string())?;
+        let namespace =
+            idem_runtime::Namespace::new(self.namespace.clone()).map_err(|e| e.to_string())?;
         let mut run = RunContext {
             namespace: Some(namespace),
             ..RunContext::default()

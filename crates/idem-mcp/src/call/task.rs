@@ -1,4 +1,4 @@
-//! A call's task ([`super::super::tasks`]): made when the call waits for
+//! A call's task ([`crate::tasks`]): made when the call waits for
 //! an operator, and carried on by `tasks/get`.
 
 use rmcp::model::{
@@ -8,14 +8,14 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
-use super::super::answer::Hints;
-use super::super::policy::REPEAT_ARGUMENT;
-use super::super::tasks::{self, Ticket};
 use super::{error_result, Tools};
-use crate::dispatch::Arguments;
-use crate::key::IdempotencyKey;
-use crate::record::Status;
-use crate::{IdemError, RunContext, ToolCall, ToolResult};
+use crate::answer::Hints;
+use crate::policy::REPEAT_ARGUMENT;
+use crate::tasks::{self, Ticket};
+use idem_runtime::dispatch::Arguments;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::Status;
+use idem_runtime::{IdemError, RunContext, ToolCall, ToolResult};
 
 impl<S: Send + Sync + 'static> Tools<S> {
     /// A task for the call awaiting approval under `key`, keyed as this

@@ -37,7 +37,7 @@ const EVENT_STREAM: &str = "text/event-stream";
 
 /// An `--upstream` URL the proxy cannot use.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum UpstreamUrlError {
+pub enum UpstreamUrlError {
     /// `https://`: this build speaks plain HTTP only, as idem's store URLs
     /// do; nothing is sent unencrypted in its place.
     #[error(

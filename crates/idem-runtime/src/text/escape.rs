@@ -5,7 +5,7 @@
 //! screen, a cursor move, a carriage return or a bidirectional override in
 //! that text could redraw what an operator reads, such as the `Arguments:`
 //! line of the call they are about to approve. Every record-derived text the
-//! program shows to a person goes through [`visible`], which writes each
+//! program, the inbox and the proxy show to a person goes through [`visible`], which writes each
 //! such character as an escape (`\u{1b}`, `\r`, `\u{202e}`); `--json` output
 //! goes through [`json_safe`], which writes them as JSON escapes, so scripts
 //! still read back the original strings.
@@ -24,7 +24,7 @@ use std::fmt::Write;
 /// the byte-order mark, line and paragraph separators, the soft hyphen,
 /// Hangul fillers, interlinear annotations and the tag characters that can
 /// smuggle invisible text).
-pub(crate) fn needs_escape(c: char) -> bool {
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
@@ -51,7 +51,7 @@ pub(crate) fn needs_escape(c: char) -> bool {
 ///
 /// The result holds only printable characters, so escaping it again
 /// changes nothing, and it stays on one line.
-pub(crate) fn visible(text: &str) -> Cow<'_, str> {
+pub fn visible(text: &str) -> Cow<'_, str> {
     let Some(first) = text.find(needs_escape) else {
         return Cow::Borrowed(text);
     };
@@ -81,7 +81,7 @@ pub(crate) fn visible(text: &str) -> Cow<'_, str> {
 /// whitespace, which this leaves alone (the whitespace between tokens is
 /// only ever space and line feed in what `serde_json` writes, and a raw line
 /// feed never occurs inside a string).
-pub(crate) fn json_safe(json: &str) -> Cow<'_, str> {
+pub fn json_safe(json: &str) -> Cow<'_, str> {
     let escape = |c: char| needs_escape(c) && !matches!(c, ' ' | '\n');
     let Some(first) = json.find(escape) else {
         return Cow::Borrowed(json);

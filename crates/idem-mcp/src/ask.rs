@@ -36,9 +36,9 @@ use rmcp::RoleServer;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::approval::Approval;
-use crate::operator::{Actor, Operator, OperatorError};
-use crate::record::{Record, Status};
+use idem_runtime::approval::Approval;
+use idem_runtime::operator::{Actor, Operator, OperatorError};
+use idem_runtime::record::{Record, Status};
 
 /// The id of the one input request of an approval round.
 pub(crate) const APPROVAL_INPUT: &str = "idem_approval";
@@ -146,7 +146,7 @@ struct Asking {
 /// Seals and opens request states; one per server (a fleet behind a load
 /// balancer shares its secret: [`McpServer::request_state_secret`]).
 ///
-/// [`McpServer::request_state_secret`]: super::McpServer::request_state_secret
+/// [`McpServer::request_state_secret`]: crate::McpServer::request_state_secret
 #[derive(Clone)]
 pub(crate) struct States {
     codec: RequestStateCodec,
@@ -176,7 +176,7 @@ impl States {
     /// A task id: `ticket`, sealed and bound to `principal`.
     pub(crate) fn seal_ticket(
         &self,
-        ticket: &super::tasks::Ticket,
+        ticket: &crate::tasks::Ticket,
         principal: Option<&str>,
     ) -> String {
         let bound = format!("idem-task\0{}", principal.unwrap_or("")).into_bytes();
@@ -191,7 +191,7 @@ impl States {
         &self,
         id: &str,
         principal: Option<&str>,
-    ) -> Result<super::tasks::Ticket, String> {
+    ) -> Result<crate::tasks::Ticket, String> {
         let bound = format!("idem-task\0{}", principal.unwrap_or("")).into_bytes();
         self.codec.open_json_with(id, &bound).map_err(|e| {
             format!(

@@ -24,13 +24,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use idem::mcp::Approver;
+use crate::Approver;
 use idem_runtime::class::ClassKind;
 use rmcp::model::Tool;
 use serde::Deserialize;
 
-use crate::render::clip;
-use crate::render::escape::{needs_escape, visible};
+use idem_runtime::text::clip;
+use idem_runtime::text::{needs_escape, visible};
 
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
@@ -117,7 +117,7 @@ impl Config {
         for (pattern, tool) in &config.tools {
             for (what, value) in [("ttl", &tool.ttl), ("timeout", &tool.timeout)] {
                 if let Some(value) = value {
-                    if crate::time::parse_duration(value).is_none() {
+                    if idem_runtime::text::parse_duration(value).is_none() {
                         return Err(format!(
                             "{path}: [tools.\"{pattern}\"] {what} = \"{value}\" is not a duration \
                              (90s, 15m, 2h, 7d)"
@@ -153,7 +153,8 @@ impl Config {
                 (class, Some(why))
             }
         };
-        let duration = |d: &Option<String>| d.as_deref().and_then(crate::time::parse_duration);
+        let duration =
+            |d: &Option<String>| d.as_deref().and_then(idem_runtime::text::parse_duration);
         Resolved {
             class,
             guess,

@@ -10,7 +10,7 @@
 //!    Claude Code's tool-use id (a call id); VS Code's conversation and
 //!    request ids, Codex's thread and turn ids (each a run).
 //! 5. Nothing here: the server's policy for calls without a key decides
-//!    ([`Unkeyed`](super::Unkeyed)), or the tool's own derivation (a
+//!    ([`Unkeyed`](crate::Unkeyed)), or the tool's own derivation (a
 //!    natural or custom key).
 //!
 //! The JSON-RPC request id and the progress token are never read: both

@@ -95,7 +95,7 @@ pub(crate) mod propagation {
     /// Make `span` a child of the trace `meta` carries, if it carries a
     /// valid one.
     pub(crate) fn continue_trace(span: &tracing::Span, meta: &JsonObject) {
-        if !meta.contains_key(super::TRACEPARENT_META) {
+        if !meta.contains_key(crate::TRACEPARENT_META) {
             return;
         }
         let parent = TraceContextPropagator::new().extract(&MetaExtractor(meta));

@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use idem::mcp::CallToolRequestParamsExt;
+use crate::CallToolRequestParamsExt;
 use idem_runtime::class::{ClassKind, NonIdempotentWrite};
 use idem_runtime::ctx::ToolCtx;
 use idem_runtime::error::ToolError;

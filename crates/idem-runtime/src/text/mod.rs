@@ -1,0 +1,79 @@
+//! Text for a person's screen, the same in the `idem` program, the inbox
+//! and the proxy: what a record holds shown escaped ([`visible`]), cut to
+//! one line ([`clip`]), and durations as people write them
+//! ([`parse_duration`]).
+
+mod escape;
+
+use std::time::Duration;
+
+pub use escape::{json_safe, needs_escape, visible};
+
+const MS_PER_DAY: u64 = 86_400_000;
+
+/// `text` cut to `max` characters, with an ellipsis when cut, on one line:
+/// line breaks and other controls are shown escaped ([`visible`]),
+/// so the cut counts what is seen.
+pub fn clip(text: &str, max: usize) -> String {
+    let one_line = visible(text);
+    if one_line.chars().count() <= max {
+        return one_line.into_owned();
+    }
+    let mut cut: String = one_line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
+}
+
+/// `1h30m`, `90s`, `250ms`, `2d`, `1w`: numbers each followed by a unit.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let mut rest = text.trim();
+    if rest.is_empty() {
+        return None;
+    }
+    let mut total = Duration::ZERO;
+    while !rest.is_empty() {
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        let unit_len = rest[digits..]
+            .bytes()
+            .take_while(u8::is_ascii_alphabetic)
+            .count();
+        if digits == 0 || unit_len == 0 {
+            return None;
+        }
+        let n: u64 = rest[..digits].parse().ok()?;
+        let unit_ms: u64 = match &rest[digits..digits + unit_len] {
+            "ms" => 1,
+            "s" | "sec" | "secs" => 1000,
+            "m" | "min" | "mins" => 60_000,
+            "h" | "hr" | "hrs" => 3_600_000,
+            "d" | "day" | "days" => MS_PER_DAY,
+            "w" | "week" | "weeks" => 7 * MS_PER_DAY,
+            _ => return None,
+        };
+        total = total.checked_add(Duration::from_millis(n.checked_mul(unit_ms)?))?;
+        rest = rest[digits + unit_len..].trim_start();
+    }
+    Some(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clipped_text_stays_on_one_line() {
+        assert_eq!(clip("short", 10), "short");
+        assert_eq!(clip("a\nb", 10), "a\\nb");
+        assert_eq!(clip("abcdefghijkl", 6), "abcde…");
+    }
+
+    #[test]
+    fn durations_are_numbers_with_units() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        for bad in ["", "90", "s", "1x", "-1s"] {
+            assert_eq!(parse_duration(bad), None, "{bad}");
+        }
+    }
+}
