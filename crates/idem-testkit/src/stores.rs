@@ -57,7 +57,7 @@ impl TestStore {
     }
 
     /// The store's URL (`sqlite://…`, `redis://…`, `redis+cluster://…`,
-    /// `postgres://…`), for [`idem::store::connect`] or for a
+    /// `postgres://…`), for [`connect`] or for a
     /// program under test. Whoever opens it reads the system clock, or the
     /// server's.
     ///
@@ -98,7 +98,7 @@ impl TestStore {
                     .expect("open the test's SQLite store"),
             );
         }
-        idem::store::connect(self.url())
+        crate::stores::connect(self.url())
             .await
             .unwrap_or_else(|e| panic!("connect to the test's {} store: {e}", self.name))
     }
@@ -201,7 +201,7 @@ pub async fn postgres(test: &str) -> Option<TestStore> {
 ///
 /// /// Called as `sqlite::records_survive`, `redis::records_survive`…
 /// async fn records_survive(url: &str) {
-///     let _store = idem::store::connect(url).await.unwrap();
+///     let _store = idem_testkit::stores::connect(url).await.unwrap();
 /// }
 ///
 /// /// Called with the store itself.
@@ -275,4 +275,24 @@ macro_rules! on_every_store {
             tests: $tests,
         );
     };
+}
+
+/// The backends of this kit's features (and the memory store), as a
+/// program's table holds them: what [`connect`] opens.
+pub static BACKENDS: idem_runtime::store::backend::Backends =
+    idem_runtime::store::backend::Backends::new(&[
+        &idem_runtime::store::backend::MEMORY,
+        #[cfg(feature = "sqlite")]
+        &idem_sqlite::BACKEND,
+        #[cfg(feature = "redis")]
+        &idem_redis::BACKEND,
+        #[cfg(feature = "postgres")]
+        &idem_postgres::BACKEND,
+    ]);
+
+/// Open the store `url` names with one of [`BACKENDS`].
+pub async fn connect(
+    url: &str,
+) -> Result<std::sync::Arc<dyn idem_runtime::store::Store>, idem_runtime::store::StoreError> {
+    BACKENDS.connect(url).await
 }

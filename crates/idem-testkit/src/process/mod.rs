@@ -176,7 +176,7 @@ pub async fn kill_workers_mid_call(store_name: &str, entry: &str, url: &str, dir
     }
 
     // What the killed owners left, before the final round settles it.
-    let store = idem::store::connect(url).await.expect("connect");
+    let store = crate::stores::connect(url).await.expect("connect");
     let mut before = BTreeMap::new();
     for call in calls().into_iter().filter(|c| is_delete(c)) {
         let record = store.get(&key_of(&call)).await.expect("read a record");

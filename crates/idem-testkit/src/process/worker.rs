@@ -132,7 +132,7 @@ pub async fn run_worker() {
             .open(&spec.results)
             .expect("open the results file"),
     );
-    let store = idem::store::connect(&spec.url)
+    let store = crate::stores::connect(&spec.url)
         .await
         .expect("connect to the store");
     let world: App = Arc::new(World::shared(Ledger::file(&spec.ledger), BODY_PAUSE));

@@ -205,7 +205,7 @@ pub async fn run_child() {
     let [url, key, tasks, tag, start_at] = parts[..] else {
         panic!("malformed {CHILD_ENV}: {spec}");
     };
-    let store = idem::store::connect(url).await.expect("connect");
+    let store = crate::stores::connect(url).await.expect("connect");
     let key = idem_runtime::key::IdempotencyKey::parse(key).expect("key");
     let start_at: u64 = start_at.parse().expect("start time");
     let now = idem_runtime::clock::Clock::now(&idem_runtime::clock::SystemClock).as_millis();

@@ -226,7 +226,7 @@ fn on_durable(name: &str, url: String, schedules: u64) {
         .build()
         .unwrap();
     let summary = runtime.block_on(async {
-        let store: Arc<dyn Store> = idem::store::connect(&url).await.unwrap();
+        let store: Arc<dyn Store> = idem_testkit::stores::connect(&url).await.unwrap();
         let tag = format!("test{}", std::process::id());
         let mut running = tokio::task::JoinSet::new();
         let mut summary = Summary::default();
