@@ -80,8 +80,8 @@ use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
-use idem_runtime::store::backend::WaitFor;
 use idem_runtime::store::backend::Waiters;
+use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
     transition, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError, Takeover,
 };
@@ -244,20 +244,11 @@ impl Store for PostgresStore {
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         self.waiters
-            .wait(key, WaitFor::Completion, timeout, || self.read(key))
-            .await
-    }
-
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.waiters
-            .wait(key, WaitFor::Decision, timeout, || self.read(key))
+            .wait(key, until, timeout, || self.read(key))
             .await
     }
 

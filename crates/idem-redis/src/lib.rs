@@ -131,8 +131,8 @@ use idem_runtime::audit::{AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{CorruptRecord, Fence, Outcome, Record};
-use idem_runtime::store::backend::WaitFor;
 use idem_runtime::store::backend::Waiters;
+use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
     ClaimOutcome, ClaimRequest, Expected, ExpectedState, ScanPage, Store, StoreError, Takeover,
 };
@@ -344,20 +344,11 @@ impl Store for RedisStore {
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         self.waiters
-            .wait(key, WaitFor::Completion, timeout, || self.read(key))
-            .await
-    }
-
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.waiters
-            .wait(key, WaitFor::Decision, timeout, || self.read(key))
+            .wait(key, until, timeout, || self.read(key))
             .await
     }
 

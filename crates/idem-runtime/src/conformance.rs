@@ -43,7 +43,9 @@ use crate::audit::DEFAULT_AUDIT_RETENTION;
 use crate::clock::ManualClock;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, RecordState, StoredFailure};
-use crate::store::{ClaimOutcome, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError};
+use crate::store::{
+    ClaimOutcome, ClaimRequest, FenceHolder, MemoryStore, Store, StoreError, WaitFor,
+};
 
 /// A store under test and control over its notion of time.
 pub trait Harness: Send + Sync + 'static {
@@ -644,7 +646,7 @@ where
 {
     let waiter = {
         let (store, key) = (store.clone(), key.clone());
-        tokio::spawn(async move { store.wait(&key, WAITER_TIMEOUT).await })
+        tokio::spawn(async move { store.wait(&key, WaitFor::Completion, WAITER_TIMEOUT).await })
     };
     woken(waiter, act).await
 }
@@ -720,7 +722,11 @@ pub async fn close_flushes_and_refuses_further_writes<H: Harness>(h: H) {
     let pending_fence = acquire(&*store, &req(&pending, &f, lease)).await;
     let waiter = {
         let (store, pending) = (store.clone(), pending.clone());
-        tokio::spawn(async move { store.wait(&pending, Duration::from_secs(60)).await })
+        tokio::spawn(async move {
+            store
+                .wait(&pending, WaitFor::Completion, Duration::from_secs(60))
+                .await
+        })
     };
     let mut racing = Vec::new();
     for i in 0..16 {
@@ -784,7 +790,10 @@ pub async fn close_flushes_and_refuses_further_writes<H: Harness>(h: H) {
         );
         assert_closed(store.release(&pending, pending_fence).await, "release");
         assert_closed(store.get(&done).await, "get");
-        assert_closed(store.wait(&pending, h.tick()).await, "wait");
+        assert_closed(
+            store.wait(&pending, WaitFor::Completion, h.tick()).await,
+            "wait",
+        );
         assert_closed(store.sweep().await, "sweep");
         assert_closed(store.now().await, "now");
         store.close().await;
@@ -871,7 +880,7 @@ pub async fn contend_for_key<S: Store + ?Sized>(
                     ClaimOutcome::Completed(record) => return record.outcome().unwrap().clone(),
                     ClaimOutcome::InFlight { .. } => {
                         store
-                            .wait(&key, Duration::from_secs(60))
+                            .wait(&key, WaitFor::Completion, Duration::from_secs(60))
                             .await
                             .expect("wait");
                     }

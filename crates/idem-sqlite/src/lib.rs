@@ -85,9 +85,11 @@ use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, Record};
-use idem_runtime::store::backend::WaitFor;
 use idem_runtime::store::transition;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
+use idem_runtime::store::WaitFor;
+use idem_runtime::store::{
+    ClaimOutcome, ClaimRequest, Expected, FastPath, ScanPage, Store, StoreError,
+};
 
 pub use backend::{Sqlite, BACKEND};
 pub use checkpointer::{CHECKPOINT_PAGES, SWEEP_CHECKPOINT_WAIT, WAL_LIMIT_PAGES};
@@ -131,6 +133,32 @@ impl fmt::Debug for SqliteStore {
     }
 }
 
+/// Claims answered from a read on this thread; completions always go to
+/// the writer (they must be durable before they are answered).
+impl FastPath for SqliteStore {
+    /// Answers a claim that finds a completed call, an approval still to
+    /// be decided or a key reused, from a read on this thread (see
+    /// [`SqliteStore`'s module docs](self)). `None` for every claim that
+    /// writes, and for a call in flight: the executor then shares one
+    /// claim among this process's callers and waits for the owner.
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        let record = match self.read_here(req.key)? {
+            Ok(record) => record?,
+            Err(e) => return Some(Err(e)),
+        };
+        // Read after the record, as the usual claim does: a record that
+        // expires meanwhile counts as expired.
+        let now = self.shared.clock.now();
+        if record.is_expired(now) {
+            return None;
+        }
+        match transition::answer(&record, req, now)? {
+            ClaimOutcome::InFlight { .. } => None,
+            answer => Some(Ok(answer)),
+        }
+    }
+}
+
 #[async_trait]
 impl Store for SqliteStore {
     fn describe(&self) -> String {
@@ -165,26 +193,8 @@ impl Store for SqliteStore {
         }
     }
 
-    /// Answers a claim that finds a completed call, an approval still to
-    /// be decided or a key reused, from a read on this thread (see
-    /// [`SqliteStore`'s module docs](self)). `None` for every claim that
-    /// writes, and for a call in flight: the executor then shares one
-    /// claim among this process's callers and waits for the owner.
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
-        let record = match self.read_here(req.key)? {
-            Ok(record) => record?,
-            Err(e) => return Some(Err(e)),
-        };
-        // Read after the record, as the usual claim does: a record that
-        // expires meanwhile counts as expired.
-        let now = self.shared.clock.now();
-        if record.is_expired(now) {
-            return None;
-        }
-        match transition::answer(&record, req, now)? {
-            ClaimOutcome::InFlight { .. } => None,
-            answer => Some(Ok(answer)),
-        }
+    fn fast_path(&self) -> Option<&dyn FastPath> {
+        Some(self)
     }
 
     async fn checkpoint(
@@ -286,22 +296,12 @@ impl Store for SqliteStore {
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         self.shared
             .waiters
-            .wait(key, WaitFor::Completion, timeout, || self.read_live(key))
-            .await
-    }
-
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.shared
-            .waiters
-            .wait(key, WaitFor::Decision, timeout, || self.read_live(key))
+            .wait(key, until, timeout, || self.read_live(key))
             .await
     }
 

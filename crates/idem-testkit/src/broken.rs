@@ -108,7 +108,7 @@ impl Hook for Breakage {
     ) -> Option<Result<ClaimOutcome, StoreError>> {
         match self {
             Breakage::RacyClaim => None,
-            Breakage::NoFencing | Breakage::NoRenewal => store.claim_local(req),
+            Breakage::NoFencing | Breakage::NoRenewal => store.fast_path()?.claim_local(req),
         }
     }
 

@@ -41,7 +41,7 @@ use idem_runtime::ctx::INTENT_STEP;
 use idem_runtime::executor::ATTEMPT_STEP;
 use idem_runtime::record::{Fence, RecordState};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, WaitFor};
 use idem_runtime::{IdempotencyKey, Record, Store, StoreError};
 use tokio::sync::Notify;
 
@@ -665,11 +665,18 @@ impl Hook for Faults {
             w.halt().await;
         }
         let kind = op.kind();
-        let Some(sim_op) = op_of(kind) else {
+        let decision = matches!(
+            op,
+            Operation::Wait {
+                until: WaitFor::Decision,
+                ..
+            }
+        );
+        let Some(sim_op) = op_of(kind).filter(|_| !decision) else {
             // Waits for a decision are traced; the rest (audit, scans,
             // replacements, the clock) pass untouched, but for what their
             // writes flush.
-            if kind != OpKind::WaitForDecision {
+            if !decision {
                 let result = op.run(store).await;
                 if result.is_ok() && kind.writes() {
                     self.volatile.flushed();
@@ -754,7 +761,7 @@ impl Hook for Faults {
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
         let Some(w) = current() else {
-            let result = store.claim_local(req);
+            let result = store.fast_path().and_then(|fast| fast.claim_local(req));
             if let Some(Ok(outcome)) = &result {
                 self.volatile.claimed(req, outcome);
             }
@@ -777,7 +784,7 @@ impl Hook for Faults {
         }
         // `None`: the store answers this claim the usual way, where the
         // worker's claim faults strike instead.
-        let result = store.claim_local(req)?;
+        let result = store.fast_path()?.claim_local(req)?;
         self.trace(&what, &result, show_claim);
         let Ok(outcome) = &result else {
             return Some(result);

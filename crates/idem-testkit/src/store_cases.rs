@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, APPROVAL_STEP};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
+use idem_runtime::store::{
+    ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError, WaitFor,
+};
 use serde_json::json;
 
 /// The fingerprint of the arguments of every call in these tests.
@@ -100,7 +102,10 @@ pub async fn wake_up_latencies<S: Store>(
         let waiting = {
             let (waiter, key) = (waiter.clone(), key.clone());
             tokio::spawn(async move {
-                let record = waiter.wait(&key, Duration::from_secs(10)).await.unwrap();
+                let record = waiter
+                    .wait(&key, WaitFor::Completion, Duration::from_secs(10))
+                    .await
+                    .unwrap();
                 assert!(record.expect("record").outcome().is_some());
                 Instant::now()
             })

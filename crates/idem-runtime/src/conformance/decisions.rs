@@ -2,7 +2,7 @@
 //! second effect: an approval claimed only with the arguments it was given
 //! for, and decisions (a granted approval, an unknown outcome, a
 //! resolution) that outlive the TTLs and sweeps around them; and a caller
-//! waiting for a decision ([`Store::wait_for_decision`]) woken by it. The
+//! waiting for a decision ([`Store::wait`] for a [`WaitFor::Decision`]) woken by it. The
 //! [`Operator`] makes the decisions, as it does for people.
 
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use crate::approval::Approval;
 use crate::key::IdempotencyKey;
 use crate::operator::{Actor, Operator, Resolution};
 use crate::record::{CallInfoRef, FailureCode, Outcome, Record, Status};
-use crate::store::{ClaimOutcome, Store, StoreError};
+use crate::store::{ClaimOutcome, Store, StoreError, WaitFor};
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval,
 /// the request lapsing unanswered after `ttl`.
@@ -177,7 +177,7 @@ fn decision_waiter<S: Store>(
     key: &IdempotencyKey,
 ) -> tokio::task::JoinHandle<Result<Option<Record>, StoreError>> {
     let (store, key) = (store.clone(), key.clone());
-    tokio::spawn(async move { store.wait_for_decision(&key, WAITER_TIMEOUT).await })
+    tokio::spawn(async move { store.wait(&key, WaitFor::Decision, WAITER_TIMEOUT).await })
 }
 
 /// A caller waits for a decision on a parked call; an operator approves it
@@ -226,7 +226,7 @@ pub async fn a_waiter_for_a_decision_nobody_makes_returns_the_request<H: Harness
     let store = h.store();
     let (key, operator) = parked_request(&h).await;
     let seen = store
-        .wait_for_decision(&key, Duration::from_millis(50))
+        .wait(&key, WaitFor::Decision, Duration::from_millis(50))
         .await
         .unwrap()
         .expect("the request");

@@ -2,7 +2,7 @@
 //! that need not be durable ([`ClaimRequest::durable`] `false`, an
 //! `idempotent_write`'s), which it may commit without a flush, by another
 //! statement or another path, and completions on the caller's thread
-//! ([`Store::complete_local`]). What such a write decides must be exactly
+//! ([`FastPath::complete_local`](crate::store::FastPath::complete_local)). What such a write decides must be exactly
 //! what the usual one decides.
 
 use std::collections::BTreeMap;
@@ -134,7 +134,7 @@ pub async fn relaxed_concurrent_claims_have_one_owner<H: Harness>(h: H) {
     assert_eq!(owners, 1, "more than one owner of one key");
 }
 
-/// A completion on the caller's thread ([`Store::complete_local`]), where
+/// A completion on the caller's thread ([`FastPath::complete_local`](crate::store::FastPath::complete_local)), where
 /// the store makes one, is a completion: a stale owner is refused, the
 /// owner's outcome is recorded and read back, and a completed outcome is
 /// never overwritten. A store that declines hands the outcome back.
@@ -146,19 +146,23 @@ pub async fn a_completion_on_the_callers_thread_is_a_completion<H: Harness>(h: H
     h.advance(h.tick() * 2).await;
     let new = acquire(&*store, &req(&key, &f, h.tick() * 10)).await;
     let ttl = h.tick() * 10;
+    let complete_local = |fence, outcome| match store.fast_path() {
+        Some(fast) => fast.complete_local(&key, fence, outcome, ttl),
+        None => Err(outcome),
+    };
 
-    match store.complete_local(&key, old, success(1), ttl) {
+    match complete_local(old, success(1)) {
         Ok(answer) => assert_stale(answer),
         Err(handed_back) => assert_eq!(handed_back, success(1)),
     }
-    match store.complete_local(&key, new, success(2), ttl) {
+    match complete_local(new, success(2)) {
         Ok(answer) => answer.expect("the owner completes"),
         Err(handed_back) => store
             .complete(&key, new, &handed_back, ttl)
             .await
             .expect("the owner completes"),
     }
-    if let Ok(answer) = store.complete_local(&key, new, success(3), ttl) {
+    if let Ok(answer) = complete_local(new, success(3)) {
         assert_stale(answer);
     }
     let f2 = f.clone();

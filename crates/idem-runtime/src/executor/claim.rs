@@ -21,7 +21,7 @@ use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{
     CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState, APPROVAL_STEP,
 };
-use crate::store::{ClaimOutcome, ClaimRequest, Takeover};
+use crate::store::{ClaimOutcome, ClaimRequest, Takeover, WaitFor};
 
 use super::flight::Flight;
 use super::key::CallKey;
@@ -91,12 +91,12 @@ impl CallEnv<'_> {
     }
 
     /// The claim answered on this thread, when the store can
-    /// ([`Store::claim_local`](crate::store::Store::claim_local)): the
+    /// ([`FastPath::claim_local`](crate::store::FastPath::claim_local)): the
     /// in-memory store always, SQLite for a completed call. `None`: claim
     /// the usual way, which also waits for an owner in flight.
     pub(super) fn claim_local(&self, call: &CallKey) -> Option<Result<Claimed, IdemError>> {
         let sent = tokio::time::Instant::now();
-        match self.store().claim_local(&self.request(call))? {
+        match self.store().fast_path()?.claim_local(&self.request(call))? {
             Err(e) => Some(Err(self.store_err(e))),
             Ok(ClaimOutcome::InFlight { .. }) => None,
             Ok(outcome) => self.settle(call, outcome, sent).transpose(),
@@ -138,7 +138,7 @@ impl CallEnv<'_> {
             tracing::debug!("duplicate of a call in flight; waiting for its outcome");
             self.joined.store(true, Ordering::Relaxed);
             self.store()
-                .wait(key, left)
+                .wait(key, WaitFor::Completion, left)
                 .await
                 .map_err(|e| self.store_err(e))?;
         }

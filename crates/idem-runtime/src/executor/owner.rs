@@ -231,12 +231,12 @@ impl CallEnv<'_> {
         // Without a flight to publish to, the outcome is not needed after
         // this: a store that completes on this thread takes it.
         let outcome = match &self.flight {
-            None => match self
-                .store()
-                .complete_local(&owner.key, owner.fence, outcome, ttl)
-            {
-                Ok(done) => return done.map_err(|e| self.owner_err(owner, e)),
-                Err(outcome) => outcome,
+            None => match self.store().fast_path() {
+                None => outcome,
+                Some(fast) => match fast.complete_local(&owner.key, owner.fence, outcome, ttl) {
+                    Ok(done) => return done.map_err(|e| self.owner_err(owner, e)),
+                    Err(outcome) => outcome,
+                },
             },
             Some(_) => outcome,
         };

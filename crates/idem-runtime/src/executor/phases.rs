@@ -8,6 +8,7 @@ use std::future::Future;
 use std::sync::atomic::Ordering;
 
 use crate::error::IdemError;
+use crate::store::WaitFor;
 use crate::tool::Tool;
 
 use super::{claim, flight, key, Call, CallOutput, Mode};
@@ -127,7 +128,7 @@ where
                     let decided = self
                         .env
                         .store()
-                        .wait_for_decision(&key.key, left)
+                        .wait(&key.key, WaitFor::Decision, left)
                         .await
                         .map_err(|e| self.env.store_err(e))?;
                     if decided.is_some_and(|r| crate::approval::transition::awaits_decision(&r)) {

@@ -10,6 +10,7 @@ use crate::approval::Approval;
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::key::IdempotencyKey;
 use crate::record::{AuditAction, AuditEntry, Record};
+use crate::store::WaitFor;
 
 impl Operator {
     /// Write in the audit log that `actor` asked a person to decide the
@@ -129,13 +130,13 @@ impl Operator {
     /// record as it then is (approved, denied, or still awaiting), `None`
     /// when it is gone (expired, deleted). Woken by the decision where the
     /// store can be notified of it; see
-    /// [`Store::wait_for_decision`](crate::store::Store::wait_for_decision).
+    /// [`Store::wait`](crate::store::Store::wait).
     pub async fn wait_for_decision(
         &self,
         key: &IdempotencyKey,
         timeout: Duration,
     ) -> Result<Option<Record>, OperatorError> {
-        Ok(self.store.wait_for_decision(key, timeout).await?)
+        Ok(self.store.wait(key, WaitFor::Decision, timeout).await?)
     }
 
     fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {

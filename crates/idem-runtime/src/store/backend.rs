@@ -30,7 +30,7 @@
 //!
 //! A backend's crate also finds here what every notified store shares
 //! with the others: [`Waiters`] (wake-ups per key, with a safety-net
-//! poll), [`WaitFor`] (what a waiter waits for) and [`span_millis`] (a
+//! poll) and [`span_millis`] (a
 //! lease or TTL as the milliseconds a server can add without overflow).
 
 use std::sync::Arc;
@@ -39,7 +39,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::url::{Migration, STORE_ENV};
-pub use super::wait_for::WaitFor;
 pub use super::waiters::Waiters;
 use super::{redact, MemoryStore, Store, StoreError};
 

@@ -2,9 +2,9 @@
 //! without forwarding its methods by hand.
 //!
 //! A wrapper written method by method forgets the methods with default
-//! bodies: forget [`Store::claim_local`] and every claim of the wrapped
+//! bodies: forget [`Store::fast_path`] and every claim of the wrapped
 //! store silently leaves the caller's-thread fast path; forget
-//! [`Store::wait_for_decision`] and waiters poll instead of being woken.
+//! [`Store::wait`] and waiters poll instead of being woken.
 //! [`Interceptor`] forwards every method of the trait (a test fails when
 //! the trait gains one it does not forward) and hands each operation to a
 //! [`Hook`] on its way:
@@ -15,7 +15,7 @@
 //!   none — and returns the [`Answer`]. Code before `run` is the "before"
 //!   hook, code after it the "after" hook, with the result in hand.
 //! * [`Hook::around_local`] gets the caller's-thread claim
-//!   ([`Store::claim_local`]) the same way, synchronously.
+//!   ([`FastPath::claim_local`]) the same way, synchronously.
 //!
 //! Both default to forwarding unchanged, so a hook implements only what
 //! it watches.
@@ -56,7 +56,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
+use super::{ClaimOutcome, ClaimRequest, Expected, FastPath, ScanPage, Store, StoreError, WaitFor};
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
@@ -88,8 +88,6 @@ pub enum OpKind {
     Scan,
     /// [`Store::wait`].
     Wait,
-    /// [`Store::wait_for_decision`].
-    WaitForDecision,
     /// [`Store::sweep`].
     Sweep,
     /// [`Store::now`].
@@ -100,7 +98,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in the order the trait declares its methods.
-    pub const ALL: [OpKind; 15] = [
+    pub const ALL: [OpKind; 14] = [
         OpKind::Claim,
         OpKind::Checkpoint,
         OpKind::Renew,
@@ -112,13 +110,12 @@ impl OpKind {
         OpKind::Audit,
         OpKind::Scan,
         OpKind::Wait,
-        OpKind::WaitForDecision,
         OpKind::Sweep,
         OpKind::Now,
         OpKind::Close,
     ];
 
-    /// The method's name (`"claim"`, `"wait_for_decision"`).
+    /// The method's name (`"claim"`, `"append_audit"`).
     pub fn name(self) -> &'static str {
         match self {
             OpKind::Claim => "claim",
@@ -132,7 +129,6 @@ impl OpKind {
             OpKind::Audit => "audit",
             OpKind::Scan => "scan",
             OpKind::Wait => "wait",
-            OpKind::WaitForDecision => "wait_for_decision",
             OpKind::Sweep => "sweep",
             OpKind::Now => "now",
             OpKind::Close => "close",
@@ -250,13 +246,8 @@ pub enum Operation<'a> {
     Wait {
         /// The key.
         key: &'a IdempotencyKey,
-        /// For at most how long.
-        timeout: Duration,
-    },
-    /// [`Store::wait_for_decision`].
-    WaitForDecision {
-        /// The key.
-        key: &'a IdempotencyKey,
+        /// The state waited out.
+        until: WaitFor,
         /// For at most how long.
         timeout: Duration,
     },
@@ -283,7 +274,6 @@ impl<'a> Operation<'a> {
             Operation::Audit { .. } => OpKind::Audit,
             Operation::Scan { .. } => OpKind::Scan,
             Operation::Wait { .. } => OpKind::Wait,
-            Operation::WaitForDecision { .. } => OpKind::WaitForDecision,
             Operation::Sweep => OpKind::Sweep,
             Operation::Now => OpKind::Now,
             Operation::Close => OpKind::Close,
@@ -300,8 +290,7 @@ impl<'a> Operation<'a> {
             | Operation::Release { key, .. }
             | Operation::Get { key }
             | Operation::Replace { key, .. }
-            | Operation::Wait { key, .. }
-            | Operation::WaitForDecision { key, .. } => Some(key),
+            | Operation::Wait { key, .. } => Some(key),
             Operation::AppendAudit { event } => Some(&event.key),
             Operation::Audit { .. } | Operation::Scan { .. } => None,
             Operation::Sweep | Operation::Now | Operation::Close => None,
@@ -366,10 +355,11 @@ impl<'a> Operation<'a> {
                 limit,
             } => Answer::Audit(store.audit(query, cursor, limit).await?),
             Operation::Scan { cursor, limit } => Answer::Scan(store.scan(cursor, limit).await?),
-            Operation::Wait { key, timeout } => Answer::Record(store.wait(key, timeout).await?),
-            Operation::WaitForDecision { key, timeout } => {
-                Answer::Record(store.wait_for_decision(key, timeout).await?)
-            }
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Answer::Record(store.wait(key, until, timeout).await?),
             Operation::Sweep => Answer::Swept(store.sweep().await?),
             Operation::Now => Answer::Now(store.now().await?),
             Operation::Close => {
@@ -439,16 +429,16 @@ pub trait Hook: Send + Sync + fmt::Debug + 'static {
         op.run(store).await
     }
 
-    /// Handle the caller's-thread claim ([`Store::claim_local`]): usually
-    /// `store.claim_local(req)`, with what the hook does before and after
-    /// it. It must not block (see [`Store::claim_local`]); returning
-    /// `None` sends the claim the usual way, through [`Hook::around`].
+    /// Handle the caller's-thread claim ([`FastPath::claim_local`]):
+    /// usually the wrapped store's own, with what the hook does before and
+    /// after it. It must not block (see [`FastPath`]); returning `None`
+    /// sends the claim the usual way, through [`Hook::around`].
     fn around_local(
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
-        store.claim_local(req)
+        store.fast_path()?.claim_local(req)
     }
 
     /// How the wrapped store describes itself through the interceptor
@@ -517,6 +507,16 @@ impl<H: Hook, S: Store> Interceptor<H, S> {
     }
 }
 
+/// The claim goes through [`Hook::around_local`]. A completion is always
+/// declined here: it goes through [`Hook::around`] as
+/// [`Operation::Complete`], so that a hook sees every one (what it forwards
+/// is the wrapped store's asynchronous `complete`).
+impl<H: Hook, S: Store> FastPath for Interceptor<H, S> {
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        self.hook.around_local(req, &self.inner)
+    }
+}
+
 #[async_trait]
 impl<H: Hook, S: Store> Store for Interceptor<H, S> {
     fn describe(&self) -> String {
@@ -530,21 +530,8 @@ impl<H: Hook, S: Store> Store for Interceptor<H, S> {
         }
     }
 
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
-        self.hook.around_local(req, &self.inner)
-    }
-
-    /// Declined, always: a completion goes through [`Hook::around`] as
-    /// [`Operation::Complete`], so that a hook sees every one (what it
-    /// forwards is the wrapped store's asynchronous `complete`).
-    fn complete_local(
-        &self,
-        _key: &IdempotencyKey,
-        _fence: Fence,
-        outcome: Outcome,
-        _ttl: Duration,
-    ) -> Result<Result<(), StoreError>, Outcome> {
-        Err(outcome)
+    fn fast_path(&self) -> Option<&dyn FastPath> {
+        Some(self)
     }
 
     async fn checkpoint(
@@ -651,18 +638,15 @@ impl<H: Hook, S: Store> Store for Interceptor<H, S> {
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        self.record(Operation::Wait { key, timeout }).await
-    }
-
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.record(Operation::WaitForDecision { key, timeout })
-            .await
+        self.record(Operation::Wait {
+            key,
+            until,
+            timeout,
+        })
+        .await
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

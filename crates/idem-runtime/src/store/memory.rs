@@ -14,7 +14,7 @@ use tokio::sync::Notify;
 
 use super::transition;
 use super::wait_for::WaitFor;
-use super::{ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError};
+use super::{ClaimOutcome, ClaimRequest, Expected, FastPath, ScanPage, Store, StoreError};
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
@@ -265,6 +265,28 @@ impl MemoryStore {
     }
 }
 
+/// Every answer is on the caller's thread: the records are in this process.
+impl FastPath for MemoryStore {
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        Some(self.claim_now(req))
+    }
+
+    fn complete_local(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Result<Result<(), StoreError>, Outcome> {
+        Ok(self.open().and_then(|()| {
+            let now = self.clock.now();
+            self.update(key, true, |r| {
+                transition::complete_in_place_owned(r, key, fence, outcome, ttl, now)
+            })
+        }))
+    }
+}
+
 #[async_trait]
 impl Store for MemoryStore {
     fn describe(&self) -> String {
@@ -275,8 +297,8 @@ impl Store for MemoryStore {
         self.claim_now(req)
     }
 
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
-        Some(self.claim_now(req))
+    fn fast_path(&self) -> Option<&dyn FastPath> {
+        Some(self)
     }
 
     async fn checkpoint(
@@ -319,21 +341,6 @@ impl Store for MemoryStore {
         self.update(key, true, |r| {
             transition::complete_in_place(r, key, fence, outcome, ttl, now)
         })
-    }
-
-    fn complete_local(
-        &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> Result<Result<(), StoreError>, Outcome> {
-        Ok(self.open().and_then(|()| {
-            let now = self.clock.now();
-            self.update(key, true, |r| {
-                transition::complete_in_place_owned(r, key, fence, outcome, ttl, now)
-            })
-        }))
     }
 
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
@@ -433,17 +440,10 @@ impl Store for MemoryStore {
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        self.wait_until(key, WaitFor::Completion, timeout).await
-    }
-
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.wait_until(key, WaitFor::Decision, timeout).await
+        self.wait_until(key, until, timeout).await
     }
 
     async fn sweep(&self) -> Result<u64, StoreError> {

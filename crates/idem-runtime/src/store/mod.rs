@@ -14,12 +14,16 @@
 //! | [`Store::get`] | read |
 //! | [`Store::replace`] | an operator's or an approval's change: fenced compare-and-swap of a whole record |
 //! | [`Store::scan`] | read records a page at a time, for operators |
-//! | [`Store::wait`] | block until the record leaves the in-flight state |
-//! | [`Store::wait_for_decision`] | block until a person decides on a call awaiting approval |
+//! | [`Store::wait`] | block until the record leaves the state waited out ([`WaitFor`]): in flight, or awaiting a person's decision |
 //! | [`Store::sweep`] | delete expired *completed* records (and audit events past their retention) |
 //! | [`Store::append_audit`] | append an event to the audit log, which outlives the records |
 //! | [`Store::audit`] | read the audit log a page at a time |
 //! | [`Store::close`] | finish pending writes, release connections; later operations fail with [`StoreError::Closed`] |
+//!
+//! A store whose records are in this process, or on a local disk, may also
+//! answer claims and completions on the caller's thread: it returns its
+//! [`FastPath`] from [`Store::fast_path`]. Every other store leaves that
+//! method's default, which says "no".
 //!
 //! Every mutation after the claim carries the owner's [`Fence`]; a mutation
 //! with any other fence is refused with [`StoreError::StaleFence`] and
@@ -56,10 +60,11 @@ mod waiters;
 
 pub use error::{Cause, FenceHolder, StoreError};
 pub use memory::MemoryStore;
-pub use poll::{poll_decision, poll_wait};
+pub use poll::poll_wait;
 pub use redact::redact;
 pub use sweeper::{spawn_sweeper, SweeperHandle};
 pub use url::{DEFAULT_STORE_URL, STORE_ENV};
+pub use wait_for::WaitFor;
 
 /// A request to own a key.
 #[derive(Debug, Clone)]
@@ -217,21 +222,13 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///   arguments a person approved ever run under an approval.
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError>;
 
-    /// Answer a claim on the caller's thread, without awaiting anything,
-    /// when the store can: its records are in this process
-    /// ([`MemoryStore`]), or the answer is a read of a local file (a
-    /// duplicate of a completed call on SQLite). The executor asks this
-    /// first and calls [`Store::claim`] when it returns `None`, which is
-    /// the default and what a store over the network always returns.
-    ///
-    /// When it answers, the answer and any write must be exactly those
-    /// [`Store::claim`] would make at that moment. A store may answer only
-    /// some outcomes (a completed record, say) and return `None` for the
-    /// rest. It must not block for longer than a read of local memory or a
-    /// local file: no network, no waiting for a lock another writer holds
-    /// for long.
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
-        let _ = req;
+    /// This store's answers on the caller's thread, when it has any: its
+    /// records are in this process ([`MemoryStore`]), or some answers are a
+    /// read of a local file (a duplicate of a completed call on SQLite).
+    /// The executor asks the fast path first and awaits [`Store::claim`] or
+    /// [`Store::complete`] when it declines. The default, and what a store
+    /// over the network returns, is `None`: no fast path.
+    fn fast_path(&self) -> Option<&dyn FastPath> {
         None
     }
 
@@ -277,28 +274,6 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         ttl: Duration,
     ) -> Result<(), StoreError>;
 
-    /// [`Store::complete`] done on the caller's thread, when the store
-    /// can (the in-memory store): the outcome is taken by value, so a
-    /// store that keeps it in memory moves it into the record instead of
-    /// copying it, and no future is boxed. `Err(outcome)` hands the
-    /// outcome back: complete it the usual way. That is the default, and
-    /// what a store over the network or on disk returns.
-    ///
-    /// When it answers, the answer and the write must be exactly those
-    /// [`Store::complete`] would make at that moment (waking the key's
-    /// waiters included), and it must not block for longer than a write
-    /// to local memory.
-    fn complete_local(
-        &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> Result<Result<(), StoreError>, Outcome> {
-        let _ = (key, fence, ttl);
-        Err(outcome)
-    }
-
     /// Delete an in-flight record owned by `fence`: the call is known not to
     /// have taken effect and may run again later.
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError>;
@@ -315,8 +290,8 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// new writer, so whoever read the record before it — another operator,
     /// an owner coming back from the dead — is refused. A new record
     /// awaiting approval or completed is kept until its `expires_at`. Every
-    /// swap wakes the key's waiters, those of [`Store::wait`] and of
-    /// [`Store::wait_for_decision`] (an approval or a denial is a replace).
+    /// swap wakes the key's waiters, whatever they wait for (an approval or
+    /// a denial is a replace).
     ///
     /// With `audit`, the event is appended to the audit log (as by
     /// [`Store::append_audit`]) in the same transaction as the swap: it is
@@ -366,50 +341,39 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// over the pages like any record, and left untouched.
     async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError>;
 
-    /// Wait until the record is no longer in flight under a live lease —
-    /// completed, released, or its lease expired — or `timeout` passes.
-    /// Returns the record as it then is.
+    /// Wait until the record leaves the state `until` waits out, or
+    /// `timeout` passes, and return the record as it then is (`None` when
+    /// it is gone):
     ///
-    /// The default polls [`Store::get`] with a bounded back-off (5 ms
-    /// doubling to 100 ms); stores with a notification mechanism override it.
-    /// Such a store registers for the notification *before* it reads the
-    /// record, so a completion that lands between the read and the sleep
-    /// still wakes the waiter; a notification that is lost anyway (written
-    /// by another process on SQLite, sent while a Redis or PostgreSQL
-    /// listener reconnects) delays the waiter by at most its safety poll
-    /// (100 ms for SQLite, 1 s for Redis and PostgreSQL). Waiters also
-    /// re-read when the owner's lease runs out.
+    /// * [`WaitFor::Completion`]: no longer in flight under a live lease —
+    ///   completed, released, or its lease expired. Used by the executor
+    ///   for a duplicate of a call in flight.
+    /// * [`WaitFor::Decision`]: no longer awaiting a person's decision —
+    ///   approved, denied (completed), in flight, or gone — still awaiting
+    ///   approval when nobody decided in time. Used by the executor for
+    ///   calls made with
+    ///   [`wait_for_approval`](crate::executor::CallBuilder::wait_for_approval),
+    ///   and by [`Operator::wait_for_decision`](crate::operator::Operator::wait_for_decision).
+    ///
+    /// The default polls [`Store::get`] ([`poll_wait`]: 5 ms doubling to
+    /// 100 ms for a completion, to 250 ms for a decision, which may be
+    /// hours away). Stores with a notification mechanism override it, with
+    /// [`backend::Waiters`] as the shared body: they register for the
+    /// notification *before* they read the record, so a completion or a
+    /// [`Store::replace`] recording a decision that lands between the read
+    /// and the sleep still wakes the waiter; a notification that is lost
+    /// anyway (written by another process on SQLite, sent while a Redis or
+    /// PostgreSQL listener reconnects) delays the waiter by at most the
+    /// store's safety poll (100 ms for SQLite, 1 s for Redis and
+    /// PostgreSQL). Waiters also re-read when the state ends by itself: the
+    /// owner's lease runs out, the request lapses unanswered.
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        poll_wait(self, key, timeout).await
-    }
-
-    /// Wait until the record no longer awaits a person's decision —
-    /// approved, denied (completed), in flight, or gone (expired, deleted) —
-    /// or `timeout` passes. Returns the record as it then is: still
-    /// awaiting approval when nobody decided in time, `None` when it is
-    /// gone. Used by the executor for calls made with
-    /// [`wait_for_approval`](crate::executor::CallBuilder::wait_for_approval),
-    /// and by [`Operator::wait_for_decision`](crate::operator::Operator::wait_for_decision).
-    ///
-    /// The default polls [`Store::get`] with a bounded back-off (5 ms
-    /// doubling to 250 ms, [`poll_decision`]); stores with a notification
-    /// mechanism override it and are woken by the [`Store::replace`] that
-    /// records the decision, as [`Store::wait`] is by a completion:
-    /// registered *before* the read, and with the same safety poll for a
-    /// notification that is lost anyway or cannot be sent (100 ms for
-    /// SQLite, whose other processes cannot notify this one; 1 s for Redis
-    /// and PostgreSQL, whose notifications reach every process). Waiters
-    /// also re-read when the request lapses unanswered.
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        poll_decision(self, key, timeout).await
+        poll_wait(self, key, until, timeout).await
     }
 
     /// Delete every completed record, and every approval request, past its
@@ -436,6 +400,40 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     async fn close(&self) {}
 }
 
+/// The answers a store gives on the caller's thread, without awaiting
+/// anything, reached through [`Store::fast_path`]. Each method's default
+/// declines, so a store implements only the answers it has.
+///
+/// When a method answers, the answer and any write must be exactly those
+/// of the [`Store`] method it stands for at that moment (waking the key's
+/// waiters included). It must not block for longer than a read or write of
+/// local memory or a local file: no network, no waiting for a lock another
+/// writer holds for long.
+pub trait FastPath: Send + Sync {
+    /// [`Store::claim`], when the store can answer it here; `None` hands
+    /// the claim back to [`Store::claim`]. A store may answer only some
+    /// outcomes (a completed record, say) and return `None` for the rest.
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+        let _ = req;
+        None
+    }
+
+    /// [`Store::complete`], when the store can do it here. The outcome is
+    /// taken by value, so a store that keeps it in memory moves it into the
+    /// record instead of copying it, and no future is boxed. `Err(outcome)`
+    /// hands the outcome back: complete it with [`Store::complete`].
+    fn complete_local(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Result<Result<(), StoreError>, Outcome> {
+        let _ = (key, fence, ttl);
+        Err(outcome)
+    }
+}
+
 #[async_trait]
 impl<S: Store + ?Sized> Store for Arc<S> {
     fn describe(&self) -> String {
@@ -444,8 +442,8 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         (**self).claim(req).await
     }
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
-        (**self).claim_local(req)
+    fn fast_path(&self) -> Option<&dyn FastPath> {
+        (**self).fast_path()
     }
     async fn checkpoint(
         &self,
@@ -473,15 +471,6 @@ impl<S: Store + ?Sized> Store for Arc<S> {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         (**self).complete(key, fence, outcome, ttl).await
-    }
-    fn complete_local(
-        &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        outcome: Outcome,
-        ttl: Duration,
-    ) -> Result<Result<(), StoreError>, Outcome> {
-        (**self).complete_local(key, fence, outcome, ttl)
     }
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         (**self).release(key, fence).await
@@ -515,16 +504,10 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     async fn wait(
         &self,
         key: &IdempotencyKey,
+        until: WaitFor,
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
-        (**self).wait(key, timeout).await
-    }
-    async fn wait_for_decision(
-        &self,
-        key: &IdempotencyKey,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        (**self).wait_for_decision(key, timeout).await
+        (**self).wait(key, until, timeout).await
     }
     async fn sweep(&self) -> Result<u64, StoreError> {
         (**self).sweep().await

@@ -1,6 +1,6 @@
-//! Waiting by polling: the default [`Store::wait`] and
-//! [`Store::wait_for_decision`] for stores without notifications, both one
-//! wait-until ([`poll_until`]) with their own predicate and back-off.
+//! Waiting by polling: the default [`Store::wait`] for stores without
+//! notifications, one wait-until ([`poll_until`]) whose predicate and
+//! back-off depend on what is waited for.
 
 use std::time::Duration;
 
@@ -11,38 +11,23 @@ use crate::key::IdempotencyKey;
 use crate::record::Record;
 
 /// The polling implementation of [`Store::wait`], for stores without
-/// notifications: [`Store::get`] with a back-off from 5 ms to 100 ms.
+/// notifications: [`Store::get`] with a back-off from 5 ms to 100 ms for a
+/// completion, to 250 ms for a decision (a person's decision may be hours
+/// away; a quarter of a second more is not felt, four reads a second per
+/// waiter are).
 pub async fn poll_wait<S: Store + ?Sized>(
     store: &S,
     key: &IdempotencyKey,
+    until: WaitFor,
     timeout: Duration,
 ) -> Result<Option<Record>, StoreError> {
-    poll_until(
-        store,
-        key,
-        timeout,
-        Duration::from_millis(100),
-        |record, now| has_left(WaitFor::Completion, record, now),
-    )
-    .await
-}
-
-/// The polling implementation of [`Store::wait_for_decision`], for stores
-/// without notifications: [`Store::get`] with a back-off from 5 ms to
-/// 250 ms (a person's decision may be hours away; a quarter of a second
-/// more is not felt, four reads a second per waiter are).
-pub async fn poll_decision<S: Store + ?Sized>(
-    store: &S,
-    key: &IdempotencyKey,
-    timeout: Duration,
-) -> Result<Option<Record>, StoreError> {
-    poll_until(
-        store,
-        key,
-        timeout,
-        Duration::from_millis(250),
-        |record, now| has_left(WaitFor::Decision, record, now),
-    )
+    let most = match until {
+        WaitFor::Completion => Duration::from_millis(100),
+        WaitFor::Decision => Duration::from_millis(250),
+    };
+    poll_until(store, key, timeout, most, |record, now| {
+        has_left(until, record, now)
+    })
     .await
 }
 

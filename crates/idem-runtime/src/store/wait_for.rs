@@ -8,10 +8,10 @@ use crate::record::{Record, RecordState, Status};
 /// The state a waiter waits for a record to leave.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum WaitFor {
-    /// In flight under a live lease: [`Store::wait`](super::Store::wait).
+    /// In flight under a live lease: a duplicate waits for the owner.
     Completion,
     /// Awaiting a person's decision, not yet approved:
-    /// [`Store::wait_for_decision`](super::Store::wait_for_decision).
+    /// a call made to wait for approval, or an operator, waits for it.
     Decision,
 }
 

@@ -1,7 +1,5 @@
 //! Waking the callers of [`Store::wait`](super::Store::wait) when a record
-//! leaves the in-flight state, and of
-//! [`Store::wait_for_decision`](super::Store::wait_for_decision) when a
-//! person decides on it, for stores that learn of changes through a
+//! leaves the in-flight state or a person decides on it, for stores that learn of changes through a
 //! notification (this process's own writes, Redis pub/sub, PostgreSQL
 //! LISTEN/NOTIFY) and poll only as a safety net. Every write that ends
 //! either wait — a completion, a release, a replace (an approval or a

@@ -49,7 +49,7 @@ impl Hook for Claims {
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
         self.note(req);
-        store.claim_local(req)
+        store.fast_path()?.claim_local(req)
     }
 }
 

@@ -51,7 +51,7 @@ impl Hook for Trace {
         req: &ClaimRequest<'_>,
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
-        let answer = store.claim_local(req);
+        let answer = store.fast_path().and_then(|fast| fast.claim_local(req));
         let outcome = match &answer {
             Some(Ok(ClaimOutcome::Acquired { .. })) => " acquired",
             Some(Ok(ClaimOutcome::Completed(_))) => " completed",

@@ -7,7 +7,7 @@ use std::time::Duration;
 use crate::sqlite_support::{record, sqlite};
 use idem_runtime::conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, FastPath, Store, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_testkit::store_cases::{fingerprint, request, sent};
 use idem_testkit::TempDir;

@@ -10,7 +10,7 @@ use crate::sqlite_support::{record, sqlite, store_with_clock, WriteLock};
 use idem_runtime::clock::ManualClock;
 use idem_runtime::conformance::random_key;
 use idem_runtime::key::Fingerprint;
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, FastPath, Store, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_testkit::store_cases::{acquire, approve, fingerprint, park, request, sent};
 use idem_testkit::TempDir;

@@ -108,7 +108,7 @@ impl Hook for Watched {
         req: &ClaimRequest<'_>,
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
-        let answer = store.claim_local(req);
+        let answer = store.fast_path().and_then(|fast| fast.claim_local(req));
         if let Some(Ok(outcome)) = &answer {
             append_line(&self.results, &format!("local {}\n", req.key));
             self.note(req.key, outcome, true);

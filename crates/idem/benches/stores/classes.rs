@@ -120,7 +120,7 @@ impl Hook for ForceDurable {
         req: &ClaimRequest<'_>,
         store: &dyn Store,
     ) -> Option<Result<ClaimOutcome, StoreError>> {
-        store.claim_local(&ClaimRequest {
+        store.fast_path()?.claim_local(&ClaimRequest {
             durable: true,
             ..req.clone()
         })

@@ -60,7 +60,7 @@ impl Hook for Counts {
     ) -> Option<Result<ClaimOutcome, StoreError>> {
         // Counted when answered: a claim the store answered on the caller's
         // thread is still one store operation (no round trip).
-        let answer = store.claim_local(req)?;
+        let answer = store.fast_path()?.claim_local(req)?;
         self.count();
         self.local.fetch_add(1, Ordering::Relaxed);
         Some(answer)
