@@ -604,20 +604,6 @@ fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
     }
 }
 
-/// Lowercase hex of `bytes` (random keys and names for the conformance
-/// suite). A unit-test build without the stores that use it has no caller.
-#[cfg(any(feature = "conformance", test))]
-#[cfg_attr(not(feature = "conformance"), allow(dead_code))]
-pub(crate) fn lower_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut out = String::with_capacity(bytes.len() * 2);
-    for &b in bytes {
-        out.push(char::from(DIGITS[usize::from(b >> 4)]));
-        out.push(char::from(DIGITS[usize::from(b & 0xf)]));
-    }
-    out
-}
-
 /// SHA-256 over length-prefixed fields.
 struct Framer(Sha256);
 

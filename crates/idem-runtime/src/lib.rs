@@ -13,8 +13,6 @@ pub mod canonical;
 pub mod catalog;
 pub mod class;
 pub mod clock;
-#[cfg(feature = "conformance")]
-pub mod conformance;
 pub mod ctx;
 pub mod dispatch;
 pub mod error;

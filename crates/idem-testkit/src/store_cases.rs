@@ -97,7 +97,7 @@ pub async fn wake_up_latencies<S: Store>(
 ) -> Vec<Duration> {
     let mut latencies = Vec::new();
     for _ in 0..rounds {
-        let key = idem_runtime::conformance::random_key();
+        let key = idem_conformance::random_key();
         let fence = acquire(&*writer, &key).await;
         let waiting = {
             let (waiter, key) = (waiter.clone(), key.clone());
@@ -126,12 +126,12 @@ pub async fn wake_up_latencies<S: Store>(
 /// completion of a claimed call are `Unavailable`, naming the store, within
 /// a bounded time.
 pub async fn fails_closed_when_the_server_goes_away<S: Store>(store: S, stop: impl FnOnce()) {
-    let key = idem_runtime::conformance::random_key();
+    let key = idem_conformance::random_key();
     let fence = acquire(&store, &key).await;
     tokio::task::block_in_place(stop);
     let started = Instant::now();
     let f = fingerprint();
-    let other = idem_runtime::conformance::random_key();
+    let other = idem_conformance::random_key();
     match store.claim(&request(&other, &f)).await {
         Err(StoreError::Unavailable { store: name, cause }) => {
             assert_eq!(name, store.describe());
@@ -199,7 +199,7 @@ pub async fn every_write_is_refused_read_only<S: Store + ?Sized>(
     fence: Fence,
 ) {
     let before = store.get(existing).await.unwrap();
-    let fresh = idem_runtime::conformance::random_key();
+    let fresh = idem_conformance::random_key();
     let f = fingerprint();
     let lease = Duration::from_secs(30);
     let expected = Expected {

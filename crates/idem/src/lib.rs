@@ -135,7 +135,8 @@ pub use idem_runtime::{
 pub mod store;
 
 #[cfg(feature = "conformance")]
-pub use idem_runtime::conformance;
+#[doc(inline)]
+pub use idem_conformance as conformance;
 
 #[cfg(feature = "mcp")]
 #[doc(inline)]

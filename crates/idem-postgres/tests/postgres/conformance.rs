@@ -46,4 +46,4 @@ async fn harness() -> Option<ServerClockHarness<PostgresStore>> {
     )
 }
 
-idem_runtime::store_conformance_tests!(harness);
+idem_conformance::store_conformance_tests!(harness);

@@ -9,8 +9,8 @@
 use std::time::Duration;
 
 use crate::postgres_support::{connect_raw, own_database};
+use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, Store};
 use idem_testkit::store_cases::{fingerprint, request, sent};
 

@@ -5,7 +5,7 @@
 
 use std::sync::LazyLock;
 
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_testkit::PostgresServer;
 
 /// The server of this test binary, started on first use.

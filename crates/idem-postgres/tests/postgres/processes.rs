@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::postgres_support::server_url;
+use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::conformance::random_key;
 use idem_testkit::servers::{claim_from_processes, run_child};
 use idem_testkit::store_cases::wake_up_latencies;
 

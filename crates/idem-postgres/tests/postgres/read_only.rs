@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use crate::postgres_support::{connect_raw, own_database};
+use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::conformance::random_key;
 use idem_runtime::store::{Store, StoreError};
 use idem_testkit::store_cases::{acquire, every_write_is_refused_read_only, sent};
 

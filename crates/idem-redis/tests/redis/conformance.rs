@@ -34,4 +34,4 @@ async fn harness() -> Option<ServerClockHarness<RedisStore>> {
     )
 }
 
-idem_runtime::store_conformance_tests!(harness);
+idem_conformance::store_conformance_tests!(harness);

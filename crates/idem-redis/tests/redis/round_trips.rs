@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::redis_support::{own_server, park, raw, writes_applied};
 use futures_util::StreamExt;
+use idem_conformance::random_key;
 use idem_redis::RedisStore;
-use idem_runtime::conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, Store};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 

@@ -4,9 +4,9 @@
 use std::time::Duration;
 
 use crate::redis_support::{raw, scan_all, server_url};
+use idem_conformance::random_key;
 use idem_redis::RedisOptions;
 use idem_redis::RedisStore;
-use idem_runtime::conformance::random_key;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Record;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};

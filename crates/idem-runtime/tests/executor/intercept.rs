@@ -3,16 +3,15 @@
 //! with a hook that sees every operation), the executor's caller's-thread
 //! claim still reaches the store's fast path, and a hook that refuses or
 //! answers wrongly makes the executor refuse rather than run the tool.
-#![cfg(feature = "conformance")]
 
 use std::future::Future;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use idem_conformance::Harness;
 use idem_runtime::class::NonIdempotentWrite;
 use idem_runtime::clock::ManualClock;
-use idem_runtime::conformance::Harness;
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoreError};
 use idem_runtime::{ErrorCode, Executor, IdemError, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
@@ -97,7 +96,7 @@ async fn traced() -> Option<Traced> {
     })
 }
 
-idem_runtime::store_conformance_tests!(traced);
+idem_conformance::store_conformance_tests!(traced);
 
 /// A tool that counts its runs.
 #[derive(Clone, Copy)]

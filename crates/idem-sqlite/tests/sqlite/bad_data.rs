@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::sqlite_support::{record, sqlite};
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{ClaimOutcome, FastPath, Store, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::sqlite_support::{record, sqlite, store_with_clock, WriteLock};
+use idem_conformance::random_key;
 use idem_runtime::clock::ManualClock;
-use idem_runtime::conformance::random_key;
 use idem_runtime::key::Fingerprint;
 use idem_runtime::store::{ClaimOutcome, FastPath, Store, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};

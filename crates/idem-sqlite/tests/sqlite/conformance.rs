@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_conformance::Harness;
 use idem_runtime::clock::ManualClock;
-use idem_runtime::conformance::Harness;
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_testkit::TempDir;
 
@@ -46,4 +46,4 @@ async fn harness() -> Option<SqliteHarness> {
     })
 }
 
-idem_runtime::store_conformance_tests!(harness);
+idem_conformance::store_conformance_tests!(harness);

@@ -7,8 +7,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::sqlite_support::{record, sqlite, store_with_clock};
+use idem_conformance::random_key;
 use idem_runtime::clock::ManualClock;
-use idem_runtime::conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};
 use idem_sqlite::SqliteStore;
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};

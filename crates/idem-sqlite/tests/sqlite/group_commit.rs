@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::sqlite_support::WriteLock;
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use crate::sqlite_support::{record, sqlite};
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};
 use idem_sqlite::SqliteStore;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_runtime::store::Store;
 use idem_sqlite::SqliteStore;
 use idem_testkit::servers::{claim_from_processes, run_child, TempDir};

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::sqlite_support::{record, schema_version, snapshot, sqlite};
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};
 use idem_sqlite::SqliteStore;
 use idem_testkit::store_cases::{

@@ -5,7 +5,7 @@
 //! Nothing here is mocked: these are the real server binaries from the
 //! distribution's packages. When a binary is missing the `start` functions
 //! return `None`, and tests skip loudly ([`skip`],
-//! [`conformance::skip`](idem_runtime::conformance::skip)), or fail when
+//! [`conformance::skip`](idem_conformance::skip)), or fail when
 //! `IDEM_REQUIRE_SERVERS=1`.
 
 use std::path::{Path, PathBuf};
@@ -46,13 +46,13 @@ impl Drop for TempDir {
 
 /// Report that `what` cannot run because `server` is missing: a loud
 /// `SKIPPED` line, or a panic when
-/// [`servers_required`](idem_runtime::conformance::servers_required)
+/// [`servers_required`](idem_conformance::servers_required)
 /// (`IDEM_REQUIRE_SERVERS=1`), the one rule that the public conformance
-/// suite's [`conformance::skip`](idem_runtime::conformance::skip) of a
+/// suite's [`conformance::skip`](idem_conformance::skip) of a
 /// case follows too.
 pub fn skip(what: &str, server: &str) {
     assert!(
-        !idem_runtime::conformance::servers_required(),
+        !idem_conformance::servers_required(),
         "IDEM_REQUIRE_SERVERS=1 but {server} is not available for `{what}`"
     );
     eprintln!("SKIPPED `{what}`: {server} is not installed (set IDEM_REQUIRE_SERVERS=1 to make this a failure)");
@@ -132,7 +132,7 @@ pub struct ProcessesReport {
 /// the (ignored) test `entry` — which must call [`run_child`] — so that
 /// every copy has `tasks` tasks claim `key` in the store at `url` at the
 /// same instant, through
-/// [`conformance::contend_for_key`](idem_runtime::conformance::contend_for_key).
+/// [`conformance::contend_for_key`](idem_conformance::contend_for_key).
 /// Child `i` tags its outcome with `i + 1`.
 ///
 /// # Panics
@@ -213,7 +213,7 @@ pub async fn run_child() {
         start_at.saturating_sub(now),
     ))
     .await;
-    let (runs, outcomes) = idem_runtime::conformance::contend_for_key(
+    let (runs, outcomes) = idem_conformance::contend_for_key(
         store,
         &key,
         tasks.parse().expect("tasks"),
@@ -269,21 +269,21 @@ impl<S: idem_runtime::store::Store> ServerClockHarness<S> {
     }
 
     /// Declare the audit retention the store was opened with (see
-    /// [`Harness::audit_retention`](idem_runtime::conformance::Harness::audit_retention)).
+    /// [`Harness::audit_retention`](idem_conformance::Harness::audit_retention)).
     pub fn with_audit_retention(mut self, retention: std::time::Duration) -> Self {
         self.audit_retention = retention;
         self
     }
 
     /// Declare that the backend deletes expired records by itself (see
-    /// [`Harness::expires_natively`](idem_runtime::conformance::Harness::expires_natively)).
+    /// [`Harness::expires_natively`](idem_conformance::Harness::expires_natively)).
     pub fn expiring_natively(mut self) -> Self {
         self.expires_natively = true;
         self
     }
 
     /// How to connect a new store to the same server (see
-    /// [`Harness::reopen`](idem_runtime::conformance::Harness::reopen)).
+    /// [`Harness::reopen`](idem_conformance::Harness::reopen)).
     pub fn reopening<F, Fut>(mut self, connect: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
@@ -294,7 +294,7 @@ impl<S: idem_runtime::store::Store> ServerClockHarness<S> {
     }
 }
 
-impl<S: idem_runtime::store::Store> idem_runtime::conformance::Harness for ServerClockHarness<S> {
+impl<S: idem_runtime::store::Store> idem_conformance::Harness for ServerClockHarness<S> {
     type Store = S;
 
     fn store(&self) -> std::sync::Arc<S> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use idem::key::Fingerprint;
 use idem::record::{Outcome, OutputJson};
 use idem::store::{connect, ClaimOutcome, ClaimRequest, Store, StoreError};
-use idem_runtime::conformance::random_key;
+use idem_conformance::random_key;
 use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::json;
 

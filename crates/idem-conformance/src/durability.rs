@@ -2,7 +2,7 @@
 //! that need not be durable ([`ClaimRequest::durable`] `false`, an
 //! `idempotent_write`'s), which it may commit without a flush, by another
 //! statement or another path, and completions on the caller's thread
-//! ([`FastPath::complete_local`](crate::store::FastPath::complete_local)). What such a write decides must be exactly
+//! ([`FastPath::complete_local`](idem_runtime::store::FastPath::complete_local)). What such a write decides must be exactly
 //! what the usual one decides.
 
 use std::collections::BTreeMap;
@@ -10,9 +10,9 @@ use std::collections::BTreeMap;
 use serde_json::json;
 
 use super::{fp, random_key, req, success, Harness};
-use crate::key::{Fingerprint, IdempotencyKey};
-use crate::record::RecordState;
-use crate::store::{ClaimOutcome, ClaimRequest, Store};
+use idem_runtime::key::{Fingerprint, IdempotencyKey};
+use idem_runtime::record::RecordState;
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
 
 /// A claim of `key` that need not be durable, with `lease`.
 fn relaxed<'a>(
@@ -134,7 +134,7 @@ pub async fn relaxed_concurrent_claims_have_one_owner<H: Harness>(h: H) {
     assert_eq!(owners, 1, "more than one owner of one key");
 }
 
-/// A completion on the caller's thread ([`FastPath::complete_local`](crate::store::FastPath::complete_local)), where
+/// A completion on the caller's thread ([`FastPath::complete_local`](idem_runtime::store::FastPath::complete_local)), where
 /// the store makes one, is a completion: a stale owner is refused, the
 /// owner's outcome is recorded and read back, and a completed outcome is
 /// never overwritten. A store that declines hands the outcome back.

@@ -6,16 +6,15 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{acquire, assert_stale, fp, random_key, req, success, Harness};
-use crate::approval::transition::{self, Replace};
-use crate::approval::Approval;
-use crate::clock::Timestamp;
-use crate::key::IdempotencyKey;
-use crate::record::{
+use super::{acquire, approval_step, assert_stale, fp, parked, random_key, req, success, Harness};
+use idem_runtime::approval::Approval;
+use idem_runtime::clock::Timestamp;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::{
     AuditAction, AuditEntry, CallInfo, FailureCode, Fence, Outcome, Record, RecordState, Status,
     StoredFailure, APPROVAL_STEP,
 };
-use crate::store::{ClaimOutcome, Expected, ExpectedState, Store};
+use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store};
 
 fn info() -> CallInfo {
     CallInfo {
@@ -42,8 +41,7 @@ async fn park<S: Store + ?Sized>(
 ) -> (Fence, Record) {
     let now = store.now().await.unwrap();
     let record = store.get(key).await.unwrap().expect("in flight");
-    let Replace { expected, record } =
-        transition::park(record, fence, now, ttl, "ask #payments-oncall");
+    let (expected, record) = parked(record, fence, now, ttl);
     let new = store
         .replace(key, expected, Some(&record), None)
         .await
@@ -57,7 +55,7 @@ fn approved(mut record: Record, at: Timestamp) -> Record {
     let approval = Approval::granted_by("ana").with_note("refund ok'd — ticket #12");
     record
         .steps
-        .insert(APPROVAL_STEP.into(), transition::step(approval));
+        .insert(APPROVAL_STEP.into(), approval_step(approval));
     record.audit.push(AuditEntry {
         at,
         by: "ana".into(),

@@ -6,10 +6,10 @@
 use std::collections::BTreeSet;
 
 use super::{acquire, assert_stale, fp, random_key, req, success, Harness};
-use crate::audit::{AuditEvent, AuditQuery};
-use crate::key::IdempotencyKey;
-use crate::record::{AuditAction, Fence, Status};
-use crate::store::{Expected, ExpectedState, Store};
+use idem_runtime::audit::{AuditEvent, AuditQuery};
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::record::{AuditAction, Fence, Status};
+use idem_runtime::store::{Expected, ExpectedState, Store};
 
 /// An event about `key` at the store's current time.
 async fn event<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, n: usize) -> AuditEvent {

@@ -8,27 +8,26 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{acquire, fp, random_key, req, woken, Harness, WAITER_TIMEOUT};
-use crate::approval::transition;
-use crate::approval::Approval;
-use crate::key::IdempotencyKey;
-use crate::operator::{Actor, Operator, Resolution};
-use crate::record::{CallInfoRef, FailureCode, Outcome, Record, Status};
-use crate::store::{ClaimOutcome, Store, StoreError, WaitFor};
+use super::{acquire, fp, parked, random_key, req, woken, Harness, WAITER_TIMEOUT};
+use idem_runtime::approval::Approval;
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::operator::{Actor, Operator, Resolution};
+use idem_runtime::record::{CallInfoRef, FailureCode, Outcome, Record, Status};
+use idem_runtime::store::{ClaimOutcome, Store, StoreError, WaitFor};
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval,
 /// the request lapsing unanswered after `ttl`.
 async fn park<S: Store + ?Sized>(
     store: &S,
-    key: &crate::key::IdempotencyKey,
-    fence: crate::record::Fence,
+    key: &idem_runtime::key::IdempotencyKey,
+    fence: idem_runtime::record::Fence,
     ttl: Duration,
 ) {
     let now = store.now().await.unwrap();
     let record = store.get(key).await.unwrap().expect("in flight");
-    let parked = transition::park(record, fence, now, ttl, "ask #payments-oncall");
+    let (expected, parked) = parked(record, fence, now, ttl);
     store
-        .replace(key, parked.expected, Some(&parked.record), None)
+        .replace(key, expected, Some(&parked), None)
         .await
         .expect("park");
 }
@@ -76,7 +75,7 @@ pub async fn an_approval_is_claimed_only_with_the_arguments_it_was_given_for<H: 
             takeover, steps, ..
         } => {
             assert_eq!(takeover, None);
-            assert!(steps.contains_key(crate::record::APPROVAL_STEP));
+            assert!(steps.contains_key(idem_runtime::record::APPROVAL_STEP));
         }
         got => panic!("the approved arguments did not acquire the call: {got:?}"),
     }
