@@ -23,7 +23,7 @@ impl CallEnv<'_> {
     /// for only when a policy needs to see the arguments.
     pub(super) async fn approve(
         &self,
-        owner: &Owner,
+        owner: &Owner<'_>,
         fingerprint: &Fingerprint,
         args: &(dyn Fn() -> Value + Sync),
     ) -> Result<(), IdemError> {
@@ -127,7 +127,7 @@ impl CallEnv<'_> {
     /// acted on (the call fails closed, and a later call asks again).
     async fn log_decision(
         &self,
-        owner: &Owner,
+        owner: &Owner<'_>,
         fingerprint: &Fingerprint,
         action: AuditAction,
         by: &str,
@@ -155,7 +155,7 @@ impl CallEnv<'_> {
 
     /// Record the call as awaiting approval: the owner gives up its lease,
     /// since nothing runs until a person decides.
-    async fn park(&self, owner: &Owner, message: &str) -> Result<(), IdemError> {
+    async fn park(&self, owner: &Owner<'_>, message: &str) -> Result<(), IdemError> {
         let store = self.store();
         let err = |e| self.owner_err(owner, e);
         let now = store.now().await.map_err(err)?;

@@ -5,7 +5,6 @@
 //! retry, so that the pause does not let another caller take the key over.
 
 use std::future::Future;
-use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
@@ -36,7 +35,7 @@ where
         &self,
         args: &T::Args,
         base: ToolCtx,
-        owner: Option<&Owner>,
+        owner: Option<&Owner<'_>>,
     ) -> (Result<T::Output, ToolError>, u32) {
         let timeout = self.env.timeout();
         let mut attempt = 1;
@@ -50,7 +49,7 @@ where
                     "timed out after {timeout:?}; the effect may or may not have happened"
                 ))),
             };
-            self.env.attempts.store(attempt, Ordering::Relaxed);
+            self.progress.attempted(attempt);
             let error = match result {
                 Ok(output) => return (Ok(output), attempt),
                 Err(error) => error,
@@ -92,7 +91,7 @@ impl CallEnv<'_> {
         &self,
         attempt: u32,
         error: &ToolError,
-        owner: Option<&Owner>,
+        owner: Option<&Owner<'_>>,
     ) -> Option<Duration> {
         let retryable = attempt < self.policy.attempts()
             && !owner.is_some_and(Owner::lost)

@@ -7,7 +7,6 @@
 //! else is refused as not recorded.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -23,22 +22,27 @@ use crate::record::{
 };
 use crate::store::{ClaimOutcome, ClaimRequest, Takeover, WaitFor};
 
-use super::flight::Flight;
+use super::flight::{Flight, FlightGuard};
 use super::key::CallKey;
 use super::metrics::Metrics;
 use super::telemetry::Count;
 use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
 
 /// What a claim found that the call goes on with.
-pub(super) enum Claimed {
+pub(super) enum Claimed<'f> {
     /// This call owns the key and runs.
-    Owner(Owner),
+    Owner(Owner<'f>),
     /// The call is recorded; answer from the record.
-    Recorded(Arc<Record>),
+    Recorded {
+        /// The record.
+        record: Arc<Record>,
+        /// Whether the claim waited for another owner in flight to find it.
+        joined: bool,
+    },
 }
 
 /// What an owner of a key carries through the later phases.
-pub(super) struct Owner {
+pub(super) struct Owner<'f> {
     pub(super) key: IdempotencyKey,
     pub(super) fence: Fence,
     /// Steps a previous owner completed (the approval among them).
@@ -56,9 +60,44 @@ pub(super) struct Owner {
     pub(super) lease: LeaseWatch,
     /// When the store granted the claim, by the store's clock.
     pub(super) claimed_at: Timestamp,
+    /// The in-process flight this owner leads, if any: its outcome is
+    /// published there for the calls of its key that follow it.
+    pub(super) flight: Option<&'f FlightGuard<'f>>,
 }
 
-impl Owner {
+impl Claimed<'_> {
+    /// This claim, made again after waiting (`waited`) for another owner
+    /// in flight: a record it finds is that owner's outcome.
+    fn found_after_waiting(self, waited: bool) -> Self {
+        match self {
+            Claimed::Recorded { record, joined } => Claimed::Recorded {
+                record,
+                joined: joined || waited,
+            },
+            owner => owner,
+        }
+    }
+}
+
+impl<'f> Owner<'f> {
+    /// This owner, leading `flight`.
+    pub(super) fn leading<'g>(self, flight: Option<&'g FlightGuard<'g>>) -> Owner<'g>
+    where
+        'f: 'g,
+    {
+        Owner {
+            key: self.key,
+            fence: self.fence,
+            steps: self.steps,
+            takeover: self.takeover,
+            foreign_approval: self.foreign_approval,
+            namespace: self.namespace,
+            lease: self.lease,
+            claimed_at: self.claimed_at,
+            flight,
+        }
+    }
+
     /// Whether the lease was lost (a renewal found a newer fence, or could
     /// not reach the store before the lease ran out).
     pub(super) fn lost(&self) -> bool {
@@ -94,7 +133,7 @@ impl CallEnv<'_> {
     /// ([`FastPath::claim_local`](crate::store::FastPath::claim_local)): the
     /// in-memory store always, SQLite for a completed call. `None`: claim
     /// the usual way, which also waits for an owner in flight.
-    pub(super) fn claim_local(&self, call: &CallKey) -> Option<Result<Claimed, IdemError>> {
+    pub(super) fn claim_local(&self, call: &CallKey) -> Option<Result<Claimed<'static>, IdemError>> {
         let sent = tokio::time::Instant::now();
         match self.store().fast_path()?.claim_local(&self.request(call))? {
             Err(e) => Some(Err(self.store_err(e))),
@@ -105,7 +144,7 @@ impl CallEnv<'_> {
 
     /// Own the key, or find its record, waiting for an owner in flight as
     /// [`InFlightPolicy`] says.
-    pub(super) async fn claim(&self, call: &CallKey) -> Result<Claimed, IdemError> {
+    pub(super) async fn claim(&self, call: &CallKey) -> Result<Claimed<'static>, IdemError> {
         let key = &call.key;
         if self.mode == Mode::Replay {
             return self.replay(key).await;
@@ -121,7 +160,7 @@ impl CallEnv<'_> {
                 .await
                 .map_err(|e| self.store_err(e))?;
             if let Some(claimed) = self.settle(call, outcome, sent)? {
-                return Ok(claimed);
+                return Ok(claimed.found_after_waiting(wait_until.is_some()));
             }
             let max = match self.core.config.in_flight {
                 InFlightPolicy::Wait(max) => max,
@@ -136,7 +175,6 @@ impl CallEnv<'_> {
                 }));
             }
             tracing::debug!("duplicate of a call in flight; waiting for its outcome");
-            self.joined.store(true, Ordering::Relaxed);
             self.store()
                 .wait(key, WaitFor::Completion, left)
                 .await
@@ -164,7 +202,7 @@ impl CallEnv<'_> {
     ///
     /// `call.key` may change: it ends as the key of the record that
     /// answers the call, or that the call owns.
-    pub(super) async fn claim_windowed(&self, call: &mut CallKey) -> Result<Claimed, IdemError> {
+    pub(super) async fn claim_windowed(&self, call: &mut CallKey) -> Result<Claimed<'static>, IdemError> {
         // Each round either settles or moves to a neighbouring window; two
         // calls releasing each other converge on the current window.
         for _ in 0..16 {
@@ -241,7 +279,7 @@ impl CallEnv<'_> {
         call: &CallKey,
         outcome: ClaimOutcome,
         sent: tokio::time::Instant,
-    ) -> Result<Option<Claimed>, IdemError> {
+    ) -> Result<Option<Claimed<'static>>, IdemError> {
         let key = &call.key;
         match outcome {
             ClaimOutcome::Acquired {
@@ -275,9 +313,13 @@ impl CallEnv<'_> {
                     takeover,
                     namespace: call.namespace.clone(),
                     lease: LeaseWatch::new(sent + self.lease()),
+                    flight: None,
                 }
             }))),
-            ClaimOutcome::Completed(record) => Ok(Some(Claimed::Recorded(record))),
+            ClaimOutcome::Completed(record) => Ok(Some(Claimed::Recorded {
+                record,
+                joined: false,
+            })),
             ClaimOutcome::AwaitingApproval(record) => Err(self.pending(&record, call)),
             ClaimOutcome::KeyReused { tool, fingerprint } => {
                 Err(self.refuse(IdemError::KeyReused {
@@ -343,9 +385,12 @@ impl CallEnv<'_> {
     }
 
     /// Replay mode: the recorded outcome, or refused; never a claim.
-    async fn replay(&self, key: &IdempotencyKey) -> Result<Claimed, IdemError> {
+    async fn replay(&self, key: &IdempotencyKey) -> Result<Claimed<'static>, IdemError> {
         match self.store().get(key).await.map_err(|e| self.store_err(e))? {
-            Some(record) if record.outcome().is_some() => Ok(Claimed::Recorded(Arc::new(record))),
+            Some(record) if record.outcome().is_some() => Ok(Claimed::Recorded {
+                record: Arc::new(record),
+                joined: false,
+            }),
             _ => Err(self.refuse(IdemError::NotRecorded {
                 tool: self.name().to_owned(),
                 key: key.clone(),

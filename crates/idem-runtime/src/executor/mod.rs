@@ -60,7 +60,6 @@ use std::borrow::Borrow;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -80,6 +79,7 @@ pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunC
 pub use metrics::MetricsSnapshot;
 #[cfg(feature = "otel")]
 pub use telemetry::{Meter, OTEL_SCOPE};
+use telemetry::Progress;
 
 use metrics::Metrics;
 
@@ -266,32 +266,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
     ) -> Started<'_, T::Args, T::Output> {
         let class = tool.runtime_class();
         let spec = tool.runtime_spec();
-        let span = tracing::info_span!(
-            "execute_tool",
-            otel.name = format_args!("{} {}", telemetry::OPERATION, spec.name),
-            otel.kind = "internal",
-            otel.status_code = tracing::field::Empty,
-            otel.status_description = tracing::field::Empty,
-            gen_ai.operation.name = telemetry::OPERATION,
-            gen_ai.tool.name = spec.name,
-            gen_ai.tool.type = "function",
-            gen_ai.tool.description = spec.description,
-            gen_ai.tool.call.id = call_id.as_deref(),
-            error.type = tracing::field::Empty,
-            idem.class = class.as_str(),
-            idem.namespace = run
-                .namespace
-                .as_ref()
-                .unwrap_or(&self.inner.core.config.namespace)
-                .as_str(),
-            idem.key = tracing::field::Empty,
-            idem.outcome = tracing::field::Empty,
-            idem.refusal = tracing::field::Empty,
-            idem.attempts = tracing::field::Empty,
-            idem.takeover = tracing::field::Empty,
-            idem.fence = tracing::field::Empty,
-            idem.approver = tracing::field::Empty,
-        );
+        let span = self.span(spec, class, call_id.as_deref(), &run);
         let entered = span.enter();
         let env = CallEnv {
             core: &self.inner.core,
@@ -308,9 +283,6 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 .unwrap_or(self.inner.core.config.approval_wait),
             approval,
             span: span.clone(),
-            flight: None,
-            attempts: AtomicU32::new(0),
-            joined: AtomicBool::new(false),
             #[cfg(feature = "otel")]
             started: std::time::Instant::now(),
         };
@@ -341,7 +313,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         });
         let done = match result {
             Err(e) => Err(e),
-            Ok((_, Some(Ok(claim::Claimed::Recorded(record))))) => env.answer(&record),
+            Ok((_, Some(Ok(claim::Claimed::Recorded { record, .. })))) => env.answer(&record),
             Ok((key, local)) => {
                 drop(entered);
                 return Started::Running(Rest {
@@ -351,9 +323,47 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 });
             }
         };
-        env.end(&done);
+        env.end(&done, &Progress::default());
         drop(entered);
         Started::Done(done)
+    }
+
+    /// The call's `execute_tool` span, with the fields known at its start
+    /// (the OpenTelemetry GenAI names, and idem's own) and those its phases
+    /// fill in as they learn them.
+    fn span(
+        &self,
+        spec: &ToolSpec,
+        class: ClassKind,
+        call_id: Option<&str>,
+        run: &RunContext,
+    ) -> tracing::Span {
+        tracing::info_span!(
+            "execute_tool",
+            otel.name = format_args!("{} {}", telemetry::OPERATION, spec.name),
+            otel.kind = "internal",
+            otel.status_code = tracing::field::Empty,
+            otel.status_description = tracing::field::Empty,
+            gen_ai.operation.name = telemetry::OPERATION,
+            gen_ai.tool.name = spec.name,
+            gen_ai.tool.type = "function",
+            gen_ai.tool.description = spec.description,
+            gen_ai.tool.call.id = call_id,
+            error.type = tracing::field::Empty,
+            idem.class = class.as_str(),
+            idem.namespace = run
+                .namespace
+                .as_ref()
+                .unwrap_or(&self.inner.core.config.namespace)
+                .as_str(),
+            idem.key = tracing::field::Empty,
+            idem.outcome = tracing::field::Empty,
+            idem.refusal = tracing::field::Empty,
+            idem.attempts = tracing::field::Empty,
+            idem.takeover = tracing::field::Empty,
+            idem.fence = tracing::field::Empty,
+            idem.approver = tracing::field::Empty,
+        )
     }
 
     /// The phases that await: the claim the usual way when the store did
@@ -373,6 +383,8 @@ impl<S: Send + Sync + 'static> Executor<S> {
             env: rest.env,
             tool,
             state: &self.inner.state,
+            flight: None,
+            progress: Progress::default(),
             of: PhantomData,
         };
         match rest.key {
@@ -403,7 +415,7 @@ struct Rest<'a, A> {
     args: A,
     /// For a keyed class: the key, and the claim if the store answered it
     /// on this thread.
-    key: Option<(key::CallKey, Option<Result<claim::Claimed, IdemError>>)>,
+    key: Option<(key::CallKey, Option<Result<claim::Claimed<'static>, IdemError>>)>,
 }
 
 impl Core {
@@ -416,10 +428,12 @@ impl Core {
     }
 }
 
-/// What one call knows that does not depend on the tool's type: the
-/// executor's core, the tool's spec and class, where its key comes from and
-/// how it may be retried. Every phase that can be written without the
-/// tool's type takes this.
+/// What one call is, set when it starts and never changed: the executor's
+/// core, the tool's spec and class, where its key comes from, how it may be
+/// retried, and the span it is told on. Every phase that can be written
+/// without the tool's type takes this; what a call has done so far is not
+/// here but in the values the phases hand on (the claim's [`claim::Owner`],
+/// the leader's flight) and in its [`Progress`].
 struct CallEnv<'a> {
     core: &'a Core,
     mode: Mode,
@@ -438,13 +452,6 @@ struct CallEnv<'a> {
     /// The call's `execute_tool` span, to record what the phases learn
     /// into.
     span: tracing::Span,
-    /// Set when this call leads the in-process flight of its key.
-    flight: Option<flight::FlightGuard<'a>>,
-    /// Attempts of the tool body this call made (0: it never ran).
-    attempts: AtomicU32,
-    /// Set when this call waited for another call of its key in flight
-    /// (in this process or another) and answers from its outcome.
-    joined: AtomicBool,
     /// When the call started, for `gen_ai.execute_tool.duration`.
     #[cfg(feature = "otel")]
     started: std::time::Instant,
@@ -541,6 +548,11 @@ struct Call<'a, S, T, R> {
     env: CallEnv<'a>,
     tool: R,
     state: &'a S,
+    /// Set when this call leads the in-process flight of its key: the
+    /// owner publishes its outcome to the calls that follow it.
+    flight: Option<flight::FlightGuard<'a>>,
+    /// What the call has done so far, told when it ends.
+    progress: Progress,
     of: PhantomData<fn() -> T>,
 }
 

@@ -46,7 +46,7 @@ where
         &self,
         args: &T::Args,
         fingerprint: &Fingerprint,
-        mut owner: Owner,
+        mut owner: Owner<'_>,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let steps = std::mem::take(&mut owner.steps);
         let work = self.own(args, fingerprint, &owner, steps);
@@ -63,7 +63,7 @@ where
         &self,
         args: &T::Args,
         fingerprint: &Fingerprint,
-        owner: &Owner,
+        owner: &Owner<'_>,
         steps: BTreeMap<String, Value>,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let env = &self.env;
@@ -169,7 +169,7 @@ impl CallEnv<'_> {
     }
 
     /// The context an owner's tool sees: its key and namespace.
-    fn owner_ctx(&self, owner: &Owner) -> ToolCtx {
+    fn owner_ctx(&self, owner: &Owner<'_>) -> ToolCtx {
         ToolCtx::new(self.name(), self.class)
             .with_namespace(owner.namespace.clone())
             .with_call_id(self.call_id.clone())
@@ -179,7 +179,7 @@ impl CallEnv<'_> {
     /// Record `output` and return it.
     async fn succeed<O: serde::Serialize>(
         &self,
-        owner: &Owner,
+        owner: &Owner<'_>,
         output: O,
         attempts: u32,
         deduplicated: bool,
@@ -198,7 +198,7 @@ impl CallEnv<'_> {
 
     /// Record or release the key after a failure, as the class and the
     /// error's kind say; see the module docs.
-    async fn settle_failure(&self, owner: &Owner, error: ToolError) -> Result<Settled, IdemError> {
+    async fn settle_failure(&self, owner: &Owner<'_>, error: ToolError) -> Result<Settled, IdemError> {
         match error.kind() {
             ErrorKind::Permanent => {
                 let failure = StoredFailure {
@@ -221,7 +221,7 @@ impl CallEnv<'_> {
         }
     }
 
-    pub(super) async fn complete(&self, owner: &Owner, outcome: Outcome) -> Result<(), IdemError> {
+    pub(super) async fn complete(&self, owner: &Owner<'_>, outcome: Outcome) -> Result<(), IdemError> {
         // An unknown outcome is kept until a person settles it: "never
         // re-run" must not lapse into a second effect with the TTL.
         let ttl = match outcome {
@@ -230,7 +230,7 @@ impl CallEnv<'_> {
         };
         // Without a flight to publish to, the outcome is not needed after
         // this: a store that completes on this thread takes it.
-        let outcome = match &self.flight {
+        let outcome = match owner.flight {
             None => match self.store().fast_path() {
                 None => outcome,
                 Some(fast) => match fast.complete_local(&owner.key, owner.fence, outcome, ttl) {
@@ -244,13 +244,13 @@ impl CallEnv<'_> {
             .complete(&owner.key, owner.fence, &outcome, ttl)
             .await
             .map_err(|e| self.owner_err(owner, e))?;
-        if let Some(flight) = &self.flight {
+        if let Some(flight) = owner.flight {
             flight.publish(&outcome);
         }
         Ok(())
     }
 
-    pub(super) async fn release(&self, owner: &Owner) -> Result<(), IdemError> {
+    pub(super) async fn release(&self, owner: &Owner<'_>) -> Result<(), IdemError> {
         self.store()
             .release(&owner.key, owner.fence)
             .await
@@ -258,7 +258,7 @@ impl CallEnv<'_> {
     }
 
     /// Record that attempt 1 is starting (see [`ATTEMPT_STEP`]).
-    async fn mark_started(&self, owner: &Owner) -> Result<(), IdemError> {
+    async fn mark_started(&self, owner: &Owner<'_>) -> Result<(), IdemError> {
         if owner.lost() {
             return Err(self.superseded(owner, None));
         }
@@ -276,7 +276,7 @@ impl CallEnv<'_> {
 
     /// A store failure of an owner: once its lease is lost, any failure to
     /// write means it was superseded (the new owner's outcome stands).
-    pub(super) fn owner_err(&self, owner: &Owner, e: StoreError) -> IdemError {
+    pub(super) fn owner_err(&self, owner: &Owner<'_>, e: StoreError) -> IdemError {
         if owner.lost() {
             self.superseded(owner, Some(e))
         } else {
@@ -285,7 +285,7 @@ impl CallEnv<'_> {
     }
 
     /// The caller's error when its owner lost the key.
-    fn superseded(&self, owner: &Owner, cause: Option<StoreError>) -> IdemError {
+    fn superseded(&self, owner: &Owner<'_>, cause: Option<StoreError>) -> IdemError {
         IdemError::Superseded {
             tool: self.name().to_owned(),
             key: owner.key.clone(),
@@ -300,7 +300,7 @@ impl CallEnv<'_> {
     /// the lease would have run out, the lease is marked lost: the tool
     /// sees it (`ctx.superseded()`), no retry starts, and nothing this
     /// owner writes is accepted as its outcome.
-    async fn keep_lease(&self, owner: &Owner) -> Infallible {
+    async fn keep_lease(&self, owner: &Owner<'_>) -> Infallible {
         let lost = &owner.lease;
         let lease = self.lease();
         let every = lease / 3;
@@ -352,7 +352,7 @@ impl CallEnv<'_> {
     /// The attempt started before the lease lapsed and runs at most the
     /// tool's timeout, so that is the wait. A tool without a timeout
     /// (`Duration::MAX`) gives no bound, and is reconciled at once.
-    async fn outlast_previous_attempt(&self, owner: &Owner) -> Result<(), IdemError> {
+    async fn outlast_previous_attempt(&self, owner: &Owner<'_>) -> Result<(), IdemError> {
         let timeout = self.timeout();
         if timeout == Duration::MAX {
             return Ok(());
@@ -367,7 +367,7 @@ impl CallEnv<'_> {
     /// Give up a key whose recorded approval was given for other arguments:
     /// cut the lease to nothing (the approved call takes it over at once)
     /// and refuse.
-    async fn hand_back_approved(&self, owner: &Owner) -> IdemError {
+    async fn hand_back_approved(&self, owner: &Owner<'_>) -> IdemError {
         if let Err(e) = self
             .store()
             .renew(&owner.key, owner.fence, Duration::ZERO)
@@ -397,7 +397,7 @@ impl CallEnv<'_> {
 
     /// Record the outcome as unknown (every later duplicate is refused)
     /// and return the refusal.
-    async fn unknown(&self, owner: &Owner, reason: String) -> IdemError {
+    async fn unknown(&self, owner: &Owner<'_>, reason: String) -> IdemError {
         self.count(Count::UnknownOutcome);
         if let Err(e) = self
             .complete(
@@ -419,7 +419,7 @@ impl CallEnv<'_> {
 
     /// The reconcile hook of a takeover failed: the record stays in flight,
     /// and when this lease runs out the next caller reconciles again.
-    fn reconcile_failed(&self, owner: &Owner, e: ToolError) -> IdemError {
+    fn reconcile_failed(&self, owner: &Owner<'_>, e: ToolError) -> IdemError {
         self.count(Count::UnknownOutcome);
         self.refuse(IdemError::OutcomeUnknown {
             tool: self.name().to_owned(),

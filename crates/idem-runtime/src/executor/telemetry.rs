@@ -7,9 +7,36 @@
 //! the phases gathered on the way (whether the tool body ran, whether the
 //! call joined another call of its key in flight).
 
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
 use crate::error::IdemError;
 
 use super::{CallEnv, CallOutput};
+
+/// The two facts about a call that its phases gather on the way and that
+/// only its end tells: how many attempts of the tool body it made, and
+/// whether it answered from another call of its key in flight. Atomics,
+/// because the phases that learn them hold the call by shared reference.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Attempts of the tool body this call made (0: it never ran).
+    attempts: AtomicU32,
+    /// Set when this call waited for another call of its key in flight
+    /// (in this process or another) and answers from its outcome.
+    joined: AtomicBool,
+}
+
+impl Progress {
+    /// The tool body has run `attempts` times.
+    pub(super) fn attempted(&self, attempts: u32) {
+        self.attempts.store(attempts, Ordering::Relaxed);
+    }
+
+    /// The call answers from another call of its key.
+    pub(super) fn joined(&self) {
+        self.joined.store(true, Ordering::Relaxed);
+    }
+}
 
 /// The value of `gen_ai.operation.name`, and the first word of the span's
 /// OpenTelemetry name.
@@ -159,9 +186,9 @@ impl CallEnv<'_> {
     }
 
     /// Record how the call ended on its span and in the instruments.
-    pub(super) fn end<O>(&self, result: &Result<CallOutput<O>, IdemError>) {
-        let attempts = self.attempts.load(std::sync::atomic::Ordering::Relaxed);
-        let joined = self.joined.load(std::sync::atomic::Ordering::Relaxed);
+    pub(super) fn end<O>(&self, result: &Result<CallOutput<O>, IdemError>, progress: &Progress) {
+        let attempts = progress.attempts.load(Ordering::Relaxed);
+        let joined = progress.joined.load(Ordering::Relaxed);
         let ending = classify(result, attempts > 0, joined);
         let span = &self.span;
         if !span.is_disabled() {
