@@ -53,7 +53,7 @@ where
         mut self,
         args: T::Args,
         mut key: key::CallKey,
-        local: Option<Result<claim::Claimed<'static>, IdemError>>,
+        mut local: Option<Result<claim::Claimed<'static>, IdemError>>,
     ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
         async move {
             // The phases, in a block of their own so that every way out of
@@ -64,7 +64,7 @@ where
                         return answer;
                     }
                 }
-                self.claim_and_own(&args, &mut key, local).await
+                self.claim_and_own(&args, &mut key, &mut local).await
             }
             .await;
             self.env.end(&result, &self.progress);
@@ -120,7 +120,8 @@ where
         &self,
         args: &T::Args,
         key: &mut key::CallKey,
-        mut local: Option<Result<claim::Claimed<'static>, IdemError>>,
+        // By reference: a parameter by value is kept twice in the future.
+        local: &mut Option<Result<claim::Claimed<'static>, IdemError>>,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
         loop {
