@@ -148,6 +148,35 @@ fn genai_tool_calls_parse_in_every_form_genai_serializes() {
     );
 }
 
+/// genai's `Tool` is `{"name", "description", "schema"}` (genai 0.4 to
+/// 0.7; `config` and the rest are optional): each tool's name, description
+/// and input schema, as the other providers describe it.
+#[test]
+fn genai_tools_are_genai_tool_values_of_the_registry() {
+    let registry = registry();
+    let tools = registry.tools_for::<Genai>();
+    let chat = registry.tools_for::<OpenAi>();
+    assert_eq!(tools, Genai::tools(&registry));
+    assert_eq!(tools.as_array().unwrap().len(), registry.len());
+    for (tool, chat) in tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(chat.as_array().unwrap())
+    {
+        let function = &chat["function"];
+        assert_eq!(
+            *tool,
+            json!({
+                "name": function["name"],
+                "description": function["description"],
+                "schema": function["parameters"],
+            })
+        );
+    }
+    assert_eq!(tools[1]["name"], "send_email");
+}
+
 #[tokio::test]
 async fn a_malformed_genai_item_is_a_typed_error_and_nothing_runs() {
     let app = App::default();
