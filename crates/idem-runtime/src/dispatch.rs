@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use crate::error::IdemError;
 use crate::executor::{CallOutput, Executor, RunContext};
 use crate::key::json_type;
-use crate::provider::{Anthropic, Genai, OpenAi, OpenAiResponses, Provider};
+use crate::provider::Provider;
 use crate::registry::Registry;
 
 pub(crate) mod call;
@@ -55,30 +55,6 @@ pub use crate::provider::async_openai::CustomToolCall;
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
 pub use call::{Arguments, DispatchError, ToolCall, ToolResult};
-
-/// The forwards to each provider's result shape.
-impl ToolResult {
-    /// An OpenAI `role: "tool"` message: `OpenAi::result`.
-    pub fn to_openai(&self) -> Value {
-        OpenAi::result(self)
-    }
-
-    /// An OpenAI Responses API `function_call_output` item:
-    /// `OpenAiResponses::result`.
-    pub fn to_openai_response_item(&self) -> Value {
-        OpenAiResponses::result(self)
-    }
-
-    /// A genai `ToolResponse`: `Genai::result`.
-    pub fn to_genai(&self) -> Value {
-        Genai::result(self)
-    }
-
-    /// An Anthropic `tool_result` block: `Anthropic::result`.
-    pub fn to_anthropic(&self) -> Value {
-        Anthropic::result(self)
-    }
-}
 
 /// Runs model tool calls through an executor and a registry.
 pub struct Dispatcher<S = ()> {
@@ -270,83 +246,4 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
     ) -> Result<Vec<ToolResult>, DispatchError> {
         Ok(self.dispatch(P::parse(message)?, run).await)
     }
-
-    /// `handle::<OpenAi>`.
-    pub async fn openai(
-        &self,
-        message: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        self.handle::<OpenAi>(message, run).await
-    }
-
-    /// `handle::<Anthropic>`.
-    pub async fn anthropic(
-        &self,
-        message: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        self.handle::<Anthropic>(message, run).await
-    }
-
-    /// `handle::<Genai>`.
-    pub async fn genai(
-        &self,
-        response: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        self.handle::<Genai>(response, run).await
-    }
-
-    /// `handle::<OpenAiResponses>`.
-    pub async fn openai_responses(
-        &self,
-        response: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        self.handle::<OpenAiResponses>(response, run).await
-    }
-}
-
-// The provider functions under the names they had here, until their
-// callers move to the trait.
-
-/// `OpenAi::parse`.
-pub fn parse_openai(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    OpenAi::parse(message)
-}
-
-/// `Anthropic::parse`.
-pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    Anthropic::parse(message)
-}
-
-/// `OpenAiResponses::parse`.
-pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    OpenAiResponses::parse(response)
-}
-
-/// `Genai::parse`.
-pub fn parse_genai(value: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    Genai::parse(value)
-}
-
-/// `OpenAi::reply`.
-pub fn openai_messages(results: &[ToolResult]) -> Vec<Value> {
-    OpenAi::reply(results)
-}
-
-/// `OpenAiResponses::reply`.
-pub fn openai_responses_input(results: &[ToolResult]) -> Vec<Value> {
-    OpenAiResponses::reply(results)
-}
-
-/// `Anthropic::reply`.
-pub fn anthropic_reply(results: &[ToolResult]) -> Value {
-    Anthropic::reply(results)
-}
-
-/// `Genai::reply`.
-pub fn genai_tool_responses(results: &[ToolResult]) -> Vec<Value> {
-    Genai::reply(results)
 }

@@ -97,26 +97,3 @@ impl Provider for Anthropic {
         })
     }
 }
-
-// The free functions this module had, until their callers move to the
-// trait.
-
-/// [`Anthropic::parse`](Provider::parse).
-pub fn parse(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    <Anthropic as Provider>::parse(message)
-}
-
-/// [`Anthropic::tools`](Provider::tools).
-pub fn tools<S: 'static>(registry: &Registry<S>) -> Value {
-    <Anthropic as Provider>::tools(registry)
-}
-
-/// [`Anthropic::result`](Provider::result).
-pub fn result(result: &ToolResult) -> Value {
-    <Anthropic as Provider>::result(result)
-}
-
-/// [`Anthropic::reply`](Provider::reply).
-pub fn reply(results: &[ToolResult]) -> Value {
-    <Anthropic as Provider>::reply(results)
-}

@@ -156,21 +156,3 @@ impl Provider for Genai {
         results.iter().map(Self::result).collect()
     }
 }
-
-// The free functions this module had, until their callers move to the
-// trait.
-
-/// [`Genai::parse`](Provider::parse).
-pub fn parse(value: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    <Genai as Provider>::parse(value)
-}
-
-/// [`Genai::result`](Provider::result).
-pub fn result(result: &ToolResult) -> Value {
-    <Genai as Provider>::result(result)
-}
-
-/// [`Genai::reply`](Provider::reply).
-pub fn tool_responses(results: &[ToolResult]) -> Vec<Value> {
-    <Genai as Provider>::reply(results)
-}

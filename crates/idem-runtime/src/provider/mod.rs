@@ -63,12 +63,12 @@ use crate::dispatch::call::{DispatchError, ToolCall, ToolResult};
 use crate::registry::Registry;
 use crate::tool::ToolSpec;
 
-pub mod anthropic;
+mod anthropic;
 #[cfg(feature = "async-openai")]
 pub mod async_openai;
-pub mod genai;
-pub mod openai;
-pub mod openai_responses;
+mod genai;
+mod openai;
+mod openai_responses;
 mod shape;
 
 pub use anthropic::Anthropic;
@@ -155,23 +155,5 @@ impl<S: 'static> Registry<S> {
     /// ```
     pub fn tools_for<P: Provider>(&self) -> Value {
         P::tools(self)
-    }
-
-    /// Definitions for the OpenAI chat-completions `tools` parameter:
-    /// `tools_for::<OpenAi>()`.
-    pub fn openai_tools(&self) -> Value {
-        self.tools_for::<OpenAi>()
-    }
-
-    /// Definitions for the OpenAI Responses API `tools` parameter:
-    /// `tools_for::<OpenAiResponses>()`.
-    pub fn openai_responses_tools(&self) -> Value {
-        self.tools_for::<OpenAiResponses>()
-    }
-
-    /// Definitions for the Anthropic messages `tools` parameter:
-    /// `tools_for::<Anthropic>()`.
-    pub fn anthropic_tools(&self) -> Value {
-        self.tools_for::<Anthropic>()
     }
 }

@@ -110,26 +110,3 @@ pub(super) fn function(spec: &ToolSpec, schema: Value) -> Map<String, Value> {
     function.insert("parameters".into(), schema);
     function
 }
-
-// The free functions this module had, until their callers move to the
-// trait.
-
-/// [`OpenAi::parse`](Provider::parse).
-pub fn parse(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    <OpenAi as Provider>::parse(message)
-}
-
-/// [`OpenAi::tools`](Provider::tools).
-pub fn tools<S: 'static>(registry: &Registry<S>) -> Value {
-    <OpenAi as Provider>::tools(registry)
-}
-
-/// [`OpenAi::result`](Provider::result).
-pub fn result(result: &ToolResult) -> Value {
-    <OpenAi as Provider>::result(result)
-}
-
-/// [`OpenAi::reply`](Provider::reply).
-pub fn messages(results: &[ToolResult]) -> Vec<Value> {
-    <OpenAi as Provider>::reply(results)
-}

@@ -167,26 +167,3 @@ impl Provider for OpenAiResponses {
         results.iter().map(Self::result).collect()
     }
 }
-
-// The free functions this module had, until their callers move to the
-// trait.
-
-/// [`OpenAiResponses::parse`](Provider::parse).
-pub fn parse(response: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    <OpenAiResponses as Provider>::parse(response)
-}
-
-/// [`OpenAiResponses::tools`](Provider::tools).
-pub fn tools<S: 'static>(registry: &Registry<S>) -> Value {
-    <OpenAiResponses as Provider>::tools(registry)
-}
-
-/// [`OpenAiResponses::result`](Provider::result).
-pub fn result(result: &ToolResult) -> Value {
-    <OpenAiResponses as Provider>::result(result)
-}
-
-/// [`OpenAiResponses::reply`](Provider::reply).
-pub fn input(results: &[ToolResult]) -> Vec<Value> {
-    <OpenAiResponses as Provider>::reply(results)
-}
