@@ -5,9 +5,9 @@
 //! [`Dispatcher`] that checks and runs it, and its [`ToolResult`]. How each
 //! provider writes calls and wants results (OpenAI chat completions and
 //! Responses API, Anthropic, genai, async-openai's types) is in
-//! [`provider`](crate::provider); the provider methods here
-//! ([`Dispatcher::openai`], [`ToolResult::to_openai`], …) and free
-//! functions ([`parse_openai`], [`openai_messages`], …) forward there.
+//! [`provider`](crate::provider), one [`Provider`] type each:
+//! [`Dispatcher::handle::<P>`](Dispatcher::handle) runs the calls of a
+//! message in `P`'s shape, and `P::reply` answers them.
 //!
 //! A call is keyed by its provider id (`tool_calls[].id`, `tool_use.id`,
 //! `call_id`), so one call id is one key whichever route it comes by (the
@@ -42,7 +42,7 @@ use serde_json::{json, Value};
 use crate::error::IdemError;
 use crate::executor::{CallOutput, Executor, RunContext};
 use crate::key::json_type;
-use crate::provider::{anthropic, genai, openai, openai_responses};
+use crate::provider::Provider;
 use crate::registry::Registry;
 
 pub(crate) mod call;
@@ -55,31 +55,6 @@ pub use crate::provider::async_openai::CustomToolCall;
 pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
 pub use call::{Arguments, DispatchError, ToolCall, ToolResult};
-
-/// The forwards to each provider's result shape.
-impl ToolResult {
-    /// An OpenAI `role: "tool"` message: [`openai::result`].
-    pub fn to_openai(&self) -> Value {
-        openai::result(self)
-    }
-
-    /// An OpenAI Responses API `function_call_output` item, to send in the
-    /// next request's `input`: [`openai_responses::result`].
-    pub fn to_openai_response_item(&self) -> Value {
-        openai_responses::result(self)
-    }
-
-    /// A genai `ToolResponse` (`{"call_id", "fn_name", "content"}`):
-    /// [`genai::result`].
-    pub fn to_genai(&self) -> Value {
-        genai::result(self)
-    }
-
-    /// An Anthropic `tool_result` block: [`anthropic::result`].
-    pub fn to_anthropic(&self) -> Value {
-        anthropic::result(self)
-    }
-}
 
 /// Runs model tool calls through an executor and a registry.
 pub struct Dispatcher<S = ()> {
@@ -232,100 +207,43 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
             .collect()
     }
 
-    /// Run the tool calls of an OpenAI chat-completions message, read by
-    /// [`openai::parse`]; returns the results (see [`openai::messages`]
-    /// for the `role: "tool"` messages to append to the conversation).
-    pub async fn openai(
+    /// Run the tool calls of `message`, read by provider `P`
+    /// ([`P::parse`](Provider::parse)); returns the results, in call
+    /// order, for [`P::reply`](Provider::reply) (or
+    /// [`P::result`](Provider::result) of each) to answer the model with.
+    ///
+    /// A message in another shape, or with a malformed call, is a
+    /// [`DispatchError`] and none of its calls runs. Each call is keyed by
+    /// its provider id, so the same call id is the same key whichever
+    /// provider's shape it arrives in (chat completions or the Responses
+    /// API, the provider's JSON or genai's).
+    ///
+    /// ```
+    /// use idem_runtime::dispatch::Dispatcher;
+    /// use idem_runtime::executor::{Executor, RunContext};
+    /// use idem_runtime::provider::{OpenAi, Provider};
+    /// use idem_runtime::registry::Registry;
+    /// use idem_runtime::store::MemoryStore;
+    /// use serde_json::json;
+    ///
+    /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+    /// let dispatcher = Dispatcher::new(Executor::builder(MemoryStore::new()).build(), Registry::new());
+    /// let message = json!({"role": "assistant", "tool_calls": [{
+    ///     "id": "call_1", "type": "function",
+    ///     "function": {"name": "send_emial", "arguments": "{}"}
+    /// }]});
+    /// let results = dispatcher.handle::<OpenAi>(&message, &RunContext::default()).await?;
+    /// let reply = OpenAi::reply(&results);
+    /// assert_eq!(reply[0]["tool_call_id"], "call_1");
+    /// assert!(reply[0]["content"].as_str().unwrap().contains("unknown_tool"));
+    /// # Ok::<(), idem_runtime::dispatch::DispatchError>(())
+    /// # }).unwrap();
+    /// ```
+    pub async fn handle<P: Provider>(
         &self,
         message: &Value,
         run: &RunContext,
     ) -> Result<Vec<ToolResult>, DispatchError> {
-        Ok(self.dispatch(openai::parse(message)?, run).await)
+        Ok(self.dispatch(P::parse(message)?, run).await)
     }
-
-    /// Run the tool calls of an Anthropic message, read by
-    /// [`anthropic::parse`]; returns the results (see [`anthropic::reply`]
-    /// for the `role: "user"` message).
-    pub async fn anthropic(
-        &self,
-        message: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        Ok(self.dispatch(anthropic::parse(message)?, run).await)
-    }
-
-    /// Run the tool calls of a genai response, given as genai serializes
-    /// it and read by [`genai::parse`]; returns the results (see
-    /// [`genai::tool_responses`] for genai's `ToolResponse`s). A call is
-    /// keyed by its `call_id`, the provider's id: the same key as the
-    /// provider's own JSON gets through [`Dispatcher::openai`] or
-    /// [`Dispatcher::anthropic`].
-    pub async fn genai(
-        &self,
-        response: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        Ok(self.dispatch(genai::parse(response)?, run).await)
-    }
-
-    /// Run the `function_call` items of an OpenAI Responses API response,
-    /// read by [`openai_responses::parse`]; returns the results (see
-    /// [`openai_responses::input`] for the `function_call_output` items of
-    /// the next request). Each call is keyed by its `call_id`, exactly as a
-    /// chat-completions call is by its `tool_calls[].id`: the same call id
-    /// is the same key on both routes.
-    pub async fn openai_responses(
-        &self,
-        response: &Value,
-        run: &RunContext,
-    ) -> Result<Vec<ToolResult>, DispatchError> {
-        Ok(self.dispatch(openai_responses::parse(response)?, run).await)
-    }
-}
-
-// The provider functions under the names they had here.
-
-/// The tool calls of an OpenAI chat-completions message:
-/// [`openai::parse`].
-pub fn parse_openai(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    openai::parse(message)
-}
-
-/// The tool calls of an Anthropic message: [`anthropic::parse`].
-pub fn parse_anthropic(message: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    anthropic::parse(message)
-}
-
-/// The tool calls of an OpenAI Responses API response:
-/// [`openai_responses::parse`].
-pub fn parse_openai_responses(response: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    openai_responses::parse(response)
-}
-
-/// The tool calls of a genai response, as genai serializes it:
-/// [`genai::parse`].
-pub fn parse_genai(value: &Value) -> Result<Vec<ToolCall>, DispatchError> {
-    genai::parse(value)
-}
-
-/// The OpenAI `role: "tool"` messages for `results`: [`openai::messages`].
-pub fn openai_messages(results: &[ToolResult]) -> Vec<Value> {
-    openai::messages(results)
-}
-
-/// The OpenAI Responses API `function_call_output` items for `results`,
-/// the next request's `input`: [`openai_responses::input`].
-pub fn openai_responses_input(results: &[ToolResult]) -> Vec<Value> {
-    openai_responses::input(results)
-}
-
-/// The Anthropic `role: "user"` message carrying `results`:
-/// [`anthropic::reply`].
-pub fn anthropic_reply(results: &[ToolResult]) -> Value {
-    anthropic::reply(results)
-}
-
-/// The genai `ToolResponse`s for `results`: [`genai::tool_responses`].
-pub fn genai_tool_responses(results: &[ToolResult]) -> Vec<Value> {
-    genai::tool_responses(results)
 }

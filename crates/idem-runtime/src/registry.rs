@@ -1,7 +1,8 @@
 //! A registry of tools, looked up by name for dispatch from model output,
-//! and the source of tool definitions: each provider's are written in
-//! [`provider`](crate::provider) (MCP's in the `idem` crate's `mcp`
-//! module).
+//! and the source of tool definitions: each provider's are written by its
+//! [`Provider`](crate::provider::Provider), as
+//! [`Registry::tools_for::<P>`](Registry::tools_for) (MCP's in the `idem`
+//! crate's `mcp` module).
 
 use std::collections::HashMap;
 use std::fmt;

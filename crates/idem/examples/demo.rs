@@ -11,8 +11,8 @@ use std::sync::atomic::Ordering;
 
 use common::{charge_card, delete_account, lookup_customer, send_email, App, Charge};
 use idem::approval::{ApprovalDecision, Callback};
-use idem::dispatch::{anthropic_reply, openai_messages};
 use idem::prelude::*;
+use idem::provider::{Anthropic, OpenAi, Provider};
 use serde_json::json;
 
 fn step(title: &str) {
@@ -87,8 +87,8 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         {"id": "call_demo_email", "type": "function",
          "function": {"name": "send_email", "arguments": "{\"to\":\"ada@example.com\",\"subject\":\"Your invoice\"}"}}
     ]});
-    let results = dispatcher.openai(&openai, &run).await?;
-    for (r, m) in results.iter().zip(openai_messages(&results)) {
+    let results = dispatcher.handle::<OpenAi>(&openai, &run).await?;
+    for (r, m) in results.iter().zip(OpenAi::reply(&results)) {
         say(format!(
             "{:<16} {:<36} → {}",
             r.tool,
@@ -98,7 +98,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     step("2. The model did not see the result and sends the same call again");
-    let again = dispatcher.openai(&openai, &run).await?;
+    let again = dispatcher.handle::<OpenAi>(&openai, &run).await?;
     say(format!("{:<16} {}", again[1].tool, how(&again[1])));
 
     step("3. Anthropic message: a reminder, a new call id — a new, legitimate email");
@@ -107,8 +107,8 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         {"type": "tool_use", "id": "toolu_demo_reminder", "name": "send_email",
          "input": {"to": "ada@example.com", "subject": "Reminder: invoice due"}}
     ]});
-    let results = dispatcher.anthropic(&anthropic, &run).await?;
-    let reply = anthropic_reply(&results);
+    let results = dispatcher.handle::<Anthropic>(&anthropic, &run).await?;
+    let reply = Anthropic::reply(&results);
     say(format!(
         "{:<16} {:<36} → {}",
         results[0].tool,
@@ -136,7 +136,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
     let delete = json!({"tool_calls": [{"id": "call_demo_delete", "type": "function",
         "function": {"name": "delete_account", "arguments": "{\"customer\":\"mallory\"}"}}]});
     for _ in 0..2 {
-        let r = dispatcher.openai(&delete, &run).await?;
+        let r = dispatcher.handle::<OpenAi>(&delete, &run).await?;
         match &r[0].result {
             Err(IdemError::ApprovalPending { key, .. }) => say(format!(
                 "{:<16} awaits approval, nothing ran: `idem approve {} --by you`, then run the demo again",
@@ -147,7 +147,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
                 "{:<16} {:<36} → {}",
                 r[0].tool,
                 how(&r[0]),
-                openai_messages(&r)[0]["content"]
+                OpenAi::reply(&r)[0]["content"]
                     .as_str()
                     .unwrap_or_default()
             )),
@@ -159,7 +159,7 @@ async fn demo() -> Result<(), Box<dyn std::error::Error>> {
         executor.replaying(),
         tools![lookup_customer, send_email, charge_card, delete_account],
     );
-    for r in replay.openai(&openai, &run).await? {
+    for r in replay.handle::<OpenAi>(&openai, &run).await? {
         say(format!("{:<16} {}", r.tool, how(&r)));
     }
 

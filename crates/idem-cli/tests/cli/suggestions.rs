@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crate::support::tools::{charge_card, delete_call, dispatcher, executor, App, Charge};
 use crate::support::Idem;
-use idem::dispatch::openai_messages;
 use idem::key::{derive_key, Fingerprint, KeyInput, KeySource, Namespace};
 use idem::prelude::*;
+use idem::provider::{OpenAi, Provider};
 use idem::record::CallInfoRef;
 use idem::store::{ClaimOutcome, ClaimRequest};
 use idem_testkit::TempDir;
@@ -48,7 +48,7 @@ async fn set_up(situation: Situation) -> (TempDir, Idem, Vec<String>) {
                 panic!("not pending: {:?}", result.result);
             };
             texts.push(e.to_string());
-            let message = &openai_messages(std::slice::from_ref(&result))[0];
+            let message = &OpenAi::reply(std::slice::from_ref(&result))[0];
             texts.push(message["content"].as_str().unwrap().to_owned());
             key.clone()
         }

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use idem::prelude::*;
+use idem::provider::OpenAi;
 use idem::{KeyMaterial, KeySpec, Reconciled, RetryPolicy};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -354,7 +355,7 @@ async fn tools_builds_a_registry_the_dispatcher_can_call_by_name() {
             "refund"
         ]
     );
-    let openai = registry.openai_tools();
+    let openai = registry.tools_for::<OpenAi>();
     let described = openai
         .as_array()
         .unwrap()

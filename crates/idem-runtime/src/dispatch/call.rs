@@ -1,5 +1,5 @@
 //! What a call and its result are, whatever the provider: the types every
-//! [`provider`](crate::provider) module reads and writes (re-exported by
+//! [`Provider`](crate::provider::Provider) reads and writes (re-exported by
 //! [`dispatch`](super)), kept apart from the [`Dispatcher`](super::Dispatcher)
 //! so that the providers depend on them and not on the dispatcher.
 
@@ -10,11 +10,15 @@ use crate::executor::{CallMeta, CallOutput};
 
 /// One tool call as a model emitted it.
 ///
-/// Read from a provider's JSON by the `parse` of each
-/// [`provider`](crate::provider) ([`openai::parse`](crate::provider::openai::parse), [`anthropic::parse`](crate::provider::anthropic::parse),
-/// [`openai_responses::parse`](crate::provider::openai_responses::parse), [`genai::parse`](crate::provider::genai::parse)); with the
-/// `async-openai` feature, converted from async-openai's chat-completions
-/// tool calls (`ToolCall::from`, `ToolCall::try_from`).
+/// Read from a provider's JSON by its [`Provider::parse`]
+/// ([`OpenAi`](crate::provider::OpenAi),
+/// [`OpenAiResponses`](crate::provider::OpenAiResponses),
+/// [`Anthropic`](crate::provider::Anthropic),
+/// [`Genai`](crate::provider::Genai)); with the `async-openai` feature,
+/// converted from async-openai's chat-completions tool calls
+/// (`ToolCall::from`, `ToolCall::try_from`).
+///
+/// [`Provider::parse`]: crate::provider::Provider::parse
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
     /// The provider's call id.
@@ -60,7 +64,12 @@ pub enum DispatchError {
     },
 }
 
-/// The result of one call, ready to send back to the model.
+/// The result of one call, ready to send back to the model in a
+/// provider's shape: [`Provider::result`] of it, or [`Provider::reply`] of
+/// a message's results.
+///
+/// [`Provider::result`]: crate::provider::Provider::result
+/// [`Provider::reply`]: crate::provider::Provider::reply
 #[derive(Debug, Clone)]
 pub struct ToolResult {
     /// The provider's call id.

@@ -3,10 +3,17 @@
 //!
 //! async-openai deserializes the provider's `tool_calls` into
 //! [`ChatCompletionMessageToolCalls`]; each function call converts into a
-//! [`ToolCall`] keyed by its `id`, exactly as [`openai::parse`] reads the
+//! [`ToolCall`] keyed by its `id`, exactly as [`OpenAi::parse`] reads the
 //! same call from the provider's JSON, so both routes give one key.
 //!
-//! [`openai::parse`]: super::openai::parse
+//! These are conversions of typed values, not a [`Provider`] of JSON
+//! messages: run the converted calls with
+//! [`Dispatcher::dispatch`](crate::dispatch::Dispatcher::dispatch), and
+//! answer them as [`OpenAi`] does.
+//!
+//! [`OpenAi::parse`]: super::Provider::parse
+//! [`OpenAi`]: super::OpenAi
+//! [`Provider`]: super::Provider
 
 use async_openai::types::chat::{ChatCompletionMessageToolCall, ChatCompletionMessageToolCalls};
 

@@ -12,11 +12,9 @@
 use crate::common::*;
 use std::sync::atomic::Ordering;
 
-use idem::dispatch::{
-    anthropic_reply, genai_tool_responses, openai_messages, parse_genai, Arguments, DispatchError,
-    ToolResult,
-};
+use idem::dispatch::{Arguments, DispatchError, ToolResult};
 use idem::prelude::*;
+use idem::provider::{Anthropic, Genai, OpenAi, Provider};
 use serde_json::{json, Value};
 
 fn transcript(name: &str) -> Value {
@@ -62,11 +60,11 @@ async fn a_genai_response_to_an_openai_completion_has_the_openai_keys() {
     let run = RunContext::default();
 
     let by_openai = d
-        .openai(&transcript("openai_chat_completion.json"), &run)
+        .handle::<OpenAi>(&transcript("openai_chat_completion.json"), &run)
         .await
         .unwrap();
     let by_genai = d
-        .genai(&transcript("genai_openai_chat_response.json"), &run)
+        .handle::<Genai>(&transcript("genai_openai_chat_response.json"), &run)
         .await
         .unwrap();
 
@@ -76,8 +74,8 @@ async fn a_genai_response_to_an_openai_completion_has_the_openai_keys() {
 
     // Answered as genai `ToolResponse`s, with the content the OpenAI
     // route sends.
-    let responses = genai_tool_responses(&by_genai);
-    let messages = openai_messages(&by_openai);
+    let responses = Genai::reply(&by_genai);
+    let messages = OpenAi::reply(&by_openai);
     for (response, message) in responses.iter().zip(&messages) {
         assert_eq!(response["call_id"], message["tool_call_id"]);
         assert_eq!(parsed(&response["content"]), parsed(&message["content"]));
@@ -92,17 +90,17 @@ async fn a_genai_response_to_an_anthropic_message_has_the_anthropic_keys() {
     let run = RunContext::default();
 
     let by_anthropic = d
-        .anthropic(&transcript("anthropic_message.json"), &run)
+        .handle::<Anthropic>(&transcript("anthropic_message.json"), &run)
         .await
         .unwrap();
     let by_genai = d
-        .genai(&transcript("genai_anthropic_chat_response.json"), &run)
+        .handle::<Genai>(&transcript("genai_anthropic_chat_response.json"), &run)
         .await
         .unwrap();
 
     same_keys_as_the_provider_route(&by_anthropic, &by_genai).await;
-    let blocks = &anthropic_reply(&by_anthropic)["content"];
-    let responses = genai_tool_responses(&by_genai);
+    let blocks = &Anthropic::reply(&by_anthropic)["content"];
+    let responses = Genai::reply(&by_genai);
     assert_eq!(responses[2]["call_id"], blocks[2]["tool_use_id"]);
     assert_eq!(
         parsed(&responses[2]["content"]),
@@ -114,7 +112,7 @@ async fn a_genai_response_to_an_anthropic_message_has_the_anthropic_keys() {
 #[test]
 fn genai_tool_calls_parse_in_every_form_genai_serializes() {
     let response = transcript("genai_openai_chat_response.json");
-    let from_response = parse_genai(&response).unwrap();
+    let from_response = Genai::parse(&response).unwrap();
     assert_eq!(from_response.len(), 3);
 
     // `ChatResponse::tool_calls()`, serialized: the bare calls.
@@ -125,14 +123,14 @@ fn genai_tool_calls_parse_in_every_form_genai_serializes() {
         .map(|part| part["ToolCall"].clone())
         .collect();
     assert_eq!(
-        parse_genai(&Value::from(bare.clone())).unwrap(),
+        Genai::parse(&Value::from(bare.clone())).unwrap(),
         from_response
     );
     // One `ToolCall`.
-    assert_eq!(parse_genai(&bare[2]).unwrap(), from_response[2..]);
+    assert_eq!(Genai::parse(&bare[2]).unwrap(), from_response[2..]);
     // A `ChatMessage` (the assistant turn appended to the conversation).
     let message = json!({"role": "Assistant", "content": response["content"]});
-    assert_eq!(parse_genai(&message).unwrap(), from_response);
+    assert_eq!(Genai::parse(&message).unwrap(), from_response);
 
     assert_eq!(
         from_response[2].id.as_deref(),
@@ -145,9 +143,38 @@ fn genai_tool_calls_parse_in_every_form_genai_serializes() {
     // Arguments genai could not parse (a streamed call) stay text.
     let unparsed = json!({"call_id": "c", "fn_name": "send_email", "fn_arguments": "{\"to\":"});
     assert_eq!(
-        parse_genai(&unparsed).unwrap()[0].arguments,
+        Genai::parse(&unparsed).unwrap()[0].arguments,
         Arguments::Text("{\"to\":".into())
     );
+}
+
+/// genai's `Tool` is `{"name", "description", "schema"}` (genai 0.4 to
+/// 0.7; `config` and the rest are optional): each tool's name, description
+/// and input schema, as the other providers describe it.
+#[test]
+fn genai_tools_are_genai_tool_values_of_the_registry() {
+    let registry = registry();
+    let tools = registry.tools_for::<Genai>();
+    let chat = registry.tools_for::<OpenAi>();
+    assert_eq!(tools, Genai::tools(&registry));
+    assert_eq!(tools.as_array().unwrap().len(), registry.len());
+    for (tool, chat) in tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(chat.as_array().unwrap())
+    {
+        let function = &chat["function"];
+        assert_eq!(
+            *tool,
+            json!({
+                "name": function["name"],
+                "description": function["description"],
+                "schema": function["parameters"],
+            })
+        );
+    }
+    assert_eq!(tools[1]["name"], "send_email");
 }
 
 #[tokio::test]
@@ -161,7 +188,7 @@ async fn a_malformed_genai_item_is_a_typed_error_and_nothing_runs() {
         .remove("call_id");
 
     let err = d
-        .genai(&response, &RunContext::default())
+        .handle::<Genai>(&response, &RunContext::default())
         .await
         .unwrap_err();
     assert!(matches!(err, DispatchError::MalformedItem { index: 2, .. }));
@@ -171,7 +198,7 @@ async fn a_malformed_genai_item_is_a_typed_error_and_nothing_runs() {
         "{err}"
     );
     assert!(matches!(
-        parse_genai(&json!({"content": [42]})),
+        Genai::parse(&json!({"content": [42]})),
         Err(DispatchError::MalformedItem { index: 0, .. })
     ));
     assert_eq!(app.mail.requests.load(Ordering::SeqCst), 0);
@@ -210,10 +237,10 @@ mod async_openai {
         let response: CreateChatCompletionResponse = serde_json::from_value(json.clone()).unwrap();
 
         let calls = typed_calls(&response);
-        assert_eq!(calls, idem::dispatch::parse_openai(&json).unwrap());
+        assert_eq!(calls, OpenAi::parse(&json).unwrap());
 
         let by_typed = d.dispatch(calls, &run).await;
-        let by_json = d.openai(&json, &run).await.unwrap();
+        let by_json = d.handle::<OpenAi>(&json, &run).await.unwrap();
         assert_eq!(keys(&by_json), keys(&by_typed));
         assert!(by_json[1].deduplicated() && by_json[2].deduplicated());
         assert_eq!(app.mail.requests.load(Ordering::SeqCst), 1);

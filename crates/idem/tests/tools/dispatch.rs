@@ -6,10 +6,9 @@
 use crate::common::*;
 use std::sync::atomic::Ordering;
 
-use idem::dispatch::{
-    anthropic_reply, openai_messages, openai_responses_input, DispatchError, ToolResult,
-};
+use idem::dispatch::{DispatchError, ToolResult};
 use idem::prelude::*;
+use idem::provider::{Anthropic, OpenAi, OpenAiResponses, Provider};
 use serde_json::{json, Value};
 
 fn transcript(name: &str) -> Value {
@@ -45,10 +44,10 @@ async fn an_openai_response_is_dispatched_and_answered_in_order() {
     let response = transcript("openai_chat_completion.json");
 
     let results = d
-        .openai(&response, &RunContext::new("run-1", 1))
+        .handle::<OpenAi>(&response, &RunContext::new("run-1", 1))
         .await
         .unwrap();
-    let messages = openai_messages(&results);
+    let messages = OpenAi::reply(&results);
 
     assert_eq!(messages.len(), 3);
     assert_eq!(
@@ -69,10 +68,10 @@ async fn an_openai_response_is_dispatched_and_answered_in_order() {
 
     // The same response delivered again (a retried request): nothing new.
     let again = d
-        .openai(&response, &RunContext::new("run-1", 1))
+        .handle::<OpenAi>(&response, &RunContext::new("run-1", 1))
         .await
         .unwrap();
-    assert_eq!(openai_messages(&again), messages);
+    assert_eq!(OpenAi::reply(&again), messages);
     assert!(again[1].deduplicated() && again[2].deduplicated());
     assert!(!again[0].deduplicated(), "reads re-execute");
     assert_eq!(app.mail.delivered().len(), 1);
@@ -86,10 +85,10 @@ async fn an_anthropic_message_is_dispatched_and_answered_as_tool_results() {
     let message = transcript("anthropic_message.json");
 
     let results = d
-        .anthropic(&message, &RunContext::new("run-1", 1))
+        .handle::<Anthropic>(&message, &RunContext::new("run-1", 1))
         .await
         .unwrap();
-    let reply = anthropic_reply(&results);
+    let reply = Anthropic::reply(&results);
 
     assert_eq!(reply["role"], "user");
     let blocks = reply["content"].as_array().unwrap();
@@ -101,10 +100,10 @@ async fn an_anthropic_message_is_dispatched_and_answered_as_tool_results() {
     assert_eq!(content(&blocks[1]), json!({"message_id": "msg_1"}));
 
     let again = d
-        .anthropic(&message, &RunContext::new("run-1", 1))
+        .handle::<Anthropic>(&message, &RunContext::new("run-1", 1))
         .await
         .unwrap();
-    assert_eq!(anthropic_reply(&again), reply);
+    assert_eq!(Anthropic::reply(&again), reply);
     assert_eq!(app.mail.delivered().len(), 1);
 }
 
@@ -126,8 +125,9 @@ async fn bad_calls_are_error_results_and_nothing_runs() {
             {"id": "c6", "type": "function", "function": {"name": "send_email", "arguments": "{\"to\": \"ada@example.com\", \"subject\": \"s\"}"}}
         ]
     });
-    let results = d.openai(&response, &RunContext::default()).await.unwrap();
-    let errors: Vec<Value> = openai_messages(&results)
+    let run = RunContext::default();
+    let results = d.handle::<OpenAi>(&response, &run).await.unwrap();
+    let errors: Vec<Value> = OpenAi::reply(&results)
         .iter()
         .map(|m| content(m)["error"].clone())
         .collect();
@@ -169,8 +169,9 @@ async fn a_write_without_call_id_or_run_is_an_error_result() {
     let message = json!({"content": [
         {"type": "tool_use", "name": "create_ticket", "input": {"title": "t", "priority": 1}}
     ]});
-    let results = d.anthropic(&message, &RunContext::default()).await.unwrap();
-    let block = &anthropic_reply(&results)["content"][0];
+    let run = RunContext::default();
+    let results = d.handle::<Anthropic>(&message, &run).await.unwrap();
+    let block = &Anthropic::reply(&results)["content"][0];
     assert_eq!(block["is_error"], true);
     assert_eq!(content(block)["error"]["code"], "invalid_key");
     assert!(app.tickets.created.lock().unwrap().is_empty());
@@ -185,15 +186,15 @@ async fn a_reused_call_id_with_other_arguments_is_an_error_result() {
             {"type": "tool_use", "id": "toolu_1", "name": "create_ticket", "input": {"title": title, "priority": 1}}
         ]})
     };
-    d.anthropic(&call("first"), &RunContext::default())
+    d.handle::<Anthropic>(&call("first"), &RunContext::default())
         .await
         .unwrap();
     let results = d
-        .anthropic(&call("second"), &RunContext::default())
+        .handle::<Anthropic>(&call("second"), &RunContext::default())
         .await
         .unwrap();
     assert_eq!(
-        content(&results[0].to_anthropic())["error"]["code"],
+        content(&Anthropic::result(&results[0]))["error"]["code"],
         "key_reused"
     );
     assert_eq!(*app.tickets.created.lock().unwrap(), ["first"]);
@@ -203,19 +204,19 @@ async fn a_reused_call_id_with_other_arguments_is_an_error_result() {
 async fn a_message_in_the_wrong_shape_is_a_typed_error() {
     let d = dispatcher(&App::default());
     let err = d
-        .openai(&json!({"tool_calls": {"id": "x"}}), &RunContext::default())
+        .handle::<OpenAi>(&json!({"tool_calls": {"id": "x"}}), &RunContext::default())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("not an array"), "{err}");
     let err = d
-        .anthropic(&json!({"role": "assistant"}), &RunContext::default())
+        .handle::<Anthropic>(&json!({"role": "assistant"}), &RunContext::default())
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no `content`"), "{err}");
 
     // A bad item is named by its index, and none of the calls runs.
     let err = d
-        .openai(
+        .handle::<OpenAi>(
             &json!({"tool_calls": [
                 {"id": "c1", "type": "function", "function": {"name": "lookup_customer", "arguments": "{}"}},
                 {"id": "c2", "type": "function", "function": {"arguments": "{}"}}
@@ -237,7 +238,7 @@ async fn a_message_in_the_wrong_shape_is_a_typed_error() {
 #[test]
 fn tool_definitions_export_for_every_provider_from_one_registry() {
     let registry = registry();
-    let openai = registry.openai_tools();
+    let openai = registry.tools_for::<OpenAi>();
     let send = &openai[1];
     assert_eq!(send["type"], "function");
     assert_eq!(send["function"]["name"], "send_email");
@@ -255,7 +256,7 @@ fn tool_definitions_export_for_every_provider_from_one_registry() {
         "Recipient address."
     );
 
-    let anthropic = registry.anthropic_tools();
+    let anthropic = registry.tools_for::<Anthropic>();
     assert_eq!(anthropic[1]["input_schema"], send["function"]["parameters"]);
 
     // MCP: each tool's annotations come from its class.
@@ -291,8 +292,9 @@ async fn arguments_that_break_a_schema_rule_are_refused_before_running() {
         {"type": "tool_use", "id": "toolu_9", "name": "create_ticket",
          "input": {"title": "Invoice question", "priority": 9}}
     ]});
-    let results = d.anthropic(&message, &RunContext::default()).await.unwrap();
-    let error = content(&results[0].to_anthropic())["error"].clone();
+    let run = RunContext::default();
+    let results = d.handle::<Anthropic>(&message, &run).await.unwrap();
+    let error = content(&Anthropic::result(&results[0]))["error"].clone();
     assert_eq!(error["code"], "invalid_arguments");
     let message = error["message"].as_str().unwrap();
     assert!(
@@ -305,7 +307,7 @@ async fn arguments_that_break_a_schema_rule_are_refused_before_running() {
         {"type": "tool_use", "id": "toolu_9", "name": "create_ticket",
          "input": {"title": "Invoice question", "priority": 2}}
     ]});
-    let results = d.anthropic(&fixed, &RunContext::default()).await.unwrap();
+    let results = d.handle::<Anthropic>(&fixed, &run).await.unwrap();
     assert!(!results[0].is_error(), "{:?}", results[0].result);
 }
 
@@ -347,7 +349,7 @@ async fn an_integral_float_is_an_integer_with_the_same_key_and_result() {
         let app = App::default();
         let arguments = format!(r#"{{"amount_cents": {amount}, "rate": 2.5}}"#);
         let results = transfer_dispatcher(&app)
-            .openai(
+            .handle::<OpenAi>(
                 &transfer_call("call_q7Zt", &arguments),
                 &RunContext::default(),
             )
@@ -376,11 +378,11 @@ async fn an_integral_float_is_an_integer_with_the_same_key_and_result() {
     for amount in ["1000", "1000.0"] {
         let arguments = format!(r#"{{"amount_cents": {amount}, "rate": 2.5}}"#);
         let call = transfer_call("call_q7Zt", &arguments);
-        answers.extend(d.openai(&call, &run).await.unwrap());
+        answers.extend(d.handle::<OpenAi>(&call, &run).await.unwrap());
     }
     let anthropic = json!({"content": [{"type": "tool_use", "id": "call_q7Zt", "name": "transfer",
                                         "input": {"amount_cents": 1e3, "rate": 2.5}}]});
-    answers.extend(d.anthropic(&anthropic, &run).await.unwrap());
+    answers.extend(d.handle::<Anthropic>(&anthropic, &run).await.unwrap());
     let (first, duplicates) = answers.split_first().unwrap();
     for duplicate in duplicates {
         assert!(duplicate.deduplicated(), "{:?}", duplicate.result);
@@ -394,7 +396,7 @@ async fn an_integral_float_is_an_integer_with_the_same_key_and_result() {
 async fn a_fractional_number_for_an_integer_field_is_refused() {
     let app = App::default();
     let results = transfer_dispatcher(&app)
-        .openai(
+        .handle::<OpenAi>(
             &transfer_call("call_q7Zt", r#"{"amount_cents": 1000.5, "rate": 2.5}"#),
             &RunContext::default(),
         )
@@ -417,7 +419,7 @@ async fn a_float_field_keeps_its_value() {
     let app = App::default();
     let d = transfer_dispatcher(&app);
     let results = d
-        .openai(
+        .handle::<OpenAi>(
             &json!({"tool_calls": [
                 {"id": "call_a", "type": "function", "function": {"name": "transfer",
                  "arguments": "{\"amount_cents\": 1, \"rate\": 2.5}"}},
@@ -460,10 +462,10 @@ async fn a_responses_api_response_is_dispatched_and_answered_with_function_call_
     let response = transcript("openai_responses.json");
 
     let results = d
-        .openai_responses(&response, &RunContext::new("run-1", 1))
+        .handle::<OpenAiResponses>(&response, &RunContext::new("run-1", 1))
         .await
         .unwrap();
-    let input = openai_responses_input(&results);
+    let input = OpenAiResponses::reply(&results);
 
     // The reasoning and message items are skipped; the calls answered in order.
     assert_eq!(input.len(), 2);
@@ -492,10 +494,10 @@ async fn a_responses_api_response_is_dispatched_and_answered_with_function_call_
     // The same response delivered again (a retried request): the same
     // items, from the records; no second email, no second ticket.
     let again = d
-        .openai_responses(&response, &RunContext::new("run-1", 1))
+        .handle::<OpenAiResponses>(&response, &RunContext::new("run-1", 1))
         .await
         .unwrap();
-    assert_eq!(openai_responses_input(&again), input);
+    assert_eq!(OpenAiResponses::reply(&again), input);
     assert!(again.iter().all(ToolResult::deduplicated));
     assert_eq!(app.mail.delivered().len(), 1);
     assert_eq!(app.tickets.created.lock().unwrap().len(), 1);
@@ -511,7 +513,7 @@ async fn the_same_call_twice_runs_once_and_the_second_is_deduplicated() {
     ]));
 
     let results = d
-        .openai_responses(&twice, &RunContext::default())
+        .handle::<OpenAiResponses>(&twice, &RunContext::default())
         .await
         .unwrap();
 
@@ -538,9 +540,9 @@ async fn one_call_id_is_one_key_on_the_chat_completions_and_responses_routes() {
         "function": {"name": "send_email", "arguments": "{\"to\":\"ada@example.com\",\"subject\":\"Your invoice\",\"body\":\"Hello Ada, your November invoice is attached.\"}"}
     }]});
 
-    let by_chat = d.openai(&chat, &run).await.unwrap();
+    let by_chat = d.handle::<OpenAi>(&chat, &run).await.unwrap();
     let by_responses = d
-        .openai_responses(&transcript("openai_responses.json"), &run)
+        .handle::<OpenAiResponses>(&transcript("openai_responses.json"), &run)
         .await
         .unwrap();
 
@@ -549,8 +551,8 @@ async fn one_call_id_is_one_key_on_the_chat_completions_and_responses_routes() {
     assert_eq!(responses_meta.key.as_ref(), Some(&chat_key));
     assert!(responses_meta.deduplicated);
     assert_eq!(
-        output(&openai_responses_input(&by_responses)[0]),
-        serde_json::from_str::<Value>(openai_messages(&by_chat)[0]["content"].as_str().unwrap())
+        output(&OpenAiResponses::reply(&by_responses)[0]),
+        serde_json::from_str::<Value>(OpenAi::reply(&by_chat)[0]["content"].as_str().unwrap())
             .unwrap()
     );
     assert_eq!(app.mail.delivered().len(), 1);
@@ -588,7 +590,7 @@ async fn malformed_items_are_typed_errors_naming_the_index_and_nothing_runs() {
     ];
     for (bad, detail) in cases {
         let err = d
-            .openai_responses(
+            .handle::<OpenAiResponses>(
                 &response(json!([reasoning, good, bad])),
                 &RunContext::default(),
             )
@@ -617,7 +619,7 @@ async fn malformed_items_are_typed_errors_naming_the_index_and_nothing_runs() {
         ),
     ] {
         let err = d
-            .openai_responses(&bad, &RunContext::default())
+            .handle::<OpenAiResponses>(&bad, &RunContext::default())
             .await
             .unwrap_err();
         assert!(matches!(err, DispatchError::Malformed { .. }), "{err:?}");
@@ -641,10 +643,10 @@ async fn a_bad_call_is_an_error_output_the_model_can_read() {
         send_email_call("call_c")
     ]);
     let results = d
-        .openai_responses(&response(items), &RunContext::default())
+        .handle::<OpenAiResponses>(&response(items), &RunContext::default())
         .await
         .unwrap();
-    let input = openai_responses_input(&results);
+    let input = OpenAiResponses::reply(&results);
 
     assert_eq!(input[0]["call_id"], "call_a");
     assert_eq!(output(&input[0])["error"]["code"], "unknown_tool");
@@ -660,8 +662,8 @@ async fn a_bad_call_is_an_error_output_the_model_can_read() {
 #[test]
 fn tool_definitions_export_in_the_responses_api_shape() {
     let registry = registry();
-    let tools = registry.openai_responses_tools();
-    let chat = registry.openai_tools();
+    let tools = registry.tools_for::<OpenAiResponses>();
+    let chat = registry.tools_for::<OpenAi>();
     let tools = tools.as_array().unwrap();
     assert_eq!(tools.len(), registry.len());
     for (tool, chat) in tools.iter().zip(chat.as_array().unwrap()) {

@@ -11,6 +11,7 @@ use crate::common::*;
 use idem::clock::ManualClock;
 use idem::dispatch::{Arguments, ToolCall};
 use idem::prelude::*;
+use idem::provider::{OpenAi, Provider};
 
 fn email() -> SendEmail {
     SendEmail {
@@ -123,8 +124,8 @@ async fn model_repeats_a_call_with_the_same_id_and_gets_the_recorded_result() {
     assert!(!first.deduplicated());
     assert!(second.deduplicated());
     assert_eq!(
-        first.to_openai(),
-        second.to_openai(),
+        OpenAi::result(&first),
+        OpenAi::result(&second),
         "the model sees the same result"
     );
     assert_eq!(app.mail.delivered().len(), 1);
