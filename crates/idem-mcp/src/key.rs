@@ -21,6 +21,7 @@
 //! `step` source); the executor derives the key, so the key is namespaced
 //! and versioned as on every other route.
 
+use idem_runtime::text::json_type;
 use serde_json::Value;
 
 /// The `_meta` field of a `tools/call` request that carries its
@@ -223,18 +224,6 @@ fn unquote(text: &str) -> &str {
     text.strip_prefix('"')
         .and_then(|t| t.strip_suffix('"'))
         .unwrap_or(text)
-}
-
-/// "a string", "a number", … for messages.
-fn json_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use serde_json::Value;
 use crate::class::ClassKind;
 use crate::error::ToolError;
 use crate::key::{IdempotencyKey, Namespace};
-use crate::record::Fence;
+use crate::record::{Fence, RESERVED_STEP_PREFIX};
 use crate::store::Store;
 
 /// The context handed to every tool call: its key (to pass downstream),
@@ -38,9 +38,7 @@ struct Shared {
     lease: Option<LeaseWatch>,
 }
 
-/// The step under which [`ToolCtx::intent`] records what a tool is about
-/// to do.
-pub const INTENT_STEP: &str = "idem:intent";
+pub use crate::record::INTENT_STEP;
 
 /// Tells a running tool that its call no longer owns its key: a renewal
 /// found a newer owner or could not reach the store, or the lease's
@@ -363,9 +361,10 @@ impl ToolCtx {
         F: FnOnce() -> Fut,
         Fut: Future<Output = Result<T, ToolError>>,
     {
-        if name.starts_with("idem:") {
+        if name.starts_with(RESERVED_STEP_PREFIX) {
             return Err(ToolError::permanent(format!(
-                "step name `{name}` is reserved: names starting with `idem:` belong to idem"
+                "step name `{name}` is reserved: names starting with \
+                 `{RESERVED_STEP_PREFIX}` belong to idem"
             )));
         }
         let Some(log) = &self.call.steps else {

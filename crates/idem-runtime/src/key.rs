@@ -32,6 +32,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+
+use crate::text::json_type;
 use sha2::{Digest, Sha256};
 
 use crate::canonical::{self, CanonicalError};
@@ -453,18 +455,6 @@ impl CanonicalArgs {
             Sha256::digest(text.as_bytes()).into(),
         )));
         CanonicalArgs { text, fingerprint }
-    }
-}
-
-/// The name of a JSON value's type, for error messages.
-pub(crate) fn json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 

@@ -133,7 +133,10 @@ impl CallEnv<'_> {
     /// ([`FastPath::claim_local`](crate::store::FastPath::claim_local)): the
     /// in-memory store always, SQLite for a completed call. `None`: claim
     /// the usual way, which also waits for an owner in flight.
-    pub(super) fn claim_local(&self, call: &CallKey) -> Option<Result<Claimed<'static>, IdemError>> {
+    pub(super) fn claim_local(
+        &self,
+        call: &CallKey,
+    ) -> Option<Result<Claimed<'static>, IdemError>> {
         let sent = tokio::time::Instant::now();
         match self.store().fast_path()?.claim_local(&self.request(call))? {
             Err(e) => Some(Err(self.store_err(e))),
@@ -202,7 +205,10 @@ impl CallEnv<'_> {
     ///
     /// `call.key` may change: it ends as the key of the record that
     /// answers the call, or that the call owns.
-    pub(super) async fn claim_windowed(&self, call: &mut CallKey) -> Result<Claimed<'static>, IdemError> {
+    pub(super) async fn claim_windowed(
+        &self,
+        call: &mut CallKey,
+    ) -> Result<Claimed<'static>, IdemError> {
         // Each round either settles or moves to a neighbouring window; two
         // calls releasing each other converge on the current window.
         for _ in 0..16 {

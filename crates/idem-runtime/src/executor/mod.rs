@@ -77,19 +77,13 @@ use crate::tool::{Tool, ToolSpec};
 pub use builder::{ExecutorBuilder, ExecutorConfig, InFlightPolicy, DEFAULT_LEASE};
 pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunContext};
 pub use metrics::MetricsSnapshot;
+use telemetry::Progress;
 #[cfg(feature = "otel")]
 pub use telemetry::{Meter, OTEL_SCOPE};
-use telemetry::Progress;
 
 use metrics::Metrics;
 
-pub use crate::record::APPROVAL_STEP;
-/// The step name under which the number of the attempt about to start is
-/// recorded, before the tool body runs, for classes that are never re-run
-/// (`non_idempotent_write`, `irreversible`), and before every retry. A
-/// takeover that finds no such step knows the previous owner never started
-/// the tool, so the call simply runs.
-pub const ATTEMPT_STEP: &str = "idem:attempt";
+pub use crate::record::{APPROVAL_STEP, ATTEMPT_STEP};
 
 /// Where an irreversible call's approval comes from.
 #[derive(Debug, Clone)]
@@ -415,7 +409,10 @@ struct Rest<'a, A> {
     args: A,
     /// For a keyed class: the key, and the claim if the store answered it
     /// on this thread.
-    key: Option<(key::CallKey, Option<Result<claim::Claimed<'static>, IdemError>>)>,
+    key: Option<(
+        key::CallKey,
+        Option<Result<claim::Claimed<'static>, IdemError>>,
+    )>,
 }
 
 impl Core {

@@ -198,7 +198,11 @@ impl CallEnv<'_> {
 
     /// Record or release the key after a failure, as the class and the
     /// error's kind say; see the module docs.
-    async fn settle_failure(&self, owner: &Owner<'_>, error: ToolError) -> Result<Settled, IdemError> {
+    async fn settle_failure(
+        &self,
+        owner: &Owner<'_>,
+        error: ToolError,
+    ) -> Result<Settled, IdemError> {
         match error.kind() {
             ErrorKind::Permanent => {
                 let failure = StoredFailure {
@@ -221,7 +225,11 @@ impl CallEnv<'_> {
         }
     }
 
-    pub(super) async fn complete(&self, owner: &Owner<'_>, outcome: Outcome) -> Result<(), IdemError> {
+    pub(super) async fn complete(
+        &self,
+        owner: &Owner<'_>,
+        outcome: Outcome,
+    ) -> Result<(), IdemError> {
         // An unknown outcome is kept until a person settles it: "never
         // re-run" must not lapse into a second effect with the TTL.
         let ttl = match outcome {

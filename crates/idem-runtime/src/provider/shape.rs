@@ -8,7 +8,7 @@
 use serde_json::Value;
 
 use crate::dispatch::call::{Arguments, DispatchError};
-use crate::key::json_type;
+use crate::text::json_type;
 
 /// One provider's shape: its name in errors and the list holding its calls.
 pub(super) struct Shape {

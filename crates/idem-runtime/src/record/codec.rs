@@ -166,7 +166,7 @@ mod tests {
             fingerprint: Fingerprint::new("cd".repeat(32)),
             created_at: Timestamp(5),
             state,
-            steps: BTreeMap::from([("idem:attempt".to_owned(), Value::from(1))]),
+            steps: BTreeMap::from([(crate::record::ATTEMPT_STEP.to_owned(), Value::from(1))]),
             info: CallInfo {
                 namespace: Some("acme".into()),
                 ..CallInfo::default()

@@ -31,10 +31,30 @@ pub use state::{FailureCode, Fence, Outcome, OutputJson, RecordState, Status, St
 /// How long completed records are kept unless a tool says otherwise.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The prefix of the step names idem records itself (the approval, the
+/// attempt, the intent, a lease renewal); a tool's own step may not start
+/// with it.
+pub const RESERVED_STEP_PREFIX: &str = "idem:";
+
 /// The step name under which an approval decision is recorded: by the
 /// executor before an `irreversible` tool runs, or by an operator approving
 /// a call that awaits approval.
 pub const APPROVAL_STEP: &str = "idem:approval";
+
+/// The step name under which the number of the attempt about to start is
+/// recorded, before the tool body runs, for classes that are never re-run
+/// (`non_idempotent_write`, `irreversible`), and before every retry. A
+/// takeover that finds no such step knows the previous owner never started
+/// the tool, so the call simply runs.
+pub const ATTEMPT_STEP: &str = "idem:attempt";
+
+/// The step under which [`ToolCtx::intent`](crate::ctx::ToolCtx::intent)
+/// records what a tool is about to do.
+pub const INTENT_STEP: &str = "idem:intent";
+
+/// The step a lease renewal is recorded as by a store without a renewal
+/// of its own (the default [`Store::renew`](crate::store::Store::renew)).
+pub const LEASE_STEP: &str = "idem:lease";
 
 /// Everything a store keeps under a key.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]

@@ -250,7 +250,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     ///
     /// The executor calls it every third of the lease while the owner
     /// works. The default records the renewal as a checkpoint of the
-    /// reserved step `idem:lease`; stores override it with a write of the
+    /// reserved step [`LEASE_STEP`](crate::record::LEASE_STEP); stores override it with a write of the
     /// lease alone.
     async fn renew(
         &self,
@@ -258,7 +258,7 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
         fence: Fence,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        self.checkpoint(key, fence, "idem:lease", &Value::Null, lease)
+        self.checkpoint(key, fence, crate::record::LEASE_STEP, &Value::Null, lease)
             .await
     }
 

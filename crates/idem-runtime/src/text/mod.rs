@@ -1,7 +1,8 @@
 //! Text for a person's screen, the same in the `idem` program, the inbox
 //! and the proxy: what a record holds shown escaped ([`visible`]), cut to
-//! one line ([`clip`]), and durations as people write them
-//! ([`parse_duration`]).
+//! one line ([`clip`]), durations as people write them
+//! ([`parse_duration`]), and a JSON value's type as a message names it
+//! ([`json_type`]).
 
 mod escape;
 
@@ -54,6 +55,20 @@ pub fn parse_duration(text: &str) -> Option<Duration> {
         rest = rest[digits + unit_len..].trim_start();
     }
     Some(total)
+}
+
+/// The name of a JSON value's type as a message says it (`"a string"`,
+/// `"an object"`, `"null"`): "`to` must be a string, not a number".
+pub fn json_type(value: &serde_json::Value) -> &'static str {
+    use serde_json::Value;
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 #[cfg(test)]

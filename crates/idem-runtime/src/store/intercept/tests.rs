@@ -57,7 +57,7 @@ fn impl_methods(item: &syn::Item, self_ty: &str) -> Option<Vec<String>> {
 }
 
 const STORE_RS: &str = include_str!("../mod.rs");
-const INTERCEPT_RS: &str = include_str!("../intercept.rs");
+const INTERCEPT_RS: &str = include_str!("mod.rs");
 
 #[test]
 fn the_interceptor_forwards_every_method_of_the_store_trait() {

@@ -12,7 +12,7 @@ use idem_runtime::store::StoreError;
 
 macro_rules! script {
     ($file:literal) => {
-        concat!(include_str!("scripts/common.lua"), include_str!($file))
+        concat!(include_str!("common.lua"), include_str!($file))
     };
 }
 
@@ -21,8 +21,8 @@ macro_rules! script {
 macro_rules! audited_script {
     ($file:literal) => {
         concat!(
-            include_str!("scripts/common.lua"),
-            include_str!("scripts/audit.lua"),
+            include_str!("common.lua"),
+            include_str!("audit.lua"),
             include_str!($file)
         )
     };
@@ -42,14 +42,14 @@ pub(super) struct Scripts {
 impl Scripts {
     pub(super) fn new() -> Scripts {
         Scripts {
-            claim: Script::new(script!("scripts/claim.lua")),
-            checkpoint: Script::new(script!("scripts/checkpoint.lua")),
-            renew: Script::new(script!("scripts/renew.lua")),
-            complete: Script::new(script!("scripts/complete.lua")),
-            release: Script::new(script!("scripts/release.lua")),
-            replace: Script::new(audited_script!("scripts/replace.lua")),
-            get: Script::new(script!("scripts/get.lua")),
-            append_audit: Script::new(audited_script!("scripts/append_audit.lua")),
+            claim: Script::new(script!("claim.lua")),
+            checkpoint: Script::new(script!("checkpoint.lua")),
+            renew: Script::new(script!("renew.lua")),
+            complete: Script::new(script!("complete.lua")),
+            release: Script::new(script!("release.lua")),
+            replace: Script::new(audited_script!("replace.lua")),
+            get: Script::new(script!("get.lua")),
+            append_audit: Script::new(audited_script!("append_audit.lua")),
         }
     }
 

@@ -41,9 +41,9 @@ use serde_json::{json, Value};
 
 use crate::error::IdemError;
 use crate::executor::{CallOutput, Executor, RunContext};
-use crate::key::json_type;
 use crate::provider::Provider;
 use crate::registry::Registry;
+use crate::text::json_type;
 
 pub(crate) mod call;
 mod numbers;
