@@ -57,6 +57,7 @@ use idem_runtime::store::MemoryStore;
 use idem_runtime::{Namespace, Store};
 
 pub mod broken;
+pub mod claims;
 pub mod clock;
 mod faults;
 pub mod ledger;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::postgres_support::server_url;
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_testkit::servers::{claim_from_processes, run_child};
+use idem_testkit::claims::{claim_from_processes, run_child};
 use idem_testkit::store_cases::wake_up_latencies;
 
 // The entry point of the child processes of the multi-process test.

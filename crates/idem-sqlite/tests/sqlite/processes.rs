@@ -8,8 +8,9 @@ use std::time::Duration;
 use idem_conformance::random_key;
 use idem_runtime::store::Store;
 use idem_sqlite::SqliteStore;
-use idem_testkit::servers::{claim_from_processes, run_child, TempDir};
+use idem_testkit::claims::{claim_from_processes, run_child};
 use idem_testkit::store_cases::wake_up_latencies;
+use idem_testkit::TempDir;
 
 // The entry point of the child processes of the multi-process tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,7 +7,7 @@ use idem_runtime::store::Store;
 use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use idem_testkit::TempDir;
 
-use crate::classes::Class;
+use crate::class::Class;
 use crate::runtime;
 
 pub const FSYNC_CHILD: &str = "IDEM_BENCH_FSYNC_CHILD";

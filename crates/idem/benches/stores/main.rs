@@ -52,6 +52,7 @@
 mod common;
 
 mod backend;
+mod class;
 mod classes;
 mod config;
 mod fsync;

@@ -3,7 +3,8 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use crate::classes::{Class, ClassReport};
+use crate::class::Class;
+use crate::classes::ClassReport;
 use crate::config::Config;
 use crate::measure::Report;
 use crate::timing::micros;
