@@ -5,6 +5,7 @@
 use std::time::Duration;
 
 use idem_runtime::registry::DynTool;
+use idem_runtime::text::duration;
 
 use idem_runtime::{ClassKind, KeySpec};
 
@@ -135,22 +136,9 @@ impl Keyed {
                 "Calling it again with the same arguments within {} of the first call does not do \
                  it again: the answer is the first call's result. To do the same thing again on \
                  purpose, add \"{REPEAT_ARGUMENT}\": 1.",
-                duration_words(within)
+                duration::exact(within)
             )),
             _ => None,
         }
     }
-}
-
-/// "10 minutes", "1 hour", "90 seconds".
-pub(crate) fn duration_words(d: Duration) -> String {
-    let secs = d.as_secs();
-    let (n, unit) = if secs.is_multiple_of(3600) && secs >= 3600 {
-        (secs / 3600, "hour")
-    } else if secs.is_multiple_of(60) && secs >= 60 {
-        (secs / 60, "minute")
-    } else {
-        (secs, "second")
-    };
-    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
 }

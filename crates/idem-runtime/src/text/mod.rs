@@ -1,9 +1,10 @@
 //! Text for a person's screen, the same in the `idem` program, the inbox
 //! and the proxy: what a record holds shown escaped ([`visible`]), cut to
 //! one line ([`clip`]), durations as people write them
-//! ([`parse_duration`]), and a JSON value's type as a message names it
-//! ([`json_type`]).
+//! ([`parse_duration`]) and put back into words ([`duration`]), and a JSON
+//! value's type as a message names it ([`json_type`]).
 
+pub mod duration;
 mod escape;
 
 use std::time::Duration;
