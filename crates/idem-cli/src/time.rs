@@ -1,6 +1,7 @@
 //! Times as people and scripts read them: RFC 3339 in UTC for JSON and
-//! `show`, "3m ago" in tables, and the two forms `--since` accepts (a
-//! duration back from now, or an RFC 3339 time).
+//! `show`, "3m ago" in tables; and the times and spans the command line
+//! takes, read by clap through the value parsers here ([`duration`],
+//! [`since`], [`time`]), so that a bad one is refused naming its option.
 //!
 //! The calendar math is jiff's, here and in `Timestamp::rfc3339`. What is
 //! written out is only the grammar `--since` and `--at` accept: RFC 3339
@@ -9,7 +10,10 @@
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
-pub(crate) use idem_runtime::text::parse_duration;
+use idem_runtime::text::parse_duration;
+
+/// What a duration looks like, for messages.
+const DURATIONS: &str = "90s, 15m, 2h, 7d or 1h30m";
 
 /// `at` as RFC 3339 in UTC with milliseconds: `2026-05-01T09:30:00.250Z`.
 pub(crate) fn rfc3339(at: Timestamp) -> String {
@@ -48,19 +52,53 @@ fn span(d: Duration) -> String {
     }
 }
 
-/// What `--since` means at `now`: a duration back from now (`90s`, `15m`,
+/// What `--since` names: a span back from the store's time, or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Since {
+    /// This long before now (`15m`).
+    Back(Duration),
+    /// This time (`2026-05-01T09:00:00Z`; a date is its midnight UTC).
+    At(Timestamp),
+}
+
+impl Since {
+    /// The time it names when it is `now`.
+    pub(crate) fn at(self, now: Timestamp) -> Timestamp {
+        match self {
+            Since::Back(back) => {
+                let back = u64::try_from(back.as_millis()).unwrap_or(u64::MAX);
+                Timestamp(now.as_millis().saturating_sub(back))
+            }
+            Since::At(at) => at,
+        }
+    }
+}
+
+/// clap's parser of a duration option (`--ttl`, `--overdue`,
+/// `--session`): `90s`, `15m`, `2h`, `7d`, `1w`, `1h30m`, `250ms`.
+pub(crate) fn duration(given: &str) -> Result<Duration, String> {
+    parse_duration(given).ok_or_else(|| format!("expected a duration such as {DURATIONS}"))
+}
+
+/// clap's parser of `--since`: a duration back from now (`90s`, `15m`,
 /// `2h`, `7d`, `1w`, `1h30m`) or an RFC 3339 time (or a date, taken as
 /// midnight UTC).
-pub(crate) fn parse_since(given: &str, now: Timestamp) -> Result<Timestamp, String> {
+pub(crate) fn since(given: &str) -> Result<Since, String> {
     let given = given.trim();
     if let Some(back) = parse_duration(given) {
-        let back = u64::try_from(back.as_millis()).unwrap_or(u64::MAX);
-        return Ok(Timestamp(now.as_millis().saturating_sub(back)));
+        return Ok(Since::Back(back));
     }
-    parse_rfc3339(given).ok_or_else(|| {
-        format!(
-            "--since {given:?} is neither a duration (90s, 15m, 2h, 7d, 1h30m) nor an RFC 3339 time (2026-05-01T09:00:00Z)"
-        )
+    parse_rfc3339(given).map(Since::At).ok_or_else(|| {
+        format!("neither a duration ({DURATIONS}) nor an RFC 3339 time (2026-05-01T09:00:00Z)")
+    })
+}
+
+/// clap's parser of a time option (`idem key --at`): an RFC 3339 time, or
+/// a date (midnight UTC).
+pub(crate) fn time(given: &str) -> Result<Timestamp, String> {
+    parse_rfc3339(given.trim()).ok_or_else(|| {
+        "expected an RFC 3339 time (2026-05-01T09:00:00Z) or a date (2026-05-01), at or after 1970"
+            .to_owned()
     })
 }
 
@@ -68,7 +106,7 @@ pub(crate) fn parse_since(given: &str, now: Timestamp) -> Result<Timestamp, Stri
 /// or a date (`2026-05-01`, midnight UTC), at or after 1970. Fractions
 /// past milliseconds are truncated; a leap second reads as the last
 /// millisecond of its minute.
-pub(crate) fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+fn parse_rfc3339(text: &str) -> Option<Timestamp> {
     let at = if shaped(text.as_bytes(), b"dddd-dd-dd") {
         let date: jiff::civil::Date = text.parse().ok()?;
         jiff::tz::Offset::UTC.to_timestamp(date.into()).ok()?
@@ -245,17 +283,12 @@ mod tests {
     #[test]
     fn since_reads_either_form() {
         let now = Timestamp(1_000_000_000);
-        assert_eq!(
-            parse_since("15m", now),
-            Ok(Timestamp(1_000_000_000 - 900_000))
-        );
-        assert_eq!(
-            parse_since("1970-01-01T00:00:01Z", now),
-            Ok(Timestamp(1000))
-        );
-        let err = parse_since("last tuesday", now).unwrap_err();
+        let at = |given: &str| since(given).map(|since| since.at(now));
+        assert_eq!(at("15m"), Ok(Timestamp(1_000_000_000 - 900_000)));
+        assert_eq!(at("1970-01-01T00:00:01Z"), Ok(Timestamp(1000)));
+        let err = since("last tuesday").unwrap_err();
         assert!(
-            err.contains("\"last tuesday\"") && err.contains("RFC 3339"),
+            err.contains("duration") && err.contains("RFC 3339"),
             "{err}"
         );
     }

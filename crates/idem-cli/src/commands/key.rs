@@ -50,12 +50,9 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
         (_, _, _, Some(material)) => (KeySource::Custom(material), "custom"),
         _ => match (args.repeat_window, &canonical) {
             (Some(seconds), Some(canonical)) => {
-                let at = match &args.at {
-                    Some(text) => crate::time::parse_rfc3339(text).ok_or_else(|| {
-                        CliError::Usage(format!("--at `{text}` is not an RFC 3339 time"))
-                    })?,
-                    None => idem_runtime::clock::SystemClock.now(),
-                };
+                let at = args
+                    .at
+                    .unwrap_or_else(|| idem_runtime::clock::SystemClock.now());
                 let seconds = seconds.max(1);
                 let source = KeySource::Window {
                     seconds,

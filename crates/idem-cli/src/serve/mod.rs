@@ -41,7 +41,6 @@ use idem_runtime::operator::Operator;
 
 use crate::cli::{ApproverArgs, ApproverCommand, ServeArgs};
 use crate::error::CliError;
-use crate::time::parse_duration;
 pub(crate) use approvers::Role;
 use approvers::{Approvers, Identity};
 use session::{Session, Sessions, Throttle};
@@ -185,32 +184,7 @@ async fn secure_headers(mut response: Response) -> Response {
 
 /// `idem serve`.
 pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
-    let duration = |option: &str, text: &str| {
-        parse_duration(text).ok_or_else(|| {
-            CliError::Usage(format!(
-                "{option} takes a duration such as 90s, 15m, 2h or 7d, not '{}'",
-                crate::render::clip(text, 40)
-            ))
-        })
-    };
-    let overdue = duration("--overdue", &args.overdue)?;
-    let session_ttl = duration("--session", &args.session)?;
-    let refresh = duration("--refresh", &args.refresh)?;
-    let addr: SocketAddr = args.listen.parse().map_err(|_| {
-        CliError::Usage(format!(
-            "--listen takes an address and port such as 127.0.0.1:8080, not '{}'",
-            crate::render::clip(&args.listen, 40)
-        ))
-    })?;
-    let proxy_header = match &args.trust_proxy_header {
-        Some(name) => Some(HeaderName::try_from(name.trim()).map_err(|_| {
-            CliError::Usage(format!(
-                "--trust-proxy-header takes a header name such as X-Forwarded-User, not '{}'",
-                crate::render::clip(name, 40)
-            ))
-        })?),
-        None => None,
-    };
+    let addr = args.listen;
     let approvers = Approvers::load(&args.approvers).map_err(CliError::Usage)?;
     let catalog =
         match &args.tools {
@@ -236,14 +210,14 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     let app = Arc::new(App {
         operator: operator.clone(),
         approvers,
-        sessions: Sessions::new(session_ttl, args.secure_cookies),
+        sessions: Sessions::new(args.session, args.secure_cookies),
         throttle: Throttle::default(),
         catalog,
-        overdue,
-        proxy_header,
+        overdue: args.overdue,
+        proxy_header: args.trust_proxy_header.clone(),
         changes,
     });
-    let watcher = tokio::spawn(live::watch(app.clone(), changed, refresh));
+    let watcher = tokio::spawn(live::watch(app.clone(), changed, args.refresh));
     eprintln!(
         "idem serve: the approval inbox is on http://{local}/ ({})",
         operator.store().describe()
@@ -267,7 +241,7 @@ pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
     let (entry, secret) = match &args.command {
         ApproverCommand::Password(a) | ApproverCommand::Token(a) => (a, &args.command),
     };
-    let role = Role::parse(&entry.role).map_err(CliError::Usage)?;
+    let role = entry.role;
     let name = entry.name.trim();
     if name.is_empty()
         || name.contains(idem_runtime::text::needs_escape)

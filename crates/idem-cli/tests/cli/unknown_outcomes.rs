@@ -142,7 +142,8 @@ async fn an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl
             "checked",
         ])
         .await;
-    refused.fails(2, "--ttl takes a duration");
+    refused.bad_value("--ttl", "'soon'");
+    refused.bad_value("--ttl", "expected a duration such as 90s, 15m, 2h");
     let resolved = idem
         .run(&[
             "resolve",
