@@ -89,11 +89,9 @@ pub(super) async fn delete(
 /// is refused here, before the store is touched.
 fn resolution(args: &ResolveArgs) -> Result<Resolution, CliError> {
     if let Some(json) = &args.succeeded {
-        let output = serde_json::from_str(json).map_err(|e| {
-            CliError::Usage(format!(
-                "--succeeded takes the tool's output as JSON, and '{}' is not JSON ({e}); write a string as '\"text\"'",
-                crate::render::clip(json, 60)
-            ))
+        let output = serde_json::from_str(json).map_err(|source| CliError::OutputNotJson {
+            given: json.clone(),
+            source,
         })?;
         return Ok(Resolution::Succeeded(output));
     }

@@ -185,26 +185,26 @@ async fn secure_headers(mut response: Response) -> Response {
 /// `idem serve`.
 pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     let addr = args.listen;
-    let approvers = Approvers::load(&args.approvers).map_err(CliError::Usage)?;
-    let catalog =
-        match &args.tools {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    CliError::Usage(format!(
-                        "cannot read the tool catalog {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                Some(Catalog::from_json(&text).map_err(|e| {
-                    CliError::Usage(format!("tool catalog {}: {e}", path.display()))
-                })?)
-            }
-            None => None,
-        };
+    let approvers = Approvers::load(&args.approvers)?;
+    let catalog = match &args.tools {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| CliError::Unreadable {
+                what: "the tool catalog",
+                path: path.clone(),
+                source,
+            })?;
+            let catalog = Catalog::from_json(&text).map_err(|source| CliError::InvalidCatalog {
+                path: path.clone(),
+                source,
+            })?;
+            Some(catalog)
+        }
+        None => None,
+    };
     let operator = crate::store::open(url).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| CliError::Usage(format!("cannot listen on {addr}: {e}")))?;
+        .map_err(|source| CliError::Listen { addr, source })?;
     let local = listener.local_addr()?;
     let (changed, changes) = tokio::sync::watch::channel(0);
     let app = Arc::new(App {
@@ -235,6 +235,9 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     Ok(served?)
 }
 
+/// The fewest characters `idem approver password` takes.
+const MIN_PASSWORD: usize = 12;
+
 /// `idem approver password|token NAME`: the entry to paste into the
 /// approvers file.
 pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
@@ -247,21 +250,17 @@ pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
         || name.contains(idem_runtime::text::needs_escape)
         || name.contains(['"', '\\'])
     {
-        return Err(CliError::Usage(
-            "the approver's name must be printable text, without quotes or backslashes".into(),
-        ));
+        return Err(CliError::ApproverName);
     }
     let line = match secret {
         ApproverCommand::Password(_) => {
             let mut password = String::new();
             std::io::stdin().lock().read_line(&mut password)?;
             let password = password.trim_end_matches(['\r', '\n']);
-            if password.chars().count() < 12 {
-                return Err(CliError::Usage(
-                    "the password (read from stdin) must be at least 12 characters".into(),
-                ));
+            if password.chars().count() < MIN_PASSWORD {
+                return Err(CliError::ShortPassword { min: MIN_PASSWORD });
             }
-            let hash = approvers::hash_password(password).map_err(CliError::Usage)?;
+            let hash = approvers::hash_password(password).map_err(CliError::HashPassword)?;
             format!("password = \"{hash}\"")
         }
         ApproverCommand::Token(_) => {
