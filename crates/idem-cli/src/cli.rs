@@ -1,10 +1,21 @@
 //! The command line: every command, option and its help text (clap derive).
 //!
-//! Parsing only: nothing here touches a store. What each command does lives
-//! in `commands/`, one file per command or pair of commands.
+//! Parsing only: nothing here touches a store. Every value that has a type
+//! is read here, by a value parser (durations, times, addresses, header
+//! names, roles), so that a bad one is refused by clap naming its option.
+//! What each command does lives in `commands/`, one file per command or
+//! pair of commands.
 
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::http::HeaderName;
 use clap::{ArgGroup, Args, Parser, Subcommand};
+use idem_runtime::clock::Timestamp;
 use idem_runtime::record::Status;
+
+use crate::serve::Role;
+use crate::time::{duration, since, time, Since};
 
 /// The store used when neither `--store` nor `IDEM_STORE` names one: the
 /// SQLite file the demo writes.
@@ -103,7 +114,7 @@ pub(crate) struct ProxyArgs {
     /// Serve over streamable HTTP on this address (at /mcp) rather than
     /// over stdio. Loopback only, unless a reverse proxy with TLS is in
     /// front of it.
-    #[arg(long, value_name = "ADDR")]
+    #[arg(long, value_name = "ADDR", value_parser = host_and_port)]
     pub listen: Option<String>,
     /// Connect to an upstream MCP server already running, over streamable
     /// HTTP at this URL (`http://HOST:PORT/mcp`), instead of starting one.
@@ -142,8 +153,13 @@ impl Command {
 pub(crate) struct ServeArgs {
     /// The address to listen on. Loopback by default: put a reverse proxy
     /// with TLS in front of it to serve other machines.
-    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
-    pub listen: String,
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        value_parser = socket_addr
+    )]
+    pub listen: SocketAddr,
     /// The approvers file (TOML): who may sign in, with which role
     /// (approver or viewer), and their hashed passwords and API tokens
     /// (`idem approver` writes entries).
@@ -155,25 +171,31 @@ pub(crate) struct ServeArgs {
     pub tools: Option<std::path::PathBuf>,
     /// An item waiting longer than this is marked overdue (90s, 15m, 2h,
     /// 7d).
-    #[arg(long, value_name = "DURATION", default_value = "1h")]
-    pub overdue: String,
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+    pub overdue: Duration,
     /// Take the signed-in approver's name from this request header, set by
     /// a reverse proxy that authenticates people (e.g. X-Forwarded-User).
     /// Only when the proxy is the only way to reach idem serve: anyone who
     /// can reach it directly could send the header. The name must still
     /// be in the approvers file, which gives its role.
-    #[arg(long, value_name = "HEADER")]
-    pub trust_proxy_header: Option<String>,
+    #[arg(long, value_name = "HEADER", value_parser = header_name)]
+    pub trust_proxy_header: Option<HeaderName>,
     /// Mark session cookies `Secure`: set it when people reach the inbox
     /// over HTTPS (through a TLS-terminating proxy).
     #[arg(long)]
     pub secure_cookies: bool,
     /// How long a sign-in lasts (90s, 15m, 2h, 7d).
-    #[arg(long, value_name = "DURATION", default_value = "12h")]
-    pub session: String,
+    #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
+    pub session: Duration,
     /// How often the inbox looks for new items, for pages that stay open.
-    #[arg(long, value_name = "DURATION", default_value = "1s", hide = true)]
-    pub refresh: String,
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        hide = true,
+        value_parser = duration
+    )]
+    pub refresh: Duration,
 }
 
 /// `idem approver`.
@@ -201,8 +223,8 @@ pub(crate) struct ApproverEntryArgs {
     /// The approver's name, as the audit log records their decisions.
     pub name: String,
     /// `approver` (may decide) or `viewer` (may only look).
-    #[arg(long, value_name = "ROLE", default_value = "approver")]
-    pub role: String,
+    #[arg(long, value_name = "ROLE", default_value = "approver", value_parser = Role::parse)]
+    pub role: Role,
 }
 
 /// `idem ls`.
@@ -221,8 +243,8 @@ pub(crate) struct LsArgs {
     pub namespace: Option<String>,
     /// Only records created since then: a duration back from now (90s, 15m,
     /// 2h, 7d, 1h30m) or an RFC 3339 time (2026-05-01T09:00:00Z).
-    #[arg(long, value_name = "WHEN")]
-    pub since: Option<String>,
+    #[arg(long, value_name = "WHEN", value_parser = since)]
+    pub since: Option<Since>,
     /// Show at most this many records, the newest (0: all).
     #[arg(long, value_name = "N", default_value_t = 100)]
     pub limit: usize,
@@ -236,8 +258,8 @@ pub(crate) struct LogArgs {
     pub key: Option<String>,
     /// Only events since then: a duration back from now (90s, 15m, 2h, 7d,
     /// 1h30m) or an RFC 3339 time (2026-05-01T09:00:00Z).
-    #[arg(long, value_name = "WHEN")]
-    pub since: Option<String>,
+    #[arg(long, value_name = "WHEN", value_parser = since)]
+    pub since: Option<Since>,
     /// Show at most this many events, the latest (0: all).
     #[arg(long, default_value_t = 100, value_name = "N")]
     pub limit: usize,
@@ -307,8 +329,13 @@ pub(crate) struct ResolveArgs {
     /// tool's own TTL, which is the default. After it, a duplicate runs the
     /// call again: a TTL shorter than the tool's is a decision to allow
     /// that.
-    #[arg(long, value_name = "DURATION", conflicts_with = "release")]
-    pub ttl: Option<String>,
+    #[arg(
+        long,
+        value_name = "DURATION",
+        conflicts_with = "release",
+        value_parser = duration
+    )]
+    pub ttl: Option<Duration>,
 }
 
 /// `idem delete`.
@@ -371,8 +398,13 @@ pub(crate) struct KeyDeriveArgs {
     pub repeat_window: Option<u64>,
     /// When the repeat-windowed call was made (RFC 3339); its window's key
     /// is derived. Default: now.
-    #[arg(long, value_name = "TIME", requires = "repeat_window")]
-    pub at: Option<String>,
+    #[arg(
+        long,
+        value_name = "TIME",
+        requires = "repeat_window",
+        value_parser = time
+    )]
+    pub at: Option<Timestamp>,
     /// How many identical effects the caller meant before this one (its
     /// `intended_repeat`; 0 for the first).
     #[arg(
@@ -392,6 +424,32 @@ pub(crate) struct KeyDeriveArgs {
     /// The tool's key derivation version (its `key_version`).
     #[arg(long, value_name = "V", default_value_t = idem_runtime::key::DEFAULT_KEY_VERSION)]
     pub key_version: u32,
+}
+
+/// clap's parser of `idem serve --listen`: an IP address and a port.
+fn socket_addr(given: &str) -> Result<SocketAddr, String> {
+    given
+        .trim()
+        .parse()
+        .map_err(|_| "expected an IP address and port such as 127.0.0.1:8080 or [::1]:8080".into())
+}
+
+/// clap's parser of `idem proxy --listen`: `HOST:PORT`, the host a name
+/// (`localhost`) or an address, resolved when the proxy listens.
+fn host_and_port(given: &str) -> Result<String, String> {
+    let given = given.trim();
+    match given.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok() => {
+            Ok(given.to_owned())
+        }
+        _ => Err("expected HOST:PORT, such as 127.0.0.1:8931 or localhost:8931".into()),
+    }
+}
+
+/// clap's parser of `--trust-proxy-header`: an HTTP header name.
+fn header_name(given: &str) -> Result<HeaderName, String> {
+    HeaderName::try_from(given.trim())
+        .map_err(|_| "expected a header name such as X-Forwarded-User".into())
 }
 
 #[cfg(test)]
@@ -422,6 +480,93 @@ mod tests {
             ls.states,
             [Status::Unknown, Status::AwaitingApproval, Status::Failed]
         );
+    }
+
+    #[test]
+    fn typed_values_are_read_by_clap_and_bad_ones_refused_naming_the_option() {
+        let parse = |args: &[&str]| Cli::try_parse_from(["idem"].iter().chain(args).copied());
+        let resolve = [
+            "resolve", "abcd", "--by", "ada", "--reason", "r", "--failed", "no",
+        ];
+        let with = |extra: &[&str]| parse(&[&resolve[..], extra].concat());
+        let Command::Resolve(args) = with(&["--ttl", "1h30m"]).unwrap().command else {
+            panic!("not resolve")
+        };
+        assert_eq!(args.ttl, Some(Duration::from_secs(5400)));
+        let refused = with(&["--ttl", "nonsense"]).unwrap_err();
+        assert_eq!(refused.kind(), clap::error::ErrorKind::ValueValidation);
+        let text = refused.to_string();
+        assert!(
+            text.contains("'nonsense'") && text.contains("--ttl") && text.contains("90s, 15m"),
+            "{text}"
+        );
+
+        let Command::Ls(ls) = parse(&["ls", "--since", "2026-05-01"]).unwrap().command else {
+            panic!("not ls")
+        };
+        assert_eq!(ls.since, Some(Since::At(Timestamp(1_777_593_600_000))));
+        let text = parse(&["log", "--since", "last tuesday"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            text.contains("--since") && text.contains("RFC 3339"),
+            "{text}"
+        );
+        let key = [
+            "key",
+            "--tool",
+            "t",
+            "--repeat-window",
+            "60",
+            "--args",
+            "{}",
+            "--at",
+        ];
+        let text = parse(&[&key[..], &["noon"]].concat())
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("--at") && text.contains("RFC 3339"), "{text}");
+
+        let serve = ["serve", "--approvers", "a.toml"];
+        let Command::Serve(args) = parse(&serve).unwrap().command else {
+            panic!("not serve")
+        };
+        assert_eq!(args.listen, "127.0.0.1:8080".parse::<SocketAddr>().unwrap());
+        assert_eq!(args.overdue, Duration::from_secs(3600));
+        assert_eq!(args.session, Duration::from_secs(12 * 3600));
+        for (option, bad) in [
+            ("--listen", "localhost"),
+            ("--overdue", "soon"),
+            ("--session", "12"),
+            ("--trust-proxy-header", "X Forwarded"),
+        ] {
+            let text = parse(&[&serve[..], &[option, bad]].concat())
+                .unwrap_err()
+                .to_string();
+            assert!(text.contains(option) && text.contains("expected"), "{text}");
+        }
+        let text = parse(&["approver", "token", "ada", "--role", "boss"])
+            .unwrap_err()
+            .to_string();
+        assert!(text.contains("--role") && text.contains("viewer"), "{text}");
+
+        // The proxy's host is resolved when it listens: a name is fine.
+        let proxy = |listen: &str| parse(&["proxy", "--listen", listen, "--", "server"]);
+        assert!(proxy("localhost:8931").is_ok());
+        assert!(proxy("127.0.0.1:0").is_ok());
+        for bad in [
+            "8931",
+            "localhost",
+            "localhost:http",
+            ":8931",
+            "127.0.0.1:65536",
+        ] {
+            let text = proxy(bad).unwrap_err().to_string();
+            assert!(
+                text.contains("--listen") && text.contains("HOST:PORT"),
+                "{text}"
+            );
+        }
     }
 
     #[test]

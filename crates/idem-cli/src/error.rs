@@ -3,13 +3,18 @@
 //! reading the message. Every refusal happens before anything is written:
 //! whatever the error, nothing changed.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 
+use idem_runtime::catalog::CatalogError;
 use idem_runtime::clock::Timestamp;
+use idem_runtime::key::KeyError;
 use idem_runtime::operator::OperatorError;
 use idem_runtime::record::CorruptRecord;
 use idem_runtime::store::StoreError;
 
+use crate::render::clip;
 use crate::time::{relative, rfc3339};
 use idem_runtime::text::visible;
 
@@ -22,7 +27,8 @@ pub(crate) mod exit {
     /// changed meanwhile).
     pub(crate) const REFUSED: u8 = 1;
     /// Bad command line: unknown option, malformed JSON, bad key text, bad
-    /// time (clap's own code for usage errors).
+    /// time, an unreadable file named by an option, an address that cannot
+    /// be listened on (clap's own code for usage errors).
     pub(crate) const USAGE: u8 = 2;
     /// No record matches the key or prefix.
     pub(crate) const NOT_FOUND: u8 = 3;
@@ -38,12 +44,107 @@ pub(crate) mod exit {
 }
 
 /// Why a command failed. Nothing was changed.
+///
+/// The first variants, up to [`CliError::Proxy`], and
+/// [`CliError::UpstreamUrl`] are usage errors (exit code 2): the command
+/// line is wrong in a way clap cannot see.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum CliError {
-    /// The command line is wrong in a way clap cannot see (malformed JSON,
-    /// an unreadable time).
-    #[error("{0}")]
-    Usage(String),
+    /// An option that must say something (`--by`, `--reason`) is empty or
+    /// only spaces.
+    #[error("{option} must not be empty")]
+    Empty {
+        /// The option, `--by`.
+        option: &'static str,
+    },
+    /// An option that takes JSON (`--args`, `--natural`) was given text
+    /// that is not JSON.
+    #[error("{option} is not valid JSON ({source})")]
+    InvalidJson {
+        /// The option, `--args`.
+        option: &'static str,
+        /// Where and why the text is not JSON.
+        source: serde_json::Error,
+    },
+    /// `idem resolve --succeeded` was given an output that is not JSON.
+    #[error(
+        "--succeeded takes the tool's output as JSON, and '{}' is not JSON ({source}); write a string as '\"text\"'",
+        clip(.given, 60)
+    )]
+    OutputNotJson {
+        /// The text given.
+        given: String,
+        /// Where and why it is not JSON.
+        source: serde_json::Error,
+    },
+    /// `idem key --natural` was given JSON that is not an object.
+    #[error("--natural takes the natural-key fields as a JSON object")]
+    NaturalKeyNotAnObject,
+    /// An option given without the others it needs (clap checks this
+    /// first; here in case it is bypassed).
+    #[error("{option} needs {needs}")]
+    Needs {
+        /// The option given, `--run`.
+        option: &'static str,
+        /// What it needs, `--step and --args`.
+        needs: &'static str,
+    },
+    /// `idem key` was told nothing to derive a key from.
+    #[error("say where the key comes from: --call-id, --run with --step and --args, --natural, --custom, or --repeat-window with --args")]
+    NoKeySource,
+    /// `idem key`'s namespace, arguments or source derive no key.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A file an option names (`--approvers`, `--tools`) cannot be read.
+    #[error("cannot read {what} {}: {source}", .path.display())]
+    Unreadable {
+        /// What the file is, `the approvers file`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The approvers file is not valid.
+    #[error("approvers file {}: {problem}", .path.display())]
+    InvalidApprovers {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong in it: which entry, and how to fix it.
+        problem: String,
+    },
+    /// The tool catalog (`idem serve --tools`) is not valid.
+    #[error("tool catalog {}: {source}", .path.display())]
+    InvalidCatalog {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: CatalogError,
+    },
+    /// `idem serve` cannot listen on its `--listen` address.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address.
+        addr: SocketAddr,
+        /// Why (in use, not this machine's, not allowed).
+        source: std::io::Error,
+    },
+    /// `idem approver`'s NAME cannot be written in the approvers file.
+    #[error("the approver's name must be printable text, without quotes or backslashes")]
+    ApproverName,
+    /// `idem approver password` read too short a password.
+    #[error("the password (read from stdin) must be at least {min} characters")]
+    ShortPassword {
+        /// The fewest characters accepted.
+        min: usize,
+    },
+    /// The password could not be hashed.
+    #[error("cannot hash the password: {0}")]
+    HashPassword(argon2::password_hash::Error),
+    /// `idem proxy` cannot start from what it was given or started: its
+    /// configuration, the upstream server, the address to listen on.
+    #[error(transparent)]
+    Proxy(idem_mcp::proxy::ProxyError),
     /// The store could not be opened.
     #[error("{0}")]
     Store(#[from] StoreError),
@@ -85,7 +186,7 @@ impl From<idem_mcp::proxy::ProxyError> for CliError {
             ProxyError::Io(e) => CliError::Output(e),
             // What the operator gave or started does not work: a usage
             // error (exit code 2), in the proxy's own words.
-            other => CliError::Usage(other.to_string()),
+            other => CliError::Proxy(other),
         }
     }
 }
@@ -100,7 +201,22 @@ impl CliError {
     /// The process's exit code.
     pub(crate) fn exit_code(&self) -> ExitCode {
         ExitCode::from(match self {
-            CliError::Usage(_) | CliError::UpstreamUrl(_) => exit::USAGE,
+            CliError::Empty { .. }
+            | CliError::InvalidJson { .. }
+            | CliError::OutputNotJson { .. }
+            | CliError::NaturalKeyNotAnObject
+            | CliError::Needs { .. }
+            | CliError::NoKeySource
+            | CliError::Key(_)
+            | CliError::Unreadable { .. }
+            | CliError::InvalidApprovers { .. }
+            | CliError::InvalidCatalog { .. }
+            | CliError::Listen { .. }
+            | CliError::ApproverName
+            | CliError::ShortPassword { .. }
+            | CliError::HashPassword(_)
+            | CliError::Proxy(_)
+            | CliError::UpstreamUrl(_) => exit::USAGE,
             CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
             CliError::Corrupt(_) => exit::CORRUPT,
             CliError::Operator { error, .. } => match error {
@@ -186,7 +302,31 @@ mod tests {
     #[test]
     fn each_kind_of_failure_has_its_exit_code() {
         let code = |e: CliError| e.exit_code();
-        assert_eq!(code(CliError::Usage("x".into())), ExitCode::from(2));
+        assert_eq!(code(CliError::Empty { option: "--by" }), ExitCode::from(2));
+        let not_json = serde_json::from_str::<serde_json::Value>("{").unwrap_err();
+        assert_eq!(
+            code(CliError::InvalidJson {
+                option: "--args",
+                source: not_json
+            }),
+            ExitCode::from(2)
+        );
+        assert_eq!(code(CliError::NoKeySource), ExitCode::from(2));
+        assert_eq!(
+            code(CliError::Listen {
+                addr: "127.0.0.1:8080".parse().unwrap(),
+                source: std::io::ErrorKind::AddrInUse.into(),
+            }),
+            ExitCode::from(2)
+        );
+        assert_eq!(
+            code(CliError::Unreadable {
+                what: "the tool catalog",
+                path: "tools.json".into(),
+                source: std::io::ErrorKind::NotFound.into(),
+            }),
+            ExitCode::from(2)
+        );
         assert_eq!(
             code(OperatorError::NotFound { key: "abcd".into() }.into()),
             ExitCode::from(3)
@@ -253,7 +393,9 @@ mod tests {
         );
         assert!(!line.contains(['\r', '\x1b', '\u{202e}']), "{line}");
         // A driver's lines are joined, not escaped.
-        let error = CliError::Usage("first line\r\n  second line\n".into());
+        let error = CliError::Proxy(idem_mcp::proxy::ProxyError::Config(
+            "first line\r\n  second line\n".into(),
+        ));
         assert_eq!(error.line(false), "first line second line");
     }
 }

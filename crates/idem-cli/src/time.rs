@@ -1,17 +1,19 @@
 //! Times as people and scripts read them: RFC 3339 in UTC for JSON and
-//! `show`, "3m ago" in tables, and the two forms `--since` accepts (a
-//! duration back from now, or an RFC 3339 time).
+//! `show`, "3m ago" in tables; and the times and spans the command line
+//! takes, read by clap through the value parsers here ([`duration`],
+//! [`since`], [`time`]), so that a bad one is refused naming its option.
 //!
-//! Written out rather than taken from a date crate: idem only ever needs
-//! UTC instants after 1970, which is a page of arithmetic (Howard
-//! Hinnant's `days_from_civil`; its inverse is `Timestamp::civil`).
+//! The calendar math is jiff's, here and in `Timestamp::rfc3339`. What is
+//! written out is only the grammar `--since` and `--at` accept: RFC 3339
+//! (or a date), which is stricter than the ISO 8601 jiff reads.
 
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
-pub(crate) use idem_runtime::text::parse_duration;
+use idem_runtime::text::parse_duration;
 
-const MS_PER_DAY: u64 = 86_400_000;
+/// What a duration looks like, for messages.
+const DURATIONS: &str = "90s, 15m, 2h, 7d or 1h30m";
 
 /// `at` as RFC 3339 in UTC with milliseconds: `2026-05-01T09:30:00.250Z`.
 pub(crate) fn rfc3339(at: Timestamp) -> String {
@@ -50,110 +52,136 @@ fn span(d: Duration) -> String {
     }
 }
 
-/// What `--since` means at `now`: a duration back from now (`90s`, `15m`,
+/// What `--since` names: a span back from the store's time, or a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Since {
+    /// This long before now (`15m`).
+    Back(Duration),
+    /// This time (`2026-05-01T09:00:00Z`; a date is its midnight UTC).
+    At(Timestamp),
+}
+
+impl Since {
+    /// The time it names when it is `now`.
+    pub(crate) fn at(self, now: Timestamp) -> Timestamp {
+        match self {
+            Since::Back(back) => {
+                let back = u64::try_from(back.as_millis()).unwrap_or(u64::MAX);
+                Timestamp(now.as_millis().saturating_sub(back))
+            }
+            Since::At(at) => at,
+        }
+    }
+}
+
+/// clap's parser of a duration option (`--ttl`, `--overdue`,
+/// `--session`): `90s`, `15m`, `2h`, `7d`, `1w`, `1h30m`, `250ms`.
+pub(crate) fn duration(given: &str) -> Result<Duration, String> {
+    parse_duration(given).ok_or_else(|| format!("expected a duration such as {DURATIONS}"))
+}
+
+/// clap's parser of `--since`: a duration back from now (`90s`, `15m`,
 /// `2h`, `7d`, `1w`, `1h30m`) or an RFC 3339 time (or a date, taken as
 /// midnight UTC).
-pub(crate) fn parse_since(given: &str, now: Timestamp) -> Result<Timestamp, String> {
+pub(crate) fn since(given: &str) -> Result<Since, String> {
     let given = given.trim();
     if let Some(back) = parse_duration(given) {
-        let back = u64::try_from(back.as_millis()).unwrap_or(u64::MAX);
-        return Ok(Timestamp(now.as_millis().saturating_sub(back)));
+        return Ok(Since::Back(back));
     }
-    parse_rfc3339(given).ok_or_else(|| {
-        format!(
-            "--since {given:?} is neither a duration (90s, 15m, 2h, 7d, 1h30m) nor an RFC 3339 time (2026-05-01T09:00:00Z)"
-        )
+    parse_rfc3339(given).map(Since::At).ok_or_else(|| {
+        format!("neither a duration ({DURATIONS}) nor an RFC 3339 time (2026-05-01T09:00:00Z)")
+    })
+}
+
+/// clap's parser of a time option (`idem key --at`): an RFC 3339 time, or
+/// a date (midnight UTC).
+pub(crate) fn time(given: &str) -> Result<Timestamp, String> {
+    parse_rfc3339(given.trim()).ok_or_else(|| {
+        "expected an RFC 3339 time (2026-05-01T09:00:00Z) or a date (2026-05-01), at or after 1970"
+            .to_owned()
     })
 }
 
 /// An RFC 3339 time (`2026-05-01T09:00:00Z`, `2026-05-01T11:00:00.5+02:00`)
-/// or a date (`2026-05-01`, midnight UTC), at or after 1970.
-pub(crate) fn parse_rfc3339(text: &str) -> Option<Timestamp> {
-    let b = text.as_bytes();
-    let num = |range: std::ops::Range<usize>| -> Option<u64> {
-        let part = text.get(range)?;
-        part.bytes()
-            .all(|c| c.is_ascii_digit())
-            .then(|| part.parse().ok())?
+/// or a date (`2026-05-01`, midnight UTC), at or after 1970. Fractions
+/// past milliseconds are truncated; a leap second reads as the last
+/// millisecond of its minute.
+fn parse_rfc3339(text: &str) -> Option<Timestamp> {
+    let at = if shaped(text.as_bytes(), b"dddd-dd-dd") {
+        let date: jiff::civil::Date = text.parse().ok()?;
+        jiff::tz::Offset::UTC.to_timestamp(date.into()).ok()?
+    } else {
+        let (canonical, leap) = canonical_date_time(text)?;
+        let at: jiff::Timestamp = canonical.parse().ok()?;
+        if leap {
+            // jiff reads second 60 as 59.
+            at.checked_add(Duration::from_millis(999)).ok()?
+        } else {
+            at
+        }
     };
-    if b.len() < 10 || b[4] != b'-' || b[7] != b'-' {
+    if at < jiff::Timestamp::UNIX_EPOCH {
         return None;
     }
-    let (y, m, d) = (num(0..4)?, num(5..7)?, num(8..10)?);
-    if !(1..=12).contains(&m) || d == 0 || d > days_in_month(y, m) {
+    u64::try_from(at.as_millisecond()).ok().map(Timestamp)
+}
+
+/// An RFC 3339 date-time as jiff reads it exactly: `T` between the date and
+/// the time, `Z` or an offset, a fraction of at most three digits (the rest
+/// truncated), second 60 as 59 with no fraction; and whether it was a leap
+/// second. `None` for anything else RFC 3339 does not allow (jiff's ISO
+/// 8601 would also take `10:00Z` or `+0200`).
+fn canonical_date_time(text: &str) -> Option<(String, bool)> {
+    let b = text.as_bytes();
+    let (date, rest) = b.split_at_checked(10)?;
+    let (&separator, rest) = rest.split_first()?;
+    let (time, mut rest) = rest.split_at_checked(8)?;
+    if !shaped(date, b"dddd-dd-dd")
+        || !matches!(separator, b'T' | b't' | b' ')
+        || !shaped(time, b"dd:dd:dd")
+    {
         return None;
     }
-    let days = days_from_civil(y as i64, m as u32, d as u32);
-    if days < 0 {
-        return None;
-    }
-    let midnight = days as u64 * MS_PER_DAY;
-    if b.len() == 10 {
-        return Some(Timestamp(midnight));
-    }
-    if !matches!(b[10], b'T' | b't' | b' ') || b.len() < 20 || b[13] != b':' || b[16] != b':' {
-        return None;
-    }
-    let (h, min, s) = (num(11..13)?, num(14..16)?, num(17..19)?);
-    if h > 23 || min > 59 || s > 60 {
-        return None;
-    }
-    let mut i = 19;
-    let mut millis = 0;
-    if b[i] == b'.' {
-        let digits = b[i + 1..].iter().take_while(|c| c.is_ascii_digit()).count();
+    let mut fraction: &[u8] = &[];
+    if let Some(after_dot) = rest.strip_prefix(b".") {
+        let digits = after_dot.iter().take_while(|c| c.is_ascii_digit()).count();
         if digits == 0 {
             return None;
         }
-        // Milliseconds: the first three digits, the rest truncated.
-        let frac = &text[i + 1..i + 1 + digits.min(3)];
-        millis = frac.parse::<u64>().ok()? * 10u64.pow(3 - frac.len() as u32);
-        i += 1 + digits;
+        fraction = &after_dot[..digits.min(3)];
+        rest = &after_dot[digits..];
     }
-    let offset_ms: i64 = match &b[i..] {
-        [b'Z' | b'z'] => 0,
-        [sign @ (b'+' | b'-'), _, _, b':', _, _] => {
-            let (oh, om) = (num(i + 1..i + 3)?, num(i + 4..i + 6)?);
-            if oh > 23 || om > 59 {
-                return None;
-            }
-            let ms = ((oh * 60 + om) * 60_000) as i64;
-            if *sign == b'+' {
-                ms
-            } else {
-                -ms
-            }
-        }
+    let offset = match rest {
+        [b'Z' | b'z'] => "Z",
+        [b'+' | b'-', ..] if shaped(&rest[1..], b"dd:dd") => &text[text.len() - 6..],
         _ => return None,
     };
-    // A leap second reads as the last millisecond of its minute.
-    let in_day = (h * 3600 + min * 60 + s.min(59)) * 1000 + if s == 60 { 999 } else { millis };
-    let utc = (midnight + in_day) as i64 - offset_ms;
-    u64::try_from(utc).ok().map(Timestamp)
-}
-
-fn is_leap(y: u64) -> bool {
-    y.is_multiple_of(4) && (!y.is_multiple_of(100) || y.is_multiple_of(400))
-}
-
-fn days_in_month(y: u64, m: u64) -> u64 {
-    match m {
-        2 if is_leap(y) => 29,
-        2 => 28,
-        4 | 6 | 9 | 11 => 30,
-        _ => 31,
+    let leap = &time[6..] == b"60";
+    let mut out = String::with_capacity(text.len());
+    out.push_str(&text[..10]);
+    out.push('T');
+    if leap {
+        out.push_str(&text[11..17]);
+        out.push_str("59");
+    } else {
+        out.push_str(&text[11..19]);
+        if !fraction.is_empty() {
+            out.push('.');
+            out.extend(fraction.iter().map(|&c| char::from(c)));
+        }
     }
+    out.push_str(offset);
+    Some((out, leap))
 }
 
-/// Days since 1970-01-01 of a proleptic Gregorian date.
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let mp = i64::from((m + 9) % 12);
-    let doy = (153 * mp + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// Whether `b` has `pattern`'s shape, where `d` is any ASCII digit and
+/// every other byte stands for itself.
+fn shaped(b: &[u8], pattern: &[u8]) -> bool {
+    b.len() == pattern.len()
+        && b.iter().zip(pattern).all(|(&c, &p)| match p {
+            b'd' => c.is_ascii_digit(),
+            p => c == p,
+        })
 }
 
 #[cfg(test)]
@@ -206,6 +234,41 @@ mod tests {
     }
 
     #[test]
+    fn rfc3339_is_read_as_rfc3339_allows_and_no_further() {
+        // A space for the `T`, a leap second (the last millisecond of its
+        // minute), a long fraction, a negative offset.
+        assert_eq!(parse_rfc3339("1970-01-01 00:00:01Z"), Some(Timestamp(1000)));
+        assert_eq!(
+            parse_rfc3339("1970-01-01T00:00:60.25Z"),
+            Some(Timestamp(59_999))
+        );
+        assert_eq!(
+            parse_rfc3339("1970-01-01T00:00:01.123456789012Z"),
+            Some(Timestamp(1123))
+        );
+        assert_eq!(
+            parse_rfc3339("1969-12-31T23:00:00-01:00"),
+            Some(Timestamp(0))
+        );
+        // ISO 8601 that RFC 3339 does not allow, and the instant before
+        // 1970 by less than a millisecond.
+        for bad in [
+            "2026-05-01T10:00:00+0200",
+            "2026-05-01T10:00:00+02",
+            "2026-05-01T10:00:00,5Z",
+            "2026-05-01T10:00:00Z[UTC]",
+            "20260501T100000Z",
+            "+002026-05-01T10:00:00Z",
+            "2026-05-01T10",
+            "20260501",
+            "1969-12-31T23:59:59.9999Z",
+            "2026-05-01T10:00:00Z ",
+        ] {
+            assert_eq!(parse_rfc3339(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
     fn durations_are_numbers_with_units() {
         assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
         assert_eq!(parse_duration("1h30m"), Some(Duration::from_secs(5400)));
@@ -220,17 +283,12 @@ mod tests {
     #[test]
     fn since_reads_either_form() {
         let now = Timestamp(1_000_000_000);
-        assert_eq!(
-            parse_since("15m", now),
-            Ok(Timestamp(1_000_000_000 - 900_000))
-        );
-        assert_eq!(
-            parse_since("1970-01-01T00:00:01Z", now),
-            Ok(Timestamp(1000))
-        );
-        let err = parse_since("last tuesday", now).unwrap_err();
+        let at = |given: &str| since(given).map(|since| since.at(now));
+        assert_eq!(at("15m"), Ok(Timestamp(1_000_000_000 - 900_000)));
+        assert_eq!(at("1970-01-01T00:00:01Z"), Ok(Timestamp(1000)));
+        let err = since("last tuesday").unwrap_err();
         assert!(
-            err.contains("\"last tuesday\"") && err.contains("RFC 3339"),
+            err.contains("duration") && err.contains("RFC 3339"),
             "{err}"
         );
     }
@@ -244,6 +302,6 @@ mod tests {
         assert_eq!(ago(180_000), "3m ago");
         assert_eq!(ago(5 * 3_600_000), "5h ago");
         assert_eq!(relative(now, Timestamp(now.0 + 30_000)), "in 30s");
-        assert_eq!(relative(Timestamp(0), Timestamp(3 * MS_PER_DAY)), "in 3d");
+        assert_eq!(relative(Timestamp(0), Timestamp(3 * 86_400_000)), "in 3d");
     }
 }

@@ -28,42 +28,42 @@ impl Timestamp {
     }
 
     /// This instant as RFC 3339 in UTC with milliseconds:
-    /// `2026-05-01T09:30:00.250Z`.
+    /// `2026-05-01T09:30:00.250Z`. An instant past the end of year 9999
+    /// (a lease or TTL of `Duration::MAX`), which RFC 3339 cannot write,
+    /// reads as the last millisecond it can: `9999-12-31T23:59:59.999Z`.
     ///
     /// ```
     /// use idem_runtime::clock::Timestamp;
     /// assert_eq!(Timestamp(1_796_083_200_250).rfc3339(), "2026-12-01T00:00:00.250Z");
+    /// assert_eq!(Timestamp(u64::MAX).rfc3339(), "9999-12-31T23:59:59.999Z");
     /// ```
     pub fn rfc3339(self) -> String {
-        let c = self.civil();
-        format!(
-            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
-            c.year, c.month, c.day, c.hour, c.minute, c.second, c.millis
-        )
+        format!("{:.3}Z", self.utc())
     }
 
-    /// This instant's calendar date and time of day in UTC.
+    /// This instant's calendar date and time of day in UTC (the end of
+    /// year 9999 at the latest, as [`Timestamp::rfc3339`]).
     pub fn civil(self) -> Civil {
-        const MS_PER_DAY: u64 = 86_400_000;
-        let (days, in_day) = (self.0 / MS_PER_DAY, self.0 % MS_PER_DAY);
-        // Howard Hinnant's `civil_from_days`.
-        let z = days as i64 + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z.rem_euclid(146_097);
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+        let at = self.utc();
+        // jiff's fields are never negative at or after 1970.
+        let field = |n: i8| u32::from(n.unsigned_abs());
         Civil {
-            year: yoe + era * 400 + i64::from(month <= 2),
-            month,
-            day,
-            hour: (in_day / 3_600_000) as u32,
-            minute: (in_day / 60_000 % 60) as u32,
-            second: (in_day / 1000 % 60) as u32,
-            millis: (in_day % 1000) as u32,
+            year: at.year().into(),
+            month: field(at.month()),
+            day: field(at.day()),
+            hour: field(at.hour()),
+            minute: field(at.minute()),
+            second: field(at.second()),
+            millis: u32::from(at.millisecond().unsigned_abs()),
         }
+    }
+
+    /// This instant as a date and time of day in UTC, by jiff's calendar
+    /// math; saturating at the last instant of year 9999.
+    fn utc(self) -> jiff::civil::DateTime {
+        const EPOCH: jiff::civil::DateTime =
+            jiff::civil::DateTime::constant(1970, 1, 1, 0, 0, 0, 0);
+        EPOCH.saturating_add(Duration::from_millis(self.0))
     }
 
     /// Time from `self` until `later`, zero if `later` is not later.
@@ -149,5 +149,39 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> Timestamp {
         Timestamp(self.millis.load(Ordering::SeqCst))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn instants_read_as_utc_dates_and_times() {
+        assert_eq!(Timestamp(0).rfc3339(), "1970-01-01T00:00:00.000Z");
+        // A leap day of a century year, with milliseconds.
+        let leap_day = Timestamp(951_827_696_789);
+        assert_eq!(leap_day.rfc3339(), "2000-02-29T12:34:56.789Z");
+        assert_eq!(
+            leap_day.civil(),
+            Civil {
+                year: 2000,
+                month: 2,
+                day: 29,
+                hour: 12,
+                minute: 34,
+                second: 56,
+                millis: 789,
+            }
+        );
+        assert_eq!(
+            Timestamp(1_798_761_599_999).rfc3339(),
+            "2026-12-31T23:59:59.999Z"
+        );
+        // The last instant RFC 3339 can write, and what lies past it.
+        for past in [253_402_300_799_999, 253_402_300_800_000, u64::MAX] {
+            assert_eq!(Timestamp(past).rfc3339(), "9999-12-31T23:59:59.999Z");
+            assert_eq!(Timestamp(past).civil().year, 9999);
+        }
     }
 }

@@ -14,10 +14,9 @@ use crate::render::json::KeyJson;
 
 /// `idem key`: print the derived key (or its JSON).
 pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
-    let usage = |e: idem_runtime::key::KeyError| CliError::Usage(e.to_string());
-    let namespace = Namespace::new(args.namespace.clone()).map_err(usage)?;
+    let namespace = Namespace::new(args.namespace.clone())?;
     let canonical = match &args.args {
-        Some(text) => Some(CanonicalArgs::from_value(&json("--args", text)?).map_err(usage)?),
+        Some(text) => Some(CanonicalArgs::from_value(&json("--args", text)?)?),
         None => None,
     };
     let fields;
@@ -25,7 +24,10 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
         (Some(id), ..) => (KeySource::CallId(id), "call"),
         (_, Some(run), ..) => {
             let (Some(step), Some(canonical)) = (args.step, &canonical) else {
-                return Err(CliError::Usage("--run needs --step and --args".into()));
+                return Err(CliError::Needs {
+                    option: "--run",
+                    needs: "--step and --args",
+                });
             };
             let source = KeySource::Step {
                 run_id: run,
@@ -37,9 +39,7 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
         (_, _, Some(natural), _) => {
             fields = json("--natural", natural)?;
             if !fields.is_object() {
-                return Err(CliError::Usage(
-                    "--natural takes the natural-key fields as a JSON object".into(),
-                ));
+                return Err(CliError::NaturalKeyNotAnObject);
             }
             let source = KeySource::Natural {
                 fields: &fields,
@@ -50,12 +50,9 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
         (_, _, _, Some(material)) => (KeySource::Custom(material), "custom"),
         _ => match (args.repeat_window, &canonical) {
             (Some(seconds), Some(canonical)) => {
-                let at = match &args.at {
-                    Some(text) => crate::time::parse_rfc3339(text).ok_or_else(|| {
-                        CliError::Usage(format!("--at `{text}` is not an RFC 3339 time"))
-                    })?,
-                    None => idem_runtime::clock::SystemClock.now(),
-                };
+                let at = args
+                    .at
+                    .unwrap_or_else(|| idem_runtime::clock::SystemClock.now());
                 let seconds = seconds.max(1);
                 let source = KeySource::Window {
                     seconds,
@@ -65,11 +62,7 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
                 };
                 (source, "window")
             }
-            _ => {
-                return Err(CliError::Usage(
-                    "say where the key comes from: --call-id, --run with --step and --args, --natural, --custom, or --repeat-window with --args".into(),
-                ))
-            }
+            _ => return Err(CliError::NoKeySource),
         },
     };
     let key = derive_key(&KeyInput {
@@ -77,8 +70,7 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
         namespace: &namespace,
         tool: &args.tool,
         source,
-    })
-    .map_err(usage)?;
+    })?;
     if out.json {
         return out.json(&KeyJson {
             key: key.as_str().to_owned(),
@@ -95,7 +87,7 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
     out.text(&format!("{key}\n"))
 }
 
-fn json(option: &str, text: &str) -> Result<Value, CliError> {
-    serde_json::from_str(text)
-        .map_err(|e| CliError::Usage(format!("{option} is not valid JSON ({e})")))
+/// The JSON an option (`--args`, `--natural`) holds.
+fn json(option: &'static str, text: &str) -> Result<Value, CliError> {
+    serde_json::from_str(text).map_err(|source| CliError::InvalidJson { option, source })
 }

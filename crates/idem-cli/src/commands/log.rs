@@ -15,7 +15,7 @@ use crate::error::CliError;
 use crate::render::json::{AuditEventJson, LogJson};
 use crate::render::short_key;
 use crate::render::table::{Cell, Table};
-use crate::time::{parse_since, relative, rfc3339};
+use crate::time::{relative, rfc3339};
 
 /// How many events one read of the log asks for.
 const PAGE: usize = 500;
@@ -23,10 +23,7 @@ const PAGE: usize = 500;
 /// `idem log`: the latest `--limit` matching events, oldest first.
 pub(super) async fn run(operator: &Operator, args: &LogArgs, out: &Output) -> Result<(), CliError> {
     let now = now(operator).await?;
-    let since = match &args.since {
-        Some(since) => Some(parse_since(since, now).map_err(CliError::Usage)?),
-        None => None,
-    };
+    let since = args.since.map(|since| since.at(now));
     let wanted = match &args.key {
         Some(given) => Some(KeyFilter::parse(given)?),
         None => None,

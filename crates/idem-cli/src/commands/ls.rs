@@ -15,7 +15,7 @@ use crate::render::json::{ListJson, RecordJson};
 use crate::render::style::{status as status_style, DIM};
 use crate::render::table::{Cell, Table};
 use crate::render::{clip, short_key, summary};
-use crate::time::{parse_since, relative};
+use crate::time::relative;
 
 /// How many records one read of the store asks for.
 const PAGE: usize = 500;
@@ -26,10 +26,7 @@ const DETAILS: usize = 60;
 /// `idem ls`: the newest matching records as a table (or JSON).
 pub(super) async fn run(operator: &Operator, args: &LsArgs, out: &Output) -> Result<(), CliError> {
     let now = now(operator).await?;
-    let since = match &args.since {
-        Some(since) => Some(parse_since(since, now).map_err(CliError::Usage)?),
-        None => None,
-    };
+    let since = args.since.map(|since| since.at(now));
     let filter = Filter {
         status: args.states.clone(),
         tool: args.tool.clone(),

@@ -103,10 +103,10 @@ impl Output {
 }
 
 /// A non-empty `--by` / `--reason` value, trimmed.
-fn required(option: &str, value: &str) -> Result<String, CliError> {
+fn required(option: &'static str, value: &str) -> Result<String, CliError> {
     let value = value.trim();
     if value.is_empty() {
-        return Err(CliError::Usage(format!("{option} must not be empty")));
+        return Err(CliError::Empty { option });
     }
     Ok(value.to_owned())
 }

@@ -9,7 +9,7 @@ use crate::cli::{DeleteArgs, ResolveArgs};
 use crate::error::CliError;
 use crate::render::json::DeletedJson;
 use crate::render::short_key;
-use crate::time::{parse_duration, rfc3339};
+use crate::time::rfc3339;
 use idem_runtime::text::visible;
 
 /// `idem resolve`: settle the call as succeeded or failed, or release it.
@@ -21,20 +21,11 @@ pub(super) async fn resolve(
     let resolution = resolution(args)?;
     let actor =
         Actor::new(required("--by", &args.by)?).because(required("--reason", &args.reason)?);
-    let ttl = match &args.ttl {
-        Some(text) => Some(parse_duration(text).ok_or_else(|| {
-            CliError::Usage(format!(
-                "--ttl takes a duration such as 90s, 15m, 2h or 7d, not '{}'",
-                crate::render::clip(text, 40)
-            ))
-        })?),
-        None => None,
-    };
     let key = find(operator, &args.key).await?;
     // For the message: the record goes away on release.
     let before = operator.show(&key).await?;
     let short = short_key(key.as_str());
-    let settled = match ttl {
+    let settled = match args.ttl {
         Some(ttl) => {
             operator
                 .resolve_kept_for(&key, resolution, &actor, ttl)
@@ -98,11 +89,9 @@ pub(super) async fn delete(
 /// is refused here, before the store is touched.
 fn resolution(args: &ResolveArgs) -> Result<Resolution, CliError> {
     if let Some(json) = &args.succeeded {
-        let output = serde_json::from_str(json).map_err(|e| {
-            CliError::Usage(format!(
-                "--succeeded takes the tool's output as JSON, and '{}' is not JSON ({e}); write a string as '\"text\"'",
-                crate::render::clip(json, 60)
-            ))
+        let output = serde_json::from_str(json).map_err(|source| CliError::OutputNotJson {
+            given: json.clone(),
+            source,
         })?;
         return Ok(Resolution::Succeeded(output));
     }

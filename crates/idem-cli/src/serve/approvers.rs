@@ -23,6 +23,8 @@ use rand::RngCore;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use crate::error::CliError;
+
 /// What a signed-in person may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -34,15 +36,12 @@ pub(crate) enum Role {
 }
 
 impl Role {
-    /// `approver` or `viewer`.
+    /// `approver` or `viewer` (clap's parser of `idem approver --role`).
     pub(crate) fn parse(text: &str) -> Result<Role, String> {
         match text.trim() {
             "approver" => Ok(Role::Approver),
             "viewer" => Ok(Role::Viewer),
-            other => Err(format!(
-                "unknown role '{}': expected approver (may decide) or viewer (may only look)",
-                crate::render::clip(other, 30)
-            )),
+            _ => Err("expected approver (may decide) or viewer (may only look)".to_owned()),
         }
     }
 
@@ -96,10 +95,16 @@ pub(super) struct Approvers {
 
 impl Approvers {
     /// Read and check the file at `path`.
-    pub(super) fn load(path: &Path) -> Result<Approvers, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read the approvers file {}: {e}", path.display()))?;
-        Approvers::parse(&text).map_err(|e| format!("approvers file {}: {e}", path.display()))
+    pub(super) fn load(path: &Path) -> Result<Approvers, CliError> {
+        let text = std::fs::read_to_string(path).map_err(|source| CliError::Unreadable {
+            what: "the approvers file",
+            path: path.to_owned(),
+            source,
+        })?;
+        Approvers::parse(&text).map_err(|problem| CliError::InvalidApprovers {
+            path: path.to_owned(),
+            problem,
+        })
     }
 
     /// Read and check the file's text.
@@ -148,7 +153,8 @@ impl Approvers {
         Ok(Approvers {
             by_name,
             by_token,
-            decoy: hash_password("decoy password, never accepted")?,
+            decoy: hash_password("decoy password, never accepted")
+                .map_err(|e| format!("cannot hash a password: {e}"))?,
         })
     }
 
@@ -187,14 +193,13 @@ impl Approvers {
 }
 
 /// An Argon2id PHC string for `password`, with a fresh salt.
-pub(super) fn hash_password(password: &str) -> Result<String, String> {
+pub(super) fn hash_password(password: &str) -> Result<String, argon2::password_hash::Error> {
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
-    let salt = SaltString::encode_b64(&salt).map_err(|e| e.to_string())?;
+    let salt = SaltString::encode_b64(&salt)?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
-        .map_err(|e| e.to_string())
 }
 
 /// A new API token: 32 random bytes, base64url.

@@ -41,7 +41,6 @@ use idem_runtime::operator::Operator;
 
 use crate::cli::{ApproverArgs, ApproverCommand, ServeArgs};
 use crate::error::CliError;
-use crate::time::parse_duration;
 pub(crate) use approvers::Role;
 use approvers::{Approvers, Identity};
 use session::{Session, Sessions, Throttle};
@@ -185,65 +184,40 @@ async fn secure_headers(mut response: Response) -> Response {
 
 /// `idem serve`.
 pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
-    let duration = |option: &str, text: &str| {
-        parse_duration(text).ok_or_else(|| {
-            CliError::Usage(format!(
-                "{option} takes a duration such as 90s, 15m, 2h or 7d, not '{}'",
-                crate::render::clip(text, 40)
-            ))
-        })
-    };
-    let overdue = duration("--overdue", &args.overdue)?;
-    let session_ttl = duration("--session", &args.session)?;
-    let refresh = duration("--refresh", &args.refresh)?;
-    let addr: SocketAddr = args.listen.parse().map_err(|_| {
-        CliError::Usage(format!(
-            "--listen takes an address and port such as 127.0.0.1:8080, not '{}'",
-            crate::render::clip(&args.listen, 40)
-        ))
-    })?;
-    let proxy_header = match &args.trust_proxy_header {
-        Some(name) => Some(HeaderName::try_from(name.trim()).map_err(|_| {
-            CliError::Usage(format!(
-                "--trust-proxy-header takes a header name such as X-Forwarded-User, not '{}'",
-                crate::render::clip(name, 40)
-            ))
-        })?),
+    let addr = args.listen;
+    let approvers = Approvers::load(&args.approvers)?;
+    let catalog = match &args.tools {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| CliError::Unreadable {
+                what: "the tool catalog",
+                path: path.clone(),
+                source,
+            })?;
+            let catalog = Catalog::from_json(&text).map_err(|source| CliError::InvalidCatalog {
+                path: path.clone(),
+                source,
+            })?;
+            Some(catalog)
+        }
         None => None,
     };
-    let approvers = Approvers::load(&args.approvers).map_err(CliError::Usage)?;
-    let catalog =
-        match &args.tools {
-            Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| {
-                    CliError::Usage(format!(
-                        "cannot read the tool catalog {}: {e}",
-                        path.display()
-                    ))
-                })?;
-                Some(Catalog::from_json(&text).map_err(|e| {
-                    CliError::Usage(format!("tool catalog {}: {e}", path.display()))
-                })?)
-            }
-            None => None,
-        };
     let operator = crate::store::open(url).await?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| CliError::Usage(format!("cannot listen on {addr}: {e}")))?;
+        .map_err(|source| CliError::Listen { addr, source })?;
     let local = listener.local_addr()?;
     let (changed, changes) = tokio::sync::watch::channel(0);
     let app = Arc::new(App {
         operator: operator.clone(),
         approvers,
-        sessions: Sessions::new(session_ttl, args.secure_cookies),
+        sessions: Sessions::new(args.session, args.secure_cookies),
         throttle: Throttle::default(),
         catalog,
-        overdue,
-        proxy_header,
+        overdue: args.overdue,
+        proxy_header: args.trust_proxy_header.clone(),
         changes,
     });
-    let watcher = tokio::spawn(live::watch(app.clone(), changed, refresh));
+    let watcher = tokio::spawn(live::watch(app.clone(), changed, args.refresh));
     eprintln!(
         "idem serve: the approval inbox is on http://{local}/ ({})",
         operator.store().describe()
@@ -261,33 +235,32 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     Ok(served?)
 }
 
+/// The fewest characters `idem approver password` takes.
+const MIN_PASSWORD: usize = 12;
+
 /// `idem approver password|token NAME`: the entry to paste into the
 /// approvers file.
 pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
     let (entry, secret) = match &args.command {
         ApproverCommand::Password(a) | ApproverCommand::Token(a) => (a, &args.command),
     };
-    let role = Role::parse(&entry.role).map_err(CliError::Usage)?;
+    let role = entry.role;
     let name = entry.name.trim();
     if name.is_empty()
         || name.contains(idem_runtime::text::needs_escape)
         || name.contains(['"', '\\'])
     {
-        return Err(CliError::Usage(
-            "the approver's name must be printable text, without quotes or backslashes".into(),
-        ));
+        return Err(CliError::ApproverName);
     }
     let line = match secret {
         ApproverCommand::Password(_) => {
             let mut password = String::new();
             std::io::stdin().lock().read_line(&mut password)?;
             let password = password.trim_end_matches(['\r', '\n']);
-            if password.chars().count() < 12 {
-                return Err(CliError::Usage(
-                    "the password (read from stdin) must be at least 12 characters".into(),
-                ));
+            if password.chars().count() < MIN_PASSWORD {
+                return Err(CliError::ShortPassword { min: MIN_PASSWORD });
             }
-            let hash = approvers::hash_password(password).map_err(CliError::Usage)?;
+            let hash = approvers::hash_password(password).map_err(CliError::HashPassword)?;
             format!("password = \"{hash}\"")
         }
         ApproverCommand::Token(_) => {

@@ -137,6 +137,30 @@ impl Run {
     }
 }
 
+impl Run {
+    /// Refused by clap's value parser of `option` (exit code 2, nothing on
+    /// stdout): its message names the option and the value's trouble,
+    /// `needle`. Returns the message's first line.
+    pub fn bad_value(&self, option: &str, needle: &str) -> &str {
+        assert_eq!(
+            self.code, 2,
+            "`{}` exited with {}, not 2: {}{}",
+            self.command, self.code, self.stdout, self.stderr
+        );
+        assert_eq!(self.stdout, "", "`{}` printed on stdout", self.command);
+        let line = self.stderr.lines().next().unwrap_or_default();
+        assert!(
+            line.starts_with("error: invalid value ")
+                && line.contains(&format!(" for '{option} "))
+                && line.contains(needle),
+            "`{}` should name {option} and say {needle:?}: {}",
+            self.command,
+            self.stderr
+        );
+        line
+    }
+}
+
 /// A name no other test (or earlier run on the same server) uses.
 pub fn unique(prefix: &str) -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
