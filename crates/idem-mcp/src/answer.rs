@@ -7,7 +7,7 @@ use idem_runtime::error::ErrorKind;
 use serde_json::Value;
 
 use idem_runtime::key::KeyError;
-use idem_runtime::IdemError;
+use idem_runtime::{IdemError, ToolError};
 
 /// What the answer may tell the model it can do.
 #[derive(Clone, Copy, Debug, Default)]
@@ -45,124 +45,237 @@ pub(crate) fn already_done(
     )
 }
 
-/// The text of an error, for the model.
+/// The text of an error, for the model: one sentence set per error, each
+/// saying what happened, whether anything ran, and what to do next.
 pub(crate) fn error(tool: &str, e: &IdemError) -> String {
     match e {
         IdemError::Tool {
             error,
             deduplicated: true,
             ..
-        } => format!(
-            "An identical earlier call of `{tool}` failed, and this is its recorded answer: {}. \
-             Nothing ran now. Calling again with the same arguments gives the same answer; \
-             fix the arguments or tell the user.",
-            error.message()
-        ),
-        IdemError::Tool { error, .. } => match error.kind() {
-            ErrorKind::Transient => format!(
-                "`{tool}` failed before it took effect: {}. Nothing happened, so it is safe \
-                 to call again with the same arguments in a moment.",
-                error.message()
-            ),
-            ErrorKind::Ambiguous => format!(
-                "`{tool}` failed, and it may or may not have taken effect: {}. Do not call it \
-                 again on your own; tell the user it needs checking.",
-                error.message()
-            ),
-            _ => format!(
-                "`{tool}` failed: {}. It did not take effect. Fix the arguments if they are the \
-                 cause, or tell the user.",
-                error.message()
-            ),
-        },
+        } => recorded_failure(tool, error.message()),
+        IdemError::Tool { error, .. } => tool_failed(tool, error),
         IdemError::Key {
             source: KeyError::NoSource { .. },
             ..
-        } => format!(
-            "`{tool}` was not run: this server runs it only when the client sends an idempotency \
-             key with the call (the MCP `_meta` field `io.idem/idempotencyKey`), and this client \
-             sent none. Nothing ran. Putting a key into the arguments does not help; tell the \
-             user this tool cannot be used from this client."
-        ),
-        IdemError::Key { source, .. } => format!(
-            "`{tool}` was not run: the key sent with the call is unusable ({source}). Nothing \
-             ran. Tell the user; the client's configuration needs fixing."
-        ),
-        IdemError::Store { .. } => format!(
-            "`{tool}` was not run: the server cannot reach the store where it records its calls, \
-             and it never acts without recording. Nothing ran. Try again in a minute; if it \
-             keeps failing, tell the user."
-        ),
-        IdemError::Superseded { .. } => format!(
-            "`{tool}` took too long, and another worker of the server took the call over; this \
-             answer is not the final one. Call again with the same arguments in a few seconds \
-             to receive the outcome. It will not be done twice."
-        ),
-        IdemError::KeyReused { .. } => format!(
-            "`{tool}` was not run: the key of this call was already used for a call with other \
-             arguments. Nothing ran. A new action needs a new key; do not send this one again."
-        ),
-        IdemError::InFlight { .. } => format!(
-            "An identical call of `{tool}` is still running, so it was not started a second \
-             time. Wait a few seconds, then call again with the same arguments to receive its \
-             result."
-        ),
-        IdemError::OutcomeUnknown { reason, .. } => format!(
-            "An identical call of `{tool}` was started earlier, but its result was never \
-             recorded ({reason}), so nobody knows whether it took effect. It will not be run \
-             again. Do not call it again; tell the user a person has to check whether it \
-             happened and settle it."
-        ),
-        IdemError::ApprovalDenied { reason, .. } => format!(
-            "A person declined this call of `{tool}` ({reason}). Nothing ran, and it will not \
-             run with these arguments. Tell the user; do not call it again."
-        ),
-        IdemError::ApprovalPending { message, .. } => {
-            let why = if message.is_empty() {
-                String::new()
-            } else {
-                format!(" ({message})")
-            };
-            format!(
-                "`{tool}` needs a person's approval before it runs, and nobody has decided \
-                 yet{why}. Nothing ran. Tell the user it is waiting for approval. Once it is \
-                 approved, call again with the same arguments and it runs once; calling again \
-                 before then only repeats this answer."
-            )
-        }
-        IdemError::ApprovalRequired { .. } => format!(
-            "`{tool}` needs a person's approval, and this server has no way to ask for one. \
-             Nothing ran. Tell the user."
-        ),
-        IdemError::NotRecorded { .. } => format!(
-            "`{tool}` was not run: this server is replaying recorded calls and this one has no \
-             record. Nothing ran."
-        ),
-        IdemError::KeyAwaitsOtherArguments { .. } => format!(
-            "`{tool}` was not run: an earlier request for the same thing, with other arguments, \
-             is waiting for a person's decision. Nothing ran. Tell the user; once it is decided, \
-             call again."
-        ),
-        IdemError::RecordedOutputMismatch { .. } => format!(
-            "An identical call of `{tool}` was done earlier, but its recorded result can no \
-             longer be read. Nothing ran again. Tell the user."
-        ),
-        IdemError::InvalidArguments { detail, .. } => format!(
-            "The arguments for `{tool}` are not valid: {detail}. Nothing ran. Fix them and call \
-             again."
-        ),
-        IdemError::ArgumentsTooLarge { len, max, .. } => format!(
-            "The arguments for `{tool}` are {len} bytes, more than the {max} this server accepts. \
-             Nothing ran. Send less."
-        ),
-        IdemError::OutputNotSerializable { .. } => format!(
-            "`{tool}` ran, but its result could not be recorded, so it cannot be shown. Do not \
-             call it again; tell the user."
-        ),
+        } => no_key_sent(tool),
+        IdemError::Key { source, .. } => unusable_key(tool, source),
+        IdemError::Store { .. } => store_unreachable(tool),
+        IdemError::Superseded { .. } => superseded(tool),
+        IdemError::KeyReused { .. } => key_reused(tool),
+        IdemError::InFlight { .. } => in_flight(tool),
+        IdemError::OutcomeUnknown { reason, .. } => outcome_unknown(tool, reason),
+        IdemError::ApprovalDenied { reason, .. } => approval_denied(tool, reason),
+        IdemError::ApprovalPending { message, .. } => approval_pending(tool, message),
+        IdemError::ApprovalRequired { .. } => no_way_to_approve(tool),
+        IdemError::NotRecorded { .. } => not_recorded(tool),
+        IdemError::KeyAwaitsOtherArguments { .. } => awaits_other_arguments(tool),
+        IdemError::RecordedOutputMismatch { .. } => unreadable_record(tool),
+        IdemError::InvalidArguments { detail, .. } => invalid_arguments(tool, detail),
+        IdemError::ArgumentsTooLarge { len, max, .. } => arguments_too_large(tool, *len, *max),
+        IdemError::OutputNotSerializable { .. } => output_not_recorded(tool),
         // New variants: the message the error carries, which always says
         // whether anything ran.
         other => other.to_string(),
     }
+}
+
+/// A duplicate of a call whose tool failed: its recorded failure again,
+/// and that calling again only repeats it.
+fn recorded_failure(tool: &str, message: &str) -> String {
+    format!(
+        "An identical earlier call of `{tool}` failed, and this is its recorded answer: \
+         {message}. Nothing ran now. Calling again with the same arguments gives the same \
+         answer; fix the arguments or tell the user."
+    )
+}
+
+/// The tool's own failure, told by what it says about the effect (its
+/// [`ErrorKind`]), which decides whether calling again is safe.
+fn tool_failed(tool: &str, error: &ToolError) -> String {
+    match error.kind() {
+        ErrorKind::Transient => failed_before_effect(tool, error.message()),
+        ErrorKind::Ambiguous => failed_maybe_with_effect(tool, error.message()),
+        _ => failed_without_effect(tool, error.message()),
+    }
+}
+
+/// A transient failure: nothing happened, so calling again is safe.
+fn failed_before_effect(tool: &str, message: &str) -> String {
+    format!(
+        "`{tool}` failed before it took effect: {message}. Nothing happened, so it is safe \
+         to call again with the same arguments in a moment."
+    )
+}
+
+/// An ambiguous failure: the effect may have happened, so the model must
+/// not try again on its own.
+fn failed_maybe_with_effect(tool: &str, message: &str) -> String {
+    format!(
+        "`{tool}` failed, and it may or may not have taken effect: {message}. Do not call it \
+         again on your own; tell the user it needs checking."
+    )
+}
+
+/// A permanent failure: no effect, and the same call fails the same way.
+fn failed_without_effect(tool: &str, message: &str) -> String {
+    format!(
+        "`{tool}` failed: {message}. It did not take effect. Fix the arguments if they are the \
+         cause, or tell the user."
+    )
+}
+
+/// The server runs the tool only with a client's key, and none came: a
+/// key in the arguments does not count, so the model must not invent one.
+fn no_key_sent(tool: &str) -> String {
+    format!(
+        "`{tool}` was not run: this server runs it only when the client sends an idempotency \
+         key with the call (the MCP `_meta` field `io.idem/idempotencyKey`), and this client \
+         sent none. Nothing ran. Putting a key into the arguments does not help; tell the \
+         user this tool cannot be used from this client."
+    )
+}
+
+/// The key that came is unusable: the client's configuration, not the
+/// model, can fix that.
+fn unusable_key(tool: &str, source: &KeyError) -> String {
+    format!(
+        "`{tool}` was not run: the key sent with the call is unusable ({source}). Nothing \
+         ran. Tell the user; the client's configuration needs fixing."
+    )
+}
+
+/// The store is out of reach, and nothing runs unrecorded: try again later.
+fn store_unreachable(tool: &str) -> String {
+    format!(
+        "`{tool}` was not run: the server cannot reach the store where it records its calls, \
+         and it never acts without recording. Nothing ran. Try again in a minute; if it \
+         keeps failing, tell the user."
+    )
+}
+
+/// The call lost its key while it worked (another worker took it over):
+/// this answer is not the final one, and a later identical call gets the
+/// outcome.
+fn superseded(tool: &str) -> String {
+    format!(
+        "`{tool}` took too long, and another worker of the server took the call over; this \
+         answer is not the final one. Call again with the same arguments in a few seconds \
+         to receive the outcome. It will not be done twice."
+    )
+}
+
+/// The key was used for other arguments: a new action needs a new key.
+fn key_reused(tool: &str) -> String {
+    format!(
+        "`{tool}` was not run: the key of this call was already used for a call with other \
+         arguments. Nothing ran. A new action needs a new key; do not send this one again."
+    )
+}
+
+/// An identical call is still running: wait, then call again for its result.
+fn in_flight(tool: &str) -> String {
+    format!(
+        "An identical call of `{tool}` is still running, so it was not started a second \
+         time. Wait a few seconds, then call again with the same arguments to receive its \
+         result."
+    )
+}
+
+/// An identical call started and never recorded its result: a person has
+/// to find out whether it happened, and it is never run again meanwhile.
+fn outcome_unknown(tool: &str, reason: &str) -> String {
+    format!(
+        "An identical call of `{tool}` was started earlier, but its result was never \
+         recorded ({reason}), so nobody knows whether it took effect. It will not be run \
+         again. Do not call it again; tell the user a person has to check whether it \
+         happened and settle it."
+    )
+}
+
+/// A person declined the call: it will not run with these arguments.
+fn approval_denied(tool: &str, reason: &str) -> String {
+    format!(
+        "A person declined this call of `{tool}` ({reason}). Nothing ran, and it will not \
+         run with these arguments. Tell the user; do not call it again."
+    )
+}
+
+/// The call waits for a person's decision (with what the approval policy
+/// said, if anything); once approved, calling again runs it once.
+fn approval_pending(tool: &str, message: &str) -> String {
+    let why = if message.is_empty() {
+        String::new()
+    } else {
+        format!(" ({message})")
+    };
+    format!(
+        "`{tool}` needs a person's approval before it runs, and nobody has decided \
+         yet{why}. Nothing ran. Tell the user it is waiting for approval. Once it is \
+         approved, call again with the same arguments and it runs once; calling again \
+         before then only repeats this answer."
+    )
+}
+
+/// The call needs an approval, and this server cannot ask for one.
+fn no_way_to_approve(tool: &str) -> String {
+    format!(
+        "`{tool}` needs a person's approval, and this server has no way to ask for one. \
+         Nothing ran. Tell the user."
+    )
+}
+
+/// A replaying server has no record of this call, so it runs nothing.
+fn not_recorded(tool: &str) -> String {
+    format!(
+        "`{tool}` was not run: this server is replaying recorded calls and this one has no \
+         record. Nothing ran."
+    )
+}
+
+/// A request under the same key, with other arguments, waits for a
+/// person's decision: call again once it is decided.
+fn awaits_other_arguments(tool: &str) -> String {
+    format!(
+        "`{tool}` was not run: an earlier request for the same thing, with other arguments, \
+         is waiting for a person's decision. Nothing ran. Tell the user; once it is decided, \
+         call again."
+    )
+}
+
+/// An identical call was done, but its recorded result no longer reads as
+/// the tool's output (its type changed since): nothing runs again.
+fn unreadable_record(tool: &str) -> String {
+    format!(
+        "An identical call of `{tool}` was done earlier, but its recorded result can no \
+         longer be read. Nothing ran again. Tell the user."
+    )
+}
+
+/// The arguments are unusable (the detail says where): the model can fix
+/// them.
+fn invalid_arguments(tool: &str, detail: &str) -> String {
+    format!(
+        "The arguments for `{tool}` are not valid: {detail}. Nothing ran. Fix them and call \
+         again."
+    )
+}
+
+/// The arguments are larger than the server accepts: the model can send less.
+fn arguments_too_large(tool: &str, len: usize, max: usize) -> String {
+    format!(
+        "The arguments for `{tool}` are {len} bytes, more than the {max} this server accepts. \
+         Nothing ran. Send less."
+    )
+}
+
+/// The tool ran, and its result could not be recorded: it must not run
+/// again, and a person has to know.
+fn output_not_recorded(tool: &str) -> String {
+    format!(
+        "`{tool}` ran, but its result could not be recorded, so it cannot be shown. Do not \
+         call it again; tell the user."
+    )
 }
 
 /// The answer to a call whose `_meta` key fields were unusable.

@@ -13,7 +13,7 @@ use crate::RedisStore;
 use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
-use idem_runtime::record::CorruptRecord;
+use idem_runtime::record::{CorruptRecord, Record};
 use idem_runtime::store::{ScanPage, Store, StoreError};
 
 /// The most records one scan page reads.
@@ -21,36 +21,66 @@ const MAX_SCAN_PAGE: usize = 10_000;
 
 impl RedisStore {
     /// [`Store::scan`]: see there.
+    ///
+    /// A page is read in three steps, each a batch of commands: which
+    /// slots hold its keys (a window of slots a round trip), those keys in
+    /// order, and their records with the server's time.
     pub(super) async fn scan_page(
         &self,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<ScanPage, StoreError> {
         let limit = limit.clamp(1, MAX_SCAN_PAGE);
-        let (mut next, after) = match cursor {
-            None => (0, None),
+        let (first, after) = self.scan_resumes_at(cursor)?;
+        let mut conn = self.conn()?;
+        let (slots, next) = self.slots_of_page(&mut conn, first, after, limit).await?;
+        let keys = self.keys_of_page(&mut conn, &slots, after, limit).await?;
+        let cursor = next_scan_cursor(&keys, limit, next);
+        let (records, corrupt) = self.records_of_page(&mut conn, &keys).await?;
+        Ok(ScanPage {
+            records,
+            corrupt,
+            cursor,
+        })
+    }
+
+    /// Where a scan from `cursor` starts ([`parse_cursor`]): from the first
+    /// slot without one; refused when it is not a cursor of this store's.
+    fn scan_resumes_at<'c>(
+        &self,
+        cursor: Option<&'c str>,
+    ) -> Result<(u16, Option<&'c str>), StoreError> {
+        match cursor {
+            None => Ok((0, None)),
             Some(c) => parse_cursor(c).ok_or_else(|| {
                 StoreError::Config(format!("{c:?} is not a scan cursor of {}", self.name))
-            })?,
-        };
-        let from = |slot: u16| match after {
-            Some(key) if key.starts_with(&format!("{slot:03x}")) => format!("({key}"),
-            _ => "-".to_owned(),
-        };
-        let index = |slot: u16| index_key(&self.prefix, &format!("{slot:03x}"));
-        let mut conn = self.conn()?;
+            }),
+        }
+    }
 
-        // The slots that hold the page's keys, counted a window at a time.
+    /// The slots from `next` on that hold the page's keys, counted a window
+    /// at a time until they hold `limit` keys or the slots end; and the slot
+    /// after the last one counted, where the next page starts if this one
+    /// reads every slot listed whole.
+    async fn slots_of_page(
+        &self,
+        conn: &mut Connection,
+        mut next: u16,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<(Vec<u16>, u16), StoreError> {
         let mut slots = Vec::new();
         let mut counted = 0;
         while next < SLOTS && counted < limit {
             let window = next..(next + COUNT_WINDOW).min(SLOTS);
             let cmds = window.clone().map(|slot| {
                 let mut cmd = redis::cmd("ZLEXCOUNT");
-                cmd.arg(index(slot)).arg(from(slot)).arg("+");
+                cmd.arg(self.index_of(slot))
+                    .arg(index_from(after, slot))
+                    .arg("+");
                 cmd
             });
-            let counts: Vec<usize> = self.batch(&mut conn, cmds.collect()).await?;
+            let counts: Vec<usize> = self.batch(conn, cmds.collect()).await?;
             for (slot, count) in window.zip(counts) {
                 next = slot + 1;
                 if count > 0 {
@@ -62,68 +92,59 @@ impl RedisStore {
                 }
             }
         }
+        Ok((slots, next))
+    }
 
-        // Their keys, in order. Every slot but the last holds fewer than
-        // `limit`, so the reply holds fewer than twice `limit` keys.
-        let mut keys: Vec<String> = Vec::new();
-        if !slots.is_empty() {
-            let cmds = slots.iter().map(|&slot| {
-                let mut cmd = redis::cmd("ZRANGEBYLEX");
-                cmd.arg(index(slot))
-                    .arg(from(slot))
-                    .arg("+")
-                    .arg("LIMIT")
-                    .arg(0)
-                    .arg(limit);
-                cmd
-            });
-            let ranges: Vec<Vec<String>> = self.batch(&mut conn, cmds.collect()).await?;
-            keys = ranges.into_iter().flatten().take(limit).collect();
+    /// The keys of `slots`, in order, at most `limit`. Every slot but the
+    /// last holds fewer than `limit`, so the reply holds fewer than twice
+    /// `limit` keys.
+    async fn keys_of_page(
+        &self,
+        conn: &mut Connection,
+        slots: &[u16],
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>, StoreError> {
+        if slots.is_empty() {
+            return Ok(Vec::new());
         }
-        // A full page ends at its last key (its slot may hold more);
-        // otherwise every slot listed was read whole.
-        let cursor = match keys.last() {
-            Some(last) if keys.len() == limit => Some(last.clone()),
-            _ if next < SLOTS => Some(format!("{next:03x}")),
-            _ => None,
-        };
+        let cmds = slots.iter().map(|&slot| {
+            let mut cmd = redis::cmd("ZRANGEBYLEX");
+            cmd.arg(self.index_of(slot))
+                .arg(index_from(after, slot))
+                .arg("+")
+                .arg("LIMIT")
+                .arg(0)
+                .arg(limit);
+            cmd
+        });
+        let ranges: Vec<Vec<String>> = self.batch(conn, cmds.collect()).await?;
+        Ok(ranges.into_iter().flatten().take(limit).collect())
+    }
 
-        // Their records; a key whose record lapsed, or was released since
-        // it was listed, reads as nothing and is left out.
-        let mut keys_read = Vec::with_capacity(keys.len());
+    /// The live records of `keys`, read in one round trip with the server's
+    /// time (which tells the expired ones, left out), and the corrupt ones:
+    /// records that do not decode, and malformed keys. A key whose record
+    /// lapsed, or was released since it was listed, reads as nothing and is
+    /// left out.
+    async fn records_of_page(
+        &self,
+        conn: &mut Connection,
+        keys: &[String],
+    ) -> Result<(Vec<Record>, Vec<CorruptRecord>), StoreError> {
         let mut corrupt = Vec::new();
+        let keys = well_formed(keys, &mut corrupt);
         let mut cmds = vec![redis::cmd("TIME")];
-        for key in &keys {
-            let Ok(key) = IdempotencyKey::parse(key) else {
-                corrupt.push(CorruptRecord {
-                    key: key.clone(),
-                    detail: "the index of its slot holds a malformed key".into(),
-                });
-                continue;
-            };
+        cmds.extend(keys.iter().map(|key| {
             let mut cmd = redis::cmd("HGETALL");
-            cmd.arg(self.record_key(&key));
-            cmds.push(cmd);
-            keys_read.push(key);
-        }
-        let replies: Vec<RedisValue> = self.batch(&mut conn, cmds).await?;
-        let now = match replies.first() {
-            Some(RedisValue::Array(time)) => {
-                match (time.first().and_then(number), time.get(1).and_then(number)) {
-                    (Some(secs), Some(micros)) => Timestamp(secs * 1000 + micros / 1000),
-                    _ => return Err(self.protocol("TIME")),
-                }
-            }
-            _ => return Err(self.protocol("TIME")),
-        };
-        let mut records = Vec::with_capacity(keys_read.len());
-        for (key, reply) in keys_read.iter().zip(replies.into_iter().skip(1)) {
-            let flat = match reply {
-                RedisValue::Array(flat) => flat,
-                // RESP3 answers HGETALL with a map.
-                RedisValue::Map(pairs) => pairs.into_iter().flat_map(|(k, v)| [k, v]).collect(),
-                _ => return Err(self.protocol("HGETALL")),
-            };
+            cmd.arg(self.record_key(key));
+            cmd
+        }));
+        let replies: Vec<RedisValue> = self.batch(conn, cmds).await?;
+        let now = self.server_time(replies.first())?;
+        let mut records = Vec::with_capacity(keys.len());
+        for (key, reply) in keys.iter().zip(replies.into_iter().skip(1)) {
+            let flat = self.hash_fields(reply)?;
             if flat.is_empty() {
                 continue;
             }
@@ -133,11 +154,33 @@ impl RedisStore {
                 Err(e) => corrupt.push(e),
             }
         }
-        Ok(ScanPage {
-            records,
-            corrupt,
-            cursor,
-        })
+        Ok((records, corrupt))
+    }
+
+    /// The index of `slot`'s keys.
+    fn index_of(&self, slot: u16) -> String {
+        index_key(&self.prefix, &format!("{slot:03x}"))
+    }
+
+    /// The time in a reply to `TIME` (seconds and microseconds).
+    fn server_time(&self, reply: Option<&RedisValue>) -> Result<Timestamp, StoreError> {
+        let Some(RedisValue::Array(time)) = reply else {
+            return Err(self.protocol("TIME"));
+        };
+        match (time.first().and_then(number), time.get(1).and_then(number)) {
+            (Some(secs), Some(micros)) => Ok(Timestamp(secs * 1000 + micros / 1000)),
+            _ => Err(self.protocol("TIME")),
+        }
+    }
+
+    /// The fields and values of a reply to `HGETALL`, flat: RESP2 answers
+    /// with an array, RESP3 with a map.
+    fn hash_fields(&self, reply: RedisValue) -> Result<Vec<RedisValue>, StoreError> {
+        match reply {
+            RedisValue::Array(flat) => Ok(flat),
+            RedisValue::Map(pairs) => Ok(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),
+            _ => Err(self.protocol("HGETALL")),
+        }
     }
 
     /// [`Store::audit`]: see there.
@@ -262,6 +305,42 @@ impl RedisStore {
             .collect::<Result<_, _>>()
             .map_err(|e| self.unavailable(e.into()))
     }
+}
+
+/// Where `slot`'s index is read from: just past the key a scan resumes
+/// after, when it is in this slot; otherwise from the slot's start.
+fn index_from(after: Option<&str>, slot: u16) -> String {
+    match after {
+        Some(key) if key.starts_with(&format!("{slot:03x}")) => format!("({key}"),
+        _ => "-".to_owned(),
+    }
+}
+
+/// Where the page after this one starts. A full page ends at its last key
+/// (its slot may hold more); otherwise every slot listed was read whole,
+/// and the next page starts at slot `next`; `None` after the last slot.
+fn next_scan_cursor(keys: &[String], limit: usize, next: u16) -> Option<String> {
+    match keys.last() {
+        Some(last) if keys.len() == limit => Some(last.clone()),
+        _ if next < SLOTS => Some(format!("{next:03x}")),
+        _ => None,
+    }
+}
+
+/// The keys among `keys` that parse; each one that does not is reported in
+/// `corrupt` (the index of its slot holds a malformed key).
+fn well_formed(keys: &[String], corrupt: &mut Vec<CorruptRecord>) -> Vec<IdempotencyKey> {
+    let mut parsed = Vec::with_capacity(keys.len());
+    for key in keys {
+        match IdempotencyKey::parse(key) {
+            Ok(key) => parsed.push(key),
+            Err(_) => corrupt.push(CorruptRecord {
+                key: key.clone(),
+                detail: "the index of its slot holds a malformed key".into(),
+            }),
+        }
+    }
+    parsed
 }
 
 /// Where a scan resumes: the slot to read first, and the last key returned

@@ -361,7 +361,6 @@ fn apply(
     fences: Option<&mut FenceCounter>,
     decoded: &DecodedRecords,
 ) -> rusqlite::Result<Result<Answer, StoreError>> {
-    let existing = |key: &IdempotencyKey| load(tx, key);
     Ok(match op {
         Op::Claim {
             key,
@@ -373,10 +372,7 @@ fn apply(
             worker,
             durable,
         } => {
-            let existing = match existing(key)? {
-                Ok(r) => r,
-                Err(e) => return Ok(Err(e)),
-            };
+            // Borrowed from the job: the claim copies nothing.
             let req = ClaimRequest {
                 key,
                 tool,
@@ -387,117 +383,201 @@ fn apply(
                 worker: worker.as_deref(),
                 durable: *durable,
             };
-            let fences = fences.expect("loaded for a batch with claims");
-            let decision = transition::claim(existing.map(Arc::new), &req, now, || fences.take());
-            if let Some(record) = &decision.write {
-                store(tx, record)?;
-            }
-            Ok(Answer::Claim(decision.claim))
+            claim(tx, &req, now, fences)?
         }
         Op::Checkpoint {
             key,
             fence,
             step,
             lease,
-        } => match existing(key)?.and_then(|r| {
-            let step = step.as_ref().map(|(name, value)| (name.as_str(), value));
-            transition::checkpoint(r, key, *fence, step, *lease, now)
-        }) {
-            Ok(record) => store(tx, &record).map(|()| Ok(Answer::Done))?,
-            Err(e) => Err(e),
-        },
+        } => checkpoint(tx, key, *fence, step.as_ref(), *lease, now)?,
         Op::Complete {
             key,
             fence,
             outcome,
             ttl,
-        } => match existing(key)?.and_then(|r| {
-            transition::complete(
-                r.filter(|r| !r.is_expired(now)),
-                key,
-                *fence,
-                outcome,
-                *ttl,
-                now,
-            )
-        }) {
-            Ok(record) => {
-                let bytes = record.to_bytes();
-                store_bytes(tx, &record, &bytes)?;
-                decoded.written(key, bytes, record);
-                Ok(Answer::Done)
-            }
-            Err(e) => Err(e),
-        },
-        Op::Release { key, fence } => match existing(key)?
-            .and_then(|r| transition::owned(r.filter(|r| !r.is_expired(now)), key, *fence))
-        {
-            Ok(_) => {
-                tx.prepare_cached("DELETE FROM idem_records WHERE key = ?1")?
-                    .execute([key.as_str()])?;
-                Ok(Answer::Done)
-            }
-            Err(e) => Err(e),
-        },
+        } => complete(tx, key, *fence, outcome, *ttl, now, decoded)?,
+        Op::Release { key, fence } => release(tx, key, *fence, now)?,
         Op::Replace {
             key,
             expected,
             new,
             audit,
-        } => {
-            let existing = match existing(key)? {
-                Ok(r) => r,
-                Err(e) => return Ok(Err(e)),
-            };
-            if let Err(e) = transition::check_expected(existing.as_ref(), key, *expected, now) {
-                return Ok(Err(e));
-            }
-            if let Some(event) = audit {
-                append_audit(tx, event)?;
-            }
-            match new {
-                None => {
-                    tx.prepare_cached("DELETE FROM idem_records WHERE key = ?1")?
-                        .execute([key.as_str()])?;
-                    Ok(Answer::Replaced(None))
-                }
-                Some(new) => {
-                    let fence = fences.expect("loaded for a batch with replaces").take();
-                    store(tx, &transition::replacement(key, new, fence))?;
-                    Ok(Answer::Replaced(Some(fence)))
-                }
-            }
-        }
-        Op::Sweep { cutoff } => {
-            // The expiry index yields the oldest rowids first; deleting by
-            // rowid spares a lookup of each key.
-            let n = tx
-                .prepare_cached(
-                    "DELETE FROM idem_records WHERE rowid IN (
-                         SELECT rowid FROM idem_records
-                         WHERE expires_at <= ?1
-                         ORDER BY expires_at
-                         LIMIT ?2
-                     )",
-                )?
-                .execute(rusqlite::params![
-                    millis((*cutoff).min(now)),
-                    SWEEP_BATCH as i64
-                ])?;
-            Ok(Answer::Swept(n as u64))
-        }
+        } => replace(
+            tx,
+            key,
+            *expected,
+            new.as_deref(),
+            audit.as_deref(),
+            now,
+            fences,
+        )?,
+        Op::Sweep { cutoff } => Ok(Answer::Swept(sweep_records(tx, *cutoff, now)?)),
         Op::AppendAudit { event } => Ok(Answer::Appended(append_audit(tx, event)?)),
-        Op::SweepAudit { cutoff } => {
-            let n = tx
-                .prepare_cached(
-                    "DELETE FROM idem_audit WHERE seq IN (
-                         SELECT seq FROM idem_audit WHERE at < ?1 ORDER BY at LIMIT ?2
-                     )",
-                )?
-                .execute(rusqlite::params![millis(*cutoff), SWEEP_BATCH as i64])?;
-            Ok(Answer::Swept(n as u64))
-        }
+        Op::SweepAudit { cutoff } => Ok(Answer::Swept(sweep_audit_events(tx, *cutoff)?)),
     })
+}
+
+/// [`Op::Claim`]: the runtime's transition decides on the record there,
+/// taking the next fence when the claim acquires the key, and the record it
+/// decided on is written (none when the claim changes nothing).
+fn claim(
+    tx: &Connection,
+    req: &ClaimRequest<'_>,
+    now: Timestamp,
+    fences: Option<&mut FenceCounter>,
+) -> rusqlite::Result<Result<Answer, StoreError>> {
+    let existing = match load(tx, req.key)? {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    let fences = fences.expect("loaded for a batch with claims");
+    let decision = transition::claim(existing.map(Arc::new), req, now, || fences.take());
+    if let Some(record) = &decision.write {
+        store(tx, record)?;
+    }
+    Ok(Ok(Answer::Claim(decision.claim)))
+}
+
+/// [`Op::Checkpoint`]: the owner's (`fence`'s) step recorded, or its lease
+/// renewed.
+fn checkpoint(
+    tx: &Connection,
+    key: &IdempotencyKey,
+    fence: Fence,
+    step: Option<&(String, Value)>,
+    lease: Duration,
+    now: Timestamp,
+) -> rusqlite::Result<Result<Answer, StoreError>> {
+    match load(tx, key)?.and_then(|r| {
+        let step = step.map(|(name, value)| (name.as_str(), value));
+        transition::checkpoint(r, key, fence, step, lease, now)
+    }) {
+        Ok(record) => store(tx, &record).map(|()| Ok(Answer::Done)),
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// [`Op::Complete`]: the owner's outcome recorded, kept for `ttl`; a
+/// record that expired counts as none. The record written is kept decoded
+/// ([`DecodedRecords::written`]), so its first duplicate decodes nothing.
+fn complete(
+    tx: &Connection,
+    key: &IdempotencyKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+    now: Timestamp,
+    decoded: &DecodedRecords,
+) -> rusqlite::Result<Result<Answer, StoreError>> {
+    match load(tx, key)?.and_then(|r| {
+        transition::complete(
+            r.filter(|r| !r.is_expired(now)),
+            key,
+            fence,
+            outcome,
+            ttl,
+            now,
+        )
+    }) {
+        Ok(record) => {
+            let bytes = record.to_bytes();
+            store_bytes(tx, &record, &bytes)?;
+            decoded.written(key, bytes, record);
+            Ok(Ok(Answer::Done))
+        }
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// [`Op::Release`]: the owner gives the key up, deleting its record (an
+/// expired record counts as none), so a later call may run.
+fn release(
+    tx: &Connection,
+    key: &IdempotencyKey,
+    fence: Fence,
+    now: Timestamp,
+) -> rusqlite::Result<Result<Answer, StoreError>> {
+    match load(tx, key)?
+        .and_then(|r| transition::owned(r.filter(|r| !r.is_expired(now)), key, fence))
+    {
+        Ok(_) => {
+            tx.prepare_cached("DELETE FROM idem_records WHERE key = ?1")?
+                .execute([key.as_str()])?;
+            Ok(Ok(Answer::Done))
+        }
+        Err(e) => Ok(Err(e)),
+    }
+}
+
+/// [`Op::Replace`]: an operator's (or an approval's) swap, only if the
+/// record is still as `expected`: the audit event appended with it, then
+/// the record deleted (`new` is `None`) or replaced under a new fence.
+fn replace(
+    tx: &Connection,
+    key: &IdempotencyKey,
+    expected: Expected,
+    new: Option<&Record>,
+    audit: Option<&AuditEvent>,
+    now: Timestamp,
+    fences: Option<&mut FenceCounter>,
+) -> rusqlite::Result<Result<Answer, StoreError>> {
+    let existing = match load(tx, key)? {
+        Ok(r) => r,
+        Err(e) => return Ok(Err(e)),
+    };
+    if let Err(e) = transition::check_expected(existing.as_ref(), key, expected, now) {
+        return Ok(Err(e));
+    }
+    if let Some(event) = audit {
+        append_audit(tx, event)?;
+    }
+    match new {
+        None => {
+            tx.prepare_cached("DELETE FROM idem_records WHERE key = ?1")?
+                .execute([key.as_str()])?;
+            Ok(Ok(Answer::Replaced(None)))
+        }
+        Some(new) => {
+            let fence = fences.expect("loaded for a batch with replaces").take();
+            store(tx, &transition::replacement(key, new, fence))?;
+            Ok(Ok(Answer::Replaced(Some(fence))))
+        }
+    }
+}
+
+/// [`Op::Sweep`]: delete at most [`SWEEP_BATCH`] records that expired by
+/// `cutoff` (never later than `now`); returns how many.
+fn sweep_records(tx: &Connection, cutoff: Timestamp, now: Timestamp) -> rusqlite::Result<u64> {
+    // The expiry index yields the oldest rowids first; deleting by
+    // rowid spares a lookup of each key.
+    let n = tx
+        .prepare_cached(
+            "DELETE FROM idem_records WHERE rowid IN (
+                 SELECT rowid FROM idem_records
+                 WHERE expires_at <= ?1
+                 ORDER BY expires_at
+                 LIMIT ?2
+             )",
+        )?
+        .execute(rusqlite::params![
+            millis(cutoff.min(now)),
+            SWEEP_BATCH as i64
+        ])?;
+    Ok(n as u64)
+}
+
+/// [`Op::SweepAudit`]: delete at most [`SWEEP_BATCH`] audit events older
+/// than `cutoff`, oldest first; returns how many.
+fn sweep_audit_events(tx: &Connection, cutoff: Timestamp) -> rusqlite::Result<u64> {
+    let n = tx
+        .prepare_cached(
+            "DELETE FROM idem_audit WHERE seq IN (
+                 SELECT seq FROM idem_audit WHERE at < ?1 ORDER BY at LIMIT ?2
+             )",
+        )?
+        .execute(rusqlite::params![millis(cutoff), SWEEP_BATCH as i64])?;
+    Ok(n as u64)
 }
 
 // The audit log (schema version 3): one row per event, `seq` from

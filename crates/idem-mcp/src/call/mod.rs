@@ -3,6 +3,11 @@
 //! it waits for a person, and answered as a `CallToolResult` written for a
 //! model.
 
+// The steps of a call return `Result<_, CallToolResponse>`: the error *is*
+// the answer that ends the call there (a refusal, a question, a task),
+// built once per call; boxing it would only add an allocation.
+#![allow(clippy::result_large_err)]
+
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,7 +26,7 @@ use chat::Asked;
 
 use super::answer::{self, Hints};
 use super::ask::States;
-use super::key;
+use super::key::{self, Keying};
 use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
 use super::trace;
@@ -151,6 +156,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
         response
     }
 
+    /// The call in its span: an unknown tool is refused as a protocol
+    /// error; from there on, whatever stops the call is an answer the
+    /// model reads ([`Self::run_call`]).
     async fn call_in_span(
         &self,
         request: Request<'_>,
@@ -160,100 +168,137 @@ impl<S: Send + Sync + 'static> Tools<S> {
         let Some(&index) = self.by_name.get(name) else {
             return Err(self.unknown_tool(name));
         };
-        let definition = &self.definitions[index];
-        let hints = Hints {
-            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
-        };
-        let parts = context.extensions.get::<http::request::Parts>();
-        let keying = match key::keying(request.meta, parts) {
-            Ok(keying) => keying,
-            Err(problem) => {
-                return Ok(refused(
-                    answer::bad_key_fields(name, &problem),
-                    ErrorCode::InvalidKey,
-                    &problem,
-                ))
-            }
-        };
-        let mut arguments = request.arguments.unwrap_or_default();
-        let repeat = if self.repeat[index] {
-            match arguments.remove(REPEAT_ARGUMENT) {
-                None | Some(Value::Null) => 0,
-                Some(value) => match value.as_u64().and_then(|n| u32::try_from(n).ok()) {
-                    Some(n) => n,
-                    None => {
-                        let problem = format!(
-                            "`{REPEAT_ARGUMENT}` must be a whole number from 1 (found {value})"
-                        );
-                        let error = IdemError::InvalidArguments {
-                            tool: name.to_owned(),
-                            detail: problem.clone(),
-                        };
-                        return Ok(refused(
-                            answer::error(name, &error),
-                            ErrorCode::InvalidArguments,
-                            &problem,
-                        ));
-                    }
-                },
-            }
-        } else {
-            0
-        };
-        let principal = self.principal.as_ref().and_then(|f| f(context));
-        let namespace = match self.namespace_for(principal.as_deref()) {
-            Ok(namespace) => namespace,
-            Err(problem) => {
-                return Ok(refused(
-                    answer::bad_key_fields(name, &problem),
-                    ErrorCode::InvalidKey,
-                    &problem,
-                ))
-            }
-        };
+        Ok(match self.run_call(index, request, context).await {
+            Ok(answer) | Err(answer) => answer,
+        })
+    }
 
-        // The arguments as sent, which an approval question is bound to.
-        let fingerprint = CanonicalArgs::from_value(&Value::Object(arguments.clone()))
-            .map(|a| a.fingerprint.as_str().to_owned())
-            .unwrap_or_default();
-        // An answer to an approval question asked in an earlier round.
-        if let Some(state) = &request.request_state {
-            if let Err(problem) = self
-                .take_answer(
-                    state,
-                    request.input_responses.as_ref(),
-                    &fingerprint,
-                    principal.as_deref(),
-                    name,
-                    context,
-                )
-                .await
-            {
-                return Ok(refused(
+    /// The call of the tool at `index`, from its request to its answer:
+    /// prepared, dispatched, approved when it waits for a person, and
+    /// answered for a model. `Err` is the answer of a call that stops
+    /// before its result: a refusal, a question for the chat, a task.
+    async fn run_call(
+        &self,
+        index: usize,
+        request: Request<'_>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, CallToolResponse> {
+        let prepared = self.prepare(index, request, context).await?;
+        let mut result = self.dispatch_prepared(&prepared, context).await?;
+        if let Some(key) = awaiting_approval(&result) {
+            result = self
+                .approve_in_chat(index, &key, result, &prepared, context)
+                .await?;
+            self.task_while_pending(&key, &result, &prepared, context)
+                .await?;
+        }
+        // A duplicate of a key a program sent is its retry, answered exactly
+        // as the first time; one of a chat is a model's repeat, and is told
+        // so.
+        let tell = !prepared.explicit;
+        let definition = &self.definitions[index];
+        let answer = self.answer(&result, definition, self.hints(index), tell);
+        Ok(answer.await.into())
+    }
+
+    /// The call `request` asks for, keyed and namespaced, with what an
+    /// approval of it is bound to; or its refusal, in this order: unusable
+    /// key fields, a malformed repeat count, a caller whose identity cannot
+    /// name a namespace, an approval answer that does not fit the call.
+    async fn prepare(
+        &self,
+        index: usize,
+        mut request: Request<'_>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Prepared, CallToolResponse> {
+        let name = request.name;
+        let keying = keying_of(name, request.meta, context)?;
+        let mut arguments = request.arguments.take().unwrap_or_default();
+        let repeat = self.repeat_count(index, name, &mut arguments)?;
+        let principal = self.principal.as_ref().and_then(|f| f(context));
+        let namespace = self
+            .namespace_for(principal.as_deref())
+            .map_err(|problem| bad_key_fields(name, &problem))?;
+        let fingerprint = fingerprint(&arguments);
+        self.take_earlier_answer(&request, &fingerprint, principal.as_deref(), context)
+            .await?;
+        let mut prepared = Prepared {
+            call: ToolCall {
+                id: None,
+                name: name.to_owned(),
+                arguments: Arguments::Json(Value::Object(arguments)),
+            },
+            run: RunContext {
+                namespace: Some(namespace),
+                ..RunContext::default()
+            },
+            fingerprint,
+            principal,
+            explicit: keying.is_keyed() && keying.client.is_none(),
+        };
+        self.key_call(index, keying, repeat, &mut prepared);
+        Ok(prepared)
+    }
+
+    /// Which deliberate repeat the call is ([`REPEAT_ARGUMENT`], taken out
+    /// of the arguments: 1 for a second time, 2 for a third): 0 when the
+    /// tool has no such argument or the call does not give it; refused
+    /// when it is not a whole number.
+    fn repeat_count(
+        &self,
+        index: usize,
+        name: &str,
+        arguments: &mut JsonObject,
+    ) -> Result<u32, CallToolResponse> {
+        if !self.repeat[index] {
+            return Ok(0);
+        }
+        match arguments.remove(REPEAT_ARGUMENT) {
+            None | Some(Value::Null) => Ok(0),
+            Some(value) => match value.as_u64().and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => Ok(n),
+                None => Err(bad_repeat(name, &value)),
+            },
+        }
+    }
+
+    /// Record the answer to an approval question asked in an earlier round,
+    /// when the request comes back with one; refused when it does not fit
+    /// this call (the call still waits).
+    async fn take_earlier_answer(
+        &self,
+        request: &Request<'_>,
+        fingerprint: &str,
+        principal: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), CallToolResponse> {
+        let Some(state) = &request.request_state else {
+            return Ok(());
+        };
+        let name = request.name;
+        let responses = request.input_responses.as_ref();
+        self.take_answer(state, responses, fingerprint, principal, name, context)
+            .await
+            .map_err(|problem| {
+                refused(
                     format!(
-                        "`{name}` was not run: {problem}. Nothing ran, and the call still waits \
-                         for a person's approval. Tell the user."
+                        "`{name}` was not run: {problem}. Nothing ran, and the call still \
+                         waits for a person's approval. Tell the user."
                     ),
                     ErrorCode::ApprovalPending,
                     &problem,
-                ));
-            }
-        }
+                )
+            })
+    }
 
-        let mut call = ToolCall {
-            id: None,
-            name: name.to_owned(),
-            arguments: Arguments::Json(Value::Object(arguments)),
-        };
-        let mut run = RunContext {
-            namespace: Some(namespace),
-            ..RunContext::default()
-        };
-        // A key of idem's is used exactly; a chat client's ids key a call
-        // unless a window does (see `Unkeyed::Window`).
-        let explicit = keying.is_keyed() && keying.client.is_none();
+    /// Key `prepared` as its tool is keyed ([`Keyed`]). A key of idem's is
+    /// used exactly; a chat client's ids key a call unless a window does
+    /// (see `Unkeyed::Window`); a tool keyed on each call gets an id of its
+    /// own when nothing keys it.
+    fn key_call(&self, index: usize, keying: Keying, repeat: u32, prepared: &mut Prepared) {
+        let (call, run) = (&mut prepared.call, &mut prepared.run);
         match self.keyed[index] {
-            Keyed::Window(within) if !explicit => {
+            Keyed::Window(within) if !prepared.explicit => {
                 run.repeat_window = Some(RepeatWindow::new(within).repeat(repeat));
             }
             Keyed::EachCall if !keying.is_keyed() => {
@@ -267,50 +312,75 @@ impl<S: Send + Sync + 'static> Tools<S> {
                 }
             }
         }
+    }
 
-        let mut result = match self.dispatch(call.clone(), run.clone(), context).await {
-            Ok(result) => result,
-            Err(answer) => return Ok(answer.into()),
-        };
-        if let Err(IdemError::ApprovalPending { key, .. }) = &result.result {
-            let key = key.clone();
-            if self.approver(name).asks_in_chat() {
-                match self
-                    .ask_in_chat(
-                        definition,
-                        &key,
-                        &fingerprint,
-                        principal.as_deref(),
-                        context,
-                    )
-                    .await
-                {
-                    Asked::Later(question) => return Ok(question.into()),
-                    Asked::Answered => {
-                        match self.dispatch(call.clone(), run.clone(), context).await {
-                            Ok(again) => result = again,
-                            Err(answer) => return Ok(answer.into()),
-                        }
-                    }
-                    Asked::Pending => {}
-                }
-            }
-            // Still waiting for a person: a client that takes tasks gets
-            // one, which completes when the approval lands.
-            let takes_tasks = context
-                .client_capabilities()
-                .is_some_and(|c| c.supports_tasks());
-            if takes_tasks && result.result.is_err() {
-                if let Some(task) = self.task_for(&key, &call, &run, principal.as_deref()).await {
-                    return Ok(task.into());
-                }
-            }
+    /// Dispatch the prepared call ([`Self::dispatch`]); it may be
+    /// dispatched twice, before and after an approval in the chat.
+    async fn dispatch_prepared(
+        &self,
+        prepared: &Prepared,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ToolResult, CallToolResult> {
+        let (call, run) = (prepared.call.clone(), prepared.run.clone());
+        self.dispatch(call, run, context).await
+    }
+
+    /// Ask the person in the chat about the call awaiting approval under
+    /// `key`, when the chat is where its tool is approved, and dispatch it
+    /// again once they answered. `Err` is the question, when it is asked
+    /// in the answer (to come back in a later round).
+    async fn approve_in_chat(
+        &self,
+        index: usize,
+        key: &IdempotencyKey,
+        pending: ToolResult,
+        prepared: &Prepared,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ToolResult, CallToolResponse> {
+        let definition = &self.definitions[index];
+        if !self.approver(&definition.name).asks_in_chat() {
+            return Ok(pending);
         }
-        // A duplicate of a key a program sent is its retry, answered exactly
-        // as the first time; one of a chat is a model's repeat, and is told
-        // so.
-        let tell = !explicit;
-        Ok(self.answer(&result, definition, hints, tell).await.into())
+        let principal = prepared.principal.as_deref();
+        let asked = self.ask_in_chat(definition, key, &prepared.fingerprint, principal, context);
+        match asked.await {
+            Asked::Later(question) => Err(question.into()),
+            Asked::Answered => Ok(self.dispatch_prepared(prepared, context).await?),
+            Asked::Pending => Ok(pending),
+        }
+    }
+
+    /// Still waiting for a person: a client that takes tasks gets one
+    /// (`Err`), which completes when the approval lands.
+    async fn task_while_pending(
+        &self,
+        key: &IdempotencyKey,
+        result: &ToolResult,
+        prepared: &Prepared,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<(), CallToolResponse> {
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        if !takes_tasks || result.result.is_ok() {
+            return Ok(());
+        }
+        let principal = prepared.principal.as_deref();
+        match self
+            .task_for(key, &prepared.call, &prepared.run, principal)
+            .await
+        {
+            Some(task) => Err(task.into()),
+            None => Ok(()),
+        }
+    }
+
+    /// What the answer to a call of the tool at `index` may tell the model
+    /// it can do.
+    fn hints(&self, index: usize) -> Hints<'static> {
+        Hints {
+            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
+        }
     }
 
     /// Run `call` on a task of its own.
@@ -433,6 +503,48 @@ impl<S: Send + Sync + 'static> Tools<S> {
     }
 }
 
+/// One call as it is dispatched, with what an approval of it is bound to.
+struct Prepared {
+    /// The call, keyed.
+    call: ToolCall,
+    /// Its namespace, and its run or repeat window.
+    run: RunContext,
+    /// Of the arguments as sent, which an approval question is bound to.
+    fingerprint: String,
+    /// Who is calling ([`PrincipalFn`]).
+    principal: Option<String>,
+    /// Keyed by a key of idem's, not by a chat client's own ids: a
+    /// duplicate is then a program's retry, not a model's repeat.
+    explicit: bool,
+}
+
+/// What the call is keyed by ([`key::keying`]), from its `_meta` and the
+/// HTTP request it came in; refused when those fields are unusable.
+fn keying_of(
+    name: &str,
+    meta: &JsonObject,
+    context: &RequestContext<RoleServer>,
+) -> Result<Keying, CallToolResponse> {
+    let parts = context.extensions.get::<http::request::Parts>();
+    key::keying(meta, parts).map_err(|problem| bad_key_fields(name, &problem))
+}
+
+/// The fingerprint of the arguments as sent, which an approval question
+/// is bound to (empty when they cannot be canonicalized).
+fn fingerprint(arguments: &JsonObject) -> String {
+    CanonicalArgs::from_value(&Value::Object(arguments.clone()))
+        .map(|a| a.fingerprint.as_str().to_owned())
+        .unwrap_or_default()
+}
+
+/// The key of the call a result says awaits a person's approval.
+fn awaiting_approval(result: &ToolResult) -> Option<IdempotencyKey> {
+    match &result.result {
+        Err(IdemError::ApprovalPending { key, .. }) => Some(key.clone()),
+        _ => None,
+    }
+}
+
 fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {
     let mut meta = MetaObject::new();
     meta.insert(DEDUPLICATED_META.to_owned(), deduplicated.into());
@@ -453,6 +565,31 @@ fn error_result(text: String, error: Value, deduplicated: bool) -> CallToolResul
 /// A call refused before it was dispatched.
 fn refused(text: String, code: ErrorCode, message: &str) -> CallToolResponse {
     error_result(text, json!({ "code": code, "message": message }), false).into()
+}
+
+/// The refusal of a call whose key fields (or the caller's identity, which
+/// names its namespace) are unusable.
+fn bad_key_fields(name: &str, problem: &str) -> CallToolResponse {
+    refused(
+        answer::bad_key_fields(name, problem),
+        ErrorCode::InvalidKey,
+        problem,
+    )
+}
+
+/// The refusal of a call whose [`REPEAT_ARGUMENT`] is not a whole number,
+/// in the words of invalid arguments.
+fn bad_repeat(name: &str, value: &Value) -> CallToolResponse {
+    let problem = format!("`{REPEAT_ARGUMENT}` must be a whole number from 1 (found {value})");
+    let error = IdemError::InvalidArguments {
+        tool: name.to_owned(),
+        detail: problem.clone(),
+    };
+    refused(
+        answer::error(name, &error),
+        ErrorCode::InvalidArguments,
+        &problem,
+    )
 }
 
 /// The answer to a request the client cancelled. rmcp does not send it
