@@ -29,8 +29,10 @@ impl RedisStore {
         let limit = limit.clamp(1, MAX_SCAN_PAGE);
         let (mut next, after) = match cursor {
             None => (0, None),
-            Some(c) => parse_cursor(c).ok_or_else(|| {
-                StoreError::Config(format!("{c:?} is not a scan cursor of {}", self.name))
+            Some(c) => parse_cursor(c).ok_or_else(|| StoreError::BadCursor {
+                store: self.name.clone(),
+                cursor: c.to_owned(),
+                kind: "scan",
             })?,
         };
         let from = |slot: u16| match after {
@@ -150,8 +152,10 @@ impl RedisStore {
         let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
         let after = match cursor {
             None => None,
-            Some(c) => Some(parse_audit_cursor(c).ok_or_else(|| {
-                StoreError::Config(format!("{c:?} is not an audit cursor of {}", self.name))
+            Some(c) => Some(parse_audit_cursor(c).ok_or_else(|| StoreError::BadCursor {
+                store: self.name.clone(),
+                cursor: c.to_owned(),
+                kind: "audit",
             })?),
         };
         let mut conn = self.conn()?;
