@@ -294,6 +294,7 @@ mod tests {
     use super::*;
     use idem_runtime::key::IdempotencyKey;
     use idem_runtime::record::Status;
+    use idem_runtime::store::{BadOption, UnknownOption};
 
     fn key() -> IdempotencyKey {
         IdempotencyKey::parse(&"ab".repeat(32)).unwrap()
@@ -352,10 +353,32 @@ mod tests {
             ),
             ExitCode::from(1)
         );
-        assert_eq!(
-            code(StoreError::Config("bad".into()).into()),
-            ExitCode::from(5)
-        );
+        let store = || "redis://cache".to_owned();
+        for error in [
+            StoreError::from(UnknownOption {
+                store: store(),
+                backend: "Redis",
+                options: vec!["prefx".into()],
+                known: "prefix=NAME",
+            }),
+            StoreError::from(BadOption {
+                store: store(),
+                option: "replicas",
+                value: "all".into(),
+                expected: "a number of replicas",
+            }),
+            StoreError::BadCursor {
+                store: store(),
+                cursor: "xyz".into(),
+                kind: "scan",
+            },
+            StoreError::InvalidUrl {
+                store: store(),
+                reason: "bad Redis URL".into(),
+            },
+        ] {
+            assert_eq!(code(error.into()), ExitCode::from(5));
+        }
     }
 
     #[test]

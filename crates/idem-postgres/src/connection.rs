@@ -117,8 +117,9 @@ impl PostgresStore {
     ///
     /// Fails with [`StoreError::Unavailable`] when the server cannot be
     /// reached, [`StoreError::SchemaTooNew`] when a newer idem created the
-    /// schema, and [`StoreError::Config`] for a malformed URL or schema
-    /// name.
+    /// schema, [`StoreError::InvalidUrl`] for a malformed URL (the driver's
+    /// parser's error is its source) or one naming the schema twice, and
+    /// [`StoreError::BadOption`] for a schema name idem cannot use.
     pub async fn connect_with(
         url: &str,
         options: PostgresOptions,

@@ -364,8 +364,10 @@ impl Store for PostgresStore {
             None => (-1, 0),
             Some(c) => audit::parse_position_cursor(c)
                 .map(|(at, seq)| (stored(at), seq as i64))
-                .ok_or_else(|| {
-                    StoreError::Config(format!("{c:?} is not an audit cursor of {}", self.name))
+                .ok_or_else(|| StoreError::BadCursor {
+                    store: self.name.clone(),
+                    cursor: c.to_owned(),
+                    kind: "audit",
                 })?,
         };
         let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);

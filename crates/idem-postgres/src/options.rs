@@ -9,7 +9,7 @@ use tokio_postgres::Config;
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
 use idem_runtime::store::redact;
-use idem_runtime::store::StoreError;
+use idem_runtime::store::{BadOption, Cause, StoreError};
 
 /// How to connect a [`PostgresStore`](crate::PostgresStore).
 #[derive(Debug, Clone)]
@@ -68,10 +68,10 @@ fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
         match param.split_once('=') {
             Some(("schema", value)) => {
                 if schema.replace(value).is_some() {
-                    return Err(StoreError::Config(format!(
-                        "{} names the schema twice",
-                        redact(url)
-                    )));
+                    return Err(StoreError::InvalidUrl {
+                        store: redact(url),
+                        reason: "the URL names the schema twice; write ?schema=NAME once".into(),
+                    });
                 }
             }
             _ => rest.push(param),
@@ -86,11 +86,14 @@ fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
                 .bytes()
                 .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
         if !valid {
-            return Err(StoreError::Config(format!(
-                "schema {name:?} in {} is not a usable schema name: write lower-case letters, \
-                 digits and _ (not first a digit, not starting with pg_, at most 63 bytes)",
-                redact(url)
-            )));
+            return Err(BadOption {
+                store: redact(url),
+                option: "schema",
+                value: name.to_owned(),
+                expected: "a usable schema name: lower-case letters, digits and _ (not first \
+                           a digit, not starting with pg_, at most 63 bytes)",
+            }
+            .into());
         }
     }
     let url = match rest.is_empty() {
@@ -110,8 +113,10 @@ pub(super) fn config(
 ) -> Result<(Config, String, Option<String>), StoreError> {
     let name = redact(url);
     let (driver_url, schema) = take_schema(url)?;
-    let mut config = Config::from_str(&driver_url)
-        .map_err(|e| StoreError::Config(format!("bad PostgreSQL URL {name}: {e}")))?;
+    let mut config = Config::from_str(&driver_url).map_err(|e| StoreError::InvalidUrl {
+        store: name.clone(),
+        reason: Cause::with_source(format!("bad PostgreSQL URL: {e}"), e),
+    })?;
     // Every connection, pooled and listening, resolves idem's unqualified
     // names in the schema, and a read-only store's sessions refuse writes;
     // `options` the URL already gives are kept.

@@ -18,7 +18,7 @@ use crate::scripts::Scripts;
 use crate::RedisStore;
 use idem_runtime::store::backend::Waiters;
 use idem_runtime::store::redact;
-use idem_runtime::store::{Cause, StoreError};
+use idem_runtime::store::{BadOption, Cause, StoreError};
 
 /// The store's connection: a [`ConnectionManager`] to one server, or a
 /// [`ClusterConnection`] that routes each command to the node holding its
@@ -53,8 +53,7 @@ impl Connection {
         unavailable: impl Fn(redis::RedisError) -> StoreError,
         name: &str,
     ) -> Result<Connection, StoreError> {
-        let config =
-            |e: redis::RedisError| StoreError::Config(format!("bad Redis URL {name}: {e}"));
+        let config = |e| invalid_url(name, e);
         let limit = options.connection_timeout * 3;
         let in_time = |result: Result<RedisResult<Connection>, _>| match result {
             Ok(result) => result.map_err(&unavailable),
@@ -172,8 +171,10 @@ impl RedisStore {
     ///
     /// Fails with [`StoreError::Unavailable`] when the server cannot be
     /// reached, [`StoreError::SchemaTooNew`] when a newer idem wrote the
-    /// data, and [`StoreError::Config`] for a malformed URL or prefix or an
-    /// unknown URL option.
+    /// data, [`StoreError::InvalidUrl`] for a malformed URL (the driver's
+    /// parser's error is its source), [`StoreError::UnknownOption`] for an
+    /// unknown URL option and [`StoreError::BadOption`] for a value of
+    /// `replicas` or `prefix` it cannot take.
     pub async fn connect_with(url: &str, options: RedisOptions) -> Result<RedisStore, StoreError> {
         Self::open(url, options, false).await
     }
@@ -232,10 +233,13 @@ impl RedisStore {
             options = options.wait_for_replicas(replicas, Duration::from_secs(1));
         }
         if options.prefix.is_empty() || options.prefix.contains(['{', '}']) {
-            return Err(StoreError::Config(format!(
-                "Redis key prefix {:?} must be non-empty and contain no braces",
-                options.prefix
-            )));
+            return Err(BadOption {
+                store: name,
+                option: "prefix",
+                value: options.prefix,
+                expected: "a key prefix: non-empty, with no braces",
+            }
+            .into());
         }
         let unavailable = |e: redis::RedisError| StoreError::Unavailable {
             store: name.clone(),
@@ -261,7 +265,7 @@ impl RedisStore {
                 options.connection_timeout,
                 subscribed,
             )
-            .map_err(|e| StoreError::Config(format!("bad Redis URL {name}: {e}")))?,
+            .map_err(|e| invalid_url(&name, e))?,
         );
         // Waiters poll as a safety net, so a slow subscriber is no error;
         // but give it a moment so the first waiters are woken promptly.
@@ -306,5 +310,14 @@ impl RedisStore {
             .ok_or_else(|| StoreError::Closed {
                 store: self.name.clone(),
             })
+    }
+}
+
+/// The URL `name` (password hidden), refused by redis-rs's URL parser as
+/// `e`: the parser's error is the source.
+fn invalid_url(name: &str, e: redis::RedisError) -> StoreError {
+    StoreError::InvalidUrl {
+        store: name.to_owned(),
+        reason: Cause::with_source(format!("bad Redis URL: {e}"), e),
     }
 }

@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
-use idem_runtime::store::StoreError;
+use idem_runtime::store::{BadOption, StoreError, UnknownOption};
 
 /// How to connect a [`RedisStore`](crate::RedisStore).
 #[derive(Debug, Clone)]
@@ -122,33 +122,44 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
             "replicas" => match value.parse() {
                 Ok(n) => replicas = Some(n),
                 Err(_) => {
-                    return Err(StoreError::Config(format!(
-                        "{name}: replicas must be a number of replicas, not {value:?}"
-                    )))
+                    return Err(BadOption {
+                        store: name.to_owned(),
+                        option: "replicas",
+                        value: value.to_owned(),
+                        expected: "a number of replicas",
+                    }
+                    .into())
                 }
             },
             "protocol" => passed.push(param),
-            _ => unknown.push(format!("{option:?}")),
+            _ => unknown.push(option.to_owned()),
         }
     }
     if !unknown.is_empty() {
-        return Err(StoreError::Config(format!(
-            "unknown Redis URL option {} in {name}; known: {KNOWN_OPTIONS}",
-            unknown.join(", ")
-        )));
+        return Err(UnknownOption {
+            store: name.to_owned(),
+            backend: "Redis",
+            options: unknown,
+            known: KNOWN_OPTIONS,
+        }
+        .into());
     }
     let query = match passed.is_empty() {
         true => String::new(),
         false => format!("?{}", passed.join("&")),
+    };
+    let invalid = |reason: &str| StoreError::InvalidUrl {
+        store: name.to_owned(),
+        reason: reason.into(),
     };
     let (scheme, rest) = base.split_once("://").unwrap_or((base, ""));
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
     let servers = match scheme {
         "redis+cluster" | "rediss+cluster" => {
             if !matches!(path, "" | "0") {
-                return Err(StoreError::Config(format!(
-                    "{name}: a Redis Cluster has only database 0, so the URL names no other"
-                )));
+                return Err(invalid(
+                    "a Redis Cluster has only database 0, so the URL names no other",
+                ));
             }
             let node_scheme = &scheme[..scheme.len() - "+cluster".len()];
             let (user, hosts) = match authority.rsplit_once('@') {
@@ -158,18 +169,18 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
             let mut nodes = Vec::new();
             for host in hosts.split(',') {
                 if host.is_empty() {
-                    return Err(StoreError::Config(format!(
-                        "{name} lists an empty seed node; write redis+cluster://HOST:PORT[,HOST:PORT…]"
-                    )));
+                    return Err(invalid(
+                        "the URL lists an empty seed node; write redis+cluster://HOST:PORT[,HOST:PORT…]",
+                    ));
                 }
                 nodes.push(format!("{node_scheme}://{user}{host}/{query}"));
             }
             Servers::Cluster(nodes)
         }
         _ if authority.contains(',') => {
-            return Err(StoreError::Config(format!(
-                "{name} names several servers; for a Redis Cluster write redis+cluster://HOST:PORT[,HOST:PORT…]"
-            )))
+            return Err(invalid(
+                "the URL names several servers; for a Redis Cluster write redis+cluster://HOST:PORT[,HOST:PORT…]",
+            ))
         }
         _ => Servers::Node(format!("{base}{query}")),
     };
@@ -182,7 +193,15 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
 
 /// `text` with its `%XX` escapes decoded.
 fn percent_decode(text: &str, name: &str) -> Result<String, StoreError> {
-    let bad = || StoreError::Config(format!("{name}: malformed %-escape in the prefix {text:?}"));
+    let bad = || {
+        StoreError::from(BadOption {
+            store: name.to_owned(),
+            option: "prefix",
+            value: text.to_owned(),
+            expected:
+                "a prefix with well-formed %-escapes (% and two hex digits, decoding to UTF-8)",
+        })
+    };
     let mut bytes = Vec::with_capacity(text.len());
     let mut rest = text.as_bytes();
     while let Some((&b, tail)) = rest.split_first() {

@@ -52,8 +52,10 @@ impl RedisStore {
     ) -> Result<(u16, Option<&'c str>), StoreError> {
         match cursor {
             None => Ok((0, None)),
-            Some(c) => parse_cursor(c).ok_or_else(|| {
-                StoreError::Config(format!("{c:?} is not a scan cursor of {}", self.name))
+            Some(c) => parse_cursor(c).ok_or_else(|| StoreError::BadCursor {
+                store: self.name.clone(),
+                cursor: c.to_owned(),
+                kind: "scan",
             }),
         }
     }
@@ -193,8 +195,10 @@ impl RedisStore {
         let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
         let after = match cursor {
             None => None,
-            Some(c) => Some(parse_audit_cursor(c).ok_or_else(|| {
-                StoreError::Config(format!("{c:?} is not an audit cursor of {}", self.name))
+            Some(c) => Some(parse_audit_cursor(c).ok_or_else(|| StoreError::BadCursor {
+                store: self.name.clone(),
+                cursor: c.to_owned(),
+                kind: "audit",
             })?),
         };
         let mut conn = self.conn()?;

@@ -23,9 +23,11 @@ impl SqliteStore {
     /// `synchronous=full` (default) or `synchronous=normal` (see
     /// [`Synchronous`]) and `busy_timeout_ms=N`.
     ///
-    /// A URL without a file or with an unknown option is a
-    /// [`StoreError::Config`]; otherwise it fails as [`SqliteStore::open_with`]
-    /// does.
+    /// A URL that is not a SQLite URL or names no file is a
+    /// [`StoreError::InvalidUrl`], one with an unknown option a
+    /// [`StoreError::UnknownOption`], one with an option's value it cannot
+    /// take a [`StoreError::BadOption`]; otherwise it fails as
+    /// [`SqliteStore::open_with`] does.
     ///
     /// [`Synchronous`]: crate::Synchronous
     pub async fn connect(url: &str) -> Result<SqliteStore, StoreError> {

@@ -356,15 +356,15 @@ impl Store for SqliteStore {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<AuditPage, StoreError> {
-        let after = match cursor {
-            None => None,
-            Some(c) => Some(audit::parse_position_cursor(c).ok_or_else(|| {
-                StoreError::Config(format!(
-                    "{c:?} is not an audit cursor of {}",
-                    self.shared.name
-                ))
-            })?),
-        };
+        let after = cursor
+            .map(|c| {
+                audit::parse_position_cursor(c).ok_or_else(|| StoreError::BadCursor {
+                    store: self.shared.name.clone(),
+                    cursor: c.to_owned(),
+                    kind: "audit",
+                })
+            })
+            .transpose()?;
         // A store read as it is, at a version before the log existed
         // (opened read-only), has no log yet: an empty one.
         if self.schema_found.is_some_and(|v| v < AUDIT_SINCE) {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
 use idem_runtime::clock::{Clock, SystemClock};
-use idem_runtime::store::StoreError;
+use idem_runtime::store::{redact, BadOption, StoreError, UnknownOption};
 
 /// How many bytes of decoded completed records a store keeps unless
 /// [`SqliteOptions::record_cache`] says otherwise.
@@ -170,45 +170,65 @@ impl SqliteOptions {
     }
 }
 
+/// The options a SQLite URL's query may hold.
+const KNOWN_OPTIONS: &str = "synchronous=full|normal, busy_timeout_ms=N";
+
+/// What to write for a SQLite URL.
+const URL_FORMS: &str = "write sqlite://idem.db or sqlite:///absolute/path.db";
+
 /// The file and options of a `sqlite:` URL, the query's options applied to
 /// `options`.
 pub(super) fn parse_url(
     url: &str,
     mut options: SqliteOptions,
 ) -> Result<(&str, SqliteOptions), StoreError> {
+    let invalid = |reason: &str| StoreError::InvalidUrl {
+        store: redact(url),
+        reason: format!("{reason}; {URL_FORMS}").into(),
+    };
     let Some(rest) = url
         .strip_prefix("sqlite://")
         .or_else(|| url.strip_prefix("sqlite:"))
     else {
-        return Err(StoreError::Config(format!(
-            "{url:?} is not a SQLite URL; write sqlite://idem.db or sqlite:///absolute/path.db"
-        )));
+        return Err(invalid("not a SQLite URL"));
     };
     let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path.is_empty() {
-        return Err(StoreError::Config(format!(
-            "{url:?} names no file; write sqlite://idem.db or sqlite:///absolute/path.db"
-        )));
+        return Err(invalid("the URL names no file"));
     }
+    let bad = |option, value: &str, expected| {
+        StoreError::from(BadOption {
+            store: redact(url),
+            option,
+            value: value.to_owned(),
+            expected,
+        })
+    };
+    let mut unknown = Vec::new();
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = param.split_once('=').unwrap_or((param, ""));
         options = match (name, value.to_ascii_lowercase().as_str()) {
             ("synchronous", "full") => options.synchronous(Synchronous::Full),
             ("synchronous", "normal") => options.synchronous(Synchronous::Normal),
+            ("synchronous", _) => return Err(bad("synchronous", value, "full or normal")),
             ("busy_timeout_ms", ms) => match ms.parse() {
                 Ok(ms) => options.busy_timeout(Duration::from_millis(ms)),
-                Err(_) => {
-                    return Err(StoreError::Config(format!(
-                        "busy_timeout_ms must be a number of milliseconds, not {value:?}"
-                    )))
-                }
+                Err(_) => return Err(bad("busy_timeout_ms", value, "a number of milliseconds")),
             },
             _ => {
-                return Err(StoreError::Config(format!(
-                    "unknown SQLite option {param:?} in {url:?}; known: synchronous=full|normal, busy_timeout_ms=N"
-                )))
+                unknown.push(name.to_owned());
+                options
             }
         };
+    }
+    if !unknown.is_empty() {
+        return Err(UnknownOption {
+            store: redact(url),
+            backend: "SQLite",
+            options: unknown,
+            known: KNOWN_OPTIONS,
+        }
+        .into());
     }
     Ok((path, options))
 }

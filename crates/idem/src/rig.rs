@@ -499,7 +499,13 @@ mod tests {
             (
                 IdemError::Store {
                     tool: "t".into(),
-                    source: StoreError::Config("bad url".into()),
+                    source: idem_runtime::store::UnknownOption {
+                        store: "sqlite://idem.db?jornal=off".into(),
+                        backend: "SQLite",
+                        options: vec!["jornal".into()],
+                        known: "synchronous=full|normal, busy_timeout_ms=N",
+                    }
+                    .into(),
                 },
                 &[],
                 ToolErrorKind::Other,

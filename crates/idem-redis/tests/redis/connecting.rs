@@ -16,7 +16,13 @@ async fn an_unknown_url_option_is_refused_by_name() {
     let err = RedisStore::connect("redis://127.0.0.1:1/?prefx=app1")
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Config(_)), "{err:?}");
+    match &err {
+        StoreError::UnknownOption(unknown) => {
+            assert_eq!(unknown.backend, "Redis");
+            assert_eq!(unknown.options, ["prefx"]);
+        }
+        other => panic!("expected UnknownOption, got {other:?}"),
+    }
     assert!(err.to_string().contains(r#""prefx""#), "{err}");
 }
 
@@ -27,7 +33,15 @@ async fn an_unknown_url_option_is_refused_by_name() {
 async fn a_tls_cluster_url_is_refused_without_a_tls_build() {
     for url in ["rediss+cluster://127.0.0.1:1", "rediss://127.0.0.1:1"] {
         let err = RedisStore::connect(url).await.unwrap_err();
-        assert!(matches!(err, StoreError::Config(_)), "{url}: {err:?}");
+        assert!(
+            matches!(err, StoreError::InvalidUrl { .. }),
+            "{url}: {err:?}"
+        );
+        assert!(err.to_string().contains("bad Redis URL"), "{url}: {err}");
+        assert!(
+            std::error::Error::source(&err).is_some_and(|e| e.is::<redis::RedisError>()),
+            "{url}: the driver's error is not the source: {err:?}"
+        );
     }
 }
 

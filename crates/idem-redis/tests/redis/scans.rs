@@ -112,7 +112,10 @@ async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
 
     for bad in ["", "xyz", "abcd", &"g".repeat(64)] {
         assert!(
-            matches!(store.scan(Some(bad), 10).await, Err(StoreError::Config(_))),
+            matches!(
+                store.scan(Some(bad), 10).await,
+                Err(StoreError::BadCursor { cursor, kind: "scan", .. }) if cursor == bad
+            ),
             "cursor {bad:?} accepted"
         );
     }

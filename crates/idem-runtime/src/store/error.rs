@@ -86,8 +86,30 @@ pub enum StoreError {
         /// The cause.
         cause: Cause,
     },
-    /// The store is misconfigured (a bad option or value in its URL).
-    Config(String),
+    /// The URL's query holds options its backend does not know (a misspelt
+    /// name, often): refused rather than ignored, before anything
+    /// connects. Which options, and which the backend knows: the
+    /// [`UnknownOption`], boxed (as a [`BadOption`] is) so that every
+    /// `StoreError` stays small.
+    UnknownOption(Box<UnknownOption>),
+    /// An option the backend knows has a value it cannot take: SQLite's
+    /// `busy_timeout_ms` not a number or `synchronous` neither `full` nor
+    /// `normal`, Redis's `replicas` not a number, a Redis key prefix with a
+    /// malformed `%`-escape, empty or with braces, a PostgreSQL `schema`
+    /// idem cannot use. Refused before anything connects. Which option,
+    /// its value and what it must be: the [`BadOption`], boxed.
+    BadOption(Box<BadOption>),
+    /// A scan or audit cursor this store did not give out (a cursor of
+    /// another backend, or mangled on the way back).
+    BadCursor {
+        /// The store (password hidden).
+        store: String,
+        /// The cursor given.
+        cursor: String,
+        /// Which: `scan` ([`Store::scan`](super::Store::scan)) or `audit`
+        /// ([`Store::audit`](super::Store::audit)).
+        kind: &'static str,
+    },
     /// No backend opens the URL's scheme.
     UnknownScheme {
         /// The URL (password hidden).
@@ -103,12 +125,18 @@ pub enum StoreError {
         /// The Cargo feature that builds the backend: `redis`.
         feature: &'static str,
     },
-    /// The URL is not one its backend reads.
+    /// The URL as a whole is not one its backend reads: not of the
+    /// backend's form, naming no file, refused by the driver's URL parser,
+    /// naming what the backend has no room for (a database of a Redis
+    /// Cluster, several servers without `+cluster`, PostgreSQL's schema
+    /// twice).
     InvalidUrl {
         /// The URL (password hidden).
         store: String,
-        /// What is wrong with it, and what to write.
-        reason: String,
+        /// What is wrong with it, and what to write. When the driver's URL
+        /// parser refused the URL, its message says so, and its error is
+        /// the [`Error::source`] of this one.
+        reason: Cause,
     },
     /// The store keeps nothing between processes (`memory:`): there is no
     /// schema to migrate.
@@ -183,7 +211,48 @@ impl fmt::Display for StoreError {
                 f,
                 "store {store} is read-only: {cause}; nothing was written and nothing ran"
             ),
-            StoreError::Config(message) => write!(f, "store configuration error: {message}"),
+            StoreError::UnknownOption(e) => {
+                let UnknownOption {
+                    store,
+                    backend,
+                    options,
+                    known,
+                } = &**e;
+                let plural = if options.len() == 1 { "" } else { "s" };
+                write!(f, "store configuration error: unknown {backend} option{plural} ")?;
+                for (i, option) in options.iter().enumerate() {
+                    let comma = if i == 0 { "" } else { ", " };
+                    write!(f, "{comma}{option:?}")?;
+                }
+                write!(f, " in {store:?}; known: {known}")
+            }
+            StoreError::BadOption(e) => {
+                let BadOption {
+                    store,
+                    option,
+                    value,
+                    expected,
+                } = &**e;
+                write!(
+                    f,
+                    "store configuration error: {store:?}: {option} {value:?} is not {expected}"
+                )
+            }
+            StoreError::BadCursor {
+                store,
+                cursor,
+                kind,
+            } => {
+                let article = if kind.starts_with(['a', 'e', 'i', 'o', 'u']) {
+                    "an"
+                } else {
+                    "a"
+                };
+                write!(
+                    f,
+                    "store configuration error: {cursor:?} is not {article} {kind} cursor of {store}"
+                )
+            }
             StoreError::UnknownScheme { store, expected } => write!(
                 f,
                 "store configuration error: unknown store URL scheme in {store:?}; expected {expected}"
@@ -220,7 +289,8 @@ impl Error for StoreError {
             StoreError::Unavailable { cause, .. }
             | StoreError::NotAnIdemStore { cause, .. }
             | StoreError::Full { cause, .. }
-            | StoreError::ReadOnly { cause, .. } => {
+            | StoreError::ReadOnly { cause, .. }
+            | StoreError::InvalidUrl { reason: cause, .. } => {
                 cause.source().map(|e| e as &(dyn Error + 'static))
             }
             // Transparent: the corrupt record's message is this error's.
@@ -236,8 +306,85 @@ impl From<CorruptRecord> for StoreError {
     }
 }
 
-/// Why a store is unavailable, full or read-only: a message for people
-/// and, when a driver reported it, the driver's error, which becomes the
+impl From<UnknownOption> for StoreError {
+    fn from(e: UnknownOption) -> StoreError {
+        StoreError::UnknownOption(Box::new(e))
+    }
+}
+
+impl From<BadOption> for StoreError {
+    fn from(e: BadOption) -> StoreError {
+        StoreError::BadOption(Box::new(e))
+    }
+}
+
+/// Options in a store URL's query that its backend does not know:
+/// [`StoreError::UnknownOption`].
+///
+/// ```
+/// use idem_runtime::store::{StoreError, UnknownOption};
+///
+/// let e = StoreError::from(UnknownOption {
+///     store: "redis://:***@cache/?prefx=app1".into(),
+///     backend: "Redis",
+///     options: vec!["prefx".into()],
+///     known: "prefix=NAME, replicas=N, protocol=resp2|resp3",
+/// });
+/// assert_eq!(
+///     e.to_string(),
+///     r#"store configuration error: unknown Redis option "prefx" in "redis://:***@cache/?prefx=app1"; known: prefix=NAME, replicas=N, protocol=resp2|resp3"#
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownOption {
+    /// The URL (password hidden).
+    pub store: String,
+    /// The backend: `SQLite` or `Redis`.
+    pub backend: &'static str,
+    /// The names of the options not known, as the URL writes them, in its
+    /// order.
+    pub options: Vec<String>,
+    /// The options the backend knows, for people: `synchronous=full|normal,
+    /// busy_timeout_ms=N`.
+    pub known: &'static str,
+}
+
+/// An option of a store URL with a value it cannot take:
+/// [`StoreError::BadOption`].
+///
+/// ```
+/// use idem_runtime::store::{BadOption, StoreError};
+///
+/// let e = StoreError::from(BadOption {
+///     store: "sqlite://idem.db?busy_timeout_ms=soon".into(),
+///     option: "busy_timeout_ms",
+///     value: "soon".into(),
+///     expected: "a number of milliseconds",
+/// });
+/// assert_eq!(
+///     e.to_string(),
+///     r#"store configuration error: "sqlite://idem.db?busy_timeout_ms=soon": busy_timeout_ms "soon" is not a number of milliseconds"#
+/// );
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BadOption {
+    /// The URL (password hidden).
+    pub store: String,
+    /// The option, as the URL names it: `busy_timeout_ms`, `synchronous`,
+    /// `replicas`, `prefix`, `schema`. (A Redis key prefix given in
+    /// `RedisOptions` rather than in the URL is `prefix` too.)
+    pub option: &'static str,
+    /// The value given, as the URL writes it (a Redis prefix refused for
+    /// being empty or holding braces: as decoded).
+    pub value: String,
+    /// What the value must be, read after "is not": `a number of
+    /// milliseconds`.
+    pub expected: &'static str,
+}
+
+/// Why a store is unavailable, full or read-only, or its URL invalid: a
+/// message for people and, when a driver reported it, the driver's error,
+/// which becomes the
 /// [`Error::source`] of the [`StoreError`]. Shared, so that the error stays
 /// `Clone`.
 ///
@@ -372,5 +519,85 @@ impl FenceHolder {
             }
             Some(RecordState::Completed { fence, .. }) => FenceHolder::Completed(*fence),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn url_refusals_read_as_configuration_errors_naming_what_is_wrong() {
+        let cases = [
+            (
+                StoreError::from(UnknownOption {
+                    store: "redis://:***@cache/".into(),
+                    backend: "Redis",
+                    options: vec!["prefx".into(), "db".into()],
+                    known: "prefix=NAME",
+                }),
+                r#"store configuration error: unknown Redis options "prefx", "db" in "redis://:***@cache/"; known: prefix=NAME"#,
+            ),
+            (
+                StoreError::from(UnknownOption {
+                    store: "sqlite://idem.db?journal=off".into(),
+                    backend: "SQLite",
+                    options: vec!["journal".into()],
+                    known: "synchronous=full|normal",
+                }),
+                r#"store configuration error: unknown SQLite option "journal" in "sqlite://idem.db?journal=off"; known: synchronous=full|normal"#,
+            ),
+            (
+                StoreError::from(BadOption {
+                    store: "sqlite://idem.db?busy_timeout_ms=soon".into(),
+                    option: "busy_timeout_ms",
+                    value: "soon".into(),
+                    expected: "a number of milliseconds",
+                }),
+                r#"store configuration error: "sqlite://idem.db?busy_timeout_ms=soon": busy_timeout_ms "soon" is not a number of milliseconds"#,
+            ),
+            (
+                StoreError::BadCursor {
+                    store: "memory".into(),
+                    cursor: "xyz".into(),
+                    kind: "audit",
+                },
+                r#"store configuration error: "xyz" is not an audit cursor of memory"#,
+            ),
+            (
+                StoreError::BadCursor {
+                    store: "redis://cache/".into(),
+                    cursor: "xyz".into(),
+                    kind: "scan",
+                },
+                r#"store configuration error: "xyz" is not a scan cursor of redis://cache/"#,
+            ),
+        ];
+        for (error, says) in cases {
+            assert_eq!(error.to_string(), says);
+            assert!(error.source().is_none(), "{error:?}");
+        }
+    }
+
+    /// Every `StoreError` is kept small: in every `Result` of a store
+    /// operation, and in `IdemError` (clippy's `result_large_err`).
+    #[test]
+    fn a_store_error_stays_small() {
+        assert!(std::mem::size_of::<StoreError>() <= 72);
+    }
+
+    #[test]
+    fn an_invalid_url_keeps_the_parsers_error_as_its_source() {
+        let parser = std::io::Error::new(std::io::ErrorKind::InvalidInput, "no host");
+        let error = StoreError::InvalidUrl {
+            store: "redis://".into(),
+            reason: Cause::with_source("bad Redis URL: no host", parser),
+        };
+        assert_eq!(
+            error.to_string(),
+            r#"store configuration error: "redis://": bad Redis URL: no host"#
+        );
+        let source = error.source().expect("the parser's error");
+        assert!(source.downcast_ref::<std::io::Error>().is_some());
     }
 }

@@ -499,7 +499,11 @@ impl Store for MemoryStore {
         let start = match cursor {
             None => Bound::Unbounded,
             Some(c) => Bound::Excluded(audit::parse_position_cursor(c).ok_or_else(|| {
-                StoreError::Config(format!("{c:?} is not an audit cursor of this store"))
+                StoreError::BadCursor {
+                    store: self.describe(),
+                    cursor: c.to_owned(),
+                    kind: "audit",
+                }
             })?),
         };
         let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);

@@ -26,11 +26,36 @@ async fn the_store_reads_its_own_url() {
     for (url, says) in [
         ("redis://cache/0", "not a SQLite URL"),
         ("sqlite:", "names no file"),
-        ("sqlite://idem.db?journal=off", "unknown SQLite option"),
     ] {
         match SqliteStore::connect(url).await {
-            Err(StoreError::Config(message)) => assert!(message.contains(says), "{url}: {message}"),
-            other => panic!("{url}: expected a configuration error, got {other:?}"),
+            Err(e @ StoreError::InvalidUrl { .. }) => {
+                assert!(e.to_string().contains(says), "{url}: {e}")
+            }
+            other => panic!("{url}: expected InvalidUrl, got {other:?}"),
+        }
+    }
+    match SqliteStore::connect("sqlite://idem.db?journal=off&synchronous=full&wal").await {
+        Err(e @ StoreError::UnknownOption(_)) => {
+            let StoreError::UnknownOption(unknown) = &e else {
+                unreachable!()
+            };
+            assert_eq!(unknown.backend, "SQLite");
+            assert_eq!(unknown.options, ["journal", "wal"]);
+            let message = e.to_string();
+            assert!(
+                message.contains(r#"unknown SQLite options "journal", "wal""#),
+                "{message}"
+            );
+        }
+        other => panic!("expected UnknownOption, got {other:?}"),
+    }
+    for (url, option) in [
+        ("sqlite://idem.db?busy_timeout_ms=soon", "busy_timeout_ms"),
+        ("sqlite://idem.db?synchronous=off", "synchronous"),
+    ] {
+        match SqliteStore::connect(url).await {
+            Err(StoreError::BadOption(bad)) => assert_eq!(bad.option, option, "{url}"),
+            other => panic!("{url}: expected BadOption, got {other:?}"),
         }
     }
 }

@@ -101,13 +101,77 @@ async fn bad_urls_are_configuration_errors() {
     ] {
         match connect(url).await {
             Err(
-                e @ (StoreError::Config(_)
-                | StoreError::InvalidUrl { .. }
+                e @ (StoreError::InvalidUrl { .. }
+                | StoreError::UnknownOption(_)
+                | StoreError::BadOption(_)
                 | StoreError::UnknownScheme { .. }),
             ) => {
                 assert!(e.to_string().contains(says), "{url}: {e}")
             }
             other => panic!("{url}: expected a configuration error, got {other:?}"),
+        }
+    }
+}
+
+/// Each refusal of a URL names what is wrong with it in a variant of its
+/// own, and its message names the store without the password.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn url_refusals_are_typed_and_hide_the_password() {
+    fn unknown(e: &StoreError) -> bool {
+        matches!(e, StoreError::UnknownOption(_))
+    }
+    fn bad(e: &StoreError) -> bool {
+        matches!(e, StoreError::BadOption(_))
+    }
+    fn invalid(e: &StoreError) -> bool {
+        matches!(e, StoreError::InvalidUrl { .. })
+    }
+    type Is = fn(&StoreError) -> bool;
+    let cases: [(&str, Is, &str); 11] = [
+        (
+            "redis://:secret@h/?prefx=a",
+            unknown,
+            r#"unknown Redis option "prefx""#,
+        ),
+        ("redis://:secret@h/?replicas=all", bad, "number of replicas"),
+        ("redis://:secret@h/?prefix=%zz", bad, "%-escape"),
+        ("redis://:secret@h/?prefix=a%7Bb", bad, "no braces"),
+        ("redis://:secret@h/?prefix=", bad, "non-empty"),
+        ("redis+cluster://:secret@a:1/3", invalid, "only database 0"),
+        (
+            "redis+cluster://:secret@a:1,,b:2",
+            invalid,
+            "empty seed node",
+        ),
+        ("redis://:secret@a:1,b:2", invalid, "redis+cluster://"),
+        (
+            "postgres://app:secret@[::1/idem",
+            invalid,
+            "bad PostgreSQL URL",
+        ),
+        (
+            "postgres://app:secret@h/idem?schema=A",
+            bad,
+            "not a usable schema name",
+        ),
+        (
+            "postgres://app:secret@h/idem?schema=a&schema=b",
+            invalid,
+            "names the schema twice",
+        ),
+    ];
+    for (url, kind, says) in cases {
+        match connect(url).await {
+            Err(e) if kind(&e) => {
+                let message = e.to_string();
+                assert!(
+                    message.starts_with("store configuration error: "),
+                    "{url}: {message}"
+                );
+                assert!(message.contains(says), "{url}: {message}");
+                assert!(!message.contains("secret"), "{url}: {message}");
+            }
+            other => panic!("{url}: not the expected refusal: {other:?}"),
         }
     }
 }
