@@ -43,7 +43,7 @@
 //!   batches selected with `FOR UPDATE SKIP LOCKED`, so several sweepers
 //!   never block each other or a claim.
 //! * Scanning pages through the primary key (`key > cursor ORDER BY key`).
-//! * Waiters ([`Store::wait`], [`Store::wait_for_decision`]) are woken by
+//! * Waiters ([`Store::wait`], for a completion or a decision) are woken by
 //!   LISTEN/NOTIFY: completing, releasing or replacing a record (an
 //!   approval or a denial is a replace) notifies channel `idem_done` with
 //!   the key, inside the same statement (delivered at commit), and one

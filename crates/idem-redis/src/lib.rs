@@ -48,7 +48,7 @@
 //!   outcome is on disk before it is answered; with `everysec` (Redis's
 //!   default when the AOF is on) a power cut may lose the last second of
 //!   claims, outcomes and decisions alike.
-//! * Waiters ([`Store::wait`], [`Store::wait_for_decision`]) are woken by
+//! * Waiters ([`Store::wait`], for a completion or a decision) are woken by
 //!   pub/sub: the complete, release and replace scripts (an approval or a
 //!   denial is a replace) publish the key on `PREFIX:done`, and one
 //!   subscriber connection per store, in every process, wakes the local

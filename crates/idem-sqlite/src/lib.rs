@@ -21,7 +21,7 @@
 //!   in WAL mode a reader sees the last commit of any process without
 //!   taking the write lock. They run on the caller's thread, from a small
 //!   pool of connections with cached prepared statements, so a duplicate
-//!   of a completed call is answered by [`Store::claim_local`] without a
+//!   of a completed call is answered by [`FastPath::claim_local`] without a
 //!   thread hop and writes nothing. The last completed records read are
 //!   kept decoded ([`SqliteOptions::record_cache`]): the row is still
 //!   read every time, but when its bytes are those decoded last time the
@@ -41,7 +41,7 @@
 //!   [`Synchronous::Normal`] skips the fsync on every commit: still safe
 //!   against a crash of the process, but the last transactions may be lost
 //!   on power failure.
-//! * Waiters in this process ([`Store::wait`], [`Store::wait_for_decision`])
+//! * Waiters in this process ([`Store::wait`], for a completion or a decision)
 //!   are woken the moment the writer commits a completion, a release or a
 //!   replace (an approval, a denial); a writer in *another* process (an
 //!   operator's `idem approve`) cannot notify them, so waiters also re-read

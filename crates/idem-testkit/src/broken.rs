@@ -5,7 +5,7 @@
 //!
 //! Each is a [`Hook`] on an [`Interceptor`] (the [`Breakage`] itself), so
 //! every operation it does not break reaches the correct store unchanged,
-//! the caller's-thread claim ([`Store::claim_local`]) included.
+//! the caller's-thread claim ([`FastPath::claim_local`](idem_runtime::store::FastPath::claim_local)) included.
 
 use std::sync::Arc;
 

@@ -15,7 +15,7 @@
 //! drops the call. Whatever the store holds stays as it was — an in-flight
 //! record whose lease nobody renews — and the lease decides.
 //!
-//! The claim on the caller's thread ([`Store::claim_local`]: the memory
+//! The claim on the caller's thread ([`FastPath::claim_local`](idem_runtime::store::FastPath::claim_local): the memory
 //! store's every claim, SQLite's duplicates of completed calls) goes
 //! through [`Hook::around_local`], so that the fast path users run is the
 //! one under faults. It cannot await: a store fault strikes there as it

@@ -33,7 +33,7 @@
 //! The store every worker uses is the real one behind a hook on
 //! [`Interceptor`](idem_runtime::store::intercept::Interceptor), so that
 //! every method reaches it — the caller's-thread claim
-//! ([`Store::claim_local`]: every claim on the memory store, duplicates of
+//! ([`FastPath::claim_local`](idem_runtime::store::FastPath::claim_local): every claim on the memory store, duplicates of
 //! completed calls on SQLite) included, under the same faults.
 //!
 //! On the memory store a schedule runs on a current-thread tokio runtime

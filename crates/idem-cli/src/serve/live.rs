@@ -5,7 +5,7 @@
 //!
 //! One look serves every open page, however many there are. A decision
 //! made on a page reaches the caller waiting for it through the store
-//! itself (`Store::wait_for_decision`), not through this.
+//! itself (`Store::wait` for a decision), not through this.
 
 use std::convert::Infallible;
 use std::sync::Arc;

@@ -109,7 +109,7 @@ pub fn claim(
 /// it without a write: a key reuse, a completed call, a live owner, an
 /// approval still to be decided. `None`: the claim writes (it takes the
 /// key over, or runs an approved call). For a store's read-only fast path
-/// ([`Store::claim_local`](super::Store::claim_local)).
+/// ([`FastPath::claim_local`](super::FastPath::claim_local)).
 pub fn answer(
     existing: &Arc<Record>,
     req: &ClaimRequest<'_>,

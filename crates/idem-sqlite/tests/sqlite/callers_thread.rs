@@ -1,5 +1,5 @@
 //! Claims the SQLite store answers on the caller's thread
-//! (`Store::claim_local`): exactly as `claim` would or not at all, from
+//! (`FastPath::claim_local`): exactly as `claim` would or not at all, from
 //! what another connection wrote, while another process holds the write
 //! lock, and without leaving a snapshot open.
 

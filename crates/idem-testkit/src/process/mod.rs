@@ -116,7 +116,7 @@ pub struct Counts {
     /// Calls in progress in a worker when it was killed.
     pub calls_cut: usize,
     /// Claims answered on the caller's thread
-    /// ([`Store::claim_local`](idem_runtime::Store::claim_local)): on
+    /// ([`FastPath::claim_local`](idem_runtime::store::FastPath::claim_local)): on
     /// SQLite, duplicates of decided calls.
     pub claims_local: usize,
     /// Claims that took a key over from a killed owner.

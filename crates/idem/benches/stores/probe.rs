@@ -24,7 +24,7 @@ pub fn probe(inner: Arc<dyn Store>) -> Probe {
 
 /// Counts operations (each one round trip on Redis and PostgreSQL), claims
 /// sent to the store, and claims it answered on the caller's thread
-/// ([`Store::claim_local`]: a map read in memory, a read of the file on
+/// ([`FastPath::claim_local`](idem_runtime::store::FastPath::claim_local): a map read in memory, a read of the file on
 /// SQLite). Closing the store is not counted.
 #[derive(Debug)]
 pub struct Counts {

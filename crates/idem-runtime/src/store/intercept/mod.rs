@@ -383,7 +383,7 @@ pub enum Answer {
     /// [`Store::checkpoint`], [`Store::renew`], [`Store::complete`],
     /// [`Store::release`] and [`Store::close`].
     Done,
-    /// [`Store::get`], [`Store::wait`] and [`Store::wait_for_decision`].
+    /// [`Store::get`], [`Store::wait`] (for a completion or a decision).
     Record(Option<Record>),
     /// [`Store::replace`]: the new record's fence.
     Replaced(Option<Fence>),
