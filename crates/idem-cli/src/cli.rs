@@ -14,7 +14,7 @@ use clap::{ArgGroup, Args, Parser, Subcommand};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::record::Status;
 
-use crate::serve::Role;
+use crate::role::Role;
 use crate::time::{duration, since, time, Since};
 
 /// The store used when neither `--store` nor `IDEM_STORE` names one: the

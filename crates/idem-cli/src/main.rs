@@ -12,6 +12,7 @@ mod cli;
 mod commands;
 mod error;
 mod render;
+mod role;
 mod serve;
 mod store;
 mod time;

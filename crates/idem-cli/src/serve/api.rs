@@ -179,7 +179,7 @@ pub(super) async fn decide(
         Ok(checked) => checked,
         Err(e) => return refused(&e),
     };
-    if who.role != super::Role::Approver {
+    if who.role != crate::role::Role::Approver {
         return refused(&Refused::Forbidden);
     }
     let record = match decide::current(&app.operator, &key, &seen, &decision).await {

@@ -24,35 +24,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use crate::error::CliError;
-
-/// What a signed-in person may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub(crate) enum Role {
-    /// See and decide.
-    Approver,
-    /// See only.
-    Viewer,
-}
-
-impl Role {
-    /// `approver` or `viewer` (clap's parser of `idem approver --role`).
-    pub(crate) fn parse(text: &str) -> Result<Role, String> {
-        match text.trim() {
-            "approver" => Ok(Role::Approver),
-            "viewer" => Ok(Role::Viewer),
-            _ => Err("expected approver (may decide) or viewer (may only look)".to_owned()),
-        }
-    }
-
-    /// As written in the file.
-    pub(crate) fn as_str(self) -> &'static str {
-        match self {
-            Role::Approver => "approver",
-            Role::Viewer => "viewer",
-        }
-    }
-}
+use crate::role::Role;
 
 /// One entry of the file.
 #[derive(Debug, Clone, Deserialize)]

@@ -321,7 +321,7 @@ pub(super) async fn decide(
     decision: &Decision,
     who: &Identity,
 ) -> Result<Option<Record>, Refused> {
-    if who.role != super::approvers::Role::Approver {
+    if who.role != crate::role::Role::Approver {
         return Err(Refused::Forbidden);
     }
     let result = match decision {

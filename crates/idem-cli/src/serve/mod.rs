@@ -41,7 +41,6 @@ use idem_runtime::operator::Operator;
 
 use crate::cli::{ApproverArgs, ApproverCommand, ServeArgs};
 use crate::error::CliError;
-pub(crate) use approvers::Role;
 use approvers::{Approvers, Identity};
 use session::{Session, Sessions, Throttle};
 

@@ -14,7 +14,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::Filter;
 use idem_runtime::record::Status;
 
-use super::approvers::Role;
+use crate::role::Role;
 use super::decide::{self, Asked, FormFields, Refused};
 use super::session::same_token;
 use super::view::{Detail, Item, Trail, Waits};
