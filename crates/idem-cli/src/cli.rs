@@ -11,11 +11,10 @@ use std::time::Duration;
 
 use axum::http::HeaderName;
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use idem_runtime::clock::Timestamp;
 use idem_runtime::record::Status;
 
 use crate::role::Role;
-use crate::time::{duration, since, time, Since};
+use crate::time::{duration, since, Since};
 
 /// The store used when neither `--store` nor `IDEM_STORE` names one: the
 /// SQLite file the demo writes.
@@ -393,18 +392,13 @@ pub(crate) struct KeyDeriveArgs {
     #[arg(long, value_name = "MATERIAL")]
     pub custom: Option<String>,
     /// A call that carried no key, keyed by a repeat window of this many
-    /// seconds (an MCP chat client's call; with --args and --at).
-    #[arg(long, value_name = "SECONDS", requires = "args")]
+    /// seconds (an MCP chat client's call; with --generation and --args).
+    #[arg(long, value_name = "SECONDS", requires_all = ["args", "generation"])]
     pub repeat_window: Option<u64>,
-    /// When the repeat-windowed call was made (RFC 3339); its window's key
-    /// is derived. Default: now.
-    #[arg(
-        long,
-        value_name = "TIME",
-        requires = "repeat_window",
-        value_parser = time
-    )]
-    pub at: Option<Timestamp>,
+    /// The effect's generation, from its tool's window index (`idem show`
+    /// of the record of tool `idem:window:TOOL`).
+    #[arg(long, value_name = "N", requires = "repeat_window")]
+    pub generation: Option<u64>,
     /// How many identical effects the caller meant before this one (its
     /// `intended_repeat`; 0 for the first).
     #[arg(
@@ -456,6 +450,7 @@ fn header_name(given: &str) -> Result<HeaderName, String> {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use idem_runtime::clock::Timestamp;
 
     #[test]
     fn the_command_line_is_consistent() {
@@ -512,21 +507,6 @@ mod tests {
             text.contains("--since") && text.contains("RFC 3339"),
             "{text}"
         );
-        let key = [
-            "key",
-            "--tool",
-            "t",
-            "--repeat-window",
-            "60",
-            "--args",
-            "{}",
-            "--at",
-        ];
-        let text = parse(&[&key[..], &["noon"]].concat())
-            .unwrap_err()
-            .to_string();
-        assert!(text.contains("--at") && text.contains("RFC 3339"), "{text}");
-
         let serve = ["serve", "--approvers", "a.toml"];
         let Command::Serve(args) = parse(&serve).unwrap().command else {
             panic!("not serve")

@@ -93,15 +93,6 @@ pub(crate) fn since(given: &str) -> Result<Since, String> {
     })
 }
 
-/// clap's parser of a time option (`idem key --at`): an RFC 3339 time, or
-/// a date (midnight UTC).
-pub(crate) fn time(given: &str) -> Result<Timestamp, String> {
-    parse_rfc3339(given.trim()).ok_or_else(|| {
-        "expected an RFC 3339 time (2026-05-01T09:00:00Z) or a date (2026-05-01), at or after 1970"
-            .to_owned()
-    })
-}
-
 /// An RFC 3339 time (`2026-05-01T09:00:00Z`, `2026-05-01T11:00:00.5+02:00`)
 /// or a date (`2026-05-01`, midnight UTC), at or after 1970. Fractions
 /// past milliseconds are truncated; a leap second reads as the last

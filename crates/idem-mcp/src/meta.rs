@@ -14,8 +14,8 @@ pub const CLASS_META: &str = "io.idem/class";
 /// The `_meta` field of a listed tool that says how its calls are keyed
 /// when they carry no key of idem's: `none` (a read), `natural` or
 /// `custom` (by the tool), `window` (the same arguments within
-/// [`WINDOW_SECONDS_META`] are one effect), `each-call` (an idempotent
-/// write runs on every call) or `key-required` (refused without a key).
+/// [`WINDOW_SECONDS_META`] are one effect, until a call with other
+/// arguments) or `key-required` (refused without a key).
 pub const KEYING_META: &str = "io.idem/keying";
 
 /// The `_meta` field of a listed tool keyed by a window: its length in

@@ -7,7 +7,7 @@ use std::time::Duration;
 use idem_runtime::registry::DynTool;
 use idem_runtime::text::duration;
 
-use idem_runtime::{ClassKind, KeySpec};
+use idem_runtime::KeySpec;
 
 /// What an MCP server does with a write whose request carries no key of
 /// idem's (`_meta` `io.idem/idempotencyKey`, the `Idempotency-Key` header,
@@ -25,18 +25,19 @@ pub enum Unkeyed {
     /// was already done. The window slides from the first call, so no clock
     /// boundary splits a retry from its call.
     ///
-    /// This applies to `non_idempotent_write` and `irreversible` tools with
-    /// the default key derivation, *also* when a chat client sends ids of
-    /// its own (Claude Code's tool-use id, VS Code's request, Codex's
-    /// turn): those are new when the model repeats a call in a later turn,
-    /// which is the duplicate chat users meet most. Each such tool gets an
-    /// optional argument, [`REPEAT_ARGUMENT`], with which the model can
-    /// mean a second identical effect.
-    ///
-    /// An `idempotent_write` is keyed by the client's ids when it sends
-    /// some, and otherwise runs on every call: running it again is safe by
-    /// its class, and an identical call after another one in between
-    /// (status open, closed, open again) must not be answered by the first.
+    /// This applies to every write class with the default key derivation
+    /// (`idempotent_write`, `non_idempotent_write`, `irreversible`), *also*
+    /// when a chat client sends ids of its own (Claude Code's tool-use id,
+    /// VS Code's request, Codex's turn): those are new when the model
+    /// repeats a call in a later turn, which is the duplicate chat users
+    /// meet most — an email "sent again to be sure" is a second email
+    /// whatever the tool's class. A call of the same tool with other
+    /// arguments ends the window, so `set_status(open)`,
+    /// `set_status(closed)`, `set_status(open)` runs three times; an
+    /// effect in flight, awaiting approval or of unknown outcome holds its
+    /// window open until it is settled. Each such tool gets an optional
+    /// argument, [`REPEAT_ARGUMENT`], with which the model can mean a
+    /// second identical effect.
     Window(Duration),
     /// Run a write only when the call carries a key: idem's own fields, or
     /// a chat client's ids (each then keys exactly, with no window). Any
@@ -90,9 +91,6 @@ pub(crate) enum Keyed {
     ByTool(&'static str),
     /// By a window when the call carries no key of idem's.
     Window(Duration),
-    /// By the call's key or a client's ids; runs on every call otherwise
-    /// (an idempotent write under a window policy).
-    EachCall,
     /// By the call's key or a client's ids; refused otherwise.
     KeyRequired,
 }
@@ -111,10 +109,7 @@ impl Keyed {
         }
         match (policy, class) {
             (Unkeyed::Refuse, _) => Keyed::KeyRequired,
-            (Unkeyed::Window(within), ClassKind::NonIdempotentWrite | ClassKind::Irreversible) => {
-                Keyed::Window(within)
-            }
-            (Unkeyed::Window(_), _) => Keyed::EachCall,
+            (Unkeyed::Window(within), _) => Keyed::Window(within),
         }
     }
 
@@ -124,7 +119,6 @@ impl Keyed {
             Keyed::Not => "none",
             Keyed::ByTool(derivation) => derivation,
             Keyed::Window(_) => "window",
-            Keyed::EachCall => "each-call",
             Keyed::KeyRequired => "key-required",
         }
     }

@@ -49,12 +49,12 @@ impl Ticket {
             run.run_id = Some(run_id.clone());
             run.step = *step;
         }
-        if let Some((seconds, repeat, started)) = self.window {
-            run.repeat_window = Some(
-                RepeatWindow::new(std::time::Duration::from_secs(seconds))
-                    .repeat(repeat)
-                    .started_at(Timestamp(started)),
-            );
+        // The window index finds the call's effect again (it is in flight
+        // or awaiting approval, so it stays there); when the call was first
+        // made (the third number) no longer matters.
+        if let Some((seconds, repeat, _started)) = self.window {
+            run.repeat_window =
+                Some(RepeatWindow::new(std::time::Duration::from_secs(seconds)).repeat(repeat));
         }
         Ok(run)
     }
@@ -104,7 +104,6 @@ mod tests {
         let run = ticket.run().unwrap();
         let window = run.repeat_window.unwrap();
         assert_eq!(window.repeat, 1);
-        assert_eq!(window.started_at, Some(Timestamp(1_796_083_200_000)));
         assert_eq!(run.namespace.unwrap().as_str(), "default/ada");
     }
 }

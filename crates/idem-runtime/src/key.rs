@@ -485,18 +485,28 @@ pub enum KeySource<'a> {
     Custom(&'a str),
     /// No key from the caller: the same tool with the same arguments within
     /// a window of time is one effect (see
-    /// [`RepeatWindow`](crate::RepeatWindow)). The executor keys the call
-    /// by the window it is claimed in and checks the window before it.
+    /// [`RepeatWindow`](crate::RepeatWindow)). Each new effect gets a
+    /// generation number from the tool's window index
+    /// ([`KeySource::WindowIndex`]), which the executor reads to find the
+    /// effect a call repeats.
     Window {
         /// The window's length in whole seconds (at least 1).
         seconds: u64,
-        /// `floor(unix seconds / seconds)` when the call was claimed.
+        /// The effect's generation, as the window index gave it out.
         number: u64,
         /// How many identical effects the caller meant before this one
         /// (0: this is the first).
         repeat: u32,
         /// The call's canonical arguments (their fingerprint is hashed).
         args: &'a CanonicalArgs,
+    },
+    /// The window index of a tool in a namespace: the record that says
+    /// which effects of the tool's windowed calls are current (the latest
+    /// arguments, and any still unsettled), so that a call in between with
+    /// other arguments ends a window and an unsettled effect never lapses.
+    WindowIndex {
+        /// The window's length in whole seconds (at least 1).
+        seconds: u64,
     },
 }
 
@@ -575,6 +585,10 @@ pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
                 .field(numbers.format(*number).as_bytes())
                 .field(numbers.format(*repeat).as_bytes())
                 .field(args.fingerprint.as_str().as_bytes());
+        }
+        KeySource::WindowIndex { seconds } => {
+            h.field(b"window-index")
+                .field(numbers.format((*seconds).max(1)).as_bytes());
         }
     }
     Ok(h.finish())

@@ -1,9 +1,8 @@
 //! `idem key`: derive a call's key as the executor does (`docs/keys.md`),
 //! from what a transcript shows: the tool, the call id or the run and step
 //! with the arguments, or (a call that carried no key) the repeat window
-//! and when the call was made. Reads no store.
+//! and the effect's generation. Reads no store.
 
-use idem_runtime::clock::Clock;
 use idem_runtime::key::{derive_key, CanonicalArgs, KeyInput, KeySource, Namespace};
 use serde_json::Value;
 
@@ -48,15 +47,11 @@ pub(super) fn run(args: &KeyDeriveArgs, out: &Output) -> Result<(), CliError> {
             (source, "natural")
         }
         (_, _, _, Some(material)) => (KeySource::Custom(material), "custom"),
-        _ => match (args.repeat_window, &canonical) {
-            (Some(seconds), Some(canonical)) => {
-                let at = args
-                    .at
-                    .unwrap_or_else(|| idem_runtime::clock::SystemClock.now());
-                let seconds = seconds.max(1);
+        _ => match (args.repeat_window, args.generation, &canonical) {
+            (Some(seconds), Some(generation), Some(canonical)) => {
                 let source = KeySource::Window {
-                    seconds,
-                    number: at.as_millis() / 1000 / seconds,
+                    seconds: seconds.max(1),
+                    number: generation,
                     repeat: args.repeat,
                     args: canonical,
                 };

@@ -14,11 +14,11 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::Filter;
 use idem_runtime::record::Status;
 
-use crate::role::Role;
 use super::decide::{self, Asked, FormFields, Refused};
 use super::session::same_token;
 use super::view::{Detail, Item, Trail, Waits};
 use super::{App, User};
+use crate::role::Role;
 
 /// Who is signed in, as the page header shows it.
 pub(super) struct UserView {

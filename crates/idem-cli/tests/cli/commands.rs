@@ -52,14 +52,11 @@ async fn idem_key_reproduces_every_published_vector() {
             }
             "custom" => args.extend(["--custom".to_owned(), text("material")]),
             "window" => {
-                // A time inside the vector's window, as RFC 3339.
-                let seconds = v["window_seconds"].as_u64().unwrap();
-                let at = v["window"].as_u64().unwrap() * seconds * 1000 + 1_500;
                 args.extend([
                     "--repeat-window".to_owned(),
-                    seconds.to_string(),
-                    "--at".to_owned(),
-                    idem_runtime::clock::Timestamp(at).rfc3339(),
+                    v["window_seconds"].to_string(),
+                    "--generation".to_owned(),
+                    v["window"].to_string(),
                     "--repeat".to_owned(),
                     v["repeat"].to_string(),
                     "--args".to_owned(),

@@ -293,16 +293,12 @@ impl<S: Send + Sync + 'static> Tools<S> {
 
     /// Key `prepared` as its tool is keyed ([`Keyed`]). A key of idem's is
     /// used exactly; a chat client's ids key a call unless a window does
-    /// (see `Unkeyed::Window`); a tool keyed on each call gets an id of its
-    /// own when nothing keys it.
+    /// (see `Unkeyed::Window`).
     fn key_call(&self, index: usize, keying: Keying, repeat: u32, prepared: &mut Prepared) {
         let (call, run) = (&mut prepared.call, &mut prepared.run);
         match self.keyed[index] {
             Keyed::Window(within) if !prepared.explicit => {
                 run.repeat_window = Some(RepeatWindow::new(within).repeat(repeat));
-            }
-            Keyed::EachCall if !keying.is_keyed() => {
-                call.id = Some(format!("each-call-{:032x}", rand::random::<u128>()));
             }
             _ => {
                 call.id = keying.call_id;

@@ -68,20 +68,34 @@ impl RunContext {
 
 /// How a write that carries no key of its own is keyed: by what it does.
 /// The same tool with the same canonical arguments, called again within
-/// `within` of the first such call, is the same effect: the later calls
-/// are answered from the first one's record (or wait for it, or share its
-/// approval) and nothing runs twice.
+/// `within` of the first such call's outcome, is the same effect: the
+/// later calls are answered from the first one's record (or wait for it,
+/// or share its approval) and nothing runs twice.
 ///
 /// This is for callers that cannot send a key, like the chat clients of an
 /// MCP server: a model that repeats a call "to be sure", or a client that
 /// re-sends a request after a dropped connection, gets the first result.
-/// The window slides: it is measured from the first call, so a retry one
-/// second later is a duplicate whatever the clock says (it is never split
-/// by a clock boundary). A caller that means a second identical effect
-/// says so with [`RepeatWindow::repeat`].
+/// Three rules make it safe for every write class:
 ///
-/// Records are kept for the tool's TTL; a window longer than half the TTL
-/// is cut to half of it, since the executor looks one window back.
+/// - **A call in between ends the window.** A call of the same tool (in
+///   the same namespace) with other arguments is a change of mind:
+///   `set_status(open)`, `set_status(closed)`, `set_status(open)` runs
+///   three times, while `send_email(x)` twice runs once.
+/// - **An unsettled effect never lapses.** While the first call is in
+///   flight, awaiting a person's approval, or of unknown outcome, an
+///   identical call follows it however late it comes and whatever came in
+///   between: it waits, shares the approval, or is refused as unknown;
+///   it never becomes a second effect.
+/// - **The window is measured from the effect's outcome**, not from a
+///   clock boundary: a retry one second after a call that ran for a
+///   minute is a duplicate.
+///
+/// A caller that means a second identical effect says so with
+/// [`RepeatWindow::repeat`]. The executor keeps, per namespace and tool, a
+/// small index record (tool `idem:window:TOOL`) naming the current
+/// effects; it reads it on every windowed call and changes it (one
+/// compare-and-swap) when an effect begins. A window longer than the
+/// tool's TTL is cut to it.
 ///
 /// ```
 /// use std::time::Duration;
@@ -92,33 +106,19 @@ impl RunContext {
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RepeatWindow {
-    /// How long after the first call an identical one is the same effect
-    /// (whole seconds; at least one).
+    /// How long after an effect's outcome an identical call is the same
+    /// effect (whole seconds; at least one).
     pub within: Duration,
     /// How many identical effects the caller meant before this one: 0 for
     /// the first, 1 for a deliberate second, and so on. Each is its own
     /// effect, deduplicated within the window like the first.
     pub repeat: u32,
-    /// When the call was first made, if it is carried on later (a call
-    /// resumed after an approval, say): its window is found from this time
-    /// rather than from the clock. `None`: now.
-    pub started_at: Option<crate::clock::Timestamp>,
 }
 
 impl RepeatWindow {
     /// Calls within `within` of the first are one effect.
     pub fn new(within: Duration) -> Self {
-        RepeatWindow {
-            within,
-            repeat: 0,
-            started_at: None,
-        }
-    }
-
-    /// The call was first made at `at` (see [`RepeatWindow::started_at`]).
-    pub fn started_at(mut self, at: crate::clock::Timestamp) -> Self {
-        self.started_at = Some(at);
-        self
+        RepeatWindow { within, repeat: 0 }
     }
 
     /// This call is the `repeat`-th deliberate repetition of an identical

@@ -19,11 +19,12 @@ pub(super) struct CallKey {
     /// The tenant the key belongs to.
     pub(super) namespace: Namespace,
     /// Set when the key is a window's ([`KeySource::Window`]): the claim
-    /// then moves between windows, so the key above is where it starts.
+    /// reads the tool's window index for the effect's generation, so the
+    /// key above is only a placeholder until then.
     pub(super) window: Option<WindowKeys>,
 }
 
-/// What a window key is derived from, but the window's number.
+/// What a window key is derived from, but the effect's generation.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct WindowKeys {
     pub(super) version: u32,
@@ -31,16 +32,9 @@ pub(super) struct WindowKeys {
     /// The window's length in whole seconds (at least 1).
     pub(super) seconds: u64,
     pub(super) repeat: u32,
-    /// The number of the window whose key the call's key is.
-    pub(super) number: u64,
 }
 
 impl WindowKeys {
-    /// The window number of a time, in milliseconds since the epoch.
-    pub(super) fn number_at(&self, millis: u64) -> u64 {
-        millis / 1000 / self.seconds
-    }
-
     /// The length of a window, in milliseconds.
     pub(super) fn millis(&self) -> u64 {
         self.seconds * 1000
@@ -48,7 +42,8 @@ impl WindowKeys {
 }
 
 impl CallKey {
-    /// The key of window `number` for this call's tool and arguments.
+    /// The key of the effect of generation `number` for this call's tool
+    /// and arguments.
     pub(super) fn window_key(&self, number: u64) -> IdempotencyKey {
         let window = self.window.expect("a window key");
         key::derive_key(&KeyInput {
@@ -64,6 +59,20 @@ impl CallKey {
         })
         // Every part was checked when the first window key was derived.
         .expect("a window key derives as the first did")
+    }
+
+    /// The key of the window index of this call's tool in its namespace.
+    pub(super) fn index_key(&self) -> IdempotencyKey {
+        let window = self.window.expect("a window key");
+        key::derive_key(&KeyInput {
+            version: window.version,
+            namespace: &self.namespace,
+            tool: window.tool,
+            source: KeySource::WindowIndex {
+                seconds: window.seconds,
+            },
+        })
+        .expect("an index key derives as the window key did")
     }
 }
 
@@ -93,19 +102,12 @@ impl CallEnv<'_> {
         let source = CallKeySource {
             call_id: self.call_id.as_deref(),
             run: self.run.run_id.as_deref().map(|run| (run, self.run.step)),
-            window: self.run.repeat_window.map(|w| {
-                let mut keys = WindowKeys {
-                    version: self.spec.key_version,
-                    tool: self.spec.name,
-                    // Half the TTL at most: the claim looks one window
-                    // back, and that window's record must still be there.
-                    seconds: w.within.min(self.ttl() / 2).as_secs().max(1),
-                    repeat: w.repeat,
-                    number: 0,
-                };
-                let at = w.started_at.unwrap_or_else(|| self.core.clock.now());
-                keys.number = keys.number_at(at.as_millis());
-                keys
+            window: self.run.repeat_window.map(|w| WindowKeys {
+                version: self.spec.key_version,
+                tool: self.spec.name,
+                // The TTL at most: a record older than that is gone.
+                seconds: w.within.min(self.ttl()).as_secs().max(1),
+                repeat: w.repeat,
             }),
             args: &args,
             namespace: &namespace,
@@ -173,7 +175,9 @@ fn key_for_call(
                 Some(window) => (
                     KeySource::Window {
                         seconds: window.seconds,
-                        number: window.number,
+                        // A placeholder: the window index gives the
+                        // generation when the call is claimed.
+                        number: 0,
                         repeat: window.repeat,
                         args: call.args,
                     },

@@ -55,6 +55,7 @@ mod metrics;
 mod owner;
 mod phases;
 mod telemetry;
+mod window;
 
 use std::borrow::Borrow;
 use std::future::Future;

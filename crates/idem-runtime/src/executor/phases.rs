@@ -127,9 +127,7 @@ where
         loop {
             let claimed = match local.take() {
                 Some(claimed) => claimed,
-                None if key.window.is_some() && self.env.mode == Mode::Live => {
-                    self.env.claim_windowed(key).await
-                }
+                None if key.window.is_some() => self.env.claim_windowed(key).await,
                 None => self.env.claim(key).await,
             };
             let result = match claimed {

@@ -16,6 +16,10 @@ const SCAN_PAGE: usize = 500;
 const MAX_CANDIDATES: usize = 10;
 
 /// Which records [`Operator::list`] returns; every field set must match.
+///
+/// The executor's own bookkeeping records (tools named `idem:…`, such as
+/// a repeat window's index `idem:window:TOOL`) are left out unless
+/// [`tool`](Filter::tool) names one: they are not calls.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Filter {
     /// Any of these statuses (empty: any).
@@ -40,7 +44,10 @@ impl Filter {
     /// Whether `record` passes.
     pub fn matches(&self, record: &Record) -> bool {
         (self.status.is_empty() || self.status.contains(&record.status()))
-            && self.tool.as_ref().is_none_or(|t| *t == record.tool)
+            && match &self.tool {
+                Some(tool) => *tool == record.tool,
+                None => !record.is_bookkeeping(),
+            }
             && self
                 .namespace
                 .as_ref()
@@ -165,6 +172,9 @@ impl Operator {
         loop {
             let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
             for record in &page.records {
+                if record.is_bookkeeping() {
+                    continue;
+                }
                 if let RecordState::Completed {
                     outcome: Outcome::Unknown { .. },
                     completed_at,

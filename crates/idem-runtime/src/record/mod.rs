@@ -146,6 +146,14 @@ impl Record {
         self.info.ttl.unwrap_or(fallback)
     }
 
+    /// Whether this is the executor's own bookkeeping rather than a call:
+    /// its tool is named with the reserved prefix
+    /// ([`RESERVED_STEP_PREFIX`], as a repeat window's index
+    /// `idem:window:TOOL`). Operators' listings and counts leave it out.
+    pub fn is_bookkeeping(&self) -> bool {
+        self.tool.starts_with(RESERVED_STEP_PREFIX)
+    }
+
     /// Whether the record is in flight with a lease that ran out at `now`.
     pub fn lease_expired(&self, now: Timestamp) -> bool {
         matches!(self.state, RecordState::InFlight { lease_until, .. } if lease_until <= now)

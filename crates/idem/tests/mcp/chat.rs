@@ -296,38 +296,48 @@ async fn claude_code_repeating_a_charge_in_a_later_turn_charges_once() {
 }
 
 #[tokio::test]
-async fn vscode_and_codex_ids_key_an_idempotent_write_per_request() {
+async fn an_idempotent_write_is_one_effect_until_other_arguments_whatever_ids_a_client_sends() {
     let world = World::default();
     let client = connect(server(&world).0, Chat::without_elicitation()).await;
-    let status = |meta: Value| {
-        call(
-            "set_status",
-            json!({"ticket": "T-7", "status": "closed"}),
-            meta,
-        )
-    };
+    let status =
+        |to: &str, meta: Value| call("set_status", json!({"ticket": "T-7", "status": to}), meta);
     let vscode =
         |request: &str| json!({ VSCODE_CONVERSATION_META: "conv-1", VSCODE_REQUEST_META: request });
-    client.call_tool(status(vscode("req-1"))).await.unwrap();
-    let resent = client.call_tool(status(vscode("req-1"))).await.unwrap();
+    client
+        .call_tool(status("closed", vscode("req-1")))
+        .await
+        .unwrap();
+    let resent = client
+        .call_tool(status("closed", vscode("req-1")))
+        .await
+        .unwrap();
     assert!(deduplicated(&resent));
+    // The next chat request with the same arguments is the model repeating
+    // itself "to be sure": the window holds across the client's ids.
+    let repeated = client
+        .call_tool(status("closed", vscode("req-2")))
+        .await
+        .unwrap();
+    assert!(deduplicated(&repeated));
     assert_eq!(World::count(&world.emails), 1);
-    // The next chat request runs it again: safe for its class, and meant.
-    client.call_tool(status(vscode("req-2"))).await.unwrap();
-    assert_eq!(World::count(&world.emails), 2);
 
-    // Codex sends its turn as JSON text (or an object).
+    // Reopened, then closed again: each a change of mind, each run.
+    client
+        .call_tool(status("open", vscode("req-3")))
+        .await
+        .unwrap();
     let codex = |turn: &str| json!({ CODEX_TURN_META: json!({"session_id": "s", "thread_id": "th-1", "turn_id": turn}).to_string() });
-    client.call_tool(status(codex("turn-1"))).await.unwrap();
-    assert!(deduplicated(
-        &client.call_tool(status(codex("turn-1"))).await.unwrap()
-    ));
+    let closed = client
+        .call_tool(status("closed", codex("turn-1")))
+        .await
+        .unwrap();
+    assert!(!deduplicated(&closed));
     assert_eq!(World::count(&world.emails), 3);
 
-    // No ids at all: an idempotent write runs each time.
-    client.call_tool(status(json!({}))).await.unwrap();
-    client.call_tool(status(json!({}))).await.unwrap();
-    assert_eq!(World::count(&world.emails), 5);
+    // No ids at all: the same window.
+    let again = client.call_tool(status("closed", json!({}))).await.unwrap();
+    assert!(deduplicated(&again));
+    assert_eq!(World::count(&world.emails), 3);
 }
 
 #[tokio::test]

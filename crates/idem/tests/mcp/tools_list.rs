@@ -66,7 +66,7 @@ async fn tools_list_shows_each_tool_as_the_registry_exports_it() {
     assert_eq!(keying("find_customer"), (json!("read"), json!("none")));
     assert_eq!(
         keying("send_email"),
-        (json!("idempotent_write"), json!("each-call"))
+        (json!("idempotent_write"), json!("window"))
     );
     assert_eq!(
         keying("charge_card"),

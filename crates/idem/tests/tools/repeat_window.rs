@@ -1,7 +1,9 @@
 //! Writes that carry no key, keyed by a repeat window (`RepeatWindow`):
 //! the same tool with the same arguments within the window of the first
 //! call is one effect, whatever a clock boundary says; a deliberate repeat
-//! is another. Effects are counted by the tools.
+//! is another; a call with other arguments in between ends the window; an
+//! effect not settled (of unknown outcome, awaiting approval) holds it open
+//! however late the repeat comes. Effects are counted by the tools.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -19,6 +21,8 @@ use serde::{Deserialize, Serialize};
 struct Outbox {
     emails: AtomicUsize,
     refunds: AtomicUsize,
+    statuses: std::sync::Mutex<Vec<String>>,
+    charges: AtomicUsize,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
@@ -44,6 +48,34 @@ struct Refund {
 async fn refund(args: Refund, State(outbox): State<Arc<Outbox>>) -> Result<String, ToolError> {
     outbox.refunds.fetch_add(1, Ordering::SeqCst);
     Ok(format!("refunded {}", args.charge))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Status {
+    status: String,
+}
+
+/// Set a ticket's status.
+#[idem::tool(class = "idempotent_write")]
+async fn set_status(args: Status, State(outbox): State<Arc<Outbox>>) -> Result<String, ToolError> {
+    outbox.statuses.lock().unwrap().push(args.status.clone());
+    Ok(format!("status {}", args.status))
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+struct Charge {
+    cents: u64,
+}
+
+/// Charge a card through a provider without idempotency keys; a charge
+/// of 4900 cents is accepted and then times out, so its outcome is unknown.
+#[idem::tool(class = "non_idempotent_write", timeout = "50ms")]
+async fn charge_card(args: Charge, State(outbox): State<Arc<Outbox>>) -> Result<String, ToolError> {
+    outbox.charges.fetch_add(1, Ordering::SeqCst);
+    if args.cents == 4900 {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+    }
+    Ok(format!("charged {}", args.cents))
 }
 
 const WINDOW: Duration = Duration::from_secs(600);
@@ -76,7 +108,10 @@ fn world(start_ms: u64) -> World {
             }
         }))
         .build();
-    let dispatcher = Dispatcher::new(exec.clone(), idem::tools![send_email, refund]);
+    let dispatcher = Dispatcher::new(
+        exec.clone(),
+        idem::tools![send_email, refund, set_status, charge_card],
+    );
     World {
         clock,
         outbox,
@@ -163,8 +198,7 @@ async fn a_retry_across_a_clock_boundary_is_still_one_effect() {
 async fn the_window_is_measured_from_the_first_call() {
     let w = world(MIDNIGHT_MS + 300_000);
     w.email(0).await;
-    // 600 s after the first call: a new effect, even though the previous
-    // call is in the window before this one.
+    // 600 s after the first call (which finished at once): a new effect.
     w.clock.advance(WINDOW);
     let later = w.email(0).await;
     assert!(!later.deduplicated());
@@ -271,4 +305,116 @@ async fn a_call_id_or_a_run_keys_the_call_and_the_window_does_not() {
         .dispatch_one(with_id("call_2"), &windowed(0))
         .await;
     assert_eq!(w.emails(), 2, "a caller's key means what it says");
+}
+
+impl World {
+    async fn call(&self, name: &str, arguments: &str) -> ToolResult {
+        self.dispatcher
+            .dispatch_one(unkeyed(name, arguments), &windowed(0))
+            .await
+    }
+
+    fn statuses(&self) -> Vec<String> {
+        self.outbox.statuses.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn an_idempotent_write_is_one_effect_until_a_call_with_other_arguments() {
+    let w = world(MIDNIGHT_MS);
+    let open = r#"{"status":"open"}"#;
+    let closed = r#"{"status":"closed"}"#;
+    w.call("set_status", open).await;
+    let again = w.call("set_status", open).await;
+    assert!(again.deduplicated(), "sent twice to be sure: one effect");
+    assert_eq!(w.statuses(), ["open"]);
+
+    w.clock.advance(Duration::from_secs(5));
+    assert!(!w.call("set_status", closed).await.deduplicated());
+    let reopened = w.call("set_status", open).await;
+    assert!(
+        !reopened.deduplicated(),
+        "closed came in between: open again is a new effect"
+    );
+    assert_eq!(output(&reopened), "status open");
+    assert!(w.call("set_status", open).await.deduplicated());
+    assert_eq!(w.statuses(), ["open", "closed", "open"]);
+}
+
+#[tokio::test]
+async fn other_arguments_of_another_tool_do_not_end_a_window() {
+    let w = world(MIDNIGHT_MS);
+    w.email(0).await;
+    w.call("set_status", r#"{"status":"open"}"#).await;
+    assert!(w.email(0).await.deduplicated());
+    assert_eq!(w.emails(), 1);
+}
+
+#[tokio::test]
+async fn an_unknown_outcome_holds_its_window_open_however_late_and_whatever_came_between() {
+    let w = world(MIDNIGHT_MS);
+    let unsure = r#"{"cents":4900}"#;
+    let first = w.call("charge_card", unsure).await;
+    let Err(IdemError::OutcomeUnknown { key, .. }) = &first.result else {
+        panic!("expected an unknown outcome, got {:?}", first.result);
+    };
+    // Two windows later, with a sweep: still the same unknown effect.
+    w.clock.advance(WINDOW * 2);
+    w.exec.store().sweep().await.unwrap();
+    let late = w.call("charge_card", unsure).await;
+    let Err(IdemError::OutcomeUnknown { key: same, .. }) = &late.result else {
+        panic!("expected the same unknown outcome, got {:?}", late.result);
+    };
+    assert_eq!(same, key);
+    // Another charge in between ends no unsettled window.
+    assert_eq!(
+        output(&w.call("charge_card", r#"{"cents":990}"#).await),
+        "charged 990"
+    );
+    let after = w.call("charge_card", unsure).await;
+    assert!(
+        matches!(&after.result, Err(IdemError::OutcomeUnknown { key: k, .. }) if k == key),
+        "{:?}",
+        after.result
+    );
+    assert_eq!(
+        w.outbox.charges.load(Ordering::SeqCst),
+        2,
+        "4900 charged once"
+    );
+}
+
+#[tokio::test]
+async fn a_pending_approval_holds_its_window_open_past_the_window_and_other_calls() {
+    let w = world(MIDNIGHT_MS);
+    let refund_of = |charge: &str| format!(r#"{{"charge":"{charge}"}}"#);
+    let first = w.call("refund", &refund_of("ch_42")).await;
+    let Err(IdemError::ApprovalPending { key, .. }) = &first.result else {
+        panic!("expected a pending approval, got {:?}", first.result);
+    };
+    w.clock.advance(WINDOW + Duration::from_secs(60));
+    let other = w.call("refund", &refund_of("ch_43")).await;
+    assert!(matches!(
+        other.result,
+        Err(IdemError::ApprovalPending { .. })
+    ));
+    let again = w.call("refund", &refund_of("ch_42")).await;
+    let Err(IdemError::ApprovalPending { key: same, .. }) = &again.result else {
+        panic!("expected the same pending approval, got {:?}", again.result);
+    };
+    assert_eq!(same, key, "one request for the person, not a second");
+    assert_eq!(w.asked.load(Ordering::SeqCst), 2, "ch_42 once, ch_43 once");
+}
+
+#[tokio::test]
+async fn a_repeat_right_after_a_long_call_is_a_duplicate() {
+    let w = world(MIDNIGHT_MS);
+    // The window is measured from the outcome: a call that ran longer than
+    // the window is still answered to a repeat that follows it.
+    w.email(0).await;
+    w.clock.advance(WINDOW - Duration::from_secs(1));
+    assert!(w.email(0).await.deduplicated());
+    w.clock.advance(Duration::from_secs(1));
+    assert!(!w.email(0).await.deduplicated());
+    assert_eq!(w.emails(), 2);
 }

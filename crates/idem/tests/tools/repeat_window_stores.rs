@@ -1,9 +1,11 @@
 //! Repeat windows on every real store, under real concurrency: bursts of
 //! identical unkeyed calls from several workers (each with its own
-//! connection), timed to straddle a window boundary, run the tool once per
-//! burst. This is what the window claim's reads of the neighbouring windows
-//! are for; it relies on each store answering a read after a claim it has
-//! acknowledged, which every backend must.
+//! connection), timed to straddle a second boundary, run the tool once per
+//! burst; and a call with other arguments made through another worker ends
+//! the window for all of them. This is what the tool's window index in the
+//! store is for (one compare-and-swap per new effect); it relies on each
+//! store answering a read after a write it has acknowledged, which every
+//! backend must.
 //!
 //! Redis and PostgreSQL servers are started on loopback by the test; when
 //! their binaries are missing the case is skipped loudly (a failure under
@@ -97,6 +99,27 @@ async fn bursts_across_boundaries_charge_once(url: &str) {
             "{url}: burst {burst} across a boundary charged {runs:?} times"
         );
     }
+
+    // A, B, A through three workers: the call in between ends the window
+    // on every worker, and the last A repeats on a fourth call.
+    let charge_through = |worker: usize, order: u64| {
+        let call = ToolCall {
+            id: None,
+            name: "charge".into(),
+            arguments: Arguments::Text(format!(r#"{{"order":{order}}}"#)),
+        };
+        dispatchers[worker].dispatch_one(call, &run)
+    };
+    for (worker, order) in [(0, 100), (1, 101), (2, 100), (0, 100)] {
+        let result = charge_through(worker, order).await;
+        assert!(!result.is_error(), "{url}: {:?}", result.result);
+    }
+    let runs = ledger.runs.lock().unwrap().clone();
+    assert_eq!(
+        (runs.get(&100).copied(), runs.get(&101).copied()),
+        (Some(2), Some(1)),
+        "{url}: A, B, A, A ran A twice and B once"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -1,0 +1,331 @@
+//! Phase 2 for a call keyed by a repeat window
+//! ([`RepeatWindow`](crate::RepeatWindow)): find the effect the call
+//! repeats in its tool's window index, or begin a new one.
+//!
+//! The index is one record per namespace and tool (tool
+//! `idem:window:TOOL`, key [`KeySource::WindowIndex`](crate::key::KeySource::WindowIndex)),
+//! completed with a small JSON output: the generation last given out, and
+//! the effects that still matter — those of the latest arguments (one per
+//! deliberate repeat), and those of earlier arguments not yet settled. It
+//! is created by a claim and changed by a compare-and-swap
+//! ([`Store::replace`](crate::store::Store::replace)), so every worker on
+//! the store agrees on it, and it outlives restarts.
+//!
+//! A call whose effect is in the index claims that effect's key: the
+//! claim then answers from its record, waits for it in flight, shares its
+//! approval, or refuses it as unknown, as for any key. Only a call that
+//! repeats nothing (other arguments came in between, or the effect is
+//! settled and older than the window) begins a new effect: it writes the
+//! new generation into the index first, then claims it, so two identical
+//! calls racing each other meet on one key.
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::IdemError;
+use crate::key::{CanonicalArgs, IdempotencyKey};
+use crate::record::{
+    CallInfoRef, CorruptRecord, Outcome, OutputJson, Record, RecordState, RESERVED_STEP_PREFIX,
+};
+use crate::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, StoreError, WaitFor};
+
+use super::claim::Claimed;
+use super::key::{CallKey, WindowKeys};
+use super::{CallEnv, Mode};
+
+/// How long an index is kept after its last change: long enough that an
+/// effect of unknown outcome (kept until an operator settles it) is never
+/// forgotten by the index that makes its repeats follow it.
+const INDEX_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+
+/// How many times a call reads the index again after another call changed
+/// it first; each round either settles or sees another call's change.
+const ROUNDS: usize = 16;
+
+/// The index's output: what is stored in the record.
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
+struct WindowIndex {
+    /// The generation last given out (the new effect's is larger).
+    generation: u64,
+    /// The effects that matter, oldest first; the last one's arguments are
+    /// the latest.
+    effects: Vec<Effect>,
+}
+
+/// One effect of the index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Effect {
+    /// Its arguments' fingerprint.
+    fingerprint: String,
+    /// Its deliberate repeat ([`RepeatWindow::repeat`](crate::RepeatWindow::repeat)).
+    repeat: u32,
+    /// Its generation.
+    generation: u64,
+    /// Its key (derived from the above; kept so that the effects of other
+    /// arguments can be looked up).
+    key: IdempotencyKey,
+}
+
+impl WindowIndex {
+    /// Whether `fingerprint` is the latest call's arguments.
+    fn is_latest(&self, fingerprint: &str) -> bool {
+        self.effects
+            .last()
+            .is_some_and(|e| e.fingerprint == fingerprint)
+    }
+
+    /// The effect of these arguments and repeat, if the index holds one.
+    fn find(&self, fingerprint: &str, repeat: u32) -> Option<&Effect> {
+        self.effects
+            .iter()
+            .rev()
+            .find(|e| e.fingerprint == fingerprint && e.repeat == repeat)
+    }
+}
+
+/// Whether a record's effect is not settled: in flight, awaiting a
+/// decision, or of unknown outcome. Such an effect is always the one an
+/// identical call repeats.
+fn unsettled(record: &Record) -> bool {
+    match &record.state {
+        RecordState::InFlight { .. } | RecordState::AwaitingApproval { .. } => true,
+        RecordState::Completed { outcome, .. } => matches!(outcome, Outcome::Unknown { .. }),
+    }
+}
+
+/// The index as read: its contents, and the record to swap (`None`: there
+/// is no index yet).
+struct Read {
+    index: WindowIndex,
+    record: Option<Record>,
+}
+
+impl CallEnv<'_> {
+    /// Own the key of the effect this call begins, or claim the one it
+    /// repeats (see the module's documentation). `call.key` ends as that
+    /// effect's key.
+    pub(super) async fn claim_windowed(
+        &self,
+        call: &mut CallKey,
+    ) -> Result<Claimed<'static>, IdemError> {
+        let window = call.window.expect("a window key");
+        let fingerprint = call.args.fingerprint.as_str().to_owned();
+        for _ in 0..ROUNDS {
+            let read = self.read_index(call).await?;
+            let latest = read.index.is_latest(&fingerprint);
+            if let Some(effect) = read.index.find(&fingerprint, window.repeat) {
+                call.key = effect.key.clone();
+                if self.mode == Mode::Replay {
+                    return self.claim(call).await;
+                }
+                let repeats = match self.lookup(&call.key).await? {
+                    // Given out and not claimed yet, or its claim lost: the
+                    // one effect of these arguments, still to run.
+                    None => latest,
+                    Some(record) => unsettled(&record) || (latest && self.within(&record, &window)),
+                };
+                if repeats {
+                    return self.claim(call).await;
+                }
+            } else if self.mode == Mode::Replay {
+                // Nothing recorded for these arguments: the replay refuses.
+                call.key = call.window_key(read.index.generation.saturating_add(1));
+                return self.claim(call).await;
+            }
+            let index = self.begin_effect(call, &read.index, latest).await?;
+            if self.write_index(call, read.record, &index).await? {
+                call.key = index.effects.last().expect("the new effect").key.clone();
+                return self.claim(call).await;
+            }
+        }
+        Err(self.refuse(IdemError::InFlight {
+            tool: self.name().to_owned(),
+            key: call.key.clone(),
+        }))
+    }
+
+    /// Whether a settled effect's `record` is recent enough to answer an
+    /// identical call: its outcome came less than a window ago.
+    fn within(&self, record: &Record, window: &WindowKeys) -> bool {
+        let RecordState::Completed { completed_at, .. } = &record.state else {
+            return true;
+        };
+        let now = self.core.clock.now().as_millis();
+        now.saturating_sub(completed_at.as_millis()) < window.millis()
+    }
+
+    /// The index with a new effect for this call: the next generation, the
+    /// effects of these arguments kept when they are the latest, and those
+    /// of earlier arguments kept only while unsettled.
+    async fn begin_effect(
+        &self,
+        call: &CallKey,
+        index: &WindowIndex,
+        latest: bool,
+    ) -> Result<WindowIndex, IdemError> {
+        let window = call.window.expect("a window key");
+        let fingerprint = call.args.fingerprint.as_str();
+        let now = self.core.clock.now().as_millis();
+        // Unique and growing even when the index is new again.
+        let generation = index.generation.saturating_add(1).max(now);
+        let mut effects = Vec::with_capacity(index.effects.len() + 1);
+        for effect in &index.effects {
+            let same = effect.fingerprint == fingerprint;
+            if same && effect.repeat == window.repeat {
+                // This call's effect is replaced by the new one.
+                continue;
+            }
+            if same && latest {
+                effects.push(effect.clone());
+                continue;
+            }
+            if let Some(record) = self.lookup(&effect.key).await? {
+                if unsettled(&record) {
+                    effects.push(effect.clone());
+                }
+            }
+        }
+        effects.push(Effect {
+            fingerprint: fingerprint.to_owned(),
+            repeat: window.repeat,
+            generation,
+            key: call.window_key(generation),
+        });
+        Ok(WindowIndex {
+            generation,
+            effects,
+        })
+    }
+
+    /// The name the index's record carries as its tool.
+    fn index_tool(&self) -> String {
+        format!("{RESERVED_STEP_PREFIX}window:{}", self.name())
+    }
+
+    /// Read this call's window index; a store's index in flight (another
+    /// call creating it) is waited for.
+    async fn read_index(&self, call: &CallKey) -> Result<Read, IdemError> {
+        let key = call.index_key();
+        for _ in 0..ROUNDS {
+            let Some(record) = self.lookup(&key).await? else {
+                return Ok(Read {
+                    index: WindowIndex::default(),
+                    record: None,
+                });
+            };
+            match &record.state {
+                RecordState::Completed {
+                    outcome: Outcome::Success { output },
+                    ..
+                } => {
+                    let index = output.parse().map_err(|e| self.corrupt_index(&key, e))?;
+                    return Ok(Read {
+                        index,
+                        record: Some(record),
+                    });
+                }
+                RecordState::InFlight { .. } => {
+                    self.store()
+                        .wait(&key, WaitFor::Completion, self.lease())
+                        .await
+                        .map_err(|e| self.store_err(e))?;
+                }
+                _ => {
+                    return Err(self.corrupt_index(&key, "it is not a completed index"));
+                }
+            }
+        }
+        Err(self.refuse(IdemError::InFlight {
+            tool: self.name().to_owned(),
+            key,
+        }))
+    }
+
+    /// Store `index` in place of `read` (`None`: create it); `false` when
+    /// another call changed the index first (read it again).
+    async fn write_index(
+        &self,
+        call: &CallKey,
+        read: Option<Record>,
+        index: &WindowIndex,
+    ) -> Result<bool, IdemError> {
+        let key = call.index_key();
+        let output = OutputJson::new(index).expect("an index serializes");
+        let outcome = Outcome::Success { output };
+        let Some(mut record) = read else {
+            return self.create_index(&key, &outcome).await;
+        };
+        let fence = record.fence();
+        let now = self.core.clock.now();
+        record.state = RecordState::Completed {
+            fence,
+            outcome,
+            completed_at: now,
+            expires_at: now.plus(INDEX_TTL),
+        };
+        let expected = Expected {
+            fence,
+            state: ExpectedState::Completed,
+        };
+        match self
+            .store()
+            .replace(&key, expected, Some(&record), None)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(StoreError::StaleFence { .. }) => Ok(false),
+            Err(e) => Err(self.store_err(e)),
+        }
+    }
+
+    /// Create the index with `outcome`: claim its key, then complete it;
+    /// `false` when another call holds or made it first.
+    async fn create_index(
+        &self,
+        key: &IdempotencyKey,
+        outcome: &Outcome,
+    ) -> Result<bool, IdemError> {
+        let tool = self.index_tool();
+        let fingerprint = CanonicalArgs::from_value(&serde_json::json!({ "index": "window" }))
+            .expect("an object")
+            .fingerprint;
+        let namespace = self.namespace();
+        let request = ClaimRequest {
+            key,
+            tool: &tool,
+            fingerprint: &fingerprint,
+            check_fingerprint: true,
+            lease: self.lease(),
+            info: CallInfoRef {
+                namespace: Some(namespace.as_str()),
+                ttl: Some(INDEX_TTL),
+                ..CallInfoRef::default()
+            },
+            worker: Some(&self.core.config.worker),
+            durable: true,
+        };
+        let store = self.store();
+        match store.claim(&request).await.map_err(|e| self.store_err(e))? {
+            ClaimOutcome::Acquired { fence, .. } => {
+                store
+                    .complete(key, fence, outcome, INDEX_TTL)
+                    .await
+                    .map_err(|e| self.store_err(e))?;
+                Ok(true)
+            }
+            ClaimOutcome::InFlight { .. } | ClaimOutcome::Completed(_) => Ok(false),
+            ClaimOutcome::AwaitingApproval(_) | ClaimOutcome::KeyReused { .. } => {
+                Err(self.corrupt_index(key, "its key holds another record"))
+            }
+        }
+    }
+
+    /// The error of an index that cannot be read: nothing runs.
+    fn corrupt_index(&self, key: &IdempotencyKey, reason: impl std::fmt::Display) -> IdemError {
+        self.store_err(StoreError::Corrupt(CorruptRecord {
+            key: key.to_string(),
+            detail: format!("the repeat-window index is unreadable: {reason}"),
+        }))
+    }
+}
