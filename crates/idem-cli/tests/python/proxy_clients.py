@@ -13,6 +13,7 @@ broken expectation.
 """
 
 import asyncio
+import anyio
 import contextlib
 import json
 import os
@@ -406,26 +407,43 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+class Everything:
+    """server-everything in its streamable HTTP mode on a loopback port,
+    which it keeps when restarted."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.server: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "PORT": str(self.port)}
+        quiet = subprocess.DEVNULL
+        self.server = subprocess.Popen(npm_server("server-everything", "streamableHttp"), env=env, stdout=quiet, stderr=quiet)
+        # Until it listens (or has exited).
+        while self.server.poll() is None:
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    break
+            time.sleep(0.05)
+        check(self.server.poll() is None, "server-everything started over HTTP")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait(timeout=20)
+
+
 @contextlib.contextmanager
 def everything_over_http():
     """server-everything in its streamable HTTP mode on a free loopback
-    port; yields its URL."""
-    port = free_port()
-    env = {**os.environ, "PORT": str(port)}
-    quiet = subprocess.DEVNULL
-    server = subprocess.Popen(npm_server("server-everything", "streamableHttp"), env=env, stdout=quiet, stderr=quiet)
+    port; yields the running server."""
+    server = Everything()
+    server.start()
     try:
-        # Until it listens (or has exited).
-        while server.poll() is None:
-            with socket.socket() as probe:
-                if probe.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            time.sleep(0.05)
-        check(server.poll() is None, "server-everything started over HTTP")
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield server
     finally:
-        server.kill()
-        server.wait(timeout=20)
+        server.stop()
 
 
 class SlowUpstream:
@@ -476,7 +494,8 @@ class SlowUpstream:
 
 async def upstream_over_http() -> None:
     say("\n## `idem proxy --upstream URL`: upstream servers reached over streamable HTTP")
-    with everything_over_http() as url:
+    with everything_over_http() as server:
+        url = server.url
         async with Client(url) as client:
             direct = sorted(t.name for t in (await client.list_tools()).tools)
         with place() as here:
@@ -522,6 +541,30 @@ async def upstream_over_http() -> None:
     say(f"idem proxy --upstream https://… -> exit {refused.returncode}: {refused.stderr.strip()}")
     check(refused.returncode == 2, "an https:// upstream is refused as a usage error")
     check("no TLS support" in refused.stderr and "TLS-terminating proxy" in refused.stderr, refused.stderr)
+
+
+async def restarted_everything() -> None:
+    say("\n## server-everything restarted under the proxy (it answers a session it forgot with 400)")
+    config = """
+[tools.echo]
+class = "non_idempotent_write"
+"""
+    with everything_over_http() as server, place() as here:
+        async with here.through(server.url, config=config) as client:
+            first = await client.call_tool("echo", {"message": "before"})
+            check(reads(first) == "Echo: before", f"echo answers: {reads(first)!r}")
+            server.stop()
+            server.start()
+            started = time.monotonic()
+            with anyio.fail_after(20):
+                again = await client.call_tool("echo", {"message": "after"})
+            took = time.monotonic() - started
+            say(f"after the restart -> error={again.is_error} in {took:.2f} s: {reads(again)[:120]!r}")
+            check(not again.is_error and reads(again) == "Echo: after", f"the new session serves it: {reads(again)!r}")
+            check(took < 10, f"answered at once, not after a timeout: {took:.1f} s")
+            ls = here.idem("ls", "--json")
+            check('"unknown"' not in ls, f"nothing recorded as unknown:\n{ls}")
+    TABLE.append(("HTTP upstream restarted (answers 400)", "answered, not unknown", "-", "yes"))
 
 
 async def crash_http(cls: str) -> None:
@@ -589,6 +632,7 @@ CASES = {
     "crash_http_idempotent": lambda: crash_http("idempotent_write"),
     "crash_http_non_idempotent": lambda: crash_http("non_idempotent_write"),
     "refused_http": refused_http,
+    "restarted_everything": restarted_everything,
 }
 
 

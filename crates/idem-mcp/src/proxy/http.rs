@@ -305,6 +305,20 @@ impl StreamableHttpClient for HttpClient {
         if status == StatusCode::NOT_FOUND && session_id.is_some() {
             return Err(StreamableHttpError::SessionExpired);
         }
+        // Some servers (server-everything's streamable HTTP) answer a
+        // session they do not know with 400 and a JSON-RPC error that
+        // answers no request. A 400 is a refusal to act, so this too is a
+        // session to begin again; an error answering our request is the
+        // answer.
+        if status == StatusCode::BAD_REQUEST && session_id.is_some() {
+            let bytes = body(response, limits.max_json_response_size).await?;
+            return match serde_json::from_slice::<ServerJsonRpcMessage>(&bytes) {
+                Ok(error @ ServerJsonRpcMessage::Error(_)) if answers(&error) => {
+                    Ok(StreamableHttpPostResponse::Json(error, None))
+                }
+                _ => Err(StreamableHttpError::SessionExpired),
+            };
+        }
         let session = response
             .headers()
             .get(SESSION)
@@ -426,7 +440,9 @@ impl StreamableHttpClient for HttpClient {
         if status == StatusCode::METHOD_NOT_ALLOWED {
             return Err(StreamableHttpError::ServerDoesNotSupportSse);
         }
-        if status == StatusCode::NOT_FOUND && session_id.is_some() {
+        // 404, or 400 from servers that answer an unknown session so.
+        if matches!(status, StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST) && session_id.is_some()
+        {
             return Err(StreamableHttpError::SessionExpired);
         }
         if !status.is_success() {
@@ -442,6 +458,11 @@ impl StreamableHttpClient for HttpClient {
         }
         Ok(events(response, max_sse_event_size))
     }
+}
+
+/// Whether a JSON-RPC error answers a request (it has an id).
+fn answers(error: &ServerJsonRpcMessage) -> bool {
+    matches!(error, ServerJsonRpcMessage::Error(error) if error.id.is_some())
 }
 
 /// Whether a failed exchange certainly left the upstream untouched: no
