@@ -14,6 +14,9 @@ use idem_runtime::{IdemError, ToolError};
 pub(crate) struct Hints<'a> {
     /// The argument that marks a deliberate repeat, when the tool has it.
     pub(crate) repeat_argument: Option<&'a str>,
+    /// The tool only reads: a failure of unknown effect had none, so
+    /// calling again is safe.
+    pub(crate) read: bool,
 }
 
 /// The text of a duplicate's answer, before its output: the effect
@@ -47,14 +50,14 @@ pub(crate) fn already_done(
 
 /// The text of an error, for the model: one sentence set per error, each
 /// saying what happened, whether anything ran, and what to do next.
-pub(crate) fn error(tool: &str, e: &IdemError) -> String {
+pub(crate) fn error(tool: &str, e: &IdemError, hints: Hints<'_>) -> String {
     match e {
         IdemError::Tool {
             error,
             deduplicated: true,
             ..
         } => recorded_failure(tool, error.message()),
-        IdemError::Tool { error, .. } => tool_failed(tool, error),
+        IdemError::Tool { error, .. } => tool_failed(tool, error, hints.read),
         IdemError::Key {
             source: KeyError::NoSource { .. },
             ..
@@ -92,9 +95,10 @@ fn recorded_failure(tool: &str, message: &str) -> String {
 
 /// The tool's own failure, told by what it says about the effect (its
 /// [`ErrorKind`]), which decides whether calling again is safe.
-fn tool_failed(tool: &str, error: &ToolError) -> String {
+fn tool_failed(tool: &str, error: &ToolError, read: bool) -> String {
     match error.kind() {
         ErrorKind::Transient => failed_before_effect(tool, error.message()),
+        ErrorKind::Ambiguous if read => read_failed(tool, error.message()),
         ErrorKind::Ambiguous => failed_maybe_with_effect(tool, error.message()),
         _ => failed_without_effect(tool, error.message()),
     }
@@ -105,6 +109,15 @@ fn failed_before_effect(tool: &str, message: &str) -> String {
     format!(
         "`{tool}` failed before it took effect: {message}. Nothing happened, so it is safe \
          to call again with the same arguments in a moment."
+    )
+}
+
+/// A read that failed midway (it timed out, its connection broke): it
+/// changes nothing, so calling again is safe.
+fn read_failed(tool: &str, message: &str) -> String {
+    format!(
+        "`{tool}` failed: {message}. It only reads and changes nothing, so it is safe to call \
+         it again; if it keeps failing, tell the user."
     )
 }
 
@@ -342,6 +355,7 @@ mod tests {
             1_796_083_380_000,
             Hints {
                 repeat_argument: Some("intended_repeat"),
+                read: false,
             },
         );
         assert!(text.starts_with("Already done"), "{text}");
@@ -350,5 +364,25 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("`\"intended_repeat\": 1`"), "{text}");
+    }
+
+    #[test]
+    fn a_read_that_failed_midway_may_be_called_again_and_a_write_may_not() {
+        let e = IdemError::Tool {
+            tool: "search".into(),
+            error: ToolError::ambiguous("no answer for 2 seconds"),
+            deduplicated: false,
+        };
+        let read = error(
+            "search",
+            &e,
+            Hints {
+                read: true,
+                ..Hints::default()
+            },
+        );
+        assert!(read.contains("safe to call it again"), "{read}");
+        let write = error("search", &e, Hints::default());
+        assert!(write.contains("Do not call it again"), "{write}");
     }
 }

@@ -567,6 +567,30 @@ class = "non_idempotent_write"
     TABLE.append(("HTTP upstream restarted (answers 400)", "answered, not unknown", "-", "yes"))
 
 
+async def long_calls() -> None:
+    say("\n## long calls: progress starts a call's timeout again, silence ends it")
+    config = """
+[tools.trigger-long-running-operation]
+class = "read"
+timeout = "2s"
+"""
+    with everything_over_http() as server, place() as here:
+        async with here.through(server.url, config=config) as client:
+            # 4 s with progress every second, under a 2 s timeout.
+            started = time.monotonic()
+            long = await client.call_tool("trigger-long-running-operation", {"duration": 4, "steps": 4})
+            took = time.monotonic() - started
+            say(f"4 s with progress each second, timeout 2 s -> error={long.is_error} in {took:.1f} s: {reads(long)[:90]!r}")
+            check(not long.is_error and "completed" in reads(long), f"it runs to the end: {reads(long)!r}")
+            # 3 s in one step: 3 s of silence, over the 2 s timeout.
+            silent = await client.call_tool("trigger-long-running-operation", {"duration": 3, "steps": 1})
+            say(f"3 s without progress, timeout 2 s -> error={silent.is_error}: {reads(silent)[:220]!r}")
+            check(silent.is_error and "neither its result nor progress for 2 seconds" in reads(silent), reads(silent))
+            check("safe to call it again" in reads(silent), f"a read may be called again: {reads(silent)!r}")
+            check("Do not call it again" not in reads(silent), reads(silent))
+    TABLE.append(("long call with progress (read, timeout 2 s)", "completes", "-", "yes"))
+
+
 async def crash_http(cls: str) -> None:
     say(f"\n## an HTTP upstream killed mid-call and started again: `append` as {cls}")
     with place() as here:
@@ -633,6 +657,7 @@ CASES = {
     "crash_http_non_idempotent": lambda: crash_http("non_idempotent_write"),
     "refused_http": refused_http,
     "restarted_everything": restarted_everything,
+    "long_calls": long_calls,
 }
 
 

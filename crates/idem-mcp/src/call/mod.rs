@@ -376,6 +376,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
     fn hints(&self, index: usize) -> Hints<'static> {
         Hints {
             repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
+            read: self.keyed[index] == Keyed::Not,
         }
     }
 
@@ -459,7 +460,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             Err(e) => {
                 let content = result.content();
                 return error_result(
-                    answer::error(&definition.name, e),
+                    answer::error(&definition.name, e, hints),
                     content["error"].clone(),
                     result.deduplicated(),
                 );
@@ -582,7 +583,7 @@ fn bad_repeat(name: &str, value: &Value) -> CallToolResponse {
         detail: problem.clone(),
     };
     refused(
-        answer::error(name, &error),
+        answer::error(name, &error, Hints::default()),
         ErrorCode::InvalidArguments,
         &problem,
     )

@@ -9,8 +9,6 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
 use super::{error_result, Tools};
-use crate::answer::Hints;
-use crate::policy::REPEAT_ARGUMENT;
 use crate::tasks::{self, Ticket};
 use idem_runtime::dispatch::Arguments;
 use idem_runtime::key::IdempotencyKey;
@@ -76,9 +74,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             ));
         };
         let definition = &self.definitions[index];
-        let hints = Hints {
-            repeat_argument: self.repeat[index].then_some(REPEAT_ARGUMENT),
-        };
+        let hints = self.hints(index);
         let store = self.dispatcher.executor().store();
         let now = store.now().await.map_or(0, |t| t.as_millis());
         let key = IdempotencyKey::parse(&ticket.key)

@@ -17,7 +17,7 @@
 //! class = "idempotent_write"
 //! key = ["email"]                   # a natural key: these argument fields
 //! ttl = "7d"                        # how long the record is kept
-//! timeout = "30s"                   # per attempt; a timeout is ambiguous
+//! timeout = "2m"                    # without a result or progress (default 5m)
 //! ```
 
 use std::collections::BTreeMap;
@@ -63,7 +63,9 @@ pub(super) struct ToolConfig {
     pub key: Option<Vec<String>>,
     /// How long the record is kept (90s, 15m, 2h, 7d).
     pub ttl: Option<String>,
-    /// Per-attempt timeout; a call that takes longer is ambiguous.
+    /// How long a call may go without its result or a progress
+    /// notification (progress starts it again); a call that goes longer is
+    /// ambiguous.
     pub timeout: Option<String>,
     /// Who approves an irreversible call: `chat_or_operator`, `chat`,
     /// `operator`.
@@ -104,7 +106,7 @@ pub(super) struct Resolved {
     pub key: Option<Vec<String>>,
     /// Record lifetime.
     pub ttl: Option<Duration>,
-    /// Per-attempt timeout.
+    /// How long a call may go without its result or progress.
     pub timeout: Option<Duration>,
     /// Who approves.
     pub approval: Option<ApprovalConfig>,
@@ -244,7 +246,7 @@ pub(super) fn print(config: &Config, server: &str, version: &str, tools: &[Tool]
          # URL). A class marked \"guessed\" comes from the server's own annotations.\n\
          # Classes: read, idempotent_write, non_idempotent_write, irreversible.\n\
          # Options: key = [\"field\", …] (a natural key), ttl = \"7d\",\n\
-         # timeout = \"30s\", approval = \"chat_or_operator\" | \"chat\" | \"operator\".\n\
+         # timeout = \"5m\", approval = \"chat_or_operator\" | \"chat\" | \"operator\".\n\
          \n\
          [server]\n\
          name = {}",

@@ -4,6 +4,7 @@
 //! idempotency key in `_meta`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::CallToolRequestParamsExt;
 use idem_runtime::class::{ClassKind, NonIdempotentWrite};
@@ -16,8 +17,22 @@ use serde_json::{Map, Value};
 use super::config::Resolved;
 use super::upstream::Upstream;
 
+/// How long an upstream call may go without its result or a progress
+/// notification when the configuration gives the tool no `timeout`: five
+/// minutes. Longer than the clients in front of the proxy wait (the MCP
+/// TypeScript SDK's default request timeout is one minute), so a client
+/// that gives up decides first and cancels; a proxy that cut a write off
+/// earlier would leave its outcome unknown while the upstream finished it.
+pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
+
+/// The longest an upstream call may take however much progress it
+/// reports: a day.
+const MAX_CALL: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// An upstream tool run through the executor.
 pub(super) struct UpstreamTool {
+    /// How long the call may go without its result or progress.
+    idle: Duration,
     spec: &'static ToolSpec,
     class: ClassKind,
     natural: Option<&'static [&'static str]>,
@@ -45,7 +60,10 @@ impl UpstreamTool {
         });
         let mut spec = ToolSpec::new(leak(name), leak(description));
         spec.ttl = resolved.ttl;
-        spec.timeout = resolved.timeout;
+        // The call's own idle timer (reset by progress) is its timeout; the
+        // executor's per-attempt timeout only bounds a call that reports
+        // progress for ever.
+        spec.timeout = Some(MAX_CALL);
         if let Some(fields) = natural {
             spec.key = KeySpec::Natural {
                 fields,
@@ -53,6 +71,7 @@ impl UpstreamTool {
             };
         }
         UpstreamTool {
+            idle: resolved.timeout.unwrap_or(DEFAULT_TIMEOUT),
             spec: Box::leak(Box::new(spec)),
             class: resolved.class,
             natural,
@@ -116,7 +135,7 @@ impl Tool<()> for UpstreamTool {
         if let Some(key) = ctx.key() {
             request = request.with_idempotency_key(key.as_str());
         }
-        let result = self.upstream.call(request, progress).await?;
+        let result = self.upstream.call(request, progress, self.idle).await?;
         serde_json::to_value(&result).map_err(|e| {
             ToolError::ambiguous(format!("the upstream's result cannot be recorded: {e}"))
         })

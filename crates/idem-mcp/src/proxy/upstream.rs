@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 #[allow(deprecated)] // LoggingMessageNotificationParam: see `on_logging_message`.
 use rmcp::model::{
@@ -76,12 +77,15 @@ impl PartialEq for Progressing {
     }
 }
 
-/// An upstream request under way whose progress a client asked for: the
-/// token rmcp gave the request, and where its progress goes.
+/// An upstream request under way: the token rmcp gave the request, where
+/// its progress goes if its client asked for progress, and whom to tell
+/// that the upstream is still at work on it (each progress notification
+/// starts the call's idle timer again).
 #[derive(Clone)]
 struct Routed {
     upstream: ProgressToken,
-    to: ProgressTo,
+    to: Option<ProgressTo>,
+    alive: Arc<tokio::sync::Notify>,
 }
 
 impl PartialEq for Routed {
@@ -186,14 +190,18 @@ impl ClientHandler for Forward {
         mut params: ProgressNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        let to = self
+        let routed = self
             .calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .find(|routed| routed.upstream == params.progress_token)
-            .map(|routed| routed.to.clone());
-        let Some(to) = to else {
+            .cloned();
+        let Some(routed) = routed else {
+            return;
+        };
+        routed.alive.notify_one();
+        let Some(to) = routed.to else {
             return;
         };
         params.progress_token = to.token;
@@ -344,6 +352,7 @@ impl Upstream {
         &self,
         params: CallToolRequestParams,
         progress: Option<ProgressTo>,
+        idle: Duration,
     ) -> Result<CallToolResult, ToolError> {
         let (peer, _) = self.start().await.map_err(|e| {
             ToolError::transient(format!("{e}; the call was not sent, nothing ran"))
@@ -355,13 +364,40 @@ impl Upstream {
             let handle = peer
                 .send_cancellable_request(request, PeerRequestOptions::no_options())
                 .await?;
-            let _progress = progress.map(|to| {
-                let upstream = handle.progress_token.clone();
-                Listed::new(&self.forward.calls, Routed { upstream, to })
-            });
-            handle.await_response().await
+            let alive = Arc::new(tokio::sync::Notify::new());
+            let _routed = Listed::new(
+                &self.forward.calls,
+                Routed {
+                    upstream: handle.progress_token.clone(),
+                    to: progress,
+                    alive: alive.clone(),
+                },
+            );
+            let response = handle.await_response();
+            tokio::pin!(response);
+            // MCP's reset-on-progress: the call may take as long as it
+            // keeps reporting progress, and `idle` without a word.
+            loop {
+                tokio::select! {
+                    answer = &mut response => return answer.map(Some),
+                    () = alive.notified() => {}
+                    () = tokio::time::sleep(idle) => return Ok(None),
+                }
+            }
         }
         .await;
+        let answer = match answer {
+            Ok(Some(answer)) => Ok(answer),
+            Err(e) => Err(e),
+            Ok(None) => {
+                return Err(ToolError::ambiguous(format!(
+                    "the upstream server received the call and sent neither its result nor \
+                     progress for {} (the tool's `timeout` in the proxy's configuration): \
+                     whether it took effect is unknown",
+                    idem_runtime::text::duration::exact(idle)
+                )))
+            }
+        };
         match answer.and_then(call_result) {
             Ok(result) => Ok(result),
             // Over HTTP the request's POST is the send: only a connection
