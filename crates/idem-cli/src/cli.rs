@@ -92,10 +92,23 @@ pub(crate) enum Command {
     /// Write an approver's entry for the `idem serve --approvers` file: a
     /// hashed password (read from stdin) or a new API token.
     Approver(ApproverArgs),
+    /// Write a principal's entry for the `idem proxy --principals` file:
+    /// a new bearer token (printed once, on stderr) and its hashed entry
+    /// (on stdout, to append to the file).
+    Principal(PrincipalArgs),
     /// Put idem in front of an MCP server: start it (`idem proxy --
     /// COMMAND…`) and serve its tools over stdio, every call keyed,
     /// recorded and answered once (docs/proxy.md).
     Proxy(ProxyArgs),
+}
+
+/// `idem principal`.
+#[derive(Debug, Args)]
+pub(crate) struct PrincipalArgs {
+    /// Who the token is for: the namespace of the records of their calls
+    /// (`mcp/SERVER/NAME`).
+    #[arg(value_name = "NAME")]
+    pub name: String,
 }
 
 /// `idem proxy`.
@@ -115,6 +128,15 @@ pub(crate) struct ProxyArgs {
     /// front of it.
     #[arg(long, value_name = "ADDR", value_parser = host_and_port)]
     pub listen: Option<String>,
+    /// With --listen: the file of principals who may call, each with the
+    /// hashes of its bearer tokens (`idem principal NAME` writes an entry).
+    /// Each principal's calls are recorded in a namespace of their own.
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub principals: Option<std::path::PathBuf>,
+    /// With --listen on a loopback address: serve without authentication,
+    /// every caller one user with one record space.
+    #[arg(long, requires = "listen", conflicts_with = "principals")]
+    pub no_auth: bool,
     /// Connect to an upstream MCP server already running, over streamable
     /// HTTP at this URL (`http://HOST:PORT/mcp`), instead of starting one.
     /// Plain HTTP only: for an https:// server, put a local TLS-terminating

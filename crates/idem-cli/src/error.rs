@@ -132,6 +132,9 @@ pub(crate) enum CliError {
     /// `idem approver`'s NAME cannot be written in the approvers file.
     #[error("the approver's name must be printable text, without quotes or backslashes")]
     ApproverName,
+    /// `idem principal`'s NAME cannot name a principal.
+    #[error("the principal's name must be printable text, without quotes, backslashes or `/`")]
+    PrincipalName,
     /// `idem approver password` read too short a password.
     #[error("the password (read from stdin) must be at least {min} characters")]
     ShortPassword {
@@ -213,6 +216,7 @@ impl CliError {
             | CliError::InvalidCatalog { .. }
             | CliError::Listen { .. }
             | CliError::ApproverName
+            | CliError::PrincipalName
             | CliError::ShortPassword { .. }
             | CliError::HashPassword(_)
             | CliError::Proxy(_)

@@ -37,6 +37,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => crate::serve::run(url, &args).await,
         Command::Approver(args) => crate::serve::approver(&args),
         Command::Proxy(args) => proxy(url, &args).await,
+        Command::Principal(args) => principal(&args),
         command => {
             let operator = match command.changes_records() {
                 true => store::open(url).await?,
@@ -61,7 +62,11 @@ async fn run_on(operator: &Operator, command: Command, out: &Output) -> Result<(
         Command::Stats => stats::run(operator, out).await,
         Command::Log(args) => log::run(operator, &args, out).await,
         Command::Key(args) => key::run(&args, out),
-        Command::Migrate | Command::Serve(_) | Command::Approver(_) | Command::Proxy(_) => {
+        Command::Migrate
+        | Command::Serve(_)
+        | Command::Approver(_)
+        | Command::Principal(_)
+        | Command::Proxy(_) => {
             unreachable!("these open the store themselves, or need none")
         }
     }
@@ -134,10 +139,30 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
         config: args.config.clone(),
         print_config: args.print_config,
         listen: args.listen.clone(),
+        principals: args.principals.clone(),
+        no_auth: args.no_auth,
         upstream: args.upstream.clone(),
         command: args.command.clone(),
     };
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)
+}
+
+/// `idem principal NAME`: a new bearer token for `idem proxy
+/// --principals`, shown once on stderr, and the file's entry on stdout.
+fn principal(args: &crate::cli::PrincipalArgs) -> Result<(), CliError> {
+    let name = args.name.trim();
+    if name.is_empty()
+        || name.contains(idem_runtime::text::needs_escape)
+        || name.contains(['"', '\\', '/'])
+    {
+        return Err(CliError::PrincipalName);
+    }
+    let (token, line) = idem_mcp::proxy::new_token();
+    eprintln!(
+        "Bearer token for {name} (shown once; the client sends it as `Authorization: Bearer TOKEN`):\n{token}"
+    );
+    println!("[[principal]]\nname = \"{name}\"\ntokens = [\"{line}\"]\n");
+    Ok(())
 }

@@ -232,7 +232,7 @@ async def over_http() -> None:
     say("\n## `idem proxy --listen`: server-memory served over streamable HTTP, a call sent again")
     with place() as here:
         env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
-        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--", *npm_server("server-memory")]
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--no-auth", "--", *npm_server("server-memory")]
         proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
         try:
             url = None
@@ -253,6 +253,98 @@ async def over_http() -> None:
         finally:
             proxy.send_signal(signal.SIGINT)
             proxy.wait(timeout=20)
+
+
+def serving(command: list[str], env: dict) -> tuple[subprocess.Popen, str]:
+    """Start `idem proxy --listen …` and wait for the address it prints."""
+    proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    for line in proxy.stderr:
+        found = re.search(r"serving \S+ on (http://\S+/mcp)", line)
+        if found:
+            return proxy, found.group(1)
+    raise AssertionError("the proxy printed no address")
+
+
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+}
+ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def principals_over_http() -> None:
+    say("\n## `idem proxy --listen --principals`: who calls, each in records of their own")
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    with place() as here:
+        tokens, entries = {}, []
+        for name in ("alice", "bob"):
+            made = subprocess.run([IDEM, "principal", name], capture_output=True, text=True, check=True)
+            tokens[name] = made.stderr.strip().splitlines()[-1]
+            entries.append(made.stdout)
+            check(tokens[name] not in made.stdout, "the entry holds the token's hash, not the token")
+        principals = here.dir / "principals.toml"
+        principals.write_text("\n".join(entries))
+        env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+
+        # Refused before any upstream starts.
+        for listen, extra, words in [
+            ("0.0.0.0:0", [], "not a loopback address"),
+            ("127.0.0.1:0", [], "--no-auth"),
+        ]:
+            refused = subprocess.run(
+                [IDEM, "proxy", "--listen", listen, *extra, "--", "/nonexistent/upstream"],
+                env=env, capture_output=True, text=True,
+            )
+            say(f"--listen {listen} without --principals -> exit {refused.returncode}: {refused.stderr.strip()[:160]}")
+            check(refused.returncode == 2 and words in refused.stderr, refused.stderr)
+            check("did not initialize" not in refused.stderr, "no upstream was started")
+
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--principals", str(principals), "--", *npm_server("server-memory")]
+        proxy, url = serving(command, env)
+        try:
+            port = url.split(":")[2].split("/")[0]
+            async with httpx2.AsyncClient(timeout=10) as raw:
+                cases = [
+                    ("no token", {}, 401),
+                    ("a wrong token", {"Authorization": "Bearer idem_" + "0" * 64}, 401),
+                    ("another scheme", {"Authorization": f"Basic {tokens['alice']}"}, 401),
+                    ("a foreign Origin", {"Authorization": f"Bearer {tokens['alice']}", "Origin": "http://127.0.0.1:9000"}, 403),
+                    ("a rebinding Host", {"Authorization": f"Bearer {tokens['alice']}", "Host": f"evil.example:{port}"}, 403),
+                    ("bare localhost Host", {"Authorization": f"Bearer {tokens['alice']}", "Host": "localhost"}, 403),
+                ]
+                for what, headers, status in cases:
+                    answer = await raw.post(url, json=INITIALIZE, headers={**ACCEPT, **headers})
+                    say(f"{what} -> HTTP {answer.status_code}")
+                    check(answer.status_code == status, f"{what}: expected {status}, got {answer.status_code}: {answer.text[:200]}")
+                    if status == 401:
+                        check(answer.headers.get("www-authenticate", "").startswith("Bearer"), "401 names the scheme")
+                        check(tokens["alice"] not in answer.text, "no token in the answer")
+                lower = await raw.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"bearer {tokens['bob']}"})
+                check(lower.status_code == 200, f"the scheme in lower case is accepted: {lower.status_code}")
+
+            async def create_as(name: str) -> types.CallToolResult:
+                http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=30)
+                async with http, Client(streamable_http_client(url, http_client=http)) as client:
+                    return await client.call_tool("create_entities", ENTITY)
+
+            alice = await create_as("alice")
+            alice_again = await create_as("alice")
+            bob = await create_as("bob")
+            flags = [r.meta.get("io.idem/deduplicated") for r in (alice, alice_again, bob)]
+            say(f"the same unkeyed call: alice, alice again, bob -> deduplicated {flags}")
+            check(flags == [False, True, False], f"alice's repeat is hers; bob's call is his own: {flags}")
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            proxy.wait(timeout=20)
+        listed = json.loads(here.idem("--json", "ls"))["records"]
+        spaces = sorted({r["namespace"] for r in listed})
+        say(f"records by namespace: {spaces}")
+        check(spaces == ["mcp/memory-server/alice", "mcp/memory-server/bob"], f"one namespace per principal: {spaces}")
+    TABLE.append(("--listen: alice's and bob's identical unkeyed call", "own effects", "-", "2"))
 
 
 async def operator_approval() -> None:
@@ -658,6 +750,7 @@ CASES = {
     "refused_http": refused_http,
     "restarted_everything": restarted_everything,
     "long_calls": long_calls,
+    "principals_over_http": principals_over_http,
 }
 
 

@@ -30,6 +30,7 @@
 mod config;
 mod http;
 mod options;
+mod principals;
 mod tool;
 mod upstream;
 
@@ -57,6 +58,7 @@ use serde_json::Value;
 
 use config::Config;
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
+pub use principals::{new_token, Principals};
 use tool::UpstreamTool;
 use upstream::{Source, Upstream};
 
@@ -84,6 +86,12 @@ where
             Source::Http(url.clone())
         }
         None => Source::Command(args.command.clone()),
+    };
+    // Who may call, and the address, are settled before any upstream
+    // starts: a proxy that cannot serve starts nothing.
+    let listening = match &args.listen {
+        Some(address) => Some(Listening::open(address, args).await?),
+        None => None,
     };
     let upstream = Arc::new(Upstream::new(source));
     let (peer, info) = upstream.start().await.map_err(ProxyError::Upstream)?;
@@ -137,9 +145,16 @@ where
     for (tool, approval) in approvers {
         server = server.approver(&tool, approval.into());
     }
+    if listening.as_ref().is_some_and(|l| l.principals.is_some()) {
+        // Each principal's calls in a namespace of their own.
+        server = server.principal(|context| {
+            let parts = context.extensions.get::<::http::request::Parts>()?;
+            parts.extensions.get::<Caller>().map(|c| c.0.clone())
+        });
+    }
     let proxy = Proxy::new(server, upstream.clone(), tools);
-    match &args.listen {
-        Some(address) => serve_http(proxy, address, &name).await?,
+    match listening {
+        Some(listening) => serve_http(proxy, listening, &name).await?,
         None => {
             let transport = (tokio::io::stdin(), tokio::io::stdout());
             let service = proxy
@@ -154,30 +169,134 @@ where
     Ok(())
 }
 
+/// The proxy's HTTP side, settled before the upstream starts: the socket
+/// it listens on, and who may call (`None`: anyone, on loopback with
+/// `--no-auth`).
+struct Listening {
+    listener: tokio::net::TcpListener,
+    principals: Option<Arc<Principals>>,
+}
+
+/// The principal a request's bearer token named, in the request's
+/// extensions for `McpServer::principal`.
+#[derive(Clone)]
+struct Caller(String);
+
+impl Listening {
+    /// Listen on `address` as `options` say: with `--principals`, any
+    /// address; without, loopback only and only with `--no-auth`.
+    async fn open(address: &str, options: &ProxyOptions) -> Result<Listening, ProxyError> {
+        let principals = match &options.principals {
+            Some(path) => Some(Arc::new(
+                Principals::load(path).map_err(ProxyError::Config)?,
+            )),
+            None => None,
+        };
+        let listener = tokio::net::TcpListener::bind(address)
+            .await
+            .map_err(|source| ProxyError::Listen {
+                address: address.to_owned(),
+                source,
+            })?;
+        let bound = listener.local_addr()?;
+        if principals.is_none() && !bound.ip().is_loopback() {
+            return Err(ProxyError::Unauthenticated {
+                address: address.to_owned(),
+                loopback: false,
+            });
+        }
+        if principals.is_none() && !options.no_auth {
+            return Err(ProxyError::Unauthenticated {
+                address: address.to_owned(),
+                loopback: true,
+            });
+        }
+        Ok(Listening {
+            listener,
+            principals,
+        })
+    }
+}
+
+/// Refuse a request without a listed bearer token (`401` with
+/// `WWW-Authenticate`), and hand the principal of one with a token to the
+/// server.
+async fn authenticate(
+    principals: Arc<Principals>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let caller = request
+        .headers()
+        .get(::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| principals.who(v))
+        .map(str::to_owned);
+    match caller {
+        Some(name) => {
+            request.extensions_mut().insert(Caller(name));
+            next.run(request).await
+        }
+        None => {
+            tracing::warn!("refused a request without a valid bearer token");
+            let body = serde_json::json!({
+                "jsonrpc": "2.0",
+                "error": {
+                    "code": -32001,
+                    "message": "unauthorized: send `Authorization: Bearer TOKEN` with a token from the proxy's principals file",
+                },
+            });
+            let mut response = axum::response::IntoResponse::into_response((
+                ::http::StatusCode::UNAUTHORIZED,
+                [(::http::header::CONTENT_TYPE, "application/json")],
+                body.to_string(),
+            ));
+            response.headers_mut().insert(
+                ::http::header::WWW_AUTHENTICATE,
+                ::http::HeaderValue::from_static("Bearer realm=\"idem proxy\""),
+            );
+            response
+        }
+    }
+}
+
 /// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until
 /// interrupted (Ctrl-C).
-async fn serve_http(proxy: Proxy, address: &str, name: &str) -> Result<(), ProxyError> {
-    let listener = tokio::net::TcpListener::bind(address)
-        .await
-        .map_err(|source| ProxyError::Listen {
-            address: address.to_owned(),
-            source,
-        })?;
+async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<(), ProxyError> {
+    let Listening {
+        listener,
+        principals,
+    } = listening;
     let address = listener.local_addr()?;
-    // Only requests that name this server's own host: a page on another
-    // site cannot reach it through DNS rebinding.
-    let config = StreamableHttpServerConfig::default().with_allowed_hosts([
-        "localhost".to_owned(),
-        "127.0.0.1".to_owned(),
-        address.to_string(),
-        format!("localhost:{}", address.port()),
-    ]);
+    let port = address.port();
+    let config = if address.ip().is_loopback() {
+        // Only requests that name this server's own host and port, and
+        // pages of its own origin: a page on another site cannot reach it
+        // through DNS rebinding, nor a page of another local port.
+        StreamableHttpServerConfig::default()
+            .with_allowed_hosts([address.to_string(), format!("localhost:{port}")])
+            .with_allowed_origins([
+                format!("http://{address}"),
+                format!("http://localhost:{port}"),
+            ])
+    } else {
+        // Reached by names the proxy cannot know (behind a balancer);
+        // every request carries a token, which a rebinding page has not.
+        StreamableHttpServerConfig::default()
+            .disable_allowed_hosts()
+            .enforce_origin_validation()
+    };
     let service = StreamableHttpService::new(
         move || Ok(proxy.clone()),
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let router = axum::Router::new().nest_service("/mcp", service);
+    let mut router = axum::Router::new().nest_service("/mcp", service);
+    if let Some(principals) = principals {
+        router = router.layer(axum::middleware::from_fn(move |request, next| {
+            authenticate(principals.clone(), request, next)
+        }));
+    }
     // The line a supervisor (and the tests) wait for, with the port chosen.
     // The name is the upstream's own text: shown escaped.
     let name = idem_runtime::text::visible(name);

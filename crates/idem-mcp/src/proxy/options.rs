@@ -18,6 +18,13 @@ pub struct ProxyOptions {
     /// Serve over streamable HTTP on this address (at `/mcp`) rather than
     /// over stdio.
     pub listen: Option<String>,
+    /// With `listen`: the principals file ([`Principals`](super::Principals));
+    /// every request then needs a listed bearer token, and each
+    /// principal's calls are recorded in a namespace of their own.
+    pub principals: Option<PathBuf>,
+    /// With `listen` on loopback: serve without authentication (one user,
+    /// one record space). Refused on any other address.
+    pub no_auth: bool,
     /// An upstream MCP server already running, over streamable HTTP at
     /// this URL (`http://HOST:PORT/mcp`), instead of starting one.
     pub upstream: Option<String>,
@@ -59,10 +66,36 @@ pub enum ProxyError {
         /// Why.
         source: std::io::Error,
     },
+    /// `--listen` without `--principals`: on loopback it needs `--no-auth`
+    /// said out loud; anywhere else it is refused.
+    #[error("{}", unauthenticated(address, *loopback))]
+    Unauthenticated {
+        /// The address given.
+        address: String,
+        /// Whether it is a loopback address.
+        loopback: bool,
+    },
     /// The store that records the calls failed.
     #[error(transparent)]
     Store(#[from] StoreError),
     /// Serving failed.
     #[error("serving failed: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// The words of [`ProxyError::Unauthenticated`].
+fn unauthenticated(address: &str, loopback: bool) -> String {
+    if loopback {
+        format!(
+            "--listen {address}: name who may call with --principals FILE (each principal's \
+             calls then keep to their own records), or say --no-auth to serve everyone on this \
+             machine as one user"
+        )
+    } else {
+        format!(
+            "--listen {address}: not a loopback address, so every caller must be known: name \
+             them with --principals FILE (`idem principal NAME` makes a token); --no-auth is \
+             for loopback only"
+        )
+    }
 }

@@ -1,0 +1,147 @@
+//! Who may call the proxy over HTTP (`idem proxy --listen --principals
+//! FILE`): a file of principals, each with the SHA-256 digests of its
+//! bearer tokens. A request's `Authorization: Bearer TOKEN` names its
+//! principal, and the principal is the namespace of every record its calls
+//! make (`mcp/NAME/alice`), so two principals never answer each other.
+//!
+//! ```toml
+//! [[principal]]
+//! name = "alice"
+//! tokens = ["sha256:9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08"]
+//! ```
+//!
+//! `idem principal NAME` makes a token and prints it with its entry. Tokens
+//! are random 256-bit secrets, so their plain SHA-256 is enough; the file
+//! holds no secret, and nothing in it is ever shown.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use rand::RngCore;
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+/// The principals file, read once at start.
+#[derive(Debug, Default)]
+pub struct Principals {
+    /// Token digest → principal name.
+    by_digest: HashMap<[u8; 32], String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    #[serde(default)]
+    principal: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    name: String,
+    tokens: Vec<String>,
+}
+
+/// The prefix of a token digest in the file.
+const DIGEST_PREFIX: &str = "sha256:";
+
+impl Principals {
+    /// Read the file at `path`; an error names what is wrong (never a
+    /// token).
+    pub fn load(path: &Path) -> Result<Principals, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--principals {}: {e}", path.display()))?;
+        Principals::parse(&text).map_err(|e| format!("--principals {}: {e}", path.display()))
+    }
+
+    /// Parse a principals file's text.
+    pub fn parse(text: &str) -> Result<Principals, String> {
+        let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+        let mut by_digest = HashMap::new();
+        for entry in file.principal {
+            idem_runtime::Namespace::new(format!("mcp/{}", entry.name))
+                .map_err(|e| format!("principal `{}` cannot name a namespace: {e}", entry.name))?;
+            if entry.name.contains('/') {
+                return Err(format!("principal `{}`: a name has no `/`", entry.name));
+            }
+            for token in &entry.tokens {
+                let digest = token
+                    .strip_prefix(DIGEST_PREFIX)
+                    .and_then(|hex| hex::decode(hex).ok())
+                    .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
+                    .ok_or_else(|| {
+                        format!(
+                            "principal `{}`: a token is written `sha256:` and 64 hex digits \
+                             (`idem principal {}` makes one)",
+                            entry.name, entry.name
+                        )
+                    })?;
+                if let Some(other) = by_digest.insert(digest, entry.name.clone()) {
+                    return Err(format!(
+                        "a token is listed for both `{other}` and `{}`",
+                        entry.name
+                    ));
+                }
+            }
+        }
+        if by_digest.is_empty() {
+            return Err("no principal has a token: nobody could call".to_owned());
+        }
+        Ok(Principals { by_digest })
+    }
+
+    /// The principal of an `Authorization` header's value: `Bearer TOKEN`
+    /// (the scheme in any case, RFC 7235) with a listed token.
+    pub fn who(&self, authorization: &str) -> Option<&str> {
+        let (scheme, token) = authorization.trim().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        self.by_digest.get(&digest).map(String::as_str)
+    }
+}
+
+/// A new token, and the line of the file that lists it:
+/// `(idem_…, sha256:…)`.
+pub fn new_token() -> (String, String) {
+    let mut bytes = [0u8; 32];
+    rand::rng().fill_bytes(&mut bytes);
+    let token = format!("idem_{}", hex::encode(bytes));
+    let digest = Sha256::digest(token.as_bytes());
+    (token, format!("{DIGEST_PREFIX}{}", hex::encode(digest)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file_with(token_line: &str) -> String {
+        format!("[[principal]]\nname = \"alice\"\ntokens = [\"{token_line}\"]\n")
+    }
+
+    #[test]
+    fn a_bearer_token_names_its_principal_in_any_case_of_the_scheme() {
+        let (token, line) = new_token();
+        let principals = Principals::parse(&file_with(&line)).unwrap();
+        assert_eq!(principals.who(&format!("Bearer {token}")), Some("alice"));
+        assert_eq!(principals.who(&format!("bearer {token}")), Some("alice"));
+        assert_eq!(principals.who(&format!("Basic {token}")), None);
+        assert_eq!(principals.who("Bearer idem_wrong"), None);
+        assert_eq!(principals.who(&token), None, "no scheme");
+    }
+
+    #[test]
+    fn a_bad_file_is_refused_without_showing_a_token() {
+        let error = Principals::parse(&file_with("idem_plaintext_secret")).unwrap_err();
+        assert!(error.contains("sha256:"), "{error}");
+        assert!(!error.contains("plaintext_secret"), "{error}");
+        assert!(Principals::parse("").unwrap_err().contains("nobody"));
+        let (_, line) = new_token();
+        let twice = format!(
+            "{}[[principal]]\nname = \"bob\"\ntokens = [\"{line}\"]\n",
+            file_with(&line)
+        );
+        assert!(Principals::parse(&twice).unwrap_err().contains("both"));
+    }
+}
