@@ -680,6 +680,22 @@ timeout = "2s"
             check(silent.is_error and "neither its result nor progress for 2 seconds" in reads(silent), reads(silent))
             check("safe to call it again" in reads(silent), f"a read may be called again: {reads(silent)!r}")
             check("Do not call it again" not in reads(silent), reads(silent))
+
+            # Two identical calls at once, each with its own progress.
+            seen: dict[str, list[float]] = {"a": [], "b": []}
+
+            def to(who: str):
+                async def callback(progress: float, total: float | None, message: str | None) -> None:
+                    seen[who].append(progress)
+                return callback
+
+            args = {"duration": 1, "steps": 4}
+            await asyncio.gather(
+                client.call_tool("trigger-long-running-operation", args, progress_callback=to("a")),
+                client.call_tool("trigger-long-running-operation", args, progress_callback=to("b")),
+            )
+            say(f"two identical calls at once -> progress a={seen['a']} b={seen['b']}")
+            check(seen["a"] == [1, 2, 3, 4] and seen["b"] == [1, 2, 3, 4], f"each its own stream: {seen}")
     TABLE.append(("long call with progress (read, timeout 2 s)", "completes", "-", "yes"))
 
 

@@ -36,6 +36,21 @@ use idem_runtime::{
     Dispatcher, ErrorCode, IdemError, Namespace, RepeatWindow, RunContext, ToolCall, ToolResult,
 };
 
+tokio::task_local! {
+    /// Where the progress of the `tools/call` being dispatched goes: its
+    /// client's progress token and session, if it asked for progress.
+    static REQUEST_PROGRESS: Option<(rmcp::model::ProgressToken, rmcp::Peer<RoleServer>)>;
+}
+
+/// Where the progress of the `tools/call` this task dispatches goes, if
+/// its client asked for progress: for a tool that forwards progress (the
+/// proxy's upstream tools), so that each request's progress reaches
+/// exactly that request, however many identical calls run at once and in
+/// whichever session.
+pub(crate) fn request_progress() -> Option<(rmcp::model::ProgressToken, rmcp::Peer<RoleServer>)> {
+    REQUEST_PROGRESS.try_with(Clone::clone).ok().flatten()
+}
+
 /// The principal of a request: who is calling, for the namespace its calls
 /// are keyed in.
 pub(crate) type PrincipalFn = dyn Fn(&RequestContext<RoleServer>) -> Option<String> + Send + Sync;
@@ -380,7 +395,8 @@ impl<S: Send + Sync + 'static> Tools<S> {
         }
     }
 
-    /// Run `call` on a task of its own.
+    /// Run `call` on a task of its own, where [`request_progress`] tells
+    /// where its request's progress goes.
     ///
     /// Once it has claimed its key, dropping it would leave the record in
     /// flight until its lease ran out, and a non-idempotent write would
@@ -397,9 +413,17 @@ impl<S: Send + Sync + 'static> Tools<S> {
     ) -> Result<ToolResult, CallToolResult> {
         let name = call.name.clone();
         let dispatcher = self.dispatcher.clone();
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| (token, context.peer.clone()));
         // In the request's span: the tool's span is its child.
         let mut task = tokio::spawn(
-            async move { dispatcher.dispatch_one(call, &run).await }.in_current_span(),
+            REQUEST_PROGRESS
+                .scope(progress, async move {
+                    dispatcher.dispatch_one(call, &run).await
+                })
+                .in_current_span(),
         );
         let joined = tokio::select! {
             biased;

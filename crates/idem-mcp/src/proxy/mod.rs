@@ -38,7 +38,7 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::{McpServer, REPEAT_ARGUMENT, REPEAT_ARGUMENT_META};
+use crate::{McpServer, REPEAT_ARGUMENT_META};
 use idem_runtime::approval::{ApprovalDecision, Callback};
 use idem_runtime::store::{Store, StoreError};
 use idem_runtime::{Dispatcher, Executor, Namespace, Registry};
@@ -460,16 +460,8 @@ impl ServerHandler for Proxy {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // The upstream's progress goes back under the client's token; the
-        // arguments as the upstream receives them (without idem's repeat
-        // argument) find the call.
-        let _progress = context.meta.get_progress_token().map(|token| {
-            let mut arguments = request.arguments.clone().unwrap_or_default();
-            arguments.remove(REPEAT_ARGUMENT);
-            let peer = context.peer.clone();
-            self.upstream
-                .expect_progress(&request.name, Value::Object(arguments), token, peer)
-        });
+        // The upstream's progress goes back under this request's token, to
+        // this request's session (`crate::call::request_progress`).
         ServerHandler::call_tool(&self.idem, request, context)
             .await
             .map(restore)

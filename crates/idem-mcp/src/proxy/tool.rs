@@ -127,9 +127,7 @@ impl Tool<()> for UpstreamTool {
                 )))
             }
         };
-        let progress = self
-            .upstream
-            .progress_to(self.spec.name, &Value::Object(arguments.clone()));
+        let progress = super::upstream::progress_to();
         let mut request =
             CallToolRequestParams::new(self.spec.name.to_owned()).with_arguments(arguments);
         if let Some(key) = ctx.key() {

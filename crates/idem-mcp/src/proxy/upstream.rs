@@ -3,7 +3,6 @@
 //! to) again when it has gone (a crash, a restart), and the notifications
 //! it sends passed on to the proxy's own client.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,7 +17,6 @@ use rmcp::service::{NotificationContext, Peer, PeerRequestOptions, RunningServic
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, RoleServer, ServiceExt};
-use serde_json::Value;
 
 use idem_runtime::error::ToolError;
 
@@ -60,21 +58,9 @@ pub(super) struct ProgressTo {
     peer: Peer<RoleServer>,
 }
 
-/// A client's call of a tool, with its arguments, waiting for progress.
-/// Entries are told apart by a number of their own: two sessions may make
-/// the same call with the same token.
-#[derive(Clone)]
-pub(super) struct Progressing {
-    id: u64,
-    tool: String,
-    arguments: Value,
-    to: ProgressTo,
-}
-
-impl PartialEq for Progressing {
-    fn eq(&self, other: &Self) -> bool {
-        self.id == other.id
-    }
+/// Where the progress of the request being served goes, if anywhere.
+pub(super) fn progress_to() -> Option<ProgressTo> {
+    crate::call::request_progress().map(|(token, peer)| ProgressTo { token, peer })
 }
 
 /// An upstream request under way: the token rmcp gave the request, where
@@ -146,9 +132,6 @@ pub(super) struct Upstream {
     source: Source,
     running: tokio::sync::Mutex<Option<RunningService<RoleClient, Forward>>>,
     forward: Forward,
-    /// The progress tokens of the client's calls in progress: tool,
-    /// arguments, token.
-    progress: Arc<Mutex<Vec<Progressing>>>,
 }
 
 /// Where the upstream's notifications go: the proxy's client, once it has
@@ -251,40 +234,7 @@ impl Upstream {
             source,
             running: tokio::sync::Mutex::new(None),
             forward: Forward::default(),
-            progress: Arc::default(),
         }
-    }
-
-    /// The client asked for progress of its call of `tool` with
-    /// `arguments` under `token`: the upstream call made for it carries the
-    /// token, and the upstream's progress goes back to the client under it,
-    /// until the returned guard is dropped.
-    pub(super) fn expect_progress(
-        &self,
-        tool: &str,
-        arguments: Value,
-        token: ProgressToken,
-        peer: Peer<RoleServer>,
-    ) -> Listed<Progressing> {
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let entry = Progressing {
-            id: NEXT.fetch_add(1, Ordering::Relaxed),
-            tool: tool.to_owned(),
-            arguments,
-            to: ProgressTo { token, peer },
-        };
-        Listed::new(&self.progress, entry)
-    }
-
-    /// Where the progress of the client's call of `tool` with `arguments`
-    /// goes, if it asked for progress.
-    pub(super) fn progress_to(&self, tool: &str, arguments: &Value) -> Option<ProgressTo> {
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .iter()
-            .find(|entry| entry.tool == tool && entry.arguments == *arguments)
-            .map(|entry| entry.to.clone())
     }
 
     /// Where its notifications go.
