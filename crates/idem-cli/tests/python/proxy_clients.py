@@ -347,6 +347,21 @@ async def principals_over_http() -> None:
     TABLE.append(("--listen: alice's and bob's identical unkeyed call", "own effects", "-", "2"))
 
 
+async def config_checked() -> None:
+    say("\n## a configuration entry the upstream has no tool for is refused at start")
+    with place() as here:
+        config = here.dir / "proxy.toml"
+        config.write_text('[tools.create_entites]\nclass = "non_idempotent_write"\n')
+        env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+        refused = subprocess.run(
+            [IDEM, "proxy", "--config", str(config), "--", *npm_server("server-memory")],
+            env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+        )
+        say(f"[tools.create_entites] -> exit {refused.returncode}: {refused.stderr.strip()}")
+        check(refused.returncode == 2, f"refused as a usage error: {refused.returncode}")
+        check("did you mean `create_entities`" in refused.stderr, refused.stderr)
+
+
 async def operator_approval() -> None:
     say("\n## server-memory: `delete_entities` (irreversible) from a client that cannot ask its user")
     with place() as here:
@@ -767,6 +782,7 @@ CASES = {
     "restarted_everything": restarted_everything,
     "long_calls": long_calls,
     "principals_over_http": principals_over_http,
+    "config_checked": config_checked,
 }
 
 

@@ -131,6 +131,47 @@ impl Config {
         Ok(config)
     }
 
+    /// Check every entry against the tools the upstream lists (`names`): a
+    /// name it does not have, or a glob that matches none of them, is a
+    /// mistake (a typo, the wrong server) that would otherwise leave a tool
+    /// run by its annotations' guess; refused with the closest name.
+    pub(super) fn check(&self, names: &[&str], path: &str) -> Result<(), String> {
+        for pattern in self.tools.keys() {
+            let is_glob = pattern.contains(['*', '?']);
+            let found = if is_glob {
+                names.iter().any(|name| glob(pattern, name))
+            } else {
+                names.contains(&pattern.as_str())
+            };
+            if found {
+                continue;
+            }
+            let shown = visible(pattern);
+            let what = if is_glob {
+                format!("{path}: [tools.\"{shown}\"] matches none of the upstream's tools")
+            } else {
+                format!("{path}: [tools.\"{shown}\"]: the upstream has no tool of that name")
+            };
+            let closest = names
+                .iter()
+                .map(|name| (strsim::normalized_damerau_levenshtein(pattern, name), name))
+                .filter(|(score, _)| *score >= 0.6)
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            return Err(match closest {
+                Some((_, name)) => format!("{what}; did you mean `{}`?", visible(name)),
+                None => format!(
+                    "{what}; it lists {}",
+                    names
+                        .iter()
+                        .map(|n| format!("`{}`", visible(n)))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+        Ok(())
+    }
+
     /// The entry for `name`: its own, else the glob with the most literal
     /// characters that matches it.
     fn entry(&self, name: &str) -> Option<&ToolConfig> {
@@ -360,6 +401,23 @@ mod tests {
             "the server's text set a class:\n{printed}"
         );
         assert!(read.resolve(&tool("delete_all", None)).guess.is_none());
+    }
+
+    #[test]
+    fn entries_the_upstream_has_no_tool_for_are_refused_with_the_closest_name() {
+        let names = ["create_entities", "delete_entities", "read_graph"];
+        let config = |text: &str| Config::parse(text, "proxy.toml").unwrap();
+        let typo = config("[tools.create_entites]\nclass = \"read\"\n");
+        let error = typo.check(&names, "proxy.toml").unwrap_err();
+        assert!(
+            error.contains("create_entites") && error.contains("did you mean `create_entities`"),
+            "{error}"
+        );
+        let glob = config("[tools.\"drop_*\"]\nclass = \"irreversible\"\n");
+        let error = glob.check(&names, "proxy.toml").unwrap_err();
+        assert!(error.contains("matches none"), "{error}");
+        let fine = config("[tools.\"delete_*\"]\nclass = \"irreversible\"\n[tools.read_graph]\nclass = \"read\"\n");
+        assert_eq!(fine.check(&names, "proxy.toml"), Ok(()));
     }
 
     #[test]

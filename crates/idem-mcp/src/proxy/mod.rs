@@ -104,6 +104,16 @@ where
         .clone()
         .unwrap_or_else(|| info.server_info.name.clone());
 
+    let names: Vec<&str> = tools.iter().map(|t| &*t.name).collect();
+    let path = args
+        .config
+        .as_ref()
+        .map_or_else(String::new, |p| p.display().to_string());
+    if let Err(problem) = config.check(&names, &path) {
+        upstream.stop().await;
+        return Err(ProxyError::Config(problem));
+    }
+
     if args.print_config {
         let text = config::print(&config, &name, &info.server_info.version, &tools);
         upstream.stop().await;
