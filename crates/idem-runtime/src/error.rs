@@ -356,6 +356,22 @@ impl IdemError {
         }
     }
 
+    /// The idempotency key the error is about, when it names one (a call
+    /// in flight, of unknown outcome, awaiting approval, …): where an
+    /// operator finds its record.
+    pub fn key(&self) -> Option<&crate::key::IdempotencyKey> {
+        match self {
+            IdemError::Superseded { key, .. }
+            | IdemError::KeyReused { key, .. }
+            | IdemError::InFlight { key, .. }
+            | IdemError::OutcomeUnknown { key, .. }
+            | IdemError::ApprovalPending { key, .. }
+            | IdemError::NotRecorded { key, .. }
+            | IdemError::KeyAwaitsOtherArguments { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+
     /// Whether this result came from an earlier call's record.
     pub fn is_deduplicated(&self) -> bool {
         matches!(

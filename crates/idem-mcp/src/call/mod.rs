@@ -200,6 +200,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
     ) -> Result<CallToolResponse, CallToolResponse> {
         let prepared = self.prepare(index, request, context).await?;
         let mut result = self.dispatch_prepared(&prepared, context).await?;
+        // A decision made in this request (asked of the person in the chat)
+        // is this call's own answer, not an earlier call's.
+        let decided_here = awaiting_approval(&result).is_some();
         if let Some(key) = awaiting_approval(&result) {
             result = self
                 .approve_in_chat(index, &key, result, &prepared, context)
@@ -212,7 +215,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
         // so.
         let tell = !prepared.explicit;
         let definition = &self.definitions[index];
-        let answer = self.answer(&result, definition, self.hints(index), tell);
+        let answer = self.answer(&result, definition, self.hints(index), tell, decided_here);
         Ok(answer.await.into())
     }
 
@@ -470,13 +473,15 @@ impl<S: Send + Sync + 'static> Tools<S> {
 
     /// The MCP shape of a dispatched call's result, written for a model;
     /// a duplicate's starts with a sentence saying it was already done
-    /// when `tell`.
+    /// when `tell`. `decided_here`: the request itself waited for the
+    /// decision its result carries, so it is not marked deduplicated.
     async fn answer(
         &self,
         result: &ToolResult,
         definition: &Tool,
         hints: Hints<'_>,
         tell: bool,
+        decided_here: bool,
     ) -> CallToolResult {
         let structured = definition.output_schema.is_some();
         let called = match &result.result {
@@ -486,7 +491,8 @@ impl<S: Send + Sync + 'static> Tools<S> {
                 return error_result(
                     answer::error(&definition.name, e, hints),
                     content["error"].clone(),
-                    result.deduplicated(),
+                    result.deduplicated() && !decided_here,
+                    e.key().map(|k| k.as_str()),
                 );
             }
         };
@@ -577,15 +583,26 @@ fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {
 
 /// An `isError` result whose text is `text`, with the error for programs
 /// (`{"code", "message", …}`) in `_meta`.
-fn error_result(text: String, error: Value, deduplicated: bool) -> CallToolResult {
-    let mut meta = result_meta(deduplicated, None);
+fn error_result(
+    text: String,
+    error: Value,
+    deduplicated: bool,
+    key: Option<&str>,
+) -> CallToolResult {
+    let mut meta = result_meta(deduplicated, key);
     meta.insert(ERROR_META.to_owned(), error);
     CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(meta))
 }
 
 /// A call refused before it was dispatched.
 fn refused(text: String, code: ErrorCode, message: &str) -> CallToolResponse {
-    error_result(text, json!({ "code": code, "message": message }), false).into()
+    error_result(
+        text,
+        json!({ "code": code, "message": message }),
+        false,
+        None,
+    )
+    .into()
 }
 
 /// The refusal of a call whose key fields (or the caller's identity, which
@@ -624,6 +641,7 @@ fn cancelled(name: &str) -> CallToolResult {
         ),
         json!({ "code": "cancelled", "message": "the request was cancelled" }),
         false,
+        None,
     )
 }
 
@@ -638,5 +656,6 @@ fn panicked(name: &str, error: tokio::task::JoinError) -> CallToolResult {
         ),
         json!({ "code": "panicked", "message": error.to_string() }),
         false,
+        None,
     )
 }

@@ -113,7 +113,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
                                 (TaskPayload::Working, Some(WAITING_FOR_APPROVAL))
                             }
                             Ok(result) => (
-                                completed(self.answer(&result, definition, hints, false).await),
+                                completed(
+                                    self.answer(&result, definition, hints, false, true).await,
+                                ),
                                 None,
                             ),
                             Err(answer) => (completed(answer), None),
@@ -129,6 +131,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
                             ),
                             json!({"code": "arguments_not_stored"}),
                             false,
+                            Some(&ticket.key),
                         )),
                         None,
                     ),

@@ -422,8 +422,16 @@ async fn declined_in_the_chat_nothing_runs_and_the_model_is_told_not_to_retry() 
         "{}",
         words(&result)
     );
+    assert!(
+        !deduplicated(&result),
+        "declined in this very request: its own answer"
+    );
     let again = client.call_tool(delete(json!({}))).await.unwrap();
     assert_eq!(code(&again), "approval_denied");
+    assert!(
+        deduplicated(&again),
+        "the repeat is answered from the record"
+    );
     assert_eq!(chat.questions().len(), 1);
     assert_eq!(World::count(&world.deletions), 0);
 }
@@ -436,6 +444,11 @@ async fn cancelled_in_the_chat_it_stays_pending_is_never_asked_again_and_an_oper
     let client = connect(server, chat.clone()).await;
     let result = client.call_tool(delete(json!({}))).await.unwrap();
     assert_eq!(code(&result), "approval_pending");
+    let key = &result.meta.as_ref().unwrap()[idem::mcp::KEY_META];
+    assert!(
+        key.as_str().is_some_and(|k| k.len() == 64),
+        "the pending call's key is in `_meta` for programs: {key}"
+    );
     assert!(
         words(&result).contains("waiting for approval"),
         "{}",
