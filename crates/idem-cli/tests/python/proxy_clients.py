@@ -347,6 +347,25 @@ async def principals_over_http() -> None:
     TABLE.append(("--listen: alice's and bob's identical unkeyed call", "own effects", "-", "2"))
 
 
+async def upstream_error() -> None:
+    say("\n## an upstream's own error (isError) is recorded as a failure, and its repeat told so")
+    with place() as here:
+        env = {"MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+        async with here.proxied(npm_server("server-memory"), env=env) as client:
+            bad = {"entities": "not a list"}
+            first = await client.call_tool("create_entities", bad)
+            again = await client.call_tool("create_entities", bad)
+        say(f"first -> error={first.is_error} dedup={first.meta.get('io.idem/deduplicated')}: {reads(first)[:120]!r}")
+        say(f"again -> error={again.is_error} dedup={again.meta.get('io.idem/deduplicated')}: {reads(again)[:160]!r}")
+        check(first.is_error and not first.meta["io.idem/deduplicated"], "the first call: the upstream's error")
+        check(not reads(first).startswith("An identical"), f"the first call reads as the upstream said: {reads(first)!r}")
+        check(again.is_error and again.meta["io.idem/deduplicated"], "the repeat: the recorded error")
+        check(reads(again).startswith("An identical earlier call of `create_entities` failed"), reads(again))
+        check("use it as this call's result" not in reads(again), reads(again))
+        listed = json.loads(here.idem("--json", "ls"))["records"]
+        check([r["status"] for r in listed] == ["failed"], f"recorded as failed: {listed}")
+
+
 async def config_checked() -> None:
     say("\n## a configuration entry the upstream has no tool for is refused at start")
     with place() as here:
@@ -783,6 +802,7 @@ CASES = {
     "long_calls": long_calls,
     "principals_over_http": principals_over_http,
     "config_checked": config_checked,
+    "upstream_error": upstream_error,
 }
 
 

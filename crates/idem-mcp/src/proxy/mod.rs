@@ -403,11 +403,44 @@ fn restore(response: CallToolResponse) -> CallToolResponse {
     let CallToolResponse::Complete(mut ours) = response else {
         return response;
     };
-    if ours.is_error == Some(true) {
-        return CallToolResponse::Complete(ours);
-    }
-    let Some(recorded) = ours.structured_content.take() else {
-        return CallToolResponse::Complete(ours);
+    let recorded = if ours.is_error == Some(true) {
+        // The upstream's own `isError` result, recorded as a failure.
+        let upstream = ours
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(crate::ERROR_META))
+            .and_then(|e| e.get("details"))
+            .and_then(|d| d.get(tool::UPSTREAM_RESULT))
+            .cloned();
+        let Some(upstream) = upstream else {
+            return CallToolResponse::Complete(ours);
+        };
+        // Given once, as the result itself, not again inside `_meta`.
+        if let Some(error) = ours
+            .meta
+            .as_mut()
+            .and_then(|m| m.get_mut(crate::ERROR_META))
+            .and_then(Value::as_object_mut)
+        {
+            error.remove("details");
+        }
+        let repeat = ours
+            .meta
+            .as_ref()
+            .and_then(|m| m.get(crate::DEDUPLICATED_META))
+            == Some(&Value::Bool(true));
+        if !repeat {
+            // The first call: the upstream's answer as it came.
+            ours.content.clear();
+        }
+        ours.content
+            .push(rmcp::model::ContentBlock::text(String::new()));
+        upstream
+    } else {
+        match ours.structured_content.take() {
+            Some(recorded) => recorded,
+            None => return CallToolResponse::Complete(ours),
+        }
     };
     let mut theirs: CallToolResult = match serde_json::from_value(recorded.clone()) {
         Ok(theirs) => theirs,

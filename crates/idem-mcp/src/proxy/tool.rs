@@ -29,6 +29,10 @@ pub(super) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5 * 60);
 /// reports: a day.
 const MAX_CALL: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// The field of a recorded failure's details holding the upstream's own
+/// `isError` result, which the proxy answers with.
+pub(super) const UPSTREAM_RESULT: &str = "upstream_result";
+
 /// An upstream tool run through the executor.
 pub(super) struct UpstreamTool {
     /// How long the call may go without its result or progress.
@@ -134,8 +138,21 @@ impl Tool<()> for UpstreamTool {
             request = request.with_idempotency_key(key.as_str());
         }
         let result = self.upstream.call(request, progress, self.idle).await?;
-        serde_json::to_value(&result).map_err(|e| {
+        let recorded = serde_json::to_value(&result).map_err(|e| {
             ToolError::ambiguous(format!("the upstream's result cannot be recorded: {e}"))
-        })
+        })?;
+        if result.is_error == Some(true) {
+            // The tool's own failure: recorded as one (a repeat is told the
+            // earlier call failed), with the upstream's result whole, which
+            // the proxy answers as it came.
+            let said = result
+                .content
+                .iter()
+                .find_map(|block| block.as_text().map(|t| t.text.clone()))
+                .unwrap_or_else(|| "the upstream tool reported an error".to_owned());
+            return Err(ToolError::permanent(idem_runtime::text::clip(&said, 500))
+                .with_details(serde_json::json!({ UPSTREAM_RESULT: recorded })));
+        }
+        Ok(recorded)
     }
 }
