@@ -106,6 +106,7 @@ mod key;
 mod meta;
 mod policy;
 mod server;
+pub mod stdio;
 mod tasks;
 mod tools;
 mod trace;
@@ -124,5 +125,6 @@ pub use meta::{
 };
 pub use policy::{Approver, Unkeyed, REPEAT_ARGUMENT};
 pub use server::{McpServer, SecretError};
+pub use stdio::stdio;
 pub use tools::{tool_definition, tool_definitions};
 pub use trace::{TRACEPARENT_META, TRACESTATE_META};

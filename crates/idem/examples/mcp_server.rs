@@ -219,7 +219,7 @@ async fn run() -> Result<(), String> {
         Serve::Stdio => {
             eprintln!("idem mcp_server: serving on stdio, recording in {described}");
             let running = server
-                .serve((tokio::io::stdin(), tokio::io::stdout()))
+                .serve(idem::mcp::stdio())
                 .await
                 .map_err(|e| format!("the client did not start an MCP session: {e}"))?;
             let reason = running

@@ -186,3 +186,76 @@ fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
     assert_eq!(code, Some(2), "{stderr}");
     assert!(stderr.contains("required"), "{stderr}");
 }
+
+/// A client sending broken lines over stdio (malformed JSON, a `_meta`
+/// of the wrong type, arguments nested too deep) gets an answer for each,
+/// with the request's id where it has one, and the session goes on: no
+/// request is left waiting for ever.
+#[test]
+fn every_broken_request_over_stdio_is_answered_and_the_session_goes_on() {
+    use std::io::{BufRead, BufReader, Write};
+    let what = "every_broken_request_over_stdio_is_answered_and_the_session_goes_on";
+    let Some(servers) = servers() else {
+        idem_testkit::skip(what, SERVERS);
+        return;
+    };
+    let dir = idem_testkit::TempDir::new("idem-proxy-broken").unwrap();
+    let mut proxy = Command::new(IDEM)
+        .args(["proxy", "--", "node"])
+        .arg(servers.join("server-memory/dist/index.js"))
+        .env(
+            "IDEM_STORE",
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        )
+        .env("MEMORY_FILE_PATH", dir.path().join("memory.jsonl"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("idem runs");
+    // Bounded in time: a request left unanswered fails the test, it does
+    // not hang it.
+    let pid = proxy.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    });
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"read_graph","arguments":{{"a":{}{}}}}}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let lines = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"probe","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list""#,
+        r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"read_graph","arguments":{},"_meta":"x"}}"#,
+        &deep,
+        r#"{"jsonrpc":"2.0","id":5,"method":"ping"}"#,
+    ];
+    let mut stdin = proxy.stdin.take().unwrap();
+    for line in lines {
+        writeln!(stdin, "{line}").unwrap();
+    }
+    let mut answers = BufReader::new(proxy.stdout.take().unwrap()).lines();
+    let mut seen = Vec::new();
+    // Four answers after initialize's: three errors, then the ping.
+    for _ in 0..5 {
+        let line = answers.next().expect("an answer").unwrap();
+        let answer: serde_json::Value = serde_json::from_str(&line).unwrap();
+        seen.push((answer["id"].clone(), answer["error"]["code"].clone()));
+    }
+    drop(stdin);
+    let _ = proxy.wait();
+    use serde_json::json;
+    assert_eq!(
+        seen[1..],
+        [
+            (json!(null), json!(-32700)),
+            (json!(3), json!(-32602)),
+            (json!(4), json!(-32600)),
+            (json!(5), json!(null)),
+        ],
+        "{seen:?}"
+    );
+}

@@ -166,9 +166,8 @@ where
     match listening {
         Some(listening) => serve_http(proxy, listening, &name).await?,
         None => {
-            let transport = (tokio::io::stdin(), tokio::io::stdout());
             let service = proxy
-                .serve(transport)
+                .serve(crate::stdio())
                 .await
                 .map_err(|e| ProxyError::Client(e.to_string()))?;
             let _ = service.waiting().await;
