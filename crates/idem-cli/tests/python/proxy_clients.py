@@ -419,6 +419,11 @@ async def everything() -> None:
                 resources = (await client.list_resources()).resources
                 templates = (await client.list_resource_templates()).resource_templates
                 document = await client.read_resource(resources[0].uri)
+                # Advertised by the upstream, so served through the proxy.
+                subscribes = bool(capabilities.resources and capabilities.resources.subscribe)
+                if subscribes:
+                    await client.subscribe_resource(resources[0].uri)
+                    await client.unsubscribe_resource(resources[0].uri)
                 prompts = (await client.list_prompts()).prompts
                 prompt = await client.get_prompt("args-prompt", {"city": "Lyon"})
                 echo = await client.call_tool("echo", {"message": "hello"})
@@ -454,6 +459,7 @@ async def everything() -> None:
                 "resources": [r.uri for r in resources],
                 "templates": [t.uri_template for t in templates],
                 "document": document.model_dump(exclude={"meta"}),
+                "subscribes": subscribes,
                 "prompts": [p.name for p in prompts],
                 "prompt": prompt.model_dump(exclude={"meta"}),
                 "echo": reads(echo),

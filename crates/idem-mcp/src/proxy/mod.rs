@@ -553,6 +553,34 @@ impl ServerHandler for Proxy {
             .map_err(passed)
     }
 
+    // Legacy (before 2026-07-28) but what the upstreams of today speak:
+    // advertised when the upstream advertises it, so passed through.
+    #[allow(deprecated)]
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.upstream()
+            .await?
+            .subscribe(request)
+            .await
+            .map_err(passed)
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.upstream()
+            .await?
+            .unsubscribe(request)
+            .await
+            .map_err(passed)
+    }
+
     async fn list_prompts(
         &self,
         request: Option<PaginatedRequestParams>,
