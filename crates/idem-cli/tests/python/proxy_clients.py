@@ -380,6 +380,15 @@ async def config_checked() -> None:
         check(refused.returncode == 2, f"refused as a usage error: {refused.returncode}")
         check("did you mean `create_entities`" in refused.stderr, refused.stderr)
 
+        config.write_text("[server]\nmax_argument_bytes = 200\n")
+        async with here.proxied(npm_server("server-memory"), env=env, config=config.read_text()) as client:
+            big = {"entities": [{"name": "x" * 300, "entityType": "person", "observations": []}]}
+            refused = await client.call_tool("create_entities", big)
+            graph = last(await client.call_tool("read_graph", {}))
+        say(f"arguments over [server] max_argument_bytes -> {reads(refused)!r}")
+        check(refused.is_error and "more than the 200 this server accepts" in reads(refused), reads(refused))
+        check(graph["entities"] == [], "nothing ran")
+
 
 async def operator_approval() -> None:
     say("\n## server-memory: `delete_entities` (irreversible) from a client that cannot ask its user")

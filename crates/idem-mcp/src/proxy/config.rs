@@ -5,6 +5,7 @@
 //! ```toml
 //! [server]
 //! name = "memory"                   # the records' namespace: mcp/memory
+//! max_argument_bytes = 262144       # larger calls refused (default 65536)
 //!
 //! [tools.create_entities]
 //! class = "non_idempotent_write"
@@ -51,6 +52,11 @@ pub(super) struct ServerSection {
     /// The name records are kept under (namespace `mcp/NAME`); by default
     /// the name the upstream gives itself at `initialize`.
     pub name: Option<String>,
+    /// The largest arguments a call may carry, in bytes of JSON (default
+    /// 65536, `idem_runtime::dispatch::DEFAULT_MAX_ARGUMENT_BYTES`); a
+    /// larger call is refused before anything runs, and the model is told
+    /// the limit.
+    pub max_argument_bytes: Option<usize>,
 }
 
 /// `[tools.NAME]`: what `#[tool]` says of a tool written in Rust.

@@ -149,7 +149,11 @@ where
             approvers.push((tool.name.to_string(), approval));
         }
     }
-    let mut server = McpServer::new(Dispatcher::new(executor.clone(), registry))
+    let mut dispatcher = Dispatcher::new(executor.clone(), registry);
+    if let Some(bytes) = config.server.max_argument_bytes {
+        dispatcher = dispatcher.max_argument_bytes(bytes);
+    }
+    let mut server = McpServer::new(dispatcher)
         .with_config(info.clone())
         .namespace(namespace);
     for (tool, approval) in approvers {
