@@ -9,3 +9,4 @@ mod support;
 
 mod api;
 mod browser;
+mod signin;
