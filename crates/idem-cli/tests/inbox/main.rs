@@ -9,4 +9,5 @@ mod support;
 
 mod api;
 mod browser;
+mod lifecycle;
 mod signin;
