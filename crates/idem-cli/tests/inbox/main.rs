@@ -10,4 +10,5 @@ mod support;
 mod api;
 mod browser;
 mod lifecycle;
+mod limits;
 mod signin;
