@@ -273,3 +273,65 @@ async fn a_form_from_another_port_cannot_sign_anybody_in() {
         .await;
     assert_eq!(own.status, 303, "{}", own.body);
 }
+
+/// The cookie-tossing attack of issue 34 in Chromium: dana is signed in;
+/// a page on another port of the same host sets its own `idem_login`
+/// cookie (cookies do not keep ports apart) and posts the sign-in form
+/// with the matching token as vic. Refused, and dana stays dana.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_on_another_port_cannot_switch_the_signed_in_user_in_chromium() {
+    let Some(browser) = crate::support::browser::Browser::start(
+        "a_page_on_another_port_cannot_switch_the_signed_in_user_in_chromium",
+    )
+    .await
+    else {
+        return;
+    };
+    let page = Duration::from_secs(15);
+    let (_dir, serve) = served().await;
+    browser.goto(&serve.url("/login")).await;
+    browser.fill("#name", DANA.0).await;
+    browser.fill("#password", DANA.1).await;
+    browser.submit("form#login").await;
+    browser.wait_for("#signed-in-as", page).await;
+
+    // The attacker's own valid pair, fetched by its server.
+    let mut attacker = Http::default();
+    let csrf = form_token(&mut attacker, &serve).await;
+    let tossed = attacker.cookies["idem_login"].clone();
+    let site = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let site_url = format!("http://{}/", site.local_addr().unwrap());
+    let html = format!(
+        "<!doctype html><form id=f method=post action=\"{}\">\
+         <input name=csrf value=\"{csrf}\"><input name=name value=vic>\
+         <input name=password value=\"{}\"></form>\
+         <script>document.getElementById('f').submit()</script>",
+        serve.url("/login"),
+        VIC.1
+    );
+    let response = format!(
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nSet-Cookie: idem_login={tossed}; Path=/\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{html}",
+        html.len()
+    );
+    let serving = tokio::spawn(async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        while let Ok((mut stream, _)) = site.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request).await;
+            let _ = stream.write_all(response.as_bytes()).await;
+        }
+    });
+    browser.goto(&site_url).await;
+    let deadline = Instant::now() + page;
+    while !browser.current_url().await.starts_with(&serve.base) {
+        assert!(Instant::now() < deadline, "the attack page never posted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let refused = browser.wait_for("#error", page).await.text().await.unwrap();
+    assert!(refused.contains("not the inbox's own"), "{refused}");
+    browser.goto(&serve.url("/")).await;
+    browser.wait_for("#signed-in-as", page).await;
+    assert_eq!(browser.text("#signed-in-as").await, DANA.0, "still dana");
+    serving.abort();
+}
