@@ -5,27 +5,29 @@
 //! stranger can cause is counted in checks:
 //!
 //! * **At most [`CHECKS`] checks run at once for names in the approvers
-//!   file, and [`CHECKS`] more for every other name** (each verified
-//!   against a decoy hash, so that it costs what a wrong password costs).
-//!   A sign-in waits at most [`CHECK_WAIT`] for its turn, then gets 503
-//!   with `Retry-After`. The two lanes keep a flood of made-up names from
-//!   delaying the people who are listed: the flood waits, and is shed, in
-//!   its own lane.
-//! * **Made-up names share one budget of failures**, a token bucket of
-//!   [`UNLISTED_BURST`] refilled at [`UNLISTED_PER_SECOND`]: beyond it they
-//!   are refused (429) before any check runs.
-//! * **A listed name's failures slow that name down, whoever made them**:
-//!   after `n` failures its next check waits [`FIRST_DELAY`] × 2ⁿ⁻¹ (at
-//!   most [`MAX_DELAY`]) and its checks run one at a time. An attempt
-//!   *waits* its turn rather than being refused, so the right password
-//!   still gets in however many wrong ones came before it; only when
-//!   [`MAX_WAITING`] attempts for the name are already waiting is one more
-//!   refused (429), which bounds what a waiting name holds. The address a
-//!   sign-in comes from plays no part: behind a reverse proxy every
-//!   sign-in has the same one.
+//!   file, and [`CHECKS`] more for every other name.** A listed name's
+//!   sign-in waits at most [`CHECK_WAIT`] for its turn, then gets 503 with
+//!   `Retry-After`. The two lanes keep a flood of made-up names from
+//!   delaying the people who are listed.
+//! * **A made-up name is checked against a decoy hash**, so that it costs
+//!   what a wrong password costs, while its lane has a free check and the
+//!   made-up names' budget (a token bucket of [`UNLISTED_BURST`], refilled
+//!   at [`UNLISTED_PER_SECOND`]) lasts. Beyond that it is answered like a
+//!   wrong password after the time a check typically takes, without one:
+//!   it could never succeed, and answering it otherwise (429, 503) would
+//!   tell a guesser which names are listed.
+//! * **A name's failures slow that name down, whoever made them**: after
+//!   `n` failures its next check waits [`FIRST_DELAY`] × 2ⁿ⁻¹ (at most
+//!   [`MAX_DELAY`]) and its checks run one at a time. An attempt *waits*
+//!   its turn rather than being refused, so the right password still gets
+//!   in however many wrong ones came before it; only when [`MAX_WAITING`]
+//!   attempts for the name are already waiting is one more refused (429),
+//!   which bounds what a waiting name holds. The address a sign-in comes
+//!   from plays no part: behind a reverse proxy every sign-in has the same
+//!   one. Made-up names get the same treatment, so that it tells nothing.
 //!
-//! The table of listed names is bounded by the approvers file; made-up
-//! names are never kept.
+//! The table of names holds every listed name and at most [`MAX_NAMES`]
+//! in all.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -61,6 +63,9 @@ pub(super) const MAX_WAITING: u32 = 4;
 /// A listed name's failures are forgotten this long after the last one.
 pub(super) const FORGET_AFTER: Duration = Duration::from_secs(15 * 60);
 
+/// The most names the throttle keeps (listed names are always kept).
+pub(super) const MAX_NAMES: usize = 4096;
+
 /// Why a sign-in was not checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum NotNow {
@@ -82,6 +87,7 @@ impl NotNow {
 /// One listed name's failures.
 #[derive(Debug)]
 struct Account {
+    listed: bool,
     failures: u32,
     last_failure: Instant,
     waiting: u32,
@@ -90,8 +96,9 @@ struct Account {
 }
 
 impl Account {
-    fn new() -> Account {
+    fn new(listed: bool) -> Account {
         Account {
+            listed,
             failures: 0,
             last_failure: Instant::now(),
             waiting: 0,
@@ -127,12 +134,28 @@ struct Bucket {
 pub(super) struct Turn {
     throttle: Arc<Throttle>,
     name: Option<String>,
-    // Held until the check is done; the listed name's turn with it.
+    // Held until the check is done; the name's turn with it.
     permit: Option<OwnedSemaphorePermit>,
     _account_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
 }
 
 impl Turn {
+    /// `Some(how long a check typically takes)` when this sign-in is to be
+    /// answered as a wrong password without a check (a made-up name past
+    /// its lane's bound): wait that long first.
+    pub(super) fn unchecked(&self) -> Option<Duration> {
+        match self.permit {
+            Some(_) => None,
+            None => Some(*self.throttle.typical.lock().unwrap()),
+        }
+    }
+
+    /// A check took `took`: what unchecked answers wait.
+    pub(super) fn took(&self, took: Duration) {
+        let mut typical = self.throttle.typical.lock().unwrap();
+        *typical = (*typical * 7 + took) / 8;
+    }
+
     /// The permit to run the check with, and the check's memory: move it
     /// into the blocking task, so that a client that goes away does not
     /// free the permit while the check still runs.
@@ -212,6 +235,8 @@ pub(super) struct Throttle {
     bucket: Mutex<Bucket>,
     /// The memory of checks not running now.
     scratch: Mutex<Vec<Vec<argon2::Block>>>,
+    /// How long a check takes, on average lately.
+    typical: Mutex<Duration>,
 }
 
 impl Default for Throttle {
@@ -225,6 +250,7 @@ impl Default for Throttle {
                 at: Instant::now(),
             }),
             scratch: Mutex::new(Vec::new()),
+            typical: Mutex::new(Duration::from_millis(50)),
         }
     }
 }
@@ -233,44 +259,67 @@ impl Throttle {
     /// Wait for the turn to check a password for `name`, which is
     /// `listed` in the approvers file (with a password) or not.
     pub(super) async fn turn(self: &Arc<Self>, name: &str, listed: bool) -> Result<Turn, NotNow> {
-        if !listed {
-            self.take_unlisted()?;
-            let permit = self.permit(&self.unlisted).await?;
-            return Ok(Turn {
-                throttle: self.clone(),
-                name: None,
-                permit: Some(permit),
-                _account_turn: None,
-            });
-        }
-        let turn = {
-            let mut accounts = self.accounts.lock().unwrap();
-            let account = accounts.entry(name.to_owned()).or_insert_with(Account::new);
-            if account.failures > 0 && account.last_failure.elapsed() > FORGET_AFTER {
-                account.failures = 0;
+        let account_turn = match self.enter(name, listed)? {
+            Some(turn) => {
+                let waiting = Waiting {
+                    throttle: self,
+                    name,
+                };
+                let guard = self.wait_for_account(name, turn).await;
+                drop(waiting);
+                Some(guard)
             }
-            if account.waiting >= MAX_WAITING {
-                let wait = account
-                    .next_check()
-                    .saturating_duration_since(Instant::now());
-                return Err(NotNow::TooMany(wait.max(FIRST_DELAY)));
-            }
-            account.waiting += 1;
-            account.turn.clone()
+            None => None,
         };
-        let waiting = Waiting {
-            throttle: self,
-            name,
+        let permit = match listed {
+            true => Some(self.permit(&self.listed).await?),
+            false => self.unlisted_permit(),
         };
-        let account_turn = self.wait_for_account(name, turn).await;
-        drop(waiting);
-        let permit = self.permit(&self.listed).await?;
         Ok(Turn {
             throttle: self.clone(),
-            name: Some(name.to_owned()),
-            permit: Some(permit),
-            _account_turn: Some(account_turn),
+            name: account_turn.as_ref().map(|_| name.to_owned()),
+            permit,
+            _account_turn: account_turn,
         })
+    }
+
+    /// Count one more sign-in waiting for `name`: its turn to wait for,
+    /// or `None` when the table is full of other names.
+    fn enter(
+        &self,
+        name: &str,
+        listed: bool,
+    ) -> Result<Option<Arc<tokio::sync::Mutex<()>>>, NotNow> {
+        let mut accounts = self.accounts.lock().unwrap();
+        if !accounts.contains_key(name) && accounts.len() >= MAX_NAMES {
+            accounts.retain(|_, a| {
+                a.listed || a.waiting > 0 || a.last_failure.elapsed() < FORGET_AFTER
+            });
+            if accounts.len() >= MAX_NAMES && !listed {
+                return Ok(None);
+            }
+        }
+        let account = accounts
+            .entry(name.to_owned())
+            .or_insert_with(|| Account::new(listed));
+        if account.failures > 0 && account.last_failure.elapsed() > FORGET_AFTER {
+            account.failures = 0;
+        }
+        if account.waiting >= MAX_WAITING {
+            let wait = account
+                .next_check()
+                .saturating_duration_since(Instant::now());
+            return Err(NotNow::TooMany(wait.max(FIRST_DELAY)));
+        }
+        account.waiting += 1;
+        Ok(Some(account.turn.clone()))
+    }
+
+    /// A check of the made-up names' lane, if one is free and their
+    /// budget lasts; never waited for.
+    fn unlisted_permit(&self) -> Option<OwnedSemaphorePermit> {
+        let permit = self.unlisted.clone().try_acquire_owned().ok()?;
+        self.take_unlisted().then_some(permit)
     }
 
     /// The name's turn (after the checks before it), then its delay.
@@ -298,19 +347,18 @@ impl Throttle {
         }
     }
 
-    /// One token of the made-up names' bucket.
-    fn take_unlisted(&self) -> Result<(), NotNow> {
+    /// One token of the made-up names' bucket, if there is one.
+    fn take_unlisted(&self) -> bool {
         let mut bucket = self.bucket.lock().unwrap();
         let now = Instant::now();
         let refill = now.duration_since(bucket.at).as_secs_f64() * UNLISTED_PER_SECOND;
         bucket.tokens = (bucket.tokens + refill).min(UNLISTED_BURST);
         bucket.at = now;
         if bucket.tokens < 1.0 {
-            let wait = (1.0 - bucket.tokens) / UNLISTED_PER_SECOND;
-            return Err(NotNow::TooMany(Duration::from_secs_f64(wait)));
+            return false;
         }
         bucket.tokens -= 1.0;
-        Ok(())
+        true
     }
 }
 
@@ -339,34 +387,53 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn made_up_names_share_one_budget() {
+    async fn made_up_names_past_their_budget_are_answered_without_a_check() {
         let throttle = Arc::new(Throttle::default());
         for i in 0..UNLISTED_BURST as usize {
-            throttle
-                .turn(&format!("n{i}"), false)
-                .await
-                .unwrap()
-                .failed();
+            let turn = throttle.turn(&format!("n{i}"), false).await.unwrap();
+            assert_eq!(turn.unchecked(), None, "checked against the decoy");
+            turn.failed();
         }
-        let refused = throttle.turn("one-more", false).await.err().unwrap();
-        assert!(matches!(refused, NotNow::TooMany(_)), "{refused:?}");
-        assert_eq!(refused.retry_after(), 1);
+        let past = throttle.turn("one-more", false).await.unwrap();
+        assert!(past.unchecked().is_some(), "answered without a check");
         tokio::time::advance(Duration::from_secs(1)).await;
-        assert!(throttle.turn("later", false).await.is_ok());
+        let later = throttle.turn("later", false).await.unwrap();
+        assert_eq!(later.unchecked(), None, "the budget refills");
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_full_lane_answers_busy_after_a_bounded_wait() {
+    async fn a_full_lane_answers_busy_for_a_listed_name_and_unchecked_for_another() {
         let throttle = Arc::new(Throttle::default());
-        let held: Vec<Turn> = futures_util::future::join_all((0..CHECKS).map(|i| {
-            let throttle = throttle.clone();
-            async move { throttle.turn(&format!("n{i}"), false).await.unwrap() }
-        }))
-        .await;
-        let refused = throttle.turn("late", false).await.err().unwrap();
+        let mut held = Vec::new();
+        for name in ["dana", "vic", "n0", "n1"] {
+            let listed = !name.starts_with('n');
+            held.push(throttle.turn(name, listed).await.unwrap());
+        }
+        assert!(held.iter().all(|t| t.unchecked().is_none()));
+        let refused = throttle.turn("eve", true).await.err().unwrap();
         assert_eq!(refused, NotNow::Busy(Duration::from_secs(1)));
-        // The listed lane is not the made-up names' lane.
-        assert!(throttle.turn("dana", true).await.is_ok());
+        let made_up = throttle.turn("n2", false).await.unwrap();
+        assert!(made_up.unchecked().is_some());
         drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_name_may_have_only_a_few_sign_ins_waiting() {
+        let throttle = Arc::new(Throttle::default());
+        throttle.turn("dana", true).await.unwrap().failed();
+        let waiting: Vec<_> = (0..MAX_WAITING)
+            .map(|_| {
+                let throttle = throttle.clone();
+                tokio::spawn(async move { throttle.turn("dana", true).await.map(drop) })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let refused = throttle.turn("dana", true).await.err().unwrap();
+        assert!(matches!(refused, NotNow::TooMany(_)), "{refused:?}");
+        // A made-up name is treated the same.
+        throttle.turn("mallory", false).await.unwrap().failed();
+        for handle in waiting {
+            handle.await.unwrap().unwrap();
+        }
     }
 }
