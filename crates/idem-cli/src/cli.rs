@@ -489,6 +489,26 @@ mod tests {
     }
 
     #[test]
+    fn an_origin_is_a_scheme_a_host_and_a_port_only() {
+        assert_eq!(
+            origin("https://Inbox.example.com/").unwrap(),
+            "https://inbox.example.com"
+        );
+        assert_eq!(
+            origin("http://127.0.0.1:8080").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        for bad in [
+            "inbox.example.com",
+            "https://",
+            "https://a.example/inbox",
+            "ftp://a",
+        ] {
+            assert!(origin(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn states_are_read_repeated_or_comma_separated() {
         let cli = Cli::try_parse_from([
             "idem",

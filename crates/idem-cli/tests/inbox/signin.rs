@@ -47,13 +47,21 @@ async fn a_flood_of_made_up_names_stays_bounded_and_lets_dana_in() {
     let csrf = form_token(&mut attacker, &serve).await;
     let pid = serve.pid();
     let before = rss_mib(pid);
-    let sampling = tokio::spawn(async move {
-        let mut peak = 0;
-        for _ in 0..400 {
-            peak = peak.max(rss_mib(pid));
-            tokio::time::sleep(Duration::from_millis(10)).await;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampling = tokio::spawn({
+        let done = done.clone();
+        async move {
+            let mut peak = 0;
+            // Until the flood is answered, and a little after (at most 10 s).
+            for _ in 0..1000 {
+                peak = peak.max(rss_mib(pid));
+                if done.load(std::sync::atomic::Ordering::SeqCst) {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            peak.max(rss_mib(pid))
         }
-        peak
     });
     let flood: Vec<_> = (0..128)
         .map(|i| {
@@ -93,6 +101,8 @@ async fn a_flood_of_made_up_names_stays_bounded_and_lets_dana_in() {
         }
         *statuses.entry(status).or_insert(0) += 1;
     }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     let peak = sampling.await.unwrap();
     eprintln!(
         "flood of 128 made-up names: RSS {before} MiB before, {peak} MiB at most; \
