@@ -205,9 +205,18 @@ pub(crate) struct ServeArgs {
     /// over HTTPS (through a TLS-terminating proxy).
     #[arg(long)]
     pub secure_cookies: bool,
-    /// How long a sign-in lasts (90s, 15m, 2h, 7d).
+    /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d).
     #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
     pub session: Duration,
+    /// A sign-in not used for this long ends (90s, 15m, 2h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+    pub session_idle: Duration,
+    /// The inbox's origin as browsers reach it (https://inbox.example.com),
+    /// when a reverse proxy in front of it changes the Host header: every
+    /// form must be posted from exactly this origin. By default, from the
+    /// request's own Host.
+    #[arg(long, value_name = "ORIGIN", value_parser = origin)]
+    pub origin: Option<String>,
     /// How often the inbox looks for new items, for pages that stay open.
     #[arg(
         long,
@@ -468,6 +477,23 @@ fn header_name(given: &str) -> Result<HeaderName, String> {
         .map_err(|_| "expected a header name such as X-Forwarded-User".into())
 }
 
+/// clap's parser of `--origin`: `http://` or `https://`, a host and an
+/// optional port, nothing after, as a browser's `Origin` header says it.
+fn origin(given: &str) -> Result<String, String> {
+    let given = given.trim().trim_end_matches('/');
+    let host = given
+        .strip_prefix("https://")
+        .or_else(|| given.strip_prefix("http://"))
+        .ok_or("expected an origin such as https://inbox.example.com")?;
+    if host.is_empty() || host.contains(['/', '?', '#', '@', ' ']) {
+        return Err(
+            "expected scheme://host[:port] and nothing after, such as https://inbox.example.com"
+                .into(),
+        );
+    }
+    Ok(given.to_ascii_lowercase())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,6 +503,26 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn an_origin_is_a_scheme_a_host_and_a_port_only() {
+        assert_eq!(
+            origin("https://Inbox.example.com/").unwrap(),
+            "https://inbox.example.com"
+        );
+        assert_eq!(
+            origin("http://127.0.0.1:8080").unwrap(),
+            "http://127.0.0.1:8080"
+        );
+        for bad in [
+            "inbox.example.com",
+            "https://",
+            "https://a.example/inbox",
+            "ftp://a",
+        ] {
+            assert!(origin(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

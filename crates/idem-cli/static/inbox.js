@@ -13,10 +13,23 @@
   // page being drawn and the stream opening.
   events.onopen = refresh;
   events.addEventListener("inbox", refresh);
+  // The browser gives up on a stream the server refused (401: signed
+  // out, or the server restarted); while the server is away it retries.
+  events.onerror = function () {
+    if (events.readyState === EventSource.CLOSED) refresh();
+  };
+  // Say so once the server says this page is no longer signed in.
+  function signedOut(r) {
+    if (r.status !== 401) return false;
+    events.close();
+    var banner = document.getElementById("signed-out");
+    if (banner) banner.hidden = false;
+    return true;
+  }
   function refresh() {
     if (rows) {
       fetch(rows.dataset.refresh, { credentials: "same-origin" }).then(function (r) {
-        if (!r.ok) return;
+        if (signedOut(r) || !r.ok) return;
         return r.text().then(function (html) {
           rows.innerHTML = html;
           var live = document.getElementById("live");
@@ -26,7 +39,7 @@
     }
     if (record) {
       fetch("/records/" + record.dataset.key + "/version", { credentials: "same-origin" }).then(function (r) {
-        return r.ok ? r.text() : null;
+        return !signedOut(r) && r.ok ? r.text() : null;
       }).then(function (version) {
         if (version !== null && version !== record.dataset.version) {
           document.getElementById("changed").hidden = false;

@@ -166,6 +166,16 @@ pub(super) async fn decide(
     };
     let Json(asked) = match body {
         Ok(body) => body,
+        Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+            return error(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "too_large",
+                &format!(
+                    "The body is larger than {} KiB. Nothing was changed.",
+                    super::MAX_BODY / 1024
+                ),
+            )
+        }
         Err(e) => {
             return error(
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -174,6 +184,9 @@ pub(super) async fn decide(
             )
         }
     };
+    if !matches!(action.as_str(), "approve" | "deny" | "resolve") {
+        return not_found().await;
+    }
     let checked = asked.decision(&action).and_then(|d| Ok((asked.seen()?, d)));
     let (seen, decision) = match checked {
         Ok(checked) => checked,
@@ -205,4 +218,13 @@ pub(super) async fn decide(
         }
         Err(e) => refused(&e),
     }
+}
+
+/// Any other path under `/api/`: a JSON 404, as a program expects.
+pub(super) async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "No such API path: see docs/inbox.md for /api/inbox and /api/records/KEY.",
+    )
 }

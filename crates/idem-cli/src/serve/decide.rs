@@ -13,6 +13,10 @@ use serde_json::Value;
 use super::approvers::Identity;
 use super::view::{arguments_in_words, shown, what_changed, Seen, Waits};
 
+/// The longest note or reason kept with a decision, in bytes: it is
+/// shown on pages and told to every later call.
+pub(super) const MAX_TEXT: usize = 4096;
+
 /// A decision, as asked for.
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum Decision {
@@ -86,6 +90,8 @@ pub(super) struct Asked {
 pub(super) enum Refused {
     /// The input is incomplete or malformed (HTTP 422).
     Invalid(String),
+    /// The query asks for something that does not exist (HTTP 400).
+    BadQuery(String),
     /// The record changed since the person saw it (HTTP 409).
     Changed(String),
     /// The record is not in a state this decision applies to (HTTP 409).
@@ -102,6 +108,7 @@ impl Refused {
     pub(super) fn code(&self) -> &'static str {
         match self {
             Refused::Invalid(_) => "invalid",
+            Refused::BadQuery(_) => "bad_request",
             Refused::Changed(_) => "changed",
             Refused::NotApplicable(_) => "not_applicable",
             Refused::Forbidden => "forbidden",
@@ -114,6 +121,7 @@ impl Refused {
         use axum::http::StatusCode;
         match self {
             Refused::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            Refused::BadQuery(_) => StatusCode::BAD_REQUEST,
             Refused::Changed(_) | Refused::NotApplicable(_) => StatusCode::CONFLICT,
             Refused::Forbidden => StatusCode::FORBIDDEN,
             Refused::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -123,6 +131,7 @@ impl Refused {
     /// What to tell the person, ending with what was (not) changed.
     pub(super) fn message(&self) -> String {
         let text = match self {
+            Refused::BadQuery(m) => return m.clone(),
             Refused::Invalid(m) | Refused::Changed(m) | Refused::NotApplicable(m) => m.clone(),
             Refused::Forbidden => {
                 "You are signed in as a viewer: you can see records but not decide them.".to_owned()
@@ -139,6 +148,15 @@ impl Asked {
     /// The decision `action` (`approve`, `deny`, `resolve`) with these
     /// fields, checked.
     pub(super) fn decision(&self, action: &str) -> Result<Decision, Refused> {
+        for (field, text) in [("note", &self.note), ("reason", &self.reason)] {
+            let length = text.as_deref().map_or(0, str::len);
+            if length > MAX_TEXT {
+                return Err(Refused::Invalid(format!(
+                    "The {field} is {length} bytes; it may be at most {} KiB. Keep it short and link to the details.",
+                    MAX_TEXT / 1024
+                )));
+            }
+        }
         let reason = || {
             self.reason
                 .as_deref()
@@ -296,7 +314,7 @@ pub(super) async fn current(
             if !applies {
                 return Err(Refused::NotApplicable(format!(
                     "This record is {}; {} does not apply to it.",
-                    super::view::status_words(record.status()),
+                    super::view::state_words(&record),
                     done(decision)
                 )));
             }

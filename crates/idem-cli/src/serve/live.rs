@@ -3,7 +3,10 @@
 //! state), bumps a counter that every open page's event stream
 //! (`GET /events`, server-sent events) turns into an `inbox` event.
 //!
-//! One look serves every open page, however many there are. A decision
+//! One look serves every open page, however many there are. When the
+//! server stops, every stream ends; a page whose stream is refused (401:
+//! signed out, or the server restarted, which signs everybody out) says
+//! so and links to the sign-in. A decision
 //! made on a page reaches the caller waiting for it through the store
 //! itself (`Store::wait` for a decision), not through this.
 
@@ -55,14 +58,26 @@ pub(super) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> R
     }
     let mut changes = app.changes.clone();
     changes.mark_unchanged();
-    let stream = stream::unfold(changes, |mut changes| async move {
-        changes.changed().await.ok()?;
-        let n = *changes.borrow_and_update();
-        Some((
-            Ok::<_, Infallible>(Event::default().event("inbox").data(n.to_string())),
-            changes,
-        ))
-    });
+    let stopping = app.stopping.clone();
+    // Ends when the server stops, so that the connection can close and a
+    // Ctrl-C stops the server with pages open.
+    let stream = stream::unfold(
+        (changes, stopping),
+        |(mut changes, mut stopping)| async move {
+            if *stopping.borrow_and_update() {
+                return None;
+            }
+            tokio::select! {
+                changed = changes.changed() => changed.ok()?,
+                _ = stopping.changed() => return None,
+            }
+            let n = *changes.borrow_and_update();
+            Some((
+                Ok::<_, Infallible>(Event::default().event("inbox").data(n.to_string())),
+                (changes, stopping),
+            ))
+        },
+    );
     Sse::new(stream)
         .keep_alive(KeepAlive::default())
         .into_response()

@@ -1,18 +1,22 @@
-//! Signing in and out: the sign-in form (with its own CSRF cookie, so a
-//! form from another site cannot sign a person in), the password check
-//! with its throttle, and the sign-out.
+//! Signing in and out: the sign-in form (with its own CSRF cookie, and
+//! like every post checked for coming from the inbox's own origin, so a
+//! form elsewhere cannot sign a person in as someone else), the password
+//! check with its throttle, and the sign-out, which ends the session on
+//! the server.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::{ConnectInfo, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
+use idem_runtime::text::visible;
 
 use super::pages::{csrf_refused, html, render, UserView};
 use super::session::{self, same_token};
+use super::throttle::NotNow;
 use super::App;
 
 #[derive(Template)]
@@ -62,7 +66,10 @@ pub(super) struct LoginFields {
     password: String,
 }
 
-/// `POST /login`.
+/// `POST /login`: the CSRF token, then the throttle's turn
+/// ([`super::throttle`]), then the password check off the async threads,
+/// with its permit; a new session on success. Every outcome is logged
+/// with the name and the address it came from.
 pub(super) async fn login(
     State(app): State<Arc<App>>,
     ConnectInfo(from): ConnectInfo<SocketAddr>,
@@ -84,27 +91,60 @@ pub(super) async fn login(
     }
     // Bounded: the name is a key of the throttle's table.
     let name: String = fields.name.trim().chars().take(256).collect();
-    if let Some(wait) = app.throttle.wait(&name, from.ip()) {
-        return login_page(
-            &app,
-            StatusCode::TOO_MANY_REQUESTS,
-            Some(format!(
-                "Too many failed sign-ins for this name: wait {} s and try again.",
-                wait.as_secs().max(1)
-            )),
-            &name,
-        );
-    }
-    let checked = {
-        let app = app.clone();
-        let (name, password) = (name.clone(), fields.password);
-        tokio::task::spawn_blocking(move || app.approvers.check_password(&name, &password))
+    let listed = app.approvers.has_password(&name);
+    let mut turn = match app.throttle.turn(&name, listed).await {
+        Ok(turn) => turn,
+        Err(not_now) => {
+            let (status, text) = match not_now {
+                NotNow::TooMany(_) => (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "Too many sign-ins at once for this name",
+                ),
+                NotNow::Busy(_) => (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "The inbox is busy checking other sign-ins",
+                ),
+            };
+            tracing::warn!(name = %visible(&name), %from, "sign-in not checked: {text}");
+            let wait = not_now.retry_after();
+            let mut response = login_page(
+                &app,
+                status,
+                Some(format!("{text}: wait {wait} s and try again.")),
+                &name,
+            );
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(wait));
+            return response;
+        }
+    };
+    let checked = match turn.unchecked() {
+        // A name that is not listed, past its lane's bound: answered as a
+        // wrong password, in the time a check takes.
+        Some(typical) => {
+            tokio::time::sleep(typical).await;
+            None
+        }
+        None => {
+            let started = std::time::Instant::now();
+            let app = app.clone();
+            let (name, password) = (name.clone(), fields.password);
+            let mut check = turn.permit();
+            let checked = tokio::task::spawn_blocking(move || {
+                app.approvers
+                    .check_password(&name, &password, &mut check.scratch)
+            })
             .await
             .ok()
-            .flatten()
+            .flatten();
+            turn.took(started.elapsed());
+            checked
+        }
     };
     let Some(identity) = checked else {
-        app.throttle.failed(&name, from.ip());
+        turn.failed();
+        tracing::warn!(name = %visible(&name), %from, listed, "sign-in failed");
         return login_page(
             &app,
             StatusCode::UNAUTHORIZED,
@@ -112,7 +152,13 @@ pub(super) async fn login(
             &name,
         );
     };
-    app.throttle.succeeded(&name, from.ip());
+    turn.succeeded();
+    tracing::info!(name = %visible(&identity.name), %from, "signed in");
+    // A new session, whatever the browser had: an id planted before
+    // sign-in never becomes a signed-in one.
+    if let Some(old) = app.cookie_session(&headers) {
+        app.sessions.end(&old);
+    }
     let (cookie, _) = app.sessions.start(&identity.name);
     let mut response = Redirect::to("/").into_response();
     for value in [
@@ -143,9 +189,11 @@ pub(super) async fn logout(
         if !same_token(&user.session.csrf, &form.csrf) {
             return csrf_refused(Some(&user));
         }
+        app.sessions.end(&user.session);
+        tracing::info!(name = %visible(&user.identity.name), "signed out");
     }
     let mut response = Redirect::to("/login").into_response();
-    if let Ok(value) = app.sessions.end().parse() {
+    if let Ok(value) = app.sessions.cleared().parse() {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
     response

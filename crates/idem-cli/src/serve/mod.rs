@@ -4,7 +4,8 @@
 //! for bots. `docs/inbox.md` documents both.
 //!
 //! The parts: `approvers` (who may sign in, and with which role),
-//! `session` (signed cookies, CSRF tokens, slowing down guessers), `view`
+//! `session` (sessions kept by the server, CSRF tokens, same-origin
+//! posts), `throttle` (bounded work before sign-in), `login`, `view`
 //! (what a record looks like in words), `decide` (a decision, checked
 //! against the version the person saw, made through the operator API),
 //! `pages` (the HTML), `api` (the JSON), `live` (server-sent events when
@@ -25,16 +26,19 @@ mod live;
 mod login;
 mod pages;
 mod session;
+mod throttle;
 mod view;
 
+use std::future::IntoFuture;
 use std::io::BufRead;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{any, get, post};
 use axum::Router;
 use idem_runtime::catalog::Catalog;
 use idem_runtime::operator::Operator;
@@ -42,18 +46,24 @@ use idem_runtime::operator::Operator;
 use crate::cli::{ApproverArgs, ApproverCommand, ServeArgs};
 use crate::error::CliError;
 use approvers::{Approvers, Identity};
-use session::{Session, Sessions, Throttle};
+use session::{Session, Sessions};
+use throttle::Throttle;
 
 /// What every request handler shares.
 pub(crate) struct App {
     operator: Operator,
     approvers: Approvers,
     sessions: Sessions,
-    throttle: Throttle,
+    throttle: Arc<Throttle>,
     catalog: Option<Catalog>,
     overdue: Duration,
     proxy_header: Option<HeaderName>,
+    /// The origin posts must come from (`--origin`); `None`: the request's
+    /// own host.
+    origin: Option<String>,
     changes: tokio::sync::watch::Receiver<u64>,
+    /// Becomes `true` when the server is stopping: live streams end.
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// Someone signed in on a page: who, their session, and the cookie to set
@@ -68,11 +78,7 @@ impl App {
     /// The person a page request comes from, from the trusted proxy's
     /// header or the session cookie; `None`: not signed in.
     fn page_user(&self, headers: &HeaderMap) -> Result<Option<User>, Response> {
-        let from_cookie = headers
-            .get(header::COOKIE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|c| session::cookie_value(c, session::COOKIE))
-            .and_then(|v| self.sessions.verify(v));
+        let from_cookie = self.cookie_session(headers);
         if let Some(name) = &self.proxy_header {
             let Some(vouched) = headers.get(name).and_then(|v| v.to_str().ok()) else {
                 return Err(pages::message(
@@ -110,13 +116,22 @@ impl App {
         }))
     }
 
+    /// The live session the request's cookie names, if any.
+    fn cookie_session(&self, headers: &HeaderMap) -> Option<Session> {
+        headers
+            .get(header::COOKIE)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|c| session::cookie_value(c, session::COOKIE))
+            .and_then(|v| self.sessions.verify(v))
+    }
+
     /// The bot (or person) an API request comes from: a bearer token, or
     /// the trusted proxy's header.
     fn api_user(&self, headers: &HeaderMap) -> Option<Identity> {
         if let Some(token) = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer)
         {
             return self.approvers.check_token(token);
         }
@@ -124,6 +139,16 @@ impl App {
         let vouched = headers.get(name)?.to_str().ok()?;
         self.approvers.identity(vouched.trim())
     }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` value; the scheme's
+/// name is case-insensitive (RFC 7235).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
 }
 
 fn not_listed(name: &str) -> Response {
@@ -154,14 +179,47 @@ fn router(app: Arc<App>) -> Router {
         .route("/api/inbox", get(api::inbox))
         .route("/api/records/{key}", get(api::record))
         .route("/api/records/{key}/{action}", post(api::decide))
+        .route("/api/{*rest}", any(api::not_found))
         .fallback(pages::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            own_origin,
+        ))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(app)
 }
 
+/// The largest request body read (a form, a JSON decision); a larger one
+/// is refused with 413.
+pub(crate) const MAX_BODY: usize = 256 * 1024;
+
+/// Every post must come from the inbox's own pages (or from a program):
+/// see [`session::same_origin`].
+async fn own_origin(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if session::same_origin(request.method(), request.headers(), app.origin.as_deref()) {
+        return next.run(request).await;
+    }
+    tracing::warn!(
+        path = %request.uri().path(),
+        origin = ?request.headers().get(header::ORIGIN),
+        "refused a post from another origin"
+    );
+    pages::message(
+        axum::http::StatusCode::FORBIDDEN,
+        None,
+        "Refused",
+        "This form was sent from a page that is not the inbox's own. Nothing was changed.",
+    )
+}
+
 /// Headers on every response: nothing is framed (no clickjacking of the
-/// approve button), no script or style from elsewhere, no referrer, no
-/// caching of pages that show records.
+/// approve button), no script or style from elsewhere, no referrer to
+/// other sites, no caching of pages that show records.
 async fn secure_headers(mut response: Response) -> Response {
     let headers = response.headers_mut();
     let set = |headers: &mut HeaderMap, name: HeaderName, value: &'static str| {
@@ -176,7 +234,9 @@ async fn secure_headers(mut response: Response) -> Response {
     );
     set(headers, header::X_FRAME_OPTIONS, "DENY");
     set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
-    set(headers, header::REFERRER_POLICY, "no-referrer");
+    // Not `no-referrer`: with it, browsers send `Origin: null` on the
+    // inbox's own posts, and those are then refused (`own_origin`).
+    set(headers, header::REFERRER_POLICY, "same-origin");
     set(headers, header::CACHE_CONTROL, "no-store");
     response
 }
@@ -206,32 +266,63 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         .map_err(|source| CliError::Listen { addr, source })?;
     let local = listener.local_addr()?;
     let (changed, changes) = tokio::sync::watch::channel(0);
+    let (stop, stopping) = tokio::sync::watch::channel(false);
     let app = Arc::new(App {
         operator: operator.clone(),
         approvers,
-        sessions: Sessions::new(args.session, args.secure_cookies),
-        throttle: Throttle::default(),
+        sessions: Sessions::new(args.session_idle, args.session, args.secure_cookies),
+        throttle: Arc::new(Throttle::default()),
         catalog,
         overdue: args.overdue,
         proxy_header: args.trust_proxy_header.clone(),
+        origin: args.origin.clone(),
         changes,
+        stopping,
     });
+    // Sign-ins and refusals, on stderr (`RUST_LOG` is not read: the
+    // inbox's own events only).
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .with_target(false)
+        .try_init();
     let watcher = tokio::spawn(live::watch(app.clone(), changed, args.refresh));
     eprintln!(
         "idem serve: the approval inbox is on http://{local}/ ({})",
         operator.store().describe()
     );
-    let served = axum::serve(
+    let serving = axum::serve(
         listener,
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(async {
+    .with_graceful_shutdown(async move {
         let _ = tokio::signal::ctrl_c().await;
+        eprintln!("idem serve: stopping (Ctrl-C again to stop at once)");
+        // Live streams end, so that their connections can close.
+        let _ = stop.send(true);
     })
-    .await;
+    .into_future();
+    tokio::pin!(serving);
+    let served = tokio::select! {
+        served = &mut serving => served,
+        // A second Ctrl-C, or requests that do not finish: stop anyway.
+        () = stopped_waiting() => Ok(()),
+    };
     watcher.abort();
     operator.store().close().await;
     Ok(served?)
+}
+
+/// How long a stopping server waits for its requests to finish.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Completes on a second Ctrl-C, or [`STOP_WAIT`] after the first.
+async fn stopped_waiting() {
+    let _ = tokio::signal::ctrl_c().await;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = tokio::time::sleep(STOP_WAIT) => {}
+    }
 }
 
 /// The fewest characters `idem approver password` takes.

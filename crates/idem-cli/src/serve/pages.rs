@@ -116,6 +116,9 @@ impl Shown {
     }
 }
 
+/// The values of the inbox's `state` filter.
+pub(super) const STATES: [&str; 4] = ["all", "awaiting_approval", "unknown", "vanished"];
+
 /// The inbox's filters, from the query string.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
 pub(super) struct InboxFilter {
@@ -164,6 +167,13 @@ fn percent(text: &str) -> String {
 /// The items waiting for a decision that `filter` selects, newest first,
 /// and how many stored records could not be read.
 pub(super) async fn items(app: &App, filter: &InboxFilter) -> Result<(Vec<Item>, usize), Refused> {
+    if !STATES.contains(&filter.state.as_str()) && !filter.state.is_empty() {
+        return Err(Refused::BadQuery(format!(
+            "There is no state “{}” to filter by: state is one of {}.",
+            super::view::shown(&filter.state),
+            STATES.join(", ")
+        )));
+    }
     let store_filter = Filter {
         status: vec![Status::AwaitingApproval, Status::Unknown, Status::InFlight],
         tool: Some(filter.tool.trim().to_owned()).filter(|t| !t.is_empty()),
@@ -337,13 +347,6 @@ pub(super) fn csrf_refused(user: Option<&User>) -> Response {
     )
 }
 
-/// `?done=…` after a decision.
-#[derive(Debug, Default, serde::Deserialize)]
-pub(super) struct Done {
-    #[serde(default)]
-    done: Option<String>,
-}
-
 fn parse_key(given: &str) -> Option<IdempotencyKey> {
     IdempotencyKey::parse(given.trim()).ok()
 }
@@ -353,7 +356,6 @@ pub(super) async fn record(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
     Path(key): Path<String>,
-    Query(done): Query<Done>,
 ) -> Response {
     let user = match signed_in(&app, &headers) {
         Ok(user) => user,
@@ -367,9 +369,8 @@ pub(super) async fn record(
             "That is not a record's key (64 hexadecimal digits).",
         );
     };
-    let notice = done
-        .done
-        .map(|d| format!("Done: {}.", super::view::shown(&d)));
+    // Only the server's own words: nothing of the address is shown.
+    let notice = app.sessions.take_notice(&user.session, key.as_str());
     record_page(
         &app,
         &user,
@@ -545,12 +546,12 @@ async fn decide_confirmed(
     decide::decide(&app.operator, &record, &decision, &user.identity)
         .await
         .map_err(|refused| (refused, Shown::default()))?;
-    Ok(Redirect::to(&format!(
-        "/records/{}?done={}",
+    app.sessions.notify(
+        &user.session,
         key.as_str(),
-        percent(decide::done(&decision))
-    ))
-    .into_response())
+        format!("Done: {}.", decide::done(&decision)),
+    );
+    Ok(Redirect::to(&format!("/records/{}", key.as_str())).into_response())
 }
 
 /// Anything else.

@@ -1,27 +1,37 @@
-//! Sessions in signed cookies, CSRF tokens, and slowing down guessers.
+//! Sessions kept by the server, CSRF tokens, and whether a request comes
+//! from the inbox's own pages.
 //!
-//! A session is the approver's name, an expiry and a random nonce, signed
-//! with HMAC-SHA256 under a key drawn when the server starts (so a restart
-//! signs everybody out). The cookie is `HttpOnly` (no script reads it),
-//! `SameSite=Strict` (no other site's page sends it) and, with
-//! `--secure-cookies`, `Secure`. The nonce is also the CSRF token every
-//! form posts back: a page on another site can neither read it nor make
-//! the browser send the cookie.
+//! A session is a row in this process's table: who, its CSRF token, when
+//! it started and when it was last used, and a one-time notice for the
+//! next page. The cookie holds only a random id (256 bits); the table is
+//! keyed by the id's SHA-256, so the table itself holds nothing a cookie
+//! could be made from. Signing out deletes the row, so a copy of the
+//! cookie taken before stops working at once; a session also ends when
+//! it has not been used for the idle lifetime (`--session-idle`) or has
+//! lasted the absolute one (`--session`), and signing in always starts a
+//! new one (the id a browser had before is never promoted). The table is
+//! in memory: a restart signs everybody out, and two `idem serve`
+//! processes do not share sign-ins.
 //!
-//! The role is not in the cookie: it is read from the approvers file on
+//! The cookie is `HttpOnly` (no script reads it), `SameSite=Strict` (no
+//! other site's page sends it) and, with `--secure-cookies`, `Secure`.
+//! Cookies do not keep ports apart, so another server on the same host
+//! can set them: that is why every post is also checked for coming from
+//! the inbox's own origin ([`same_origin`]), sign-in included.
+//!
+//! The role is not in the session: it is read from the approvers file on
 //! every request, so removing someone from the file (and restarting)
 //! takes effect at once.
 
 use std::collections::HashMap;
-use std::net::IpAddr;
 use std::sync::Mutex;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
+use axum::http::{header, HeaderMap, Method};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
-use hmac::{Hmac, Mac};
 use rand::RngCore;
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 /// The session cookie's name.
 pub(super) const COOKIE: &str = "idem_session";
@@ -30,78 +40,134 @@ pub(super) const COOKIE: &str = "idem_session";
 /// signed in.
 pub(super) const LOGIN_COOKIE: &str = "idem_login";
 
-/// A verified session.
+/// The most sessions kept at once; beyond, the least recently used goes.
+pub(super) const MAX_SESSIONS: usize = 10_000;
+
+/// A live session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(super) struct Session {
     /// Who signed in.
     pub name: String,
     /// The CSRF token of this session.
     pub csrf: String,
+    /// The table's key (the id's SHA-256).
+    id: [u8; 32],
 }
 
-/// Signs and checks session cookies.
+#[derive(Debug)]
+struct Row {
+    name: String,
+    csrf: String,
+    started: Instant,
+    used: Instant,
+    /// A notice for the next page of this record (key, text).
+    notice: Option<(String, String)>,
+}
+
+/// The sessions of this server.
 #[derive(Debug)]
 pub(super) struct Sessions {
-    key: [u8; 32],
-    ttl: Duration,
+    rows: Mutex<HashMap<[u8; 32], Row>>,
+    idle: Duration,
+    absolute: Duration,
     secure: bool,
 }
 
 impl Sessions {
-    /// Sessions lasting `ttl`, signed with a fresh random key.
-    pub(super) fn new(ttl: Duration, secure: bool) -> Self {
-        let mut key = [0u8; 32];
-        rand::rng().fill_bytes(&mut key);
-        Sessions { key, ttl, secure }
-    }
-
-    fn mac(&self, payload: &str) -> Hmac<Sha256> {
-        let mut mac = Hmac::<Sha256>::new_from_slice(&self.key).expect("any key length");
-        mac.update(payload.as_bytes());
-        mac
+    /// Sessions ending after `idle` unused or `absolute` in all.
+    pub(super) fn new(idle: Duration, absolute: Duration, secure: bool) -> Self {
+        Sessions {
+            rows: Mutex::new(HashMap::new()),
+            idle: idle.min(absolute),
+            absolute,
+            secure,
+        }
     }
 
     /// A new session for `name`: the `Set-Cookie` value and the session.
     pub(super) fn start(&self, name: &str) -> (String, Session) {
+        let mut raw = [0u8; 32];
+        rand::rng().fill_bytes(&mut raw);
+        let value = URL_SAFE_NO_PAD.encode(raw);
+        let id = hash(&value);
         let csrf = random_token();
-        let expires = unix_now() + self.ttl.as_secs();
-        let payload = format!(
-            "{}.{expires}.{csrf}",
-            URL_SAFE_NO_PAD.encode(name.as_bytes())
+        let now = Instant::now();
+        let mut rows = self.rows.lock().unwrap();
+        if rows.len() >= MAX_SESSIONS {
+            rows.retain(|_, row| self.live(row, now));
+        }
+        if rows.len() >= MAX_SESSIONS {
+            if let Some(oldest) = rows.iter().min_by_key(|(_, r)| r.used).map(|(k, _)| *k) {
+                rows.remove(&oldest);
+            }
+        }
+        rows.insert(
+            id,
+            Row {
+                name: name.to_owned(),
+                csrf: csrf.clone(),
+                started: now,
+                used: now,
+                notice: None,
+            },
         );
-        let signature = URL_SAFE_NO_PAD.encode(self.mac(&payload).finalize().into_bytes());
-        let cookie = self.cookie(
-            COOKIE,
-            &format!("{payload}.{signature}"),
-            Some(self.ttl.as_secs()),
-        );
+        let cookie = self.cookie(COOKIE, &value, Some(self.absolute.as_secs()));
         (
             cookie,
             Session {
                 name: name.to_owned(),
                 csrf,
+                id,
             },
         )
     }
 
-    /// The session a cookie value proves, if its signature holds and it
-    /// has not expired.
-    pub(super) fn verify(&self, value: &str) -> Option<Session> {
-        let (payload, signature) = value.rsplit_once('.')?;
-        let signature = URL_SAFE_NO_PAD.decode(signature).ok()?;
-        self.mac(payload).verify_slice(&signature).ok()?;
-        let mut parts = payload.split('.');
-        let name = String::from_utf8(URL_SAFE_NO_PAD.decode(parts.next()?).ok()?).ok()?;
-        let expires: u64 = parts.next()?.parse().ok()?;
-        let csrf = parts.next()?.to_owned();
-        if parts.next().is_some() || expires <= unix_now() {
-            return None;
-        }
-        Some(Session { name, csrf })
+    fn live(&self, row: &Row, now: Instant) -> bool {
+        now.duration_since(row.used) < self.idle && now.duration_since(row.started) < self.absolute
     }
 
-    /// A `Set-Cookie` value that ends the session.
-    pub(super) fn end(&self) -> String {
+    /// The live session a cookie value names (and it counts as used now).
+    pub(super) fn verify(&self, value: &str) -> Option<Session> {
+        let id = hash(value);
+        let now = Instant::now();
+        let mut rows = self.rows.lock().unwrap();
+        let row = rows.get_mut(&id)?;
+        if !self.live(row, now) {
+            rows.remove(&id);
+            return None;
+        }
+        row.used = now;
+        Some(Session {
+            name: row.name.clone(),
+            csrf: row.csrf.clone(),
+            id,
+        })
+    }
+
+    /// End `session`, wherever its cookie was copied to.
+    pub(super) fn end(&self, session: &Session) {
+        self.rows.lock().unwrap().remove(&session.id);
+    }
+
+    /// Keep `text` for the next page of record `key` this session opens.
+    pub(super) fn notify(&self, session: &Session, key: &str, text: String) {
+        if let Some(row) = self.rows.lock().unwrap().get_mut(&session.id) {
+            row.notice = Some((key.to_owned(), text));
+        }
+    }
+
+    /// The notice kept for record `key`, once.
+    pub(super) fn take_notice(&self, session: &Session, key: &str) -> Option<String> {
+        let mut rows = self.rows.lock().unwrap();
+        let row = rows.get_mut(&session.id)?;
+        match &row.notice {
+            Some((for_key, _)) if for_key == key => row.notice.take().map(|(_, text)| text),
+            _ => None,
+        }
+    }
+
+    /// A `Set-Cookie` value that deletes the session cookie.
+    pub(super) fn cleared(&self) -> String {
         self.cookie(COOKIE, "", Some(0))
     }
 
@@ -116,6 +182,42 @@ impl Sessions {
             cookie.push_str("; Secure");
         }
         cookie
+    }
+}
+
+fn hash(value: &str) -> [u8; 32] {
+    Sha256::digest(value.as_bytes()).into()
+}
+
+/// Whether a request that changes something comes from the inbox's own
+/// pages, as far as the browser says: its `Origin` (sent by browsers with
+/// every post) must be `origin` exactly, scheme, host and port, else the
+/// request's own `Host` under either scheme; and `Sec-Fetch-Site`, when
+/// sent, must be `same-origin` (a page on another port of the same host is
+/// `same-site`) or `none` (typed by the person). A request with neither
+/// header comes from a program, not from a page someone was lured to, and
+/// passes; GET and HEAD always pass.
+pub(super) fn same_origin(method: &Method, headers: &HeaderMap, origin: Option<&str>) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return true;
+    }
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        if !matches!(site, "same-origin" | "none") {
+            return false;
+        }
+    }
+    let Some(sent) = text(header::ORIGIN) else {
+        return true;
+    };
+    match origin {
+        Some(expected) => sent == expected,
+        None => {
+            let Some(host) = text(header::HOST) else {
+                return false;
+            };
+            sent == format!("http://{host}") || sent == format!("https://{host}")
+        }
     }
 }
 
@@ -136,12 +238,6 @@ pub(super) fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// The value of cookie `name` in a `Cookie` header.
 pub(super) fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
     header
@@ -151,89 +247,84 @@ pub(super) fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
         .map(|(_, v)| v)
 }
 
-/// The first delay after a failed sign-in; each further failure doubles
-/// it, up to [`MAX_DELAY`].
-pub(super) const FIRST_DELAY: Duration = Duration::from_millis(500);
-
-/// The longest a name (from one address) must wait between attempts.
-pub(super) const MAX_DELAY: Duration = Duration::from_secs(30);
-
-/// Failed sign-ins per name and address: after each, the next attempt
-/// for that pair is refused until a delay has passed, doubling with every
-/// failure. Success forgets the failures.
-#[derive(Debug, Default)]
-pub(super) struct Throttle {
-    failures: Mutex<HashMap<(String, IpAddr), (u32, Instant)>>,
-}
-
-impl Throttle {
-    /// How long `name` from `from` must still wait, if at all.
-    pub(super) fn wait(&self, name: &str, from: IpAddr) -> Option<Duration> {
-        let failures = self.failures.lock().unwrap();
-        let (_, until) = failures.get(&(name.to_owned(), from))?;
-        until.checked_duration_since(Instant::now())
-    }
-
-    /// A failed attempt.
-    pub(super) fn failed(&self, name: &str, from: IpAddr) {
-        let mut failures = self.failures.lock().unwrap();
-        if failures.len() > 10_000 {
-            let now = Instant::now();
-            failures.retain(|_, (_, until)| *until > now);
-        }
-        let entry = failures
-            .entry((name.to_owned(), from))
-            .or_insert((0, Instant::now()));
-        entry.0 += 1;
-        let delay = FIRST_DELAY
-            .saturating_mul(1 << (entry.0 - 1).min(16))
-            .min(MAX_DELAY);
-        entry.1 = Instant::now() + delay;
-    }
-
-    /// A successful sign-in.
-    pub(super) fn succeeded(&self, name: &str, from: IpAddr) {
-        self.failures
-            .lock()
-            .unwrap()
-            .remove(&(name.to_owned(), from));
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn a_session_cookie_proves_its_name_only_with_its_signature() {
-        let sessions = Sessions::new(Duration::from_secs(60), false);
+    fn a_session_lives_until_it_is_ended_or_left_unused() {
+        let sessions = Sessions::new(Duration::from_secs(60), Duration::from_secs(600), false);
         let (cookie, session) = sessions.start("dana");
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
         assert!(!cookie.contains("Secure"));
         let value = cookie_value(cookie.split(';').next().unwrap(), COOKIE).unwrap();
-        assert_eq!(sessions.verify(value), Some(session));
-        // Another name under the same signature.
-        let (_, rest) = value.split_once('.').unwrap();
-        let forged = format!("{}.{rest}", URL_SAFE_NO_PAD.encode("root"));
-        assert_eq!(sessions.verify(&forged), None);
-        // Another server's key.
-        let other = Sessions::new(Duration::from_secs(60), true);
-        assert_eq!(other.verify(value), None);
-        assert!(other.start("x").0.contains("; Secure"));
+        assert_eq!(sessions.verify(value), Some(session.clone()));
+        assert_eq!(sessions.verify("made-up"), None);
+        sessions.notify(&session, "k1", "Done: approved.".into());
+        assert_eq!(sessions.take_notice(&session, "k2"), None);
+        assert_eq!(
+            sessions.take_notice(&session, "k1").as_deref(),
+            Some("Done: approved.")
+        );
+        assert_eq!(sessions.take_notice(&session, "k1"), None, "once");
+        sessions.end(&session);
+        assert_eq!(sessions.verify(value), None, "ended for every copy");
+        // Unused for longer than the idle lifetime.
+        let short = Sessions::new(Duration::ZERO, Duration::from_secs(600), true);
+        let (cookie, _) = short.start("dana");
+        assert!(cookie.contains("; Secure"));
+        let value = cookie_value(cookie.split(';').next().unwrap(), COOKIE).unwrap();
+        assert_eq!(short.verify(value), None);
     }
 
     #[test]
-    fn failures_slow_the_next_attempt_down_and_success_forgets_them() {
-        let throttle = Throttle::default();
-        let from: IpAddr = "127.0.0.1".parse().unwrap();
-        assert_eq!(throttle.wait("dana", from), None);
-        throttle.failed("dana", from);
-        let first = throttle.wait("dana", from).unwrap();
-        throttle.failed("dana", from);
-        assert!(throttle.wait("dana", from).unwrap() > first);
-        assert_eq!(throttle.wait("vic", from), None);
-        throttle.succeeded("dana", from);
-        assert_eq!(throttle.wait("dana", from), None);
+    fn a_post_must_come_from_the_inbox_itself() {
+        let post = Method::POST;
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let host = ("host", "127.0.0.1:8080");
+        assert!(same_origin(
+            &post,
+            &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
+            None
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("origin", "http://127.0.0.1:9000")]),
+            None
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("origin", "null")]),
+            None
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("sec-fetch-site", "same-site")]),
+            None
+        ));
+        assert!(same_origin(&post, &headers(&[host]), None), "a program");
+        assert!(same_origin(
+            &Method::GET,
+            &headers(&[host, ("origin", "http://evil")]),
+            None
+        ));
+        let public = Some("https://inbox.example.com");
+        assert!(same_origin(
+            &post,
+            &headers(&[host, ("origin", "https://inbox.example.com")]),
+            public
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
+            public
+        ));
     }
 
     #[test]

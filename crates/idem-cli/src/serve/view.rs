@@ -11,7 +11,7 @@ use idem_runtime::audit::AuditEvent;
 use idem_runtime::catalog::{Catalog, CatalogTool};
 use idem_runtime::class::ClassKind;
 use idem_runtime::clock::Timestamp;
-use idem_runtime::record::{Outcome, Record, RecordState, Status};
+use idem_runtime::record::{FailureCode, Outcome, Record, RecordState, Status};
 use serde_json::Value;
 
 use crate::render::json::json_or_string;
@@ -58,6 +58,25 @@ pub(super) fn status_words(status: Status) -> &'static str {
         Status::Failed => "failed",
         Status::Unknown => "unknown: nobody knows whether it happened",
     }
+}
+
+/// Where `record` stands, in words: [`status_words`], except that a
+/// denied call reads as denied (it never ran), not as failed.
+pub(super) fn state_words(record: &Record) -> &'static str {
+    match denied(record) {
+        true => "denied: it never ran",
+        false => status_words(record.status()),
+    }
+}
+
+fn denied(record: &Record) -> bool {
+    matches!(
+        &record.state,
+        RecordState::Completed {
+            outcome: Outcome::Failure { failure },
+            ..
+        } if failure.code == FailureCode::ApprovalDenied
+    )
 }
 
 /// What kind of decision an item waits for.
@@ -186,7 +205,7 @@ pub(super) fn what_changed(
         format!(
             "When you opened it, it was {}; it is now {}{after}.",
             status_words(seen.status),
-            status_words(record.status())
+            state_words(record)
         )
     } else {
         format!(
@@ -256,12 +275,26 @@ impl Item {
             since: rfc3339(since),
             overdue: since.until(now) > overdue,
             summary: match &record.info.args {
-                Some(args) => crate::render::clip(args, 90),
+                Some(args) => summary(args),
                 None => "(withheld)".to_owned(),
             },
             version: Seen::of(record).token(),
             since_ms: since.as_millis(),
         })
+    }
+}
+
+/// How many characters of the arguments a row shows.
+pub(super) const SUMMARY: usize = 90;
+
+/// The arguments (JSON text) on one line for a row: all of them, or the
+/// first [`SUMMARY`] characters ending in "…" and saying that they were
+/// cut, so that a row never passes for the whole call.
+pub(super) fn summary(args: &str) -> String {
+    let cut = crate::render::clip(args, SUMMARY);
+    match cut == shown(args) {
+        true => cut,
+        false => format!("{cut} (cut: open the record for all of it)"),
     }
 }
 
@@ -439,8 +472,11 @@ impl Detail {
             description: tool.map(|t| shown(&t.description)),
             class: class.map(ClassKind::as_str),
             class_meaning: class.map(class_meaning),
-            status: status_words(record.status()),
-            status_code: record.status().as_str(),
+            status: state_words(record),
+            status_code: match denied(record) {
+                true => "denied",
+                false => record.status().as_str(),
+            },
             waits: Waits::of(record, now),
             arguments: info.args.as_deref().map(pretty_json),
             fingerprint: record.fingerprint.as_str().to_owned(),
@@ -450,8 +486,9 @@ impl Detail {
     }
 }
 
-/// The arguments as "name = value" pairs on one line, for restating an
-/// effect: `charge = "ch_42", cents = 4900`.
+/// The arguments on one line for restating an effect: the JSON the tool
+/// gets, keys quoted (`{"cents":4900,"charge":"ch_42"}`), so that no key
+/// or value can pass for another argument.
 pub(super) fn arguments_in_words(record: &Record) -> String {
     let Some(args) = &record.info.args else {
         return format!(
@@ -459,14 +496,7 @@ pub(super) fn arguments_in_words(record: &Record) -> String {
             short_key(record.fingerprint.as_str())
         );
     };
-    match json_or_string(args) {
-        Value::Object(map) if !map.is_empty() => map
-            .iter()
-            .map(|(k, v)| format!("{} = {}", shown(k), shown(&v.to_string())))
-            .collect::<Vec<_>>()
-            .join(", "),
-        other => shown(&other.to_string()),
-    }
+    shown(&json_or_string(args).to_string())
 }
 
 #[cfg(test)]
@@ -536,8 +566,31 @@ mod tests {
         let shown = awaiting(Some(r#"{"cents":4900,"charge":"ch_42"}"#));
         assert_eq!(
             arguments_in_words(&shown),
-            r#"cents = 4900, charge = "ch_42""#
+            r#"{"cents":4900,"charge":"ch_42"}"#
         );
+        // Keys that try to read as more arguments stay inside their quotes.
+        let forged = awaiting(Some(
+            r#"{"cents":4900,"charge\" = \"ch_42\", cents = 990000":""}"#,
+        ));
+        assert_eq!(
+            arguments_in_words(&forged),
+            r#"{"cents":4900,"charge\" = \"ch_42\", cents = 990000":""}"#
+        );
+    }
+
+    #[test]
+    fn a_row_says_when_it_cut_the_arguments() {
+        assert_eq!(summary(r#"{"a":1}"#), r#"{"a":1}"#);
+        let long = format!(
+            r#"{{"cents":4900,"note":"{}","cents_really":990000}}"#,
+            "x".repeat(100)
+        );
+        let row = summary(&long);
+        assert!(
+            row.ends_with("… (cut: open the record for all of it)"),
+            "{row}"
+        );
+        assert!(!row.contains("990000"), "{row}");
     }
 
     #[test]

@@ -189,7 +189,7 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     let effect = browser.text("#effect").await;
     assert!(
         effect.starts_with(
-            "delete_account will run once, with exactly these arguments: customer = \"mallory\""
+            r#"delete_account will run once, with exactly these arguments: {"customer":"mallory"}"#
         ),
         "{effect}"
     );
@@ -374,7 +374,6 @@ async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
         .await
         .iter()
         .any(|c| c.name() == "idem_session"));
-    tokio::time::sleep(crate::support::serve_first_delay()).await;
 
     // The viewer sees the record, but cannot decide it.
     sign_in(&browser, &scene, VIC).await;
@@ -435,7 +434,7 @@ async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
     browser.wait_for("#changed:not([hidden])", PAGE).await;
     browser.fill("#note", "looks fine").await;
     browser.submit("form#approve").await;
-    let error = wait_text(&browser, "#error", "it is now failed").await;
+    let error = wait_text(&browser, "#error", "it is now denied").await;
     assert!(
         error.contains("denied by bot") && error.contains("closed by support"),
         "{error}"

@@ -9,3 +9,6 @@ mod support;
 
 mod api;
 mod browser;
+mod lifecycle;
+mod limits;
+mod signin;

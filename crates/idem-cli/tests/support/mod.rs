@@ -203,12 +203,6 @@ pub async fn listed(idem: &Idem, namespace: &str, state: &str) -> String {
     }
 }
 
-/// How long `idem serve` makes a name wait after one failed sign-in, and
-/// a little more.
-pub fn serve_first_delay() -> Duration {
-    Duration::from_millis(700)
-}
-
 /// Claim `call_id` of `charge_card` straight through the store, holding a lease
 /// of `lease`: a call in flight in a worker elsewhere.
 pub async fn claim_directly(

@@ -34,7 +34,8 @@ pub struct Serve {
     pub token: String,
     /// An API token of the viewer `watcher`.
     pub viewer_token: String,
-    /// What the server printed on stderr after its first line.
+    /// Its command line, to restart it with.
+    args: Vec<std::ffi::OsString>,
     _dir: TempDir,
 }
 
@@ -110,34 +111,14 @@ impl Serve {
             command.arg("--tools").arg(path);
         }
         command.args(extra);
-        for var in ["IDEM_STORE", "IDEM_APPROVERS"] {
-            command.env_remove(var);
-        }
-        let mut child = command
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start idem serve");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut line = String::new();
-        stderr.read_line(&mut line).unwrap();
-        let base = line
-            .split("http://")
-            .nth(1)
-            .and_then(|rest| rest.split('/').next())
-            .map(|addr| format!("http://{addr}"))
-            .unwrap_or_else(|| panic!("idem serve did not say where it listens: {line:?}"));
-        // Keep draining stderr so the server never blocks on it.
-        std::thread::spawn(move || {
-            for line in stderr.lines().map_while(Result::ok) {
-                eprintln!("[idem serve] {line}");
-            }
-        });
+        let args: Vec<std::ffi::OsString> = command.get_args().map(|a| a.to_owned()).collect();
+        let (child, base) = spawn(&args);
         Serve {
             child,
             base,
             token,
             viewer_token,
+            args,
             _dir: dir,
         }
     }
@@ -146,6 +127,83 @@ impl Serve {
     pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
     }
+
+    /// The server's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Send the server SIGINT, as Ctrl-C in its terminal would.
+    pub fn interrupt(&self) {
+        let sent = Command::new("kill")
+            .args(["-INT", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success());
+    }
+
+    /// How the server exited, if it did within `limit`.
+    pub fn exited_within(&mut self, limit: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return Some(status);
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Stop the server and start it again on the same port and store, as
+    /// an operator's restart would.
+    pub fn restart(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let port = self.base.rsplit(':').next().unwrap().to_owned();
+        let args: Vec<std::ffi::OsString> = self
+            .args
+            .iter()
+            .map(|a| match a.to_str() {
+                Some("127.0.0.1:0") => format!("127.0.0.1:{port}").into(),
+                _ => a.clone(),
+            })
+            .collect();
+        let (child, base) = spawn(&args);
+        assert_eq!(base, self.base, "restarted on the same port");
+        self.child = child;
+    }
+}
+
+/// `idem ARGS` as a server: the child and where it listens.
+fn spawn(args: &[std::ffi::OsString]) -> (Child, String) {
+    let mut command = Command::new(IDEM);
+    command.args(args);
+    for var in ["IDEM_STORE", "IDEM_APPROVERS"] {
+        command.env_remove(var);
+    }
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start idem serve");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    let base = line
+        .split("http://")
+        .nth(1)
+        .and_then(|rest| rest.split('/').next())
+        .map(|addr| format!("http://{addr}"))
+        .unwrap_or_else(|| panic!("idem serve did not say where it listens: {line:?}"));
+    // Keep draining stderr so the server never blocks on it.
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            eprintln!("[idem serve] {line}");
+        }
+    });
+    (child, base)
 }
 
 impl Drop for Serve {
@@ -192,6 +250,17 @@ impl Default for Http {
 }
 
 impl Http {
+    /// A client whose connections come from `address` (any of 127.0.0.0/8
+    /// on loopback), as from another machine.
+    pub fn from_address(address: std::net::IpAddr) -> Http {
+        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+        connector.set_local_address(Some(address));
+        Http {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+            cookies: HashMap::new(),
+        }
+    }
+
     /// Send a request; `headers` beside the cookies kept.
     pub async fn send(
         &mut self,

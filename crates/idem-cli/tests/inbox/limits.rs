@@ -1,0 +1,179 @@
+//! What a person reads is what will run, and requests outside the rules
+//! are refused with what the rule is: over plain HTTP against the real
+//! `idem serve`.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::support::serve::{hidden, sign_in, Scene, DANA};
+use crate::support::unique;
+
+/// The few entities askama writes, decoded, to read a page's text.
+fn text(html: &str) -> String {
+    html.replace("&#34;", "\"")
+        .replace("&#39;", "'")
+        .replace("&#60;", "<")
+        .replace("&#62;", ">")
+        .replace("&amp;", "&")
+}
+
+/// A call whose own argument keys try to read as other arguments ("cents
+/// = 4900, charge = …"): the confirmation restates the JSON the tool
+/// gets, keys quoted, so the forged text stays inside one key; the row
+/// says that it cut the arguments; and a `?done=` in the address prints
+/// nothing on the record's page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn argument_keys_cannot_forge_the_confirmation_and_the_address_prints_nothing() {
+    let (_dir, url) = crate::support::sqlite();
+    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let args = r#"{"cents":990000,"cents = 4900, charge = \"ch_42\"; unused":"","charge":"ch_42","memo":"a refund the customer asked for twice"}"#;
+    let key = crate::support::claim_directly(
+        &url,
+        &scene.namespace,
+        &unique("call"),
+        Some(args),
+        Duration::from_millis(50),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let item = scene.listed().await;
+    let mut browser = crate::support::serve::Http::default();
+    sign_in(&mut browser, &scene.serve, DANA).await;
+
+    let inbox = browser
+        .get(&scene.serve.url(&format!("/?namespace={}", scene.namespace)))
+        .await;
+    let row = text(&inbox.body);
+    assert!(
+        row.contains("… (cut: open the record for all of it)"),
+        "{row}"
+    );
+
+    let page = browser
+        .get(
+            &scene
+                .serve
+                .url(&format!("/records/{key}?done=pwned+by+a+link")),
+        )
+        .await;
+    assert_eq!(page.status, 200);
+    assert!(
+        !page.body.contains("pwned"),
+        "text from the address is shown"
+    );
+    assert!(!page.body.contains("id=\"notice\""));
+    let csrf = hidden(&page.body, "csrf").unwrap();
+    let confirm = browser
+        .form(
+            &scene.serve.url(&format!("/records/{key}/resolve")),
+            &[
+                ("csrf", &csrf),
+                ("version", item["version"].as_str().unwrap()),
+                ("as", "released"),
+                ("reason", "the worker never reached the provider"),
+            ],
+        )
+        .await;
+    assert_eq!(confirm.status, 200, "{}", confirm.body);
+    let effect = text(&confirm.body);
+    assert!(
+        effect.contains(&format!("runs charge_card again ({args})")),
+        "the confirmation restates the exact JSON: {effect}"
+    );
+}
+
+/// Each of these is refused with what the rule is, and changes nothing; a
+/// lower-case `bearer` is the same scheme; a denied call reads as denied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_bounds_requests_are_refused_with_the_rule() {
+    let (_dir, url) = crate::support::sqlite();
+    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let item = scene.asked("eve").await;
+    let key = item["key"].as_str().unwrap().to_owned();
+    let serve = &scene.serve;
+    let http = &mut scene.http;
+    let token = serve.token.clone();
+
+    let bogus = http.bot(serve, "/api/inbox?state=bogus", None).await;
+    assert_eq!(bogus.status, 400, "{}", bogus.body);
+    assert_eq!(bogus.json()["error"]["code"], "bad_request");
+    let message = bogus.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for state in ["all", "awaiting_approval", "unknown", "vanished"] {
+        assert!(message.contains(state), "{message}");
+    }
+
+    let nope = http.bot(serve, "/api/nope", None).await;
+    assert_eq!(nope.status, 404);
+    assert_eq!(nope.json()["error"]["code"], "not_found");
+    let lower = http
+        .send(
+            "GET",
+            &serve.url("/api/inbox"),
+            &[("authorization", &format!("bearer {token}"))],
+            "",
+        )
+        .await;
+    assert_eq!(lower.status, 200, "{}", lower.body);
+
+    let deny = format!("/api/records/{key}/deny");
+    let huge = json!({"version": item["version"], "reason": "x".repeat(300 * 1024)});
+    let too_large = http.bot(serve, &deny, Some(&huge)).await;
+    assert_eq!(too_large.status, 413, "{}", too_large.body);
+    let long = json!({"version": item["version"], "reason": "x".repeat(5 * 1024)});
+    let too_long = http.bot(serve, &deny, Some(&long)).await;
+    assert_eq!(too_long.status, 422, "{}", too_long.body);
+    assert!(
+        too_long.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("at most 4 KiB"),
+        "{}",
+        too_long.body
+    );
+    assert_eq!(
+        http.bot(serve, &format!("/api/records/{key}"), None)
+            .await
+            .json()["version"],
+        item["version"],
+        "nothing changed"
+    );
+
+    let mut browser = crate::support::serve::Http::default();
+    sign_in(&mut browser, serve, DANA).await;
+    let page = browser.get(&serve.url("/?state=bogus")).await;
+    assert_eq!(page.status, 400);
+    assert!(page.body.contains("awaiting_approval"));
+    let record = browser.get(&serve.url(&format!("/records/{key}"))).await;
+    let csrf = hidden(&record.body, "csrf").unwrap();
+    let form = format!("csrf={csrf}&reason={}", "x".repeat(300 * 1024));
+    let posted = browser
+        .send(
+            "POST",
+            &serve.url(&format!("/records/{key}/deny")),
+            &[("content-type", "application/x-www-form-urlencoded")],
+            &form,
+        )
+        .await;
+    assert_eq!(posted.status, 413);
+
+    let denied = http
+        .bot(
+            serve,
+            &deny,
+            Some(&json!({"version": item["version"], "reason": "closed by support"})),
+        )
+        .await;
+    assert_eq!(denied.status, 200, "{}", denied.body);
+    let record = browser.get(&serve.url(&format!("/records/{key}"))).await;
+    assert!(
+        record
+            .body
+            .contains("id=\"state\">denied: it never ran</span>"),
+        "{}",
+        record.body
+    );
+}
