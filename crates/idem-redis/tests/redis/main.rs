@@ -16,3 +16,5 @@ mod retention;
 mod round_trips;
 mod scans;
 mod server_failures;
+mod tls;
+mod tls_conformance;

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{TempDir, Watchdog};
+use super::{CertifiedKeyFiles, TempDir, Watchdog};
 
 /// A `redis-server` on 127.0.0.1, killed when dropped.
 #[derive(Debug)]
@@ -21,6 +21,8 @@ pub struct RedisServer {
     // Declared before the directory: the server stops before it is deleted.
     process: Process,
     port: u16,
+    /// Whether it listens with TLS only ([`RedisServer::start_tls`]).
+    tls: bool,
     _dir: TempDir,
 }
 
@@ -69,7 +71,7 @@ impl RedisServer {
         let binary = find_binary("redis-server", &[])?;
         let mut last_error = String::new();
         for _ in 0..3 {
-            match RedisServer::spawn(&binary, &[]) {
+            match RedisServer::spawn(&binary, &[], false) {
                 Ok(server) => return Some(server),
                 Err(e) => last_error = e,
             }
@@ -77,14 +79,62 @@ impl RedisServer {
         panic!("redis-server did not start: {last_error}");
     }
 
-    /// Start `binary` on a free port with `extra` arguments, and wait until
-    /// it answers.
-    fn spawn(binary: &Path, extra: &[&str]) -> Result<RedisServer, String> {
+    /// Start a server that accepts TLS connections only (`--port 0`, its
+    /// one port a `--tls-port`), presenting `certificate`; with
+    /// `auth_clients`, it asks for a client certificate signed by the CA
+    /// `ca` (`--tls-auth-clients yes`) and refuses connections without
+    /// one. `None` when `redis-server` is not installed.
+    ///
+    /// # Panics
+    ///
+    /// When the binary exists but the server does not come up (one built
+    /// without TLS refuses `--tls-port`).
+    pub fn start_tls(
+        certificate: &CertifiedKeyFiles,
+        ca: &Path,
+        auth_clients: bool,
+    ) -> Option<RedisServer> {
+        let binary = find_binary("redis-server", &[])?;
+        let (cert, key, ca) = (path(&certificate.cert), path(&certificate.key), path(ca));
+        let auth = if auth_clients { "yes" } else { "no" };
+        let extra = [
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            auth,
+        ];
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match RedisServer::spawn(&binary, &extra, true) {
+                Ok(server) => return Some(server),
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server with TLS did not start: {last_error}");
+    }
+
+    /// Start `binary` on a free port with `extra` arguments (the port a TLS
+    /// one when `tls`), and wait until it answers.
+    fn spawn(binary: &Path, extra: &[&str], tls: bool) -> Result<RedisServer, String> {
         let dir = TempDir::new("idem-redis").expect("create a temporary directory");
         let port = free_port();
         let log = dir.path().join("redis.log");
+        let ports = match tls {
+            false => ["--port".to_owned(), port.to_string()],
+            true => ["--port".to_owned(), "0".to_owned()],
+        };
+        let tls_port = match tls {
+            false => vec![],
+            true => vec!["--tls-port".to_owned(), port.to_string()],
+        };
         let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(ports)
+            .args(tls_port)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(extra)
             .arg("--dir")
@@ -97,19 +147,32 @@ impl RedisServer {
             .spawn()
             .expect("spawn redis-server");
         let mut process = Process::new(child, "TERM", dir.path());
-        match wait_until(Duration::from_secs(10), &mut process, || redis_ping(port)) {
+        // A TLS server cannot be pinged in plain text: it is ready once it
+        // says so and its port takes connections.
+        let ready = || match tls {
+            false => redis_ping(port),
+            true => {
+                read_log(&log).contains("Ready to accept connections")
+                    && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            }
+        };
+        match wait_until(Duration::from_secs(10), &mut process, ready) {
             Ok(()) => Ok(RedisServer {
                 process,
                 port,
+                tls,
                 _dir: dir,
             }),
             Err(e) => Err(format!("{e}; log: {}", read_log(&log))),
         }
     }
 
-    /// The server's URL, `redis://127.0.0.1:PORT/`.
+    /// The server's URL, `redis://127.0.0.1:PORT/`, or for a server
+    /// started with [`RedisServer::start_tls`] `rediss://127.0.0.1:PORT/`
+    /// (the URL names no CA: add `?ca=PATH`).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// The server's port.
@@ -173,6 +236,7 @@ impl RedisCluster {
                     "--cluster-node-timeout",
                     "1000",
                 ],
+                false,
             )?;
             nodes.push(node);
         }
@@ -282,6 +346,24 @@ impl PostgresServer {
     /// When the binaries exist but the server does not come up (a setting
     /// the server rejects stops it from starting).
     pub fn start_with(settings: &[&str]) -> Option<PostgresServer> {
+        Self::start_configured(settings, None)
+    }
+
+    /// As [`PostgresServer::start`], with TLS on (`ssl=on`), presenting
+    /// `certificate`; with `tls_only`, `pg_hba.conf` has `hostssl` lines
+    /// only, so a connection without TLS is refused.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the server does not come up.
+    pub fn start_tls(certificate: &CertifiedKeyFiles, tls_only: bool) -> Option<PostgresServer> {
+        Self::start_configured(&[], Some((certificate, tls_only)))
+    }
+
+    fn start_configured(
+        settings: &[&str],
+        tls: Option<(&CertifiedKeyFiles, bool)>,
+    ) -> Option<PostgresServer> {
         let pg_dirs = postgres_bin_dirs();
         let extra: Vec<&Path> = pg_dirs.iter().map(PathBuf::as_path).collect();
         let initdb = find_binary("initdb", &extra)?;
@@ -313,6 +395,32 @@ impl PostgresServer {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut tls_settings = Vec::new();
+        if let Some((certificate, tls_only)) = tls {
+            // The server reads its key as its own account, and refuses a
+            // key others may read.
+            let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+            std::fs::copy(&certificate.cert, &cert).expect("copy the server certificate");
+            std::fs::copy(&certificate.key, &key).expect("copy the server key");
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("make the key private");
+            if let Some((uid, gid)) = account {
+                for file in [&cert, &key] {
+                    std::os::unix::fs::chown(file, Some(uid), Some(gid))
+                        .expect("give the certificate to the unprivileged account");
+                }
+            }
+            tls_settings.push("ssl=on".to_owned());
+            tls_settings.push(format!("ssl_cert_file={}", cert.display()));
+            tls_settings.push(format!("ssl_key_file={}", key.display()));
+            if tls_only {
+                std::fs::write(
+                    data.join("pg_hba.conf"),
+                    "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
+                )
+                .expect("write pg_hba.conf");
+            }
+        }
         let log_path = dir.path().join("postgres.log");
         let mut last_error = String::new();
         for _ in 0..3 {
@@ -327,6 +435,7 @@ impl PostgresServer {
                 .arg(format!("unix_socket_directories={}", dir.path().display()))
                 .args(["-c", "fsync=off", "-c", "max_connections=200"])
                 .args(["-c", "shared_preload_libraries=pg_stat_statements"])
+                .args(tls_settings.iter().flat_map(|setting| ["-c", setting]))
                 .args(settings.iter().flat_map(|setting| ["-c", setting]))
                 .current_dir(dir.path())
                 .stdin(Stdio::null())
@@ -458,6 +567,11 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("bind a loopback port")
         .port()
+}
+
+/// `path` as an argument of a server's command line.
+fn path(path: &Path) -> String {
+    path.display().to_string()
 }
 
 fn read_log(path: &Path) -> String {
