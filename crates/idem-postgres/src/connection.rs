@@ -5,8 +5,8 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
+use crate::connector::RustlsConnector;
 use tokio_postgres::{Client, Config};
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::error::error;
 use crate::listener::{listen, SAFETY_POLL};
@@ -34,10 +34,10 @@ impl Drop for PostgresStore {
 /// Opens [`Conn`]s for the pool.
 pub(super) struct Manager {
     config: Config,
-    tls: MakeRustlsConnect,
+    tls: RustlsConnector,
 }
 
-async fn open(config: &Config, tls: &MakeRustlsConnect) -> Result<Client, tokio_postgres::Error> {
+async fn open(config: &Config, tls: &RustlsConnector) -> Result<Client, tokio_postgres::Error> {
     let (client, connection) = config.connect(tls.clone()).await?;
     tokio::spawn(async move {
         // Ends when the client is dropped or the server goes away; the

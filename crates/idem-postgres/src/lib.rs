@@ -68,6 +68,7 @@
 mod backend;
 mod codec;
 mod connection;
+mod connector;
 mod error;
 mod listener;
 mod options;

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connector::RustlsConnector;
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, Config};
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 use idem_runtime::store::backend::Waiters;
 
@@ -23,7 +23,7 @@ const LISTEN: &str = "LISTEN idem_done";
 /// notifications sent while disconnected are lost.
 pub(super) async fn listen(
     config: Config,
-    tls: MakeRustlsConnect,
+    tls: RustlsConnector,
     waiters: Arc<Waiters>,
     connect_timeout: Duration,
     listening: tokio::sync::oneshot::Sender<()>,

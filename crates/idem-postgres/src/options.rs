@@ -5,8 +5,8 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::connector::RustlsConnector;
 use tokio_postgres::Config;
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::tls::{take_tls, TlsSettings};
 
@@ -123,7 +123,7 @@ pub(super) fn split_query(url: &str) -> Option<(&str, &str)> {
 /// and the PostgreSQL schema it names.
 pub(super) struct Target {
     pub(super) config: Config,
-    pub(super) connector: MakeRustlsConnect,
+    pub(super) connector: RustlsConnector,
     pub(super) tls: TlsSettings,
     pub(super) name: String,
     pub(super) schema: Option<String>,

@@ -1,7 +1,8 @@
 //! TLS to PostgreSQL, with libpq's parameters, so the URL a provider gives
 //! works as pasted: `sslmode`, `sslrootcert`, `sslcert`, `sslkey`, and
 //! `channel_binding` (read by tokio-postgres itself, which binds SCRAM to
-//! the TLS channel through the connector's `tls-server-end-point`).
+//! the TLS channel through the [connector](crate::connector)'s
+//! `tls-server-end-point`).
 //!
 //! | `sslmode` | TLS | the server's certificate |
 //! |---|---|---|
@@ -24,6 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connector::RustlsConnector;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::{ring, CryptoProvider};
@@ -33,7 +35,6 @@ use rustls::{ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Config;
-use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::options::split_query;
 use idem_runtime::store::url::TLS_CA_FILE_ENV;
@@ -181,7 +182,7 @@ impl TlsSettings {
 
     /// The TLS connector of every connection of the store: its files are
     /// read now, so a missing one is reported before anything connects.
-    pub(super) fn connector(&self, name: &str) -> Result<MakeRustlsConnect, StoreError> {
+    pub(super) fn connector(&self, name: &str) -> Result<RustlsConnector, StoreError> {
         let provider = Arc::new(ring::default_provider());
         let verifier: Arc<dyn ServerCertVerifier> = match (self.mode, &self.roots) {
             (Mode::Disable | Mode::Prefer | Mode::Require, None) => {
@@ -220,7 +221,7 @@ impl TlsSettings {
                     .map_err(|e| invalid(name, format!("the client certificate and key (sslcert=, sslkey=) do not go together: {e}"), e))?
             }
         };
-        Ok(MakeRustlsConnect::new(config))
+        Ok(RustlsConnector::new(config))
     }
 }
 

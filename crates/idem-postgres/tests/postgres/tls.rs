@@ -195,6 +195,34 @@ async fn prefer_uses_tls_when_offered_and_verify_full_checks_the_name() {
     assert!(message.contains("sslmode=verify-ca"), "{message}");
 }
 
+/// Neon's form: `sslmode=require&channel_binding=require`. The password
+/// exchange (SCRAM-SHA-256-PLUS) is bound to the TLS channel through the
+/// hash of the server's certificate, which the server checks; without TLS
+/// there is nothing to bind to, and the store is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_is_bound_to_the_tls_channel_when_the_url_requires_it() {
+    let Some(base) = tls_offered_url("postgres channel binding").await else {
+        return;
+    };
+    let raw = connect_raw(&base).await;
+    raw.batch_execute(
+        "DO $$ BEGIN CREATE ROLE idem_scram LOGIN SUPERUSER PASSWORD 'hunter2'; \
+         EXCEPTION WHEN duplicate_object THEN NULL; END $$",
+    )
+    .await
+    .unwrap();
+    let url = base.replace("idem@", "idem_scram:hunter2@");
+    works(&format!("{url}?sslmode=require&channel_binding=require"))
+        .await
+        .close()
+        .await;
+    let plain = format!("{url}?sslmode=disable&channel_binding=require");
+    match PostgresStore::connect_with(&plain, quick()).await {
+        Err(e) => assert!(!e.to_string().contains("hunter2"), "{e}"),
+        Ok(_) => panic!("{plain}: connected without channel binding"),
+    }
+}
+
 #[tokio::test]
 async fn tls_parameters_that_cannot_be_honoured_are_refused_before_connecting() {
     for (url, says) in [

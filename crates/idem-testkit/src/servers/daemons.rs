@@ -351,7 +351,10 @@ impl PostgresServer {
 
     /// As [`PostgresServer::start`], with TLS on (`ssl=on`), presenting
     /// `certificate`; with `tls_only`, `pg_hba.conf` has `hostssl` lines
-    /// only, so a connection without TLS is refused.
+    /// only, so a connection without TLS is refused. The account
+    /// `idem_scram`, once a test creates it with a password, signs in with
+    /// SCRAM-SHA-256 (so that SCRAM's channel binding can be tested);
+    /// every other account is trusted.
     ///
     /// # Panics
     ///
@@ -413,13 +416,23 @@ impl PostgresServer {
             tls_settings.push("ssl=on".to_owned());
             tls_settings.push(format!("ssl_cert_file={}", cert.display()));
             tls_settings.push(format!("ssl_key_file={}", key.display()));
-            if tls_only {
-                std::fs::write(
-                    data.join("pg_hba.conf"),
-                    "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostssl all all ::1/128 trust\n",
-                )
-                .expect("write pg_hba.conf");
-            }
+            // Every account is trusted but `idem_scram`, which signs in
+            // with SCRAM (for channel binding); with `tls_only`, over TLS
+            // only.
+            let host = if tls_only { "hostssl" } else { "host" };
+            let hba: String = ["127.0.0.1/32", "::1/128"]
+                .iter()
+                .map(|net| {
+                    format!(
+                        "{host} all idem_scram {net} scram-sha-256\n{host} all all {net} trust\n"
+                    )
+                })
+                .collect();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                format!("local all all trust\n{hba}"),
+            )
+            .expect("write pg_hba.conf");
         }
         let log_path = dir.path().join("postgres.log");
         let mut last_error = String::new();
