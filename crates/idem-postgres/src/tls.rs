@@ -409,6 +409,10 @@ pub(super) async fn diagnose(
         if db.code().code() == "28000" && unencrypted && settings.mode == Mode::Disable {
             return failure(TlsProblem::ServerRequiresTls);
         }
+        // An account that signs in by certificate (`cert`), without one.
+        if db.code().code() == "28000" && message.contains("requires a valid client certificate") {
+            return failure(TlsProblem::ClientCertificateRequired);
+        }
         return error;
     }
     if settings.driver_mode() != SslMode::Require {

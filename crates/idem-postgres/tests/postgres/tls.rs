@@ -20,12 +20,12 @@ pub(crate) static CERTS: LazyLock<TestCertificates> = LazyLock::new(TestCertific
 
 /// TLS only (`hostssl`), a valid certificate for 127.0.0.1.
 static TLS_ONLY: LazyLock<Option<PostgresServer>> =
-    LazyLock::new(|| PostgresServer::start_tls(&CERTS.server, true));
+    LazyLock::new(|| PostgresServer::start_tls(&CERTS.server, &CERTS.ca, true));
 
 /// TLS offered beside plain text, with a certificate for
 /// `db.example.invalid` (signed by the test's CA).
 static TLS_OFFERED: LazyLock<Option<PostgresServer>> =
-    LazyLock::new(|| PostgresServer::start_tls(&CERTS.wrong_name, false));
+    LazyLock::new(|| PostgresServer::start_tls(&CERTS.wrong_name, &CERTS.ca, false));
 
 /// The URL of [`TLS_ONLY`] with no TLS parameters, or `None` after a loud
 /// skip.
@@ -204,13 +204,8 @@ async fn scram_is_bound_to_the_tls_channel_when_the_url_requires_it() {
     let Some(base) = tls_offered_url("postgres channel binding").await else {
         return;
     };
-    let raw = connect_raw(&base).await;
-    raw.batch_execute(
-        "DO $$ BEGIN CREATE ROLE idem_scram LOGIN SUPERUSER PASSWORD 'hunter2'; \
-         EXCEPTION WHEN duplicate_object THEN NULL; END $$",
-    )
-    .await
-    .unwrap();
+    // `idem_scram` (password `hunter2`) signs in with SCRAM: see
+    // `PostgresServer::start_tls`.
     let url = base.replace("idem@", "idem_scram:hunter2@");
     works(&format!("{url}?sslmode=require&channel_binding=require"))
         .await
@@ -221,6 +216,33 @@ async fn scram_is_bound_to_the_tls_channel_when_the_url_requires_it() {
         Err(e) => assert!(!e.to_string().contains("hunter2"), "{e}"),
         Ok(_) => panic!("{plain}: connected without channel binding"),
     }
+}
+
+/// Cloud SQL's form: `sslcert` and `sslkey` name a client certificate,
+/// which an account that signs in by certificate (`cert` in
+/// `pg_hba.conf`) needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_certificate_signs_in_an_account_that_needs_one() {
+    let Some(base) = tls_only_url("postgres client certificate").await else {
+        return;
+    };
+    // `idem-client` signs in by certificate: see `PostgresServer::start_tls`.
+    let url = base.replace("idem@", "idem-client@");
+    let ca = CERTS.ca.display();
+    let client = format!(
+        "sslcert={}&sslkey={}",
+        CERTS.client.cert.display(),
+        CERTS.client.key.display()
+    );
+    let without = format!("{url}?sslmode=verify-full&sslrootcert={ca}");
+    let (failure, message) = refused(&without).await;
+    assert_eq!(
+        failure.problem,
+        TlsProblem::ClientCertificateRequired,
+        "{message}"
+    );
+    assert!(message.contains("sslcert=PATH&sslkey=PATH"), "{message}");
+    works(&format!("{without}&{client}")).await.close().await;
 }
 
 #[tokio::test]

@@ -352,20 +352,26 @@ impl PostgresServer {
     /// As [`PostgresServer::start`], with TLS on (`ssl=on`), presenting
     /// `certificate`; with `tls_only`, `pg_hba.conf` has `hostssl` lines
     /// only, so a connection without TLS is refused. The account
-    /// `idem_scram`, once a test creates it with a password, signs in with
-    /// SCRAM-SHA-256 (so that SCRAM's channel binding can be tested);
-    /// every other account is trusted.
+    /// `idem_scram`, password `hunter2`, signs in with SCRAM-SHA-256 (so
+    /// that SCRAM's channel binding can be tested), and
+    /// `idem-client` with a client certificate signed by `client_ca` whose
+    /// common name is `idem-client` (`cert`, over TLS); every other account
+    /// is trusted.
     ///
     /// # Panics
     ///
     /// When the binaries exist but the server does not come up.
-    pub fn start_tls(certificate: &CertifiedKeyFiles, tls_only: bool) -> Option<PostgresServer> {
-        Self::start_configured(&[], Some((certificate, tls_only)))
+    pub fn start_tls(
+        certificate: &CertifiedKeyFiles,
+        client_ca: &Path,
+        tls_only: bool,
+    ) -> Option<PostgresServer> {
+        Self::start_configured(&[], Some((certificate, client_ca, tls_only)))
     }
 
     fn start_configured(
         settings: &[&str],
-        tls: Option<(&CertifiedKeyFiles, bool)>,
+        tls: Option<(&CertifiedKeyFiles, &Path, bool)>,
     ) -> Option<PostgresServer> {
         let pg_dirs = postgres_bin_dirs();
         let extra: Vec<&Path> = pg_dirs.iter().map(PathBuf::as_path).collect();
@@ -399,16 +405,18 @@ impl PostgresServer {
             String::from_utf8_lossy(&out.stderr)
         );
         let mut tls_settings = Vec::new();
-        if let Some((certificate, tls_only)) = tls {
+        if let Some((certificate, client_ca_file, tls_only)) = tls {
             // The server reads its key as its own account, and refuses a
             // key others may read.
             let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+            let client_ca = dir.path().join("client-ca.crt");
             std::fs::copy(&certificate.cert, &cert).expect("copy the server certificate");
             std::fs::copy(&certificate.key, &key).expect("copy the server key");
+            std::fs::copy(client_ca_file, &client_ca).expect("copy the clients' CA");
             std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
                 .expect("make the key private");
             if let Some((uid, gid)) = account {
-                for file in [&cert, &key] {
+                for file in [&cert, &key, &client_ca] {
                     std::os::unix::fs::chown(file, Some(uid), Some(gid))
                         .expect("give the certificate to the unprivileged account");
                 }
@@ -416,15 +424,19 @@ impl PostgresServer {
             tls_settings.push("ssl=on".to_owned());
             tls_settings.push(format!("ssl_cert_file={}", cert.display()));
             tls_settings.push(format!("ssl_key_file={}", key.display()));
+            tls_settings.push(format!("ssl_ca_file={}", client_ca.display()));
             // Every account is trusted but `idem_scram`, which signs in
-            // with SCRAM (for channel binding); with `tls_only`, over TLS
-            // only.
+            // with SCRAM (for channel binding), and `idem-client`, which
+            // signs in with its client certificate; with `tls_only`, over
+            // TLS only.
             let host = if tls_only { "hostssl" } else { "host" };
             let hba: String = ["127.0.0.1/32", "::1/128"]
                 .iter()
                 .map(|net| {
                     format!(
-                        "{host} all idem_scram {net} scram-sha-256\n{host} all all {net} trust\n"
+                        "{host} all idem_scram {net} scram-sha-256\n\
+                         hostssl all idem-client {net} cert\n\
+                         {host} all all {net} trust\n"
                     )
                 })
                 .collect();
@@ -468,6 +480,33 @@ impl PostgresServer {
                     .is_ok_and(|s| s.success())
             };
             match wait_until(Duration::from_secs(30), &mut process, ready) {
+                Ok(()) if tls.is_some() => {
+                    // The accounts `pg_hba.conf` names, created over the
+                    // Unix socket (trusted).
+                    let out = Command::new(bin.join("psql"))
+                        .arg("-h")
+                        .arg(dir.path())
+                        .args(["-p", &port.to_string(), "-U", "idem", "-d", "postgres"])
+                        .args(["-v", "ON_ERROR_STOP=1", "-q"])
+                        .args([
+                            "-c",
+                            "CREATE ROLE idem_scram LOGIN SUPERUSER PASSWORD 'hunter2'",
+                        ])
+                        .args(["-c", "CREATE ROLE \"idem-client\" LOGIN SUPERUSER"])
+                        .env("HOME", dir.path())
+                        .output()
+                        .expect("run psql");
+                    assert!(
+                        out.status.success(),
+                        "creating the TLS test accounts failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    return Some(PostgresServer {
+                        process,
+                        port,
+                        _dir: dir,
+                    });
+                }
                 Ok(()) => {
                     return Some(PostgresServer {
                         process,
