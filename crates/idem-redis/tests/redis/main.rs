@@ -17,4 +17,5 @@ mod round_trips;
 mod scans;
 mod server_failures;
 mod tls;
+mod tls_cluster_conformance;
 mod tls_conformance;

@@ -31,7 +31,8 @@ pub struct TestCertificates {
     /// A CA that signed none of them: trusting it alone, no server here
     /// verifies.
     pub other_ca: PathBuf,
-    /// A server certificate for `127.0.0.1` and `localhost`, valid now.
+    /// A server certificate for `127.0.0.1` and `localhost`, valid now
+    /// (for client authentication too, as a cluster's nodes use it).
     pub server: CertifiedKeyFiles,
     /// The same names, expired in 2021.
     pub expired: CertifiedKeyFiles,
@@ -65,10 +66,15 @@ impl TestCertificates {
                 CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                     .expect("valid names");
             params.distinguished_name.push(DnType::CommonName, names[0]);
-            params.extended_key_usages = vec![match client {
-                true => ExtendedKeyUsagePurpose::ClientAuth,
-                false => ExtendedKeyUsagePurpose::ServerAuth,
-            }];
+            // A server's certificate is also its client certificate where
+            // servers connect to one another (a Redis Cluster's TLS bus).
+            params.extended_key_usages = match client {
+                true => vec![ExtendedKeyUsagePurpose::ClientAuth],
+                false => vec![
+                    ExtendedKeyUsagePurpose::ServerAuth,
+                    ExtendedKeyUsagePurpose::ClientAuth,
+                ],
+            };
             if expired {
                 params.not_before = rcgen::date_time_ymd(2020, 1, 1);
                 params.not_after = rcgen::date_time_ymd(2021, 1, 1);

@@ -36,6 +36,9 @@ pub struct RedisCluster {
     /// the replicas.
     nodes: Vec<RedisServer>,
     primaries: usize,
+    /// What `redis-cli` needs to reach the nodes: `--tls --cacert CA` for
+    /// a cluster over TLS, nothing otherwise.
+    cli_tls: Vec<String>,
 }
 
 /// A PostgreSQL server on 127.0.0.1 with a trusted superuser `idem`,
@@ -209,7 +212,7 @@ impl RedisCluster {
         let cli = find_binary("redis-cli", &[])?;
         let mut last_error = String::new();
         for _ in 0..3 {
-            match Self::try_start(&server, &cli, 3, replicas) {
+            match Self::try_start(&server, &cli, 3, replicas, None) {
                 Ok(cluster) => return Some(cluster),
                 Err(e) => last_error = e,
             }
@@ -217,40 +220,97 @@ impl RedisCluster {
         panic!("the Redis Cluster did not start: {last_error}");
     }
 
+    /// Start a cluster of three primaries that speak TLS only, to clients
+    /// and to one another (`--tls-cluster yes`), each presenting
+    /// `certificate`, signed by the CA `ca`; its [`url`](Self::url) is
+    /// `rediss+cluster://…`. `None` when `redis-server` or `redis-cli` is
+    /// not installed.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the cluster does not come up.
+    pub fn start_tls(certificate: &CertifiedKeyFiles, ca: &Path) -> Option<RedisCluster> {
+        let server = find_binary("redis-server", &[])?;
+        let cli = find_binary("redis-cli", &[])?;
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match Self::try_start(&server, &cli, 3, 0, Some((certificate, ca))) {
+                Ok(cluster) => return Some(cluster),
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("the Redis Cluster over TLS did not start: {last_error}");
+    }
+
     fn try_start(
         server: &Path,
         cli: &Path,
         primaries: usize,
         replicas: usize,
+        tls: Option<(&CertifiedKeyFiles, &Path)>,
     ) -> Result<RedisCluster, String> {
+        let mut tls_args = Vec::new();
+        let mut cli_tls = Vec::new();
+        if let Some((certificate, ca)) = tls {
+            let files = [
+                ("--tls-cert-file", &certificate.cert),
+                ("--tls-key-file", &certificate.key),
+            ];
+            for (option, file) in files {
+                tls_args.extend([option.to_owned(), path(file)]);
+            }
+            tls_args.extend(["--tls-ca-cert-file".to_owned(), path(ca)]);
+            tls_args.extend(["--tls-auth-clients", "no", "--tls-cluster", "yes"].map(String::from));
+            tls_args.extend(["--tls-replication", "yes"].map(String::from));
+            cli_tls = vec!["--tls".to_owned(), "--cacert".to_owned(), path(ca)];
+        }
         let mut nodes = Vec::new();
         for _ in 0..primaries * (1 + replicas) {
             let bus_port = free_port().to_string();
-            let node = RedisServer::spawn(
-                server,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-port",
-                    &bus_port,
-                    "--cluster-node-timeout",
-                    "1000",
-                ],
-                false,
-            )?;
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus_port,
+                "--cluster-node-timeout",
+                "1000",
+            ];
+            args.extend(tls_args.iter().map(String::as_str));
+            let node = RedisServer::spawn(server, &args, tls.is_some())?;
             nodes.push(node);
         }
         let addresses: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new(cli)
+        let mut create = Command::new(cli)
+            .args(&cli_tls)
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("run redis-cli --cluster create: {e}"))?;
+        // It waits for the nodes to join for as long as it takes: a node
+        // that never does (a TLS bus whose certificates do not verify)
+        // would hang the tests.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while create.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                let _ = create.kill();
+                let out = create.wait_with_output().map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "redis-cli --cluster create did not finish within 30 s: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = create
+            .wait_with_output()
             .map_err(|e| format!("run redis-cli --cluster create: {e}"))?;
         if !out.status.success() {
             return Err(format!(
@@ -259,7 +319,11 @@ impl RedisCluster {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        let cluster = RedisCluster { nodes, primaries };
+        let cluster = RedisCluster {
+            nodes,
+            primaries,
+            cli_tls,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !cluster.healthy(cli) {
             if Instant::now() > deadline {
@@ -274,6 +338,7 @@ impl RedisCluster {
     fn healthy(&self, cli: &Path) -> bool {
         let ask = |port: u16, words: &[&str]| {
             Command::new(cli)
+                .args(&self.cli_tls)
                 .args(["-h", "127.0.0.1", "-p", &port.to_string()])
                 .args(words)
                 .stdin(Stdio::null())
@@ -288,14 +353,19 @@ impl RedisCluster {
         })
     }
 
-    /// The cluster's URL, `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`,
+    /// The cluster's URL, `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`
+    /// (over TLS `rediss+cluster://…`, naming no CA: add `?ca=PATH`),
     /// listing every primary as a seed node.
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self.nodes[..self.primaries]
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = match self.cli_tls.is_empty() {
+            true => "redis+cluster",
+            false => "rediss+cluster",
+        };
+        format!("{scheme}://{}", seeds.join(","))
     }
 
     /// The ports of the primaries the cluster started with.
