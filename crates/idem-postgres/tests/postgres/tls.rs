@@ -266,3 +266,48 @@ async fn tls_parameters_that_cannot_be_honoured_are_refused_before_connecting() 
         assert!(err.to_string().contains(says), "{url}: {err}");
     }
 }
+
+/// The URL the child of [`a_ca_file_named_by_the_environment_is_trusted`]
+/// connects to.
+const CHILD_URL: &str = "IDEM_TEST_TLS_URL";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child process of a_ca_file_named_by_the_environment_is_trusted"]
+async fn ca_file_from_the_environment_child() {
+    let url = std::env::var(CHILD_URL).expect("started by the parent test");
+    works(&url).await.close().await;
+}
+
+/// `IDEM_TLS_CA_FILE` names the CA when the URL names no `sslrootcert`.
+/// Set in a child process of its own (this test binary, run on the
+/// ignored case above), since the environment is shared by every test of
+/// a process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_named_by_the_environment_is_trusted() {
+    let Some(base) = tls_only_url("postgres IDEM_TLS_CA_FILE").await else {
+        return;
+    };
+    let url = format!("{base}?sslmode=verify-full");
+    let child = |ca: &std::path::Path| {
+        std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--ignored",
+                "--exact",
+                "tls::ca_file_from_the_environment_child",
+            ])
+            .env(idem_runtime::store::url::TLS_CA_FILE_ENV, ca)
+            .env(CHILD_URL, &url)
+            .output()
+            .expect("run the child")
+    };
+    let trusted = child(&CERTS.ca);
+    assert!(
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stdout)
+    );
+    let other = child(&CERTS.other_ca);
+    let out = String::from_utf8_lossy(&other.stdout);
+    assert!(!other.status.success(), "trusted another CA: {out}");
+    assert!(out.contains("not trusted"), "{out}");
+}
