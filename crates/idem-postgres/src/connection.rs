@@ -5,14 +5,15 @@
 use std::fmt;
 use std::sync::{Arc, Mutex};
 
-use tokio_postgres::{Client, Config, NoTls};
+use crate::connector::RustlsConnector;
+use tokio_postgres::{Client, Config};
 
 use crate::error::error;
 use crate::listener::{listen, SAFETY_POLL};
-use crate::options::{config, PostgresOptions};
+use crate::options::{config, PostgresOptions, Target};
 use crate::schema::{check_read_only, migrate};
 use crate::statements::{Conn, SQL};
-use crate::PostgresStore;
+use crate::{tls, PostgresStore};
 use idem_runtime::store::backend::Waiters;
 use idem_runtime::store::StoreError;
 
@@ -33,10 +34,11 @@ impl Drop for PostgresStore {
 /// Opens [`Conn`]s for the pool.
 pub(super) struct Manager {
     config: Config,
+    tls: RustlsConnector,
 }
 
-async fn open(config: &Config) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = config.connect(NoTls).await?;
+async fn open(config: &Config, tls: &RustlsConnector) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = config.connect(tls.clone()).await?;
     tokio::spawn(async move {
         // Ends when the client is dropped or the server goes away; the
         // client then reports itself closed and the pool drops it.
@@ -50,7 +52,7 @@ impl bb8::ManageConnection for Manager {
     type Error = tokio_postgres::Error;
 
     async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
-        let client = open(&self.config).await?;
+        let client = open(&self.config, &self.tls).await?;
         let sql = &*SQL;
         // Prepared concurrently: the client pipelines them.
         let (
@@ -124,10 +126,10 @@ impl PostgresStore {
         url: &str,
         options: PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
-        let (config, name, schema) = config(url, &options, false)?;
-        let client = first_connection(&config, &name, &options).await?;
-        let found = migrate(client, &name, schema.as_deref()).await?;
-        Ok(Self::start(config, name, &options, found).await)
+        let target = config(url, &options, false)?;
+        let client = first_connection(&target, &options).await?;
+        let found = migrate(client, &target.name, target.schema.as_deref()).await?;
+        Ok(Self::start(target, &options, found).await)
     }
 
     /// Connect to `url` for reading only, with default options. See
@@ -155,10 +157,10 @@ impl PostgresStore {
         url: &str,
         options: PostgresOptions,
     ) -> Result<PostgresStore, StoreError> {
-        let (config, name, schema) = config(url, &options, true)?;
-        let client = first_connection(&config, &name, &options).await?;
-        let found = check_read_only(&client, &name, schema.as_deref()).await?;
-        Ok(Self::start(config, name, &options, Some(found)).await)
+        let target = config(url, &options, true)?;
+        let client = first_connection(&target, &options).await?;
+        let found = check_read_only(&client, &target.name, target.schema.as_deref()).await?;
+        Ok(Self::start(target, &options, Some(found)).await)
     }
 
     /// The schema version the database had when this store connected:
@@ -172,29 +174,47 @@ impl PostgresStore {
     }
 }
 
-/// The connection that checks (or migrates) the schema.
+/// The connection that checks (or migrates) the schema. Its failure is
+/// the first a TLS problem shows in, and is told as one when it is.
 async fn first_connection(
-    config: &Config,
-    name: &str,
+    target: &Target,
     options: &PostgresOptions,
 ) -> Result<Client, StoreError> {
-    tokio::time::timeout(options.connect_timeout, open(config))
-        .await
-        .map_err(|_| StoreError::Unavailable {
-            store: name.to_owned(),
-            cause: format!("no connection within {:?}", options.connect_timeout).into(),
-        })?
-        .map_err(|e| error(name, e))
+    let name = &target.name;
+    let connected = tokio::time::timeout(
+        options.connect_timeout,
+        open(&target.config, &target.connector),
+    )
+    .await
+    .map_err(|_| StoreError::Unavailable {
+        store: name.to_owned(),
+        cause: format!("no connection within {:?}", options.connect_timeout).into(),
+    })?;
+    match connected {
+        Ok(client) => Ok(client),
+        Err(e) => Err(tls::diagnose(
+            error(name, e),
+            &target.tls,
+            &target.config,
+            options.connect_timeout,
+        )
+        .await),
+    }
 }
 
 impl PostgresStore {
     /// The pool and the listener, on a checked schema.
     async fn start(
-        config: Config,
-        name: String,
+        target: Target,
         options: &PostgresOptions,
         schema_found: Option<u32>,
     ) -> PostgresStore {
+        let Target {
+            config,
+            connector,
+            name,
+            ..
+        } = target;
         let pool = bb8::Pool::builder()
             .max_size(options.pool_size)
             .connection_timeout(options.connect_timeout)
@@ -203,12 +223,14 @@ impl PostgresStore {
             .test_on_check_out(false)
             .build_unchecked(Manager {
                 config: config.clone(),
+                tls: connector.clone(),
             });
 
         let waiters = Arc::new(Waiters::new(SAFETY_POLL));
         let (listening, ready) = tokio::sync::oneshot::channel();
         let listener = tokio::spawn(listen(
             config,
+            connector,
             waiters.clone(),
             options.connect_timeout,
             listening,

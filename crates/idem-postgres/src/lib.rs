@@ -54,15 +54,27 @@
 //! * Connections come from a [`bb8`] pool; each connection prepares every
 //!   statement once when it opens. Nothing is retried with a request, so a
 //!   transition is never applied twice.
+//! * TLS follows libpq's parameters, so a provider's URL works as pasted:
+//!   `sslmode` (`disable`; `prefer`, the default, which asks for TLS first
+//!   and uses it whenever the server offers it; `require`; `verify-ca`;
+//!   `verify-full`), `sslrootcert` (a CA file, or `system`), `sslcert`
+//!   and `sslkey` (a client certificate), and `channel_binding`, through
+//!   tokio-postgres with a rustls connector. `prefer` and `require`
+//!   encrypt without verifying the certificate, as libpq's do, unless a
+//!   CA file is named (`sslrootcert`, or the file `IDEM_TLS_CA_FILE`
+//!   names); a connection that cannot be made for TLS's sake is a
+//!   [`StoreError::Tls`] saying why and what to write.
 
 mod backend;
 mod codec;
 mod connection;
+mod connector;
 mod error;
 mod listener;
 mod options;
 mod schema;
 mod statements;
+mod tls;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -4,8 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::connector::RustlsConnector;
 use futures_util::StreamExt;
-use tokio_postgres::{AsyncMessage, Config, NoTls};
+use tokio_postgres::{AsyncMessage, Config};
 
 use idem_runtime::store::backend::Waiters;
 
@@ -22,6 +23,7 @@ const LISTEN: &str = "LISTEN idem_done";
 /// notifications sent while disconnected are lost.
 pub(super) async fn listen(
     config: Config,
+    tls: RustlsConnector,
     waiters: Arc<Waiters>,
     connect_timeout: Duration,
     listening: tokio::sync::oneshot::Sender<()>,
@@ -30,7 +32,7 @@ pub(super) async fn listen(
     let mut pause = Duration::from_millis(100);
     loop {
         if let Ok(Ok((client, mut connection))) =
-            tokio::time::timeout(connect_timeout, config.connect(NoTls)).await
+            tokio::time::timeout(connect_timeout, config.connect(tls.clone())).await
         {
             let mut messages = futures_util::stream::poll_fn(move |cx| connection.poll_message(cx));
             let subscribe = client.batch_execute(LISTEN);

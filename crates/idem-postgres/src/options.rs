@@ -5,7 +5,10 @@
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::connector::RustlsConnector;
 use tokio_postgres::Config;
+
+use crate::tls::{take_tls, TlsSettings};
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
 use idem_runtime::store::redact;
@@ -59,7 +62,7 @@ impl PostgresOptions {
 /// unambiguous (lower-case ASCII letters, digits and `_`, not starting with
 /// a digit or `pg_`, at most 63 bytes).
 fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
-    let Some((base, query)) = url.split_once('?') else {
+    let Some((base, query)) = split_query(url) else {
         return Ok((url.to_owned(), None));
     };
     let mut schema = None;
@@ -103,16 +106,39 @@ fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
     Ok((url, schema.map(str::to_owned)))
 }
 
-/// The driver's configuration for `url`, its name for messages (password
-/// hidden) and the PostgreSQL schema it names; `read_only` makes every
-/// session's transactions read-only.
+/// `url` split at the `?` that starts its query, or `None` when it has
+/// none. The query starts after the credentials: a password may hold a
+/// `?` (or `@`, `/`), so the `?` is looked for after the last `@`.
+pub(super) fn split_query(url: &str) -> Option<(&str, &str)> {
+    let after_scheme = url.find("://").map_or(0, |at| at + "://".len());
+    let host_start = url[after_scheme..]
+        .rfind('@')
+        .map_or(after_scheme, |at| after_scheme + at + 1);
+    let at = host_start + url[host_start..].find('?')?;
+    Some((&url[..at], &url[at + 1..]))
+}
+
+/// What a store's URL says: the driver's configuration, the TLS
+/// connector and settings, the URL's name for messages (password hidden)
+/// and the PostgreSQL schema it names.
+pub(super) struct Target {
+    pub(super) config: Config,
+    pub(super) connector: RustlsConnector,
+    pub(super) tls: TlsSettings,
+    pub(super) name: String,
+    pub(super) schema: Option<String>,
+}
+
+/// The [`Target`] of `url`; `read_only` makes every session's
+/// transactions read-only.
 pub(super) fn config(
     url: &str,
     options: &PostgresOptions,
     read_only: bool,
-) -> Result<(Config, String, Option<String>), StoreError> {
+) -> Result<Target, StoreError> {
     let name = redact(url);
     let (driver_url, schema) = take_schema(url)?;
+    let (driver_url, tls) = take_tls(&driver_url, &name)?;
     let mut config = Config::from_str(&driver_url).map_err(|e| StoreError::InvalidUrl {
         store: name.clone(),
         reason: Cause::with_source(format!("bad PostgreSQL URL: {e}"), e),
@@ -139,5 +165,13 @@ pub(super) fn config(
         config.connect_timeout(options.connect_timeout);
     }
     config.application_name("idem");
-    Ok((config, name, schema))
+    config.ssl_mode(tls.driver_mode());
+    let connector = tls.connector(&name)?;
+    Ok(Target {
+        config,
+        connector,
+        tls,
+        name,
+        schema,
+    })
 }

@@ -1,11 +1,11 @@
-//! The Redis store as a [`Backend`]: `redis://` and `redis+cluster://`;
-//! `rediss://` and `rediss+cluster://` are refused (no TLS in this build).
+//! The Redis store as a [`Backend`]: `redis://` and `redis+cluster://`,
+//! and over TLS `rediss://` and `rediss+cluster://`.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use idem_runtime::store::backend::Backend;
-use idem_runtime::store::{redact, Store, StoreError};
+use idem_runtime::store::{Store, StoreError};
 
 use crate::{RedisStore, SCHEMA_VERSION};
 
@@ -16,18 +16,6 @@ pub struct Redis;
 
 /// The Redis backend.
 pub const BACKEND: Redis = Redis;
-
-/// A URL asking for TLS, which this build cannot speak, is refused before
-/// any connection, whatever opens it.
-fn plain(url: &str) -> Result<&str, StoreError> {
-    if url.starts_with("rediss:") || url.starts_with("rediss+cluster:") {
-        return Err(StoreError::TlsUnsupported {
-            store: redact(url),
-            backend: "Redis",
-        });
-    }
-    Ok(url)
-}
 
 #[async_trait]
 impl Backend for Redis {
@@ -48,15 +36,15 @@ impl Backend for Redis {
     }
 
     async fn connect(&self, url: &str) -> Result<Arc<dyn Store>, StoreError> {
-        Ok(Arc::new(RedisStore::connect(plain(url)?).await?))
+        Ok(Arc::new(RedisStore::connect(url).await?))
     }
 
     async fn connect_read_only(&self, url: &str) -> Result<Arc<dyn Store>, StoreError> {
-        Ok(Arc::new(RedisStore::connect_read_only(plain(url)?).await?))
+        Ok(Arc::new(RedisStore::connect_read_only(url).await?))
     }
 
     async fn connect_found(&self, url: &str) -> Result<(Arc<dyn Store>, Option<u32>), StoreError> {
-        let store = RedisStore::connect(plain(url)?).await?;
+        let store = RedisStore::connect(url).await?;
         let found = store.schema_found();
         Ok((Arc::new(store), found))
     }

@@ -10,12 +10,14 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Client, Cmd, FromRedisValue, Pipeline, RedisResult, Script, ScriptInvocation};
+use redis::{
+    Client, Cmd, FromRedisValue, Pipeline, RedisResult, Script, ScriptInvocation, TlsCertificates,
+};
 
 use crate::notify::{self, SAFETY_POLL};
 use crate::options::{self, RedisOptions, Servers};
 use crate::scripts::Scripts;
-use crate::RedisStore;
+use crate::{tls, RedisStore};
 use idem_runtime::store::backend::Waiters;
 use idem_runtime::store::redact;
 use idem_runtime::store::{BadOption, Cause, StoreError};
@@ -49,6 +51,7 @@ impl Connection {
     /// twice (see the [store's docs](crate::RedisStore)).
     async fn open(
         servers: &Servers,
+        certificates: Option<&TlsCertificates>,
         options: &RedisOptions,
         unavailable: impl Fn(redis::RedisError) -> StoreError,
         name: &str,
@@ -64,7 +67,7 @@ impl Connection {
         };
         match servers {
             Servers::Node(url) => {
-                let client = Client::open(url.as_str()).map_err(config)?;
+                let client = client(url, certificates).map_err(config)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(options.connection_timeout))
                     .set_response_timeout(Some(options.response_timeout))
@@ -78,11 +81,13 @@ impl Connection {
                 in_time(tokio::time::timeout(limit, connecting).await)
             }
             Servers::Cluster(nodes) => {
-                let client = ClusterClient::builder(nodes.iter().map(String::as_str))
+                let mut builder = ClusterClient::builder(nodes.iter().map(String::as_str))
                     .connection_timeout(options.connection_timeout)
-                    .response_timeout(options.response_timeout)
-                    .build()
-                    .map_err(config)?;
+                    .response_timeout(options.response_timeout);
+                if let Some(certificates) = certificates {
+                    builder = builder.certs(certificates.clone());
+                }
+                let client = builder.build().map_err(config)?;
                 let connecting =
                     async { client.get_async_connection().await.map(Connection::Cluster) };
                 in_time(tokio::time::timeout(limit, connecting).await)
@@ -225,7 +230,7 @@ impl RedisStore {
     ) -> Result<RedisStore, StoreError> {
         let name = redact(url);
         let target = options::parse(url, &name)?;
-        let mut options = match target.prefix {
+        let mut options = match target.prefix.clone() {
             Some(prefix) => options.prefix(prefix),
             None => options,
         };
@@ -241,18 +246,38 @@ impl RedisStore {
             }
             .into());
         }
+        let certificates = match &target.tls {
+            Some(files) => Some(tls::certificates(files, &name)?),
+            None => None,
+        };
         let unavailable = |e: redis::RedisError| StoreError::Unavailable {
             store: name.clone(),
             cause: Cause::from_error(e),
         };
-        let mut conn = Connection::open(&target.servers, &options, unavailable, &name).await?;
-
-        let schema_found = Self::check_layout(&mut conn, &options.prefix, read_only, &name).await?;
-
-        let scripts = Arc::new(Scripts::new());
-        for script in scripts.all() {
-            conn.load(script).await.map_err(unavailable)?;
-        }
+        // Until the scripts are loaded, a failure may be TLS's: a
+        // certificate that does not verify, or a URL that disagrees with
+        // the server about TLS.
+        let connecting = async {
+            let mut conn = Connection::open(
+                &target.servers,
+                certificates.as_ref(),
+                &options,
+                unavailable,
+                &name,
+            )
+            .await?;
+            let schema_found =
+                Self::check_layout(&mut conn, &options.prefix, read_only, &name).await?;
+            let scripts = Arc::new(Scripts::new());
+            for script in scripts.all() {
+                conn.load(script).await.map_err(unavailable)?;
+            }
+            Ok((conn, schema_found, scripts))
+        };
+        let (conn, schema_found, scripts) = match connecting.await {
+            Ok(connected) => connected,
+            Err(e) => return Err(tls::diagnose(e, &target, options.connection_timeout).await),
+        };
 
         let waiters = Arc::new(Waiters::new(SAFETY_POLL));
         let channel = format!("{}:done", options.prefix);
@@ -260,6 +285,7 @@ impl RedisStore {
         let subscriber = tokio::spawn(
             notify::subscriber(
                 &target.servers,
+                certificates,
                 channel.clone(),
                 waiters.clone(),
                 options.connection_timeout,
@@ -310,6 +336,15 @@ impl RedisStore {
             .ok_or_else(|| StoreError::Closed {
                 store: self.name.clone(),
             })
+    }
+}
+
+/// A client of the server `url`, over TLS with `certificates` when given
+/// (a `rediss://` URL).
+pub(super) fn client(url: &str, certificates: Option<&TlsCertificates>) -> RedisResult<Client> {
+    match certificates {
+        Some(certificates) => Client::build_with_tls(url, certificates.clone()),
+        None => Client::open(url),
     }
 }
 

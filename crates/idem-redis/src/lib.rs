@@ -61,6 +61,13 @@
 //!   with different prefixes share a server without seeing each other's
 //!   records), `?replicas=N` ([`RedisOptions::wait_for_replicas`]) and
 //!   redis-rs' `?protocol=resp3`. Other options are refused by name.
+//! * Over TLS (`rediss://`, `rediss+cluster://`), through redis-rs's
+//!   rustls support, the server's certificate is always verified, against
+//!   the platform's certificate authorities or only those of `?ca=PATH`
+//!   (else of the file `IDEM_TLS_CA_FILE` names); `?cert=PATH&key=PATH`
+//!   gives a client certificate for mutual TLS. A connection that cannot
+//!   be made for TLS's sake is a [`StoreError::Tls`] saying why and what to
+//!   write.
 //! * A store that cannot be reached fails every operation with
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
 //!   the cause. On one server, connections are never retried *with* a
@@ -146,6 +153,7 @@ mod options;
 mod scan;
 mod schema;
 mod scripts;
+mod tls;
 
 pub use backend::{Redis, BACKEND};
 pub use notify::SAFETY_POLL;

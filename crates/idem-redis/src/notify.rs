@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use redis::{Client, RedisResult};
+use redis::{Client, RedisResult, TlsCertificates};
 
+use crate::connection::client;
 use crate::options::Servers;
 use idem_runtime::store::backend::Waiters;
 
@@ -24,17 +25,18 @@ pub const SAFETY_POLL: Duration = Duration::from_secs(1);
 /// the next when its node goes away.
 pub(super) fn subscriber(
     servers: &Servers,
+    certificates: Option<TlsCertificates>,
     channel: String,
     waiters: Arc<Waiters>,
     connect_timeout: Duration,
     subscribed: tokio::sync::oneshot::Sender<()>,
 ) -> Result<impl Future<Output = ()> + Send + 'static, redis::RedisError> {
     let clients = match servers {
-        Servers::Node(url) => vec![Client::open(url.as_str())?],
+        Servers::Node(url) => vec![client(url, certificates.as_ref())?],
         Servers::Cluster(nodes) => nodes
             .iter()
-            .map(|url| Client::open(url.as_str()))
-            .collect::<RedisResult<_>>()?,
+            .map(|url| client(url, certificates.as_ref()))
+            .collect::<RedisResult<Vec<Client>>>()?,
     };
     Ok(subscribe(
         clients,

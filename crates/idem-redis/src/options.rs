@@ -2,10 +2,12 @@
 //! [`RedisOptions`], and the URL naming the servers, which may carry
 //! options of its own.
 //!
-//! The URL's query holds idem's own options (`prefix`) next to the one
+//! The URL's query holds idem's own options (`prefix`, `replicas`, and
+//! for `rediss://` the TLS files `ca`, `cert` and `key`) next to the one
 //! redis-rs reads (`protocol`); any other name is refused, so a misspelt
 //! option is an error rather than silently ignored.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
@@ -92,6 +94,24 @@ pub(super) struct Target {
     pub(super) prefix: Option<String>,
     /// `?replicas=N`, when given.
     pub(super) replicas: Option<u32>,
+    /// The TLS files a `rediss://` URL names: `None` for a plain URL.
+    pub(super) tls: Option<TlsFiles>,
+    /// The (first) host the URL names, as written: the name a server's
+    /// certificate must carry, for messages.
+    pub(super) host: String,
+}
+
+/// The files of a TLS connection, as a `rediss://` URL names them; each
+/// `None` when not given.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(super) struct TlsFiles {
+    /// `?ca=PATH`: the certificate authorities trusted instead of the
+    /// platform's (PEM).
+    pub(super) ca: Option<PathBuf>,
+    /// `?cert=PATH`: the client certificate (chain) for mutual TLS (PEM).
+    pub(super) cert: Option<PathBuf>,
+    /// `?key=PATH`: the client certificate's private key (PEM).
+    pub(super) key: Option<PathBuf>,
 }
 
 /// The servers of a [`Target`], as URLs redis-rs reads.
@@ -106,19 +126,35 @@ pub(super) enum Servers {
 }
 
 /// The options a Redis URL's query may hold.
-const KNOWN_OPTIONS: &str = "prefix=NAME, replicas=N, protocol=resp2|resp3";
+const KNOWN_OPTIONS: &str =
+    "prefix=NAME, replicas=N, protocol=resp2|resp3, and with rediss:// ca=PATH, cert=PATH, key=PATH";
 
 /// Read `url` (which [`redact`](idem_runtime::store::redact)ed is `name`).
 pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
+    let invalid = |reason: &str| StoreError::InvalidUrl {
+        store: name.to_owned(),
+        reason: reason.into(),
+    };
+    if url.contains('#') {
+        // redis-rs reads `#insecure` as "skip verifying the certificate".
+        return Err(invalid(
+            "idem always verifies TLS certificates, so the URL takes no #fragment (no #insecure); \
+             for a server whose certificate a private CA signed, name that CA with ?ca=PATH",
+        ));
+    }
     let (base, query) = url.split_once('?').unwrap_or((url, ""));
     let mut prefix = None;
     let mut replicas = None;
+    let mut files = TlsFiles::default();
     let mut passed = Vec::new();
     let mut unknown = Vec::new();
     for param in query.split('&').filter(|p| !p.is_empty()) {
         let (option, value) = param.split_once('=').unwrap_or((param, ""));
         match option {
-            "prefix" => prefix = Some(percent_decode(value, name)?),
+            "prefix" => prefix = Some(percent_decode(value, "prefix", name)?),
+            "ca" => files.ca = Some(percent_decode(value, "ca", name)?.into()),
+            "cert" => files.cert = Some(percent_decode(value, "cert", name)?.into()),
+            "key" => files.key = Some(percent_decode(value, "key", name)?.into()),
             "replicas" => match value.parse() {
                 Ok(n) => replicas = Some(n),
                 Err(_) => {
@@ -148,12 +184,34 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
         true => String::new(),
         false => format!("?{}", passed.join("&")),
     };
-    let invalid = |reason: &str| StoreError::InvalidUrl {
-        store: name.to_owned(),
-        reason: reason.into(),
-    };
     let (scheme, rest) = base.split_once("://").unwrap_or((base, ""));
     let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let tls = match scheme {
+        "rediss" | "rediss+cluster" => Some(files),
+        _ if files != TlsFiles::default() => {
+            return Err(invalid(
+                "ca=, cert= and key= are TLS options: write rediss:// (or rediss+cluster://) to connect with TLS",
+            ))
+        }
+        _ => None,
+    };
+    if let Some(files) = &tls {
+        if files.cert.is_some() != files.key.is_some() {
+            return Err(invalid(
+                "a client certificate needs its key: write both ?cert=PATH and &key=PATH",
+            ));
+        }
+    }
+    let hosts = authority
+        .rsplit_once('@')
+        .map_or(authority, |(_, hosts)| hosts);
+    let first = hosts.split(',').next().unwrap_or_default();
+    let host = match first.strip_prefix('[') {
+        // An IPv6 address: `[::1]:6379`.
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => first.split(':').next().unwrap_or_default(),
+    }
+    .to_owned();
     let servers = match scheme {
         "redis+cluster" | "rediss+cluster" => {
             if !matches!(path, "" | "0") {
@@ -188,18 +246,20 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
         servers,
         prefix,
         replicas,
+        tls,
+        host,
     })
 }
 
-/// `text` with its `%XX` escapes decoded.
-fn percent_decode(text: &str, name: &str) -> Result<String, StoreError> {
+/// `text`, the value of `option`, with its `%XX` escapes decoded.
+fn percent_decode(text: &str, option: &'static str, name: &str) -> Result<String, StoreError> {
     let bad = || {
         StoreError::from(BadOption {
             store: name.to_owned(),
-            option: "prefix",
+            option,
             value: text.to_owned(),
             expected:
-                "a prefix with well-formed %-escapes (% and two hex digits, decoding to UTF-8)",
+                "a value with well-formed %-escapes (% and two hex digits, decoding to UTF-8)",
         })
     };
     let mut bytes = Vec::with_capacity(text.len());
@@ -238,6 +298,8 @@ mod tests {
                 servers: Servers::Node("redis://:pw@h:1/2?protocol=resp3".into()),
                 prefix: Some("app1".into()),
                 replicas: None,
+                tls: None,
+                host: "h".into(),
             }
         );
         assert_eq!(
@@ -257,12 +319,50 @@ mod tests {
                 ]),
                 prefix: Some("x:y".into()),
                 replicas: Some(1),
+                tls: None,
+                host: "a".into(),
             }
         );
         assert_eq!(
             parse_ok("rediss+cluster://a:1").servers,
             Servers::Cluster(vec!["rediss://a:1/".into()])
         );
+    }
+
+    #[test]
+    fn a_tls_url_names_its_files_and_keeps_them_from_the_driver() {
+        let target = parse_ok("rediss://:pw@cache:6380/0?ca=/etc/ca.pem&cert=/c%20d.pem&key=k.pem");
+        assert_eq!(
+            target.servers,
+            Servers::Node("rediss://:pw@cache:6380/0".into())
+        );
+        assert_eq!(
+            target.tls,
+            Some(TlsFiles {
+                ca: Some("/etc/ca.pem".into()),
+                cert: Some("/c d.pem".into()),
+                key: Some("k.pem".into()),
+            })
+        );
+        assert_eq!(target.host, "cache");
+        let cluster = parse_ok("rediss+cluster://u:p@[::1]:7000,b:7001?ca=ca.pem");
+        assert_eq!(
+            cluster.servers,
+            Servers::Cluster(vec![
+                "rediss://u:p@[::1]:7000/".into(),
+                "rediss://u:p@b:7001/".into()
+            ])
+        );
+        assert_eq!(cluster.host, "::1");
+        assert_eq!(parse_ok("rediss://h").tls, Some(TlsFiles::default()));
+    }
+
+    #[test]
+    fn tls_options_that_cannot_be_honoured_are_refused() {
+        assert!(parse_err("redis://h/?ca=ca.pem").contains("write rediss://"));
+        assert!(parse_err("rediss://h/?cert=c.pem").contains("needs its key"));
+        assert!(parse_err("rediss://h/?key=k.pem").contains("needs its key"));
+        assert!(parse_err("rediss://h/#insecure").contains("always verifies"));
     }
 
     #[test]

@@ -85,8 +85,10 @@ pub static BACKENDS: Backends = Backends::new(&[
 /// Open the store `url` names (see the [module docs](self) for the URLs).
 ///
 /// A store that cannot be reached is a [`StoreError::Unavailable`] naming
-/// the store (without its password) and the cause; a URL asking for TLS is
-/// a [`StoreError::TlsUnsupported`]; a scheme of no backend is a
+/// the store (without its password) and the cause; a TLS connection that
+/// cannot be made (a certificate that does not verify, a URL that
+/// disagrees with the server about TLS) is a [`StoreError::Tls`]; a scheme
+/// of no backend is a
 /// [`StoreError::UnknownScheme`], one of a backend this build lacks a
 /// [`StoreError::NotBuilt`].
 pub async fn connect(url: &str) -> Result<Arc<dyn Store>, StoreError> {

@@ -16,3 +16,5 @@ mod read_only;
 mod round_trips;
 mod schema_names;
 mod server_failures;
+mod tls;
+mod tls_conformance;

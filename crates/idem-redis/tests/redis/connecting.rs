@@ -1,6 +1,6 @@
-//! Connecting to Redis: URL options and TLS URLs this build cannot serve
-//! are refused before anything connects, and a store connected read-only
-//! writes nothing at all.
+//! Connecting to Redis: URL options are refused by name before anything
+//! connects, and a store connected read-only writes nothing at all (TLS:
+//! the `tls` module).
 
 use std::time::Duration;
 
@@ -24,25 +24,6 @@ async fn an_unknown_url_option_is_refused_by_name() {
         other => panic!("expected UnknownOption, got {other:?}"),
     }
     assert!(err.to_string().contains(r#""prefx""#), "{err}");
-}
-
-/// This build has no Redis TLS feature: a TLS cluster URL is a
-/// configuration error, as a TLS single-server URL is, not a connection
-/// attempt in clear text.
-#[tokio::test]
-async fn a_tls_cluster_url_is_refused_without_a_tls_build() {
-    for url in ["rediss+cluster://127.0.0.1:1", "rediss://127.0.0.1:1"] {
-        let err = RedisStore::connect(url).await.unwrap_err();
-        assert!(
-            matches!(err, StoreError::InvalidUrl { .. }),
-            "{url}: {err:?}"
-        );
-        assert!(err.to_string().contains("bad Redis URL"), "{url}: {err}");
-        assert!(
-            std::error::Error::source(&err).is_some_and(|e| e.is::<redis::RedisError>()),
-            "{url}: the driver's error is not the source: {err:?}"
-        );
-    }
 }
 
 /// Connected read-only, a store writes nothing at all: a prefix no idem

@@ -16,3 +16,6 @@ mod retention;
 mod round_trips;
 mod scans;
 mod server_failures;
+mod tls;
+mod tls_cluster_conformance;
+mod tls_conformance;

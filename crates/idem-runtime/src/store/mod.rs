@@ -58,7 +58,7 @@ pub mod url;
 mod wait_for;
 mod waiters;
 
-pub use error::{BadOption, Cause, FenceHolder, StoreError, UnknownOption};
+pub use error::{BadOption, Cause, FenceHolder, StoreError, TlsFailure, TlsProblem, UnknownOption};
 pub use memory::MemoryStore;
 pub use poll::poll_wait;
 pub use redact::redact;

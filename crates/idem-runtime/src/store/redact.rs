@@ -5,6 +5,13 @@
 /// `url` with any password replaced by `***`, for error messages and
 /// [`Store::describe`](super::Store::describe).
 ///
+/// Hidden: the password of the user, the `password` and `sslpassword`
+/// (libpq's, for an encrypted client key) parameters, and any parameter
+/// whose value is a PEM block (a key or certificate pasted into the URL
+/// rather than named by its file). The TLS file names (`ca`, `cert`,
+/// `key`, `sslrootcert`, `sslcert`, `sslkey`) stay: a path is no secret,
+/// and a message naming the file helps.
+///
 /// ```
 /// use idem_runtime::store::url::redact;
 /// assert_eq!(redact("redis://:hunter2@cache:6379/0"), "redis://:***@cache:6379/0");
@@ -17,6 +24,12 @@
 /// assert_eq!(redact("host=db password=pw user=app"), "host=db password=*** user=app");
 /// assert_eq!(redact("host=db password = 'p w\\'x' dbname=idem"), "host=db password = *** dbname=idem");
 /// assert_eq!(redact("app:pw@db/idem"), "app:***@db/idem");
+/// // TLS parameters: file names stay, a key's password and PEM do not.
+/// assert_eq!(redact("postgres://app@db/idem?sslmode=verify-full&sslkey=/k.pem&sslpassword=pw"),
+///            "postgres://app@db/idem?sslmode=verify-full&sslkey=/k.pem&sslpassword=***");
+/// assert_eq!(redact("rediss://:pw@cache/?ca=/ca.pem&key=-----BEGIN%20PRIVATE%20KEY-----x"),
+///            "rediss://:***@cache/?ca=/ca.pem&key=***");
+/// assert_eq!(redact("host=db sslpassword=pw sslkey=/k.pem"), "host=db sslpassword=*** sslkey=/k.pem");
 /// ```
 pub fn redact(url: &str) -> String {
     if !url.contains("://") {
@@ -52,7 +65,7 @@ pub fn redact(url: &str) -> String {
         let params: Vec<String> = query
             .split('&')
             .map(|p| match p.split_once('=') {
-                Some((k, _)) if k.eq_ignore_ascii_case("password") => format!("{k}=***"),
+                Some((k, v)) if is_secret(k, v) => format!("{k}=***"),
                 _ => p.to_owned(),
             })
             .collect();
@@ -62,20 +75,31 @@ pub fn redact(url: &str) -> String {
     out
 }
 
+/// Whether the query parameter `key=value` holds a secret: a password,
+/// or a PEM block (`-----BEGIN`, `%`-escaped or not) pasted as a value.
+fn is_secret(key: &str, value: &str) -> bool {
+    SECRET_KEYS.iter().any(|k| key.eq_ignore_ascii_case(k)) || value.contains("-----BEGIN")
+}
+
+/// The parameters whose values are secrets, in URLs and libpq's key=value
+/// strings.
+const SECRET_KEYS: [&str; 2] = ["password", "sslpassword"];
+
 /// A libpq key=value connection string with the value of every `password`
-/// key replaced by `***` (`password=pw`, `password = 'quoted \' value'`).
+/// and `sslpassword` key replaced by `***` (`password=pw`,
+/// `password = 'quoted \' value'`).
 fn redact_key_values(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
-    while let Some(at) = find_password_key(rest) {
+    while let Some((at, key_len)) = find_password_key(rest) {
         let (before, from_key) = rest.split_at(at);
         out.push_str(before);
-        let after_key = &from_key["password".len()..];
+        let after_key = &from_key[key_len..];
         let spaces = after_key.len() - after_key.trim_start().len();
         let after_eq = &after_key[spaces + 1..];
         let more = after_eq.len() - after_eq.trim_start().len();
-        // `password`, the spaces around `=` and `=` itself stay.
-        out.push_str(&from_key[.."password".len() + spaces + 1 + more]);
+        // The key, the spaces around `=` and `=` itself stay.
+        out.push_str(&from_key[..key_len + spaces + 1 + more]);
         out.push_str("***");
         let value = &after_eq[more..];
         rest = &value[value_len(value)..];
@@ -84,18 +108,24 @@ fn redact_key_values(text: &str) -> String {
     out
 }
 
-/// Where the next `password` key (followed by `=`) starts in `text`.
-fn find_password_key(text: &str) -> Option<usize> {
+/// Where the next `password` or `sslpassword` key (followed by `=`)
+/// starts in `text`, and its length.
+fn find_password_key(text: &str) -> Option<(usize, usize)> {
     let lower = text.to_ascii_lowercase();
     let mut from = 0;
     while let Some(found) = lower[from..].find("password") {
-        let at = from + found;
-        let starts_word = at == 0 || lower.as_bytes()[at - 1].is_ascii_whitespace();
-        let after = lower[at + "password".len()..].trim_start();
-        if starts_word && after.starts_with('=') {
-            return Some(at);
+        let mut at = from + found;
+        let mut len = "password".len();
+        if lower[..at].ends_with("ssl") {
+            at -= "ssl".len();
+            len += "ssl".len();
         }
-        from = at + "password".len();
+        let starts_word = at == 0 || lower.as_bytes()[at - 1].is_ascii_whitespace();
+        let after = lower[at + len..].trim_start();
+        if starts_word && after.starts_with('=') {
+            return Some((at, len));
+        }
+        from = at + len;
     }
     None
 }

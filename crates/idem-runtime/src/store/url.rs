@@ -7,8 +7,11 @@
 //! | `memory:` | [`MemoryStore`](super::MemoryStore): nothing survives the process |
 //! | `sqlite://idem.db`, `sqlite:///var/lib/app/idem.db` | `SqliteStore` (crate `idem-sqlite`, the facade's feature `sqlite`); relative paths are relative to the working directory |
 //! | `redis://[user:password@]host[:port][/db][?prefix=NAME]` | `RedisStore` (crate `idem-redis`, feature `redis`) on one server |
+//! | `rediss://[user:password@]host[:port][/db][?ca=PATH][&cert=PATH&key=PATH]` | the same over TLS: the platform's CAs, or only those of `ca`; a client certificate for mutual TLS |
 //! | `redis+cluster://[user:password@]host:port[,host:port…][?prefix=NAME]` | `RedisStore` on a Redis Cluster, through the seed nodes listed |
+//! | `rediss+cluster://…[?ca=PATH][&cert=PATH&key=PATH]` | the same over TLS |
 //! | `postgres://user[:password]@host[:port]/db[?schema=name]`, `postgresql://…` | `PostgresStore` (crate `idem-postgres`, feature `postgres`); `schema` keeps idem's tables in that PostgreSQL schema, created if missing, so applications can share a database |
+//! | `postgres://…?sslmode=verify-full&sslrootcert=PATH[&sslcert=PATH&sslkey=PATH]` | the same over TLS, with libpq's parameters: `sslmode` `disable`, `prefer` (the default: TLS when offered), `require`, `verify-ca`, `verify-full`; `sslrootcert`, `sslcert`, `sslkey`; `channel_binding` |
 //!
 //! A table of [backends](super::backend) picks the store by the URL's
 //! scheme (the `idem` facade's `store::connect`); each backend reads the
@@ -18,18 +21,25 @@
 //! key idem writes (default `idem`), so applications sharing one server or
 //! cluster keep apart, and `protocol=resp3`. Any other option is refused.
 //!
-//! This build of idem has no TLS support for Redis or PostgreSQL. A URL that
-//! asks for TLS (`rediss://`, `rediss+cluster://`, or a PostgreSQL URL with
-//! `sslmode=require`, `verify-ca` or `verify-full`) is refused up front with
-//! [`StoreError::TlsUnsupported`](super::StoreError::TlsUnsupported), never
-//! connected without it: connect over a trusted network, or through a local
-//! TLS proxy with a plain URL to it. `sslmode=prefer` (the PostgreSQL
-//! default) and `sslmode=disable` connect in plain text.
+//! TLS is rustls with the `ring` crypto provider (no OpenSSL), trusting
+//! the platform's certificate authorities unless the URL names a CA file
+//! (`ca=` for Redis, `sslrootcert=` for PostgreSQL) or
+//! [`TLS_CA_FILE_ENV`] does. Redis certificates are always verified;
+//! PostgreSQL's `prefer` and `require` encrypt without verifying, as
+//! libpq's do, unless a CA file is named. A TLS connection that cannot be
+//! made is a [`StoreError::Tls`](super::StoreError::Tls) naming the host,
+//! what went wrong and what to write.
 
 pub use super::redact::redact;
 
 /// The environment variable the facade's `store::from_env` reads.
 pub const STORE_ENV: &str = "IDEM_STORE";
+
+/// The environment variable naming a file of certificate authorities (PEM)
+/// that TLS connections to Redis and PostgreSQL trust instead of the
+/// platform's, when the URL names none itself (Redis's `?ca=PATH`,
+/// PostgreSQL's `sslrootcert=PATH`).
+pub const TLS_CA_FILE_ENV: &str = "IDEM_TLS_CA_FILE";
 
 /// The store `from_env` opens when [`STORE_ENV`] is unset: a SQLite file
 /// in the working directory (the embedded default).

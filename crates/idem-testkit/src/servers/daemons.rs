@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{TempDir, Watchdog};
+use super::{CertifiedKeyFiles, TempDir, Watchdog};
 
 /// A `redis-server` on 127.0.0.1, killed when dropped.
 #[derive(Debug)]
@@ -21,6 +21,8 @@ pub struct RedisServer {
     // Declared before the directory: the server stops before it is deleted.
     process: Process,
     port: u16,
+    /// Whether it listens with TLS only ([`RedisServer::start_tls`]).
+    tls: bool,
     _dir: TempDir,
 }
 
@@ -34,6 +36,9 @@ pub struct RedisCluster {
     /// the replicas.
     nodes: Vec<RedisServer>,
     primaries: usize,
+    /// What `redis-cli` needs to reach the nodes: `--tls --cacert CA` for
+    /// a cluster over TLS, nothing otherwise.
+    cli_tls: Vec<String>,
 }
 
 /// A PostgreSQL server on 127.0.0.1 with a trusted superuser `idem`,
@@ -69,7 +74,7 @@ impl RedisServer {
         let binary = find_binary("redis-server", &[])?;
         let mut last_error = String::new();
         for _ in 0..3 {
-            match RedisServer::spawn(&binary, &[]) {
+            match RedisServer::spawn(&binary, &[], false) {
                 Ok(server) => return Some(server),
                 Err(e) => last_error = e,
             }
@@ -77,14 +82,62 @@ impl RedisServer {
         panic!("redis-server did not start: {last_error}");
     }
 
-    /// Start `binary` on a free port with `extra` arguments, and wait until
-    /// it answers.
-    fn spawn(binary: &Path, extra: &[&str]) -> Result<RedisServer, String> {
+    /// Start a server that accepts TLS connections only (`--port 0`, its
+    /// one port a `--tls-port`), presenting `certificate`; with
+    /// `auth_clients`, it asks for a client certificate signed by the CA
+    /// `ca` (`--tls-auth-clients yes`) and refuses connections without
+    /// one. `None` when `redis-server` is not installed.
+    ///
+    /// # Panics
+    ///
+    /// When the binary exists but the server does not come up (one built
+    /// without TLS refuses `--tls-port`).
+    pub fn start_tls(
+        certificate: &CertifiedKeyFiles,
+        ca: &Path,
+        auth_clients: bool,
+    ) -> Option<RedisServer> {
+        let binary = find_binary("redis-server", &[])?;
+        let (cert, key, ca) = (path(&certificate.cert), path(&certificate.key), path(ca));
+        let auth = if auth_clients { "yes" } else { "no" };
+        let extra = [
+            "--tls-cert-file",
+            &cert,
+            "--tls-key-file",
+            &key,
+            "--tls-ca-cert-file",
+            &ca,
+            "--tls-auth-clients",
+            auth,
+        ];
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match RedisServer::spawn(&binary, &extra, true) {
+                Ok(server) => return Some(server),
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server with TLS did not start: {last_error}");
+    }
+
+    /// Start `binary` on a free port with `extra` arguments (the port a TLS
+    /// one when `tls`), and wait until it answers.
+    fn spawn(binary: &Path, extra: &[&str], tls: bool) -> Result<RedisServer, String> {
         let dir = TempDir::new("idem-redis").expect("create a temporary directory");
         let port = free_port();
         let log = dir.path().join("redis.log");
+        let ports = match tls {
+            false => ["--port".to_owned(), port.to_string()],
+            true => ["--port".to_owned(), "0".to_owned()],
+        };
+        let tls_port = match tls {
+            false => vec![],
+            true => vec!["--tls-port".to_owned(), port.to_string()],
+        };
         let child = Command::new(binary)
-            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(ports)
+            .args(tls_port)
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(extra)
             .arg("--dir")
@@ -97,19 +150,32 @@ impl RedisServer {
             .spawn()
             .expect("spawn redis-server");
         let mut process = Process::new(child, "TERM", dir.path());
-        match wait_until(Duration::from_secs(10), &mut process, || redis_ping(port)) {
+        // A TLS server cannot be pinged in plain text: it is ready once it
+        // says so and its port takes connections.
+        let ready = || match tls {
+            false => redis_ping(port),
+            true => {
+                read_log(&log).contains("Ready to accept connections")
+                    && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            }
+        };
+        match wait_until(Duration::from_secs(10), &mut process, ready) {
             Ok(()) => Ok(RedisServer {
                 process,
                 port,
+                tls,
                 _dir: dir,
             }),
             Err(e) => Err(format!("{e}; log: {}", read_log(&log))),
         }
     }
 
-    /// The server's URL, `redis://127.0.0.1:PORT/`.
+    /// The server's URL, `redis://127.0.0.1:PORT/`, or for a server
+    /// started with [`RedisServer::start_tls`] `rediss://127.0.0.1:PORT/`
+    /// (the URL names no CA: add `?ca=PATH`).
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}/", self.port)
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://127.0.0.1:{}/", self.port)
     }
 
     /// The server's port.
@@ -146,7 +212,7 @@ impl RedisCluster {
         let cli = find_binary("redis-cli", &[])?;
         let mut last_error = String::new();
         for _ in 0..3 {
-            match Self::try_start(&server, &cli, 3, replicas) {
+            match Self::try_start(&server, &cli, 3, replicas, None) {
                 Ok(cluster) => return Some(cluster),
                 Err(e) => last_error = e,
             }
@@ -154,39 +220,97 @@ impl RedisCluster {
         panic!("the Redis Cluster did not start: {last_error}");
     }
 
+    /// Start a cluster of three primaries that speak TLS only, to clients
+    /// and to one another (`--tls-cluster yes`), each presenting
+    /// `certificate`, signed by the CA `ca`; its [`url`](Self::url) is
+    /// `rediss+cluster://…`. `None` when `redis-server` or `redis-cli` is
+    /// not installed.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the cluster does not come up.
+    pub fn start_tls(certificate: &CertifiedKeyFiles, ca: &Path) -> Option<RedisCluster> {
+        let server = find_binary("redis-server", &[])?;
+        let cli = find_binary("redis-cli", &[])?;
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            match Self::try_start(&server, &cli, 3, 0, Some((certificate, ca))) {
+                Ok(cluster) => return Some(cluster),
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("the Redis Cluster over TLS did not start: {last_error}");
+    }
+
     fn try_start(
         server: &Path,
         cli: &Path,
         primaries: usize,
         replicas: usize,
+        tls: Option<(&CertifiedKeyFiles, &Path)>,
     ) -> Result<RedisCluster, String> {
+        let mut tls_args = Vec::new();
+        let mut cli_tls = Vec::new();
+        if let Some((certificate, ca)) = tls {
+            let files = [
+                ("--tls-cert-file", &certificate.cert),
+                ("--tls-key-file", &certificate.key),
+            ];
+            for (option, file) in files {
+                tls_args.extend([option.to_owned(), path(file)]);
+            }
+            tls_args.extend(["--tls-ca-cert-file".to_owned(), path(ca)]);
+            tls_args.extend(["--tls-auth-clients", "no", "--tls-cluster", "yes"].map(String::from));
+            tls_args.extend(["--tls-replication", "yes"].map(String::from));
+            cli_tls = vec!["--tls".to_owned(), "--cacert".to_owned(), path(ca)];
+        }
         let mut nodes = Vec::new();
         for _ in 0..primaries * (1 + replicas) {
             let bus_port = free_port().to_string();
-            let node = RedisServer::spawn(
-                server,
-                &[
-                    "--cluster-enabled",
-                    "yes",
-                    "--cluster-port",
-                    &bus_port,
-                    "--cluster-node-timeout",
-                    "1000",
-                ],
-            )?;
+            let mut args = vec![
+                "--cluster-enabled",
+                "yes",
+                "--cluster-port",
+                &bus_port,
+                "--cluster-node-timeout",
+                "1000",
+            ];
+            args.extend(tls_args.iter().map(String::as_str));
+            let node = RedisServer::spawn(server, &args, tls.is_some())?;
             nodes.push(node);
         }
         let addresses: Vec<String> = nodes
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        let out = Command::new(cli)
+        let mut create = Command::new(cli)
+            .args(&cli_tls)
             .arg("--cluster")
             .arg("create")
             .args(&addresses)
             .args(["--cluster-replicas", &replicas.to_string(), "--cluster-yes"])
             .stdin(Stdio::null())
-            .output()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| format!("run redis-cli --cluster create: {e}"))?;
+        // It waits for the nodes to join for as long as it takes: a node
+        // that never does (a TLS bus whose certificates do not verify)
+        // would hang the tests.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while create.try_wait().map_err(|e| e.to_string())?.is_none() {
+            if Instant::now() > deadline {
+                let _ = create.kill();
+                let out = create.wait_with_output().map_err(|e| e.to_string())?;
+                return Err(format!(
+                    "redis-cli --cluster create did not finish within 30 s: {}",
+                    String::from_utf8_lossy(&out.stdout)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = create
+            .wait_with_output()
             .map_err(|e| format!("run redis-cli --cluster create: {e}"))?;
         if !out.status.success() {
             return Err(format!(
@@ -195,7 +319,11 @@ impl RedisCluster {
                 String::from_utf8_lossy(&out.stderr)
             ));
         }
-        let cluster = RedisCluster { nodes, primaries };
+        let cluster = RedisCluster {
+            nodes,
+            primaries,
+            cli_tls,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !cluster.healthy(cli) {
             if Instant::now() > deadline {
@@ -210,6 +338,7 @@ impl RedisCluster {
     fn healthy(&self, cli: &Path) -> bool {
         let ask = |port: u16, words: &[&str]| {
             Command::new(cli)
+                .args(&self.cli_tls)
                 .args(["-h", "127.0.0.1", "-p", &port.to_string()])
                 .args(words)
                 .stdin(Stdio::null())
@@ -224,14 +353,19 @@ impl RedisCluster {
         })
     }
 
-    /// The cluster's URL, `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`,
+    /// The cluster's URL, `redis+cluster://127.0.0.1:P1,127.0.0.1:P2,…`
+    /// (over TLS `rediss+cluster://…`, naming no CA: add `?ca=PATH`),
     /// listing every primary as a seed node.
     pub fn url(&self) -> String {
         let seeds: Vec<String> = self.nodes[..self.primaries]
             .iter()
             .map(|n| format!("127.0.0.1:{}", n.port))
             .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = match self.cli_tls.is_empty() {
+            true => "redis+cluster",
+            false => "rediss+cluster",
+        };
+        format!("{scheme}://{}", seeds.join(","))
     }
 
     /// The ports of the primaries the cluster started with.
@@ -282,6 +416,33 @@ impl PostgresServer {
     /// When the binaries exist but the server does not come up (a setting
     /// the server rejects stops it from starting).
     pub fn start_with(settings: &[&str]) -> Option<PostgresServer> {
+        Self::start_configured(settings, None)
+    }
+
+    /// As [`PostgresServer::start`], with TLS on (`ssl=on`), presenting
+    /// `certificate`; with `tls_only`, `pg_hba.conf` has `hostssl` lines
+    /// only, so a connection without TLS is refused. The account
+    /// `idem_scram`, password `hunter2`, signs in with SCRAM-SHA-256 (so
+    /// that SCRAM's channel binding can be tested), and
+    /// `idem-client` with a client certificate signed by `client_ca` whose
+    /// common name is `idem-client` (`cert`, over TLS); every other account
+    /// is trusted.
+    ///
+    /// # Panics
+    ///
+    /// When the binaries exist but the server does not come up.
+    pub fn start_tls(
+        certificate: &CertifiedKeyFiles,
+        client_ca: &Path,
+        tls_only: bool,
+    ) -> Option<PostgresServer> {
+        Self::start_configured(&[], Some((certificate, client_ca, tls_only)))
+    }
+
+    fn start_configured(
+        settings: &[&str],
+        tls: Option<(&CertifiedKeyFiles, &Path, bool)>,
+    ) -> Option<PostgresServer> {
         let pg_dirs = postgres_bin_dirs();
         let extra: Vec<&Path> = pg_dirs.iter().map(PathBuf::as_path).collect();
         let initdb = find_binary("initdb", &extra)?;
@@ -313,6 +474,48 @@ impl PostgresServer {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut tls_settings = Vec::new();
+        if let Some((certificate, client_ca_file, tls_only)) = tls {
+            // The server reads its key as its own account, and refuses a
+            // key others may read.
+            let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
+            let client_ca = dir.path().join("client-ca.crt");
+            std::fs::copy(&certificate.cert, &cert).expect("copy the server certificate");
+            std::fs::copy(&certificate.key, &key).expect("copy the server key");
+            std::fs::copy(client_ca_file, &client_ca).expect("copy the clients' CA");
+            std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+                .expect("make the key private");
+            if let Some((uid, gid)) = account {
+                for file in [&cert, &key, &client_ca] {
+                    std::os::unix::fs::chown(file, Some(uid), Some(gid))
+                        .expect("give the certificate to the unprivileged account");
+                }
+            }
+            tls_settings.push("ssl=on".to_owned());
+            tls_settings.push(format!("ssl_cert_file={}", cert.display()));
+            tls_settings.push(format!("ssl_key_file={}", key.display()));
+            tls_settings.push(format!("ssl_ca_file={}", client_ca.display()));
+            // Every account is trusted but `idem_scram`, which signs in
+            // with SCRAM (for channel binding), and `idem-client`, which
+            // signs in with its client certificate; with `tls_only`, over
+            // TLS only.
+            let host = if tls_only { "hostssl" } else { "host" };
+            let hba: String = ["127.0.0.1/32", "::1/128"]
+                .iter()
+                .map(|net| {
+                    format!(
+                        "{host} all idem_scram {net} scram-sha-256\n\
+                         hostssl all idem-client {net} cert\n\
+                         {host} all all {net} trust\n"
+                    )
+                })
+                .collect();
+            std::fs::write(
+                data.join("pg_hba.conf"),
+                format!("local all all trust\n{hba}"),
+            )
+            .expect("write pg_hba.conf");
+        }
         let log_path = dir.path().join("postgres.log");
         let mut last_error = String::new();
         for _ in 0..3 {
@@ -327,6 +530,7 @@ impl PostgresServer {
                 .arg(format!("unix_socket_directories={}", dir.path().display()))
                 .args(["-c", "fsync=off", "-c", "max_connections=200"])
                 .args(["-c", "shared_preload_libraries=pg_stat_statements"])
+                .args(tls_settings.iter().flat_map(|setting| ["-c", setting]))
                 .args(settings.iter().flat_map(|setting| ["-c", setting]))
                 .current_dir(dir.path())
                 .stdin(Stdio::null())
@@ -346,6 +550,33 @@ impl PostgresServer {
                     .is_ok_and(|s| s.success())
             };
             match wait_until(Duration::from_secs(30), &mut process, ready) {
+                Ok(()) if tls.is_some() => {
+                    // The accounts `pg_hba.conf` names, created over the
+                    // Unix socket (trusted).
+                    let out = Command::new(bin.join("psql"))
+                        .arg("-h")
+                        .arg(dir.path())
+                        .args(["-p", &port.to_string(), "-U", "idem", "-d", "postgres"])
+                        .args(["-v", "ON_ERROR_STOP=1", "-q"])
+                        .args([
+                            "-c",
+                            "CREATE ROLE idem_scram LOGIN SUPERUSER PASSWORD 'hunter2'",
+                        ])
+                        .args(["-c", "CREATE ROLE \"idem-client\" LOGIN SUPERUSER"])
+                        .env("HOME", dir.path())
+                        .output()
+                        .expect("run psql");
+                    assert!(
+                        out.status.success(),
+                        "creating the TLS test accounts failed: {}",
+                        String::from_utf8_lossy(&out.stderr)
+                    );
+                    return Some(PostgresServer {
+                        process,
+                        port,
+                        _dir: dir,
+                    });
+                }
                 Ok(()) => {
                     return Some(PostgresServer {
                         process,
@@ -458,6 +689,11 @@ fn free_port() -> u16 {
         .and_then(|l| l.local_addr())
         .expect("bind a loopback port")
         .port()
+}
+
+/// `path` as an argument of a server's command line.
+fn path(path: &Path) -> String {
+    path.display().to_string()
 }
 
 fn read_log(path: &Path) -> String {

@@ -10,9 +10,11 @@
 
 use std::path::{Path, PathBuf};
 
+mod certs;
 mod daemons;
 mod watchdog;
 
+pub use certs::{CertifiedKeyFiles, TestCertificates};
 pub use daemons::{PostgresServer, RedisCluster, RedisServer};
 pub use watchdog::Watchdog;
 

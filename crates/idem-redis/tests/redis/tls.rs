@@ -1,0 +1,264 @@
+//! Redis over TLS, against `redis-server`s with a TLS port only (`--port
+//! 0`) and certificates the test makes: a certificate that does not verify
+//! is refused naming the host, the reason and the option that fixes it;
+//! mutual TLS takes a client certificate; a URL that disagrees with the
+//! server about TLS says so in one line. Each failure is one quick connect
+//! (the conformance suite over `rediss://` is `tls_conformance`).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use crate::redis_support::server_url;
+use idem_conformance::random_key;
+use idem_redis::{RedisOptions, RedisStore};
+use idem_runtime::store::{Store, StoreError, TlsFailure, TlsProblem};
+use idem_testkit::servers::{RedisServer, TestCertificates};
+use idem_testkit::store_cases::{acquire, sent};
+
+/// The certificates of every TLS test of this binary.
+pub(crate) static CERTS: LazyLock<TestCertificates> = LazyLock::new(TestCertificates::new);
+
+/// A TLS-only server presenting a valid certificate for 127.0.0.1.
+pub(crate) static TLS_SERVER: LazyLock<Option<RedisServer>> =
+    LazyLock::new(|| RedisServer::start_tls(&CERTS.server, &CERTS.ca, false));
+
+/// `rediss://` to [`TLS_SERVER`] trusting the test's CA, or `None` after a
+/// loud skip.
+pub(crate) async fn tls_url(test: &str) -> Option<String> {
+    server_url_of(test, || {
+        TLS_SERVER
+            .as_ref()
+            .map(|s| format!("{}?ca={}", s.url(), CERTS.ca.display()))
+    })
+    .await
+}
+
+/// The URL `url` reads off a lazily started server, or `None` after a loud
+/// skip.
+async fn server_url_of(test: &str, url: fn() -> Option<String>) -> Option<String> {
+    idem_testkit::store_cases::server_url(test, "redis-server", url).await
+}
+
+/// Short, for the failures: each is one connect.
+fn quick() -> RedisOptions {
+    RedisOptions::default().connection_timeout(Duration::from_millis(500))
+}
+
+/// The TLS failure of connecting to `url`.
+async fn refused(url: &str) -> (TlsFailure, String) {
+    match RedisStore::connect_with(url, quick()).await {
+        Err(e @ StoreError::Tls(_)) => {
+            let message = e.to_string();
+            let StoreError::Tls(failure) = e else {
+                unreachable!()
+            };
+            assert!(!message.contains("hunter2"), "password leaked: {message}");
+            println!("{message}");
+            (*failure, message)
+        }
+        other => panic!("{url}: expected a TLS failure, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_ca_is_not_trusted_is_refused_naming_the_ca_option() {
+    let Some(url) = tls_url("redis tls unknown CA").await else {
+        return;
+    };
+    let base = url
+        .split('?')
+        .next()
+        .unwrap()
+        .replace("rediss://", "rediss://:hunter2@");
+    let other = format!("{base}?ca={}", CERTS.other_ca.display());
+    // The wrong CA named, and none (the platform's roots, which do not
+    // hold the test's CA).
+    for url in [other, base] {
+        let (failure, message) = refused(&url).await;
+        assert_eq!(failure.problem, TlsProblem::UnknownIssuer, "{message}");
+        assert_eq!(failure.host, "127.0.0.1");
+        assert!(
+            message.contains("the certificate of 127.0.0.1 is signed by a certificate authority that is not trusted")
+                && message.contains("?ca=PATH (or IDEM_TLS_CA_FILE)"),
+            "{message}"
+        );
+        assert!(std::error::Error::source(&StoreError::from(failure)).is_some());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_certificate_and_one_for_another_name_are_refused() {
+    let Some(_) = tls_url("redis tls bad certificates").await else {
+        return;
+    };
+    let start = |cert| {
+        let cert = match cert {
+            "expired" => &CERTS.expired,
+            _ => &CERTS.wrong_name,
+        };
+        RedisServer::start_tls(cert, &CERTS.ca, false).expect("redis-server")
+    };
+    let (expired, wrong_name) =
+        tokio::task::spawn_blocking(move || (start("expired"), start("wrong")))
+            .await
+            .unwrap();
+    let url = |s: &RedisServer| format!("{}?ca={}", s.url(), CERTS.ca.display());
+
+    let (failure, message) = refused(&url(&expired)).await;
+    assert_eq!(failure.problem, TlsProblem::Expired, "{message}");
+    assert!(
+        message.contains("the certificate of 127.0.0.1 has expired"),
+        "{message}"
+    );
+
+    let (failure, message) = refused(&url(&wrong_name)).await;
+    assert!(
+        matches!(&failure.problem, TlsProblem::WrongName { names } if names == &["db.example.invalid"]),
+        "{message}"
+    );
+    assert!(
+        message.contains("is not issued for the name 127.0.0.1")
+            && message.contains("a host name the certificate is issued for"),
+        "{message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_tls_takes_a_client_certificate_and_refuses_a_client_without() {
+    let Some(_) = tls_url("redis mutual tls").await else {
+        return;
+    };
+    let server = tokio::task::spawn_blocking(|| {
+        RedisServer::start_tls(&CERTS.server, &CERTS.ca, true).expect("redis-server")
+    })
+    .await
+    .unwrap();
+    let url = format!("{}?ca={}", server.url(), CERTS.ca.display());
+
+    let (failure, message) = refused(&url).await;
+    assert!(
+        matches!(
+            failure.problem,
+            TlsProblem::ClientCertificateRequired | TlsProblem::ClientCertificateRefused
+        ),
+        "{message}"
+    );
+    assert!(message.contains("?cert=PATH&key=PATH"), "{message}");
+
+    let with_cert = format!(
+        "{url}&cert={}&key={}",
+        CERTS.client.cert.display(),
+        CERTS.client.key.display()
+    );
+    let store = RedisStore::connect_with(&with_cert, quick()).await.unwrap();
+    let key = random_key();
+    let fence = acquire(&store, &key).await;
+    store
+        .complete(&key, fence, &sent("m-1"), Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().outcome(),
+        Some(&sent("m-1"))
+    );
+    store.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_that_disagrees_with_the_server_about_tls_says_so_in_one_line() {
+    let (Some(tls), Some(plain)) = (
+        tls_url("redis tls mismatch").await,
+        server_url("redis tls mismatch").await,
+    ) else {
+        return;
+    };
+    // redis:// to the TLS-only server.
+    let to_tls = tls
+        .split('?')
+        .next()
+        .unwrap()
+        .replace("rediss://", "redis://:hunter2@");
+    let (failure, message) = refused(&to_tls).await;
+    assert_eq!(failure.problem, TlsProblem::ServerRequiresTls, "{message}");
+    assert!(
+        message.contains("accepts TLS connections only") && message.contains("write rediss://"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+
+    // rediss:// to a plain server.
+    let to_plain = format!(
+        "{}?ca={}",
+        plain.replace("redis://", "rediss://:hunter2@"),
+        CERTS.ca.display()
+    );
+    let (failure, message) = refused(&to_plain).await;
+    assert_eq!(failure.problem, TlsProblem::ServerNotTls, "{message}");
+    assert!(
+        message.contains("does not speak TLS") && message.contains("write redis://"),
+        "{message}"
+    );
+    assert!(!message.contains('\n'), "{message}");
+}
+
+#[tokio::test]
+async fn a_tls_file_that_cannot_be_read_is_refused_before_connecting() {
+    let err = RedisStore::connect("rediss://127.0.0.1:1/?ca=/nonexistent/ca.pem")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::InvalidUrl { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .contains("cannot read the file /nonexistent/ca.pem (?ca=)"),
+        "{err}"
+    );
+}
+
+/// The server's URL the child of
+/// [`a_ca_file_named_by_the_environment_is_trusted`] connects to.
+const CHILD_URL: &str = "IDEM_TEST_TLS_URL";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "entry point of the child process of a_ca_file_named_by_the_environment_is_trusted"]
+async fn ca_file_from_the_environment_child() {
+    let url = std::env::var(CHILD_URL).expect("started by the parent test");
+    let store = RedisStore::connect_with(&url, quick())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let key = random_key();
+    acquire(&store, &key).await;
+    store.close().await;
+}
+
+/// `IDEM_TLS_CA_FILE` names the CA when the URL does not. Set in a child
+/// process of its own (this test binary, run on the ignored case above),
+/// since the environment is shared by every test of a process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ca_file_named_by_the_environment_is_trusted() {
+    let Some(url) = tls_url("redis IDEM_TLS_CA_FILE").await else {
+        return;
+    };
+    let without_ca = url.split('?').next().unwrap().to_owned();
+    let child = |ca: &std::path::Path| {
+        std::process::Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--ignored",
+                "--exact",
+                "tls::ca_file_from_the_environment_child",
+            ])
+            .env(idem_runtime::store::url::TLS_CA_FILE_ENV, ca)
+            .env(CHILD_URL, &without_ca)
+            .output()
+            .expect("run the child")
+    };
+    let trusted = child(&CERTS.ca);
+    assert!(
+        trusted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&trusted.stdout)
+    );
+    let other = child(&CERTS.other_ca);
+    let out = String::from_utf8_lossy(&other.stdout);
+    assert!(!other.status.success(), "trusted another CA: {out}");
+    assert!(out.contains("not trusted"), "{out}");
+}
