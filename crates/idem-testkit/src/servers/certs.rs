@@ -23,7 +23,10 @@ pub struct CertifiedKeyFiles {
     pub key: PathBuf,
 }
 
-/// The certificates of a TLS test; see the [module docs](self).
+/// The certificates of a TLS test: a CA, server certificates for 127.0.0.1
+/// and `localhost` (good, expired, for another name), a client certificate,
+/// and a second CA that signed none of them, as PEM files in a temporary
+/// directory deleted on drop.
 #[derive(Debug)]
 pub struct TestCertificates {
     /// The CA that signed every certificate below.
