@@ -211,7 +211,7 @@ pub(crate) struct ServeArgs {
     /// A sign-in not used for this long ends (90s, 15m, 2h, 7d).
     #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
     pub session_idle: Duration,
-    /// The inbox's origin as browsers reach it (https://inbox.example.com),
+    /// The inbox's origin as browsers reach it (`https://inbox.example.com`),
     /// when a reverse proxy in front of it changes the Host header: every
     /// form must be posted from exactly this origin. By default, from the
     /// request's own Host.

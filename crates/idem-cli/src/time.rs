@@ -1,7 +1,7 @@
 //! Times as people and scripts read them: RFC 3339 in UTC for JSON and
 //! `show`, "3m ago" in tables; and the times and spans the command line
-//! takes, read by clap through the value parsers here ([`duration`],
-//! [`since`], [`time`]), so that a bad one is refused naming its option.
+//! takes, read by clap through the value parsers here ([`duration`] and
+//! [`since`]), so that a bad one is refused naming its option.
 //!
 //! The calendar math is jiff's, here and in `Timestamp::rfc3339`. What is
 //! written out is only the grammar `--since` and `--at` accept: RFC 3339
