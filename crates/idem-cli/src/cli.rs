@@ -138,11 +138,23 @@ pub(crate) struct ProxyArgs {
     #[arg(long, requires = "listen", conflicts_with = "principals")]
     pub no_auth: bool,
     /// Connect to an upstream MCP server already running, over streamable
-    /// HTTP at this URL (`http://HOST:PORT/mcp`), instead of starting one.
-    /// Plain HTTP only: for an https:// server, put a local TLS-terminating
-    /// proxy in front of it.
+    /// HTTP at this URL (`https://HOST/mcp`, or `http://`), instead of
+    /// starting one. Certificates are verified against the platform's roots
+    /// and the CAs of `IDEM_TLS_CA_FILE`.
     #[arg(long, value_name = "URL", conflicts_with = "command")]
     pub upstream: Option<String>,
+    /// A file holding the bearer token the upstream wants: every request
+    /// carries `Authorization: Bearer TOKEN`. Never shown.
+    #[arg(long, value_name = "FILE", requires = "upstream")]
+    pub upstream_token_file: Option<std::path::PathBuf>,
+    /// An environment variable holding that token, instead of a file.
+    #[arg(
+        long,
+        value_name = "VAR",
+        requires = "upstream",
+        conflicts_with = "upstream_token_file"
+    )]
+    pub upstream_token_env: Option<String>,
     /// The upstream MCP server's command and its arguments, after `--`.
     #[arg(
         last = true,

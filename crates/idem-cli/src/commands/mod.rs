@@ -142,6 +142,8 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
         principals: args.principals.clone(),
         no_auth: args.no_auth,
         upstream: args.upstream.clone(),
+        upstream_token_file: args.upstream_token_file.clone(),
+        upstream_token_env: args.upstream_token_env.clone(),
         command: args.command.clone(),
     };
     idem_mcp::proxy::run(&options, || idem::store::connect(url))

@@ -592,11 +592,12 @@ class SlowUpstream:
     process holds: killed and started again, it keeps its address, and a
     connection made in between waits rather than being refused."""
 
-    def __init__(self, here: Place) -> None:
+    def __init__(self, here: Place, env: dict[str, str] | None = None, scheme: str = "http") -> None:
         self.journal, self.hold, self.pid = here.dir / "journal", here.dir / "hold", here.dir / "pid"
         self.listen(0)
-        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
+        self.url = f"{scheme}://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
         self.process: subprocess.Popen | None = None
+        self.env = env or {}
 
     def listen(self, port: int) -> None:
         """A listening socket on `port`; the same port again once the old
@@ -614,6 +615,7 @@ class SlowUpstream:
             "SLOW_UPSTREAM_HOLD": str(self.hold),
             "SLOW_UPSTREAM_PID": str(self.pid),
             "SLOW_UPSTREAM_FD": str(self.socket.fileno()),
+            **self.env,
         }
         command = [sys.executable, str(HERE / "slow_upstream.py")]
         self.process = subprocess.Popen(command, env=env, pass_fds=[self.socket.fileno()])
@@ -676,12 +678,6 @@ async def upstream_over_http() -> None:
                 upstream.close()
     TABLE.append(("HTTP upstream: append, resent", "runs upstream", *counts))
 
-    refused = subprocess.run(
-        [IDEM, "proxy", "--upstream", "https://mcp.example.com/mcp"], capture_output=True, text=True
-    )
-    say(f"idem proxy --upstream https://… -> exit {refused.returncode}: {refused.stderr.strip()}")
-    check(refused.returncode == 2, "an https:// upstream is refused as a usage error")
-    check("no TLS support" in refused.stderr and "TLS-terminating proxy" in refused.stderr, refused.stderr)
 
 
 async def restarted_everything() -> None:
@@ -746,6 +742,108 @@ timeout = "2s"
             say(f"two identical calls at once -> progress a={seen['a']} b={seen['b']}")
             check(seen["a"] == [1, 2, 3, 4] and seen["b"] == [1, 2, 3, 4], f"each its own stream: {seen}")
     TABLE.append(("long call with progress (read, timeout 2 s)", "completes", "-", "yes"))
+
+
+def make_certificates(directory: Path) -> tuple[Path, Path, Path, Path]:
+    """A CA, and a certificate it signed for 127.0.0.1: (ca, cert, key,
+    another CA that signed nothing), as PEM files in `directory`."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+    import ipaddress
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def ca(name: str):
+        key = ec.generate_private_key(ec.SECP256R1())
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        cert = (
+            x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False), critical=True)
+            .sign(key, hashes.SHA256())
+        )
+        return key, cert
+
+    ca_key, ca_cert = ca("idem test CA")
+    _, other_ca = ca("another CA")
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]))
+        .issuer_name(ca_cert.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+    paths = [directory / n for n in ("ca.pem", "cert.pem", "key.pem", "other-ca.pem")]
+    paths[0].write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    paths[3].write_bytes(other_ca.public_bytes(serialization.Encoding.PEM))
+    return paths[0], paths[1], paths[2], paths[3]
+
+
+async def https_upstream() -> None:
+    say("\n## `idem proxy --upstream https://…`: TLS verified, and a bearer token from a file")
+    with place() as here:
+        ca, cert, key, other_ca = make_certificates(here.dir)
+        token = "upstream-secret-" + "7" * 20
+        token_file = here.dir / "token"
+        token_file.write_text(token + "\n")
+        env = {"SLOW_UPSTREAM_CERT": str(cert), "SLOW_UPSTREAM_KEY": str(key), "SLOW_UPSTREAM_TOKEN": token}
+        upstream = SlowUpstream(here, env=env, scheme="https")
+        upstream.start()
+        try:
+            def through(ca_file: Path, token_args: list[str]) -> Client:
+                args = ["proxy", "--upstream", upstream.url, *token_args]
+                server = StdioServerParameters(
+                    command=IDEM, args=args, env={"IDEM_STORE": here.store, "IDEM_TLS_CA_FILE": str(ca_file)}
+                )
+                return Client(server)
+
+            # Until the server has its certificate loaded.
+            for _ in range(100):
+                with socket.socket() as probe:
+                    if probe.connect_ex(("127.0.0.1", int(upstream.url.split(":")[2].split("/")[0]))) == 0:
+                        break
+                time.sleep(0.05)
+            async with through(ca, ["--upstream-token-file", str(token_file)]) as client:
+                meta = {"io.idem/idempotencyKey": "tls-1"}
+                first = await client.call_tool("append", {"line": "x"}, meta=meta)
+                again = await client.call_tool("append", {"line": "x"}, meta=meta)
+            say(f"over https with the test CA and the token -> {reads(first)!r}, repeat deduplicated={again.meta['io.idem/deduplicated']}")
+            check(reads(first) == "appended x" and again.meta["io.idem/deduplicated"], reads(first))
+            check(len(upstream.starts()) == 1, "it ran once")
+
+            # A CA that did not sign the server's certificate: refused, nothing sent.
+            refused = subprocess.run(
+                [IDEM, "proxy", "--upstream", upstream.url, "--upstream-token-file", str(token_file)],
+                env={**os.environ, "IDEM_STORE": here.store, "IDEM_TLS_CA_FILE": str(other_ca)},
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            )
+            say(f"with another CA -> exit {refused.returncode}: {refused.stderr.strip()[:300]}")
+            check(refused.returncode != 0 and "IDEM_TLS_CA_FILE" in refused.stderr, refused.stderr)
+            check(token not in refused.stderr, "the token is never printed")
+            check(len(upstream.starts()) == 1, "nothing more ran")
+
+            # The right CA but no token: the upstream's 401, said.
+            unauthorized = subprocess.run(
+                [IDEM, "proxy", "--upstream", upstream.url],
+                env={**os.environ, "IDEM_STORE": here.store, "IDEM_TLS_CA_FILE": str(ca)},
+                capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=60,
+            )
+            say(f"without the token -> exit {unauthorized.returncode}: {unauthorized.stderr.strip()[:200]}")
+            check(unauthorized.returncode != 0 and "401" in unauthorized.stderr, unauthorized.stderr)
+        finally:
+            upstream.close()
+    TABLE.append(("HTTPS upstream with a private CA and a token", "runs upstream", "-", "1"))
 
 
 async def crash_http(cls: str) -> None:
@@ -818,6 +916,7 @@ CASES = {
     "principals_over_http": principals_over_http,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
+    "https_upstream": https_upstream,
 }
 
 

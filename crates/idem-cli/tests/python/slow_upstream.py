@@ -9,7 +9,10 @@ Over stdio by default. With SLOW_UPSTREAM_FD it serves streamable HTTP (at
 /mcp) on that listening socket, inherited from the test, which keeps it
 open: a server killed and started again on the same socket is the same
 address throughout, and a connection made in between waits in the socket's
-queue instead of being refused.
+queue instead of being refused. With SLOW_UPSTREAM_CERT and
+SLOW_UPSTREAM_KEY it serves HTTPS with that certificate; with
+SLOW_UPSTREAM_TOKEN every request must carry `Authorization: Bearer TOKEN`
+(401 otherwise).
 """
 
 import asyncio
@@ -52,7 +55,24 @@ if "SLOW_UPSTREAM_FD" in os.environ:
     import uvicorn
 
     listening = socket.socket(fileno=int(os.environ["SLOW_UPSTREAM_FD"]))
-    config = uvicorn.Config(server.streamable_http_app(), log_level="warning")
+    app = server.streamable_http_app()
+    token = os.environ.get("SLOW_UPSTREAM_TOKEN")
+    if token is not None:
+        inner = app
+
+        async def app(scope, receive, send):  # noqa: F811 - the guarded app
+            if scope["type"] == "http":
+                headers = dict(scope.get("headers") or [])
+                if headers.get(b"authorization") != f"Bearer {token}".encode():
+                    await send({"type": "http.response.start", "status": 401, "headers": [(b"content-type", b"text/plain")]})
+                    await send({"type": "http.response.body", "body": b"no token"})
+                    return
+            await inner(scope, receive, send)
+
+    tls = {}
+    if "SLOW_UPSTREAM_CERT" in os.environ:
+        tls = {"ssl_certfile": os.environ["SLOW_UPSTREAM_CERT"], "ssl_keyfile": os.environ["SLOW_UPSTREAM_KEY"]}
+    config = uvicorn.Config(app, log_level="warning", **tls)
     asyncio.run(uvicorn.Server(config).serve(sockets=[listening]))
 else:
     server.run("stdio")

@@ -1,7 +1,8 @@
 //! The upstream over streamable HTTP (`idem proxy --upstream URL`): rmcp's
 //! client transport, which knows the protocol (sessions, event streams,
 //! re-initializing an expired session), on an HTTP client of our own built
-//! on hyper's, plain HTTP only.
+//! on hyper's, over `http://` or `https://` (rustls on ring, the platform's
+//! roots and `IDEM_TLS_CA_FILE`, every certificate verified).
 //!
 //! What this client adds is the line the executor needs: whether a request
 //! left. A connection that could not be made sent nothing
@@ -38,28 +39,26 @@ const EVENT_STREAM: &str = "text/event-stream";
 /// An `--upstream` URL the proxy cannot use.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamUrlError {
-    /// `https://`: this build speaks plain HTTP only, as idem's store URLs
-    /// do; nothing is sent unencrypted in its place.
-    #[error(
-        "--upstream {url}: no TLS support for the upstream server (this build of idem speaks \
-         plain HTTP only); put a local TLS-terminating proxy in front of it and give its \
-         http:// address, or run the upstream over stdio (`idem proxy -- COMMAND…`)"
-    )]
-    TlsUnsupported {
-        /// The URL given.
-        url: String,
-    },
-    /// Not an `http://host[:port]/path` URL.
-    #[error("--upstream {url}: {reason}; give the server's http://HOST:PORT/PATH address")]
+    /// Not an `http(s)://host[:port]/path` URL.
+    #[error("--upstream {url}: {reason}; give the server's https://HOST[:PORT]/PATH address")]
     Invalid {
         /// The URL given.
         url: String,
         /// What is wrong with it.
         reason: String,
     },
+    /// The TLS trust for an `https://` upstream cannot be set up (the CA
+    /// file of `IDEM_TLS_CA_FILE` cannot be read).
+    #[error("--upstream {url}: {reason}")]
+    Tls {
+        /// The URL given.
+        url: String,
+        /// What is wrong.
+        reason: String,
+    },
 }
 
-/// Check an `--upstream` URL: `http://` with a host.
+/// Check an `--upstream` URL: `http://` or `https://` with a host.
 pub(super) fn check_url(url: &str) -> Result<(), UpstreamUrlError> {
     let invalid = |reason: String| UpstreamUrlError::Invalid {
         url: url.to_owned(),
@@ -69,19 +68,63 @@ pub(super) fn check_url(url: &str) -> Result<(), UpstreamUrlError> {
         .parse()
         .map_err(|e| invalid(format!("not a URL ({e})")))?;
     match uri.scheme_str() {
-        Some("http") => {}
-        Some(s) if s.eq_ignore_ascii_case("https") => {
-            return Err(UpstreamUrlError::TlsUnsupported {
-                url: url.to_owned(),
-            })
+        Some("http" | "https") => {}
+        Some(other) => {
+            return Err(invalid(format!(
+                "the scheme `{other}` is not http or https"
+            )))
         }
-        Some(other) => return Err(invalid(format!("the scheme `{other}` is not http"))),
         None => return Err(invalid("no scheme".to_owned())),
     }
     if uri.host().is_none_or(str::is_empty) {
         return Err(invalid("no host".to_owned()));
     }
     Ok(())
+}
+
+/// The environment variable naming a PEM file of extra certificate
+/// authorities to trust (a private CA), as for the stores.
+const CA_FILE_ENV: &str = "IDEM_TLS_CA_FILE";
+
+/// rustls's client configuration for `https://` upstreams: the platform's
+/// roots, and the CAs of [`CA_FILE_ENV`] when it is set.
+pub(super) fn tls_config(url: &str) -> Result<rustls::ClientConfig, UpstreamUrlError> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let failed = |reason: String| UpstreamUrlError::Tls {
+        url: url.to_owned(),
+        reason,
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        // A platform certificate rustls cannot use is skipped, as browsers do.
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = std::env::var_os(CA_FILE_ENV) {
+        let shown = std::path::Path::new(&path).display().to_string();
+        let certs = CertificateDer::pem_file_iter(&path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| {
+                failed(format!(
+                    "{CA_FILE_ENV}={shown}: cannot read certificates ({e})"
+                ))
+            })?;
+        if certs.is_empty() {
+            return Err(failed(format!(
+                "{CA_FILE_ENV}={shown}: no certificate in it"
+            )));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| failed(format!("{CA_FILE_ENV}={shown}: {e}")))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| failed(e.to_string()))
+        .map(|builder| builder.with_root_certificates(roots).with_no_client_auth())
 }
 
 /// Why an HTTP exchange with the upstream failed, split by whether the
@@ -106,24 +149,38 @@ type Failure = StreamableHttpError<HttpError>;
 /// An HTTP/1 client for one upstream, with pooled connections.
 #[derive(Clone)]
 pub(super) struct HttpClient {
-    client: Client<HttpConnector, Full<Bytes>>,
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
 }
 
 impl HttpClient {
-    /// A client with no connection yet.
-    pub(super) fn new() -> Self {
+    /// A client with no connection yet, for `http://` and `https://`
+    /// (with `tls`).
+    pub(super) fn new(tls: rustls::ClientConfig) -> Self {
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
         HttpClient {
-            client: Client::builder(TokioExecutor::new()).build_http(),
+            client: Client::builder(TokioExecutor::new()).build(connector),
         }
     }
 
     /// Send `request`; the response's head, its body still to read.
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, Failure> {
         self.client.request(request).await.map_err(|e| {
-            // hyper-util's own test: the connector failed, so no byte of
-            // the request went out. Otherwise the request may have.
+            // hyper-util's own test: the connector failed (the TCP
+            // connection or the TLS handshake, before any byte of the
+            // request), so nothing went out. Otherwise the request may have.
             let error = if e.is_connect() {
-                HttpError::Unsent(chain(&e))
+                let mut said = chain(&e);
+                if said.contains("invalid peer certificate") {
+                    said.push_str(&format!(
+                        "; the upstream's certificate does not verify: if a private CA signed \
+                         it, name the CA's certificate file with {CA_FILE_ENV}"
+                    ));
+                }
+                HttpError::Unsent(said)
             } else {
                 HttpError::Sent(chain(&e))
             };
@@ -482,13 +539,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn https_is_refused_with_what_to_do_instead() {
-        let error = check_url("https://mcp.example.com/mcp").unwrap_err();
-        assert!(matches!(error, UpstreamUrlError::TlsUnsupported { .. }));
-        let text = error.to_string();
-        assert!(text.contains("no TLS support"), "{text}");
-        assert!(text.contains("TLS-terminating proxy"), "{text}");
-        assert!(text.contains("over stdio"), "{text}");
+    fn http_and_https_urls_with_a_host_are_accepted() {
+        assert!(check_url("https://mcp.example.com/mcp").is_ok());
+        assert!(check_url("http://127.0.0.1:3001/mcp").is_ok());
     }
 
     #[test]

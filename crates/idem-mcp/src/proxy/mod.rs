@@ -83,7 +83,11 @@ where
     let source = match &args.upstream {
         Some(url) => {
             http::check_url(url)?;
-            Source::Http(url.clone())
+            Source::Http(Box::new(upstream::HttpUpstream {
+                url: url.clone(),
+                tls: http::tls_config(url)?,
+                token: upstream_token(args)?,
+            }))
         }
         None => Source::Command(args.command.clone()),
     };
@@ -180,6 +184,36 @@ where
     upstream.stop().await;
     executor.store().close().await;
     Ok(())
+}
+
+/// The bearer token for the upstream, from `--upstream-token-file` or
+/// `--upstream-token-env` (never from the command line itself, where other
+/// users of the machine read it).
+fn upstream_token(options: &ProxyOptions) -> Result<Option<String>, ProxyError> {
+    let (token, from) = match (&options.upstream_token_file, &options.upstream_token_env) {
+        (Some(path), _) => {
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                ProxyError::Config(format!("--upstream-token-file {}: {e}", path.display()))
+            })?;
+            (text, format!("--upstream-token-file {}", path.display()))
+        }
+        (None, Some(variable)) => {
+            let text = std::env::var(variable).map_err(|_| {
+                ProxyError::Config(format!(
+                    "--upstream-token-env {variable}: the variable is not set (or not UTF-8)"
+                ))
+            })?;
+            (text, format!("--upstream-token-env {variable}"))
+        }
+        (None, None) => return Ok(None),
+    };
+    let token = token.trim();
+    if token.is_empty() || token.contains(|c: char| c.is_control() || c.is_whitespace()) {
+        return Err(ProxyError::Config(format!(
+            "{from}: the token must be one line of printable text without spaces"
+        )));
+    }
+    Ok(Some(token.to_owned()))
 }
 
 /// The proxy's HTTP side, settled before the upstream starts: the socket

@@ -26,8 +26,13 @@ pub struct ProxyOptions {
     /// one record space). Refused on any other address.
     pub no_auth: bool,
     /// An upstream MCP server already running, over streamable HTTP at
-    /// this URL (`http://HOST:PORT/mcp`), instead of starting one.
+    /// this URL (`https://HOST/mcp`, or `http://`), instead of starting one.
     pub upstream: Option<String>,
+    /// A file holding the bearer token the upstream wants
+    /// (`Authorization: Bearer …` on every request).
+    pub upstream_token_file: Option<PathBuf>,
+    /// An environment variable holding that token.
+    pub upstream_token_env: Option<String>,
     /// The upstream MCP server's command and its arguments.
     pub command: Vec<String>,
 }

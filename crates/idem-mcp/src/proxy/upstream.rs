@@ -112,9 +112,29 @@ pub(super) enum Source {
     /// A program (and its arguments) the proxy starts and speaks to over
     /// stdio.
     Command(Vec<String>),
-    /// A server already running, reached over streamable HTTP at this
-    /// `http://` URL.
-    Http(String),
+    /// A server already running, reached over streamable HTTP.
+    Http(Box<HttpUpstream>),
+}
+
+/// An upstream reached over streamable HTTP.
+#[derive(Clone)]
+pub(super) struct HttpUpstream {
+    /// Its `http://` or `https://` URL.
+    pub(super) url: String,
+    /// Whom to trust for `https://`.
+    pub(super) tls: rustls::ClientConfig,
+    /// The bearer token every request carries, if the upstream needs one
+    /// (never shown: not in `Debug`, not in any message).
+    pub(super) token: Option<String>,
+}
+
+impl std::fmt::Debug for HttpUpstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpUpstream")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
 }
 
 impl Source {
@@ -122,7 +142,7 @@ impl Source {
     fn name(&self) -> &str {
         match self {
             Source::Command(command) => command.first().map_or("", String::as_str),
-            Source::Http(url) => url,
+            Source::Http(upstream) => &upstream.url,
         }
     }
 }
@@ -266,14 +286,26 @@ impl Upstream {
                     .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
                 self.forward.clone().serve(transport).await
             }
-            Source::Http(url) => {
-                let config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
-                let transport =
-                    StreamableHttpClientTransport::with_client(HttpClient::new(), config);
+            Source::Http(upstream) => {
+                let mut config =
+                    StreamableHttpClientTransportConfig::with_uri(upstream.url.as_str());
+                if let Some(token) = &upstream.token {
+                    config = config.auth_header(token.clone());
+                }
+                let client = HttpClient::new(upstream.tls.clone());
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 self.forward.clone().serve(transport).await
             }
         }
-        .map_err(|e| format!("the upstream server `{name}` did not initialize: {e}"))?;
+        .map_err(|e| {
+            // rmcp's error names its worker types; what a person needs is
+            // the client's own words, when they are there.
+            let said = e.to_string();
+            let said = said
+                .find("cannot connect to the upstream server")
+                .map_or(said.as_str(), |at| &said[at..]);
+            format!("the upstream server `{name}` did not initialize: {said}")
+        })?;
         let info = service
             .peer_info()
             .map(|info| initialized(&info))
