@@ -137,6 +137,16 @@ pub(crate) struct ProxyArgs {
     /// every caller one user with one record space.
     #[arg(long, requires = "listen", conflicts_with = "principals")]
     pub no_auth: bool,
+    /// With --listen: serve HTTPS with this PEM certificate chain.
+    #[arg(long, value_name = "FILE", requires_all = ["listen", "tls_key"])]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// With --listen on a non-loopback address: serve plain HTTP anyway,
+    /// because a TLS-terminating proxy is in front of it.
+    #[arg(long, requires = "listen", conflicts_with = "tls_cert")]
+    pub allow_plain_http: bool,
     /// Connect to an upstream MCP server already running, over streamable
     /// HTTP at this URL (`https://HOST/mcp`, or `http://`), instead of
     /// starting one. Certificates are verified against the platform's roots
@@ -214,9 +224,20 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "HEADER", value_parser = header_name)]
     pub trust_proxy_header: Option<HeaderName>,
     /// Mark session cookies `Secure`: set it when people reach the inbox
-    /// over HTTPS (through a TLS-terminating proxy).
+    /// over HTTPS through a TLS-terminating proxy (with --tls-cert they
+    /// are always `Secure`).
     #[arg(long)]
     pub secure_cookies: bool,
+    /// Serve HTTPS with this PEM certificate chain (and --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// On a non-loopback --listen address, serve plain HTTP anyway: a
+    /// TLS-terminating proxy is in front of it (set --secure-cookies too).
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub allow_plain_http: bool,
     /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d).
     #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
     pub session: Duration,

@@ -129,6 +129,19 @@ pub(crate) enum CliError {
         /// Why (in use, not this machine's, not allowed).
         source: std::io::Error,
     },
+    /// `idem serve --listen` on a non-loopback address without TLS and
+    /// without `--allow-plain-http`.
+    #[error(
+        "--listen {addr}: not a loopback address, so serve HTTPS (--tls-cert FILE --tls-key \
+         FILE), or say --allow-plain-http if a TLS-terminating proxy is in front"
+    )]
+    PlainHttp {
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// `idem serve`'s certificate or key cannot be used.
+    #[error("{0}")]
+    Tls(String),
     /// `idem approver`'s NAME cannot be written in the approvers file.
     #[error("the approver's name must be printable text, without quotes or backslashes")]
     ApproverName,
@@ -215,6 +228,8 @@ impl CliError {
             | CliError::InvalidApprovers { .. }
             | CliError::InvalidCatalog { .. }
             | CliError::Listen { .. }
+            | CliError::PlainHttp { .. }
+            | CliError::Tls(_)
             | CliError::ApproverName
             | CliError::PrincipalName
             | CliError::ShortPassword { .. }

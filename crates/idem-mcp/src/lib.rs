@@ -113,6 +113,8 @@ mod trace;
 
 #[cfg(feature = "proxy")]
 pub mod proxy;
+#[cfg(feature = "proxy")]
+pub mod tls;
 
 pub use client::CallToolRequestParamsExt;
 pub use key::{

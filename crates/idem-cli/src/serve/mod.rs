@@ -244,6 +244,16 @@ async fn secure_headers(mut response: Response) -> Response {
 /// `idem serve`.
 pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     let addr = args.listen;
+    // How it is served is checked first: a refusal opens nothing.
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => {
+            Some(idem_mcp::tls::server_config(cert, key).map_err(CliError::Tls)?)
+        }
+        _ => None,
+    };
+    if tls.is_none() && !args.allow_plain_http && !addr.ip().is_loopback() {
+        return Err(CliError::PlainHttp { addr });
+    }
     let approvers = Approvers::load(&args.approvers)?;
     let catalog = match &args.tools {
         Some(path) => {
@@ -270,7 +280,11 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     let app = Arc::new(App {
         operator: operator.clone(),
         approvers,
-        sessions: Sessions::new(args.session_idle, args.session, args.secure_cookies),
+        sessions: Sessions::new(
+            args.session_idle,
+            args.session,
+            args.secure_cookies || tls.is_some(),
+        ),
         throttle: Arc::new(Throttle::default()),
         catalog,
         overdue: args.overdue,
@@ -287,21 +301,37 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         .with_target(false)
         .try_init();
     let watcher = tokio::spawn(live::watch(app.clone(), changed, args.refresh));
+    let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!(
-        "idem serve: the approval inbox is on http://{local}/ ({})",
+        "idem serve: the approval inbox is on {scheme}://{local}/ ({})",
         operator.store().describe()
     );
-    let serving = axum::serve(
-        listener,
-        router(app).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(async move {
+    let stopping_now = async move {
         let _ = tokio::signal::ctrl_c().await;
         eprintln!("idem serve: stopping (Ctrl-C again to stop at once)");
         // Live streams end, so that their connections can close.
         let _ = stop.send(true);
-    })
-    .into_future();
+    };
+    let service = router(app).into_make_service_with_connect_info::<SocketAddr>();
+    let serving: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
+        match tls {
+            Some(config) => {
+                use axum::serve::ListenerExt as _;
+                // `tap_io` so that handlers read the peer's address as
+                // over plain TCP (`ConnectInfo<SocketAddr>`).
+                let listener = idem_mcp::tls::TlsListener::new(listener, config)?.tap_io(|_| {});
+                Box::pin(
+                    axum::serve(listener, service)
+                        .with_graceful_shutdown(stopping_now)
+                        .into_future(),
+                )
+            }
+            None => Box::pin(
+                axum::serve(listener, service)
+                    .with_graceful_shutdown(stopping_now)
+                    .into_future(),
+            ),
+        };
     tokio::pin!(serving);
     let served = tokio::select! {
         served = &mut serving => served,

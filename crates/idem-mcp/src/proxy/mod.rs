@@ -222,6 +222,8 @@ fn upstream_token(options: &ProxyOptions) -> Result<Option<String>, ProxyError> 
 struct Listening {
     listener: tokio::net::TcpListener,
     principals: Option<Arc<Principals>>,
+    /// HTTPS, when `--tls-cert` and `--tls-key` were given.
+    tls: Option<Arc<rustls::ServerConfig>>,
 }
 
 /// The principal a request's bearer token named, in the request's
@@ -246,6 +248,22 @@ impl Listening {
                 source,
             })?;
         let bound = listener.local_addr()?;
+        let tls = match (&options.tls_cert, &options.tls_key) {
+            (Some(cert), Some(key)) => {
+                Some(crate::tls::server_config(cert, key).map_err(ProxyError::Tls)?)
+            }
+            (None, None) => None,
+            _ => {
+                return Err(ProxyError::Tls(
+                    "--tls-cert and --tls-key go together".to_owned(),
+                ))
+            }
+        };
+        if tls.is_none() && !options.allow_plain_http && !bound.ip().is_loopback() {
+            return Err(ProxyError::PlainHttp {
+                address: address.to_owned(),
+            });
+        }
         if principals.is_none() && !bound.ip().is_loopback() {
             return Err(ProxyError::Unauthenticated {
                 address: address.to_owned(),
@@ -261,6 +279,7 @@ impl Listening {
         Ok(Listening {
             listener,
             principals,
+            tls,
         })
     }
 }
@@ -313,7 +332,9 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
     let Listening {
         listener,
         principals,
+        tls,
     } = listening;
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let address = listener.local_addr()?;
     let port = address.port();
     let config = if address.ip().is_loopback() {
@@ -323,8 +344,8 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
         StreamableHttpServerConfig::default()
             .with_allowed_hosts([address.to_string(), format!("localhost:{port}")])
             .with_allowed_origins([
-                format!("http://{address}"),
-                format!("http://localhost:{port}"),
+                format!("{scheme}://{address}"),
+                format!("{scheme}://localhost:{port}"),
             ])
     } else {
         // Reached by names the proxy cannot know (behind a balancer);
@@ -347,12 +368,23 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
     // The line a supervisor (and the tests) wait for, with the port chosen.
     // The name is the upstream's own text: shown escaped.
     let name = idem_runtime::text::visible(name);
-    eprintln!("idem proxy: serving {name} on http://{address}/mcp");
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await?;
+    eprintln!("idem proxy: serving {name} on {scheme}://{address}/mcp");
+    let stop = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    match tls {
+        Some(config) => {
+            let listener = crate::tls::TlsListener::new(listener, config)?;
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await?;
+        }
+        None => {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(stop)
+                .await?;
+        }
+    }
     Ok(())
 }
 

@@ -25,6 +25,14 @@ pub struct ProxyOptions {
     /// With `listen` on loopback: serve without authentication (one user,
     /// one record space). Refused on any other address.
     pub no_auth: bool,
+    /// With `listen`: serve HTTPS with this PEM certificate chain (and
+    /// `tls_key`).
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `tls_cert` (PEM).
+    pub tls_key: Option<PathBuf>,
+    /// With `listen` on a non-loopback address: serve plain HTTP anyway,
+    /// because a TLS-terminating proxy is in front.
+    pub allow_plain_http: bool,
     /// An upstream MCP server already running, over streamable HTTP at
     /// this URL (`https://HOST/mcp`, or `http://`), instead of starting one.
     pub upstream: Option<String>,
@@ -80,6 +88,19 @@ pub enum ProxyError {
         /// Whether it is a loopback address.
         loopback: bool,
     },
+    /// `--listen` on a non-loopback address without TLS, and without
+    /// `--allow-plain-http`: tokens would cross the network in the clear.
+    #[error(
+        "--listen {address}: not a loopback address, so serve HTTPS (--tls-cert FILE --tls-key \
+         FILE), or say --allow-plain-http if a TLS-terminating proxy is in front"
+    )]
+    PlainHttp {
+        /// The address given.
+        address: String,
+    },
+    /// The proxy's TLS certificate or key cannot be used.
+    #[error("{0}")]
+    Tls(String),
     /// The store that records the calls failed.
     #[error(transparent)]
     Store(#[from] StoreError),
