@@ -12,3 +12,4 @@ mod browser;
 mod lifecycle;
 mod limits;
 mod signin;
+mod tls;

@@ -259,7 +259,7 @@ def serving(command: list[str], env: dict) -> tuple[subprocess.Popen, str]:
     """Start `idem proxy --listen …` and wait for the address it prints."""
     proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     for line in proxy.stderr:
-        found = re.search(r"serving \S+ on (http://\S+/mcp)", line)
+        found = re.search(r"serving \S+ on (https?://\S+/mcp)", line)
         if found:
             return proxy, found.group(1)
     raise AssertionError("the proxy printed no address")
@@ -846,6 +846,76 @@ async def https_upstream() -> None:
     TABLE.append(("HTTPS upstream with a private CA and a token", "runs upstream", "-", "1"))
 
 
+async def https_listen() -> None:
+    say("\n## `idem proxy --listen --tls-cert --tls-key`: served over HTTPS to the Python SDK")
+    import ssl
+
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    with place() as here:
+        ca, cert, key, other_ca = make_certificates(here.dir)
+        made = subprocess.run([IDEM, "principal", "alice"], capture_output=True, text=True, check=True)
+        token = made.stderr.strip().splitlines()[-1]
+        principals = here.dir / "principals.toml"
+        principals.write_text(made.stdout)
+        env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+
+        # Off loopback, plain HTTP is refused before any upstream starts;
+        # a key that does not go with the certificate is named.
+        for listen, extra, words in [
+            ("0.0.0.0:0", ["--principals", str(principals)], "--tls-cert FILE --tls-key FILE"),
+            ("127.0.0.1:0", ["--no-auth", "--tls-cert", str(cert), "--tls-key", str(ca)], "--tls-key"),
+        ]:
+            refused = subprocess.run(
+                [IDEM, "proxy", "--listen", listen, *extra, "--", "/nonexistent/upstream"],
+                env=env, capture_output=True, text=True,
+            )
+            say(f"--listen {listen} {' '.join(extra[:1])} -> exit {refused.returncode}: {refused.stderr.strip()[:200]}")
+            check(refused.returncode == 2 and words in refused.stderr, refused.stderr)
+            check("did not initialize" not in refused.stderr, "no upstream was started")
+            check("PRIVATE KEY" not in refused.stderr, "no key content in the message")
+
+        tls = ["--tls-cert", str(cert), "--tls-key", str(key)]
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--principals", str(principals), *tls, "--", *npm_server("server-memory")]
+        proxy, url = serving(command, env)
+        try:
+            check(url.startswith("https://"), f"the address printed is https: {url}")
+            trusted = ssl.create_default_context(cafile=str(ca))
+            untrusted = ssl.create_default_context(cafile=str(other_ca))
+            async with httpx2.AsyncClient(verify=untrusted, timeout=10) as raw:
+                try:
+                    await raw.post(url, json=INITIALIZE, headers=ACCEPT)
+                    check(False, "a client that does not trust the CA got through")
+                except httpx2.ConnectError as e:
+                    say(f"a client trusting another CA -> {type(e).__name__}")
+            async with httpx2.AsyncClient(timeout=10) as raw:
+                try:
+                    plain = await raw.post(url.replace("https://", "http://"), json=INITIALIZE, headers=ACCEPT)
+                    check(False, f"plain HTTP got an answer: {plain.status_code}")
+                except httpx2.HTTPError as e:
+                    say(f"plain HTTP to the HTTPS port -> {type(e).__name__}")
+            async with httpx2.AsyncClient(verify=trusted, timeout=10) as raw:
+                # Signed in, so the refusal is the Origin's, not a missing token's.
+                origin = {"Origin": "http://" + url.split("/")[2], "Authorization": f"Bearer {token}"}
+                answer = await raw.post(url, json=INITIALIZE, headers={**ACCEPT, **origin})
+                check(answer.status_code == 403, f"the http:// Origin of an https server is foreign: {answer.status_code}")
+
+            async def create() -> types.CallToolResult:
+                http = httpx2.AsyncClient(verify=trusted, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+                async with http, Client(streamable_http_client(url, http_client=http)) as client:
+                    return await client.call_tool("create_entities", ENTITY, meta={"io.idem/idempotencyKey": "tls-listen-1"})
+
+            first = await create()
+            again = await create()
+            say(f"over https, the call and its repeat -> deduplicated {[first.meta.get('io.idem/deduplicated'), again.meta.get('io.idem/deduplicated')]}")
+            check(not first.is_error and again.meta.get("io.idem/deduplicated") is True, reads(first))
+        finally:
+            proxy.send_signal(signal.SIGINT)
+            proxy.wait(timeout=20)
+    TABLE.append(("--listen over HTTPS: a call and its repeat", "own effects", "-", "1"))
+
+
 async def crash_http(cls: str) -> None:
     say(f"\n## an HTTP upstream killed mid-call and started again: `append` as {cls}")
     with place() as here:
@@ -917,6 +987,7 @@ CASES = {
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
+    "https_listen": https_listen,
 }
 
 

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use idem::prelude::*;
@@ -28,7 +29,7 @@ pub const VIC: (&str, &str) = ("vic", "viewer password only");
 /// A running `idem serve`, stopped on drop.
 pub struct Serve {
     child: Child,
-    /// `http://127.0.0.1:PORT`.
+    /// `http://127.0.0.1:PORT` (`https://` when served over TLS).
     pub base: String,
     /// An API token of the approver `bot`.
     pub token: String,
@@ -191,11 +192,16 @@ fn spawn(args: &[std::ffi::OsString]) -> (Child, String) {
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut line = String::new();
     stderr.read_line(&mut line).unwrap();
+    let scheme = if line.contains("https://") {
+        "https"
+    } else {
+        "http"
+    };
     let base = line
-        .split("http://")
+        .split(&format!("{scheme}://"))
         .nth(1)
         .and_then(|rest| rest.split('/').next())
-        .map(|addr| format!("http://{addr}"))
+        .map(|addr| format!("{scheme}://{addr}"))
         .unwrap_or_else(|| panic!("idem serve did not say where it listens: {line:?}"));
     // Keep draining stderr so the server never blocks on it.
     std::thread::spawn(move || {
@@ -233,31 +239,76 @@ impl Reply {
     }
 }
 
-/// A plain HTTP/1.1 client that keeps cookies like a browser would.
+/// Plain TCP, or TLS for `https://` URLs.
+type Connector = hyper_rustls::HttpsConnector<HttpConnector>;
+
+/// A connector for `http://` and `https://` URLs that trusts `roots` only.
+fn connector(mut tcp: HttpConnector, roots: rustls::RootCertStore) -> Connector {
+    tcp.enforce_http(false);
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(config)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(tcp)
+}
+
+/// An HTTP/1.1 client that keeps cookies like a browser would.
 pub struct Http {
-    client: Client<hyper_util::client::legacy::connect::HttpConnector, Full<Bytes>>,
+    client: Client<Connector, Full<Bytes>>,
     /// Cookies set by the server: name → value.
     pub cookies: HashMap<String, String>,
 }
 
 impl Default for Http {
     fn default() -> Self {
-        Http {
-            client: Client::builder(TokioExecutor::new()).build_http(),
-            cookies: HashMap::new(),
-        }
+        Http::with(HttpConnector::new(), rustls::RootCertStore::empty())
     }
 }
 
 impl Http {
+    fn with(tcp: HttpConnector, roots: rustls::RootCertStore) -> Http {
+        Http {
+            client: Client::builder(TokioExecutor::new()).build(connector(tcp, roots)),
+            cookies: HashMap::new(),
+        }
+    }
+
     /// A client whose connections come from `address` (any of 127.0.0.0/8
     /// on loopback), as from another machine.
     pub fn from_address(address: std::net::IpAddr) -> Http {
-        let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-        connector.set_local_address(Some(address));
-        Http {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-            cookies: HashMap::new(),
+        let mut tcp = HttpConnector::new();
+        tcp.set_local_address(Some(address));
+        Http::with(tcp, rustls::RootCertStore::empty())
+    }
+
+    /// A client of `https://` URLs that trusts the CA certificate in the
+    /// PEM file `ca`, and nothing else.
+    pub fn trusting(ca: &std::path::Path) -> Http {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        Http::with(HttpConnector::new(), roots)
+    }
+
+    /// Send a request and wait at most `limit` for its answer: the
+    /// answer's status, or the error the client got (a refused
+    /// certificate, a closed connection).
+    pub async fn try_get(&mut self, url: &str, limit: Duration) -> Result<u16, String> {
+        let request = hyper::Request::get(url)
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        match tokio::time::timeout(limit, self.client.request(request)).await {
+            Err(_) => Err(format!("no answer within {limit:?}")),
+            Ok(Err(e)) => Err(format!("{e:?}")),
+            Ok(Ok(response)) => Ok(response.status().as_u16()),
         }
     }
 
