@@ -15,7 +15,9 @@ use idem::prelude::*;
 use serde_json::json;
 
 use crate::support::browser::Browser;
-use crate::support::serve::{wait_on, Scene, DANA, VIC};
+use idem_testkit::servers::TestCertificates;
+
+use crate::support::serve::{wait_on, Http, Scene, DANA, VIC};
 use crate::support::tools::{charge_card, delete_call, executor, ns, tenant, Charge, Charged};
 use crate::support::unique;
 
@@ -450,4 +452,75 @@ async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
         "the denial stands"
     );
     assert_eq!(scene.app.deletions(), 0);
+}
+
+/// Over HTTPS (`idem serve --tls-cert --tls-key`), with Chromium trusting
+/// the server's key as a browser trusts a certificate of its company's CA:
+/// the approver signs in, a waiting call arrives on the open page without
+/// a reload (the live stream over TLS), is approved and runs once; the page
+/// is a secure context and its session cookie is `Secure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_https_an_approver_approves_a_call_that_arrives_live() {
+    let what = "over_https_an_approver_approves_a_call_that_arrives_live";
+    let certs = TestCertificates::new();
+    let trust = format!(
+        "--ignore-certificate-errors-spki-list={}",
+        certs.server.spki_sha256
+    );
+    let Some(browser) = Browser::start_with(what, &[trust]).await else {
+        return;
+    };
+    let (_dir, url) = crate::support::sqlite();
+    let tls = [
+        "--tls-cert",
+        certs.server.cert.to_str().unwrap(),
+        "--tls-key",
+        certs.server.key.to_str().unwrap(),
+    ];
+    let mut scene = Scene::with_args(&url, PATIENCE, &tls).await;
+    scene.http = Http::trusting(&certs.ca);
+    assert!(
+        scene.serve.base.starts_with("https://"),
+        "{}",
+        scene.serve.base
+    );
+    sign_in(&browser, &scene, DANA).await;
+    let context = browser
+        .execute(
+            "return [location.protocol, window.isSecureContext];",
+            vec![],
+        )
+        .await;
+    assert_eq!(context, json!(["https:", true]));
+    let cookies = browser.client().get_all_cookies().await.unwrap();
+    let session = cookies
+        .iter()
+        .find(|c| c.name() == "idem_session")
+        .expect("a session cookie");
+    assert_eq!(session.secure(), Some(true), "{session}");
+    assert_eq!(session.http_only(), Some(true), "{session}");
+    wait_text(&browser, "#inbox-rows", "Nothing is waiting").await;
+
+    let call = delete_call(&unique("call"), "mallory");
+    let waiting = wait_on(&scene.agent, call, &scene.namespace);
+    let item = scene.listed().await;
+    let key = item["key"].as_str().unwrap().to_owned();
+    let row = format!("tr.item[data-key='{key}']");
+    browser.wait_for(&row, PAGE).await;
+    browser
+        .goto(&scene.serve.url(&format!("/records/{key}")))
+        .await;
+    browser.wait_for("#record", PAGE).await;
+    browser.fill("#note", "approved over https").await;
+    browser.submit("form#approve").await;
+    browser.wait_for("#effect", PAGE).await;
+    assert_eq!(scene.app.deletions(), 0, "not before the confirmation");
+    browser.click("#confirm-button").await;
+    wait_text(&browser, "#notice", "Done: approved.").await;
+    let ran = waiting.decided().await;
+    assert_eq!(
+        ran.result.expect("it runs once approved").output,
+        json!("deleted mallory")
+    );
+    assert_eq!(scene.app.deletions(), 1, "exactly once");
 }

@@ -75,6 +75,11 @@ impl Browser {
     ///
     /// When both are installed but the browser does not come up.
     pub async fn start(test: &str) -> Option<Browser> {
+        Browser::start_with(test, &[]).await
+    }
+
+    /// [`Browser::start`] with Chromium given `flags` beside its own.
+    pub async fn start_with(test: &str, flags: &[String]) -> Option<Browser> {
         let driver = installed("CHROMEDRIVER", "/usr/bin/chromedriver");
         let chromium = installed("CHROMIUM", "/usr/bin/chromium");
         let (Some(driver), Some(chromium)) = (driver, chromium) else {
@@ -85,7 +90,7 @@ impl Browser {
         // binds it: try again on another.
         let mut last_error = String::new();
         for _ in 0..3 {
-            match Browser::launch(&driver, &chromium).await {
+            match Browser::launch(&driver, &chromium, flags).await {
                 Ok(browser) => return Some(browser),
                 Err(e) => last_error = e,
             }
@@ -93,7 +98,7 @@ impl Browser {
         panic!("the browser did not start: {last_error}");
     }
 
-    async fn launch(driver: &Path, chromium: &Path) -> Result<Browser, String> {
+    async fn launch(driver: &Path, chromium: &Path, flags: &[String]) -> Result<Browser, String> {
         let dir = TempDir::new("idem-browser").expect("create a temporary directory");
         let profile = dir.path().join("profile");
         let log = dir.path().join("chromedriver.log");
@@ -121,6 +126,7 @@ impl Browser {
 
         let mut args: Vec<String> = CHROMIUM_ARGS.iter().map(|a| a.to_string()).collect();
         args.push(format!("--user-data-dir={}", profile.display()));
+        args.extend(flags.iter().cloned());
         let options = json!({ "binary": chromium, "args": args });
         let capabilities = [("goog:chromeOptions".to_owned(), options)]
             .into_iter()

@@ -484,11 +484,16 @@ pub struct Scene {
 
 impl Scene {
     pub async fn new(url: &str, wait: Duration) -> Scene {
+        Scene::with_args(url, wait, &[]).await
+    }
+
+    /// [`Scene::new`] with `extra` arguments to `idem serve`.
+    pub async fn with_args(url: &str, wait: Duration, extra: &[&str]) -> Scene {
         // The store must exist before `idem serve` opens it.
         let app = App::default();
         let agent = dispatcher(url, &app, wait).await;
         Scene {
-            serve: Serve::start(url, Some(&catalog()), &[]),
+            serve: Serve::start(url, Some(&catalog()), extra),
             app,
             agent,
             http: Http::default(),

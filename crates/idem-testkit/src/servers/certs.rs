@@ -9,8 +9,11 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
-    KeyPair, KeyUsagePurpose,
+    KeyPair, KeyUsagePurpose, PublicKeyData as _,
 };
+
+use base64::Engine as _;
+use sha2::Digest as _;
 
 use super::TempDir;
 
@@ -21,6 +24,11 @@ pub struct CertifiedKeyFiles {
     pub cert: PathBuf,
     /// Its private key (PKCS #8).
     pub key: PathBuf,
+    /// The SHA-256 of its public key (the DER SubjectPublicKeyInfo), in
+    /// base64: what Chromium's `--ignore-certificate-errors-spki-list`
+    /// takes to trust this one key, as a browser trusting the test's CA
+    /// would.
+    pub spki_sha256: String,
 }
 
 /// The certificates of a TLS test: a CA, server certificates for 127.0.0.1
@@ -86,6 +94,8 @@ impl TestCertificates {
             CertifiedKeyFiles {
                 cert: write(&format!("{name}.pem"), cert.pem()),
                 key: write(&format!("{name}.key"), key.serialize_pem()),
+                spki_sha256: base64::engine::general_purpose::STANDARD
+                    .encode(sha2::Sha256::digest(key.subject_public_key_info())),
             }
         };
         let loopback = ["127.0.0.1", "localhost"];
