@@ -351,3 +351,68 @@ fn idem_store_environment_variable_selects_the_store() {
         format!("sqlite:{}", dir.path().join("idem.db").display())
     );
 }
+
+/// `examples/demo.rs` runs unchanged, by configuration alone, on a Redis
+/// that serves TLS only (`rediss://…?ca=`) and on a PostgreSQL that accepts
+/// TLS only (`sslmode=verify-full&sslrootcert=`), both with certificates
+/// of the test's own CA, and says what it says on SQLite.
+#[test]
+fn the_demo_runs_unchanged_on_managed_stores_over_tls() {
+    use idem_testkit::servers::TestCertificates;
+    use std::process::Command;
+
+    let what = "the_demo_runs_unchanged_on_managed_stores_over_tls";
+    let certs = TestCertificates::new();
+    let Some(redis) = RedisServer::start_tls(&certs.server, &certs.ca, false) else {
+        skip(what, "redis-server");
+        return;
+    };
+    let Some(postgres) = PostgresServer::start_tls(&certs.server, &certs.ca, true) else {
+        skip(what, "PostgreSQL");
+        return;
+    };
+    let features: Vec<&str> = [
+        ("sqlite", true),
+        ("redis", true),
+        ("postgres", true),
+        ("conformance", cfg!(feature = "conformance")),
+        ("schema-validation", cfg!(feature = "schema-validation")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    let demo = crate::mcp_example::example("demo", &features);
+    let dir = TempDir::new("idem-demo-tls").unwrap();
+    let run = |store: &str| {
+        let output = Command::new(&demo)
+            .current_dir(dir.path())
+            .env("IDEM_STORE", store)
+            .env_remove("IDEM_TLS_CA_FILE")
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8(output.stdout).unwrap();
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(output.status.success(), "on {store}: {stdout}{stderr}");
+        let first = stdout.lines().next().unwrap_or_default().to_owned();
+        // The first line names the store; the rest is the same everywhere.
+        (first, stdout.lines().skip(1).collect::<Vec<_>>().join("\n"))
+    };
+    let (_, on_sqlite) = run(&format!(
+        "sqlite://{}",
+        dir.path().join("demo.db").display()
+    ));
+    let ca = certs.ca.display();
+    let redis_url = format!("{}?ca={ca}", redis.url());
+    let postgres_url = format!("{}?sslmode=verify-full&sslrootcert={ca}", postgres.url());
+    for url in [redis_url, postgres_url] {
+        let (first, rest) = run(&url);
+        assert!(
+            first.contains(url.split("://").next().unwrap()),
+            "the demo names its store: {first}"
+        );
+        assert_eq!(
+            rest, on_sqlite,
+            "the demo on {url} says what it says on SQLite"
+        );
+    }
+}
