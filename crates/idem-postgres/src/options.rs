@@ -8,7 +8,7 @@ use std::time::Duration;
 use crate::connector::RustlsConnector;
 use tokio_postgres::Config;
 
-use crate::tls::{take_tls, TlsSettings};
+use crate::tls::{split_query, take_tls, TlsSettings};
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
 use idem_runtime::store::redact;
@@ -104,18 +104,6 @@ fn take_schema(url: &str) -> Result<(String, Option<String>), StoreError> {
         false => format!("{base}?{}", rest.join("&")),
     };
     Ok((url, schema.map(str::to_owned)))
-}
-
-/// `url` split at the `?` that starts its query, or `None` when it has
-/// none. The query starts after the credentials: a password may hold a
-/// `?` (or `@`, `/`), so the `?` is looked for after the last `@`.
-pub(super) fn split_query(url: &str) -> Option<(&str, &str)> {
-    let after_scheme = url.find("://").map_or(0, |at| at + "://".len());
-    let host_start = url[after_scheme..]
-        .rfind('@')
-        .map_or(after_scheme, |at| after_scheme + at + 1);
-    let at = host_start + url[host_start..].find('?')?;
-    Some((&url[..at], &url[at + 1..]))
 }
 
 /// What a store's URL says: the driver's configuration, the TLS

@@ -36,7 +36,6 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Config;
 
-use crate::options::split_query;
 use idem_runtime::store::url::TLS_CA_FILE_ENV;
 use idem_runtime::store::{BadOption, Cause, StoreError, TlsFailure, TlsProblem};
 
@@ -534,4 +533,16 @@ fn bare_name(presented: &str) -> String {
         Some((_, rest)) => rest.split('"').next().unwrap_or(rest).to_owned(),
         None => presented.to_owned(),
     }
+}
+
+/// `url` split at the `?` that starts its query, or `None` when it has
+/// none. The query starts after the credentials: a password may hold a
+/// `?` (or `@`, `/`), so the `?` is looked for after the last `@`.
+pub(super) fn split_query(url: &str) -> Option<(&str, &str)> {
+    let after_scheme = url.find("://").map_or(0, |at| at + "://".len());
+    let host_start = url[after_scheme..]
+        .rfind('@')
+        .map_or(after_scheme, |at| after_scheme + at + 1);
+    let at = host_start + url[host_start..].find('?')?;
+    Some((&url[..at], &url[at + 1..]))
 }

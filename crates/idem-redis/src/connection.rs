@@ -11,7 +11,7 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{
-    Client, Cmd, FromRedisValue, Pipeline, RedisResult, Script, ScriptInvocation, TlsCertificates,
+    Cmd, FromRedisValue, Pipeline, RedisResult, Script, ScriptInvocation, TlsCertificates,
 };
 
 use crate::notify::{self, SAFETY_POLL};
@@ -67,7 +67,7 @@ impl Connection {
         };
         match servers {
             Servers::Node(url) => {
-                let client = client(url, certificates).map_err(config)?;
+                let client = tls::client(url, certificates).map_err(config)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(options.connection_timeout))
                     .set_response_timeout(Some(options.response_timeout))
@@ -336,15 +336,6 @@ impl RedisStore {
             .ok_or_else(|| StoreError::Closed {
                 store: self.name.clone(),
             })
-    }
-}
-
-/// A client of the server `url`, over TLS with `certificates` when given
-/// (a `rediss://` URL).
-pub(super) fn client(url: &str, certificates: Option<&TlsCertificates>) -> RedisResult<Client> {
-    match certificates {
-        Some(certificates) => Client::build_with_tls(url, certificates.clone()),
-        None => Client::open(url),
     }
 }
 

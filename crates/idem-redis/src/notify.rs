@@ -8,8 +8,8 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use redis::{Client, RedisResult, TlsCertificates};
 
-use crate::connection::client;
 use crate::options::Servers;
+use crate::tls::client;
 use idem_runtime::store::backend::Waiters;
 
 /// The longest a waiter goes without re-reading its record when no

@@ -21,7 +21,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, TlsCertificates};
+use redis::{
+    Client, ClientTlsConfig, ConnectionAddr, IntoConnectionInfo, RedisResult, TlsCertificates,
+};
 use rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -248,5 +250,14 @@ fn bare_name(presented: &str) -> String {
     match presented.split_once('"') {
         Some((_, rest)) => rest.split('"').next().unwrap_or(rest).to_owned(),
         None => presented.to_owned(),
+    }
+}
+
+/// A client of the server `url`, over TLS with `certificates` when given
+/// (a `rediss://` URL).
+pub(super) fn client(url: &str, certificates: Option<&TlsCertificates>) -> RedisResult<Client> {
+    match certificates {
+        Some(certificates) => Client::build_with_tls(url, certificates.clone()),
+        None => Client::open(url),
     }
 }
