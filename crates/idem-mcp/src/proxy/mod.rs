@@ -17,6 +17,7 @@
 //!   has gone, and the mapping of what can go wrong to idem's error kinds.
 //! * `http`: the HTTP client rmcp's streamable HTTP transport runs on
 //!   (hyper's, plain HTTP), which tells a request never sent from one sent.
+//! * `listen`: the HTTP side (`--listen`): the socket, TLS, who calls.
 //! * here: the server the client sees. Tool calls go through idem; the
 //!   upstream's result is recorded whole and answered as it came (with
 //!   idem's `_meta`); resources, prompts, completions and the upstream's
@@ -29,6 +30,7 @@
 
 mod config;
 mod http;
+mod listen;
 mod options;
 mod principals;
 mod tool;
@@ -57,6 +59,7 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
 use config::Config;
+use listen::{authenticate, Caller, Listening};
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
 pub use principals::{new_token, Principals};
 use tool::UpstreamTool;
@@ -214,116 +217,6 @@ fn upstream_token(options: &ProxyOptions) -> Result<Option<String>, ProxyError> 
         )));
     }
     Ok(Some(token.to_owned()))
-}
-
-/// The proxy's HTTP side, settled before the upstream starts: the socket
-/// it listens on, and who may call (`None`: anyone, on loopback with
-/// `--no-auth`).
-struct Listening {
-    listener: tokio::net::TcpListener,
-    principals: Option<Arc<Principals>>,
-    /// HTTPS, when `--tls-cert` and `--tls-key` were given.
-    tls: Option<Arc<rustls::ServerConfig>>,
-}
-
-/// The principal a request's bearer token named, in the request's
-/// extensions for `McpServer::principal`.
-#[derive(Clone)]
-struct Caller(String);
-
-impl Listening {
-    /// Listen on `address` as `options` say: with `--principals`, any
-    /// address; without, loopback only and only with `--no-auth`.
-    async fn open(address: &str, options: &ProxyOptions) -> Result<Listening, ProxyError> {
-        let principals = match &options.principals {
-            Some(path) => Some(Arc::new(
-                Principals::load(path).map_err(ProxyError::Config)?,
-            )),
-            None => None,
-        };
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| ProxyError::Listen {
-                address: address.to_owned(),
-                source,
-            })?;
-        let bound = listener.local_addr()?;
-        let tls = match (&options.tls_cert, &options.tls_key) {
-            (Some(cert), Some(key)) => {
-                Some(crate::tls::server_config(cert, key).map_err(ProxyError::Tls)?)
-            }
-            (None, None) => None,
-            _ => {
-                return Err(ProxyError::Tls(
-                    "--tls-cert and --tls-key go together".to_owned(),
-                ))
-            }
-        };
-        if tls.is_none() && !options.allow_plain_http && !bound.ip().is_loopback() {
-            return Err(ProxyError::PlainHttp {
-                address: address.to_owned(),
-            });
-        }
-        if principals.is_none() && !bound.ip().is_loopback() {
-            return Err(ProxyError::Unauthenticated {
-                address: address.to_owned(),
-                loopback: false,
-            });
-        }
-        if principals.is_none() && !options.no_auth {
-            return Err(ProxyError::Unauthenticated {
-                address: address.to_owned(),
-                loopback: true,
-            });
-        }
-        Ok(Listening {
-            listener,
-            principals,
-            tls,
-        })
-    }
-}
-
-/// Refuse a request without a listed bearer token (`401` with
-/// `WWW-Authenticate`), and hand the principal of one with a token to the
-/// server.
-async fn authenticate(
-    principals: Arc<Principals>,
-    mut request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let caller = request
-        .headers()
-        .get(::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| principals.who(v))
-        .map(str::to_owned);
-    match caller {
-        Some(name) => {
-            request.extensions_mut().insert(Caller(name));
-            next.run(request).await
-        }
-        None => {
-            tracing::warn!("refused a request without a valid bearer token");
-            let body = serde_json::json!({
-                "jsonrpc": "2.0",
-                "error": {
-                    "code": -32001,
-                    "message": "unauthorized: send `Authorization: Bearer TOKEN` with a token from the proxy's principals file",
-                },
-            });
-            let mut response = axum::response::IntoResponse::into_response((
-                ::http::StatusCode::UNAUTHORIZED,
-                [(::http::header::CONTENT_TYPE, "application/json")],
-                body.to_string(),
-            ));
-            response.headers_mut().insert(
-                ::http::header::WWW_AUTHENTICATE,
-                ::http::HeaderValue::from_static("Bearer realm=\"idem proxy\""),
-            );
-            response
-        }
-    }
 }
 
 /// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until

@@ -53,16 +53,18 @@ pub mod memory;
 mod poll;
 mod redact;
 mod sweeper;
+mod tls_failure;
 pub mod transition;
 pub mod url;
 mod wait_for;
 mod waiters;
 
-pub use error::{BadOption, Cause, FenceHolder, StoreError, TlsFailure, TlsProblem, UnknownOption};
+pub use error::{BadOption, Cause, FenceHolder, StoreError, UnknownOption};
 pub use memory::MemoryStore;
 pub use poll::poll_wait;
 pub use redact::redact;
 pub use sweeper::{spawn_sweeper, SweeperHandle};
+pub use tls_failure::{TlsFailure, TlsProblem};
 pub use url::{DEFAULT_STORE_URL, STORE_ENV};
 pub use wait_for::WaitFor;
 

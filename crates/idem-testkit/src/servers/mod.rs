@@ -12,10 +12,12 @@ use std::path::{Path, PathBuf};
 
 mod certs;
 mod daemons;
+mod postgres;
 mod watchdog;
 
 pub use certs::{CertifiedKeyFiles, TestCertificates};
-pub use daemons::{PostgresServer, RedisCluster, RedisServer};
+pub use daemons::{RedisCluster, RedisServer};
+pub use postgres::PostgresServer;
 pub use watchdog::Watchdog;
 
 /// A directory under the system's temporary directory, deleted with

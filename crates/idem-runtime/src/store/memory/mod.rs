@@ -20,6 +20,9 @@ use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
 use crate::record::{Fence, Outcome, Record};
 
+mod expiry;
+use expiry::ExpiryIndex;
+
 /// How many shards the records are split over. A write holds one shard's
 /// lock, and anything that walks the map (a scan, a close) holds one
 /// shard's read lock at a time: with a million records, 256 shards keep a
@@ -30,9 +33,6 @@ const SHARDS: usize = 256;
 
 /// Expired records removed between two yields of a sweep.
 const SWEEP_BATCH: usize = 1024;
-
-/// The width of a bucket of the expiry index, in milliseconds.
-const EXPIRY_BUCKET_MS: u64 = 1000;
 
 /// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
 /// moment the record completes, is released or is replaced (an approval, a
@@ -64,51 +64,6 @@ pub struct MemoryStore {
     /// The keys by expiry, so a sweep finds the expired records without
     /// visiting the live ones.
     expiry: Mutex<ExpiryIndex>,
-}
-
-/// The keys of the records that lapse, by when they lapse, in buckets of
-/// [`EXPIRY_BUCKET_MS`]: every write that gives a record a new expiry
-/// adds its key, after the write. An entry is a hint, not a promise: the
-/// record may since have been extended, replaced or removed, so a sweep
-/// re-checks the record in the map and deletes it only if it is expired
-/// then; a record given a later expiry has its own later entry, and the
-/// stale one is dropped when its bucket comes due.
-#[derive(Debug, Default)]
-struct ExpiryIndex {
-    /// Bucket `b` holds the entries expiring in `((b - 1) * W, b * W]`
-    /// milliseconds, `W` the bucket width.
-    buckets: BTreeMap<u64, Vec<(Timestamp, IdempotencyKey)>>,
-}
-
-impl ExpiryIndex {
-    fn insert(&mut self, at: Timestamp, key: &IdempotencyKey) {
-        self.buckets
-            .entry(at.0.div_ceil(EXPIRY_BUCKET_MS))
-            .or_default()
-            .push((at, key.clone()));
-    }
-
-    /// Take out every entry expiring at or before `now`: the buckets
-    /// entirely past, and the due entries of the one `now` is in.
-    fn take_due(&mut self, now: Timestamp) -> Vec<IdempotencyKey> {
-        let later = self.buckets.split_off(&(now.0 / EXPIRY_BUCKET_MS + 1));
-        let past = std::mem::replace(&mut self.buckets, later);
-        let mut due: Vec<IdempotencyKey> = Vec::with_capacity(past.values().map(Vec::len).sum());
-        due.extend(past.into_values().flatten().map(|(_, key)| key));
-        if let Some(mut current) = self.buckets.first_entry() {
-            current.get_mut().retain(|(at, key)| {
-                let keep = *at > now;
-                if !keep {
-                    due.push(key.clone());
-                }
-                keep
-            });
-            if current.get().is_empty() {
-                current.remove();
-            }
-        }
-        due
-    }
 }
 
 /// The audit log of a [`MemoryStore`], in the order it is read.
@@ -600,147 +555,4 @@ impl Store for MemoryStore {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::clock::ManualClock;
-    use crate::key::Fingerprint;
-    use crate::record::{CallInfoRef, OutputJson};
-
-    fn key(n: u64) -> IdempotencyKey {
-        IdempotencyKey::parse(&format!("{n:064x}")).expect("64 hex digits")
-    }
-
-    fn store() -> (MemoryStore, ManualClock) {
-        let clock = ManualClock::new(1_000_000);
-        (MemoryStore::with_clock(Arc::new(clock.clone())), clock)
-    }
-
-    /// Claim `key` and complete it with `ttl`.
-    async fn record(store: &MemoryStore, key: &IdempotencyKey, ttl: Duration) {
-        let fingerprint = Fingerprint::new("f");
-        let req = ClaimRequest {
-            key,
-            tool: "t",
-            fingerprint: &fingerprint,
-            check_fingerprint: true,
-            lease: Duration::from_secs(60),
-            info: CallInfoRef::EMPTY,
-            worker: None,
-            durable: true,
-        };
-        let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
-            panic!("expected to acquire {key:?}");
-        };
-        let outcome = Outcome::Success {
-            output: OutputJson::from_value(&serde_json::json!(1)),
-        };
-        store.complete(key, fence, &outcome, ttl).await.unwrap();
-    }
-
-    fn indexed(store: &MemoryStore) -> usize {
-        let index = store.expiry.lock().unwrap();
-        index.buckets.values().map(Vec::len).sum()
-    }
-
-    #[tokio::test]
-    async fn sweep_removes_the_expired_and_only_them_once() {
-        let (store, clock) = store();
-        for n in 0..10_000 {
-            record(&store, &key(n), Duration::from_millis(100 + n % 3_000)).await;
-        }
-        for n in 10_000..10_010 {
-            record(&store, &key(n), Duration::from_secs(3_600)).await;
-        }
-        // An in-flight record, never indexed, never swept.
-        let fingerprint = Fingerprint::new("f");
-        let in_flight = key(99_999);
-        let req = ClaimRequest {
-            key: &in_flight,
-            tool: "t",
-            fingerprint: &fingerprint,
-            check_fingerprint: true,
-            lease: Duration::from_millis(1),
-            info: CallInfoRef::EMPTY,
-            worker: None,
-            durable: true,
-        };
-        store.claim(&req).await.unwrap();
-        assert_eq!(indexed(&store), 10_010);
-        clock.advance(Duration::from_millis(1_599));
-        // Part-way through the bucket the clock is in: exactly the records
-        // expired by now (ttl 100..=1599 ms), not the rest of the bucket.
-        assert_eq!(store.sweep().await.unwrap(), 5_500);
-        clock.advance(Duration::from_secs(10));
-        assert_eq!(store.sweep().await.unwrap(), 4_500);
-        assert_eq!(store.sweep().await.unwrap(), 0);
-        assert_eq!(store.len(), 11);
-        assert_eq!(indexed(&store), 10);
-        for n in 10_000..10_010 {
-            assert!(store.get(&key(n)).await.unwrap().is_some());
-        }
-        assert!(store.get(&in_flight).await.unwrap().is_some());
-    }
-
-    #[tokio::test]
-    async fn a_record_given_a_later_expiry_outlives_its_first_one() {
-        let (store, clock) = store();
-        let k = key(1);
-        record(&store, &k, Duration::from_millis(10)).await;
-        clock.advance(Duration::from_millis(20));
-        // Expired but not swept: claimed anew and completed with a longer
-        // TTL. Its first index entry is now stale.
-        record(&store, &k, Duration::from_secs(5)).await;
-        assert_eq!(indexed(&store), 2);
-        clock.advance(Duration::from_secs(2));
-        assert_eq!(store.sweep().await.unwrap(), 0);
-        assert!(store.get(&k).await.unwrap().is_some());
-        assert_eq!(indexed(&store), 1, "the stale entry is dropped");
-        clock.advance(Duration::from_secs(4));
-        assert_eq!(store.sweep().await.unwrap(), 1);
-        assert!(store.get(&k).await.unwrap().is_none());
-        assert_eq!(store.len(), 0);
-    }
-
-    #[tokio::test]
-    async fn a_key_indexed_twice_is_counted_once() {
-        let (store, clock) = store();
-        let k = key(2);
-        record(&store, &k, Duration::from_millis(10)).await;
-        clock.advance(Duration::from_millis(20));
-        record(&store, &k, Duration::from_millis(10)).await;
-        assert_eq!(indexed(&store), 2);
-        clock.advance(Duration::from_secs(5));
-        assert_eq!(store.sweep().await.unwrap(), 1);
-        assert_eq!(store.sweep().await.unwrap(), 0);
-        assert_eq!(indexed(&store), 0);
-    }
-
-    #[tokio::test]
-    async fn a_replaced_record_is_swept_at_its_new_expiry() {
-        let (store, clock) = store();
-        let k = key(3);
-        record(&store, &k, Duration::from_millis(10)).await;
-        let mut longer = store.get(&k).await.unwrap().unwrap();
-        if let crate::record::RecordState::Completed { expires_at, .. } = &mut longer.state {
-            *expires_at = clock.now().plus(Duration::from_secs(60));
-        }
-        let current = store.get(&k).await.unwrap().unwrap();
-        store
-            .replace(
-                &k,
-                Expected {
-                    fence: current.fence(),
-                    state: super::super::ExpectedState::Completed,
-                },
-                Some(&longer),
-                None,
-            )
-            .await
-            .unwrap();
-        clock.advance(Duration::from_secs(30));
-        assert_eq!(store.sweep().await.unwrap(), 0);
-        assert!(store.get(&k).await.unwrap().is_some());
-        clock.advance(Duration::from_secs(31));
-        assert_eq!(store.sweep().await.unwrap(), 1);
-    }
-}
+mod tests;
