@@ -13,6 +13,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
 use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
+use idem_testkit::servers::TestCertificates;
 use idem_testkit::{PostgresServer, RedisServer, TempDir};
 use sha2::{Digest, Sha256};
 
@@ -131,6 +132,57 @@ impl Backend {
                     tokio::spawn(connection);
                     url = Some(server.url());
                     (Arc::new(store), Raw::Postgres(client), Box::new(server))
+                }
+                "redis-tls" => {
+                    let certs = TestCertificates::new();
+                    let Some(server) = RedisServer::start_tls(&certs.server, &certs.ca, false)
+                    else {
+                        println!("SKIPPED redis-tls: redis-server is not installed");
+                        return None;
+                    };
+                    let store_url = format!("{}?ca={}", server.url(), certs.ca.display());
+                    let store = RedisStore::connect(&store_url).await.expect("connect");
+                    let ca = std::fs::read(&certs.ca).expect("the CA's certificate");
+                    let tls = redis::TlsCertificates {
+                        client_tls: None,
+                        root_cert: Some(ca),
+                    };
+                    let client =
+                        redis::Client::build_with_tls(server.url(), tls).expect("redis client");
+                    url = Some(store_url);
+                    (
+                        Arc::new(store),
+                        Raw::Redis(client),
+                        Box::new((server, certs)),
+                    )
+                }
+                "postgres-tls" => {
+                    // TLS offered beside plain text: the store over TLS,
+                    // the filler over a plain connection.
+                    let certs = TestCertificates::new();
+                    let Some(server) = PostgresServer::start_tls(&certs.server, &certs.ca, false)
+                    else {
+                        println!("SKIPPED postgres-tls: PostgreSQL is not installed");
+                        return None;
+                    };
+                    let store_url = format!(
+                        "{}?sslmode=verify-full&sslrootcert={}",
+                        server.url(),
+                        certs.ca.display()
+                    );
+                    let store = PostgresStore::connect(&store_url).await.expect("connect");
+                    let plain = format!("{}?sslmode=disable", server.url());
+                    let (client, connection) =
+                        tokio_postgres::connect(&plain, tokio_postgres::NoTls)
+                            .await
+                            .expect("connect");
+                    tokio::spawn(connection);
+                    url = Some(store_url);
+                    (
+                        Arc::new(store),
+                        Raw::Postgres(client),
+                        Box::new((server, certs)),
+                    )
                 }
                 other => unreachable!("unknown store {other}"),
             };

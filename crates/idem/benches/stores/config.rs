@@ -10,11 +10,17 @@ use std::time::Duration;
 /// Measured first, it put such a stall into the next store's figures
 /// (SQLite FULL's 10,000-call burst: 1.03 s after the memory store, 68 ms
 /// alone, 50 ms after it with `GLIBC_TUNABLES=glibc.malloc.mxfast=0`).
-pub const ALL_STORES: [&str; 5] = [
+///
+/// `redis-tls` and `postgres-tls` are the same servers' settings over TLS
+/// (`rediss://` with the bench's own CA, `sslmode=verify-full`), for the
+/// cost of TLS against `redis` and `postgres` in the same run.
+pub const ALL_STORES: [&str; 7] = [
     "sqlite-full",
     "sqlite-normal",
     "redis",
+    "redis-tls",
     "postgres",
+    "postgres-tls",
     "memory",
 ];
 

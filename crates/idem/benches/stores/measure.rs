@@ -238,7 +238,7 @@ pub async fn measure(name: &'static str, config: &Config) -> Option<Report> {
         eprintln!("  {workers} workers: {rate:.0} calls/s");
         report.workers.push((workers, rate));
     }
-    if config.sweep > 0 && name != "redis" {
+    if config.sweep > 0 && !name.starts_with("redis") {
         let sweep = sweep_stall(&b, config.sweep as u64, config.budget).await;
         eprintln!("  {sweep:?}");
         report.sweep = Some(sweep);
