@@ -133,9 +133,25 @@ pub(crate) struct ProxyArgs {
     /// Each principal's calls are recorded in a namespace of their own.
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub principals: Option<std::path::PathBuf>,
+    /// With --listen: accept OAuth 2.1 access tokens (JWTs) from this
+    /// issuer (https://…), verified against its published keys. Each
+    /// token's subject is a caller of its own (`oauth/SUB`), and the
+    /// proxy publishes where to sign in at
+    /// /.well-known/oauth-protected-resource. Needs --oauth-resource.
+    #[arg(long, value_name = "URL", requires_all = ["listen", "oauth_resource"])]
+    pub oauth_issuer: Option<String>,
+    /// The URL clients reach this server at (such as
+    /// https://mcp.example.com/mcp): the audience an access token must be
+    /// for (RFC 8707).
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_resource: Option<String>,
+    /// The issuer's key set (JWKS) URL, when the issuer's metadata does not
+    /// name it.
+    #[arg(long, value_name = "URL", requires = "oauth_issuer")]
+    pub oauth_jwks: Option<String>,
     /// With --listen on a loopback address: serve without authentication,
     /// every caller one user with one record space.
-    #[arg(long, requires = "listen", conflicts_with = "principals")]
+    #[arg(long, requires = "listen", conflicts_with_all = ["principals", "oauth_issuer"])]
     pub no_auth: bool,
     /// With --listen: serve HTTPS with this PEM certificate chain.
     #[arg(long, value_name = "FILE", requires_all = ["listen", "tls_key"])]

@@ -274,10 +274,35 @@ INITIALIZE = {
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 
 
+async def callers_apart(url: str, alice: str, alice_again: str, bob: str) -> None:
+    """The same unkeyed call over HTTP with bearer tokens of alice, alice
+    again and bob: alice's repeat is answered from her record, and bob's
+    call is his own."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def create_with(token: str) -> types.CallToolResult:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        async with http, Client(streamable_http_client(url, http_client=http)) as client:
+            return await client.call_tool("create_entities", ENTITY)
+
+    results = [await create_with(token) for token in (alice, alice_again, bob)]
+    flags = [r.meta.get("io.idem/deduplicated") for r in results]
+    say(f"the same unkeyed call: alice, alice again, bob -> deduplicated {flags}")
+    check(flags == [False, True, False], f"alice's repeat is hers; bob's call is his own: {flags}")
+
+
+def namespaces(here: "Place") -> list[str]:
+    """The namespaces of the records in `here`'s store."""
+    listed = json.loads(here.idem("--json", "ls"))["records"]
+    spaces = sorted({r["namespace"] for r in listed})
+    say(f"records by namespace: {spaces}")
+    return spaces
+
+
 async def principals_over_http() -> None:
     say("\n## `idem proxy --listen --principals`: who calls, each in records of their own")
     import httpx2
-    from mcp.client.streamable_http import streamable_http_client
 
     with place() as here:
         tokens, entries = {}, []
@@ -326,25 +351,174 @@ async def principals_over_http() -> None:
                 lower = await raw.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"bearer {tokens['bob']}"})
                 check(lower.status_code == 200, f"the scheme in lower case is accepted: {lower.status_code}")
 
-            async def create_as(name: str) -> types.CallToolResult:
-                http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=30)
-                async with http, Client(streamable_http_client(url, http_client=http)) as client:
-                    return await client.call_tool("create_entities", ENTITY)
-
-            alice = await create_as("alice")
-            alice_again = await create_as("alice")
-            bob = await create_as("bob")
-            flags = [r.meta.get("io.idem/deduplicated") for r in (alice, alice_again, bob)]
-            say(f"the same unkeyed call: alice, alice again, bob -> deduplicated {flags}")
-            check(flags == [False, True, False], f"alice's repeat is hers; bob's call is his own: {flags}")
+            await callers_apart(url, tokens["alice"], tokens["alice"], tokens["bob"])
         finally:
             proxy.send_signal(signal.SIGINT)
             proxy.wait(timeout=20)
-        listed = json.loads(here.idem("--json", "ls"))["records"]
-        spaces = sorted({r["namespace"] for r in listed})
-        say(f"records by namespace: {spaces}")
+        spaces = namespaces(here)
         check(spaces == ["mcp/memory-server/alice", "mcp/memory-server/bob"], f"one namespace per principal: {spaces}")
     TABLE.append(("--listen: alice's and bob's identical unkeyed call", "own effects", "-", "2"))
+
+
+class Issuer:
+    """An OAuth authorization server as far as a resource server sees one:
+    its metadata (RFC 8414) and its key set, served on loopback, and the
+    access tokens it signs (ES256, with PyJWT)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from jwt.algorithms import ECAlgorithm
+
+        self.key = ec.generate_private_key(ec.SECP256R1())
+        self.stranger = ec.generate_private_key(ec.SECP256R1())  # not published
+        public = json.loads(ECAlgorithm.to_jwk(self.key.public_key()))
+        self.jwks = {"keys": [{**public, "kid": "k1", "alg": "ES256", "use": "sig"}]}
+        self.key_fetches = 0
+        issuer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                if self.path == "/.well-known/oauth-authorization-server":
+                    body = {"issuer": issuer.url, "jwks_uri": issuer.url + "/jwks.json"}
+                elif self.path == "/jwks.json":
+                    issuer.key_fetches += 1
+                    body = issuer.jwks
+                else:
+                    self.send_error(404)
+                    return
+                data = json.dumps(body).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def token(self, sub: str, audience: str, *, key=None, kid="k1", issuer=None, expires_in=300, alg="ES256") -> str:
+        import jwt
+
+        now = int(time.time())
+        claims = {"iss": issuer or self.url, "aud": audience, "sub": sub, "iat": now, "exp": now + expires_in}
+        return jwt.encode(claims, key or self.key, algorithm=alg, headers={"kid": kid})
+
+    def close(self) -> None:
+        self.server.shutdown()
+
+
+def hs256(payload: str, secret: bytes) -> str:
+    """A JWT of `payload` (base64url) signed HS256 with `secret`, by hand:
+    PyJWT rightly refuses to use a key as a shared secret."""
+    import base64
+    import hashlib
+    import hmac
+
+    def b64(data: bytes) -> str:
+        return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+    signed = b64(b'{"alg":"HS256","typ":"JWT","kid":"k1"}') + "." + payload
+    return signed + "." + b64(hmac.new(secret, signed.encode(), hashlib.sha256).digest())
+
+
+async def oauth_over_http() -> None:
+    say("\n## `idem proxy --listen --oauth-issuer`: access tokens of an OAuth issuer, each subject in records of its own")
+    import base64
+
+    import httpx2
+
+    resource = "https://mcp.example.test/mcp"
+    issuer = Issuer()
+    try:
+        with place() as here:
+            env = {**os.environ, "IDEM_STORE": here.store, "MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
+            # Refused before any upstream starts.
+            for extra, words in [
+                (["--oauth-issuer", "http://login.example.test", "--oauth-resource", resource], "https://"),
+                (["--oauth-issuer", "http://127.0.0.1:1", "--oauth-resource", resource], "metadata cannot be read"),
+            ]:
+                refused = subprocess.run(
+                    [IDEM, "proxy", "--listen", "127.0.0.1:0", *extra, "--", "/nonexistent/upstream"],
+                    env=env, capture_output=True, text=True,
+                )
+                say(f"{' '.join(extra[:2])} -> exit {refused.returncode}: {refused.stderr.strip()[:200]}")
+                check(refused.returncode == 2 and words in refused.stderr, refused.stderr)
+                check("did not initialize" not in refused.stderr, "no upstream was started")
+
+            command = [
+                IDEM, "proxy", "--listen", "127.0.0.1:0",
+                "--oauth-issuer", issuer.url, "--oauth-resource", resource,
+                "--", *npm_server("server-memory"),
+            ]
+            proxy, url = serving(command, env)
+            try:
+                base = url.rsplit("/mcp", 1)[0]
+                async with httpx2.AsyncClient(timeout=10) as raw:
+                    for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"):
+                        metadata = await raw.get(base + path)
+                        say(f"GET {path} (no token) -> HTTP {metadata.status_code} {metadata.text}")
+                        check(metadata.status_code == 200, "the metadata is public")
+                        check(metadata.json() == {
+                            "resource": resource, "authorization_servers": [issuer.url], "bearer_methods_supported": ["header"],
+                        }, metadata.text)
+
+                    alice = issuer.token("alice", resource)
+                    header, payload, _ = alice.split(".")
+                    unsigned = base64.urlsafe_b64encode(b'{"alg":"none","typ":"JWT"}').rstrip(b"=").decode() + "." + payload + "."
+                    # HS256 keyed with the published key's text: the classic
+                    # confusion of a public key for a shared secret.
+                    confused = hs256(payload, json.dumps(issuer.jwks["keys"][0]).encode())
+                    cases = [
+                        ("no token", None, "resource_metadata"),
+                        ("not a JWT", "idem_" + "0" * 64, "not a signed JWT"),
+                        ("expired", issuer.token("alice", resource, expires_in=-3600), "expired"),
+                        ("for another resource", issuer.token("alice", "https://other.example.test/mcp"), "another resource"),
+                        ("from another issuer", issuer.token("alice", resource, issuer="https://evil.example.test"), "another issuer"),
+                        ("signed by a key the issuer does not publish, under its kid", issuer.token("alice", resource, key=issuer.stranger), "does not verify"),
+                        ("naming a key the issuer does not publish", issuer.token("alice", resource, key=issuer.stranger, kid="k9"), "does not publish"),
+                        ("alg none", unsigned, "not a signed JWT"),
+                        ("HS256 with the public key as the secret", confused, "asymmetric"),
+                    ]
+                    for what, token, words in cases:
+                        headers = {**ACCEPT, **({"Authorization": f"Bearer {token}"} if token else {})}
+                        answer = await raw.post(url, json=INITIALIZE, headers=headers)
+                        challenge = answer.headers.get("www-authenticate", "")
+                        say(f"{what} -> HTTP {answer.status_code}; WWW-Authenticate: {challenge}")
+                        check(answer.status_code == 401, f"{what}: {answer.status_code}")
+                        check(f'resource_metadata="https://mcp.example.test/.well-known/oauth-protected-resource/mcp"' in challenge, challenge)
+                        check(words in challenge, f"{what}: the reason is said: {challenge}")
+                        check(token is None or token not in answer.text + challenge, "no token in the answer")
+                    fetches = issuer.key_fetches
+                    for _ in range(5):
+                        await raw.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": "Bearer " + issuer.token("x", resource, key=issuer.stranger, kid="k9")})
+                    say(f"five more tokens naming an unknown key -> key set fetched {issuer.key_fetches - fetches} more times")
+                    check(issuer.key_fetches - fetches == 0, "unknown keys fetch the key set at most every 30 s")
+                    accepted = await raw.post(url, json=INITIALIZE, headers={**ACCEPT, "Authorization": f"Bearer {alice}"})
+                    say(f"a valid token -> HTTP {accepted.status_code}")
+                    check(accepted.status_code == 200, accepted.text[:200])
+
+                # Alice's second call with a token of its own: the subject
+                # is the caller, not the token.
+                alice, bob = "alice@example.test", "bob@example.test"
+                await callers_apart(
+                    url, issuer.token(alice, resource), issuer.token(alice, resource, expires_in=600),
+                    issuer.token(bob, resource),
+                )
+            finally:
+                proxy.send_signal(signal.SIGINT)
+                proxy.wait(timeout=20)
+            spaces = namespaces(here)
+            check(spaces == ["mcp/memory-server/oauth/alice@example.test", "mcp/memory-server/oauth/bob@example.test"], f"one namespace per subject: {spaces}")
+    finally:
+        issuer.close()
+    TABLE.append(("--listen --oauth-issuer: two subjects' identical unkeyed call", "own effects", "-", "2"))
 
 
 async def upstream_error() -> None:
@@ -984,6 +1158,7 @@ CASES = {
     "restarted_everything": restarted_everything,
     "long_calls": long_calls,
     "principals_over_http": principals_over_http,
+    "oauth_over_http": oauth_over_http,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,

@@ -166,6 +166,28 @@ impl HttpClient {
         }
     }
 
+    /// `GET uri` with `accept`: the status and at most `limit` bytes of
+    /// the body (more is an error), or why it failed, on one line.
+    pub(super) async fn get(
+        &self,
+        uri: &str,
+        accept: &str,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let request = Request::get(uri)
+            .header(header::ACCEPT, accept)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = self.client.request(request).await.map_err(|e| chain(&e))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok((status, body))
+    }
+
     /// Send `request`; the response's head, its body still to read.
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, Failure> {
         self.client.request(request).await.map_err(|e| {

@@ -31,6 +31,7 @@
 mod config;
 mod http;
 mod listen;
+mod oauth;
 mod options;
 mod principals;
 mod tool;
@@ -166,7 +167,7 @@ where
     for (tool, approval) in approvers {
         server = server.approver(&tool, approval.into());
     }
-    if listening.as_ref().is_some_and(|l| l.principals.is_some()) {
+    if listening.as_ref().is_some_and(|l| l.auth.is_some()) {
         // Each principal's calls in a namespace of their own.
         server = server.principal(|context| {
             let parts = context.extensions.get::<::http::request::Parts>()?;
@@ -224,7 +225,7 @@ fn upstream_token(options: &ProxyOptions) -> Result<Option<String>, ProxyError> 
 async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<(), ProxyError> {
     let Listening {
         listener,
-        principals,
+        auth,
         tls,
     } = listening;
     let scheme = if tls.is_some() { "https" } else { "http" };
@@ -253,10 +254,31 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
         config,
     );
     let mut router = axum::Router::new().nest_service("/mcp", service);
-    if let Some(principals) = principals {
+    if let Some(auth) = auth {
+        let metadata = auth.oauth.as_ref().map(|oauth| oauth.metadata());
         router = router.layer(axum::middleware::from_fn(move |request, next| {
-            authenticate(principals.clone(), request, next)
+            authenticate(auth.clone(), request, next)
         }));
+        if let Some(metadata) = metadata {
+            // Routes added after the layer: anyone may read where to sign
+            // in (RFC 9728), at the root and under the resource's path.
+            let document = (
+                [(::http::header::CONTENT_TYPE, "application/json")],
+                metadata.to_string(),
+            );
+            router = router
+                .route(
+                    "/.well-known/oauth-protected-resource",
+                    axum::routing::get({
+                        let document = document.clone();
+                        move || async move { document }
+                    }),
+                )
+                .route(
+                    "/.well-known/oauth-protected-resource/mcp",
+                    axum::routing::get(move || async move { document }),
+                );
+        }
     }
     // The line a supervisor (and the tests) wait for, with the port chosen.
     // The name is the upstream's own text: shown escaped.

@@ -22,6 +22,15 @@ pub struct ProxyOptions {
     /// every request then needs a listed bearer token, and each
     /// principal's calls are recorded in a namespace of their own.
     pub principals: Option<PathBuf>,
+    /// With `listen`: accept OAuth 2.1 access tokens (JWTs) from this
+    /// issuer (`https://…`), each token's subject a principal of its own
+    /// (`oauth/SUB`). Needs `oauth_resource`.
+    pub oauth_issuer: Option<String>,
+    /// The resource the tokens must be for (`aud`, RFC 8707): the URL
+    /// clients reach this server at, such as `https://mcp.example.com/mcp`.
+    pub oauth_resource: Option<String>,
+    /// The issuer's key set (JWKS) URL, when its metadata does not say.
+    pub oauth_jwks: Option<String>,
     /// With `listen` on loopback: serve without authentication (one user,
     /// one record space). Refused on any other address.
     pub no_auth: bool,
@@ -101,6 +110,10 @@ pub enum ProxyError {
     /// The proxy's TLS certificate or key cannot be used.
     #[error("{0}")]
     Tls(String),
+    /// `--oauth-*` cannot be used: a URL, or the issuer's metadata or keys
+    /// that cannot be read.
+    #[error("{0}")]
+    OAuth(String),
     /// The store that records the calls failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -113,15 +126,16 @@ pub enum ProxyError {
 fn unauthenticated(address: &str, loopback: bool) -> String {
     if loopback {
         format!(
-            "--listen {address}: name who may call with --principals FILE (each principal's \
-             calls then keep to their own records), or say --no-auth to serve everyone on this \
-             machine as one user"
+            "--listen {address}: name who may call with --principals FILE or --oauth-issuer URL \
+             (each caller's calls then keep to their own records), or say --no-auth to serve \
+             everyone on this machine as one user"
         )
     } else {
         format!(
             "--listen {address}: not a loopback address, so every caller must be known: name \
-             them with --principals FILE (`idem principal NAME` makes a token); --no-auth is \
-             for loopback only"
+             them with --principals FILE (`idem principal NAME` makes a token) or accept an \
+             OAuth issuer's access tokens with --oauth-issuer URL --oauth-resource URL; --no-auth \
+             is for loopback only"
         )
     }
 }

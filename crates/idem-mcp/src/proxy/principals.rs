@@ -97,7 +97,12 @@ impl Principals {
         if !scheme.eq_ignore_ascii_case("bearer") {
             return None;
         }
-        let digest: [u8; 32] = Sha256::digest(token.trim().as_bytes()).into();
+        self.who_token(token.trim())
+    }
+
+    /// The principal of a bearer token, if the file lists it.
+    pub fn who_token(&self, token: &str) -> Option<&str> {
+        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.by_digest.get(&digest).map(String::as_str)
     }
 }

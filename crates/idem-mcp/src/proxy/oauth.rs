@@ -1,0 +1,392 @@
+//! `idem proxy --listen --oauth-issuer URL --oauth-resource URL`: the
+//! proxy as an OAuth 2.1 resource server, as MCP's authorization rules
+//! describe one. A request's `Authorization: Bearer JWT` is an access token
+//! the issuer signed: its signature is checked against the issuer's
+//! published keys (JWKS), its `iss` must be the issuer, its `aud` this
+//! resource (RFC 8707), and it must not have expired. The token's subject
+//! (`sub`) is the caller, recorded as the principal `oauth/SUB`, so its
+//! calls keep to records of their own, apart from every other subject's and
+//! from every principal of `--principals` (whose names have no `/`).
+//!
+//! The proxy publishes its protected-resource metadata (RFC 9728) at
+//! `/.well-known/oauth-protected-resource` (and under the resource's path),
+//! and a refusal's `WWW-Authenticate` points a client to it, which is how an
+//! MCP client finds where to sign in.
+//!
+//! The issuer's keys are found at start (RFC 8414's authorization-server
+//! metadata, else OpenID Connect discovery, unless `--oauth-jwks` names
+//! them) and fetched again when a token names a key not seen yet (at most
+//! every 30 s) or once they are an hour old. Only asymmetric algorithms are
+//! accepted: a token signed with a shared secret, or not signed, is refused.
+
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::jwk::JwkSet;
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::http::{tls_config, HttpClient};
+use super::options::ProxyError;
+
+/// The algorithms a token may be signed with: the issuer's private key,
+/// never a secret it shares (HS*), never none.
+const ALGORITHMS: [Algorithm; 9] = [
+    Algorithm::RS256,
+    Algorithm::RS384,
+    Algorithm::RS512,
+    Algorithm::PS256,
+    Algorithm::PS384,
+    Algorithm::PS512,
+    Algorithm::ES256,
+    Algorithm::ES384,
+    Algorithm::EdDSA,
+];
+
+/// How long clocks may disagree about a token's `exp` and `nbf`.
+const LEEWAY_SECONDS: u64 = 60;
+/// A token naming a key not in the set fetches it again, at most this often.
+const REFETCH_AT_MOST_EVERY: Duration = Duration::from_secs(30);
+/// Keys older than this are fetched again (a key the issuer withdrew stops
+/// verifying within the hour).
+const KEYS_MAX_AGE: Duration = Duration::from_secs(3600);
+/// The most of a metadata document or key set the proxy reads.
+const MAX_DOCUMENT: usize = 256 * 1024;
+/// How long one fetch may take.
+const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The prefix of the principals tokens name: `oauth/SUB`.
+pub(super) const PRINCIPAL_PREFIX: &str = "oauth/";
+
+/// What `--oauth-*` said.
+#[derive(Debug, Clone)]
+pub(super) struct OAuthOptions {
+    /// The issuer tokens come from (`iss`), an `https://` URL.
+    pub(super) issuer: String,
+    /// This server's resource identifier, the audience tokens are for
+    /// (`aud`): the URL clients reach it at, such as `https://mcp.example.com/mcp`.
+    pub(super) resource: String,
+    /// The issuer's key set, when it is not to be discovered.
+    pub(super) jwks: Option<String>,
+}
+
+/// The proxy as a resource server: the issuer's keys and what a token must
+/// say.
+pub(super) struct OAuth {
+    issuer: String,
+    resource: String,
+    jwks_uri: String,
+    client: HttpClient,
+    keys: tokio::sync::RwLock<Keys>,
+    /// One fetch at a time.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+struct Keys {
+    set: JwkSet,
+    fetched: Instant,
+}
+
+/// Why a token was refused: said in the server's log and, briefly, in
+/// the `WWW-Authenticate` header (RFC 6750's `error_description`); never
+/// the token itself.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum Refusal {
+    /// Not a signed JWT: opaque, malformed, or `alg: none`.
+    #[error("the token is not a signed JWT")]
+    NotJwt,
+    /// Signed with an algorithm the proxy does not accept.
+    #[error("the token is signed with {0:?}, not with an asymmetric algorithm")]
+    Algorithm(Algorithm),
+    /// Names a key the issuer does not publish.
+    #[error("the token names a key the issuer does not publish")]
+    UnknownKey,
+    /// The issuer's keys could not be fetched again.
+    #[error("the issuer's keys cannot be fetched: {0}")]
+    Keys(String),
+    /// Checked and found wanting: signature, issuer, audience, times.
+    #[error("the token {0}")]
+    Invalid(&'static str),
+    /// Its subject cannot name a record space.
+    #[error("the token's subject cannot name a namespace")]
+    Subject,
+}
+
+#[derive(Deserialize)]
+struct Claims {
+    sub: String,
+}
+
+impl OAuth {
+    /// Check the options, find the issuer's keys and fetch them: before
+    /// any upstream starts, so that a wrong issuer stops the proxy at once.
+    pub(super) async fn start(options: &OAuthOptions) -> Result<OAuth, ProxyError> {
+        let failed = ProxyError::OAuth;
+        for (option, url) in [
+            ("--oauth-issuer", Some(&options.issuer)),
+            ("--oauth-resource", Some(&options.resource)),
+            ("--oauth-jwks", options.jwks.as_ref()),
+        ] {
+            if let Some(url) = url {
+                secure_url(option, url).map_err(failed)?;
+            }
+        }
+        let issuer = options.issuer.clone();
+        let client = HttpClient::new(
+            tls_config(&issuer).map_err(|e| failed(format!("--oauth-issuer: {e}")))?,
+        );
+        let jwks_uri = match &options.jwks {
+            Some(jwks) => jwks.clone(),
+            None => discover(&client, &issuer).await.map_err(failed)?,
+        };
+        secure_url("the issuer's jwks_uri", &jwks_uri).map_err(failed)?;
+        let set = fetch_keys(&client, &jwks_uri)
+            .await
+            .map_err(|e| failed(format!("--oauth-issuer {issuer}: {e}")))?;
+        Ok(OAuth {
+            issuer,
+            resource: options.resource.clone(),
+            jwks_uri,
+            client,
+            keys: tokio::sync::RwLock::new(Keys {
+                set,
+                fetched: Instant::now(),
+            }),
+            fetching: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The principal `token` names (`oauth/SUB`), or why it is refused.
+    pub(super) async fn principal(&self, token: &str) -> Result<String, Refusal> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| Refusal::NotJwt)?;
+        if !ALGORITHMS.contains(&header.alg) {
+            return Err(Refusal::Algorithm(header.alg));
+        }
+        let key = self.key(header.kid.as_deref()).await?;
+        let mut validation = Validation::new(header.alg);
+        validation.leeway = LEEWAY_SECONDS;
+        validation.validate_nbf = true;
+        validation.set_issuer(&[&self.issuer]);
+        validation.set_audience(&[&self.resource]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        let data = jsonwebtoken::decode::<Claims>(token, &key, &validation).map_err(|e| {
+            use jsonwebtoken::errors::ErrorKind;
+            Refusal::Invalid(match e.kind() {
+                ErrorKind::ExpiredSignature => "has expired",
+                ErrorKind::ImmatureSignature => "is not valid yet (nbf)",
+                ErrorKind::InvalidAudience => "is for another resource (aud)",
+                ErrorKind::InvalidIssuer => "is from another issuer (iss)",
+                ErrorKind::InvalidSignature => "has a signature that does not verify",
+                ErrorKind::MissingRequiredClaim(_) => "lacks exp, iss, aud or sub",
+                ErrorKind::InvalidAlgorithm => "is signed with an algorithm its key is not for",
+                _ => "is malformed",
+            })
+        })?;
+        let principal = format!("{PRINCIPAL_PREFIX}{}", data.claims.sub);
+        if data.claims.sub.is_empty()
+            || data.claims.sub.contains(char::is_control)
+            || idem_runtime::Namespace::new(format!("mcp/x/{principal}")).is_err()
+        {
+            return Err(Refusal::Subject);
+        }
+        Ok(principal)
+    }
+
+    /// The key a token names (`kid`), or the issuer's only key when it
+    /// names none; fetched again when it is not known yet.
+    async fn key(&self, kid: Option<&str>) -> Result<DecodingKey, Refusal> {
+        {
+            let keys = self.keys.read().await;
+            if keys.fetched.elapsed() < KEYS_MAX_AGE {
+                if let Some(key) = pick(&keys.set, kid) {
+                    return key;
+                }
+                if keys.fetched.elapsed() < REFETCH_AT_MOST_EVERY {
+                    return Err(Refusal::UnknownKey);
+                }
+            }
+        }
+        let _one = self.fetching.lock().await;
+        {
+            // Another request may have fetched them meanwhile.
+            let keys = self.keys.read().await;
+            if keys.fetched.elapsed() < REFETCH_AT_MOST_EVERY {
+                return pick(&keys.set, kid).unwrap_or(Err(Refusal::UnknownKey));
+            }
+        }
+        let set = fetch_keys(&self.client, &self.jwks_uri)
+            .await
+            .map_err(Refusal::Keys)?;
+        tracing::info!(
+            keys = set.keys.len(),
+            "fetched the OAuth issuer's keys again"
+        );
+        let mut keys = self.keys.write().await;
+        *keys = Keys {
+            set,
+            fetched: Instant::now(),
+        };
+        pick(&keys.set, kid).unwrap_or(Err(Refusal::UnknownKey))
+    }
+
+    /// The protected-resource metadata (RFC 9728).
+    pub(super) fn metadata(&self) -> Value {
+        json!({
+            "resource": self.resource,
+            "authorization_servers": [self.issuer],
+            "bearer_methods_supported": ["header"],
+        })
+    }
+
+    /// Where the metadata is published for the resource, as
+    /// `WWW-Authenticate` names it: the well-known path between the
+    /// resource's host and its path (RFC 9728 §3.1).
+    pub(super) fn metadata_url(&self) -> String {
+        metadata_url(&self.resource)
+    }
+}
+
+/// The well-known URL of `resource`'s metadata.
+pub(super) fn metadata_url(resource: &str) -> String {
+    well_known(resource, "oauth-protected-resource")
+}
+
+/// RFC 8414 / RFC 9728: `https://host/.well-known/NAME/path`.
+fn well_known(url: &str, name: &str) -> String {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+    let (authority, path) = match rest.find('/') {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let path = path.trim_end_matches('/');
+    format!("{scheme}://{authority}/.well-known/{name}{path}")
+}
+
+/// `url` is `https://`, or `http://` to this machine (a test's issuer, an
+/// issuer on the same host).
+fn secure_url(option: &str, url: &str) -> Result<(), String> {
+    let uri: http::Uri = url
+        .parse()
+        .map_err(|e| format!("{option} {url}: not a URL ({e})"))?;
+    let host = uri.host().unwrap_or_default();
+    let loopback = host == "localhost"
+        || host
+            .trim_matches(|c| c == '[' || c == ']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    match uri.scheme_str() {
+        Some("https") if !host.is_empty() => Ok(()),
+        Some("http") if loopback => Ok(()),
+        _ => Err(format!(
+            "{option} {url}: write an https:// URL (plain http:// only to this machine)"
+        )),
+    }
+}
+
+/// The key of `kid` in `set` (or its only key), as a verifying key:
+/// `None` when the set has no such key.
+fn pick(set: &JwkSet, kid: Option<&str>) -> Option<Result<DecodingKey, Refusal>> {
+    let jwk = match kid {
+        Some(kid) => set.find(kid)?,
+        None if set.keys.len() == 1 => &set.keys[0],
+        None => {
+            return Some(Err(Refusal::Invalid(
+                "names no key (kid), and the issuer has several",
+            )))
+        }
+    };
+    Some(DecodingKey::from_jwk(jwk).map_err(|_| Refusal::UnknownKey))
+}
+
+/// The issuer's `jwks_uri`, from its authorization-server metadata
+/// (RFC 8414), else its OpenID Connect configuration.
+async fn discover(client: &HttpClient, issuer: &str) -> Result<String, String> {
+    let places = [
+        well_known(issuer, "oauth-authorization-server"),
+        format!(
+            "{}/.well-known/openid-configuration",
+            issuer.trim_end_matches('/')
+        ),
+    ];
+    let mut said = Vec::new();
+    for place in &places {
+        match fetch_json(client, place).await {
+            Ok(document) => {
+                // RFC 8414 §3.3: the document must be the issuer's own.
+                if document.get("issuer").and_then(Value::as_str) != Some(issuer) {
+                    said.push(format!("{place} is not for issuer {issuer}"));
+                    continue;
+                }
+                return match document.get("jwks_uri").and_then(Value::as_str) {
+                    Some(jwks) => Ok(jwks.to_owned()),
+                    None => Err(format!("--oauth-issuer {issuer}: {place} names no jwks_uri; name the key set with --oauth-jwks URL")),
+                };
+            }
+            Err(e) => said.push(format!("{place}: {e}")),
+        }
+    }
+    Err(format!(
+        "--oauth-issuer {issuer}: its metadata cannot be read ({}); name its key set with --oauth-jwks URL",
+        said.join("; ")
+    ))
+}
+
+async fn fetch_keys(client: &HttpClient, url: &str) -> Result<JwkSet, String> {
+    let document = fetch_json(client, url).await?;
+    let set: JwkSet =
+        serde_json::from_value(document).map_err(|e| format!("{url} is not a JWK set ({e})"))?;
+    if set.keys.is_empty() {
+        return Err(format!("{url} holds no key"));
+    }
+    Ok(set)
+}
+
+async fn fetch_json(client: &HttpClient, url: &str) -> Result<Value, String> {
+    let fetched = tokio::time::timeout(
+        FETCH_TIMEOUT,
+        client.get(url, "application/json", MAX_DOCUMENT),
+    )
+    .await
+    .map_err(|_| format!("no answer within {} s", FETCH_TIMEOUT.as_secs()))??;
+    match fetched {
+        (status, body) if status.is_success() => {
+            serde_json::from_slice(&body).map_err(|e| format!("not JSON ({e})"))
+        }
+        (status, _) => Err(format!("HTTP {status}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn well_known_urls_go_between_the_host_and_the_path() {
+        assert_eq!(
+            metadata_url("https://mcp.example.com/mcp"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
+        );
+        assert_eq!(
+            metadata_url("https://mcp.example.com"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource"
+        );
+        assert_eq!(
+            well_known(
+                "https://login.example.com/tenant/",
+                "oauth-authorization-server"
+            ),
+            "https://login.example.com/.well-known/oauth-authorization-server/tenant"
+        );
+    }
+
+    #[test]
+    fn plain_http_is_for_this_machine_only() {
+        assert!(secure_url("--oauth-issuer", "https://login.example.com").is_ok());
+        assert!(secure_url("--oauth-issuer", "http://127.0.0.1:8080").is_ok());
+        assert!(secure_url("--oauth-issuer", "http://[::1]:8080/x").is_ok());
+        assert!(secure_url("--oauth-issuer", "http://localhost:8080").is_ok());
+        let refused = secure_url("--oauth-issuer", "http://login.example.com").unwrap_err();
+        assert!(refused.contains("https://"), "{refused}");
+        assert!(secure_url("--oauth-issuer", "login.example.com").is_err());
+    }
+}
