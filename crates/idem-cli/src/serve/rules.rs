@@ -63,7 +63,16 @@ pub(crate) struct Rule {
 
 /// The rules, in the file's order.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Rules(Vec<Rule>);
+pub(crate) struct Rules {
+    rules: Vec<Rule>,
+    /// Everyone with the role approver, sorted: who may decide where a
+    /// rule names nobody.
+    deciders: Vec<String>,
+}
+
+/// The most names a message lists as who else may approve; beyond that
+/// it says "another approver".
+const MAX_NAMED: usize = 5;
 
 /// A decision the rules are asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,12 +181,15 @@ impl Rules {
             }
             rules.push(rule);
         }
-        Ok(Rules(rules))
+        Ok(Rules {
+            rules,
+            deciders: approvers.to_vec(),
+        })
     }
 
     /// The rule that applies to `record`: the first that matches it.
     pub(crate) fn for_record(&self, record: &Record) -> Option<&Rule> {
-        self.0
+        self.rules
             .iter()
             .find(|r| r.matches(&record.tool, record.info.namespace.as_deref()))
     }
@@ -221,17 +233,18 @@ impl Rules {
             .into_iter()
             .map(|g| g.approval.approver)
             .collect();
-        let others = match &rule.approvers {
-            Some(listed) => {
-                let left: Vec<String> = listed
-                    .iter()
-                    .filter(|n| *n != who && !approved.contains(n))
-                    .filter(|n| !(rule.forbid_self_approval && asker(namespace) == Some(n)))
-                    .cloned()
-                    .collect();
-                either(&left, "or")
-            }
-            None => "another approver".to_owned(),
+        let left: Vec<String> = rule
+            .approvers
+            .as_ref()
+            .unwrap_or(&self.deciders)
+            .iter()
+            .filter(|n| *n != who && !approved.contains(n))
+            .filter(|n| !(rule.forbid_self_approval && asker(namespace) == Some(n)))
+            .cloned()
+            .collect();
+        let others = match left.len() {
+            0..=MAX_NAMED => either(&left, "or"),
+            _ => "another approver".to_owned(),
         };
         Ok(Allowed {
             rule: Some(rule.name.clone()),
@@ -362,9 +375,9 @@ mod tests {
             &approvers,
         )
         .unwrap();
-        assert_eq!(ok.0[0].name, "rule 1");
-        assert!(ok.0[0].matches("charge_card", None));
-        assert!(!ok.0[0].matches("refund", None));
-        assert!(ok.0[1].matches("refund", Some("x")));
+        assert_eq!(ok.rules[0].name, "rule 1");
+        assert!(ok.rules[0].matches("charge_card", None));
+        assert!(!ok.rules[0].matches("refund", None));
+        assert!(ok.rules[1].matches("refund", Some("x")));
     }
 }
