@@ -172,11 +172,15 @@ impl Operator {
             });
         }
         let entry = entry(AuditAction::Approved);
-        let approved =
-            transition::approve(&added.record, approval, at, self.kept_for(&record, None));
-        let to = transition::Replace {
-            expected: added.expected,
-            record: approved.record,
+        let kept_for = self.kept_for(&record, None);
+        // A call needing one approval gets it as `approve_record` gives it,
+        // with no list of approvals beside it.
+        let to = match required {
+            0 | 1 if before.is_empty() => transition::approve(&record, approval, at, kept_for),
+            _ => transition::Replace {
+                expected: added.expected,
+                record: transition::approve(&added.record, approval, at, kept_for).record,
+            },
         };
         Ok(Approving::Granted(self.swap(&record, to, entry).await?))
     }
