@@ -362,6 +362,12 @@ pub(crate) struct ApproveArgs {
     /// A note recorded with the approval.
     #[arg(long, value_name = "TEXT")]
     pub note: Option<String>,
+    /// The approvers file of `idem serve`: --by must be an approver in it,
+    /// and its approval rules hold (who may decide, how many approvals,
+    /// not one's own call). Without it, the store's operator approves
+    /// unchecked, unless the call already has approvals towards a rule.
+    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
+    pub approvers: Option<std::path::PathBuf>,
 }
 
 /// `idem deny`.
@@ -375,6 +381,10 @@ pub(crate) struct DenyArgs {
     /// Why: every later call with the key gets this reason.
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
+    /// The approvers file of `idem serve`: --by must be an approver in it,
+    /// whom its approval rules let decide the call.
+    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
+    pub approvers: Option<std::path::PathBuf>,
 }
 
 /// `idem resolve`.

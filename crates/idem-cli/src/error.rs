@@ -24,7 +24,7 @@ pub(crate) mod exit {
     pub(crate) const OK: u8 = 0;
     /// The record's state does not allow the action (not awaiting approval,
     /// already approved, already settled, in flight under a live lease,
-    /// changed meanwhile).
+    /// changed meanwhile), or an approval rule does not let `--by` decide.
     pub(crate) const REFUSED: u8 = 1;
     /// Bad command line: unknown option, malformed JSON, bad key text, bad
     /// time, an unreadable file named by an option, an address that cannot
@@ -181,6 +181,29 @@ pub(crate) enum CliError {
         /// (`None` when it could not be read).
         now: Option<Timestamp>,
     },
+    /// An approval rule does not let `--by` make this decision.
+    #[error("{0}")]
+    Rule(#[from] crate::serve::rules::RuleRefusal),
+    /// `--by` is not an approver in the `--approvers` file.
+    #[error("--by {name}: not an [[approver]] with role = \"approver\" in the approvers file {}, so the approval rules do not let them decide", .path.display())]
+    NotAnApprover {
+        /// The name given.
+        name: String,
+        /// The file.
+        path: PathBuf,
+    },
+    /// `idem approve` without `--approvers` on a call that already has
+    /// approvals towards a rule needing several: the rule cannot be
+    /// checked, so the approval is refused.
+    #[error("key {key} already has {given} approval(s) towards a rule that needs several (by {by}); give --approvers FILE (or IDEM_APPROVERS) so that the rule is checked")]
+    RulesNotChecked {
+        /// The key.
+        key: String,
+        /// How many approvals it has.
+        given: usize,
+        /// Who gave them.
+        by: String,
+    },
     /// Some stored records could not be decoded: the output left them out.
     #[error("{}", corrupt_message(.0))]
     Corrupt(Vec<CorruptRecord>),
@@ -238,6 +261,9 @@ impl CliError {
             | CliError::UpstreamUrl(_) => exit::USAGE,
             CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
             CliError::Corrupt(_) => exit::CORRUPT,
+            CliError::Rule(_)
+            | CliError::NotAnApprover { .. }
+            | CliError::RulesNotChecked { .. } => exit::REFUSED,
             CliError::Operator { error, .. } => match error {
                 OperatorError::NotFound { .. } => exit::NOT_FOUND,
                 OperatorError::Ambiguous { .. } => exit::AMBIGUOUS,

@@ -1,8 +1,11 @@
 //! `idem approve` and `idem deny`: a person's decision on a call awaiting
-//! approval, recorded on the record with who and why.
+//! approval, recorded on the record with who and why, and checked against
+//! the approval rules of the approvers file when `--approvers` names it.
 
-use idem_runtime::approval::Approval;
-use idem_runtime::operator::Operator;
+use std::path::Path;
+
+use idem_runtime::approval::{Approval, GivenApproval};
+use idem_runtime::operator::{Approving, Operator};
 use idem_runtime::record::Record;
 
 use super::{find, now, refused, required, Output};
@@ -10,37 +13,89 @@ use crate::cli::{ApproveArgs, DenyArgs};
 use crate::error::CliError;
 use crate::render::json::RecordJson;
 use crate::render::short_key;
+use crate::role::Role;
+use crate::serve::approvers::Approvers;
+use crate::serve::rules::{Act, Allowed};
 use idem_runtime::text::visible;
 
-/// `idem approve`: record the approval; the next call with the key runs.
+/// `idem approve`: record the approval; the next call with the key runs
+/// once it has the approvals its rule needs.
 pub(super) async fn approve(
     operator: &Operator,
     args: &ApproveArgs,
     out: &Output,
 ) -> Result<(), CliError> {
     let by = required("--by", &args.by)?;
-    let mut approval = Approval::granted_by(by);
+    let mut approval = Approval::granted_by(by.clone());
     if let Some(note) = &args.note {
         approval = approval.with_note(required("--note", note)?);
     }
     let key = find(operator, &args.key).await?;
-    let record = match operator.approve(&key, approval).await {
-        Ok(record) => record,
+    let record = operator.show(&key).await.map_err(CliError::from)?;
+    let approving = match &args.approvers {
+        Some(path) => {
+            let allowed = checked(path, &by, &record, Act::Approve)?;
+            operator
+                .add_approval(&record, approval, allowed.required)
+                .await
+                .map(|approving| (approving, Some(allowed)))
+        }
+        None => {
+            // Without the file no rule can be checked: the store's
+            // operator approves as before, except a call that shows it is
+            // under a rule needing several approvals.
+            let given = record.approvals();
+            if !given.is_empty() {
+                return Err(CliError::RulesNotChecked {
+                    key: short_key(key.as_str()).to_owned(),
+                    given: given.len(),
+                    by: visible(&names(&given)).into_owned(),
+                });
+            }
+            operator
+                .approve_record(&record, approval)
+                .await
+                .map(|r| (Approving::Granted(r), None))
+        }
+    };
+    let (approving, allowed) = match approving {
+        Ok(done) => done,
         Err(e) => return Err(refused(operator, e).await),
     };
-    // Say what exactly was approved: only these arguments ever run under
-    // the approval.
-    let arguments = match &record.info.args {
-        Some(args) => visible(args).into_owned(),
-        None => format!("(not stored; fingerprint {})", record.fingerprint),
+    let line = match &approving {
+        Approving::Recorded {
+            record,
+            given,
+            required,
+        } => {
+            let allowed = allowed.expect("only a rule asks for several approvals");
+            format!(
+                "approval {given} of {required} recorded for {} ({}) by {} under rule “{}”: nothing runs until {} approves too (approved so far by {})\n",
+                short_key(key.as_str()),
+                what(record),
+                visible(&by),
+                visible(allowed.rule.as_deref().unwrap_or_default()),
+                visible(&allowed.others),
+                visible(&names(&record.approvals())),
+            )
+        }
+        approving => {
+            let record = approving.record();
+            // Say what exactly was approved: only these arguments ever run
+            // under the approval.
+            let arguments = match &record.info.args {
+                Some(args) => visible(args).into_owned(),
+                None => format!("(not stored; fingerprint {})", record.fingerprint),
+            };
+            format!(
+                "approved {} ({}) by {}: the next call with its key and exactly these arguments runs it once: {arguments}\n",
+                short_key(key.as_str()),
+                what(record),
+                visible(&by)
+            )
+        }
     };
-    let line = format!(
-        "approved {} ({}) by {}: the next call with its key and exactly these arguments runs it once: {arguments}\n",
-        short_key(key.as_str()),
-        what(&record),
-        visible(args.by.trim())
-    );
-    print(operator, &record, &line, out).await
+    print(operator, approving.record(), &line, out).await
 }
 
 /// `idem deny`: complete the call as denied, with the reason.
@@ -52,7 +107,11 @@ pub(super) async fn deny(
     let by = required("--by", &args.by)?;
     let reason = required("--reason", &args.reason)?;
     let key = find(operator, &args.key).await?;
-    let record = match operator.deny(&key, &by, &reason).await {
+    let record = operator.show(&key).await.map_err(CliError::from)?;
+    if let Some(path) = &args.approvers {
+        checked(path, &by, &record, Act::Deny)?;
+    }
+    let record = match operator.deny_record(&record, &by, &reason).await {
         Ok(record) => record,
         Err(e) => return Err(refused(operator, e).await),
     };
@@ -63,6 +122,32 @@ pub(super) async fn deny(
         visible(&by),
     );
     print(operator, &record, &line, out).await
+}
+
+/// What the approvers file at `path` says of `by` making `act` on
+/// `record`: refused unless `by` is an approver in it whom the rule that
+/// applies lets decide.
+fn checked(path: &Path, by: &str, record: &Record, act: Act) -> Result<Allowed, CliError> {
+    let approvers = Approvers::load(path)?;
+    match approvers.identity(by) {
+        Some(identity) if identity.role == Role::Approver => {}
+        _ => {
+            return Err(CliError::NotAnApprover {
+                name: visible(by).into_owned(),
+                path: path.to_owned(),
+            })
+        }
+    }
+    Ok(approvers.rules().allows(record, by, act)?)
+}
+
+/// Who gave these approvals: `dana, erin`.
+fn names(given: &[GivenApproval]) -> String {
+    given
+        .iter()
+        .map(|g| g.approval.approver.as_str())
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The tool and namespace of a record, to say what was acted on (escaped,

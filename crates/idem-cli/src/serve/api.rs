@@ -199,20 +199,31 @@ pub(super) async fn decide(
         Ok(record) => record,
         Err(e) => return refused(&e),
     };
-    match decide::decide(&app.operator, &record, &decision, &who).await {
-        Ok(after) => {
+    let rules = app.approvers.rules();
+    match decide::decide(&app.operator, rules, &record, &decision, &who).await {
+        Ok(decided) => {
             let now = app
                 .operator
                 .store()
                 .now()
                 .await
                 .unwrap_or(record.created_at);
+            let approvals = decided.approvals.map(|(given, required)| {
+                let by: Vec<String> = decided
+                    .record
+                    .iter()
+                    .flat_map(|r| r.approvals())
+                    .map(|g| g.approval.approver)
+                    .collect();
+                json!({ "given": given, "required": required, "by": by })
+            });
             json(
                 StatusCode::OK,
                 &json!({
-                    "done": decide::done(&decision),
+                    "done": decided.done,
                     "by": who.name,
-                    "record": after.map(|r| serde_json::to_value(RecordJson::new(&r, now)).unwrap_or(Value::Null)),
+                    "approvals": approvals,
+                    "record": decided.record.map(|r| serde_json::to_value(RecordJson::new(&r, now)).unwrap_or(Value::Null)),
                 }),
             )
         }

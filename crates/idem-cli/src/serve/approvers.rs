@@ -7,6 +7,10 @@
 //! role = "approver"   # may decide; "viewer" may only look
 //! password = "$argon2id$v=19$m=19456,t=2,p=1$…"   # idem approver password dana
 //! tokens = ["sha256:…"]                           # idem approver token dana
+//!
+//! [[rule]]                 # optional: see `rules.rs`
+//! tools = ["charge_*"]
+//! required = 2
 //! ```
 //!
 //! Passwords are kept as Argon2id PHC strings; API tokens (random, 256
@@ -23,6 +27,7 @@ use rand::RngCore;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::rules::{RuleEntry, Rules};
 use crate::error::CliError;
 use crate::role::Role;
 
@@ -43,11 +48,13 @@ struct Entry {
 struct File {
     #[serde(default)]
     approver: Vec<Entry>,
+    #[serde(default)]
+    rule: Vec<RuleEntry>,
 }
 
 /// A signed-in person or bot, as decisions record them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) struct Identity {
+pub(crate) struct Identity {
     /// The name from the approvers file.
     pub name: String,
     /// What they may do.
@@ -56,8 +63,10 @@ pub(super) struct Identity {
 
 /// The approvers file, read.
 #[derive(Debug)]
-pub(super) struct Approvers {
+pub(crate) struct Approvers {
     by_name: HashMap<String, Entry>,
+    /// The approval rules (`[[rule]]`).
+    rules: Rules,
     /// SHA-256 (hex) of each API token → the name it belongs to.
     by_token: HashMap<String, String>,
     /// Verified against when a name is unknown, so that a wrong name takes
@@ -67,7 +76,7 @@ pub(super) struct Approvers {
 
 impl Approvers {
     /// Read and check the file at `path`.
-    pub(super) fn load(path: &Path) -> Result<Approvers, CliError> {
+    pub(crate) fn load(path: &Path) -> Result<Approvers, CliError> {
         let text = std::fs::read_to_string(path).map_err(|source| CliError::Unreadable {
             what: "the approvers file",
             path: path.to_owned(),
@@ -122,17 +131,30 @@ impl Approvers {
         if by_name.is_empty() {
             return Err("no [[approver]] entries: nobody could sign in".to_owned());
         }
+        let mut deciders: Vec<String> = by_name
+            .values()
+            .filter(|e| e.role == Role::Approver)
+            .map(|e| e.name.clone())
+            .collect();
+        deciders.sort();
+        let rules = Rules::check(file.rule, &deciders)?;
         Ok(Approvers {
             by_name,
+            rules,
             by_token,
             decoy: hash_password("decoy password, never accepted")
                 .map_err(|e| format!("cannot hash a password: {e}"))?,
         })
     }
 
+    /// The approval rules.
+    pub(crate) fn rules(&self) -> &Rules {
+        &self.rules
+    }
+
     /// The identity `name` has, if listed (for a name a trusted proxy
-    /// vouches for, or a live session).
-    pub(super) fn identity(&self, name: &str) -> Option<Identity> {
+    /// vouches for, a live session, or `idem approve --by`).
+    pub(crate) fn identity(&self, name: &str) -> Option<Identity> {
         self.by_name.get(name).map(|e| Identity {
             name: e.name.clone(),
             role: e.role,

@@ -6,11 +6,12 @@ use idem_runtime::approval::Approval;
 use idem_runtime::audit::{AuditEvent, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
-use idem_runtime::operator::{Actor, Operator, OperatorError, Resolution};
+use idem_runtime::operator::{Actor, Approving, Operator, OperatorError, Resolution};
 use idem_runtime::record::Record;
 use serde_json::Value;
 
 use super::approvers::Identity;
+use super::rules::{Act, Allowed, Rules};
 use super::view::{arguments_in_words, shown, what_changed, Seen, Waits};
 
 /// The longest note or reason kept with a decision, in bytes: it is
@@ -98,6 +99,12 @@ pub(super) enum Refused {
     NotApplicable(String),
     /// The viewer role may not decide (HTTP 403).
     Forbidden,
+    /// An approval rule does not let this person make this decision
+    /// (HTTP 403).
+    Rule(String),
+    /// This person approved the call already; the next approval must be
+    /// someone else's (HTTP 409).
+    ApprovedBefore(String),
     /// The store failed (HTTP 503). The detail goes to the server's log,
     /// not to the page: store errors can name hosts.
     Store(String),
@@ -112,6 +119,8 @@ impl Refused {
             Refused::Changed(_) => "changed",
             Refused::NotApplicable(_) => "not_applicable",
             Refused::Forbidden => "forbidden",
+            Refused::Rule(_) => "rule",
+            Refused::ApprovedBefore(_) => "approved_before",
             Refused::Store(_) => "store",
         }
     }
@@ -122,8 +131,10 @@ impl Refused {
         match self {
             Refused::Invalid(_) => StatusCode::UNPROCESSABLE_ENTITY,
             Refused::BadQuery(_) => StatusCode::BAD_REQUEST,
-            Refused::Changed(_) | Refused::NotApplicable(_) => StatusCode::CONFLICT,
-            Refused::Forbidden => StatusCode::FORBIDDEN,
+            Refused::Changed(_) | Refused::NotApplicable(_) | Refused::ApprovedBefore(_) => {
+                StatusCode::CONFLICT
+            }
+            Refused::Forbidden | Refused::Rule(_) => StatusCode::FORBIDDEN,
             Refused::Store(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
@@ -132,7 +143,11 @@ impl Refused {
     pub(super) fn message(&self) -> String {
         let text = match self {
             Refused::BadQuery(m) => return m.clone(),
-            Refused::Invalid(m) | Refused::Changed(m) | Refused::NotApplicable(m) => m.clone(),
+            Refused::Invalid(m)
+            | Refused::Changed(m)
+            | Refused::NotApplicable(m)
+            | Refused::Rule(m)
+            | Refused::ApprovedBefore(m) => m.clone(),
             Refused::Forbidden => {
                 "You are signed in as a viewer: you can see records but not decide them.".to_owned()
             }
@@ -250,11 +265,73 @@ impl Asked {
     }
 }
 
-/// The effect of `decision` on `record`, restated for a confirmation.
-pub(super) fn effect(decision: &Decision, record: &Record) -> String {
+/// What the approval rules say about `who` making `decision` on
+/// `record`: refused when a rule does not let them; `None` for a
+/// resolution, which the rules do not govern.
+pub(super) fn allowed(
+    rules: &Rules,
+    record: &Record,
+    decision: &Decision,
+    who: &Identity,
+) -> Result<Option<Allowed>, Refused> {
+    let act = match decision {
+        Decision::Approve { .. } => Act::Approve,
+        Decision::Deny { .. } => Act::Deny,
+        Decision::Resolve { .. } => return Ok(None),
+    };
+    let allowed = rules
+        .allows(record, &who.name, act)
+        .map_err(|refused| Refused::Rule(shown(&refused.to_string())))?;
+    if act == Act::Approve {
+        let given = record.approvals();
+        if given.iter().any(|g| g.approval.approver == who.name) {
+            return Err(Refused::ApprovedBefore(approved_before(
+                &who.name,
+                given.len(),
+                &allowed,
+            )));
+        }
+    }
+    Ok(Some(allowed))
+}
+
+/// Why `who` may not approve again, and who may.
+fn approved_before(who: &str, given: usize, allowed: &Allowed) -> String {
+    format!(
+        "You ({}) approved this call already: it has {given} of the {} approvals {} needs, and the next must come from {}.",
+        shown(who),
+        allowed.required,
+        allowed
+            .rule
+            .as_ref()
+            .map_or("it".to_owned(), |r| format!("rule “{}”", shown(r))),
+        shown(&allowed.others),
+    )
+}
+
+/// Which approval this would be (`1 of 2`), when the call needs more than
+/// one and this is not the last.
+fn partial<'a>(record: &Record, allowed: Option<&'a Allowed>) -> Option<(usize, &'a Allowed)> {
+    let allowed = allowed?;
+    let this = record.approvals().len() + 1;
+    (this < allowed.required).then_some((this, allowed))
+}
+
+/// The effect of `decision` on `record`, restated for a confirmation
+/// (`allowed`: what the rules said of it).
+pub(super) fn effect(decision: &Decision, record: &Record, allowed: Option<&Allowed>) -> String {
     let tool = shown(&record.tool);
     let args = arguments_in_words(record);
     match decision {
+        Decision::Approve { .. } if partial(record, allowed).is_some() => {
+            let (this, allowed) = partial(record, allowed).expect("checked");
+            format!(
+                "This is approval {this} of {} under rule “{}”: nothing runs yet. {tool} runs once, with exactly these arguments, when {} approves too: {args}.",
+                allowed.required,
+                shown(allowed.rule.as_deref().unwrap_or_default()),
+                shown(&allowed.others),
+            )
+        }
         Decision::Approve { .. } => format!(
             "{tool} will run once, with exactly these arguments: {args}. A caller waiting for this decision runs it now; otherwise the next call with this key does."
         ),
@@ -332,37 +409,89 @@ pub(super) async fn current(
     }
 }
 
-/// Make `decision` on `record` (the version the person saw) as `who`.
+/// What a decision did.
+#[derive(Debug, Clone)]
+pub(super) struct Decided {
+    /// The record as written (`None`: deleted).
+    pub record: Option<Record>,
+    /// In words: `approved`, `approval 1 of 2 recorded …`.
+    pub done: String,
+    /// Approvals the call has and needs, when it needs more than one.
+    pub approvals: Option<(usize, usize)>,
+}
+
+/// Make `decision` on `record` (the version the person saw) as `who`,
+/// under the approval `rules`.
 pub(super) async fn decide(
     operator: &Operator,
+    rules: &Rules,
     record: &Record,
     decision: &Decision,
     who: &Identity,
-) -> Result<Option<Record>, Refused> {
+) -> Result<Decided, Refused> {
     if who.role != crate::role::Role::Approver {
         return Err(Refused::Forbidden);
     }
+    let allowed = allowed(rules, record, decision, who)?;
+    let decided = |record: Option<Record>| Decided {
+        record,
+        done: done(decision).to_owned(),
+        approvals: None,
+    };
     let result = match decision {
         Decision::Approve { note } => {
             let mut approval = Approval::granted_by(who.name.clone());
             if let Some(note) = note {
                 approval = approval.with_note(note.clone());
             }
-            operator.approve_record(record, approval).await.map(Some)
+            let required = allowed.as_ref().map_or(1, |a| a.required);
+            operator
+                .add_approval(record, approval, required)
+                .await
+                .map(|approving| match approving {
+                    Approving::Recorded {
+                        record,
+                        given,
+                        required,
+                    } => Decided {
+                        record: Some(record),
+                        done: format!(
+                            "approval {given} of {required} recorded; it runs once {} approves too",
+                            shown(allowed.as_ref().map_or("another approver", |a| &a.others))
+                        ),
+                        approvals: Some((given, required)),
+                    },
+                    Approving::Granted(after) => Decided {
+                        approvals: (required > 1).then_some((required, required)),
+                        ..decided(Some(after))
+                    },
+                    other => decided(Some(other.record().clone())),
+                })
         }
         Decision::Deny { reason } => operator
             .deny_record(record, &who.name, reason)
             .await
-            .map(Some),
+            .map(|r| decided(Some(r))),
         Decision::Resolve { resolution, reason } => {
             let actor = Actor::new(who.name.clone()).because(reason.clone());
             operator
                 .resolve_record(record, resolution.clone(), &actor)
                 .await
+                .map(decided)
         }
     };
     match result {
-        Ok(record) => Ok(record),
+        Ok(decided) => Ok(decided),
+        Err(OperatorError::ApprovedBefore { given, .. }) => {
+            let allowed = allowed.unwrap_or(Allowed {
+                rule: None,
+                required: given + 1,
+                others: "another approver".into(),
+            });
+            Err(Refused::ApprovedBefore(approved_before(
+                &who.name, given, &allowed,
+            )))
+        }
         Err(OperatorError::Changed { key }) => {
             // Changed between the check and the swap.
             let now_record = operator.store().get(&key).await.map_err(store)?;

@@ -4,6 +4,8 @@
 //! for bots. `docs/inbox.md` documents both.
 //!
 //! The parts: `approvers` (who may sign in, and with which role),
+//! `rules` (the approval rules of that file: who may decide what, how many
+//! approvals a call needs),
 //! `session` (sessions kept by the server, CSRF tokens, same-origin
 //! posts), `throttle` (bounded work before sign-in), `login`, `view`
 //! (what a record looks like in words), `decide` (a decision, checked
@@ -20,11 +22,12 @@
 #![allow(clippy::result_large_err)]
 
 mod api;
-mod approvers;
+pub(crate) mod approvers;
 mod decide;
 mod live;
 mod login;
 mod pages;
+pub(crate) mod rules;
 mod session;
 mod throttle;
 mod view;

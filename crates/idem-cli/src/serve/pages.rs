@@ -531,25 +531,29 @@ async fn decide_confirmed(
     let record = decide::current(&app.operator, &key, &seen, &decision)
         .await
         .map_err(|refused| (refused, Shown::default()))?;
+    // Refused by a rule before the confirmation, not after it.
+    let rules = app.approvers.rules();
+    let allowed = decide::allowed(rules, &record, &decision, &user.identity)
+        .map_err(|refused| (refused, Shown::default()))?;
     if !confirmed {
         let page = ConfirmPage {
             user: Some(UserView::of(user)),
             key: key.as_str().to_owned(),
             action,
             done: decide::done(&decision),
-            effect: decide::effect(&decision, &record),
+            effect: decide::effect(&decision, &record, allowed.as_ref()),
             csrf: user.session.csrf.clone(),
             form: shown,
         };
         return Ok(html(StatusCode::OK, render(&page), Some(user)));
     }
-    decide::decide(&app.operator, &record, &decision, &user.identity)
+    let decided = decide::decide(&app.operator, rules, &record, &decision, &user.identity)
         .await
         .map_err(|refused| (refused, Shown::default()))?;
     app.sessions.notify(
         &user.session,
         key.as_str(),
-        format!("Done: {}.", decide::done(&decision)),
+        format!("Done: {}.", decided.done),
     );
     Ok(Redirect::to(&format!("/records/{}", key.as_str())).into_response())
 }

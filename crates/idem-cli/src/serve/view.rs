@@ -207,6 +207,10 @@ pub(super) fn what_changed(
             status_words(seen.status),
             state_words(record)
         )
+    } else if !after.is_empty() {
+        // The same request, decided on meanwhile without a change of
+        // state: one approval of several a rule needs.
+        format!("It changed since you opened it{after}. Look at it again before you decide.")
     } else {
         format!(
             "It was asked again since you opened it: this is a newer version of the record under the same key{after}. Read its arguments again."

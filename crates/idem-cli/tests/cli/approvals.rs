@@ -8,6 +8,9 @@
 //! (skipped loudly when their binaries are missing; a failure under
 //! `IDEM_REQUIRE_SERVERS=1`). The Redis and PostgreSQL stores are shared by
 //! the scenarios, so each works in a namespace of its own.
+//!
+//! With `--approvers`, `idem approve` and `idem deny` check `--by` against
+//! the approval rules of the file (`idem serve`'s).
 
 use std::time::Duration;
 
@@ -27,6 +30,7 @@ idem_testkit::on_every_store! {
         a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
         callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
         a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
+        idem_approve_with_the_approvers_file_holds_its_two_person_rule,
     ],
 }
 
@@ -257,4 +261,135 @@ async fn a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplic
     assert_eq!(shown["outcome"]["message"], reason);
     assert_eq!(shown["audit"][0]["action"], "denied");
     assert_eq!(shown["audit"][0]["by"], "ada");
+}
+
+/// The approvers file of a finance team: ada, bob and cyd approve, vic
+/// only looks; deleting an account takes two of them, never the asker.
+const FINANCE: &str = r#"
+[[approver]]
+name = "ada"
+role = "approver"
+
+[[approver]]
+name = "bob"
+role = "approver"
+
+[[approver]]
+name = "cyd"
+role = "approver"
+
+[[approver]]
+name = "vic"
+role = "viewer"
+
+[[rule]]
+name = "account deletions"
+tools = ["delete_*"]
+required = 2
+forbid_self_approval = true
+"#;
+
+/// ada's agent asks to delete an account under a two-person rule that
+/// forbids approving one's own call: `idem approve --approvers` refuses
+/// the viewer, ada herself and bob twice; bob's approval is 1 of 2 and
+/// runs nothing; without the file, an approval of a call already under
+/// the rule is refused; cyd's makes it run, once; the log has both.
+async fn idem_approve_with_the_approvers_file_holds_its_two_person_rule(url: &str) {
+    let idem = Idem::new(url);
+    let dir = idem_testkit::TempDir::new("idem-rules").unwrap();
+    let file = dir.path().join("approvers.toml");
+    std::fs::write(&file, FINANCE).unwrap();
+    let file = file.to_str().unwrap();
+    // The asker is the namespace's last part: ada.
+    let namespace = format!("{}/ada", unique("finance"));
+    let app = App::default();
+    let agent = dispatcher(url, &app, Duration::ZERO).await;
+    let call = delete_call(&unique("call"), "mallory");
+    let first = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    let Err(IdemError::ApprovalPending { key, .. }) = &first.result else {
+        panic!("expected a pending approval: {:?}", first.result)
+    };
+    let key = key.as_str().to_owned();
+    let approve = |by: &'static str| {
+        let (idem, key) = (&idem, key.clone());
+        async move {
+            idem.run(&["approve", &key, "--by", by, "--approvers", file])
+                .await
+        }
+    };
+
+    approve("vic")
+        .await
+        .fails(1, "--by vic: not an [[approver]] with role = \"approver\"");
+    approve("nobody").await.fails(1, "--by nobody: not an");
+    approve("ada").await.fails(
+        1,
+        "Rule “account deletions” forbids approving your own call: ada asked for it",
+    );
+
+    let out = approve("bob").await;
+    assert!(
+        out.ok().starts_with("approval 1 of 2 recorded for "),
+        "{}",
+        out.stdout
+    );
+    assert!(
+        out.stdout.contains("nothing runs until cyd approves too"),
+        "{}",
+        out.stdout
+    );
+    let shown = idem.run(&["show", &key, "--json"]).await.json();
+    assert_eq!(
+        shown["status"], "awaiting_approval",
+        "1 of 2 approves nothing"
+    );
+    assert_eq!(shown["steps"]["idem:approvals"][0]["approver"], "bob");
+    let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    assert!(
+        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
+        "{:?}",
+        again.result
+    );
+    assert_eq!(app.deletions(), 0);
+
+    approve("bob").await.fails(
+        1,
+        "already has an approval by bob (1 of 2); the next approval must come from someone else",
+    );
+    // Without the file the rule cannot be checked: refused, since the call
+    // shows it is under one.
+    idem.run(&["approve", &key, "--by", "cyd"])
+        .await
+        .fails(1, "already has 1 approval(s) towards a rule that needs several (by bob); give --approvers FILE");
+
+    let out = approve("cyd").await;
+    assert!(out.ok().starts_with("approved "), "{}", out.stdout);
+    let ran = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    assert_eq!(
+        ran.result.expect("runs once approved").output,
+        json!("deleted mallory")
+    );
+    let dup = agent.dispatch_one(call, &tenant(&namespace)).await;
+    assert!(dup.deduplicated(), "{:?}", dup.result);
+    assert_eq!(app.deletions(), 1);
+
+    let log = idem.run(&["log", &key, "--json"]).await.json();
+    let events: Vec<(String, String)> = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["action"].as_str().unwrap().to_owned(),
+                e["by"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        events.starts_with(&[
+            ("approval_added".to_owned(), "bob".to_owned()),
+            ("approved".to_owned(), "cyd".to_owned()),
+        ]),
+        "{events:?}"
+    );
 }

@@ -11,5 +11,6 @@ mod api;
 mod browser;
 mod lifecycle;
 mod limits;
+mod rules;
 mod signin;
 mod tls;

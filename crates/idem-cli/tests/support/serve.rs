@@ -35,6 +35,11 @@ pub struct Serve {
     pub token: String,
     /// An API token of the viewer `watcher`.
     pub viewer_token: String,
+    /// The API tokens of the other approvers ([`Serve::with_rules`]), by
+    /// name.
+    pub tokens: HashMap<String, String>,
+    /// The approvers file.
+    pub approvers: std::path::PathBuf,
     /// Its command line, to restart it with.
     args: Vec<std::ffi::OsString>,
     _dir: TempDir,
@@ -75,6 +80,18 @@ impl Serve {
     /// watcher (viewer, token), the tool catalog `catalog` (JSON) and
     /// `extra` arguments.
     pub fn start(url: &str, catalog: Option<&str>, extra: &[&str]) -> Serve {
+        Serve::with_rules(url, catalog, extra, &[], "")
+    }
+
+    /// [`Serve::start`], with an approver with an API token for each of
+    /// `bots`, and `rules` (`[[rule]]` tables) in the approvers file.
+    pub fn with_rules(
+        url: &str,
+        catalog: Option<&str>,
+        extra: &[&str],
+        bots: &[&str],
+        rules: &str,
+    ) -> Serve {
         let dir = TempDir::new("idem-serve").unwrap();
         let mut file = String::new();
         file.push_str(&approver(&["password", DANA.0], &format!("{}\n", DANA.1)).0);
@@ -91,6 +108,16 @@ impl Serve {
         let (entry, said) = approver(&["token", "watcher", "--role", "viewer"], "");
         file.push_str(&entry);
         let viewer_token = said.lines().last().unwrap().trim().to_owned();
+        let mut tokens = HashMap::new();
+        for bot in bots {
+            let (entry, said) = approver(&["token", bot], "");
+            file.push_str(&entry);
+            tokens.insert(
+                (*bot).to_owned(),
+                said.lines().last().unwrap().trim().to_owned(),
+            );
+        }
+        file.push_str(rules);
         let approvers = dir.path().join("approvers.toml");
         std::fs::write(&approvers, file).unwrap();
         let mut command = Command::new(IDEM);
@@ -119,6 +146,8 @@ impl Serve {
             base,
             token,
             viewer_token,
+            tokens,
+            approvers,
             args,
             _dir: dir,
         }

@@ -76,6 +76,20 @@ impl Approval {
     }
 }
 
+/// One approval given towards a call that needs several before it runs
+/// (a two-person rule), as recorded under
+/// [`APPROVALS_STEP`](crate::record::APPROVALS_STEP): who, why, for which
+/// arguments, and when.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct GivenApproval {
+    /// The approval (its [`Approval::fingerprint`] set: the arguments it
+    /// was given for).
+    #[serde(flatten)]
+    pub approval: Approval,
+    /// When it was given (the store's clock).
+    pub at: crate::clock::Timestamp,
+}
+
 /// A policy's answer.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "decision", rename_all = "snake_case")]

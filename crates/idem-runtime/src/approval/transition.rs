@@ -8,7 +8,8 @@
 //!
 //! ```text
 //! in flight ─ park ─► awaiting approval ─ approve ─► approved ─ claim ─► in flight
-//!                                       └ deny ────► completed (denied)
+//!                       │     ▲          └ deny ────► completed (denied)
+//!                       └ add ┘ (one approval more of several needed)
 //! ```
 //!
 //! The claim of an approved call is the store's own transition
@@ -21,11 +22,12 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use super::{Approval, ApprovalDecision};
+use super::{Approval, ApprovalDecision, GivenApproval};
 use crate::clock::Timestamp;
 use crate::key::Fingerprint;
 use crate::record::{
-    FailureCode, Fence, Outcome, Record, RecordState, Status, StoredFailure, APPROVAL_STEP,
+    FailureCode, Fence, Outcome, Record, RecordState, Status, StoredFailure, APPROVALS_STEP,
+    APPROVAL_STEP,
 };
 use crate::store::{Expected, ExpectedState};
 
@@ -50,6 +52,22 @@ impl Record {
     /// The approval recorded under [`APPROVAL_STEP`], if any.
     pub fn approval(&self) -> Option<Approval> {
         recorded(&self.steps)
+    }
+
+    /// The approvals given so far towards this call when it needs several
+    /// (under [`APPROVALS_STEP`]), oldest first, and only those given for
+    /// the arguments it has now: an approval of other arguments counts for
+    /// nothing.
+    pub fn approvals(&self) -> Vec<GivenApproval> {
+        let given: Vec<GivenApproval> = self
+            .steps
+            .get(APPROVALS_STEP)
+            .and_then(|v| serde_json::from_value(v.clone()).ok())
+            .unwrap_or_default();
+        given
+            .into_iter()
+            .filter(|g| g.approval.covers(&self.fingerprint, false))
+            .collect()
     }
 }
 
@@ -145,6 +163,27 @@ pub(crate) fn approve(
     if let RecordState::AwaitingApproval { expires_at, .. } = &mut new.state {
         *expires_at = at.plus(kept_for);
     }
+    Replace {
+        expected: awaiting(record),
+        record: new,
+    }
+}
+
+/// Add `approval`, given at `at`, to those recorded towards `record` (one
+/// [`decidable`] accepts), bound to the arguments recorded with the
+/// request. The record still awaits approval, and lapses when the request
+/// does: an approval given towards it lapses with it, never before.
+pub(crate) fn add(record: &Record, approval: Approval, at: Timestamp) -> Replace {
+    let mut new = record.clone();
+    let mut given = record.approvals();
+    given.push(GivenApproval {
+        approval: approval.for_arguments(record.fingerprint.clone()),
+        at,
+    });
+    new.steps.insert(
+        APPROVALS_STEP.to_owned(),
+        serde_json::to_value(given).expect("approvals serialize"),
+    );
     Replace {
         expected: awaiting(record),
         record: new,

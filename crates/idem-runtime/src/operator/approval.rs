@@ -1,6 +1,7 @@
 //! Deciding calls awaiting approval: approve or deny them (through the
-//! fenced transitions of `approval::transition`), wait for a decision,
-//! note that a person was asked.
+//! fenced transitions of `approval::transition`), add one approval of
+//! several a call needs, wait for a decision, note that a person was
+//! asked.
 
 use std::time::Duration;
 
@@ -11,6 +12,33 @@ use crate::audit::{AuditEvent, AuditQuery};
 use crate::key::IdempotencyKey;
 use crate::record::{AuditAction, AuditEntry, Record};
 use crate::store::WaitFor;
+
+/// What [`Operator::add_approval`] did.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub enum Approving {
+    /// This approval made the count: the call is approved, and the next
+    /// call with its key and arguments runs it once.
+    Granted(Record),
+    /// The approval is recorded; the call still awaits approval.
+    Recorded {
+        /// The record as written.
+        record: Record,
+        /// How many approvals it has now (this one included).
+        given: usize,
+        /// How many it needs.
+        required: usize,
+    },
+}
+
+impl Approving {
+    /// The record as written.
+    pub fn record(&self) -> &Record {
+        match self {
+            Approving::Granted(record) | Approving::Recorded { record, .. } => record,
+        }
+    }
+}
 
 impl Operator {
     /// Write in the audit log that `actor` asked a person to decide the
@@ -91,6 +119,70 @@ impl Operator {
         };
         let approved = transition::approve(&record, approval, at, self.kept_for(&record, None));
         self.swap(&record, approved, entry).await
+    }
+
+    /// Add `approval` to those the call awaiting approval `record` has (the
+    /// version a person was shown, as [`Operator::approve_record`]), when
+    /// it needs `required` approvals from distinct people before it runs
+    /// (a two-person rule: 2). Until the count is made, each approval is
+    /// recorded on the record ([`Record::approvals`], bound to the
+    /// arguments) and in the audit log as [`AuditAction::ApprovalAdded`],
+    /// and nothing runs; the approval that makes it approves the call
+    /// ([`AuditAction::Approved`]), as [`Operator::approve_record`] does.
+    /// An approval given towards a request lapses with the request, never
+    /// before it. Refused with [`OperatorError::ApprovedBefore`] when
+    /// `approval.approver` approved it already, and as
+    /// [`Operator::approve_record`] is.
+    pub async fn add_approval(
+        &self,
+        record: &Record,
+        approval: Approval,
+        required: usize,
+    ) -> Result<Approving, OperatorError> {
+        let record = record.clone();
+        self.check_pending(&record)?;
+        let before = record.approvals();
+        if before
+            .iter()
+            .any(|g| g.approval.approver == approval.approver)
+        {
+            return Err(OperatorError::ApprovedBefore {
+                key: record.key.clone(),
+                by: approval.approver,
+                given: before.len(),
+                required,
+            });
+        }
+        let given = before.len() + 1;
+        let at = self.store.now().await?;
+        let entry = |action| AuditEntry {
+            at,
+            by: approval.approver.clone(),
+            action,
+            reason: approval.note.clone(),
+        };
+        let added = transition::add(&record, approval.clone(), at);
+        if given < required {
+            let entry = entry(AuditAction::ApprovalAdded);
+            let record = self.swap(&record, added, entry).await?;
+            return Ok(Approving::Recorded {
+                record,
+                given,
+                required,
+            });
+        }
+        let entry = entry(AuditAction::Approved);
+        let kept_for = self.kept_for(&record, None);
+        // A call needing one approval gets it as `approve_record` gives it,
+        // with no list of approvals beside it.
+        let to = match required {
+            0 | 1 if before.is_empty() => transition::approve(&record, approval, at, kept_for),
+            _ => transition::Replace {
+                expected: added.expected,
+                record: transition::approve(&added.record, approval, at, kept_for).record,
+            },
+        };
+        Ok(Approving::Granted(self.swap(&record, to, entry).await?))
     }
 
     /// Deny a call awaiting approval: it never runs, and every call with its

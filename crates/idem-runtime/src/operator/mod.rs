@@ -46,6 +46,7 @@ use crate::key::IdempotencyKey;
 use crate::record::{AuditAction, AuditEntry, Record, Status, DEFAULT_TTL};
 use crate::store::{Expected, Store, StoreError};
 
+pub use approval::Approving;
 pub use list::{Counts, Filter, Page, UnknownAges};
 pub use resolve::Resolution;
 
@@ -127,6 +128,20 @@ pub enum OperatorError {
         key: IdempotencyKey,
         /// Who approved it.
         by: String,
+    },
+    /// Adding an approval to a call that needs several, by someone whose
+    /// approval it already has: the approvals must come from distinct
+    /// people.
+    #[error("key {key} already has an approval by {by} ({given} of {required}); the next approval must come from someone else")]
+    ApprovedBefore {
+        /// The key.
+        key: IdempotencyKey,
+        /// Who approved it before, and tried again.
+        by: String,
+        /// How many approvals it has.
+        given: usize,
+        /// How many it needs.
+        required: usize,
     },
     /// Settling a call whose owner holds a live lease.
     #[error("key {key} is in flight under a live lease (until {until} ms since the epoch, worker {worker}); wait for it to finish or its lease to run out")]

@@ -25,6 +25,11 @@ pub struct AuditEntry {
 pub enum AuditAction {
     /// Approved a call awaiting approval.
     Approved,
+    /// Approved a call awaiting approval that needs more approvals than
+    /// it then had (a two-person rule): the approval is recorded, the call
+    /// still awaits approval and nothing runs until the approval that makes
+    /// the count, recorded as [`AuditAction::Approved`].
+    ApprovalAdded,
     /// Denied a call awaiting approval.
     Denied,
     /// Settled an unknown outcome (or a dead owner's call) as succeeded.
@@ -50,6 +55,7 @@ impl AuditAction {
     pub const fn as_str(self) -> &'static str {
         match self {
             AuditAction::Approved => "approved",
+            AuditAction::ApprovalAdded => "approval_added",
             AuditAction::Denied => "denied",
             AuditAction::ResolvedSucceeded => "resolved_succeeded",
             AuditAction::ResolvedFailed => "resolved_failed",

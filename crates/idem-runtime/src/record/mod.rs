@@ -41,6 +41,14 @@ pub const RESERVED_STEP_PREFIX: &str = "idem:";
 /// a call that awaits approval.
 pub const APPROVAL_STEP: &str = "idem:approval";
 
+/// The step name under which the approvals given so far towards a call
+/// that needs more than one (a two-person rule) are recorded, oldest first,
+/// each bound to the arguments it was given for. They grant nothing: the
+/// call is approved only once [`APPROVAL_STEP`] is written, by the approval
+/// that makes the count
+/// ([`Operator::add_approval`](crate::operator::Operator::add_approval)).
+pub const APPROVALS_STEP: &str = "idem:approvals";
+
 /// The step name under which the number of the attempt about to start is
 /// recorded, before the tool body runs, for classes that are never re-run
 /// (`non_idempotent_write`, `irreversible`), and before every retry. A

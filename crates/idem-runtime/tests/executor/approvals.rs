@@ -138,3 +138,107 @@ async fn an_approval_slower_than_the_lease_is_asked_once_and_runs_once() {
     assert_eq!(asked.load(Ordering::SeqCst), 1, "the policy is asked once");
     assert_eq!(world.effects(), ["delete_account:ada"], "it runs once");
 }
+
+/// A two-person rule through the operator API: the first approval is
+/// recorded and runs nothing, the same approver again and a decision on
+/// the version before it are refused, the second distinct approval runs
+/// the call once, and the audit log has both.
+#[tokio::test]
+async fn a_call_needing_two_approvals_runs_on_the_second_distinct_one() {
+    use idem_runtime::approval::{ApprovalDecision, Callback};
+    use idem_runtime::audit::AuditQuery;
+    use idem_runtime::dispatch::{Arguments, Dispatcher, ToolCall};
+    use idem_runtime::operator::{Approving, OperatorError};
+    use idem_runtime::record::{AuditAction, Status};
+    use idem_runtime::registry::Registry;
+    use idem_runtime::RunContext;
+    let call = || ToolCall {
+        id: Some("toolu_2".into()),
+        name: "delete_account".into(),
+        arguments: Arguments::Json(serde_json::json!({"to": "ada"})),
+    };
+    let world = App::default();
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .approvals(Callback::new(|_| async {
+            Ok(ApprovalDecision::Pending {
+                message: "two of finance".into(),
+            })
+        }))
+        .build();
+    let operator = exec.operator();
+    let d = Dispatcher::new(exec, Registry::new().with(DeleteAccount));
+    let first = d.dispatch_one(call(), &RunContext::default()).await;
+    let Err(IdemError::ApprovalPending { key, .. }) = first.result else {
+        panic!("{:?}", first.result)
+    };
+    let asked = operator.show(&key).await.unwrap();
+
+    let one = operator
+        .add_approval(&asked, Approval::granted_by("ana").with_note("ok"), 2)
+        .await
+        .unwrap();
+    let Approving::Recorded {
+        record,
+        given: 1,
+        required: 2,
+    } = &one
+    else {
+        panic!("{one:?}")
+    };
+    assert_eq!(record.status(), Status::AwaitingApproval);
+    assert_eq!(record.approvals()[0].approval.approver, "ana");
+    assert_eq!(
+        record.approvals()[0].approval.fingerprint.as_ref(),
+        Some(&record.fingerprint)
+    );
+    let again = d.dispatch_one(call(), &RunContext::default()).await;
+    assert!(matches!(
+        again.result,
+        Err(IdemError::ApprovalPending { .. })
+    ));
+    assert!(
+        world.effects().is_empty(),
+        "one approval of two runs nothing"
+    );
+
+    let twice = operator
+        .add_approval(record, Approval::granted_by("ana"), 2)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&twice, OperatorError::ApprovedBefore { by, given: 1, required: 2, .. } if by == "ana"),
+        "{twice}"
+    );
+    let stale = operator
+        .add_approval(&asked, Approval::granted_by("bob"), 2)
+        .await
+        .unwrap_err();
+    assert!(matches!(stale, OperatorError::Changed { .. }), "{stale}");
+
+    let two = operator
+        .add_approval(record, Approval::granted_by("bob"), 2)
+        .await
+        .unwrap();
+    assert!(matches!(&two, Approving::Granted(r) if r.status() == Status::Approved));
+    let ran = d.dispatch_one(call(), &RunContext::default()).await;
+    assert!(ran.result.is_ok(), "{:?}", ran.result);
+    assert_eq!(world.effects(), ["delete_account:ada"]);
+
+    let log = operator
+        .audit(&AuditQuery::for_key(key), None, 100)
+        .await
+        .unwrap();
+    let actions: Vec<(AuditAction, &str)> = log
+        .events
+        .iter()
+        .map(|e| (e.action, e.by.as_str()))
+        .collect();
+    assert_eq!(
+        actions,
+        [
+            (AuditAction::ApprovalAdded, "ana"),
+            (AuditAction::Approved, "bob")
+        ]
+    );
+}

@@ -1,0 +1,323 @@
+//! Approval rules in the approvers file, as the inbox holds them: a
+//! two-person rule through the JSON API (the call runs on the second
+//! distinct approval, each in the audit log), an approver the rule does
+//! not list, the asker refused by `forbid_self_approval` but free to deny,
+//! and the same rules on the pages' form posts.
+
+use std::time::Duration;
+
+use idem::prelude::*;
+use serde_json::{json, Value};
+
+use crate::support::serve::{catalog, hidden, listed, sign_in, Http, Reply, Serve, DANA};
+use crate::support::tools::{delete_call, dispatcher, tenant, App};
+use crate::support::{schema, unique};
+
+/// A finance team's rule: deleting an account takes two of dana, erin and
+/// frank, and never the one who asked.
+const RULES: &str = r#"
+[[rule]]
+name = "deletions"
+tools = ["delete_*"]
+namespaces = ["finance-*"]
+approvers = ["dana", "erin", "frank"]
+required = 2
+forbid_self_approval = true
+"#;
+
+/// An agent whose calls do not wait, and `idem serve` with [`RULES`] and
+/// the token approvers erin, frank and gus.
+async fn finance(url: &str) -> (App, Dispatcher<App>, Serve) {
+    let app = App::default();
+    let agent = dispatcher(url, &app, Duration::ZERO).await;
+    let serve = Serve::with_rules(url, Some(&catalog()), &[], &["erin", "frank", "gus"], RULES);
+    (app, agent, serve)
+}
+
+/// `namespace` asks to delete `customer`'s account: the inbox item.
+async fn asked(
+    agent: &Dispatcher<App>,
+    http: &mut Http,
+    serve: &Serve,
+    namespace: &str,
+    customer: &str,
+) -> Value {
+    let call = delete_call(&unique("call"), customer);
+    let first = agent.dispatch_one(call, &tenant(namespace)).await;
+    assert!(
+        matches!(first.result, Err(IdemError::ApprovalPending { .. })),
+        "{:?}",
+        first.result
+    );
+    listed(http, serve, namespace).await
+}
+
+/// `who` (a token approver) reads the record under `key` and makes
+/// `action` on the version read (or on `version` when given).
+async fn decide(
+    http: &mut Http,
+    serve: &Serve,
+    who: &str,
+    key: &str,
+    action: &str,
+    version: Option<&str>,
+) -> Reply {
+    let token = &serve.tokens[who];
+    let read = http
+        .api(
+            "GET",
+            &serve.url(&format!("/api/records/{key}")),
+            token,
+            None,
+        )
+        .await
+        .json();
+    let version = version.map_or_else(|| read["version"].clone(), |v| json!(v));
+    let body =
+        json!({"version": version, "note": format!("checked by {who}"), "reason": "not this one"});
+    http.api(
+        "POST",
+        &serve.url(&format!("/api/records/{key}/{action}")),
+        token,
+        Some(&body),
+    )
+    .await
+}
+
+fn message(reply: &Reply) -> String {
+    reply.json()["error"]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// Two distinct approvers through the API: the first approval is 1 of 2
+/// and runs nothing, the same approver again is refused, an approver the
+/// rule does not list is refused, the second approval runs the call once,
+/// and the audit trail has both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_person_rule_runs_the_call_on_the_second_distinct_approval() {
+    let (_dir, url) = crate::support::sqlite();
+    let (app, agent, serve) = finance(&url).await;
+    let mut http = Http::default();
+    let namespace = format!("{}/ops", unique("finance"));
+    let call = delete_call(&unique("call"), "eve");
+    let first = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    assert!(matches!(
+        first.result,
+        Err(IdemError::ApprovalPending { .. })
+    ));
+    let item = listed(&mut http, &serve, &namespace).await;
+    let key = item["key"].as_str().unwrap().to_owned();
+
+    for action in ["approve", "deny"] {
+        let gus = decide(&mut http, &serve, "gus", &key, action, None).await;
+        assert_eq!(gus.status, 403, "{}", gus.body);
+        assert_eq!(gus.json()["error"]["code"], "rule");
+        assert!(
+            message(&gus).starts_with(&format!("Rule “deletions” lets only dana, erin and frank decide calls of delete_account in namespace {namespace}; gus is not one of them.")),
+            "{}",
+            gus.body
+        );
+    }
+
+    let erin = decide(&mut http, &serve, "erin", &key, "approve", None).await;
+    assert_eq!(erin.status, 200, "{}", erin.body);
+    schema::check(&erin.json(), "decided");
+    assert_eq!(
+        erin.json()["done"],
+        "approval 1 of 2 recorded; it runs once dana or frank approves too"
+    );
+    assert_eq!(
+        erin.json()["approvals"],
+        json!({"given": 1, "required": 2, "by": ["erin"]})
+    );
+    assert_eq!(erin.json()["record"]["status"], "awaiting_approval");
+    let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    assert!(
+        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
+        "one approval of two runs nothing: {:?}",
+        again.result
+    );
+    assert_eq!(app.deletions(), 0);
+
+    let twice = decide(&mut http, &serve, "erin", &key, "approve", None).await;
+    assert_eq!(twice.status, 409, "{}", twice.body);
+    assert_eq!(twice.json()["error"]["code"], "approved_before");
+    assert_eq!(
+        message(&twice),
+        "You (erin) approved this call already: it has 1 of the 2 approvals rule “deletions” needs, and the next must come from dana or frank. Nothing was changed."
+    );
+
+    // frank decides on the version he read before erin's approval.
+    let old = item["version"].as_str().unwrap();
+    let stale = decide(&mut http, &serve, "frank", &key, "approve", Some(old)).await;
+    assert_eq!(stale.status, 409, "{}", stale.body);
+    assert!(
+        message(&stale).contains("approval_added by erin"),
+        "{}",
+        stale.body
+    );
+
+    let frank = decide(&mut http, &serve, "frank", &key, "approve", None).await;
+    assert_eq!(frank.status, 200, "{}", frank.body);
+    assert_eq!(frank.json()["done"], "approved");
+    assert_eq!(
+        frank.json()["approvals"],
+        json!({"given": 2, "required": 2, "by": ["erin", "frank"]})
+    );
+    let ran = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    assert_eq!(ran.result.expect("runs once").output, json!("deleted eve"));
+    let dup = agent.dispatch_one(call, &tenant(&namespace)).await;
+    assert!(dup.result.unwrap().meta.deduplicated);
+    assert_eq!(app.deletions(), 1);
+
+    let shown = http
+        .bot(&serve, &format!("/api/records/{key}"), None)
+        .await
+        .json();
+    assert_eq!(shown["record"]["approval"]["approved_by"], "frank");
+    let trail: Vec<(String, String, String)> = shown["audit"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            let text = |f: &str| e[f].as_str().unwrap_or_default().to_owned();
+            (text("action"), text("by"), text("reason"))
+        })
+        .collect();
+    let said = |by: &str| format!("checked by {by}");
+    assert_eq!(
+        trail,
+        [
+            ("approval_added".into(), "erin".into(), said("erin")),
+            ("approved".into(), "frank".into(), said("frank")),
+        ],
+        "only the two approvals changed the record"
+    );
+}
+
+/// The one who asked (the namespace's last part: erin) may not approve
+/// their own call, another may; and the asker may still deny it, which
+/// ends it after one approval of two.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_asker_cannot_approve_their_own_call_but_may_deny_it() {
+    let (_dir, url) = crate::support::sqlite();
+    let (app, agent, serve) = finance(&url).await;
+    let mut http = Http::default();
+    let namespace = format!("{}/erin", unique("finance"));
+    let item = asked(&agent, &mut http, &serve, &namespace, "eve").await;
+    let key = item["key"].as_str().unwrap();
+
+    let own = decide(&mut http, &serve, "erin", key, "approve", None).await;
+    assert_eq!(own.status, 403, "{}", own.body);
+    assert_eq!(own.json()["error"]["code"], "rule");
+    assert!(
+        message(&own).starts_with(&format!("Rule “deletions” forbids approving your own call: erin asked for it (namespace {namespace}).")),
+        "{}",
+        own.body
+    );
+    let frank = decide(&mut http, &serve, "frank", key, "approve", None).await;
+    assert_eq!(frank.status, 200, "{}", frank.body);
+    // erin is the asker: only dana is left to make the count.
+    assert_eq!(
+        frank.json()["done"],
+        "approval 1 of 2 recorded; it runs once dana approves too"
+    );
+
+    let denied = decide(&mut http, &serve, "erin", key, "deny", None).await;
+    assert_eq!(denied.status, 200, "{}", denied.body);
+    assert_eq!(denied.json()["done"], "denied");
+    assert_eq!(denied.json()["record"]["status"], "failed");
+    assert_eq!(app.deletions(), 0);
+}
+
+/// The pages hold the same rules: the confirmation says this is approval
+/// 1 of 2, the notice after it says so, the same person again is refused
+/// before any confirmation, and so is an approval of one's own call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_pages_hold_the_rules_on_their_form_posts() {
+    let (_dir, url) = crate::support::sqlite();
+    let (app, agent, serve) = finance(&url).await;
+    let mut bot = Http::default();
+    let namespace = format!("{}/ops", unique("finance"));
+    let item = asked(&agent, &mut bot, &serve, &namespace, "eve").await;
+    let key = item["key"].as_str().unwrap();
+    let mut browser = Http::default();
+    sign_in(&mut browser, &serve, DANA).await;
+    let record = serve.url(&format!("/records/{key}"));
+    let approve = serve.url(&format!("/records/{key}/approve"));
+
+    let page = browser.get(&record).await;
+    let csrf = hidden(&page.body, "csrf").unwrap();
+    let version = hidden(&page.body, "version").unwrap();
+    let confirm = browser
+        .form(&approve, &[("csrf", &csrf), ("version", &version)])
+        .await;
+    assert_eq!(confirm.status, 200, "{}", confirm.body);
+    assert!(
+        confirm.body.contains("This is approval 1 of 2 under rule “deletions”: nothing runs yet. delete_account runs once, with exactly these arguments, when erin or frank approves too"),
+        "{}",
+        confirm.body
+    );
+    let done = browser
+        .form(
+            &approve,
+            &[("csrf", &csrf), ("version", &version), ("confirmed", "yes")],
+        )
+        .await;
+    assert_eq!(done.status, 303, "{}", done.body);
+    let page = browser.get(&record).await;
+    assert!(
+        page.body
+            .contains("Done: approval 1 of 2 recorded; it runs once erin or frank approves too."),
+        "{}",
+        page.body
+    );
+    assert!(
+        page.body.contains(
+            r#"<strong class="action">approval_added</strong> by <span class="by">dana</span>"#
+        ),
+        "{}",
+        page.body
+    );
+    assert_eq!(app.deletions(), 0);
+
+    let version = hidden(&page.body, "version").unwrap();
+    let twice = browser
+        .form(&approve, &[("csrf", &csrf), ("version", &version)])
+        .await;
+    assert_eq!(twice.status, 409, "{}", twice.body);
+    assert!(
+        twice.body.contains("You (dana) approved this call already"),
+        "{}",
+        twice.body
+    );
+
+    // dana's own call.
+    let own_ns = format!("{}/dana", unique("finance"));
+    let own = asked(&agent, &mut bot, &serve, &own_ns, "mallory").await;
+    let own_key = own["key"].as_str().unwrap();
+    let refused = browser
+        .form(
+            &serve.url(&format!("/records/{own_key}/approve")),
+            &[
+                ("csrf", &csrf),
+                ("version", own["version"].as_str().unwrap()),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused
+            .body
+            .contains("forbids approving your own call: dana asked for it"),
+        "{}",
+        refused.body
+    );
+
+    // erin makes the count on the first call: it runs once.
+    let erin = decide(&mut bot, &serve, "erin", key, "approve", None).await;
+    assert_eq!(erin.status, 200, "{}", erin.body);
+    assert_eq!(erin.json()["done"], "approved");
+}
