@@ -115,31 +115,65 @@ fn tempdir_path() -> String {
     std::env::temp_dir().display().to_string()
 }
 
-#[test]
-fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
-    let what = "the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent";
+const PYTHON: &str =
+    "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)";
+
+/// The Python client's cases: every one but those naming a store server
+/// of their own (`cases: None`), or those `cases` name, with `envs`.
+fn python_cases(what: &str, cases: Option<&str>, envs: &[(&str, &std::ffi::OsStr)], keep_as: &str) {
     let Some(servers) = servers() else {
         idem_testkit::skip(what, SERVERS);
         return;
     };
     let Some(python) = idem_testkit::python_mcp() else {
-        idem_testkit::skip(
-            what,
-            "Python with the MCP SDK (`mcp` on PyPI; .ci/run installs it in target/python-mcp)",
-        );
+        idem_testkit::skip(what, PYTHON);
         return;
     };
+    let mut all = vec![
+        ("IDEM_BIN", IDEM.as_ref()),
+        ("IDEM_MCP_SERVERS", servers.as_os_str()),
+    ];
+    all.extend_from_slice(envs);
+    if let Some(cases) = cases {
+        all.push(("IDEM_PROXY_CASES", cases.as_ref()));
+    }
     idem_testkit::run_python_clients(
         &python,
         std::path::Path::new(concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/python/proxy_clients.py"
         )),
-        &[
-            ("IDEM_BIN", IDEM.as_ref()),
-            ("IDEM_MCP_SERVERS", servers.as_os_str()),
-        ],
+        &all,
+        keep_as,
+    );
+}
+
+#[test]
+fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
+    python_cases(
+        "the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent",
+        None,
+        &[],
         "proxy-python-transcript.md",
+    );
+}
+
+/// Two `idem proxy --listen` on one PostgreSQL server, behind a
+/// round-robin balancer the Python client runs: a call asked through one
+/// and approved is run through the other, once.
+#[test]
+fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
+    let what = "two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space";
+    let Some(server) = idem_testkit::PostgresServer::start() else {
+        idem_testkit::skip(what, "PostgreSQL");
+        return;
+    };
+    let url = server.url();
+    python_cases(
+        what,
+        Some("two_instances"),
+        &[("IDEM_TWO_INSTANCES_STORE", url.as_ref())],
+        "proxy-two-instances-transcript.md",
     );
 }
 

@@ -521,6 +521,133 @@ async def oauth_over_http() -> None:
     TABLE.append(("--listen --oauth-issuer: two subjects' identical unkeyed call", "own effects", "-", "2"))
 
 
+class Balancer:
+    """A round-robin HTTP balancer on loopback, as teams put in front of
+    several instances: each new MCP session goes to the next instance,
+    and stays there (sticky by `mcp-session-id`, the header rmcp's and the
+    SDK's sessions are named by). The `Host` it forwards is the
+    instance's own, as a reverse proxy sets it."""
+
+    def __init__(self, backends: list[str]) -> None:
+        import threading
+
+        import httpx2
+        import uvicorn
+        from starlette.applications import Starlette
+        from starlette.responses import Response, StreamingResponse
+        from starlette.routing import Route
+
+        self.backends = backends
+        self.sessions: dict[str, str] = {}
+        self.sent: list[str] = []
+        self.next = 0
+        balancer = self
+
+        async def forward(request):
+            session = request.headers.get("mcp-session-id")
+            if session in balancer.sessions:
+                backend = balancer.sessions[session]
+            else:
+                backend = balancer.backends[balancer.next % len(balancer.backends)]
+            balancer.sent.append(backend)
+            headers = {k: v for k, v in request.headers.items() if k.lower() not in ("host", "content-length")}
+            client = httpx2.AsyncClient(timeout=60)
+            upstream = await client.send(
+                client.build_request(request.method, backend + "/mcp", headers=headers, content=await request.body()),
+                stream=True,
+            )
+            made = upstream.headers.get("mcp-session-id")
+            if made is not None and made not in balancer.sessions:
+                # A new session: the next one goes to the next instance.
+                balancer.sessions[made] = backend
+                balancer.next += 1
+            passed = {k: v for k, v in upstream.headers.items() if k.lower() not in ("content-length", "transfer-encoding", "connection")}
+
+            async def body():
+                try:
+                    async for chunk in upstream.aiter_raw():
+                        yield chunk
+                finally:
+                    await upstream.aclose()
+                    await client.aclose()
+
+            if upstream.headers.get("content-type", "").startswith("text/event-stream"):
+                return StreamingResponse(body(), status_code=upstream.status_code, headers=passed)
+            content = b"".join([chunk async for chunk in body()])
+            return Response(content, status_code=upstream.status_code, headers=passed)
+
+        app = Starlette(routes=[Route("/mcp", forward, methods=["GET", "POST", "DELETE"])])
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.socket.getsockname()[1]}/mcp"
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+        threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, daemon=True).start()
+        while not self.server.started:
+            time.sleep(0.02)
+
+    def close(self) -> None:
+        self.server.should_exit = True
+
+
+async def two_instances() -> None:
+    say("\n## two `idem proxy --listen` on one PostgreSQL behind a round-robin balancer: one record space")
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    # A schema of its own: a store no earlier run wrote to.
+    server = os.environ["IDEM_TWO_INSTANCES_STORE"]
+    store = f"{server}{'&' if '?' in server else '?'}schema=two_instances_{os.getpid()}_{int(time.time())}"
+    with place() as here:
+        here.store = store
+        made = subprocess.run([IDEM, "principal", "alice"], capture_output=True, text=True, check=True)
+        token = made.stderr.strip().splitlines()[-1]
+        principals = here.dir / "principals.toml"
+        principals.write_text(made.stdout)
+        config = here.dir / "proxy.toml"
+        config.write_text(CRASH_CONFIG.format(cls="irreversible"))
+        upstream = SlowUpstream(here)
+        upstream.start()
+        env = {**os.environ, "IDEM_STORE": store}
+        instances = [
+            serving([IDEM, "proxy", "--listen", "127.0.0.1:0", "--principals", str(principals),
+                     "--config", str(config), "--upstream", upstream.url], env)
+            for _ in range(2)
+        ]
+        balancer = Balancer([url.rsplit("/mcp", 1)[0] for _, url in instances])
+        try:
+            async def call(arguments: dict, meta: dict | None = None) -> tuple[types.CallToolResult, str]:
+                """The call in a session of its own, through the balancer:
+                the result, and the instance that served it."""
+                http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+                async with http, Client(streamable_http_client(balancer.url, http_client=http)) as client:
+                    result = await client.call_tool("append", arguments, meta=meta)
+                return result, balancer.sent[-1]
+
+            for keying, meta in [("keyed", {"io.idem/idempotencyKey": "two-instances-1"}), ("unkeyed", None)]:
+                line = {"line": keying}
+                asked, first = await call(line, meta)
+                key = (asked.meta or {}).get("io.idem/key")
+                say(f"{keying}: asked through {first} -> pending={asked.is_error}, key {str(key)[:12]}…")
+                check(asked.is_error and key, f"awaiting approval, its key in _meta: {reads(asked)!r}")
+                check(not upstream.starts() or all(keying not in s for s in upstream.starts()), "nothing ran before the approval")
+                here.idem("approve", key, "--by", "ops")
+                ran, second = await call(line, meta)
+                again, third = await call(line, meta)
+                say(f"{keying}: approved; sent again through {second} -> {reads(ran)!r}; and through {third} -> deduplicated {again.meta.get('io.idem/deduplicated')}")
+                check(len({first, second, third}) == 2, f"the balancer spread them: {first}, {second}, {third}")
+                check(first != second, "the decision made on one instance's request is seen by the other")
+                check(not ran.is_error and again.meta.get("io.idem/deduplicated") is True, f"{reads(ran)!r} / {reads(again)!r}")
+                runs = [s for s in upstream.starts() if f" {keying} " in s + " "]
+                check(len(runs) == 1, f"{keying}: the upstream ran it once: {upstream.starts()}")
+        finally:
+            balancer.close()
+            for process, _ in instances:
+                process.send_signal(signal.SIGINT)
+                process.wait(timeout=20)
+            upstream.close()
+    TABLE.append(("two instances behind a balancer, approved between them", "runs upstream", "-", "1 + 1"))
+
+
 async def upstream_error() -> None:
     say("\n## an upstream's own error (isError) is recorded as a failure, and its repeat told so")
     with place() as here:
@@ -1159,16 +1286,23 @@ CASES = {
     "long_calls": long_calls,
     "principals_over_http": principals_over_http,
     "oauth_over_http": oauth_over_http,
+    "two_instances": two_instances,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
     "https_listen": https_listen,
 }
 
+# Cases run by a test that starts the server they need.
+NEED_A_STORE_SERVER = {"two_instances"}
+
 
 async def main() -> None:
-    # Arguments name the cases to run (all by default), to try one alone.
-    for name in sys.argv[1:] or CASES:
+    # Arguments (or IDEM_PROXY_CASES) name the cases to run, to try one
+    # alone; by default every case but those that need a store server,
+    # which their own tests run.
+    chosen = sys.argv[1:] or os.environ.get("IDEM_PROXY_CASES", "").split()
+    for name in chosen or [c for c in CASES if c not in NEED_A_STORE_SERVER]:
         await CASES[name]()
     say("\n## upstream effects, directly and through `idem proxy`\n")
     say("| scenario | counted | directly | through idem proxy |")
