@@ -61,9 +61,11 @@ fn authenticated(app: &App, headers: &HeaderMap) -> Result<Identity, Response> {
 fn item_json(item: &Item) -> Value {
     json!({
         "key": item.key,
-        "tool": item.tool,
+        // The names themselves, which `?tool=` and `?namespace=` find;
+        // `json` escapes what a screen would misread.
+        "tool": item.raw_tool,
         "class": item.class,
-        "namespace": Some(&item.namespace).filter(|n| !n.is_empty()),
+        "namespace": Some(&item.raw_namespace).filter(|n| !n.is_empty()),
         "waits_for": item.waits.as_str(),
         "waiting_since": item.since,
         "overdue": item.overdue,

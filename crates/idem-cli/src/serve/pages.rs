@@ -77,7 +77,6 @@ struct ConfirmPage {
     user: Option<UserView>,
     key: String,
     action: String,
-    done: &'static str,
     effect: String,
     csrf: String,
     form: Shown,
@@ -527,20 +526,20 @@ async fn decide_confirmed(
         Ok((asked.seen()?, decision))
     });
     let (seen, decision) = checked.map_err(|refused| (refused, shown.clone()))?;
-    // The record changed: what the person typed no longer applies to it.
+    // Refused, the record's page shows it as it is now, with what the
+    // person typed still in its fields (sent only if they send it again).
     let record = decide::current(&app.operator, &key, &seen, &decision)
         .await
-        .map_err(|refused| (refused, Shown::default()))?;
+        .map_err(|refused| (refused, shown.clone()))?;
     // Refused by a rule before the confirmation, not after it.
     let rules = app.approvers.rules();
     let allowed = decide::allowed(rules, &record, &decision, &user.identity)
-        .map_err(|refused| (refused, Shown::default()))?;
+        .map_err(|refused| (refused, shown.clone()))?;
     if !confirmed {
         let page = ConfirmPage {
             user: Some(UserView::of(user)),
             key: key.as_str().to_owned(),
             action,
-            done: decide::done(&decision),
             effect: decide::effect(&decision, &record, allowed.as_ref()),
             csrf: user.session.csrf.clone(),
             form: shown,
@@ -549,7 +548,7 @@ async fn decide_confirmed(
     }
     let decided = decide::decide(&app.operator, rules, &record, &decision, &user.identity)
         .await
-        .map_err(|refused| (refused, Shown::default()))?;
+        .map_err(|refused| (refused, shown))?;
     app.sessions.notify(
         &user.session,
         key.as_str(),

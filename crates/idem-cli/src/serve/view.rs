@@ -237,12 +237,17 @@ fn acted(
 pub(super) struct Item {
     /// The full key.
     pub key: String,
-    /// The tool.
+    /// The tool, escaped for a screen.
     pub tool: String,
+    /// The tool's name as the record has it (the JSON API's: JSON escapes
+    /// what a screen would misread, and its filter finds it).
+    pub raw_tool: String,
     /// The class, when the catalog (or the state) says.
     pub class: Option<&'static str>,
-    /// The namespace.
+    /// The namespace, escaped for a screen.
     pub namespace: String,
+    /// The namespace as the record has it.
+    pub raw_namespace: String,
     /// What it waits for.
     pub waits: Waits,
     /// How long it has waited ("5m").
@@ -272,8 +277,10 @@ impl Item {
         Some(Item {
             key: record.key.as_str().to_owned(),
             tool: shown(&record.tool),
+            raw_tool: record.tool.clone(),
             class: class_of(record, catalog).map(ClassKind::as_str),
             namespace: shown(record.info.namespace.as_deref().unwrap_or("")),
+            raw_namespace: record.info.namespace.clone().unwrap_or_default(),
             waits,
             age: age(now, since),
             since: rfc3339(since),

@@ -177,3 +177,41 @@ async fn out_of_bounds_requests_are_refused_with_the_rule() {
         record.body
     );
 }
+
+/// `/api/inbox` names a namespace as the record has it (JSON escapes the
+/// characters a screen would misread), so its own filter finds it: a
+/// name with a right-to-left override, listed and then asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_lists_names_its_own_filter_finds() {
+    let (_dir, url) = crate::support::sqlite();
+    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let namespace = format!("{}\u{202e}lanif", unique("tenant"));
+    crate::support::claim_directly(
+        &url,
+        &namespace,
+        &unique("call"),
+        Some("{}"),
+        Duration::from_millis(50),
+    )
+    .await;
+    let query: String = url::form_urlencoded::byte_serialize(namespace.as_bytes()).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let item = loop {
+        let reply = scene
+            .http
+            .bot(&scene.serve, &format!("/api/inbox?namespace={query}"), None)
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.body);
+        assert!(!reply.body.contains('\u{202e}'), "escaped in the JSON text");
+        if let Some(item) = reply.json()["items"].as_array().and_then(|i| i.first()) {
+            break item.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not found by its own name"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(item["namespace"], json!(namespace));
+    assert_eq!(item["tool"], "charge_card");
+}

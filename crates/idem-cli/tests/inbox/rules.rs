@@ -84,6 +84,42 @@ async fn decide(
     .await
 }
 
+/// A call of `finance-…/ops` awaiting approval under [`RULES`], and dana
+/// signed in on its page.
+struct Page {
+    app: App,
+    agent: Dispatcher<App>,
+    serve: Serve,
+    bot: Http,
+    browser: Http,
+    key: String,
+    csrf: String,
+    version: String,
+}
+
+async fn on_the_page(url: &str) -> Page {
+    let (app, agent, serve) = finance(url).await;
+    let mut bot = Http::default();
+    let namespace = format!("{}/ops", unique("finance"));
+    let item = asked(&agent, &mut bot, &serve, &namespace, "eve").await;
+    let key = item["key"].as_str().unwrap().to_owned();
+    let mut browser = Http::default();
+    sign_in(&mut browser, &serve, DANA).await;
+    let page = browser.get(&serve.url(&format!("/records/{key}"))).await;
+    let csrf = hidden(&page.body, "csrf").unwrap();
+    let version = hidden(&page.body, "version").unwrap();
+    Page {
+        app,
+        agent,
+        serve,
+        bot,
+        browser,
+        key,
+        csrf,
+        version,
+    }
+}
+
 fn message(reply: &Reply) -> String {
     reply.json()["error"]["message"]
         .as_str()
@@ -238,19 +274,19 @@ async fn the_asker_cannot_approve_their_own_call_but_may_deny_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pages_hold_the_rules_on_their_form_posts() {
     let (_dir, url) = crate::support::sqlite();
-    let (app, agent, serve) = finance(&url).await;
-    let mut bot = Http::default();
-    let namespace = format!("{}/ops", unique("finance"));
-    let item = asked(&agent, &mut bot, &serve, &namespace, "eve").await;
-    let key = item["key"].as_str().unwrap();
-    let mut browser = Http::default();
-    sign_in(&mut browser, &serve, DANA).await;
+    let Page {
+        app,
+        agent,
+        serve,
+        mut bot,
+        mut browser,
+        key,
+        csrf,
+        version,
+    } = on_the_page(&url).await;
+    let key = key.as_str();
     let record = serve.url(&format!("/records/{key}"));
     let approve = serve.url(&format!("/records/{key}/approve"));
-
-    let page = browser.get(&record).await;
-    let csrf = hidden(&page.body, "csrf").unwrap();
-    let version = hidden(&page.body, "version").unwrap();
     let confirm = browser
         .form(&approve, &[("csrf", &csrf), ("version", &version)])
         .await;
@@ -320,4 +356,54 @@ async fn the_pages_hold_the_rules_on_their_form_posts() {
     let erin = decide(&mut bot, &serve, "erin", key, "approve", None).await;
     assert_eq!(erin.status, 200, "{}", erin.body);
     assert_eq!(erin.json()["done"], "approved");
+}
+
+/// A decision refused once the page is out of date (erin's approval came
+/// in between) shows the record as it is now, with what dana typed still
+/// in its field; and the confirmation asks before anything is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_decision_keeps_what_the_person_typed() {
+    let (_dir, url) = crate::support::sqlite();
+    let mut page = on_the_page(&url).await;
+    let (csrf, version, key) = (page.csrf.clone(), page.version.clone(), page.key.clone());
+    let (serve, key) = (&page.serve, key.as_str());
+    let deny = serve.url(&format!("/records/{key}/deny"));
+    let reason = "the customer wrote back: keep the account open";
+
+    let confirm = page
+        .browser
+        .form(
+            &deny,
+            &[("csrf", &csrf), ("version", &version), ("reason", reason)],
+        )
+        .await;
+    assert_eq!(confirm.status, 200, "{}", confirm.body);
+    assert!(
+        confirm.body.contains("<h1>Confirm: deny this call?</h1>")
+            && confirm.body.contains("Nothing is done until you confirm."),
+        "{}",
+        confirm.body
+    );
+
+    let erin = decide(&mut page.bot, serve, "erin", key, "approve", None).await;
+    assert_eq!(erin.status, 200, "{}", erin.body);
+    let refused = page
+        .browser
+        .form(
+            &deny,
+            &[
+                ("csrf", &csrf),
+                ("version", &version),
+                ("reason", reason),
+                ("confirmed", "yes"),
+            ],
+        )
+        .await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+    assert!(
+        refused.body.contains(&format!(">{reason}</textarea>")),
+        "the reason is kept: {}",
+        refused.body
+    );
+    assert_eq!(page.app.deletions(), 0);
 }
