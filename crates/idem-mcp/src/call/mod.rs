@@ -47,6 +47,7 @@ tokio::task_local! {
 /// proxy's upstream tools), so that each request's progress reaches
 /// exactly that request, however many identical calls run at once and in
 /// whichever session.
+#[cfg(feature = "proxy")]
 pub(crate) fn request_progress() -> Option<(rmcp::model::ProgressToken, rmcp::Peer<RoleServer>)> {
     REQUEST_PROGRESS.try_with(Clone::clone).ok().flatten()
 }
