@@ -187,6 +187,17 @@ impl CallEnv<'_> {
 
     /// Record how the call ended on its span and in the instruments.
     pub(super) fn end<O>(&self, result: &Result<CallOutput<O>, IdemError>, progress: &Progress) {
+        self.end_keyed(result, progress, None);
+    }
+
+    /// [`end`](Self::end), recording `idem.key` too when the call's key
+    /// was not recorded yet (a call answered without awaiting).
+    pub(super) fn end_keyed<O>(
+        &self,
+        result: &Result<CallOutput<O>, IdemError>,
+        progress: &Progress,
+        key: Option<&str>,
+    ) {
         let attempts = progress.attempts.load(Ordering::Relaxed);
         let joined = progress.joined.load(Ordering::Relaxed);
         let ending = classify(result, attempts > 0, joined);
@@ -198,6 +209,7 @@ impl CallEnv<'_> {
             let failed = ending.error_type.is_some();
             tracing::record_all!(
                 span,
+                idem.key = key,
                 idem.outcome = ending.outcome.as_str(),
                 idem.attempts = attempts,
                 idem.refusal = ending.refusal,
