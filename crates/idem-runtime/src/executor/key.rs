@@ -119,7 +119,6 @@ impl CallEnv<'_> {
                 tool: self.name().to_owned(),
                 source,
             })?;
-        self.span.record("idem.key", key.as_str());
         Ok(CallKey {
             key,
             args,

@@ -306,10 +306,15 @@ impl<S: Send + Sync + 'static> Executor<S> {
             };
             (key, local)
         });
-        let done = match result {
-            Err(e) => Err(e),
-            Ok((_, Some(Ok(claim::Claimed::Recorded { record, .. })))) => env.answer(&record),
+        // `idem.key` is recorded with the end of a call answered here (one
+        // record instead of two), at once for a call that goes on.
+        let (done, key) = match result {
+            Err(e) => (Err(e), None),
+            Ok((key, Some(Ok(claim::Claimed::Recorded { record, .. })))) => {
+                (env.answer(&record), Some(key))
+            }
             Ok((key, local)) => {
+                env.span.record("idem.key", key.key.as_str());
                 drop(entered);
                 return Started::Running(Rest {
                     env,
@@ -318,7 +323,11 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 });
             }
         };
-        env.end(&done, &Progress::default());
+        env.end_keyed(
+            &done,
+            &Progress::default(),
+            key.as_ref().map(|k| k.key.as_str()),
+        );
         drop(entered);
         Started::Done(done)
     }

@@ -187,23 +187,40 @@ impl CallEnv<'_> {
 
     /// Record how the call ended on its span and in the instruments.
     pub(super) fn end<O>(&self, result: &Result<CallOutput<O>, IdemError>, progress: &Progress) {
+        self.end_keyed(result, progress, None);
+    }
+
+    /// [`end`](Self::end), recording `idem.key` too when the call's key
+    /// was not recorded yet (a call answered without awaiting).
+    pub(super) fn end_keyed<O>(
+        &self,
+        result: &Result<CallOutput<O>, IdemError>,
+        progress: &Progress,
+        key: Option<&str>,
+    ) {
         let attempts = progress.attempts.load(Ordering::Relaxed);
         let joined = progress.joined.load(Ordering::Relaxed);
         let ending = classify(result, attempts > 0, joined);
         let span = &self.span;
         if !span.is_disabled() {
-            span.record("idem.outcome", ending.outcome.as_str());
-            span.record("idem.attempts", attempts);
-            if let Some(refusal) = ending.refusal {
-                span.record("idem.refusal", refusal);
-            }
-            if let Some(error_type) = ending.error_type {
-                span.record("error.type", error_type);
-                span.record("otel.status_code", "ERROR");
-                if let Err(e) = result {
-                    span.record("otel.status_description", tracing::field::display(e));
-                }
-            }
+            // One record for all of them: each record is a walk through
+            // every layer (the OpenTelemetry one locks the span each time).
+            // `None` fields are left out.
+            let failed = ending.error_type.is_some();
+            tracing::record_all!(
+                span,
+                idem.key = key,
+                idem.outcome = ending.outcome.as_str(),
+                idem.attempts = attempts,
+                idem.refusal = ending.refusal,
+                error.type = ending.error_type,
+                otel.status_code = failed.then_some("ERROR"),
+                otel.status_description = result
+                    .as_ref()
+                    .err()
+                    .filter(|_| failed)
+                    .map(tracing::field::display),
+            );
         }
         #[cfg(feature = "otel")]
         self.core
@@ -323,28 +340,38 @@ mod instruments {
         }
 
         pub(super) fn call_ended(&self, env: &CallEnv<'_>, ending: &Ending, elapsed: Duration) {
+            // On the stack, the outcome last: the duration's attributes are
+            // the same but for it, a prefix of the counters'. Every key and
+            // value is a `&'static str`: nothing here allocates.
             let [tool, class] = base(env);
-            let mut attributes = vec![
+            let mut attributes = [
                 tool,
                 class,
                 KeyValue::new("gen_ai.tool.type", "function"),
                 KeyValue::new("idem.outcome", ending.outcome.as_str()),
+                KeyValue::new("idem.outcome", ending.outcome.as_str()),
+                KeyValue::new("idem.outcome", ending.outcome.as_str()),
             ];
+            let mut n = 3;
             if let Some(error_type) = ending.error_type {
-                attributes.push(KeyValue::new("error.type", error_type));
+                attributes[n] = KeyValue::new("error.type", error_type);
+                n += 1;
             }
             if let Some(refusal) = ending.refusal {
-                attributes.push(KeyValue::new("idem.refusal", refusal));
+                attributes[n] = KeyValue::new("idem.refusal", refusal);
+                n += 1;
             }
-            self.calls.add(1, &attributes);
+            // Slot `n` holds the outcome (the array's tail was filled with it).
+            let counted = &attributes[..=n];
+            self.calls.add(1, counted);
             if matches!(ending.outcome, Ended::Deduplicated | Ended::Joined) {
-                self.deduplications.add(1, &attributes);
+                self.deduplications.add(1, counted);
             }
             if ending.ran {
                 // The duration of an execution, failed or not, with the
                 // conventions' attributes and the class.
-                attributes.retain(|kv| kv.key.as_str() != "idem.outcome");
-                self.duration.record(elapsed.as_secs_f64(), &attributes);
+                self.duration
+                    .record(elapsed.as_secs_f64(), &attributes[..n]);
             }
         }
     }
