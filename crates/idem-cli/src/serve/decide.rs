@@ -2,6 +2,8 @@
 //! check that the record is still the version the person saw, then act
 //! through the operator API on exactly that version.
 
+use std::time::Duration;
+
 use idem_runtime::approval::Approval;
 use idem_runtime::audit::{AuditEvent, AuditQuery};
 use idem_runtime::clock::Timestamp;
@@ -37,6 +39,8 @@ pub(super) enum Decision {
         resolution: Resolution,
         /// Why (required).
         reason: String,
+        /// How long the resolution is kept, instead of the tool's TTL.
+        ttl: Option<Duration>,
     },
 }
 
@@ -64,6 +68,9 @@ pub(super) struct FormFields {
     /// The output as JSON text.
     #[serde(default)]
     pub output: Option<String>,
+    /// See [`Asked::ttl`].
+    #[serde(default)]
+    pub ttl: Option<String>,
 }
 
 /// The fields of a decision: a form's, or a JSON body's.
@@ -84,6 +91,10 @@ pub(super) struct Asked {
     /// Resolve as succeeded: the output.
     #[serde(default)]
     pub output: Option<Value>,
+    /// Resolve as succeeded or failed: how long to keep it (`30d`, `90d`,
+    /// `1w`), instead of the tool's TTL. Empty: the tool's.
+    #[serde(default)]
+    pub ttl: Option<String>,
 }
 
 /// Why a decision was not made. Nothing was changed.
@@ -218,11 +229,37 @@ impl Asked {
                             .into(),
                     )),
                 };
-                Ok(Decision::Resolve { resolution, reason })
+                let ttl = self.kept_for(&resolution)?;
+                Ok(Decision::Resolve {
+                    resolution,
+                    reason,
+                    ttl,
+                })
             }
             other => Err(Refused::Invalid(format!(
                 "Unknown action “{}”.",
                 shown(other)
+            ))),
+        }
+    }
+
+    /// How long a resolution is kept, when the person said (`ttl`): a
+    /// duration idem reads, at least a minute; never for a release, which
+    /// keeps nothing.
+    fn kept_for(&self, resolution: &Resolution) -> Result<Option<Duration>, Refused> {
+        let Some(text) = self.ttl.as_deref().map(str::trim).filter(|t| !t.is_empty()) else {
+            return Ok(None);
+        };
+        if matches!(resolution, Resolution::Release) {
+            return Err(Refused::Invalid(
+                "A release keeps no record, so it has nothing to keep for a time: leave “keep for” empty.".into(),
+            ));
+        }
+        match idem_runtime::text::parse_duration(text) {
+            Some(ttl) if ttl >= Duration::from_secs(60) => Ok(Some(ttl)),
+            _ => Err(Refused::Invalid(format!(
+                "“{}” is not a time to keep the resolution for: write a number and a unit of at least a minute, such as 30d, 12w or 8h.",
+                shown(text)
             ))),
         }
     }
@@ -252,6 +289,7 @@ impl Asked {
             reason: form.reason,
             resolution: form.resolution,
             output,
+            ttl: form.ttl,
         })
     }
 
@@ -339,20 +377,42 @@ pub(super) fn effect(decision: &Decision, record: &Record, allowed: Option<&Allo
             "{tool} will never run under this key ({args}). Every call with the key is told: “{}”.",
             shown(reason)
         ),
-        Decision::Resolve { resolution, .. } => match resolution {
+        Decision::Resolve {
+            resolution, ttl, ..
+        } => match resolution {
             Resolution::Succeeded(output) => format!(
-                "The call of {tool} ({args}) is recorded as having happened. Nothing runs; every repeat of it gets this output: {}.",
-                shown(&output.to_string())
+                "The call of {tool} ({args}) is recorded as having happened. Nothing runs; every repeat of it gets this output: {}. {}",
+                shown(&output.to_string()),
+                kept(record, *ttl, &tool)
             ),
             Resolution::Failed(reason) => format!(
-                "The call of {tool} ({args}) is recorded as not having happened, and it is never tried again under this key. Every repeat is told: “{}”.",
-                shown(reason)
+                "The call of {tool} ({args}) is recorded as not having happened, and it is not tried again under this key. Every repeat is told: “{}”. {}",
+                shown(reason),
+                kept(record, *ttl, &tool)
             ),
             Resolution::Release => format!(
                 "The record is deleted, and the next call with this key runs {tool} again ({args}). Do this only if you know the effect did not happen."
             ),
         },
     }
+}
+
+/// How long a resolution is kept, in words: like every outcome, a
+/// resolution lapses, and then a call with the key runs the tool again.
+fn kept(record: &Record, ttl: Option<Duration>, tool: &str) -> String {
+    let (span, whose) = match (ttl, record.info.ttl) {
+        (Some(ttl), _) => (ttl, "as you chose"),
+        (None, Some(tool_ttl)) => (tool_ttl, "the tool's TTL; choose another with “keep for”"),
+        (None, None) => {
+            return format!(
+                "It is kept as long as the tool keeps its outcomes; after that, a call with this key runs {tool} again."
+            )
+        }
+    };
+    format!(
+        "It is kept for {} ({whose}); after that, a call with this key runs {tool} again.",
+        idem_runtime::text::duration::exact(span)
+    )
 }
 
 /// What a decision did, for the notice after it.
@@ -472,12 +532,25 @@ pub(super) async fn decide(
             .deny_record(record, &who.name, reason)
             .await
             .map(|r| decided(Some(r))),
-        Decision::Resolve { resolution, reason } => {
+        Decision::Resolve {
+            resolution,
+            reason,
+            ttl,
+        } => {
             let actor = Actor::new(who.name.clone()).because(reason.clone());
-            operator
-                .resolve_record(record, resolution.clone(), &actor)
-                .await
-                .map(decided)
+            let resolved = match ttl {
+                Some(ttl) => {
+                    operator
+                        .resolve_record_kept_for(record, resolution.clone(), &actor, *ttl)
+                        .await
+                }
+                None => {
+                    operator
+                        .resolve_record(record, resolution.clone(), &actor)
+                        .await
+                }
+            };
+            resolved.map(decided)
         }
     };
     match result {

@@ -101,6 +101,7 @@ struct Shown {
     reason: String,
     resolution: String,
     output: String,
+    ttl: String,
 }
 
 impl Shown {
@@ -111,6 +112,7 @@ impl Shown {
             reason: form.reason.clone().unwrap_or_default(),
             resolution: form.resolution.clone().unwrap_or_default(),
             output: form.output.clone().unwrap_or_default(),
+            ttl: form.ttl.clone().unwrap_or_default(),
         }
     }
 }

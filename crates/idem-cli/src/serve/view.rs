@@ -389,6 +389,9 @@ pub(super) struct Detail {
     pub fields: Vec<Field>,
     /// The version shown.
     pub version: String,
+    /// How long the tool keeps its outcomes, in words: what a resolution
+    /// is kept for unless the person chooses.
+    pub kept_for: String,
 }
 
 impl Detail {
@@ -447,6 +450,7 @@ impl Detail {
             RecordState::Completed {
                 completed_at,
                 outcome,
+                expires_at,
                 ..
             } => {
                 field("Completed", when(*completed_at));
@@ -457,6 +461,17 @@ impl Detail {
                         format!("{}: {}", failure.code, shown(&failure.message)),
                     ),
                     Outcome::Success { output } => field("Output", shown(output.as_str())),
+                }
+                // An outcome is kept for a time, a resolution too: say so,
+                // since a repeat after it runs the tool again.
+                if !matches!(outcome, Outcome::Unknown { .. }) {
+                    field(
+                        "Kept until",
+                        format!(
+                            "{}: after that, a call with this key runs the tool again",
+                            when(*expires_at)
+                        ),
+                    );
                 }
             }
         }
@@ -493,6 +508,10 @@ impl Detail {
             fingerprint: record.fingerprint.as_str().to_owned(),
             fields,
             version: Seen::of(record).token(),
+            kept_for: match info.ttl {
+                Some(ttl) => idem_runtime::text::duration::exact(ttl),
+                None => "not recorded".to_owned(),
+            },
         }
     }
 }

@@ -71,6 +71,19 @@ impl Operator {
         self.settle_record(record, resolution, actor, None).await
     }
 
+    /// [`Operator::resolve_record`], keeping the resolution for `ttl`
+    /// instead of the tool's TTL (see [`Operator::resolve_kept_for`]).
+    pub async fn resolve_record_kept_for(
+        &self,
+        record: &Record,
+        resolution: Resolution,
+        actor: &Actor,
+        ttl: Duration,
+    ) -> Result<Option<Record>, OperatorError> {
+        self.settle_record(record, resolution, actor, Some(ttl))
+            .await
+    }
+
     async fn settle(
         &self,
         key: &IdempotencyKey,

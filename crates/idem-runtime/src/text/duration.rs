@@ -17,12 +17,15 @@ pub fn short(d: Duration) -> String {
     }
 }
 
-/// `d` exactly, in the largest unit that divides it: "1 hour",
-/// "10 minutes", "90 seconds". For rules a reader relies on (a repeat
-/// window, a timeout), where a rounded figure would mislead.
+/// `d` exactly, in the largest unit that divides it: "90 days", "1 hour",
+/// "10 minutes", "90 seconds" (hours up to two days, so a day is "24
+/// hours"). For rules a reader relies on (a repeat window, a timeout, how
+/// long a record is kept), where a rounded figure would mislead.
 pub fn exact(d: Duration) -> String {
     let secs = d.as_secs();
-    let (n, unit) = if secs.is_multiple_of(3600) && secs >= 3600 {
+    let (n, unit) = if secs.is_multiple_of(86_400) && secs >= 172_800 {
+        (secs / 86_400, "day")
+    } else if secs.is_multiple_of(3600) && secs >= 3600 {
         (secs / 3600, "hour")
     } else if secs.is_multiple_of(60) && secs >= 60 {
         (secs / 60, "minute")
@@ -74,6 +77,9 @@ mod tests {
         assert_eq!(exact(secs(90)), "90 seconds");
         assert_eq!(exact(secs(5400)), "90 minutes");
         assert_eq!(exact(secs(1)), "1 second");
+        assert_eq!(exact(secs(86_400)), "24 hours");
+        assert_eq!(exact(secs(90 * 86_400)), "90 days");
+        assert_eq!(exact(secs(36 * 3600)), "36 hours");
     }
 
     #[test]
