@@ -14,6 +14,17 @@ use super::{Authenticator, Caller};
 /// A tower [`Layer`](tower_layer::Layer) that lets only the callers of an
 /// [`Authenticator`] through ([`Authenticator::layer`] makes one; the
 /// [module's example](super) puts it on an axum `Router`).
+///
+/// ```no_run
+/// use idem::mcp::auth::{Authenticator, Principals};
+///
+/// # fn f(app: axum::Router) -> Result<axum::Router, idem::mcp::auth::AuthError> {
+/// let auth = Authenticator::from_principals(Principals::load("principals.toml".as_ref())?);
+/// // Every route of `app` so far needs a token; the handlers read who
+/// // called as `axum::Extension<idem::mcp::auth::Caller>`.
+/// let app = app.layer(auth.layer());
+/// # Ok(app) }
+/// ```
 #[derive(Debug, Clone)]
 pub struct AuthLayer {
     auth: Authenticator,

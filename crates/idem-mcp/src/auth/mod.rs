@@ -85,6 +85,14 @@ struct Inner {
 }
 
 /// An [`Authenticator`] could not be made: nothing was served.
+///
+/// ```
+/// use idem::mcp::auth::{AuthError, Principals};
+///
+/// let error = Principals::parse("").unwrap_err();
+/// assert!(matches!(error, AuthError::Principals { path: None, .. }));
+/// assert!(error.to_string().contains("nobody could call"));
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
@@ -167,8 +175,20 @@ impl Authenticator {
     }
 
     /// The tower layer that lets only known callers through to the service
-    /// it wraps, each request with its [`Caller`] in its extensions; see the
-    /// [module's example](self).
+    /// it wraps, each request with its [`Caller`] in its extensions (the
+    /// [module's example](self) serves MCP behind it):
+    ///
+    /// ```
+    /// # fn f(auth: idem::mcp::auth::Authenticator) {
+    /// let app: axum::Router = axum::Router::new()
+    ///     .route("/whoami", axum::routing::get(
+    ///         |axum::Extension(caller): axum::Extension<idem::mcp::auth::Caller>| async move {
+    ///             caller.name().to_owned()
+    ///         },
+    ///     ))
+    ///     .layer(auth.layer());
+    /// # }
+    /// ```
     pub fn layer(&self) -> AuthLayer {
         AuthLayer::new(self.clone())
     }
@@ -177,8 +197,14 @@ impl Authenticator {
     /// tell an MCP client which issuer to get a token from: at
     /// `/.well-known/oauth-protected-resource` and under the resource's
     /// path (`…/mcp` for `https://mcp.example.com/mcp`), for anyone to read,
-    /// so merge them after [`layer`](Authenticator::layer) (the [module's
-    /// example](self)). Without OAuth, no route.
+    /// so merge them after [`layer`](Authenticator::layer). Without OAuth,
+    /// no route.
+    ///
+    /// ```
+    /// # fn f(auth: idem::mcp::auth::Authenticator, mcp: axum::Router) {
+    /// let app: axum::Router = mcp.layer(auth.layer()).merge(auth.metadata_router());
+    /// # }
+    /// ```
     pub fn metadata_router<S>(&self) -> axum::Router<S>
     where
         S: Clone + Send + Sync + 'static,
