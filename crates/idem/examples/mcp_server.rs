@@ -191,10 +191,10 @@ fn serve_from_args() -> Result<Serve, String> {
         }
     }
     let Some(address) = address else {
-        return match auth.principals.is_some() || auth.oauth_issuer.is_some() {
-            true => Err("--principals and --oauth-issuer are for --http".into()),
-            false => Ok(Serve::Stdio),
-        };
+        if !auth.is_empty() {
+            return Err("--principals and --oauth-* are for --http".into());
+        }
+        return Ok(Serve::Stdio);
     };
     let address = address.parse().map_err(|_| {
         format!("`{address}` is not an address to listen on; write it as 127.0.0.1:8931")
@@ -203,6 +203,13 @@ fn serve_from_args() -> Result<Serve, String> {
 }
 
 impl AuthArgs {
+    fn is_empty(&self) -> bool {
+        self.principals.is_none()
+            && self.oauth_issuer.is_none()
+            && self.oauth_resource.is_none()
+            && self.oauth_jwks.is_none()
+    }
+
     /// Who may call, checked before serving (a principals file that
     /// cannot be read, an issuer whose keys cannot be fetched, stop the
     /// server at once); `None`: anyone.

@@ -96,8 +96,8 @@ struct Inner {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum AuthError {
-    /// The principals file cannot be read, or is not valid (never shown:
-    /// a token).
+    /// The principals file cannot be read, or is not valid (the reason
+    /// never shows a token).
     #[error("{}", principals_error(path.as_deref(), reason))]
     Principals {
         /// The file, when it was read from one.
