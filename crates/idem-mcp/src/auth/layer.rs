@@ -151,3 +151,77 @@ fn refusal(auth: &Authenticator, sent: bool, why: &str) -> Response {
     }
     response
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::body::Body;
+    use http_body_util::BodyExt;
+    use tower_service::Service;
+
+    use super::super::{new_token, Principals};
+    use super::*;
+
+    /// An app that answers who called, behind a layer for alice's token.
+    fn app() -> (axum::Router, String) {
+        let (token, digest) = new_token();
+        let principals = Principals::parse(&format!(
+            "[[principal]]\nname = \"alice\"\ntokens = [\"{digest}\"]\n"
+        ))
+        .unwrap();
+        let auth = Authenticator::from_principals(principals);
+        let whoami = |axum::Extension(caller): axum::Extension<Caller>| async move {
+            caller.name().to_owned()
+        };
+        let app = axum::Router::new()
+            .route("/whoami", axum::routing::get(whoami))
+            .layer(auth.layer())
+            .merge(auth.metadata_router());
+        (app, token)
+    }
+
+    async fn get(app: &axum::Router, authorization: Option<&str>) -> (u16, String, String) {
+        let mut request = Request::get("/whoami");
+        if let Some(value) = authorization {
+            request = request.header(http::header::AUTHORIZATION, value);
+        }
+        let mut app = app.clone();
+        std::future::poll_fn(|cx| Service::<Request<Body>>::poll_ready(&mut app, cx))
+            .await
+            .unwrap();
+        let response = app
+            .call(request.body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let challenge = response
+            .headers()
+            .get(http::header::WWW_AUTHENTICATE)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        let body = response.into_body().collect().await.unwrap().to_bytes();
+        (status, challenge, String::from_utf8(body.to_vec()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_listed_token_reaches_the_service_as_its_caller() {
+        let (app, token) = app();
+        let (status, _, body) = get(&app, Some(&format!("Bearer {token}"))).await;
+        assert_eq!((status, body.as_str()), (200, "alice"));
+    }
+
+    #[tokio::test]
+    async fn anyone_else_is_answered_401_with_a_challenge_and_never_reaches_the_service() {
+        let (app, token) = app();
+        for authorization in [
+            None,
+            Some("Bearer idem_not_listed".to_owned()),
+            Some(format!("Basic {token}")),
+        ] {
+            let (status, challenge, body) = get(&app, authorization.as_deref()).await;
+            assert_eq!(status, 401, "{authorization:?}");
+            assert_eq!(challenge, "Bearer realm=\"idem\"");
+            assert!(body.contains("Authorization: Bearer TOKEN"), "{body}");
+            assert!(!body.contains(&token), "no token in the answer");
+        }
+    }
+}
