@@ -2,6 +2,8 @@
 //! official Rust SDK (rmcp 3.11 or later 3.x): the crate behind the `idem`
 //! facade's `idem::mcp` (its feature `mcp`), and with its own feature
 //! `proxy`, the module `proxy`: `idem proxy` in front of any MCP server.
+//! With feature `http-auth` (which `proxy` turns on), the module [`auth`]:
+//! who is calling over streamable HTTP, for a server of your own.
 //!
 //! * [`McpServer`] is an rmcp [`ServerHandler`](rmcp::ServerHandler) for
 //!   the tools of a [`Dispatcher`](idem_runtime::Dispatcher): `tools/list` with
@@ -111,6 +113,10 @@ mod tasks;
 mod tools;
 mod trace;
 
+#[cfg(feature = "http-auth")]
+pub mod auth;
+#[cfg(feature = "http-auth")]
+mod https;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 #[cfg(feature = "proxy")]

@@ -135,6 +135,25 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         self
     }
 
+    /// Each caller's calls in a namespace of their own, the caller being
+    /// who [`auth`](crate::auth)'s layer let through
+    /// ([`Caller::of`](crate::auth::Caller::of)): a server behind
+    /// [`Authenticator::layer`](crate::auth::Authenticator::layer) (feature
+    /// `http-auth`; the [module's example](crate::auth) serves one).
+    ///
+    /// ```
+    /// # use idem::mcp::McpServer;
+    /// # fn f(server: McpServer) -> McpServer {
+    /// server.principal_from_auth()
+    /// # }
+    /// ```
+    #[cfg(feature = "http-auth")]
+    pub fn principal_from_auth(self) -> Self {
+        self.principal(|context| {
+            crate::auth::Caller::of(context).map(|caller| caller.name().to_owned())
+        })
+    }
+
     /// Who decides the approvals of tool `tool` that the executor's policy
     /// leaves to a person ([`Approver`]; by default the person in the chat
     /// when the client can ask them, else an operator).

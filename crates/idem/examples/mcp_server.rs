@@ -2,9 +2,25 @@
 //! (Claude Desktop, VS Code, Cursor, Claude Code):
 //!
 //! ```text
-//! cargo run --example mcp_server                          # over stdio
-//! cargo run --example mcp_server -- --http 127.0.0.1:8931 # streamable HTTP at /mcp
+//! cargo run --features mcp,http-auth --example mcp_server   # over stdio
+//! # streamable HTTP at /mcp, for anyone on this machine
+//! cargo run --features mcp,http-auth --example mcp_server -- --http 127.0.0.1:8931
+//! # for the callers of a principals file, or of an OAuth issuer
+//! cargo run --features mcp,http-auth --example mcp_server -- \
+//!     --http 0.0.0.0:8931 --principals principals.toml
+//! cargo run --features mcp,http-auth --example mcp_server -- \
+//!     --http 0.0.0.0:8931 --oauth-issuer https://login.example.com \
+//!     --oauth-resource https://mcp.example.com/mcp
 //! ```
+//!
+//! Over HTTP, `--principals FILE` (`idem principal NAME` makes its
+//! entries) and `--oauth-issuer URL --oauth-resource URL [--oauth-jwks
+//! URL]` (OAuth 2.1 access tokens) say who may call, with
+//! `idem::mcp::auth`: a request without a valid bearer token is answered
+//! 401, and each caller's records are kept in a namespace of their own, so
+//! one caller's call never answers another's. An address other than
+//! loopback is refused without them. (Put TLS in front of it: the example
+//! serves plain HTTP.)
 //!
 //! Every write is recorded in the embedded SQLite store (`IDEM_STORE`,
 //! default `sqlite://idem.db` in the working directory), so a repeated call
@@ -38,6 +54,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -45,6 +62,7 @@ use std::time::Duration;
 
 use common::{charge_card, delete_account, lookup_customer, send_email, App, Ledger};
 use idem::approval::{ApprovalDecision, Callback};
+use idem::mcp::auth::{Authenticator, OAuthOptions, Principals};
 use idem::mcp::{McpServer, Unkeyed};
 use idem::store::url::redact;
 use idem::{tools, Dispatcher, Executor};
@@ -136,24 +154,92 @@ fn number_from_env(name: &str) -> Result<Option<u64>, String> {
     }
 }
 
-/// Where to serve.
+/// Where to serve, and who may call over HTTP.
 enum Serve {
     Stdio,
-    Http(SocketAddr),
+    Http { address: SocketAddr, auth: AuthArgs },
 }
 
-/// The command line: nothing (stdio) or `--http ADDRESS`.
+/// `--principals` and `--oauth-*`.
+#[derive(Default)]
+struct AuthArgs {
+    principals: Option<PathBuf>,
+    oauth_issuer: Option<String>,
+    oauth_resource: Option<String>,
+    oauth_jwks: Option<String>,
+}
+
+const USAGE: &str = "usage: mcp_server [--http ADDRESS [--principals FILE] \
+                     [--oauth-issuer URL --oauth-resource URL [--oauth-jwks URL]]]";
+
+/// The command line: nothing (stdio) or `--http ADDRESS` with who may call.
 fn serve_from_args() -> Result<Serve, String> {
     let mut args = std::env::args().skip(1);
-    match (args.next().as_deref(), args.next(), args.next()) {
-        (None, _, _) => Ok(Serve::Stdio),
-        (Some("--http"), Some(address), None) => address.parse().map(Serve::Http).map_err(|_| {
-            format!("`{address}` is not an address to listen on; write it as 127.0.0.1:8931")
-        }),
-        (Some("--http"), None, _) => {
-            Err("--http needs an address to listen on, such as 127.0.0.1:8931".into())
+    let mut address = None;
+    let mut auth = AuthArgs::default();
+    while let Some(flag) = args.next() {
+        let mut value = |what: &str| args.next().ok_or_else(|| format!("{flag} needs {what}"));
+        match flag.as_str() {
+            "--http" => {
+                address = Some(value("an address to listen on, such as 127.0.0.1:8931")?);
+            }
+            "--principals" => auth.principals = Some(value("a principals file")?.into()),
+            "--oauth-issuer" => auth.oauth_issuer = Some(value("the issuer's URL")?),
+            "--oauth-resource" => auth.oauth_resource = Some(value("this server's URL")?),
+            "--oauth-jwks" => auth.oauth_jwks = Some(value("the issuer's key set URL")?),
+            _ => return Err(USAGE.into()),
         }
-        _ => Err("usage: mcp_server [--http ADDRESS]".into()),
+    }
+    let Some(address) = address else {
+        if !auth.is_empty() {
+            return Err("--principals and --oauth-* are for --http".into());
+        }
+        return Ok(Serve::Stdio);
+    };
+    let address = address.parse().map_err(|_| {
+        format!("`{address}` is not an address to listen on; write it as 127.0.0.1:8931")
+    })?;
+    Ok(Serve::Http { address, auth })
+}
+
+impl AuthArgs {
+    fn is_empty(&self) -> bool {
+        self.principals.is_none()
+            && self.oauth_issuer.is_none()
+            && self.oauth_resource.is_none()
+            && self.oauth_jwks.is_none()
+    }
+
+    /// Who may call, checked before serving (a principals file that
+    /// cannot be read, an issuer whose keys cannot be fetched, stop the
+    /// server at once); `None`: anyone.
+    async fn authenticator(&self) -> Result<Option<Authenticator>, String> {
+        let principals = match &self.principals {
+            Some(path) => Some(Principals::load(path).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        let oauth = match (&self.oauth_issuer, &self.oauth_resource, &self.oauth_jwks) {
+            (Some(issuer), Some(resource), jwks) => {
+                let options = OAuthOptions::new(issuer, resource);
+                Some(match jwks {
+                    Some(jwks) => options.jwks(jwks),
+                    None => options,
+                })
+            }
+            (None, None, None) => None,
+            _ => {
+                return Err("--oauth-issuer and --oauth-resource go together \
+                            (and --oauth-jwks needs them)"
+                    .into())
+            }
+        };
+        if principals.is_none() && oauth.is_none() {
+            return Ok(None);
+        }
+        Authenticator::new(principals, oauth)
+            .await
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -170,6 +256,20 @@ async fn main() -> ExitCode {
 
 async fn run() -> Result<(), String> {
     let serve = serve_from_args()?;
+    let auth = match &serve {
+        Serve::Http { auth, .. } => auth.authenticator().await?,
+        Serve::Stdio => None,
+    };
+    if let Serve::Http { address, .. } = &serve {
+        if auth.is_none() && !address.ip().is_loopback() {
+            return Err(format!(
+                "--http {address}: not a loopback address, so every caller must be known: \
+                 name them with --principals FILE (`idem principal NAME` makes a token) or \
+                 accept an OAuth issuer's access tokens with --oauth-issuer URL \
+                 --oauth-resource URL"
+            ));
+        }
+    }
     // Built with `--features otel` and OTEL_EXPORTER_OTLP_ENDPOINT set:
     // each `tools/call` span (continuing the client's trace) and the
     // executor's metrics go there over OTLP.
@@ -207,8 +307,12 @@ async fn run() -> Result<(), String> {
         charge_card,
         delete_account
     ];
-    let idem_tools = McpServer::new(Dispatcher::new(executor, registry))
+    let mut idem_tools = McpServer::new(Dispatcher::new(executor, registry))
         .unkeyed(Unkeyed::Window(Duration::from_secs(window)));
+    if auth.is_some() {
+        // Each caller's records in a namespace of their own.
+        idem_tools = idem_tools.principal_from_auth();
+    }
     let server = DemoServer {
         store: described.clone(),
         tool_router: DemoServer::tool_router() + idem_tools.tool_router(),
@@ -228,25 +332,38 @@ async fn run() -> Result<(), String> {
                 .map_err(|e| format!("the session failed: {e}"))?;
             eprintln!("idem mcp_server: stopped ({reason:?})");
         }
-        Serve::Http(address) => {
+        Serve::Http { address, .. } => {
             let listener = tokio::net::TcpListener::bind(address)
                 .await
                 .map_err(|e| format!("cannot listen on {address}: {e}"))?;
             let address = listener.local_addr().map_err(|e| e.to_string())?;
-            // Only requests that name this server's own host: a page on
-            // another site cannot reach it through DNS rebinding.
-            let config = StreamableHttpServerConfig::default().with_allowed_hosts([
-                "localhost".to_owned(),
-                "127.0.0.1".to_owned(),
-                address.to_string(),
-                format!("localhost:{}", address.port()),
-            ]);
+            let config = if address.ip().is_loopback() {
+                // Only requests that name this server's own host: a page on
+                // another site cannot reach it through DNS rebinding.
+                StreamableHttpServerConfig::default().with_allowed_hosts([
+                    "localhost".to_owned(),
+                    "127.0.0.1".to_owned(),
+                    address.to_string(),
+                    format!("localhost:{}", address.port()),
+                ])
+            } else {
+                // Reached by names this server cannot know; every request
+                // carries a token, which a rebinding page has not.
+                StreamableHttpServerConfig::default()
+                    .disable_allowed_hosts()
+                    .enforce_origin_validation()
+            };
             let service = StreamableHttpService::new(
                 move || Ok(server.clone()),
                 Arc::new(LocalSessionManager::default()),
                 config,
             );
-            let router = axum::Router::new().nest_service("/mcp", service);
+            let mut router = axum::Router::new().nest_service("/mcp", service);
+            if let Some(auth) = &auth {
+                // Anyone may read where to sign in (RFC 9728): the
+                // metadata's routes go after the layer.
+                router = router.layer(auth.layer()).merge(auth.metadata_router());
+            }
             // The line the tests wait for, with the port chosen.
             eprintln!("idem mcp_server: serving on http://{address}/mcp, recording in {described}");
             axum::serve(listener, router)

@@ -66,7 +66,8 @@
 //! * Records and stores: [`store`] (`store::connect(url)`), [`record`].
 //! * Approvals of irreversible calls: [`approval`]. Retries: [`retry`].
 //! * Serving tools over MCP with rmcp (feature `mcp`): `mcp` (`McpServer`,
-//!   its `ToolRouter` fragment, keys for rmcp clients).
+//!   its `ToolRouter` fragment, keys for rmcp clients); who is calling over
+//!   HTTP (feature `http-auth`): `mcp::auth`.
 //! * Where agents run: [`dispatch`] runs a model's tool calls whatever the
 //!   provider; each provider's shapes (OpenAI chat completions and
 //!   Responses API, Anthropic, genai) are in [`provider`]; async-openai's tool calls

@@ -1,8 +1,9 @@
 //! The upstream over streamable HTTP (`idem proxy --upstream URL`): rmcp's
 //! client transport, which knows the protocol (sessions, event streams,
-//! re-initializing an expired session), on an HTTP client of our own built
-//! on hyper's, over `http://` or `https://` (rustls on ring, the platform's
-//! roots and `IDEM_TLS_CA_FILE`, every certificate verified).
+//! re-initializing an expired session), on idem's own HTTP client
+//! (`crate::https`: hyper's, over `http://` or `https://`, rustls on ring,
+//! the platform's roots and `IDEM_TLS_CA_FILE`, every certificate
+//! verified).
 //!
 //! What this client adds is the line the executor needs: whether a request
 //! left. A connection that could not be made sent nothing
@@ -19,15 +20,15 @@ use futures_util::StreamExt;
 use http::{header, HeaderName, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use rmcp::model::{ClientJsonRpcMessage, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     HttpStatusError, SseError, StreamableHttpClient, StreamableHttpError,
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use sse_stream::{Sse, SseStream};
+
+pub(super) use crate::https::HttpClient;
+use crate::https::{chain, CA_FILE_ENV};
 
 /// The session header of streamable HTTP.
 const SESSION: &str = "mcp-session-id";
@@ -82,55 +83,19 @@ pub(super) fn check_url(url: &str) -> Result<(), UpstreamUrlError> {
     Ok(())
 }
 
-/// The environment variable naming a PEM file of extra certificate
-/// authorities to trust (a private CA), as for the stores.
-const CA_FILE_ENV: &str = "IDEM_TLS_CA_FILE";
-
 /// rustls's client configuration for `https://` upstreams: the platform's
-/// roots, and the CAs of [`CA_FILE_ENV`] when it is set.
+/// roots, and the CAs of `IDEM_TLS_CA_FILE` when it is set.
 pub(super) fn tls_config(url: &str) -> Result<rustls::ClientConfig, UpstreamUrlError> {
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::CertificateDer;
-    let failed = |reason: String| UpstreamUrlError::Tls {
+    crate::https::tls_config().map_err(|reason| UpstreamUrlError::Tls {
         url: url.to_owned(),
         reason,
-    };
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in rustls_native_certs::load_native_certs().certs {
-        // A platform certificate rustls cannot use is skipped, as browsers do.
-        let _ = roots.add(cert);
-    }
-    if let Some(path) = std::env::var_os(CA_FILE_ENV) {
-        let shown = std::path::Path::new(&path).display().to_string();
-        let certs = CertificateDer::pem_file_iter(&path)
-            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-            .map_err(|e| {
-                failed(format!(
-                    "{CA_FILE_ENV}={shown}: cannot read certificates ({e})"
-                ))
-            })?;
-        if certs.is_empty() {
-            return Err(failed(format!(
-                "{CA_FILE_ENV}={shown}: no certificate in it"
-            )));
-        }
-        for cert in certs {
-            roots
-                .add(cert)
-                .map_err(|e| failed(format!("{CA_FILE_ENV}={shown}: {e}")))?;
-        }
-    }
-    let provider = Arc::new(rustls::crypto::ring::default_provider());
-    rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
-        .map_err(|e| failed(e.to_string()))
-        .map(|builder| builder.with_root_certificates(roots).with_no_client_auth())
+    })
 }
 
 /// Why an HTTP exchange with the upstream failed, split by whether the
 /// request may have reached it.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum HttpError {
+pub(crate) enum HttpError {
     /// No connection could be made (refused, unreachable, no such host):
     /// the request was not sent.
     #[error("cannot connect to the upstream server: {0}")]
@@ -146,51 +111,10 @@ pub(super) enum HttpError {
 
 type Failure = StreamableHttpError<HttpError>;
 
-/// An HTTP/1 client for one upstream, with pooled connections.
-#[derive(Clone)]
-pub(super) struct HttpClient {
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
-}
-
 impl HttpClient {
-    /// A client with no connection yet, for `http://` and `https://`
-    /// (with `tls`).
-    pub(super) fn new(tls: rustls::ClientConfig) -> Self {
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .build();
-        HttpClient {
-            client: Client::builder(TokioExecutor::new()).build(connector),
-        }
-    }
-
-    /// `GET uri` with `accept`: the status and at most `limit` bytes of
-    /// the body (more is an error), or why it failed, on one line.
-    pub(super) async fn get(
-        &self,
-        uri: &str,
-        accept: &str,
-        limit: usize,
-    ) -> Result<(StatusCode, Bytes), String> {
-        let request = Request::get(uri)
-            .header(header::ACCEPT, accept)
-            .body(Full::new(Bytes::new()))
-            .map_err(|e| e.to_string())?;
-        let response = self.client.request(request).await.map_err(|e| chain(&e))?;
-        let status = response.status();
-        let body = Limited::new(response.into_body(), limit)
-            .collect()
-            .await
-            .map_err(|e| format!("reading the answer: {e}"))?
-            .to_bytes();
-        Ok((status, body))
-    }
-
     /// Send `request`; the response's head, its body still to read.
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, Failure> {
-        self.client.request(request).await.map_err(|e| {
+        self.request(request).await.map_err(|e| {
             // hyper-util's own test: the connector failed (the TCP
             // connection or the TLS handshake, before any byte of the
             // request), so nothing went out. Otherwise the request may have.
@@ -209,18 +133,6 @@ impl HttpClient {
             StreamableHttpError::Client(error)
         })
     }
-}
-
-/// An error and its causes, on one line.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// A request to the upstream with the headers every one carries.

@@ -1,35 +1,22 @@
 //! The proxy's HTTP side (`idem proxy --listen`): the socket it listens
 //! on, over TLS when asked, and who may call (bearer tokens of
 //! `--principals`, OAuth access tokens of `--oauth-issuer`, each caller in
-//! a namespace of their own).
+//! a namespace of their own), with the module `crate::auth`.
 
 use std::sync::Arc;
 
-use super::oauth::{OAuth, OAuthOptions};
 use super::options::{ProxyError, ProxyOptions};
-use super::principals::Principals;
-
-/// Who may call: the principals file's tokens, an OAuth issuer's access
-/// tokens, or both.
-pub(super) struct Auth {
-    principals: Option<Principals>,
-    pub(super) oauth: Option<OAuth>,
-}
+use crate::auth::{AuthError, Authenticator, OAuthOptions, Principals};
 
 /// The proxy's HTTP side, settled before the upstream starts: the socket
 /// it listens on, and who may call (`None`: anyone, on loopback with
 /// `--no-auth`).
 pub(super) struct Listening {
     pub(super) listener: tokio::net::TcpListener,
-    pub(super) auth: Option<Arc<Auth>>,
+    pub(super) auth: Option<Authenticator>,
     /// HTTPS, when `--tls-cert` and `--tls-key` were given.
     pub(super) tls: Option<Arc<rustls::ServerConfig>>,
 }
-
-/// The principal a request's bearer token named, in the request's
-/// extensions for `McpServer::principal`.
-#[derive(Clone)]
-pub(super) struct Caller(pub(super) String);
 
 impl Listening {
     /// Listen on `address` as `options` say: with `--principals` or
@@ -40,19 +27,18 @@ impl Listening {
         options: &ProxyOptions,
     ) -> Result<Listening, ProxyError> {
         let principals = match &options.principals {
-            Some(path) => Some(Principals::load(path).map_err(ProxyError::Config)?),
+            Some(path) => Some(Principals::load(path).map_err(config)?),
             None => None,
         };
         let oauth =
             match (&options.oauth_issuer, &options.oauth_resource) {
-                (Some(issuer), Some(resource)) => Some(
-                    OAuth::start(&OAuthOptions {
-                        issuer: issuer.clone(),
-                        resource: resource.clone(),
-                        jwks: options.oauth_jwks.clone(),
+                (Some(issuer), Some(resource)) => {
+                    let oauth = OAuthOptions::new(issuer, resource);
+                    Some(match &options.oauth_jwks {
+                        Some(jwks) => oauth.jwks(jwks),
+                        None => oauth,
                     })
-                    .await?,
-                ),
+                }
                 (None, None) if options.oauth_jwks.is_none() => None,
                 _ => return Err(ProxyError::OAuth(
                     "--oauth-issuer and --oauth-resource go together (and --oauth-jwks needs them)"
@@ -61,7 +47,11 @@ impl Listening {
             };
         let auth = match (principals, oauth) {
             (None, None) => None,
-            (principals, oauth) => Some(Arc::new(Auth { principals, oauth })),
+            (principals, oauth) => Some(
+                Authenticator::new(principals, oauth)
+                    .await
+                    .map_err(config)?,
+            ),
         };
         let listener = tokio::net::TcpListener::bind(address)
             .await
@@ -106,99 +96,15 @@ impl Listening {
     }
 }
 
-/// Refuse a request without a token that names a caller (`401` with
-/// `WWW-Authenticate`), and hand the principal of one with a token to the
-/// server.
-pub(super) async fn authenticate(
-    auth: Arc<Auth>,
-    mut request: axum::extract::Request,
-    next: axum::middleware::Next,
-) -> axum::response::Response {
-    let token = request
-        .headers()
-        .get(::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(bearer);
-    let caller = match token {
-        Some(token) => auth.caller(token).await,
-        None => Err("no bearer token".to_owned()),
-    };
-    match caller {
-        Ok(name) => {
-            request.extensions_mut().insert(Caller(name));
-            next.run(request).await
-        }
-        Err(why) => {
-            tracing::warn!(reason = %why, "refused a request without a valid bearer token");
-            auth.refusal(token.is_some(), &why)
-        }
-    }
-}
-
-/// The token of an `Authorization` value `Bearer TOKEN` (the scheme in
-/// any case, RFC 7235).
-fn bearer(authorization: &str) -> Option<&str> {
-    let (scheme, token) = authorization.trim().split_once(' ')?;
-    scheme
-        .eq_ignore_ascii_case("bearer")
-        .then(|| token.trim())
-        .filter(|t| !t.is_empty())
-}
-
-impl Auth {
-    /// The principal `token` names, or why it names none (never the
-    /// token).
-    async fn caller(&self, token: &str) -> Result<String, String> {
-        if let Some(name) = self.principals.as_ref().and_then(|p| p.who_token(token)) {
-            return Ok(name.to_owned());
-        }
-        match &self.oauth {
-            Some(oauth) => oauth.principal(token).await.map_err(|e| e.to_string()),
-            None => Err("a token the principals file does not list".to_owned()),
-        }
-    }
-
-    /// A `401` saying how to authenticate: with OAuth, where the resource's
-    /// metadata is (RFC 9728 §5.1) and, for a token that was sent, that it
-    /// is invalid (RFC 6750 §3).
-    fn refusal(&self, sent: bool, why: &str) -> axum::response::Response {
-        let (message, challenge) = match &self.oauth {
-            Some(oauth) => {
-                let mut challenge = format!(
-                    "Bearer resource_metadata=\"{}\"",
-                    oauth.metadata_url()
-                );
-                if sent {
-                    // The reason is the proxy's own words: no quote in it.
-                    challenge.push_str(&format!(
-                        ", error=\"invalid_token\", error_description=\"{}\"",
-                        why.replace('"', "'")
-                    ));
-                }
-                (
-                    "unauthorized: send `Authorization: Bearer TOKEN` with an access token from the issuer this server's metadata names",
-                    challenge,
-                )
-            }
-            None => (
-                "unauthorized: send `Authorization: Bearer TOKEN` with a token from the proxy's principals file",
-                "Bearer realm=\"idem proxy\"".to_owned(),
-            ),
-        };
-        let body = serde_json::json!({
-            "jsonrpc": "2.0",
-            "error": { "code": -32001, "message": message },
-        });
-        let mut response = axum::response::IntoResponse::into_response((
-            ::http::StatusCode::UNAUTHORIZED,
-            [(::http::header::CONTENT_TYPE, "application/json")],
-            body.to_string(),
-        ));
-        if let Ok(value) = ::http::HeaderValue::from_str(&challenge) {
-            response
-                .headers_mut()
-                .insert(::http::header::WWW_AUTHENTICATE, value);
-        }
-        response
+/// An [`AuthError`] in the proxy's words: `--principals FILE: …`, or the
+/// OAuth options' own.
+fn config(error: AuthError) -> ProxyError {
+    match error {
+        AuthError::Principals {
+            path: Some(path),
+            reason,
+        } => ProxyError::Config(format!("--principals {}: {reason}", path.display())),
+        AuthError::OAuth(message) => ProxyError::OAuth(message),
+        other => ProxyError::Config(other.to_string()),
     }
 }

@@ -31,9 +31,7 @@
 mod config;
 mod http;
 mod listen;
-mod oauth;
 mod options;
-mod principals;
 mod tool;
 mod upstream;
 
@@ -60,9 +58,10 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
 use config::Config;
-use listen::{authenticate, Caller, Listening};
+use listen::Listening;
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
-pub use principals::{new_token, Principals};
+// Where they were before `crate::auth` served other servers too.
+pub use crate::auth::{new_token, Principals};
 use tool::UpstreamTool;
 use upstream::{Source, Upstream};
 
@@ -169,10 +168,7 @@ where
     }
     if listening.as_ref().is_some_and(|l| l.auth.is_some()) {
         // Each principal's calls in a namespace of their own.
-        server = server.principal(|context| {
-            let parts = context.extensions.get::<::http::request::Parts>()?;
-            parts.extensions.get::<Caller>().map(|c| c.0.clone())
-        });
+        server = server.principal_from_auth();
     }
     let proxy = Proxy::new(server, upstream.clone(), tools);
     match listening {
@@ -255,30 +251,9 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
     );
     let mut router = axum::Router::new().nest_service("/mcp", service);
     if let Some(auth) = auth {
-        let metadata = auth.oauth.as_ref().map(|oauth| oauth.metadata());
-        router = router.layer(axum::middleware::from_fn(move |request, next| {
-            authenticate(auth.clone(), request, next)
-        }));
-        if let Some(metadata) = metadata {
-            // Routes added after the layer: anyone may read where to sign
-            // in (RFC 9728), at the root and under the resource's path.
-            let document = (
-                [(::http::header::CONTENT_TYPE, "application/json")],
-                metadata.to_string(),
-            );
-            router = router
-                .route(
-                    "/.well-known/oauth-protected-resource",
-                    axum::routing::get({
-                        let document = document.clone();
-                        move || async move { document }
-                    }),
-                )
-                .route(
-                    "/.well-known/oauth-protected-resource/mcp",
-                    axum::routing::get(move || async move { document }),
-                );
-        }
+        // The metadata's routes after the layer: anyone may read where to
+        // sign in (RFC 9728).
+        router = router.layer(auth.layer()).merge(auth.metadata_router());
     }
     // The line a supervisor (and the tests) wait for, with the port chosen.
     // The name is the upstream's own text: shown escaped.

@@ -35,7 +35,7 @@ fn secret_urls() -> Vec<String> {
 /// The examples' binaries, built with the stores' features (an integration
 /// test has no `CARGO_BIN_EXE_…` for examples).
 fn examples() -> Vec<(String, PathBuf)> {
-    let features = ["mcp", "sqlite", "redis", "postgres"];
+    let features = ["mcp", "http-auth", "sqlite", "redis", "postgres"];
     ["demo", "chaos", "mcp_server"]
         .into_iter()
         .map(|name| {

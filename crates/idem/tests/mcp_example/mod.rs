@@ -12,6 +12,7 @@ use std::process::{Command, Stdio};
 pub fn binary() -> PathBuf {
     let features: Vec<&str> = [
         ("mcp", true),
+        ("http-auth", true),
         ("sqlite", cfg!(feature = "sqlite")),
         ("redis", cfg!(feature = "redis")),
         ("postgres", cfg!(feature = "postgres")),
@@ -65,6 +66,7 @@ pub fn example(name: &str, features: &[&str]) -> PathBuf {
 fn every_feature() -> bool {
     cfg!(all(
         feature = "mcp",
+        feature = "http-auth",
         feature = "sqlite",
         feature = "redis",
         feature = "postgres",

@@ -7,6 +7,11 @@ JSON line per effect, IDEM_DEMO_LEDGER), never from what idem answers.
 
 Prints a transcript: each case, what the client sent, and what the model
 reads. Exits non-zero on the first broken expectation.
+
+Arguments name the transports (`stdio`, `http`; both by default).
+IDEM_MCP_CASES names cases to run alone instead: `principals_over_http`
+(its own test, which passes the principals file in IDEM_MCP_PRINCIPALS
+and the callers' tokens, a JSON object, in IDEM_MCP_TOKENS).
 """
 
 import asyncio
@@ -43,7 +48,8 @@ def check(condition: bool, message: str) -> None:
 class Example:
     """One store and one ledger, and the example server serving them."""
 
-    def __init__(self, transport: str, **env: str) -> None:
+    def __init__(self, transport: str, *args: str, **env: str) -> None:
+        self.args = list(args)
         self.dir = Path(tempfile.mkdtemp(prefix="idem-mcp-py-"))
         self.ledger = self.dir / "ledger.jsonl"
         self.transport = transport
@@ -67,7 +73,7 @@ class Example:
             return
         env = {**os.environ, **self.env}
         self.http = subprocess.Popen(
-            [EXAMPLE, "--http", "127.0.0.1:0"],
+            [EXAMPLE, "--http", "127.0.0.1:0", *self.args],
             env=env,
             stderr=subprocess.PIPE,
             text=True,
@@ -98,8 +104,8 @@ class Example:
 
 
 @contextlib.asynccontextmanager
-async def example(transport: str, **env: str):
-    server = Example(transport, **env)
+async def example(transport: str, *args: str, **env: str):
+    server = Example(transport, *args, **env)
     server.start()
     try:
         yield server
@@ -271,7 +277,66 @@ async def dropped_stream() -> None:
         say(f"re-sent -> one charge; the model reads:\n  {reads(again)}")
 
 
+async def principals_over_http() -> None:
+    say("\n## HTTP with --principals: alice and bob make the same call, each gets their own effect")
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    principals = os.environ["IDEM_MCP_PRINCIPALS"]
+    tokens = json.loads(os.environ["IDEM_MCP_TOKENS"])
+
+    # Refused before any store opens (this one could not be).
+    nowhere = {**os.environ, "IDEM_STORE": "sqlite:///nonexistent/idem.db"}
+    refused = subprocess.run([EXAMPLE, "--http", "0.0.0.0:0"], env=nowhere, capture_output=True, text=True, timeout=30)
+    say(f"--http 0.0.0.0:0 without --principals -> exit {refused.returncode}: {refused.stderr.strip()[:120]}…")
+    check(refused.returncode != 0 and "not a loopback address" in refused.stderr, refused.stderr)
+
+    async with example("http", "--principals", principals) as server:
+        async with httpx2.AsyncClient(timeout=10) as raw:
+            initialize = {
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+            }
+            accept = {"Accept": "application/json, text/event-stream"}
+            for what, headers in [
+                ("no token", {}),
+                ("a token the file does not list", {"Authorization": "Bearer idem_" + "0" * 64}),
+                ("alice's token under another scheme", {"Authorization": f"Basic {tokens['alice']}"}),
+            ]:
+                answer = await raw.post(server.url, json=initialize, headers={**accept, **headers})
+                challenge = answer.headers.get("www-authenticate", "")
+                say(f"{what} -> HTTP {answer.status_code}; WWW-Authenticate: {challenge}")
+                check(answer.status_code == 401, f"{what}: {answer.status_code} {answer.text[:200]}")
+                check(challenge.startswith("Bearer"), f"the 401 names the scheme: {challenge!r}")
+                check(tokens["alice"] not in answer.text + challenge, "no token in the answer")
+        check(server.effects("charge") == 0, "nothing ran for a refused request")
+
+        async def charge_as(name: str) -> types.CallToolResult:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=30)
+            async with http, Client(streamable_http_client(server.url, http_client=http)) as client:
+                return await client.call_tool("charge_card", CHARGE)
+
+        alice = await charge_as("alice")
+        alice_again = await charge_as("alice")
+        bob = await charge_as("bob")
+        flags = [r.meta["io.idem/deduplicated"] for r in (alice, alice_again, bob)]
+        say(f"charge_card with no ids as alice, alice again, bob -> deduplicated {flags}")
+        check(flags == [False, True, False], f"alice's repeat is hers; bob's charge is his own: {flags}")
+        check(alice.meta["io.idem/key"] != bob.meta["io.idem/key"], "alice's and bob's records are apart")
+        check(server.effects("charge") == 2, f"two charges, one each: {server.effects('charge')}")
+        say("-> two charges: alice's once, bob's his own")
+
+
+CASES = {"principals_over_http": principals_over_http}
+
+
 async def main() -> None:
+    chosen = os.environ.get("IDEM_MCP_CASES", "").split()
+    if chosen:
+        for name in chosen:
+            await CASES[name]()
+        say("\nall cases passed")
+        return
     transports = sys.argv[1:] or ["stdio", "http"]
     for transport in transports:
         say(f"\n# Over {transport}")

@@ -1,8 +1,10 @@
-//! Who may call the proxy over HTTP (`idem proxy --listen --principals
-//! FILE`): a file of principals, each with the SHA-256 digests of its
-//! bearer tokens. A request's `Authorization: Bearer TOKEN` names its
-//! principal, and the principal is the namespace of every record its calls
-//! make (`mcp/NAME/alice`), so two principals never answer each other.
+//! Who may call a server over HTTP with a bearer token (`idem proxy
+//! --listen --principals FILE`, or [`Authenticator`](super::Authenticator)
+//! in a server of your own): a file of principals, each with the SHA-256
+//! digests of its bearer tokens. A request's `Authorization: Bearer TOKEN`
+//! names its principal, and the principal is the namespace of every record
+//! its calls make (`mcp/NAME/alice`), so two principals never answer each
+//! other.
 //!
 //! ```toml
 //! [[principal]]
@@ -17,12 +19,26 @@
 use std::collections::HashMap;
 use std::path::Path;
 
+use super::AuthError;
+
 use rand::RngCore;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-/// The principals file, read once at start.
-#[derive(Debug, Default)]
+/// The principals file, read once at start: who may call with which
+/// bearer token.
+///
+/// ```
+/// use idem::mcp::auth::{new_token, Principals};
+///
+/// let (token, digest) = new_token();
+/// let principals = Principals::parse(&format!(
+///     "[[principal]]\nname = \"alice\"\ntokens = [\"{digest}\"]\n"
+/// ))?;
+/// assert_eq!(principals.who_token(&token), Some("alice"));
+/// # Ok::<(), idem::mcp::auth::AuthError>(())
+/// ```
+#[derive(Default)]
 pub struct Principals {
     /// Token digest → principal name.
     by_digest: HashMap<[u8; 32], String>,
@@ -46,16 +62,30 @@ struct Entry {
 const DIGEST_PREFIX: &str = "sha256:";
 
 impl Principals {
-    /// Read the file at `path`; an error names what is wrong (never a
-    /// token).
-    pub fn load(path: &Path) -> Result<Principals, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--principals {}: {e}", path.display()))?;
-        Principals::parse(&text).map_err(|e| format!("--principals {}: {e}", path.display()))
+    /// Read the file at `path`; an error names the file and what is wrong
+    /// (never a token).
+    ///
+    /// ```no_run
+    /// use idem::mcp::auth::Principals;
+    ///
+    /// let principals = Principals::load("principals.toml".as_ref())?;
+    /// # Ok::<(), idem::mcp::auth::AuthError>(())
+    /// ```
+    pub fn load(path: &Path) -> Result<Principals, AuthError> {
+        let failed = |reason: String| AuthError::Principals {
+            path: Some(path.to_owned()),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| failed(e.to_string()))?;
+        Principals::from_text(&text).map_err(failed)
     }
 
-    /// Parse a principals file's text.
-    pub fn parse(text: &str) -> Result<Principals, String> {
+    /// Parse a principals file's text (the example of [`Principals`]).
+    pub fn parse(text: &str) -> Result<Principals, AuthError> {
+        Principals::from_text(text).map_err(|reason| AuthError::Principals { path: None, reason })
+    }
+
+    fn from_text(text: &str) -> Result<Principals, String> {
         let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
         let mut by_digest = HashMap::new();
         for entry in file.principal {
@@ -92,23 +122,48 @@ impl Principals {
 
     /// The principal of an `Authorization` header's value: `Bearer TOKEN`
     /// (the scheme in any case, RFC 7235) with a listed token.
+    ///
+    /// ```
+    /// # use idem::mcp::auth::{new_token, Principals};
+    /// # let (token, digest) = new_token();
+    /// # let principals = Principals::parse(&format!(
+    /// #     "[[principal]]\nname = \"alice\"\ntokens = [\"{digest}\"]\n"
+    /// # ))?;
+    /// assert_eq!(principals.who(&format!("Bearer {token}")), Some("alice"));
+    /// assert_eq!(principals.who("Bearer idem_not_listed"), None);
+    /// # Ok::<(), idem::mcp::auth::AuthError>(())
+    /// ```
     pub fn who(&self, authorization: &str) -> Option<&str> {
-        let (scheme, token) = authorization.trim().split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
-        }
-        self.who_token(token.trim())
+        self.who_token(super::bearer(authorization)?)
     }
 
-    /// The principal of a bearer token, if the file lists it.
+    /// The principal of a bearer token, if the file lists it (the example
+    /// of [`Principals`]).
     pub fn who_token(&self, token: &str) -> Option<&str> {
         let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
         self.by_digest.get(&digest).map(String::as_str)
     }
 }
 
-/// A new token, and the line of the file that lists it:
-/// `(idem_…, sha256:…)`.
+impl std::fmt::Debug for Principals {
+    /// The principals' names, never their tokens' digests.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut names: Vec<&str> = self.by_digest.values().map(String::as_str).collect();
+        names.sort_unstable();
+        names.dedup();
+        f.debug_struct("Principals").field("names", &names).finish()
+    }
+}
+
+/// A new token, and what the file lists for it: `(idem_…, sha256:…)`.
+/// The token goes to the caller; the digest into a principal's `tokens`
+/// (`idem principal NAME` prints both).
+///
+/// ```
+/// let (token, digest) = idem::mcp::auth::new_token();
+/// assert!(token.starts_with("idem_"));
+/// assert!(digest.starts_with("sha256:"));
+/// ```
 pub fn new_token() -> (String, String) {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
@@ -138,15 +193,23 @@ mod tests {
 
     #[test]
     fn a_bad_file_is_refused_without_showing_a_token() {
-        let error = Principals::parse(&file_with("idem_plaintext_secret")).unwrap_err();
+        let error = Principals::parse(&file_with("idem_plaintext_secret"))
+            .unwrap_err()
+            .to_string();
         assert!(error.contains("sha256:"), "{error}");
         assert!(!error.contains("plaintext_secret"), "{error}");
-        assert!(Principals::parse("").unwrap_err().contains("nobody"));
+        assert!(Principals::parse("")
+            .unwrap_err()
+            .to_string()
+            .contains("nobody"));
         let (_, line) = new_token();
         let twice = format!(
             "{}[[principal]]\nname = \"bob\"\ntokens = [\"{line}\"]\n",
             file_with(&line)
         );
-        assert!(Principals::parse(&twice).unwrap_err().contains("both"));
+        assert!(Principals::parse(&twice)
+            .unwrap_err()
+            .to_string()
+            .contains("both"));
     }
 }

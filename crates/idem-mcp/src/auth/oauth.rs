@@ -1,15 +1,17 @@
-//! `idem proxy --listen --oauth-issuer URL --oauth-resource URL`: the
-//! proxy as an OAuth 2.1 resource server, as MCP's authorization rules
-//! describe one. A request's `Authorization: Bearer JWT` is an access token
-//! the issuer signed: its signature is checked against the issuer's
+//! A server as an OAuth 2.1 resource server, as MCP's authorization rules
+//! describe one (`idem proxy --listen --oauth-issuer URL --oauth-resource
+//! URL`, or [`Authenticator`](super::Authenticator) with [`OAuthOptions`]).
+//! A request's `Authorization: Bearer JWT` is an access token the issuer
+//! signed: its signature is checked against the issuer's
 //! published keys (JWKS), its `iss` must be the issuer, its `aud` this
 //! resource (RFC 8707), and it must not have expired. The token's subject
 //! (`sub`) is the caller, recorded as the principal `oauth/SUB`, so its
 //! calls keep to records of their own, apart from every other subject's and
-//! from every principal of `--principals` (whose names have no `/`).
+//! from every principal of a principals file (whose names have no `/`).
 //!
-//! The proxy publishes its protected-resource metadata (RFC 9728) at
-//! `/.well-known/oauth-protected-resource` (and under the resource's path),
+//! The server publishes its protected-resource metadata (RFC 9728) at
+//! `/.well-known/oauth-protected-resource` (and under the resource's path,
+//! [`Authenticator::metadata_router`](super::Authenticator::metadata_router)),
 //! and a refusal's `WWW-Authenticate` points a client to it, which is how an
 //! MCP client finds where to sign in.
 //!
@@ -26,8 +28,8 @@ use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::http::{tls_config, HttpClient};
-use super::options::ProxyError;
+use super::AuthError;
+use crate::https::{tls_config, HttpClient};
 
 /// The algorithms a token may be signed with: the issuer's private key,
 /// never a secret it shares (HS*), never none.
@@ -56,21 +58,48 @@ const MAX_DOCUMENT: usize = 256 * 1024;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The prefix of the principals tokens name: `oauth/SUB`.
-pub(super) const PRINCIPAL_PREFIX: &str = "oauth/";
+const PRINCIPAL_PREFIX: &str = "oauth/";
 
-/// What `--oauth-*` said.
+/// Which OAuth issuer's access tokens a server accepts, and for which
+/// resource (`--oauth-issuer`, `--oauth-resource`, `--oauth-jwks`).
+///
+/// ```
+/// use idem::mcp::auth::OAuthOptions;
+///
+/// let options = OAuthOptions::new("https://login.example.com", "https://mcp.example.com/mcp")
+///     // Only when the issuer's metadata does not name its key set.
+///     .jwks("https://login.example.com/keys");
+/// ```
 #[derive(Debug, Clone)]
-pub(super) struct OAuthOptions {
-    /// The issuer tokens come from (`iss`), an `https://` URL.
-    pub(super) issuer: String,
-    /// This server's resource identifier, the audience tokens are for
-    /// (`aud`): the URL clients reach it at, such as `https://mcp.example.com/mcp`.
-    pub(super) resource: String,
-    /// The issuer's key set, when it is not to be discovered.
-    pub(super) jwks: Option<String>,
+pub struct OAuthOptions {
+    issuer: String,
+    resource: String,
+    jwks: Option<String>,
 }
 
-/// The proxy as a resource server: the issuer's keys and what a token must
+impl OAuthOptions {
+    /// Tokens from `issuer` (their `iss`, an `https://` URL, or `http://`
+    /// to this machine) for `resource` (their `aud`, RFC 8707): the URL
+    /// clients reach this server at, such as `https://mcp.example.com/mcp`.
+    /// The issuer's keys are discovered from its metadata (RFC 8414, else
+    /// OpenID Connect discovery).
+    pub fn new(issuer: impl Into<String>, resource: impl Into<String>) -> Self {
+        OAuthOptions {
+            issuer: issuer.into(),
+            resource: resource.into(),
+            jwks: None,
+        }
+    }
+
+    /// The issuer's key set (JWKS) is at `url`, rather than where its
+    /// metadata says (the example of [`OAuthOptions`]).
+    pub fn jwks(mut self, url: impl Into<String>) -> Self {
+        self.jwks = Some(url.into());
+        self
+    }
+}
+
+/// A resource server: the issuer's keys and what a token must
 /// say.
 pub(super) struct OAuth {
     issuer: String,
@@ -95,7 +124,7 @@ pub(super) enum Refusal {
     /// Not a signed JWT: opaque, malformed, or `alg: none`.
     #[error("the token is not a signed JWT")]
     NotJwt,
-    /// Signed with an algorithm the proxy does not accept.
+    /// Signed with an algorithm the server does not accept.
     #[error("the token is signed with {0:?}, not with an asymmetric algorithm")]
     Algorithm(Algorithm),
     /// Names a key the issuer does not publish.
@@ -120,8 +149,8 @@ struct Claims {
 impl OAuth {
     /// Check the options, find the issuer's keys and fetch them: before
     /// any upstream starts, so that a wrong issuer stops the proxy at once.
-    pub(super) async fn start(options: &OAuthOptions) -> Result<OAuth, ProxyError> {
-        let failed = ProxyError::OAuth;
+    pub(super) async fn start(options: &OAuthOptions) -> Result<OAuth, AuthError> {
+        let failed = AuthError::OAuth;
         for (option, url) in [
             ("--oauth-issuer", Some(&options.issuer)),
             ("--oauth-resource", Some(&options.resource)),
@@ -133,7 +162,7 @@ impl OAuth {
         }
         let issuer = options.issuer.clone();
         let client = HttpClient::new(
-            tls_config(&issuer).map_err(|e| failed(format!("--oauth-issuer: {e}")))?,
+            tls_config().map_err(|e| failed(format!("--oauth-issuer {issuer}: {e}")))?,
         );
         let jwks_uri = match &options.jwks {
             Some(jwks) => jwks.clone(),
@@ -244,22 +273,47 @@ impl OAuth {
     pub(super) fn metadata_url(&self) -> String {
         metadata_url(&self.resource)
     }
+
+    /// The paths this server answers the metadata at: the root's
+    /// well-known path and, when the resource has a path, the one under it.
+    pub(super) fn metadata_paths(&self) -> Vec<String> {
+        OAuth::paths_of(&self.resource)
+    }
+
+    fn paths_of(resource: &str) -> Vec<String> {
+        let root = format!("/.well-known/{METADATA}");
+        let (_, at_path) = split_url(resource);
+        match at_path.trim_end_matches('/') {
+            "" => vec![root],
+            path => vec![root.clone(), format!("{root}{path}")],
+        }
+    }
 }
 
+/// The well-known name of a protected resource's metadata (RFC 9728).
+const METADATA: &str = "oauth-protected-resource";
+
 /// The well-known URL of `resource`'s metadata.
-pub(super) fn metadata_url(resource: &str) -> String {
-    well_known(resource, "oauth-protected-resource")
+fn metadata_url(resource: &str) -> String {
+    well_known(resource, METADATA)
+}
+
+/// A URL's `scheme://authority` and its path.
+fn split_url(url: &str) -> (String, &str) {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
+    let (authority, path) = match rest.find(['/', '?', '#']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let path = path.split(['?', '#']).next().unwrap_or_default();
+    (format!("{scheme}://{authority}"), path)
 }
 
 /// RFC 8414 / RFC 9728: `https://host/.well-known/NAME/path`.
 fn well_known(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
-    let (authority, path) = match rest.find('/') {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
-    };
+    let (origin, path) = split_url(url);
     let path = path.trim_end_matches('/');
-    format!("{scheme}://{authority}/.well-known/{name}{path}")
+    format!("{origin}/.well-known/{name}{path}")
 }
 
 /// `url` is `https://`, or `http://` to this machine (a test's issuer, an
@@ -376,6 +430,26 @@ mod tests {
                 "oauth-authorization-server"
             ),
             "https://login.example.com/.well-known/oauth-authorization-server/tenant"
+        );
+    }
+
+    #[test]
+    fn the_metadata_is_served_at_the_root_and_under_the_resource_path() {
+        let at = |resource: &str| OAuth::paths_of(resource);
+        assert_eq!(
+            at("https://mcp.example.com/mcp"),
+            [
+                "/.well-known/oauth-protected-resource",
+                "/.well-known/oauth-protected-resource/mcp"
+            ]
+        );
+        assert_eq!(
+            at("https://mcp.example.com/"),
+            ["/.well-known/oauth-protected-resource"]
+        );
+        assert_eq!(
+            metadata_url("https://mcp.example.com/mcp?tenant=1"),
+            "https://mcp.example.com/.well-known/oauth-protected-resource/mcp"
         );
     }
 

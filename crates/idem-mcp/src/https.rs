@@ -1,0 +1,115 @@
+//! The HTTP client of idem's own requests: an OAuth issuer's metadata and
+//! keys (`auth`), and, with feature `proxy`, the upstream of `idem proxy
+//! --upstream` (`proxy::http`, which adds streamable HTTP on top). hyper 1's
+//! client (already in the tree through axum), HTTP/1, over `http://` or
+//! `https://`: rustls on ring with the platform's roots and the CAs of
+//! `IDEM_TLS_CA_FILE`, every certificate verified.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// The environment variable naming a PEM file of extra certificate
+/// authorities to trust (a private CA), as for the stores.
+pub(crate) const CA_FILE_ENV: &str = "IDEM_TLS_CA_FILE";
+
+/// rustls's client configuration: the platform's roots, and the CAs of
+/// [`CA_FILE_ENV`] when it is set; an error says what is wrong with the
+/// CA file.
+pub(crate) fn tls_config() -> Result<rustls::ClientConfig, String> {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::CertificateDer;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        // A platform certificate rustls cannot use is skipped, as browsers do.
+        let _ = roots.add(cert);
+    }
+    if let Some(path) = std::env::var_os(CA_FILE_ENV) {
+        let shown = std::path::Path::new(&path).display().to_string();
+        let certs = CertificateDer::pem_file_iter(&path)
+            .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
+            .map_err(|e| format!("{CA_FILE_ENV}={shown}: cannot read certificates ({e})"))?;
+        if certs.is_empty() {
+            return Err(format!("{CA_FILE_ENV}={shown}: no certificate in it"));
+        }
+        for cert in certs {
+            roots
+                .add(cert)
+                .map_err(|e| format!("{CA_FILE_ENV}={shown}: {e}"))?;
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())
+        .map(|builder| builder.with_root_certificates(roots).with_no_client_auth())
+}
+
+/// An HTTP/1 client with pooled connections.
+#[derive(Clone)]
+pub(crate) struct HttpClient {
+    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Bytes>>,
+}
+
+impl HttpClient {
+    /// A client with no connection yet, for `http://` and `https://`
+    /// (with `tls`).
+    pub(crate) fn new(tls: rustls::ClientConfig) -> Self {
+        let connector = hyper_rustls::HttpsConnectorBuilder::new()
+            .with_tls_config(tls)
+            .https_or_http()
+            .enable_http1()
+            .build();
+        HttpClient {
+            client: Client::builder(TokioExecutor::new()).build(connector),
+        }
+    }
+
+    /// `GET uri` with `accept`: the status and at most `limit` bytes of
+    /// the body (more is an error), or why it failed, on one line.
+    pub(crate) async fn get(
+        &self,
+        uri: &str,
+        accept: &str,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let request = Request::get(uri)
+            .header(header::ACCEPT, accept)
+            .body(Full::new(Bytes::new()))
+            .map_err(|e| e.to_string())?;
+        let response = self.request(request).await.map_err(|e| chain(&e))?;
+        let status = response.status();
+        let body = Limited::new(response.into_body(), limit)
+            .collect()
+            .await
+            .map_err(|e| format!("reading the answer: {e}"))?
+            .to_bytes();
+        Ok((status, body))
+    }
+
+    /// Send `request`: the response's head, its body still to read.
+    pub(crate) async fn request(
+        &self,
+        request: Request<Full<Bytes>>,
+    ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
+        self.client.request(request).await
+    }
+}
+
+/// An error and its causes, on one line.
+pub(crate) fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
