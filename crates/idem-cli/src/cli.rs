@@ -134,14 +134,14 @@ pub(crate) struct ProxyArgs {
     #[arg(long, value_name = "FILE", requires = "listen")]
     pub principals: Option<std::path::PathBuf>,
     /// With --listen: accept OAuth 2.1 access tokens (JWTs) from this
-    /// issuer (https://…), verified against its published keys. Each
+    /// issuer (`https://…`), verified against its published keys. Each
     /// token's subject is a caller of its own (`oauth/SUB`), and the
     /// proxy publishes where to sign in at
-    /// /.well-known/oauth-protected-resource. Needs --oauth-resource.
+    /// `/.well-known/oauth-protected-resource`. Needs --oauth-resource.
     #[arg(long, value_name = "URL", requires_all = ["listen", "oauth_resource"])]
     pub oauth_issuer: Option<String>,
     /// The URL clients reach this server at (such as
-    /// https://mcp.example.com/mcp): the audience an access token must be
+    /// `https://mcp.example.com/mcp`): the audience an access token must be
     /// for (RFC 8707).
     #[arg(long, value_name = "URL", requires = "oauth_issuer")]
     pub oauth_resource: Option<String>,
