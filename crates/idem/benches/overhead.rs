@@ -497,7 +497,10 @@ fn claim_request<'a>(
 
 /// Mean time of a benchmark of this run, from criterion's estimates.
 fn mean_ns(id: &str) -> Option<f64> {
-    let target = std::env::var("CARGO_TARGET_DIR").unwrap_or_else(|_| "target".into());
+    // Cargo runs a bench in its package's directory, and criterion
+    // writes to the workspace's target directory, two levels up.
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/../../target").into());
     let path = format!("{target}/criterion/overhead/{id}/new/estimates.json");
     let text = std::fs::read_to_string(path).ok()?;
     let v: serde_json::Value = serde_json::from_str(&text).ok()?;
