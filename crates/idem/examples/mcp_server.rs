@@ -218,21 +218,12 @@ impl AuthArgs {
             Some(path) => Some(Principals::load(path).map_err(|e| e.to_string())?),
             None => None,
         };
-        let oauth = match (&self.oauth_issuer, &self.oauth_resource, &self.oauth_jwks) {
-            (Some(issuer), Some(resource), jwks) => {
-                let options = OAuthOptions::new(issuer, resource);
-                Some(match jwks {
-                    Some(jwks) => options.jwks(jwks),
-                    None => options,
-                })
-            }
-            (None, None, None) => None,
-            _ => {
-                return Err("--oauth-issuer and --oauth-resource go together \
-                            (and --oauth-jwks needs them)"
-                    .into())
-            }
-        };
+        let oauth = OAuthOptions::from_flags(
+            self.oauth_issuer.as_deref(),
+            self.oauth_resource.as_deref(),
+            self.oauth_jwks.as_deref(),
+        )
+        .map_err(|e| e.to_string())?;
         if principals.is_none() && oauth.is_none() {
             return Ok(None);
         }

@@ -19,7 +19,8 @@ use idem::prelude::*;
 use serde_json::{json, Value};
 
 use crate::support::tools::{
-    delete_account, delete_call, dispatcher, executor, ns, tenant, App, DeleteAccount, ASK,
+    delete_account, delete_call, dispatcher, executor, ns, still_waits, tenant, App, DeleteAccount,
+    ASK,
 };
 use crate::support::{listed, unique, Idem};
 
@@ -74,12 +75,7 @@ async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url
     );
 
     // Asking again before anyone decided: still waiting, nothing ran.
-    let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
-    assert!(
-        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
-        "{:?}",
-        again.result
-    );
+    still_waits(&agent, &call, &namespace).await;
 
     let out = idem
         .run(&[
@@ -344,12 +340,7 @@ async fn idem_approve_with_the_approvers_file_holds_its_two_person_rule(url: &st
         "1 of 2 approves nothing"
     );
     assert_eq!(shown["steps"]["idem:approvals"][0]["approver"], "bob");
-    let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
-    assert!(
-        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
-        "{:?}",
-        again.result
-    );
+    still_waits(&agent, &call, &namespace).await;
     assert_eq!(app.deletions(), 0);
 
     approve("bob").await.fails(

@@ -69,12 +69,12 @@ async fn a_resolution_says_how_long_it_is_kept_and_keeps_the_time_chosen() {
         ]
     };
     let by_default = post(&mut browser, &resolve, &fields("")).await;
-    says(&by_default, 200, "It is kept for 24 hours (the tool&#39;s TTL; choose another with “keep for”); after that, a call with this key runs charge_card again.");
+    by_default.says(200, "It is kept for 24 hours (the tool&#39;s TTL; choose another with “keep for”); after that, a call with this key runs charge_card again.");
     let unreadable = post(&mut browser, &resolve, &fields("soon")).await;
-    says(&unreadable, 422, "such as 30d, 12w or 8h");
+    unreadable.says(422, "such as 30d, 12w or 8h");
 
     let chosen = post(&mut browser, &resolve, &fields("90d")).await;
-    says(&chosen, 200, "It is kept for 90 days (as you chose)");
+    chosen.says(200, "It is kept for 90 days (as you chose)");
     let mut confirmed = fields("90d");
     confirmed.push(("confirmed", "yes".to_owned()));
     let done = post(&mut browser, &resolve, &confirmed).await;
@@ -114,7 +114,7 @@ async fn the_api_keeps_a_resolution_for_the_time_asked() {
     let released = http
         .api("POST", &resolve, &serve.token, Some(&json!({"version": item["version"], "as": "released", "reason": "never sent", "ttl": "30d"})))
         .await;
-    says(&released, 422, "A release keeps no record");
+    released.says(422, "A release keeps no record");
     let failed = http
         .api("POST", &resolve, &serve.token, Some(&json!({"version": item["version"], "as": "failed", "reason": "the provider refused it", "ttl": "2w"})))
         .await;
@@ -125,12 +125,6 @@ async fn the_api_keeps_a_resolution_for_the_time_asked() {
         .to_owned();
     let days = days_from_now(&expires);
     assert!((13.9..14.1).contains(&days), "kept {days} days");
-}
-
-/// `reply` has `status` and says `text`.
-fn says(reply: &Reply, status: u16, text: &str) {
-    assert_eq!(reply.status, status, "{}", reply.body);
-    assert!(reply.body.contains(text), "not “{text}”: {}", reply.body);
 }
 
 /// Post the form `fields` to `url`.

@@ -10,7 +10,7 @@ use idem::prelude::*;
 use serde_json::{json, Value};
 
 use crate::support::serve::{catalog, hidden, listed, sign_in, Http, Reply, Serve, DANA};
-use crate::support::tools::{delete_call, dispatcher, tenant, App};
+use crate::support::tools::{delete_call, dispatcher, still_waits, tenant, App};
 use crate::support::{schema, unique};
 
 /// A finance team's rule: deleting an account takes two of dana, erin and
@@ -169,12 +169,7 @@ async fn a_two_person_rule_runs_the_call_on_the_second_distinct_approval() {
         json!({"given": 1, "required": 2, "by": ["erin"]})
     );
     assert_eq!(erin.json()["record"]["status"], "awaiting_approval");
-    let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
-    assert!(
-        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
-        "one approval of two runs nothing: {:?}",
-        again.result
-    );
+    still_waits(&agent, &call, &namespace).await;
     assert_eq!(app.deletions(), 0);
 
     let twice = decide(&mut http, &serve, "erin", &key, "approve", None).await;
@@ -290,12 +285,7 @@ async fn the_pages_hold_the_rules_on_their_form_posts() {
     let confirm = browser
         .form(&approve, &[("csrf", &csrf), ("version", &version)])
         .await;
-    assert_eq!(confirm.status, 200, "{}", confirm.body);
-    assert!(
-        confirm.body.contains("This is approval 1 of 2 under rule “deletions”: nothing runs yet. delete_account runs once, with exactly these arguments, when erin or frank approves too"),
-        "{}",
-        confirm.body
-    );
+    confirm.says(200, "This is approval 1 of 2 under rule “deletions”: nothing runs yet. delete_account runs once, with exactly these arguments, when erin or frank approves too");
     let done = browser
         .form(
             &approve,
@@ -323,12 +313,7 @@ async fn the_pages_hold_the_rules_on_their_form_posts() {
     let twice = browser
         .form(&approve, &[("csrf", &csrf), ("version", &version)])
         .await;
-    assert_eq!(twice.status, 409, "{}", twice.body);
-    assert!(
-        twice.body.contains("You (dana) approved this call already"),
-        "{}",
-        twice.body
-    );
+    twice.says(409, "You (dana) approved this call already");
 
     // dana's own call.
     let own_ns = format!("{}/dana", unique("finance"));
@@ -343,14 +328,7 @@ async fn the_pages_hold_the_rules_on_their_form_posts() {
             ],
         )
         .await;
-    assert_eq!(refused.status, 403, "{}", refused.body);
-    assert!(
-        refused
-            .body
-            .contains("forbids approving your own call: dana asked for it"),
-        "{}",
-        refused.body
-    );
+    refused.says(403, "forbids approving your own call: dana asked for it");
 
     // erin makes the count on the first call: it runs once.
     let erin = decide(&mut bot, &serve, "erin", key, "approve", None).await;
@@ -399,11 +377,6 @@ async fn a_refused_decision_keeps_what_the_person_typed() {
             ],
         )
         .await;
-    assert_eq!(refused.status, 409, "{}", refused.body);
-    assert!(
-        refused.body.contains(&format!(">{reason}</textarea>")),
-        "the reason is kept: {}",
-        refused.body
-    );
+    refused.says(409, &format!(">{reason}</textarea>"));
     assert_eq!(page.app.deletions(), 0);
 }

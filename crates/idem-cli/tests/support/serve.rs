@@ -257,6 +257,12 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// Assert that the reply has `status` and its body says `text`.
+    pub fn says(&self, status: u16, text: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        assert!(self.body.contains(text), "not “{text}”: {}", self.body);
+    }
+
     /// The body as JSON.
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))

@@ -159,6 +159,17 @@ pub fn tenant(namespace: &str) -> RunContext {
     }
 }
 
+/// `call` of tenant `namespace` sent (again) through `agent`: assert that
+/// it still waits for a person's approval (nothing ran).
+pub async fn still_waits(agent: &Dispatcher<App>, call: &ToolCall, namespace: &str) {
+    let again = agent.dispatch_one(call.clone(), &tenant(namespace)).await;
+    assert!(
+        matches!(again.result, Err(IdemError::ApprovalPending { .. })),
+        "still awaiting approval: {:?}",
+        again.result
+    );
+}
+
 /// Tenant `namespace` as a namespace.
 pub fn ns(namespace: &str) -> Namespace {
     Namespace::new(namespace).unwrap()

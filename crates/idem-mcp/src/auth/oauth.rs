@@ -97,6 +97,44 @@ impl OAuthOptions {
         self.jwks = Some(url.into());
         self
     }
+
+    /// The options a command line's `--oauth-issuer`, `--oauth-resource`
+    /// and `--oauth-jwks` give: `None` when none is given; refused when
+    /// the issuer comes without the resource or the other way round, or
+    /// the key set without them.
+    ///
+    /// ```
+    /// use idem_mcp::auth::OAuthOptions;
+    ///
+    /// assert!(OAuthOptions::from_flags(None, None, None).unwrap().is_none());
+    /// let options = OAuthOptions::from_flags(
+    ///     Some("https://login.example.com"),
+    ///     Some("https://mcp.example.com/mcp"),
+    ///     None,
+    /// );
+    /// assert!(options.unwrap().is_some());
+    /// assert!(OAuthOptions::from_flags(Some("https://login.example.com"), None, None).is_err());
+    /// ```
+    pub fn from_flags(
+        issuer: Option<&str>,
+        resource: Option<&str>,
+        jwks: Option<&str>,
+    ) -> Result<Option<OAuthOptions>, AuthError> {
+        match (issuer, resource, jwks) {
+            (None, None, None) => Ok(None),
+            (Some(issuer), Some(resource), jwks) => {
+                let options = OAuthOptions::new(issuer, resource);
+                Ok(Some(match jwks {
+                    Some(jwks) => options.jwks(jwks),
+                    None => options,
+                }))
+            }
+            _ => Err(AuthError::OAuth(
+                "--oauth-issuer and --oauth-resource go together (and --oauth-jwks needs them)"
+                    .to_owned(),
+            )),
+        }
+    }
 }
 
 /// A resource server: the issuer's keys and what a token must

@@ -30,21 +30,12 @@ impl Listening {
             Some(path) => Some(Principals::load(path).map_err(config)?),
             None => None,
         };
-        let oauth =
-            match (&options.oauth_issuer, &options.oauth_resource) {
-                (Some(issuer), Some(resource)) => {
-                    let oauth = OAuthOptions::new(issuer, resource);
-                    Some(match &options.oauth_jwks {
-                        Some(jwks) => oauth.jwks(jwks),
-                        None => oauth,
-                    })
-                }
-                (None, None) if options.oauth_jwks.is_none() => None,
-                _ => return Err(ProxyError::OAuth(
-                    "--oauth-issuer and --oauth-resource go together (and --oauth-jwks needs them)"
-                        .to_owned(),
-                )),
-            };
+        let oauth = OAuthOptions::from_flags(
+            options.oauth_issuer.as_deref(),
+            options.oauth_resource.as_deref(),
+            options.oauth_jwks.as_deref(),
+        )
+        .map_err(config)?;
         let auth = match (principals, oauth) {
             (None, None) => None,
             (principals, oauth) => Some(
