@@ -241,6 +241,14 @@ async fn secure_headers(mut response: Response) -> Response {
     // inbox's own posts, and those are then refused (`own_origin`).
     set(headers, header::REFERRER_POLICY, "same-origin");
     set(headers, header::CACHE_CONTROL, "no-store");
+    if response.status().is_client_error() {
+        // A refusal may come before the body was read (another origin, not
+        // signed in): hyper then drops the connection, so the answer says
+        // so, and the next request does not meet a closed socket.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
     response
 }
 

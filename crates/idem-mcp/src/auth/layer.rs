@@ -149,6 +149,19 @@ fn refusal(auth: &Authenticator, sent: bool, why: &str) -> Response {
             .headers_mut()
             .insert(http::header::WWW_AUTHENTICATE, value);
     }
+    close_unread(response)
+}
+
+/// `response` with `Connection: close`, for an answer given before the
+/// request's body was read. Without it hyper may drop the connection after
+/// the answer (it cannot find where the next request starts), and a client
+/// that sends its next request on it — the retry with a token — is answered
+/// by a closed socket instead.
+pub(crate) fn close_unread(mut response: Response) -> Response {
+    response.headers_mut().insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
+    );
     response
 }
 
@@ -223,5 +236,33 @@ mod tests {
             assert!(body.contains("Authorization: Bearer TOKEN"), "{body}");
             assert!(!body.contains(&token), "no token in the answer");
         }
+    }
+
+    /// A refusal is sent before the body is read, so it must say the
+    /// connection ends: a client that sends its retry (with the token) on
+    /// the same connection would otherwise meet a closed socket.
+    #[tokio::test]
+    async fn a_refusal_before_the_body_arrived_says_the_connection_closes() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (app, _) = app();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        // The head now, the body never: as a client whose body is still on
+        // its way when the answer is decided.
+        socket
+            .write_all(b"POST /whoami HTTP/1.1\r\nHost: x\r\nContent-Length: 64\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = vec![0; 4096];
+        let read =
+            tokio::time::timeout(std::time::Duration::from_secs(10), socket.read(&mut answer))
+                .await
+                .expect("answered without the body")
+                .unwrap();
+        let head = String::from_utf8_lossy(&answer[..read]).to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 401"), "{head}");
+        assert!(head.contains("\r\nconnection: close\r\n"), "{head}");
     }
 }

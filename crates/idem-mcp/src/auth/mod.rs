@@ -65,6 +65,7 @@ use std::sync::Arc;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
+pub(crate) use layer::close_unread;
 pub use layer::{AuthLayer, AuthService};
 pub use oauth::OAuthOptions;
 pub use principals::{new_token, Principals};

@@ -249,7 +249,20 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
         Arc::new(LocalSessionManager::default()),
         config,
     );
-    let mut router = axum::Router::new().nest_service("/mcp", service);
+    // rmcp refuses a foreign Origin or Host, an unknown session, before it
+    // reads the body: those answers close the connection, and say so.
+    let mut router =
+        axum::Router::new()
+            .nest_service("/mcp", service)
+            .layer(axum::middleware::map_response(
+                |response: axum::response::Response| async move {
+                    if response.status().is_client_error() {
+                        crate::auth::close_unread(response)
+                    } else {
+                        response
+                    }
+                },
+            ));
     if let Some(auth) = auth {
         // The metadata's routes after the layer: anyone may read where to
         // sign in (RFC 9728).
