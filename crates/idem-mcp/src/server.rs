@@ -180,8 +180,21 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         Ok(self)
     }
 
+    /// How long a call with a record (any write) may run before a client
+    /// that declared the tasks extension is answered with a task, while
+    /// the call goes on; `tasks/get` then says it is working, and gives
+    /// its result once recorded. Ten seconds by default; `None`: every
+    /// call is answered in its request (a read always is). The task's id
+    /// is sealed with [`McpServer::request_state_secret`], so servers
+    /// behind one load balancer read each other's tasks when they share it.
+    pub fn tasks_after(mut self, after: Option<std::time::Duration>) -> Self {
+        self.tools_mut().tasks_after = after;
+        self
+    }
+
     /// `tasks/get` for the tasks its calls answer with (a call that waits
-    /// for an operator's approval, from a client that declared the tasks
+    /// for an operator's approval, or runs longer than
+    /// [`McpServer::tasks_after`], from a client that declared the tasks
     /// extension): the call's state, carried on once it is approved. A
     /// server of your own that serves [`McpServer::tool_router`] forwards
     /// its `ServerHandler::get_task` here, and declares the extension with

@@ -38,7 +38,9 @@ pub use class::{
 pub use ctx::ToolCtx;
 pub use dispatch::{Dispatcher, ToolCall, ToolResult};
 pub use error::{ErrorCode, ErrorKind, IdemError, ToolError};
-pub use executor::{CallMeta, CallOutput, Executor, InFlightPolicy, RepeatWindow, RunContext};
+pub use executor::{
+    CallMeta, CallOutput, ClaimedKey, Executor, InFlightPolicy, RepeatWindow, RunContext,
+};
 pub use key::{IdempotencyKey, KeyError, Namespace};
 pub use record::{Outcome, Record};
 pub use registry::Registry;

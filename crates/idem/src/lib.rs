@@ -114,8 +114,8 @@ pub use idem_runtime::tool::{KeyMaterial, KeySpec, Reconciled, Tool, ToolDef, To
 pub use idem_runtime::dispatch::{Dispatcher, ToolCall, ToolResult};
 pub use idem_runtime::error::{ErrorCode, IdemError};
 pub use idem_runtime::executor::{
-    CallBuilder, CallFuture, CallMeta, CallOutput, Executor, ExecutorBuilder, InFlightPolicy,
-    RepeatWindow, RunContext,
+    CallBuilder, CallFuture, CallMeta, CallOutput, ClaimedKey, Executor, ExecutorBuilder,
+    InFlightPolicy, RepeatWindow, RunContext,
 };
 pub use idem_runtime::registry::Registry;
 

@@ -225,6 +225,38 @@ fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
     assert!(stderr.contains("required"), "{stderr}");
 }
 
+/// `idem proxy [ARGS] -- node SERVER` over stdio, recording in `dir`,
+/// killed after `seconds`: a request left unanswered fails the test, it
+/// does not hang it.
+fn stdio_proxy(
+    dir: &idem_testkit::TempDir,
+    args: &[&std::ffi::OsStr],
+    server: &std::path::Path,
+    seconds: u64,
+) -> std::process::Child {
+    let proxy = Command::new(IDEM)
+        .arg("proxy")
+        .args(args)
+        .args(["--", "node"])
+        .arg(server)
+        .env(
+            "IDEM_STORE",
+            format!("sqlite://{}", dir.path().join("idem.db").display()),
+        )
+        .env("MEMORY_FILE_PATH", dir.path().join("memory.jsonl"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("idem runs");
+    let pid = proxy.id().to_string();
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(seconds));
+        let _ = Command::new("kill").args(["-9", &pid]).status();
+    });
+    proxy
+}
+
 /// A client sending broken lines over stdio (malformed JSON, a `_meta`
 /// of the wrong type, arguments nested too deep) gets an answer for each,
 /// with the request's id where it has one, and the session goes on: no
@@ -238,26 +270,7 @@ fn every_broken_request_over_stdio_is_answered_and_the_session_goes_on() {
         return;
     };
     let dir = idem_testkit::TempDir::new("idem-proxy-broken").unwrap();
-    let mut proxy = Command::new(IDEM)
-        .args(["proxy", "--", "node"])
-        .arg(servers.join("server-memory/dist/index.js"))
-        .env(
-            "IDEM_STORE",
-            format!("sqlite://{}", dir.path().join("idem.db").display()),
-        )
-        .env("MEMORY_FILE_PATH", dir.path().join("memory.jsonl"))
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("idem runs");
-    // Bounded in time: a request left unanswered fails the test, it does
-    // not hang it.
-    let pid = proxy.id().to_string();
-    std::thread::spawn(move || {
-        std::thread::sleep(std::time::Duration::from_secs(30));
-        let _ = Command::new("kill").args(["-9", &pid]).status();
-    });
+    let mut proxy = stdio_proxy(&dir, &[], &servers.join("server-memory/dist/index.js"), 30);
     let deep = format!(
         r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"read_graph","arguments":{{"a":{}{}}}}}}}"#,
         "[".repeat(200),
@@ -296,4 +309,101 @@ fn every_broken_request_over_stdio_is_answered_and_the_session_goes_on() {
         ],
         "{seen:?}"
     );
+}
+
+/// A client that declares MCP's tasks extension, over stdio: a write that
+/// runs longer than `[server] tasks_after` is answered with a task while
+/// it goes on upstream, `tasks/get` says working, then completes with the
+/// upstream's own result; the upstream ran it once.
+#[test]
+fn a_long_write_through_the_proxy_becomes_a_task_that_completes_with_its_result() {
+    use serde_json::{json, Value};
+    use std::io::{BufRead, BufReader, Write};
+    let what = "a_long_write_through_the_proxy_becomes_a_task_that_completes_with_its_result";
+    let Some(servers) = servers() else {
+        idem_testkit::skip(what, SERVERS);
+        return;
+    };
+    let dir = idem_testkit::TempDir::new("idem-proxy-task").unwrap();
+    let config = dir.path().join("proxy.toml");
+    std::fs::write(
+        &config,
+        "[server]\ntasks_after = \"1s\"\n\n[tools.trigger-long-running-operation]\nclass = \"non_idempotent_write\"\n",
+    )
+    .unwrap();
+    let server = servers.join("server-everything/dist/index.js");
+    let mut proxy = stdio_proxy(
+        &dir,
+        &["--config".as_ref(), config.as_os_str()],
+        &server,
+        40,
+    );
+    let mut stdin = proxy.stdin.take().unwrap();
+    let mut lines = BufReader::new(proxy.stdout.take().unwrap()).lines();
+    // The answer to request `id` (notifications and progress skipped).
+    let mut send = |request: Value| -> Value {
+        writeln!(stdin, "{request}").unwrap();
+        let Some(id) = request.get("id").cloned() else {
+            return Value::Null;
+        };
+        loop {
+            let line = lines.next().expect("an answer").unwrap();
+            let answer: Value = serde_json::from_str(&line).unwrap();
+            if answer["id"] == id {
+                return answer;
+            }
+        }
+    };
+    let started = std::time::Instant::now();
+    send(
+        json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+        "clientInfo": {"name": "probe", "version": "1"}}}),
+    );
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "trigger-long-running-operation",
+        "arguments": {"duration": 3, "steps": 3}}});
+    let answered = send(call);
+    let waited = started.elapsed();
+    let task = &answered["result"];
+    let id = task["taskId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a task: {answered}"));
+    assert_eq!(task["status"], "working", "{answered}");
+    assert!(
+        waited < std::time::Duration::from_secs(3),
+        "answered before the call ended: {waited:?}"
+    );
+    let mut polls = 0;
+    let completed = loop {
+        polls += 1;
+        let got = send(
+            json!({"jsonrpc": "2.0", "id": 100 + polls, "method": "tasks/get",
+            "params": {"taskId": id}}),
+        );
+        assert!(got.get("error").is_none(), "{got}");
+        if got["result"]["status"] == "completed" {
+            break got;
+        }
+        assert_eq!(got["result"]["status"], "working", "{got}");
+        assert!(polls < 60, "no completion: {got}");
+        std::thread::sleep(std::time::Duration::from_millis(250));
+    };
+    let text = completed["result"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        text.contains("Long running operation completed"),
+        "{completed}"
+    );
+    assert!(polls > 1, "it was working before it completed");
+    assert_eq!(
+        completed["result"]["result"]["_meta"]["io.idem/deduplicated"],
+        json!(false),
+        "{completed}"
+    );
+    drop(stdin);
+    let _ = proxy.wait();
 }

@@ -65,6 +65,7 @@ use std::sync::Arc;
 use rmcp::service::RequestContext;
 use rmcp::RoleServer;
 
+#[cfg(feature = "proxy")]
 pub(crate) use layer::close_unread;
 pub use layer::{AuthLayer, AuthService};
 pub use oauth::OAuthOptions;

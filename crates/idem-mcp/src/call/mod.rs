@@ -73,6 +73,9 @@ pub(crate) struct Tools<S> {
     /// Whether each tool (same order) was given [`REPEAT_ARGUMENT`].
     repeat: Vec<bool>,
     by_name: HashMap<String, usize>,
+    /// How long a keyed call runs before a client that takes tasks gets
+    /// one (`McpServer::tasks_after`).
+    pub(crate) tasks_after: Option<std::time::Duration>,
 }
 
 impl<S> Clone for Tools<S> {
@@ -89,9 +92,16 @@ impl<S> Clone for Tools<S> {
             keyed: self.keyed.clone(),
             repeat: self.repeat.clone(),
             by_name: self.by_name.clone(),
+            tasks_after: self.tasks_after,
         }
     }
 }
+
+/// How long a keyed call runs before a client that takes tasks is answered
+/// with one, unless the server says otherwise: long enough that most calls
+/// answer in the request, short enough that no client's request timeout
+/// (a minute in the official SDKs) is near.
+pub(crate) const DEFAULT_TASKS_AFTER: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// A `tools/call` request, as the server and the router fragments get it.
 pub(crate) struct Request<'a> {
@@ -116,6 +126,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             keyed: Vec::new(),
             repeat: Vec::new(),
             by_name: HashMap::new(),
+            tasks_after: Some(DEFAULT_TASKS_AFTER),
         };
         tools.define();
         tools
@@ -200,7 +211,10 @@ impl<S: Send + Sync + 'static> Tools<S> {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, CallToolResponse> {
         let prepared = self.prepare(index, request, context).await?;
-        let mut result = self.dispatch_prepared(&prepared, context).await?;
+        let mut result = match self.task_after(index, context) {
+            Some(after) => self.dispatch_or_task(&prepared, after, context).await?,
+            None => self.dispatch_prepared(&prepared, context).await?,
+        };
         // A decision made in this request (asked of the person in the chat)
         // is this call's own answer, not an earlier call's.
         let decided_here = awaiting_approval(&result).is_some();
@@ -416,25 +430,37 @@ impl<S: Send + Sync + 'static> Tools<S> {
         context: &RequestContext<RoleServer>,
     ) -> Result<ToolResult, CallToolResult> {
         let name = call.name.clone();
+        let mut running = self.spawn(call, run, context, None);
+        tokio::select! {
+            biased;
+            joined = &mut running => joined.map_err(|e| panicked(&name, e)),
+            () = context.ct.cancelled() => Err(cancelled(&name)),
+        }
+    }
+
+    /// The call on a task of its own ([`Self::dispatch`]), in the request's
+    /// span (the tool's span is its child); with `claimed`, where its key
+    /// is left once it has one.
+    fn spawn(
+        &self,
+        call: ToolCall,
+        run: RunContext,
+        context: &RequestContext<RoleServer>,
+        claimed: Option<idem_runtime::ClaimedKey>,
+    ) -> tokio::task::JoinHandle<ToolResult> {
         let dispatcher = self.dispatcher.clone();
         let progress = context
             .meta
             .get_progress_token()
             .map(|token| (token, context.peer.clone()));
-        // In the request's span: the tool's span is its child.
-        let mut task = tokio::spawn(
-            REQUEST_PROGRESS
-                .scope(progress, async move {
-                    dispatcher.dispatch_one(call, &run).await
-                })
-                .in_current_span(),
-        );
-        let joined = tokio::select! {
-            biased;
-            joined = &mut task => joined,
-            () = context.ct.cancelled() => return Err(cancelled(&name)),
+        let call = async move {
+            let dispatched = dispatcher.dispatch_one(call, &run);
+            match claimed {
+                Some(claimed) => claimed.scope(dispatched).await,
+                None => dispatched.await,
+            }
         };
-        joined.map_err(|e| panicked(&name, e))
+        tokio::spawn(REQUEST_PROGRESS.scope(progress, call).in_current_span())
     }
 
     /// Who decides `tool`'s approvals.

@@ -8,12 +8,17 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 
-use super::{error_result, Tools};
+use std::time::Duration;
+
+use rmcp::model::CallToolResponse;
+
+use super::{error_result, Prepared, Tools};
+use crate::policy::Keyed;
 use crate::tasks::{self, Ticket};
 use idem_runtime::dispatch::Arguments;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Status;
-use idem_runtime::{IdemError, RunContext, ToolCall, ToolResult};
+use idem_runtime::{ClaimedKey, IdemError, RunContext, ToolCall, ToolResult};
 
 impl<S: Send + Sync + 'static> Tools<S> {
     /// A task for the call awaiting approval under `key`, keyed as this
@@ -51,8 +56,63 @@ impl<S: Send + Sync + 'static> Tools<S> {
             now,
             now,
             &payload,
-            Some(WAITING_FOR_APPROVAL),
+            Some(status_message(record.status())),
         )))
+    }
+
+    /// How long a call of the tool at `index` runs before a client that
+    /// takes tasks is answered with one: never for a read (it has no
+    /// record to read the result from later; it may be called again).
+    pub(super) fn task_after(
+        &self,
+        index: usize,
+        context: &RequestContext<RoleServer>,
+    ) -> Option<Duration> {
+        let takes_tasks = context
+            .client_capabilities()
+            .is_some_and(|c| c.supports_tasks());
+        (takes_tasks && self.keyed[index] != Keyed::Not)
+            .then_some(self.tasks_after)
+            .flatten()
+    }
+
+    /// Dispatch the prepared call, and answer with a task for its record if
+    /// it is still running `after` it started; the call goes on, and
+    /// `tasks/get` reads its outcome from the record once it is there.
+    pub(super) async fn dispatch_or_task(
+        &self,
+        prepared: &Prepared,
+        after: Duration,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<ToolResult, CallToolResponse> {
+        let name = &prepared.call.name;
+        let claimed = ClaimedKey::new();
+        let (call, run) = (prepared.call.clone(), prepared.run.clone());
+        let mut running = self.spawn(call, run, context, Some(claimed.clone()));
+        let done = |joined: Result<ToolResult, tokio::task::JoinError>| {
+            joined.map_err(|e| super::panicked(name, e).into())
+        };
+        tokio::select! {
+            biased;
+            joined = &mut running => return done(joined),
+            () = context.ct.cancelled() => return Err(super::cancelled(name).into()),
+            () = tokio::time::sleep(after) => {}
+        }
+        // Still running, under a key (a call that has not claimed one yet
+        // is waited for as any other).
+        if let Some(key) = claimed.get() {
+            let principal = prepared.principal.as_deref();
+            let (call, run) = (&prepared.call, &prepared.run);
+            if let Some(task) = self.task_for(key, call, run, principal).await {
+                tracing::debug!(tool = %name, "a long call answered with a task");
+                return Err(task.into());
+            }
+        }
+        tokio::select! {
+            biased;
+            joined = &mut running => done(joined),
+            () = context.ct.cancelled() => Err(super::cancelled(name).into()),
+        }
     }
 
     /// `tasks/get`: where the call a task names stands, carried on when
@@ -94,8 +154,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
                 None,
             ),
             Some(record) => match record.status() {
-                Status::AwaitingApproval => (TaskPayload::Working, Some(WAITING_FOR_APPROVAL)),
-                Status::InFlight => (TaskPayload::Working, Some("running")),
+                status @ (Status::AwaitingApproval | Status::InFlight) => {
+                    (TaskPayload::Working, Some(status_message(status)))
+                }
                 _ => match &record.info.args {
                     // Approved: run it once, under its key; decided or
                     // done: answered from the record.
@@ -112,12 +173,16 @@ impl<S: Send + Sync + 'static> Tools<S> {
                             Ok(result) if is_pending(&result) => {
                                 (TaskPayload::Working, Some(WAITING_FOR_APPROVAL))
                             }
-                            Ok(result) => (
-                                completed(
-                                    self.answer(&result, definition, hints, false, true).await,
-                                ),
-                                None,
-                            ),
+                            Ok(mut result) => {
+                                // The task is the call: its result is the
+                                // call's own, not a repeat's, however often
+                                // it is read from the record.
+                                if let Ok(called) = &mut result.result {
+                                    called.meta.deduplicated = false;
+                                }
+                                let answer = self.answer(&result, definition, hints, false, true);
+                                (completed(answer.await), None)
+                            }
                             Err(answer) => (completed(answer), None),
                         };
                         answer
@@ -145,6 +210,14 @@ impl<S: Send + Sync + 'static> Tools<S> {
 
 /// What a task waiting for an approval says.
 const WAITING_FOR_APPROVAL: &str = "waiting for a person's approval; nothing has run yet";
+
+/// What a working task says of its call's record in `status`.
+fn status_message(status: Status) -> &'static str {
+    match status {
+        Status::AwaitingApproval => WAITING_FOR_APPROVAL,
+        _ => "running; its result is recorded when it ends",
+    }
+}
 
 /// Whether a dispatched call is still waiting for a person.
 fn is_pending(result: &ToolResult) -> bool {

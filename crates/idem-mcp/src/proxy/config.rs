@@ -6,6 +6,7 @@
 //! [server]
 //! name = "memory"                   # the records' namespace: mcp/memory
 //! max_argument_bytes = 262144       # larger calls refused (default 65536)
+//! tasks_after = "30s"               # a longer write becomes an MCP task (default 10s; "never")
 //!
 //! [tools.create_entities]
 //! class = "non_idempotent_write"
@@ -57,6 +58,20 @@ pub(super) struct ServerSection {
     /// larger call is refused before anything runs, and the model is told
     /// the limit.
     pub max_argument_bytes: Option<usize>,
+    /// How long a write runs before a client that takes MCP tasks is
+    /// answered with one (default 10s); `"never"`: always in the request.
+    pub tasks_after: Option<String>,
+}
+
+impl ServerSection {
+    /// `tasks_after` as the server takes it (`McpServer::tasks_after`).
+    pub(super) fn tasks_after(&self) -> Option<Duration> {
+        match self.tasks_after.as_deref() {
+            None => Some(crate::call::DEFAULT_TASKS_AFTER),
+            Some("never") => None,
+            Some(text) => idem_runtime::text::parse_duration(text),
+        }
+    }
 }
 
 /// `[tools.NAME]`: what `#[tool]` says of a tool written in Rust.
@@ -122,6 +137,14 @@ impl Config {
     /// Parse the file's text; `path` names it in errors.
     pub(super) fn parse(text: &str, path: &str) -> Result<Config, String> {
         let config: Config = toml::from_str(text).map_err(|e| format!("{path}: {e}"))?;
+        if let Some(value) = &config.server.tasks_after {
+            if value != "never" && idem_runtime::text::parse_duration(value).is_none() {
+                return Err(format!(
+                    "{path}: [server] tasks_after = \"{value}\" is not a duration (10s, 2m) \
+                     nor \"never\""
+                ));
+            }
+        }
         for (pattern, tool) in &config.tools {
             for (what, value) in [("ttl", &tool.ttl), ("timeout", &tool.timeout)] {
                 if let Some(value) = value {

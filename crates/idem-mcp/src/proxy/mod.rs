@@ -162,7 +162,8 @@ where
     }
     let mut server = McpServer::new(dispatcher)
         .with_config(info.clone())
-        .namespace(namespace);
+        .namespace(namespace)
+        .tasks_after(config.server.tasks_after());
     for (tool, approval) in approvers {
         server = server.approver(&tool, approval.into());
     }

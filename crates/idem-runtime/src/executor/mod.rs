@@ -49,6 +49,7 @@ mod attempts;
 mod builder;
 mod call;
 mod claim;
+mod claimed;
 mod flight;
 mod key;
 mod metrics;
@@ -77,6 +78,7 @@ use crate::tool::{Tool, ToolSpec};
 
 pub use builder::{ExecutorBuilder, ExecutorConfig, InFlightPolicy, DEFAULT_LEASE};
 pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunContext};
+pub use claimed::ClaimedKey;
 pub use metrics::MetricsSnapshot;
 use telemetry::Progress;
 #[cfg(feature = "otel")]

@@ -10,7 +10,7 @@ use crate::error::IdemError;
 use crate::store::WaitFor;
 use crate::tool::Tool;
 
-use super::{claim, flight, key, Call, CallOutput, Mode};
+use super::{claim, claimed, flight, key, Call, CallOutput, Mode};
 
 impl<'a, S, T, R> Call<'a, S, T, R>
 where
@@ -59,6 +59,9 @@ where
             // The phases, in a block of their own so that every way out of
             // them (a `return`, a `?`) is told on the span.
             let result = async {
+                if key.window.is_none() {
+                    claimed::note(&key.key);
+                }
                 if local.is_none() {
                     if let Some(answer) = self.lead_or_follow(&key).await {
                         return answer;
@@ -134,6 +137,10 @@ where
                 None if key.window.is_some() => Box::pin(self.env.claim_windowed(key)).await,
                 None => self.env.claim(key).await,
             };
+            if key.window.is_some() {
+                // The window's claim found the effect's key.
+                claimed::note(&key.key);
+            }
             let result = match claimed {
                 Ok(claim::Claimed::Owner(owner)) => {
                     let owner = owner.leading(self.flight.as_ref());

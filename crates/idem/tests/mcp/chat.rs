@@ -17,8 +17,7 @@ use idem::{tools, Dispatcher, Executor, MemoryStore, State, Store, ToolError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ClientCapabilities, ClientConfig,
     ElicitRequestParams, ElicitResult, ElicitationAction, ElicitationCapability,
-    FormElicitationCapability, GetTaskParams, Implementation, ProtocolVersion, RequestMetaObject,
-    TaskPayload, TaskStatus,
+    FormElicitationCapability, Implementation, ProtocolVersion, RequestMetaObject,
 };
 use rmcp::service::{RequestContext, RunningService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, ServiceExt};
@@ -27,14 +26,14 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 #[derive(Clone, Default)]
-struct World {
-    charges: Arc<AtomicUsize>,
-    emails: Arc<AtomicUsize>,
-    deletions: Arc<AtomicUsize>,
+pub struct World {
+    pub charges: Arc<AtomicUsize>,
+    pub emails: Arc<AtomicUsize>,
+    pub deletions: Arc<AtomicUsize>,
 }
 
 impl World {
-    fn count(counter: &AtomicUsize) -> usize {
+    pub fn count(counter: &AtomicUsize) -> usize {
         counter.load(Ordering::SeqCst)
     }
 }
@@ -82,12 +81,12 @@ async fn delete_account(args: Account, State(world): State<World>) -> Result<Str
 
 /// A server on an in-memory store whose approval policy leaves every
 /// deletion to a person.
-fn server(world: &World) -> (McpServer<World>, Arc<dyn Store>) {
+pub fn server(world: &World) -> (McpServer<World>, Arc<dyn Store>) {
     server_on(world, None)
 }
 
 /// [`server`], on `clock` when given.
-fn server_on(
+pub fn server_on(
     world: &World,
     clock: Option<Arc<idem::clock::ManualClock>>,
 ) -> (McpServer<World>, Arc<dyn Store>) {
@@ -114,7 +113,7 @@ fn server_on(
 /// A chat client: answers approval questions as `answer` says (when it
 /// declares elicitation), and keeps what it was asked.
 #[derive(Clone)]
-struct Chat {
+pub struct Chat {
     answer: Option<ElicitationAction>,
     asked: Arc<Mutex<Vec<String>>>,
     /// Declares the tasks extension.
@@ -130,7 +129,7 @@ impl Chat {
         }
     }
 
-    fn without_elicitation() -> Chat {
+    pub fn without_elicitation() -> Chat {
         Chat {
             answer: None,
             asked: Arc::default(),
@@ -138,7 +137,7 @@ impl Chat {
         }
     }
 
-    fn taking_tasks() -> Chat {
+    pub fn taking_tasks() -> Chat {
         Chat {
             tasks: true,
             ..Chat::without_elicitation()
@@ -183,9 +182,9 @@ impl ClientHandler for Chat {
     }
 }
 
-type Client = RunningService<RoleClient, Chat>;
+pub type Client = RunningService<RoleClient, Chat>;
 
-async fn connect(server: McpServer<World>, chat: Chat) -> Client {
+pub async fn connect(server: McpServer<World>, chat: Chat) -> Client {
     let (client_io, server_io) = tokio::io::duplex(64 * 1024);
     tokio::spawn(async move {
         if let Ok(running) = server.serve(server_io).await {
@@ -212,27 +211,27 @@ fn charge(meta: Value) -> CallToolRequestParams {
     )
 }
 
-fn words(result: &CallToolResult) -> &str {
+pub fn words(result: &CallToolResult) -> &str {
     &result.content[0].as_text().expect("text").text
 }
 
-fn deduplicated(result: &CallToolResult) -> bool {
+pub fn deduplicated(result: &CallToolResult) -> bool {
     result.meta.as_ref().unwrap()[DEDUPLICATED_META] == true
 }
 
-fn code(result: &CallToolResult) -> Value {
+pub fn code(result: &CallToolResult) -> Value {
     result.meta.as_ref().unwrap()[ERROR_META]["code"].clone()
 }
 
 /// What the operator decides about the one call awaiting approval.
-enum Decision {
+pub enum Decision {
     Approve,
     Deny(&'static str),
 }
 
 /// An operator (`idem approve`, the inbox) decides the one call awaiting
 /// approval in `store`.
-async fn operator_decides(store: &Arc<dyn Store>, decision: Decision) {
+pub async fn operator_decides(store: &Arc<dyn Store>, decision: Decision) {
     let operator = idem::operator::Operator::new(store.clone());
     let record = operator
         .list(&Filter::default(), None, 10)
@@ -358,7 +357,7 @@ async fn a_charge_with_no_ids_at_all_is_one_effect_and_the_json_rpc_id_is_never_
 // ---------------------------------------------------------------------------
 // Approvals asked of the person in the chat
 
-fn delete(meta: Value) -> CallToolRequestParams {
+pub fn delete(meta: Value) -> CallToolRequestParams {
     call("delete_account", json!({"customer": "ada"}), meta)
 }
 
@@ -637,101 +636,6 @@ async fn on_the_newest_protocol_a_declined_question_denies_and_a_cancelled_one_s
     let again = finished(&client, bob()).await;
     assert_eq!(code(&again), "approval_pending");
     assert_eq!(World::count(&world.deletions), 0);
-}
-
-// ---------------------------------------------------------------------------
-// Long waits as Tasks
-
-fn task_of(response: CallToolResponse) -> String {
-    match response {
-        CallToolResponse::Task(created) => {
-            assert_eq!(created.task.status, TaskStatus::Working);
-            created.task.task_id
-        }
-        other => panic!("expected a task, got {other:?}"),
-    }
-}
-
-async fn poll(client: &Client, id: &str) -> (TaskStatus, Option<CallToolResult>) {
-    let got = client.get_task(GetTaskParams::new(id)).await.unwrap();
-    let result = match &got.task.payload {
-        TaskPayload::Completed { result } => {
-            Some(serde_json::from_value(Value::Object(result.clone())).unwrap())
-        }
-        _ => None,
-    };
-    (got.task.status(), result)
-}
-
-#[tokio::test]
-async fn a_call_waiting_for_an_operator_is_a_task_that_completes_once_when_approved() {
-    let world = World::default();
-    let (server, store) = server(&world);
-    let client = connect(server, Chat::taking_tasks()).await;
-
-    let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
-    let (status, _) = poll(&client, &id).await;
-    assert_eq!(status, TaskStatus::Working);
-    assert_eq!(World::count(&world.deletions), 0);
-
-    // Persisted before the answer: the operator sees it and approves it.
-    operator_decides(&store, Decision::Approve).await;
-
-    let (status, result) = poll(&client, &id).await;
-    assert_eq!(status, TaskStatus::Completed);
-    assert_eq!(words(&result.unwrap()), "deleted ada");
-    // Polled again, or the call repeated: the same deletion.
-    let (_, again) = poll(&client, &id).await;
-    assert_eq!(words(&again.unwrap()), "deleted ada");
-    assert!(deduplicated(
-        &client.call_tool(delete(json!({}))).await.unwrap()
-    ));
-    assert_eq!(World::count(&world.deletions), 1);
-}
-
-#[tokio::test]
-async fn a_denied_task_completes_with_the_denial_and_a_forged_id_is_refused() {
-    let world = World::default();
-    let (server, store) = server(&world);
-    let client = connect(server, Chat::taking_tasks()).await;
-    let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
-    operator_decides(&store, Decision::Deny("ada asked to keep her account")).await;
-    let (status, result) = poll(&client, &id).await;
-    assert_eq!(status, TaskStatus::Completed);
-    let result = result.unwrap();
-    assert_eq!(code(&result), "approval_denied");
-    assert!(
-        words(&result).contains("keep her account"),
-        "{}",
-        words(&result)
-    );
-
-    let forged = client
-        .get_task(GetTaskParams::new(format!("{id}x")))
-        .await
-        .unwrap_err();
-    assert!(
-        forged.to_string().contains("does not know task"),
-        "{forged}"
-    );
-    assert_eq!(World::count(&world.deletions), 0);
-}
-
-#[tokio::test]
-async fn an_approval_that_lands_long_after_the_window_still_runs_the_task_once() {
-    let world = World::default();
-    let clock = Arc::new(idem::clock::ManualClock::new(1_796_083_200_000));
-    let (server, store) = server_on(&world, Some(clock.clone()));
-    let client = connect(server, Chat::taking_tasks()).await;
-    let id = task_of(client.call_tool_once(delete(json!({}))).await.unwrap());
-
-    // The operator gets to it an hour later: six windows on.
-    clock.advance(std::time::Duration::from_secs(3600));
-    operator_decides(&store, Decision::Approve).await;
-    let (status, result) = poll(&client, &id).await;
-    assert_eq!(status, TaskStatus::Completed);
-    assert_eq!(words(&result.unwrap()), "deleted ada");
-    assert_eq!(World::count(&world.deletions), 1);
 }
 
 #[tokio::test]

@@ -24,4 +24,5 @@ mod python;
 mod rmcp_router;
 #[cfg(feature = "sqlite")]
 mod secrets;
+mod tasks;
 mod tools_list;
