@@ -48,7 +48,15 @@
 //! tests: with `IDEM_DEMO_LEDGER=FILE` the demo's providers append one JSON
 //! line per effect to FILE; `IDEM_DEMO_REPEAT_WINDOW=SECONDS` shortens the
 //! ten-minute window; `IDEM_DEMO_SLOW_CHARGE_MS=N` makes the payment
-//! provider answer N ms after each charge.
+//! provider answer N ms after each charge; `IDEM_DEMO_TASKS_AFTER_MS=N`
+//! answers a write still running after N ms with an MCP task (ten seconds
+//! otherwise).
+//!
+//! Several instances behind one load balancer, on one shared store
+//! (PostgreSQL, Redis), are one server to their clients when they share
+//! `--state-secret-file FILE` (32 bytes or more, e.g. `head -c 32
+//! /dev/urandom > FILE`): an approval question asked by one is answered
+//! through another, and a task made by one is read on another.
 
 #![allow(unreachable_pub)] // `pub` for the other modules of this target
 mod common;
@@ -154,6 +162,13 @@ fn number_from_env(name: &str) -> Result<Option<u64>, String> {
     }
 }
 
+/// Where to serve, who may call over HTTP, and the secret shared with the
+/// other instances behind one balancer.
+struct Args {
+    serve: Serve,
+    state_secret: Option<PathBuf>,
+}
+
 /// Where to serve, and who may call over HTTP.
 enum Serve {
     Stdio,
@@ -170,13 +185,15 @@ struct AuthArgs {
 }
 
 const USAGE: &str = "usage: mcp_server [--http ADDRESS [--principals FILE] \
-                     [--oauth-issuer URL --oauth-resource URL [--oauth-jwks URL]]]";
+                     [--oauth-issuer URL --oauth-resource URL [--oauth-jwks URL]]] \
+                     [--state-secret-file FILE]";
 
 /// The command line: nothing (stdio) or `--http ADDRESS` with who may call.
-fn serve_from_args() -> Result<Serve, String> {
+fn from_args() -> Result<Args, String> {
     let mut args = std::env::args().skip(1);
     let mut address = None;
     let mut auth = AuthArgs::default();
+    let mut state_secret = None;
     while let Some(flag) = args.next() {
         let mut value = |what: &str| args.next().ok_or_else(|| format!("{flag} needs {what}"));
         match flag.as_str() {
@@ -187,6 +204,9 @@ fn serve_from_args() -> Result<Serve, String> {
             "--oauth-issuer" => auth.oauth_issuer = Some(value("the issuer's URL")?),
             "--oauth-resource" => auth.oauth_resource = Some(value("this server's URL")?),
             "--oauth-jwks" => auth.oauth_jwks = Some(value("the issuer's key set URL")?),
+            "--state-secret-file" => {
+                state_secret = Some(value("a file of 32 bytes or more")?.into())
+            }
             _ => return Err(USAGE.into()),
         }
     }
@@ -194,12 +214,18 @@ fn serve_from_args() -> Result<Serve, String> {
         if !auth.is_empty() {
             return Err("--principals and --oauth-* are for --http".into());
         }
-        return Ok(Serve::Stdio);
+        return Ok(Args {
+            serve: Serve::Stdio,
+            state_secret,
+        });
     };
     let address = address.parse().map_err(|_| {
         format!("`{address}` is not an address to listen on; write it as 127.0.0.1:8931")
     })?;
-    Ok(Serve::Http { address, auth })
+    Ok(Args {
+        serve: Serve::Http { address, auth },
+        state_secret,
+    })
 }
 
 impl AuthArgs {
@@ -246,7 +272,10 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), String> {
-    let serve = serve_from_args()?;
+    let Args {
+        serve,
+        state_secret,
+    } = from_args()?;
     let auth = match &serve {
         Serve::Http { auth, .. } => auth.authenticator().await?,
         Serve::Stdio => None,
@@ -303,6 +332,18 @@ async fn run() -> Result<(), String> {
     if auth.is_some() {
         // Each caller's records in a namespace of their own.
         idem_tools = idem_tools.principal_from_auth();
+    }
+    if let Some(path) = &state_secret {
+        // Instances behind one balancer seal approval questions and tasks
+        // with one secret, so that each reads the others'.
+        let secret = std::fs::read(path)
+            .map_err(|e| format!("--state-secret-file {}: {e}", path.display()))?;
+        idem_tools = idem_tools
+            .request_state_secret(&secret)
+            .map_err(|e| format!("--state-secret-file {}: {e}", path.display()))?;
+    }
+    if let Some(ms) = number_from_env("IDEM_DEMO_TASKS_AFTER_MS")? {
+        idem_tools = idem_tools.tasks_after(Some(Duration::from_millis(ms)));
     }
     let server = DemoServer {
         store: described.clone(),

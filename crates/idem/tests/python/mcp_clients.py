@@ -11,7 +11,9 @@ reads. Exits non-zero on the first broken expectation.
 Arguments name the transports (`stdio`, `http`; both by default).
 IDEM_MCP_CASES names cases to run alone instead: `principals_over_http`
 (its own test, which passes the principals file in IDEM_MCP_PRINCIPALS
-and the callers' tokens, a JSON object, in IDEM_MCP_TOKENS).
+and the callers' tokens, a JSON object, in IDEM_MCP_TOKENS),
+`oauth_over_http` (an issuer this script serves) and `two_instances`
+(two servers on the PostgreSQL server IDEM_TWO_INSTANCES_STORE names).
 """
 
 import asyncio
@@ -28,7 +30,12 @@ from pathlib import Path
 
 from mcp import Client, StdioServerParameters, types
 
+# The loopback OAuth issuer, shared with `idem proxy`'s cases.
+sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "idem-testkit" / "python"))
+from oauth_issuer import Issuer  # noqa: E402
+
 EXAMPLE = os.environ["IDEM_MCP_EXAMPLE"]
+ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 def say(text: str) -> None:
@@ -277,6 +284,26 @@ async def dropped_stream() -> None:
         say(f"re-sent -> one charge; the model reads:\n  {reads(again)}")
 
 
+async def callers_apart(server: "Example", token_of, alice: str, bob: str) -> None:
+    """The same unkeyed charge by `alice`, by her again and by `bob`, each
+    with the bearer token `token_of(name)`: her repeat is hers, his charge
+    his own."""
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    async def charge_as(name: str) -> types.CallToolResult:
+        http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token_of(name)}"}, timeout=30)
+        async with http, Client(streamable_http_client(server.url, http_client=http)) as client:
+            return await client.call_tool("charge_card", CHARGE)
+
+    results = [await charge_as(name) for name in (alice, alice, bob)]
+    flags = [r.meta["io.idem/deduplicated"] for r in results]
+    say(f"charge_card with no ids as {alice}, {alice} again, {bob} -> deduplicated {flags}")
+    check(flags == [False, True, False], f"alice's repeat is hers; bob's charge is his own: {flags}")
+    check(results[0].meta["io.idem/key"] != results[2].meta["io.idem/key"], "their records are apart")
+    check(server.effects("charge") == 2, f"two charges, one each: {server.effects('charge')}")
+
+
 async def principals_over_http() -> None:
     say("\n## HTTP with --principals: alice and bob make the same call, each gets their own effect")
     import httpx2
@@ -311,23 +338,149 @@ async def principals_over_http() -> None:
                 check(tokens["alice"] not in answer.text + challenge, "no token in the answer")
         check(server.effects("charge") == 0, "nothing ran for a refused request")
 
-        async def charge_as(name: str) -> types.CallToolResult:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=30)
-            async with http, Client(streamable_http_client(server.url, http_client=http)) as client:
-                return await client.call_tool("charge_card", CHARGE)
-
-        alice = await charge_as("alice")
-        alice_again = await charge_as("alice")
-        bob = await charge_as("bob")
-        flags = [r.meta["io.idem/deduplicated"] for r in (alice, alice_again, bob)]
-        say(f"charge_card with no ids as alice, alice again, bob -> deduplicated {flags}")
-        check(flags == [False, True, False], f"alice's repeat is hers; bob's charge is his own: {flags}")
-        check(alice.meta["io.idem/key"] != bob.meta["io.idem/key"], "alice's and bob's records are apart")
-        check(server.effects("charge") == 2, f"two charges, one each: {server.effects('charge')}")
+        await callers_apart(server, lambda name: tokens[name], "alice", "bob")
         say("-> two charges: alice's once, bob's his own")
 
 
-CASES = {"principals_over_http": principals_over_http}
+async def oauth_over_http() -> None:
+    say("\n## HTTP with --oauth-issuer: two JWT subjects make the same call, each gets their own effect")
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    resource = "https://mcp.example.test/mcp"
+    issuer = Issuer()
+    try:
+        args = ("--oauth-issuer", issuer.url, "--oauth-resource", resource)
+        async with example("http", *args) as server:
+            base = server.url.rsplit("/mcp", 1)[0]
+            async with httpx2.AsyncClient(timeout=10) as raw:
+                metadata = await raw.get(base + "/.well-known/oauth-protected-resource/mcp")
+                say(f"GET /.well-known/oauth-protected-resource/mcp -> HTTP {metadata.status_code} {metadata.text}")
+                check(metadata.status_code == 200 and metadata.json()["authorization_servers"] == [issuer.url], metadata.text)
+                initialize = {
+                    "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                    "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "probe", "version": "1"}},
+                }
+                for what, token in [
+                    ("no token", None),
+                    ("a token for another resource", issuer.token("alice", "https://other.example.test/mcp")),
+                    ("an expired token", issuer.token("alice", resource, expires_in=-3600)),
+                    ("a token signed by a key the issuer does not publish", issuer.token("alice", resource, key=issuer.stranger)),
+                ]:
+                    headers = {**ACCEPT, **({"Authorization": f"Bearer {token}"} if token else {})}
+                    answer = await raw.post(server.url, json=initialize, headers=headers)
+                    challenge = answer.headers.get("www-authenticate", "")
+                    say(f"{what} -> HTTP {answer.status_code}; WWW-Authenticate: {challenge[:110]}…")
+                    check(answer.status_code == 401, f"{what}: {answer.status_code}")
+                    check("resource_metadata=" in challenge, f"the 401 points to the metadata: {challenge}")
+            check(server.effects("charge") == 0, "nothing ran for a refused request")
+
+            # A fresh token each time: the subject is the caller, not the token.
+            token = lambda subject: issuer.token(subject, resource)  # noqa: E731
+            await callers_apart(server, token, "alice@example.test", "bob@example.test")
+    finally:
+        issuer.close()
+
+
+async def rpc(http, url: str, message: dict, session: str | None = None) -> tuple[dict | None, str | None]:
+    """POST one JSON-RPC message over streamable HTTP, by hand (the SDK's
+    client does not take MCP tasks): the answer (from JSON or the event
+    stream) and the session id."""
+    headers = {**ACCEPT, **({"mcp-session-id": session} if session else {})}
+    answer = await http.post(url, json=message, headers=headers)
+    check(answer.status_code in (200, 202), f"{message.get('method')}: HTTP {answer.status_code} {answer.text[:200]}")
+    session = answer.headers.get("mcp-session-id", session)
+    if "id" not in message:
+        return None, session
+    if answer.headers.get("content-type", "").startswith("application/json"):
+        return answer.json(), session
+    for line in answer.text.splitlines():
+        if line.startswith("data:") and line[5:].strip():
+            data = json.loads(line[5:])
+            if data.get("id") == message["id"]:
+                return data, session
+    raise AssertionError(f"no answer to {message['method']}: {answer.text[:300]}")
+
+
+async def task_session(http, url: str) -> str:
+    """A session that declared MCP's tasks extension."""
+    _, session = await rpc(http, url, {
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18",
+                   "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
+                   "clientInfo": {"name": "tasks-probe", "version": "1"}},
+    })
+    await rpc(http, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    return session
+
+
+async def two_instances() -> None:
+    say("\n## two example servers on one PostgreSQL, sharing --state-secret-file: one server to their clients")
+    import httpx2
+
+    # A schema of its own: a store no earlier run wrote to.
+    server = os.environ["IDEM_TWO_INSTANCES_STORE"]
+    store = f"{server}{'&' if '?' in server else '?'}schema=example_two_{os.getpid()}_{int(time.time())}"
+    secret = Path(tempfile.mkdtemp(prefix="idem-mcp-secret-")) / "state.secret"
+    secret.write_bytes(os.urandom(32))
+    knobs = {"IDEM_STORE": store, "IDEM_DEMO_SLOW_CHARGE_MS": "800", "IDEM_DEMO_TASKS_AFTER_MS": "200"}
+    async with example("http", "--state-secret-file", str(secret), **knobs) as a:
+        async with example("http", "--state-secret-file", str(secret), **knobs, IDEM_DEMO_LEDGER=str(a.ledger)) as b:
+            # A program's call to one, its retry (the same key) to the other.
+            keyed = {"io.idem/idempotencyKey": "order-7"}
+            async with a.client() as client:
+                first = await client.call_tool("charge_card", CHARGE, meta=keyed)
+            async with b.client() as client:
+                retried = await client.call_tool("charge_card", CHARGE, meta=keyed)
+            say(f"charge_card keyed order-7 on A, retried on B -> deduplicated {retried.meta['io.idem/deduplicated']}")
+            check(not first.is_error and retried.meta["io.idem/deduplicated"], reads(retried))
+            check(a.effects("charge") == 1, f"one charge: {a.effects('charge')}")
+
+            # Asked on A of a client that cannot ask its user; approved in
+            # the chat on B; A's repeat is answered from the record.
+            async with a.client() as client:
+                pending = await client.call_tool("delete_account", {"customer": "erin"})
+            yes = Person("accept")
+            async with b.client(elicitation_callback=yes) as client:
+                approved = await client.call_tool("delete_account", {"customer": "erin"})
+            async with a.client() as client:
+                again = await client.call_tool("delete_account", {"customer": "erin"})
+            say(f"delete_account pending on A -> approved in the chat on B ({reads(approved)!r}) -> A's repeat deduplicated {again.meta.get('io.idem/deduplicated')}")
+            check(pending.is_error and not approved.is_error, f"{reads(pending)!r} / {reads(approved)!r}")
+            check(again.meta.get("io.idem/deduplicated") is True, reads(again))
+            check(a.effects("delete") == 1, f"deleted once: {a.effects('delete')}")
+
+            # A long charge made a task on A; the task read on B.
+            async with httpx2.AsyncClient(timeout=30) as http:
+                on_a = await task_session(http, a.url)
+                made, _ = await rpc(http, a.url, {
+                    "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "charge_card", "arguments": {"customer": "fay", "cents": 1200}},
+                }, on_a)
+                task = made["result"]
+                say(f"a 0.8 s charge on A -> {task.get('resultType')} {task.get('status')}: {task.get('statusMessage')!r}")
+                check(task.get("resultType") == "task" and task["status"] == "working", json.dumps(made)[:300])
+                on_b = await task_session(http, b.url)
+                for n in range(40):
+                    got, _ = await rpc(http, b.url, {
+                        "jsonrpc": "2.0", "id": 10 + n, "method": "tasks/get", "params": {"taskId": task["taskId"]},
+                    }, on_b)
+                    check("error" not in got, json.dumps(got)[:300])
+                    if got["result"]["status"] == "completed":
+                        break
+                    await asyncio.sleep(0.25)
+                result = got["result"]
+                text = result["result"]["content"][0]["text"]
+                say(f"tasks/get on B, {n + 1} polls -> {result['status']}: {text!r}")
+                check(result["status"] == "completed" and "1200" in text, json.dumps(got)[:300])
+                check(a.effects("charge") == 2, f"fay charged once: {a.effects('charge')}")
+
+
+CASES = {
+    "principals_over_http": principals_over_http,
+    "oauth_over_http": oauth_over_http,
+    "two_instances": two_instances,
+}
 
 
 async def main() -> None:
