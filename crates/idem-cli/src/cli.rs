@@ -181,6 +181,12 @@ pub(crate) struct ProxyArgs {
         conflicts_with = "upstream_token_file"
     )]
     pub upstream_token_env: Option<String>,
+    /// A file of at least 32 random bytes (`head -c 32 /dev/urandom`)
+    /// that seals approval questions and MCP tasks. Every instance behind
+    /// one load balancer names the same file, so each reads what the
+    /// others sealed; by default each process makes its own.
+    #[arg(long, value_name = "FILE")]
+    pub state_secret_file: Option<std::path::PathBuf>,
     /// The upstream MCP server's command and its arguments, after `--`.
     #[arg(
         last = true,

@@ -150,6 +150,7 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
         upstream: args.upstream.clone(),
         upstream_token_file: args.upstream_token_file.clone(),
         upstream_token_env: args.upstream_token_env.clone(),
+        state_secret_file: args.state_secret_file.clone(),
         command: args.command.clone(),
     };
     idem_mcp::proxy::run(&options, || idem::store::connect(url))

@@ -29,9 +29,10 @@ from pathlib import Path
 
 from mcp import Client, StdioServerParameters, types
 
-# The loopback OAuth issuer, shared with the example server's cases.
+# The loopback OAuth issuer and MCP by hand, shared with the example server's cases.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "idem-testkit" / "python"))
 from oauth_issuer import Issuer  # noqa: E402
+from raw_mcp import poll_task, rpc, task_session  # noqa: E402
 
 IDEM = os.environ["IDEM_BIN"]
 SERVERS = Path(os.environ["IDEM_MCP_SERVERS"])
@@ -558,9 +559,12 @@ async def two_instances() -> None:
         upstream = SlowUpstream(here)
         upstream.start()
         env = {**os.environ, "IDEM_STORE": store}
+        secret = here.dir / "state.secret"
+        secret.write_bytes(os.urandom(32))
         instances = [
             serving([IDEM, "proxy", "--listen", "127.0.0.1:0", "--principals", str(principals),
-                     "--config", str(config), "--upstream", upstream.url], env)
+                     "--config", str(config), "--state-secret-file", str(secret),
+                     "--upstream", upstream.url], env)
             for _ in range(2)
         ]
         balancer = Balancer([url.rsplit("/mcp", 1)[0] for _, url in instances])
@@ -589,6 +593,28 @@ async def two_instances() -> None:
                 check(not ran.is_error and again.meta.get("io.idem/deduplicated") is True, f"{reads(ran)!r} / {reads(again)!r}")
                 runs = [s for s in upstream.starts() if f" {keying} " in s + " "]
                 check(len(runs) == 1, f"{keying}: the upstream ran it once: {upstream.starts()}")
+
+            # A client that takes MCP tasks: the task made through one
+            # instance is carried on through the other (one state secret).
+            auth = {"Authorization": f"Bearer {token}"}
+            (_, a_url), (_, b_url) = instances
+            async with httpx2.AsyncClient(timeout=30) as http:
+                on_a = await task_session(http, a_url, auth)
+                made, _ = await rpc(http, a_url, {
+                    "jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                    "params": {"name": "append", "arguments": {"line": "tasked"}},
+                }, on_a, auth)
+                task = made["result"]
+                say(f"tasks: asked through A -> {task.get('resultType')} {task.get('status')}: {task.get('statusMessage')!r}")
+                check(task.get("resultType") == "task" and task["status"] == "working", json.dumps(made)[:300])
+                here.idem("approve", task["_meta"]["io.idem/key"], "--by", "ops")
+                on_b = await task_session(http, b_url, auth)
+                result, polls = await poll_task(http, b_url, on_b, task["taskId"], auth)
+                say(f"tasks: approved; tasks/get through B, {polls} poll(s) -> {result['status']}: {result['result']['content'][0]['text']!r}")
+                check(not result["result"].get("isError"), json.dumps(result)[:300])
+                check(result["result"]["content"][0]["text"] == "appended tasked", "the upstream's result as it came")
+                runs = [s for s in upstream.starts() if " tasked" in s]
+                check(len(runs) == 1, f"tasked: the upstream ran it once: {upstream.starts()}")
         finally:
             balancer.close()
             for process, _ in instances:

@@ -51,13 +51,11 @@ impl<S: Send + Sync + 'static> Tools<S> {
         };
         let id = self.states.seal_ticket(&ticket, principal);
         let payload = TaskPayload::Working;
-        Some(CreateTaskResult::new(tasks::task(
-            id,
-            now,
-            now,
-            &payload,
-            Some(status_message(record.status())),
-        )))
+        let message = Some(status_message(record.status()));
+        let mut created = CreateTaskResult::new(tasks::task(id, now, now, &payload, message));
+        // The record's key, as on every answer: an operator's handle on it.
+        created.meta = Some(super::result_meta(false, Some(key.as_str())));
+        Some(created)
     }
 
     /// How long a call of the tool at `index` runs before a client that

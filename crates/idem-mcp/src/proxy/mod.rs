@@ -83,6 +83,17 @@ where
         }
         None => Config::default(),
     };
+    let state_secret = match &args.state_secret_file {
+        Some(path) => Some(std::fs::read(path).map_err(|e| {
+            ProxyError::Config(format!("--state-secret-file {}: {e}", path.display()))
+        })?),
+        None => None,
+    };
+    if let Some(secret) = &state_secret {
+        // Checked before anything starts.
+        crate::ask::States::with_secret(secret)
+            .map_err(|e| ProxyError::Config(format!("--state-secret-file: {e}")))?;
+    }
     let source = match &args.upstream {
         Some(url) => {
             http::check_url(url)?;
@@ -164,6 +175,11 @@ where
         .with_config(info.clone())
         .namespace(namespace)
         .tasks_after(config.server.tasks_after());
+    if let Some(secret) = &state_secret {
+        server = server
+            .request_state_secret(secret)
+            .map_err(|e| ProxyError::Config(format!("--state-secret-file: {e}")))?;
+    }
     for (tool, approval) in approvers {
         server = server.approver(&tool, approval.into());
     }
@@ -488,7 +504,19 @@ impl ServerHandler for Proxy {
         request: GetTaskParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetTaskResult, ErrorData> {
-        self.idem.get_task(request, context).await
+        let mut got = self.idem.get_task(request, context).await?;
+        // A completed task's result is the upstream's, as `call_tool`
+        // answers it.
+        if let rmcp::model::TaskPayload::Completed { result } = &mut got.task.payload {
+            let ours = serde_json::from_value(Value::Object(std::mem::take(result)))
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            if let CallToolResponse::Complete(theirs) = restore(CallToolResponse::Complete(ours)) {
+                if let Ok(Value::Object(object)) = serde_json::to_value(theirs) {
+                    *result = object;
+                }
+            }
+        }
+        Ok(got)
     }
 
     async fn list_resources(

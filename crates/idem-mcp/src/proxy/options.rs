@@ -50,6 +50,11 @@ pub struct ProxyOptions {
     pub upstream_token_file: Option<PathBuf>,
     /// An environment variable holding that token.
     pub upstream_token_env: Option<String>,
+    /// A file of at least 32 bytes that seals approval questions and
+    /// tasks: every instance behind one load balancer names the same, so
+    /// that each reads what the others sealed. By default each process
+    /// makes its own.
+    pub state_secret_file: Option<PathBuf>,
     /// The upstream MCP server's command and its arguments.
     pub command: Vec<String>,
 }

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem::mcp::{McpServer, DEDUPLICATED_META};
+use idem::mcp::{McpServer, DEDUPLICATED_META, KEY_META};
 use idem::{tools, Dispatcher, Executor, MemoryStore, State, Store, ToolError};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, GetTaskParams, TaskPayload, TaskStatus,
@@ -172,14 +172,16 @@ async fn a_long_write_becomes_a_task_that_completes_once_with_the_calls_own_resu
     )
     .await;
 
-    let created = match client
+    let (created, meta) = match client
         .call_tool_once(report("export_report"))
         .await
         .unwrap()
     {
-        CallToolResponse::Task(created) => created.task,
+        CallToolResponse::Task(created) => (created.task, created.meta.unwrap()),
         other => panic!("expected a task, got {other:?}"),
     };
+    // The record's key, as on every answer.
+    assert!(meta.0[KEY_META].as_str().is_some(), "{meta:?}");
     assert_eq!(created.status, TaskStatus::Working);
     assert!(
         created

@@ -30,12 +30,12 @@ from pathlib import Path
 
 from mcp import Client, StdioServerParameters, types
 
-# The loopback OAuth issuer, shared with `idem proxy`'s cases.
+# The loopback OAuth issuer and MCP by hand, shared with `idem proxy`'s cases.
 sys.path.insert(0, str(Path(__file__).resolve().parents[3] / "idem-testkit" / "python"))
 from oauth_issuer import Issuer  # noqa: E402
+from raw_mcp import ACCEPT, poll_task, rpc, task_session  # noqa: E402
 
 EXAMPLE = os.environ["IDEM_MCP_EXAMPLE"]
-ACCEPT = {"Accept": "application/json, text/event-stream"}
 
 
 def say(text: str) -> None:
@@ -382,38 +382,6 @@ async def oauth_over_http() -> None:
         issuer.close()
 
 
-async def rpc(http, url: str, message: dict, session: str | None = None) -> tuple[dict | None, str | None]:
-    """POST one JSON-RPC message over streamable HTTP, by hand (the SDK's
-    client does not take MCP tasks): the answer (from JSON or the event
-    stream) and the session id."""
-    headers = {**ACCEPT, **({"mcp-session-id": session} if session else {})}
-    answer = await http.post(url, json=message, headers=headers)
-    check(answer.status_code in (200, 202), f"{message.get('method')}: HTTP {answer.status_code} {answer.text[:200]}")
-    session = answer.headers.get("mcp-session-id", session)
-    if "id" not in message:
-        return None, session
-    if answer.headers.get("content-type", "").startswith("application/json"):
-        return answer.json(), session
-    for line in answer.text.splitlines():
-        if line.startswith("data:") and line[5:].strip():
-            data = json.loads(line[5:])
-            if data.get("id") == message["id"]:
-                return data, session
-    raise AssertionError(f"no answer to {message['method']}: {answer.text[:300]}")
-
-
-async def task_session(http, url: str) -> str:
-    """A session that declared MCP's tasks extension."""
-    _, session = await rpc(http, url, {
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18",
-                   "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}}},
-                   "clientInfo": {"name": "tasks-probe", "version": "1"}},
-    })
-    await rpc(http, url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
-    return session
-
-
 async def two_instances() -> None:
     say("\n## two example servers on one PostgreSQL, sharing --state-secret-file: one server to their clients")
     import httpx2
@@ -461,18 +429,10 @@ async def two_instances() -> None:
                 say(f"a 0.8 s charge on A -> {task.get('resultType')} {task.get('status')}: {task.get('statusMessage')!r}")
                 check(task.get("resultType") == "task" and task["status"] == "working", json.dumps(made)[:300])
                 on_b = await task_session(http, b.url)
-                for n in range(40):
-                    got, _ = await rpc(http, b.url, {
-                        "jsonrpc": "2.0", "id": 10 + n, "method": "tasks/get", "params": {"taskId": task["taskId"]},
-                    }, on_b)
-                    check("error" not in got, json.dumps(got)[:300])
-                    if got["result"]["status"] == "completed":
-                        break
-                    await asyncio.sleep(0.25)
-                result = got["result"]
+                result, polls = await poll_task(http, b.url, on_b, task["taskId"])
                 text = result["result"]["content"][0]["text"]
-                say(f"tasks/get on B, {n + 1} polls -> {result['status']}: {text!r}")
-                check(result["status"] == "completed" and "1200" in text, json.dumps(got)[:300])
+                say(f"tasks/get on B, {polls} polls -> {result['status']}: {text!r}")
+                check("1200" in text, json.dumps(result)[:300])
                 check(a.effects("charge") == 2, f"fay charged once: {a.effects('charge')}")
 
 
