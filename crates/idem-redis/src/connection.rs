@@ -4,6 +4,7 @@
 //! constructors.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -26,19 +27,29 @@ use idem_runtime::store::{BadOption, Cause, StoreError};
 /// [`ClusterConnection`] that routes each command to the node holding its
 /// key's slot. Both are cheap handles on one shared connection (per node).
 #[derive(Clone)]
-pub(super) enum Connection {
+pub(super) struct Connection {
+    pub(super) link: Link,
+    /// The requests sent and waited for ([`RedisStore::round_trips`]).
+    trips: Arc<AtomicU64>,
+}
+
+/// One server or a cluster.
+#[derive(Clone)]
+pub(super) enum Link {
     Node(ConnectionManager),
     Cluster(ClusterConnection),
 }
 
-/// Run `$body` with `$conn` bound to whichever connection `$self` holds.
+/// Run `$body` with `$conn` bound to whichever connection `$self` holds,
+/// counting one round trip.
 macro_rules! on_either {
-    ($self:expr, $conn:ident => $body:expr) => {
-        match $self {
-            Connection::Node($conn) => $body,
-            Connection::Cluster($conn) => $body,
+    ($self:expr, $conn:ident => $body:expr) => {{
+        $self.trips.fetch_add(1, Ordering::Relaxed);
+        match &mut $self.link {
+            Link::Node($conn) => $body,
+            Link::Cluster($conn) => $body,
         }
-    };
+    }};
 }
 
 impl Connection {
@@ -58,8 +69,11 @@ impl Connection {
     ) -> Result<Connection, StoreError> {
         let config = |e| invalid_url(name, e);
         let limit = options.connection_timeout * 3;
-        let in_time = |result: Result<RedisResult<Connection>, _>| match result {
-            Ok(result) => result.map_err(&unavailable),
+        let in_time = |result: Result<RedisResult<Link>, _>| match result {
+            Ok(result) => result.map_err(&unavailable).map(|link| Connection {
+                link,
+                trips: Arc::default(),
+            }),
             Err(_) => Err(StoreError::Unavailable {
                 store: name.to_owned(),
                 cause: Cause::from(format!("no connection within {limit:?}")),
@@ -76,7 +90,7 @@ impl Connection {
                 let connecting = async {
                     ConnectionManager::new_with_config(client, config)
                         .await
-                        .map(Connection::Node)
+                        .map(Link::Node)
                 };
                 in_time(tokio::time::timeout(limit, connecting).await)
             }
@@ -88,8 +102,7 @@ impl Connection {
                     builder = builder.certs(certificates.clone());
                 }
                 let client = builder.build().map_err(config)?;
-                let connecting =
-                    async { client.get_async_connection().await.map(Connection::Cluster) };
+                let connecting = async { client.get_async_connection().await.map(Link::Cluster) };
                 in_time(tokio::time::timeout(limit, connecting).await)
             }
         }
@@ -124,15 +137,16 @@ impl Connection {
     /// command sent at once to its own node (a cluster pipeline must stay
     /// within one slot).
     pub(super) async fn batch(&mut self, cmds: Vec<Cmd>) -> RedisResult<Vec<redis::Value>> {
-        match self {
-            Connection::Node(conn) => {
+        self.trips.fetch_add(1, Ordering::Relaxed);
+        match &mut self.link {
+            Link::Node(conn) => {
                 let mut pipe = redis::pipe();
                 for cmd in cmds {
                     pipe.add_command(cmd);
                 }
                 pipe.query_async(conn).await
             }
-            Connection::Cluster(conn) => {
+            Link::Cluster(conn) => {
                 let replies = cmds.iter().map(|cmd| {
                     let mut conn = conn.clone();
                     async move { cmd.query_async(&mut conn).await }
@@ -268,13 +282,16 @@ impl RedisStore {
             .await?;
             let schema_found =
                 Self::check_layout(&mut conn, &options.prefix, read_only, &name).await?;
+            let indexed_since = Self::read_indexed_since(&mut conn, &options.prefix)
+                .await
+                .map_err(unavailable)?;
             let scripts = Arc::new(Scripts::new());
             for script in scripts.all() {
                 conn.load(script).await.map_err(unavailable)?;
             }
-            Ok((conn, schema_found, scripts))
+            Ok((conn, schema_found, indexed_since, scripts))
         };
-        let (conn, schema_found, scripts) = match connecting.await {
+        let (conn, schema_found, indexed_since, scripts) = match connecting.await {
             Ok(connected) => connected,
             Err(e) => return Err(tls::diagnose(e, &target, options.connection_timeout).await),
         };
@@ -298,6 +315,8 @@ impl RedisStore {
         let _ = tokio::time::timeout(options.connection_timeout, ready).await;
 
         Ok(RedisStore {
+            trips: conn.trips.clone(),
+            indexed_since,
             conn: Mutex::new(Some(conn)),
             scripts,
             name,
@@ -310,6 +329,14 @@ impl RedisStore {
             read_only,
             schema_found,
         })
+    }
+
+    /// How many requests this store has sent to its server and waited for
+    /// since it connected: one per command, script or pipeline (a batch
+    /// sent to a cluster's nodes at once counts once). Pub/sub, which wakes
+    /// waiters, is not counted. For measuring what an operation costs.
+    pub fn round_trips(&self) -> u64 {
+        self.trips.load(Ordering::Relaxed)
     }
 
     /// [`StoreError::ReadOnly`] on a store connected read-only (after

@@ -37,10 +37,16 @@
 //!   appends to one slot, not across them. Events are read oldest first by
 //!   stream id, which is the event's `at` unless an event with a later
 //!   `at` was appended to the slot before it; a read for one key reads its
-//!   slot, a read of every key merges the 4,096 streams (pipelined, 512
-//!   slots a round trip). [`Store::sweep`] trims each stream to the events
+//!   slot. A read of every key goes by the audit index,
+//!   `PREFIX:{audit}:slots`, which names the slots holding events of each
+//!   millisecond and is told of an event before it is appended: a page of
+//!   100 events is one round trip to the index and one to the streams it
+//!   names. The part of a log written before the index (layout version 2)
+//!   is read by merging the 4,096 streams (pipelined, 512 slots a round
+//!   trip). [`Store::sweep`] trims each stream and the index to the events
 //!   younger than the retention (`XTRIM MINID`, by the server's clock),
-//!   returning 0 still.
+//!   returning 0 still. [`RedisStore::round_trips`] counts what an
+//!   operation costs.
 //! * Durability is the server's (`appendonly`, `appendfsync`): a script's
 //!   writes reach the disk as the server is configured to, whatever the
 //!   call's class, so [`ClaimRequest::durable`](idem_runtime::store::ClaimRequest::durable)
@@ -144,6 +150,7 @@ use idem_runtime::store::{
     ClaimOutcome, ClaimRequest, Expected, ExpectedState, ScanPage, Store, StoreError, Takeover,
 };
 
+mod audit_index;
 mod backend;
 mod codec;
 mod connection;
@@ -164,6 +171,11 @@ pub use schema::{OLDEST_READABLE, SCHEMA_VERSION};
 pub struct RedisStore {
     /// Shared by every operation; `None` once closed.
     conn: Mutex<Option<Connection>>,
+    /// The connection's count of round trips.
+    trips: Arc<std::sync::atomic::AtomicU64>,
+    /// When the audit index is complete from (`None`: no index; see
+    /// `audit_index`).
+    indexed_since: Option<u64>,
     scripts: Arc<Scripts>,
     name: String,
     prefix: String,
@@ -390,7 +402,14 @@ impl Store for RedisStore {
         for (name, value) in &fields {
             args.extend([name.as_bytes(), value.as_bytes()]);
         }
+        if let Some(event) = audit {
+            self.index_audit(&mut self.conn()?, event.at, key).await?;
+        }
         let reply = self.run(&self.scripts.replace, key, &keys, &args).await?;
+        if let (Some("ok"), Some(event)) = (reply.first().and_then(text).as_deref(), audit) {
+            let ms = reply.get(2).and_then(number);
+            self.indexed_append(&mut self.conn()?, event, ms).await?;
+        }
         match (reply.first().and_then(text).as_deref(), new) {
             (Some("ok"), None) => Ok(None),
             (Some("ok"), Some(_)) => match reply.get(1).and_then(number) {
@@ -427,6 +446,8 @@ impl Store for RedisStore {
 
     async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
         let (at, body) = (event.at.as_millis().to_string(), audit_text(event));
+        self.index_audit(&mut self.conn()?, event.at, &event.key)
+            .await?;
         let reply = self
             .run(
                 &self.scripts.append_audit,
@@ -443,7 +464,11 @@ impl Store for RedisStore {
             reply.first().and_then(text).as_deref(),
             reply.get(1).and_then(number),
         ) {
-            (Some("ok"), Some(seq)) => Ok(seq),
+            (Some("ok"), Some(seq)) => {
+                let ms = reply.get(2).and_then(number);
+                self.indexed_append(&mut self.conn()?, event, ms).await?;
+                Ok(seq)
+            }
             _ => Err(self.protocol("append_audit without a seq")),
         }
     }

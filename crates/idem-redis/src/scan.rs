@@ -185,7 +185,10 @@ impl RedisStore {
         }
     }
 
-    /// [`Store::audit`]: see there.
+    /// [`Store::audit`]: see there. A query for one key reads its slot; a
+    /// query of the whole log reads the streams the audit index names
+    /// (`audit_index`), and every slot's only for a part of the log from
+    /// before the index.
     pub(super) async fn audit_page(
         &self,
         query: &AuditQuery,
@@ -201,24 +204,81 @@ impl RedisStore {
                 kind: "audit",
             })?),
         };
-        let mut conn = self.conn()?;
-        let slots: Vec<u16> = match &query.key {
-            Some(key) => vec![u16::from_str_radix(slot(key), 16).expect("keys are hex")],
-            None => (0..SLOTS).collect(),
+        let until = match query.until {
+            Some(Timestamp(0)) => return Ok(AuditPage::default()),
+            until => until.map(Timestamp::as_millis),
         };
-        // Read each slot from where the page starts in it, until it has
-        // `limit + 1` of the query's events or ends; the page is the first
-        // of their merge.
+        let mut conn = self.conn()?;
         let mut found: Vec<(StreamId, u16, AuditEvent)> = Vec::new();
+        if let Some(key) = &query.key {
+            let slot = u16::from_str_radix(slot(key), 16).expect("keys are hex");
+            self.read_slots(
+                &mut conn,
+                query,
+                after,
+                &[slot],
+                0,
+                until,
+                limit,
+                &mut found,
+            )
+            .await?;
+        } else {
+            // Where the page starts: past the cursor, not before `since`.
+            let from = after
+                .map_or(0, |(id, _)| id.0)
+                .max(query.since.map_or(0, Timestamp::as_millis));
+            let indexed = self.indexed_since;
+            if indexed.is_none_or(|since| from < since) {
+                // Before the index: every slot's stream.
+                let end = match (indexed, until) {
+                    (Some(since), Some(until)) => Some(since.min(until)),
+                    (since, until) => since.or(until),
+                };
+                let all: Vec<u16> = (0..SLOTS).collect();
+                self.read_slots(&mut conn, query, after, &all, 0, end, limit, &mut found)
+                    .await?;
+            }
+            if let Some(since) = indexed.filter(|_| found.len() <= limit) {
+                let from = from.max(since);
+                self.read_indexed(&mut conn, query, after, from, until, limit, &mut found)
+                    .await?;
+            }
+        }
+        found.sort_by_key(|(id, s, _)| (*id, *s));
+        let more = found.len() > limit;
+        found.truncate(limit);
+        let cursor = more
+            .then(|| found.last())
+            .flatten()
+            .map(|(id, s, _)| format!("{}-{}@{s:03x}", id.0, id.1));
+        Ok(AuditPage {
+            events: found.into_iter().map(|(_, _, event)| event).collect(),
+            cursor,
+        })
+    }
+
+    /// Read `slots`' streams, from where the page starts in each (not
+    /// before `floor`, milliseconds) to `until` (exclusive), into `found`:
+    /// from each, up to `limit + 1` of the query's events, or to its end.
+    /// 512 slots a round trip.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) async fn read_slots(
+        &self,
+        conn: &mut Connection,
+        query: &AuditQuery,
+        after: Option<(StreamId, u16)>,
+        slots: &[u16],
+        floor: u64,
+        until: Option<u64>,
+        limit: usize,
+        found: &mut Vec<(StreamId, u16, AuditEvent)>,
+    ) -> Result<(), StoreError> {
+        let end = until.map_or("+".to_owned(), |u| format!("({u}-0"));
         let mut reading: Vec<(u16, String)> = slots
             .iter()
-            .map(|&s| (s, audit_start(query, after, s)))
+            .map(|&s| (s, audit_start(query, after, s, floor)))
             .collect();
-        let end = match query.until {
-            Some(Timestamp(0)) => return Ok(AuditPage::default()),
-            Some(until) => format!("({}-0", until.as_millis()),
-            None => "+".to_owned(),
-        };
         let mut wanted: BTreeMap<u16, usize> = slots.iter().map(|&s| (s, limit + 1)).collect();
         while !reading.is_empty() {
             let mut next = Vec::new();
@@ -232,7 +292,7 @@ impl RedisStore {
                         .arg(limit + 1);
                     cmd
                 });
-                let replies: Vec<RedisValue> = self.batch(&mut conn, cmds.collect()).await?;
+                let replies: Vec<RedisValue> = self.batch(conn, cmds.collect()).await?;
                 for ((s, _), reply) in window.iter().zip(replies) {
                     let entries = self.stream_entries(reply)?;
                     let full = entries.len() > limit;
@@ -259,17 +319,7 @@ impl RedisStore {
             }
             reading = next;
         }
-        found.sort_by_key(|(id, s, _)| (*id, *s));
-        let more = found.len() > limit;
-        found.truncate(limit);
-        let cursor = more
-            .then(|| found.last())
-            .flatten()
-            .map(|(id, s, _)| format!("{}-{}@{s:03x}", id.0, id.1));
-        Ok(AuditPage {
-            events: found.into_iter().map(|(_, _, event)| event).collect(),
-            cursor,
-        })
+        Ok(())
     }
 
     /// Trim every slot's audit stream to the events younger than the
@@ -293,7 +343,7 @@ impl RedisStore {
             });
             let _: Vec<u64> = self.batch(&mut conn, cmds.collect()).await?;
         }
-        Ok(())
+        self.sweep_audit_index(&mut conn, cutoff).await
     }
 
     /// Run `cmds` (see [`Connection::batch`]), each reply read as a `T`.
@@ -375,9 +425,15 @@ fn parse_audit_cursor(cursor: &str) -> Option<(StreamId, u16)> {
 
 /// The `XRANGE` start of `slot` for a page of `query` after `after`:
 /// entries merge in (id, slot) order, so a slot after the cursor's starts
-/// at its id, the others just past it; never before `query.since`.
-fn audit_start(query: &AuditQuery, after: Option<(StreamId, u16)>, slot: u16) -> String {
-    let since = query.since.map_or((0, 0), |t| (t.as_millis(), 0));
+/// at its id, the others just past it; never before `query.since`, nor
+/// before `floor` (milliseconds).
+fn audit_start(
+    query: &AuditQuery,
+    after: Option<(StreamId, u16)>,
+    slot: u16,
+    floor: u64,
+) -> String {
+    let since = (query.since.map_or(0, |t| t.as_millis()).max(floor), 0);
     match after {
         Some((id, s)) if id >= since => match slot > s {
             true => format!("{}-{}", id.0, id.1),

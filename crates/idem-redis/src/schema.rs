@@ -5,7 +5,7 @@
 use redis::Script;
 
 use crate::codec::text;
-use crate::connection::Connection;
+use crate::connection::{Connection, Link};
 use crate::RedisStore;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::store::{Cause, StoreError};
@@ -27,7 +27,14 @@ pub(super) const COUNT_WINDOW: u16 = 512;
 /// connected at that moment create afterwards are not indexed: claims and
 /// reads find them, scans do not, so stop version 1 workers before the
 /// first version 2 store connects.
-pub const SCHEMA_VERSION: u32 = 2;
+///
+/// Version 3 (idem 0.3) adds the audit index (which slots' streams hold
+/// events of which minute) that reads of the whole audit log go by. Data
+/// of version 2 is migrated by noting the moment from which the index is
+/// complete: older events are still read by merging every slot's stream.
+/// As for version 1, stop version 2 workers first: their audit events
+/// would be missing from reads of the whole log (reads by key find them).
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// The oldest data layout a store connected read-only
 /// ([`RedisStore::connect_read_only`]) reads without migrating it: version
@@ -140,14 +147,42 @@ impl RedisStore {
             )
             .await
             .map_err(unavailable)?;
+        // From when the audit index is complete: from the start for a store
+        // created now, else from now (before the layout says version 3).
+        let since = match before {
+            None => 0,
+            Some(_) => {
+                let (secs, micros): (u64, u64) =
+                    conn.query(&redis::cmd("TIME")).await.map_err(unavailable)?;
+                secs * 1000 + micros / 1000
+            }
+        };
+        let _: Option<String> = conn
+            .query(
+                redis::cmd("SET")
+                    .arg(crate::audit_index::since_key(prefix))
+                    .arg(since)
+                    .arg("NX"),
+            )
+            .await
+            .map_err(unavailable)?;
+        if found == "2" {
+            let bump = Script::new(
+                "if redis.call('GET', KEYS[1]) == '2' then redis.call('SET', KEYS[1], ARGV[1]) end \
+                 return redis.call('GET', KEYS[1])",
+            );
+            let mut bump = bump.prepare_invoke();
+            bump.key(schema_key).arg(SCHEMA_VERSION);
+            found = conn.invoke(&bump).await.map_err(unavailable)?;
+        }
         if found == "1" {
-            found = match conn {
-                Connection::Node(node) => migrate_from_1(node, prefix, schema_key)
+            found = match &mut conn.link {
+                Link::Node(node) => migrate_from_1(node, prefix, schema_key)
                     .await
                     .map_err(unavailable)?,
                 // Version 1 never ran on a cluster (it could not connect
                 // to one), so its data is there only if copied in.
-                Connection::Cluster(_) => {
+                Link::Cluster(_) => {
                     return Err(StoreError::Unavailable {
                         store: name.to_owned(),
                         cause: format!(

@@ -6,14 +6,18 @@
 -- to delete the record.
 -- With an audit event, KEYS[4] and KEYS[5] are the slot's audit stream and
 -- counter, and ARGV[5], ARGV[6] the event's time and text, before the
--- fields: the event is appended exactly when the swap happens.
+-- fields: the event is appended exactly when the swap happens. The reply
+-- is {'ok', fence ('0' for a deletion), the millisecond of the event's
+-- entry id (or '')}.
 local first = 5
 if #KEYS == 5 then
   first = 7
 end
+local audit_ms = ''
 local function audited()
   if first == 7 then
-    append_audit(KEYS[4], KEYS[5], ARGV[5], ARGV[4], ARGV[6])
+    local _
+    _, audit_ms = append_audit(KEYS[4], KEYS[5], ARGV[5], ARGV[4], ARGV[6])
   end
 end
 local now = now_ms()
@@ -35,7 +39,7 @@ if #ARGV == first - 1 then
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
-  return {'ok'}
+  return {'ok', '0', audit_ms}
 end
 local new = {fence = '0'}
 for i = first, #ARGV, 2 do
@@ -58,4 +62,4 @@ if new.state ~= 'f' then
 end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
 redis.call('PUBLISH', ARGV[3], ARGV[4])
-return {'ok', fence}
+return {'ok', fence, audit_ms}

@@ -98,7 +98,7 @@ async fn data_written_by_schema_version_1_is_migrated_and_reads() {
         .query_async(&mut raw)
         .await
         .unwrap();
-    assert_eq!(version, "2");
+    assert_eq!(version, idem_redis::SCHEMA_VERSION.to_string());
 
     let f = fingerprint();
     match store.claim(&request(&done, &f)).await.unwrap() {
@@ -164,6 +164,81 @@ async fn data_written_by_schema_version_1_is_migrated_and_reads() {
     RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix))
         .await
         .unwrap();
+}
+
+/// An audit log written before the audit index (layout version 2): once a
+/// version 3 store connects, reads of the whole log merge every slot's
+/// stream for the events before the migration and go by the index after
+/// it; across the pages, every event once, oldest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_audit_log_from_before_the_index_reads_whole_across_the_migration() {
+    use idem_runtime::audit::{AuditEvent, AuditQuery};
+    use idem_runtime::clock::Timestamp;
+    let Some(url) = server_url("redis audit migration").await else {
+        return;
+    };
+    let prefix = format!("idem-test-{}", &random_key().as_str()[..8]);
+    let options = || RedisOptions::default().prefix(&prefix);
+    let event = |n: u64, at: u64| AuditEvent {
+        seq: None,
+        at: Timestamp(at),
+        by: "ops".into(),
+        action: idem_runtime::record::AuditAction::Released,
+        reason: Some(n.to_string()),
+        key: random_key(),
+        tool: "send_email".into(),
+        namespace: None,
+        fingerprint: fingerprint(),
+        before: None,
+        after: None,
+    };
+    let old = RedisStore::connect_with(&url, options()).await.unwrap();
+    let start = old.now().await.unwrap().as_millis() - 10_000;
+    for n in 0..40 {
+        old.append_audit(&event(n, start + n)).await.unwrap();
+    }
+    old.close().await;
+    // As version 2 left it: no index, no time it is complete from.
+    let mut raw = raw(&url).await;
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("{prefix}:schema"))
+        .arg(2)
+        .ignore()
+        .cmd("DEL")
+        .arg(format!("{prefix}:{{audit}}:slots"))
+        .arg(format!("{prefix}:{{audit}}:indexed_since"))
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let reader = RedisStore::connect_read_only_with(&url, options())
+        .await
+        .unwrap();
+    assert_eq!(reader.schema_found(), Some(2), "read as it is");
+
+    let store = RedisStore::connect_with(&url, options()).await.unwrap();
+    assert_eq!(store.schema_found(), Some(2), "migrated");
+    let after = store.now().await.unwrap().as_millis() + 1;
+    for n in 40..80 {
+        store.append_audit(&event(n, after + n)).await.unwrap();
+    }
+    for reading in [&store, &reader] {
+        let (mut cursor, mut read) = (None, Vec::new());
+        loop {
+            let page = reading
+                .audit(&AuditQuery::default(), cursor.as_deref(), 15)
+                .await
+                .unwrap();
+            read.extend(page.events.into_iter().map(|e| e.reason.unwrap()));
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        let expected: Vec<String> = (0..80).map(|n| n.to_string()).collect();
+        assert_eq!(read, expected, "{}", reading.describe());
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,3 +127,99 @@ async fn first_call_costs_one_round_trip_to_claim_and_one_to_complete_and_a_dupl
         assert!(sent[0].contains("\"EVALSHA\""), "{what}: {sent:?}");
     }
 }
+
+/// A page of the whole audit log reads the audit index, then the streams
+/// of the slots it names: two round trips for a page of 100, with events
+/// spread over about 900 of the 4,096 slots (before the index: eight, one
+/// per 512 slots). Every event is read once, in order, across the pages;
+/// a page for one key reads its slot alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_page_of_the_whole_audit_log_costs_two_round_trips() {
+    use idem_runtime::audit::{AuditEvent, AuditQuery};
+    use idem_runtime::clock::Timestamp;
+    use idem_runtime::record::AuditAction;
+    let Some(server) = own_server("redis audit round trips").await else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let start = store.now().await.unwrap().as_millis();
+    let keys: Vec<_> = (0..1000).map(|_| random_key()).collect();
+    for (n, key) in keys.iter().enumerate() {
+        let event = AuditEvent {
+            seq: None,
+            // Three events a millisecond, some in one slot.
+            at: Timestamp(start + n as u64 / 3),
+            by: "ops".into(),
+            action: AuditAction::Released,
+            reason: Some(format!("event {n}")),
+            key: key.clone(),
+            tool: "send_email".into(),
+            namespace: None,
+            fingerprint: fingerprint(),
+            before: None,
+            after: None,
+        };
+        store.append_audit(&event).await.unwrap();
+    }
+    let (mut cursor, mut read, mut trips) = (None, Vec::new(), Vec::new());
+    loop {
+        let before = store.round_trips();
+        let page = store
+            .audit(&AuditQuery::default(), cursor.as_deref(), 100)
+            .await
+            .unwrap();
+        trips.push(store.round_trips() - before);
+        read.extend(page.events.into_iter().map(|e| e.reason.unwrap()));
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    eprintln!(
+        "redis audit: {} pages of 100, round trips {trips:?}",
+        trips.len()
+    );
+    // Oldest first (events of one millisecond in the order of their
+    // slots), each once.
+    let ms = |reason: &String| reason[6..].parse::<u64>().unwrap() / 3;
+    assert!(read.windows(2).all(|w| ms(&w[0]) <= ms(&w[1])), "{read:?}");
+    let mut sorted = read.clone();
+    sorted.sort_by_key(|r| r[6..].parse::<u64>().unwrap());
+    let expected: Vec<String> = (0..1000).map(|n| format!("event {n}")).collect();
+    assert_eq!(sorted, expected, "every event once");
+    assert!(
+        trips.iter().all(|&t| t <= 2),
+        "round trips per page: {trips:?}"
+    );
+
+    // The same log read as a store without the index reads it: every
+    // slot's stream, 512 a round trip.
+    let mut raw = crate::redis_support::raw(&server.url()).await;
+    let _: () = redis::cmd("DEL")
+        .arg("idem:{audit}:indexed_since")
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let unindexed = RedisStore::connect_read_only(&server.url()).await.unwrap();
+    let before = unindexed.round_trips();
+    let page = unindexed
+        .audit(&AuditQuery::default(), None, 100)
+        .await
+        .unwrap();
+    let merged = unindexed.round_trips() - before;
+    eprintln!("redis audit: a page of 100 without the index took {merged} round trips");
+    assert_eq!(page.events.len(), 100);
+    assert!(merged >= 8, "every slot's stream: {merged}");
+
+    let before = store.round_trips();
+    let one = store
+        .audit(&AuditQuery::for_key(keys[500].clone()), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(one.events.len(), 1);
+    assert_eq!(
+        store.round_trips() - before,
+        1,
+        "a key's page reads its slot"
+    );
+}
