@@ -89,8 +89,9 @@ pub(crate) enum Command {
     /// where approvers see the calls waiting for a decision and decide
     /// them (docs/inbox.md).
     Serve(ServeArgs),
-    /// Write an approver's entry for the `idem serve --approvers` file: a
-    /// hashed password (read from stdin) or a new API token.
+    /// Write an approver's entry for the `idem serve --approvers` file (a
+    /// hashed password read from stdin, or a new API token), or end every
+    /// session of an approver on every `idem serve` of the store.
     Approver(ApproverArgs),
     /// Write a principal's entry for the `idem proxy --principals` file:
     /// a new bearer token (printed once, on stderr) and its hashed entry
@@ -203,6 +204,9 @@ impl Command {
                 | Command::Purge(_)
                 | Command::Migrate
                 | Command::Serve(_)
+                | Command::Approver(ApproverArgs {
+                    command: ApproverCommand::Revoke(_)
+                })
         )
     }
 }
@@ -239,6 +243,12 @@ pub(crate) struct ServeArgs {
     /// be in the approvers file, which gives its role.
     #[arg(long, value_name = "HEADER", value_parser = header_name)]
     pub trust_proxy_header: Option<HeaderName>,
+    /// Record the client's address from this request header, set by a
+    /// reverse proxy (e.g. X-Forwarded-For), beside the proxy's own, in
+    /// the audit log of sign-ins. Only when the proxy is the only way to
+    /// reach idem serve.
+    #[arg(long, value_name = "HEADER", value_parser = header_name)]
+    pub client_address_header: Option<HeaderName>,
     /// Mark session cookies `Secure`: set it when people reach the inbox
     /// over HTTPS through a TLS-terminating proxy (with --tls-cert they
     /// are always `Secure`).
@@ -254,7 +264,9 @@ pub(crate) struct ServeArgs {
     /// TLS-terminating proxy is in front of it (set --secure-cookies too).
     #[arg(long, conflicts_with = "tls_cert")]
     pub allow_plain_http: bool,
-    /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d).
+    /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d;
+    /// at most ten years). Sessions are kept in the store: every idem
+    /// serve on it shares them, and a restart signs nobody out.
     #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
     pub session: Duration,
     /// A sign-in not used for this long ends (90s, 15m, 2h, 7d).
@@ -285,7 +297,7 @@ pub(crate) struct ApproverArgs {
     pub command: ApproverCommand,
 }
 
-/// `idem approver password` and `idem approver token`.
+/// `idem approver password`, `token` and `revoke`.
 #[derive(Debug, Subcommand)]
 pub(crate) enum ApproverCommand {
     /// Hash a password read from stdin (one line) and print the
@@ -294,6 +306,23 @@ pub(crate) enum ApproverCommand {
     /// Make a new API token for NAME: print the token once on stderr (it
     /// is not kept anywhere) and the entry, which holds only its hash.
     Token(ApproverEntryArgs),
+    /// End every session of NAME now, on every idem serve of the store
+    /// (recorded in the audit log). NAME may sign in again: to keep them
+    /// out, remove them from the approvers file and restart idem serve.
+    Revoke(RevokeArgs),
+}
+
+/// `idem approver revoke`.
+#[derive(Debug, Args)]
+pub(crate) struct RevokeArgs {
+    /// The approver whose sessions end.
+    pub name: String,
+    /// Who revokes (recorded in the audit log).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why (recorded in the audit log).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
 }
 
 /// The approver an entry is for.
