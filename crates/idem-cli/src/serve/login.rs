@@ -138,6 +138,8 @@ pub(super) async fn login(
         }
     };
     let Some(identity) = checked else {
+        // Consumes the turn: the name's next attempt need not wait for
+        // the audit's write.
         turn.failed();
         tracing::warn!(name = %visible(&name), %from, listed, "sign-in failed");
         app.signins

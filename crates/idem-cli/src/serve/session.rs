@@ -383,8 +383,9 @@ fn read<T: serde::de::DeserializeOwned>(record: &Record, tool: &str) -> Option<T
     }
 }
 
-/// The key of the record `what` (`session`, `revoked`) of `value`.
-fn key_of(what: &str, value: &str) -> IdempotencyKey {
+/// The key of the record `what` (`session`, `revoked`; `approver`: the
+/// audit log's key of a name) of `value`.
+pub(super) fn key_of(what: &str, value: &str) -> IdempotencyKey {
     let digest = Sha256::new()
         .chain_update(b"idem serve ")
         .chain_update(what.as_bytes())

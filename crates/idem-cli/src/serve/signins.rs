@@ -27,7 +27,6 @@ use idem_runtime::key::{CanonicalArgs, Fingerprint, IdempotencyKey};
 use idem_runtime::record::AuditAction;
 use idem_runtime::store::{Store, StoreError};
 use idem_runtime::text::visible;
-use sha2::{Digest, Sha256};
 
 /// The tool the audit events of the inbox's sign-ins carry.
 pub(crate) const INBOX_TOOL: &str = "idem:inbox";
@@ -195,12 +194,7 @@ impl SignIns {
 
 /// The key the audit events of `name`'s sign-ins are under.
 pub(crate) fn name_key(name: &str) -> IdempotencyKey {
-    let digest = Sha256::new()
-        .chain_update(b"idem serve approver\0")
-        .chain_update(name.as_bytes())
-        .finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    IdempotencyKey::parse(&hex).expect("64 hex digits")
+    super::session::key_of("approver", name)
 }
 
 fn fingerprint() -> Fingerprint {

@@ -13,7 +13,7 @@ use idem::prelude::*;
 use serde_json::{json, Value};
 
 use crate::support::serve::{
-    approver_entry, catalog, hidden, listed, sign_in, Http, Reply, Serve, VIC,
+    approver_entry, catalog, encode, hidden, listed, sign_in, Http, Reply, Serve, VIC,
 };
 use crate::support::tools::{delete_call, dispatcher, tenant, App};
 use crate::support::{unique, Idem};
@@ -34,14 +34,19 @@ const PASSWORD: &str = "a password of this test only";
 
 /// `idem serve` on `url` with an approver of its own (returned), and a
 /// second instance beside it: the same store, the same approvers file.
-async fn two_instances(url: &str, rules: &str, bots: &[&str]) -> (String, Serve, Serve) {
+async fn two_instances(
+    url: &str,
+    rules: &str,
+    bots: &[&str],
+    extra: &[&str],
+) -> (String, Serve, Serve) {
     // The store must exist before `idem serve` opens it.
     let app = App::default();
     let _agent = dispatcher(url, &app, Duration::ZERO).await;
     let name = unique("dana");
     let mut file = approver_entry(&name, PASSWORD);
     file.push_str(rules);
-    let a = Serve::with_rules(url, Some(&catalog()), &[], bots, &file);
+    let a = Serve::with_rules(url, Some(&catalog()), extra, bots, &file);
     let b = a.another();
     (name, a, b)
 }
@@ -73,7 +78,7 @@ fn copy_of(http: &Http) -> Http {
 /// on both (vic's stay); NAME may sign in again; and the audit log has
 /// each step, with the address.
 async fn a_session_is_shared_by_two_instances_and_ends_on_both_at_once(url: &str) {
-    let (dana, a, mut b) = two_instances(url, "", &[]).await;
+    let (dana, a, mut b) = two_instances(url, "", &[], &[]).await;
     let who = (dana.as_str(), PASSWORD);
 
     // An id planted before sign-in is not the one signed in.
@@ -114,15 +119,8 @@ async fn a_session_is_shared_by_two_instances_and_ends_on_both_at_once(url: &str
     assert_eq!(copy.get(&b.url("/events")).await.status, 401);
     assert_eq!(copy.get(&b.url("/inbox/rows")).await.status, 401);
 
-    // A wrong password, on B.
-    let login = browser.get(&b.url("/login")).await;
-    let form_csrf = hidden(&login.body, "csrf").unwrap();
-    let wrong = browser
-        .form(
-            &b.url("/login"),
-            &[("csrf", &form_csrf), ("name", &dana), ("password", "guess")],
-        )
-        .await;
+    // A wrong password, on B, with an address header B does not trust.
+    let wrong = wrong_password(&mut browser, &b, &dana).await;
     assert_eq!(wrong.status, 401, "{}", wrong.body);
 
     // dana on A and on B, vic on B; then her sessions are revoked.
@@ -222,8 +220,23 @@ async fn a_session_is_shared_by_two_instances_and_ends_on_both_at_once(url: &str
     assert!(!listed.to_string().contains("idem:session"), "{}", listed);
 }
 
+/// A sign-in as `name` with a wrong password on `serve`, from
+/// 203.0.113.7 as an `X-Forwarded-For` header says.
+async fn wrong_password(http: &mut Http, serve: &Serve, name: &str) -> Reply {
+    let login = http.get(&serve.url("/login")).await;
+    let csrf = hidden(&login.body, "csrf").unwrap();
+    let body = format!("csrf={csrf}&name={}&password=guess", encode(name));
+    let headers = [
+        ("content-type", "application/x-www-form-urlencoded"),
+        ("x-forwarded-for", "203.0.113.7"),
+    ];
+    http.send("POST", &serve.url("/login"), &headers, &body)
+        .await
+}
+
 /// A call needing two approvals: the first given on A, the second on B,
-/// it runs once; the same approver again on B is refused.
+/// it runs once; the same approver again on B is refused. Behind a proxy
+/// that names the client's address, the audit log has it.
 async fn a_two_person_rule_holds_across_two_instances(url: &str) {
     let rules = r#"
 [[rule]]
@@ -233,7 +246,8 @@ namespaces = ["shared-*"]
 approvers = ["erin", "frank"]
 required = 2
 "#;
-    let (_dana, a, b) = two_instances(url, rules, &["erin", "frank"]).await;
+    let header = ["--client-address-header", "X-Forwarded-For"];
+    let (dana, a, b) = two_instances(url, rules, &["erin", "frank"], &header).await;
     let app = App::default();
     let agent = dispatcher(url, &app, Duration::ZERO).await;
     let namespace = unique("shared");
@@ -264,6 +278,24 @@ required = 2
     let again = agent.dispatch_one(call, &tenant(&namespace)).await;
     assert!(again.result.is_ok());
     assert_eq!(app.deletions(), 1, "exactly once");
+
+    let wrong = wrong_password(&mut http, &b, &dana).await;
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    let log = Idem::new(url)
+        .run(&["--json", "log", "--limit", "0"])
+        .await
+        .json();
+    let failed = log["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["action"] == "sign_in_failed" && e["by"] == dana.as_str())
+        .expect("the failure is in the log")
+        .clone();
+    assert_eq!(
+        failed["reason"],
+        "wrong name or password, from 203.0.113.7 (via 127.0.0.1)"
+    );
 }
 
 /// `who` (a token approver) approves the call under `key` on `serve`, on
