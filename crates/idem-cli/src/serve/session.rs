@@ -274,19 +274,22 @@ impl Sessions {
 /// (the store's clock) is over, on every instance; returns that instant.
 /// The revocation is kept [`REVOCATION_TTL`].
 pub(crate) async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
-    let before = store.now().await?;
+    let now = store.now().await?;
     let key = key_of("revoked", name);
-    let output = OutputJson::new(&Revocation {
-        name: name.to_owned(),
-        before: before.as_millis(),
-    })
-    .expect("a revocation serializes");
     for _ in 0..8 {
         let written = match store.get(&key).await? {
-            None => create(store, &key, REVOCATION_TOOL, output.clone(), REVOCATION_TTL).await?,
+            None => {
+                let output = revocation(name, now);
+                create(store, &key, REVOCATION_TOOL, output, REVOCATION_TTL).await?
+            }
             Some(record) if record.tool == REVOCATION_TOOL => {
-                match rewrite(store, &record, output.clone(), Some(REVOCATION_TTL)).await {
-                    Ok(()) => true,
+                // Never earlier than a revocation already written (a clock
+                // that went back would otherwise revive sessions).
+                let earlier = read::<Revocation>(&record, REVOCATION_TOOL).map_or(0, |r| r.before);
+                let before = Timestamp(now.as_millis().max(earlier));
+                let output = revocation(name, before);
+                match rewrite(store, &record, output, Some(REVOCATION_TTL)).await {
+                    Ok(()) => return Ok(before),
                     Err(StoreError::StaleFence { .. }) => false,
                     Err(e) => return Err(e),
                 }
@@ -294,10 +297,19 @@ pub(crate) async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, S
             Some(_) => return Err(unreadable(&key, "a revocation's key holds another record")),
         };
         if written {
-            return Ok(before);
+            return Ok(now);
         }
     }
     Err(unreadable(&key, "the revocation kept changing"))
+}
+
+/// A revocation's output.
+fn revocation(name: &str, before: Timestamp) -> OutputJson {
+    OutputJson::new(&Revocation {
+        name: name.to_owned(),
+        before: before.as_millis(),
+    })
+    .expect("a revocation serializes")
 }
 
 /// Create the completed record `key` of `tool` with `output`, kept `ttl`:
