@@ -4,17 +4,19 @@
 //! is read here, by a value parser (durations, times, addresses, header
 //! names, roles), so that a bad one is refused by clap naming its option.
 //! What each command does lives in `commands/`, one file per command or
-//! pair of commands.
+//! pair of commands. The options of `idem serve` and `idem approver` are
+//! in `cli/serve.rs`.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::http::HeaderName;
 use clap::{ArgGroup, Args, Parser, Subcommand};
 use idem_runtime::record::Status;
 
-use crate::role::Role;
 use crate::time::{duration, since, Since};
+
+mod serve;
+
+pub(crate) use serve::{ApproverArgs, ApproverCommand, RevokeArgs, ServeArgs};
 
 /// The store used when neither `--store` nor `IDEM_STORE` names one: the
 /// SQLite file the demo writes.
@@ -89,8 +91,9 @@ pub(crate) enum Command {
     /// where approvers see the calls waiting for a decision and decide
     /// them (docs/inbox.md).
     Serve(ServeArgs),
-    /// Write an approver's entry for the `idem serve --approvers` file: a
-    /// hashed password (read from stdin) or a new API token.
+    /// Write an approver's entry for the `idem serve --approvers` file (a
+    /// hashed password read from stdin, or a new API token), or end every
+    /// session of an approver on every `idem serve` of the store.
     Approver(ApproverArgs),
     /// Write a principal's entry for the `idem proxy --principals` file:
     /// a new bearer token (printed once, on stderr) and its hashed entry
@@ -209,107 +212,11 @@ impl Command {
                 | Command::Purge(_)
                 | Command::Migrate
                 | Command::Serve(_)
+                | Command::Approver(ApproverArgs {
+                    command: ApproverCommand::Revoke(_)
+                })
         )
     }
-}
-
-/// `idem serve`.
-#[derive(Debug, Args)]
-pub(crate) struct ServeArgs {
-    /// The address to listen on. Loopback by default: put a reverse proxy
-    /// with TLS in front of it to serve other machines.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:8080",
-        value_parser = socket_addr
-    )]
-    pub listen: SocketAddr,
-    /// The approvers file (TOML): who may sign in, with which role
-    /// (approver or viewer), and their hashed passwords and API tokens
-    /// (`idem approver` writes entries).
-    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
-    pub approvers: std::path::PathBuf,
-    /// The application's tool catalog (JSON, `Registry::catalog`), for
-    /// each tool's description and class.
-    #[arg(long, value_name = "FILE")]
-    pub tools: Option<std::path::PathBuf>,
-    /// An item waiting longer than this is marked overdue (90s, 15m, 2h,
-    /// 7d).
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
-    pub overdue: Duration,
-    /// Take the signed-in approver's name from this request header, set by
-    /// a reverse proxy that authenticates people (e.g. X-Forwarded-User).
-    /// Only when the proxy is the only way to reach idem serve: anyone who
-    /// can reach it directly could send the header. The name must still
-    /// be in the approvers file, which gives its role.
-    #[arg(long, value_name = "HEADER", value_parser = header_name)]
-    pub trust_proxy_header: Option<HeaderName>,
-    /// Mark session cookies `Secure`: set it when people reach the inbox
-    /// over HTTPS through a TLS-terminating proxy (with --tls-cert they
-    /// are always `Secure`).
-    #[arg(long)]
-    pub secure_cookies: bool,
-    /// Serve HTTPS with this PEM certificate chain (and --tls-key).
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    pub tls_cert: Option<std::path::PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    pub tls_key: Option<std::path::PathBuf>,
-    /// On a non-loopback --listen address, serve plain HTTP anyway: a
-    /// TLS-terminating proxy is in front of it (set --secure-cookies too).
-    #[arg(long, conflicts_with = "tls_cert")]
-    pub allow_plain_http: bool,
-    /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d).
-    #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
-    pub session: Duration,
-    /// A sign-in not used for this long ends (90s, 15m, 2h, 7d).
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
-    pub session_idle: Duration,
-    /// The inbox's origin as browsers reach it (`https://inbox.example.com`),
-    /// when a reverse proxy in front of it changes the Host header: every
-    /// form must be posted from exactly this origin. By default, from the
-    /// request's own Host.
-    #[arg(long, value_name = "ORIGIN", value_parser = origin)]
-    pub origin: Option<String>,
-    /// How often the inbox looks for new items, for pages that stay open.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "1s",
-        hide = true,
-        value_parser = duration
-    )]
-    pub refresh: Duration,
-}
-
-/// `idem approver`.
-#[derive(Debug, Args)]
-pub(crate) struct ApproverArgs {
-    /// What to write.
-    #[command(subcommand)]
-    pub command: ApproverCommand,
-}
-
-/// `idem approver password` and `idem approver token`.
-#[derive(Debug, Subcommand)]
-pub(crate) enum ApproverCommand {
-    /// Hash a password read from stdin (one line) and print the
-    /// approvers-file entry for NAME.
-    Password(ApproverEntryArgs),
-    /// Make a new API token for NAME: print the token once on stderr (it
-    /// is not kept anywhere) and the entry, which holds only its hash.
-    Token(ApproverEntryArgs),
-}
-
-/// The approver an entry is for.
-#[derive(Debug, Args)]
-pub(crate) struct ApproverEntryArgs {
-    /// The approver's name, as the audit log records their decisions.
-    pub name: String,
-    /// `approver` (may decide) or `viewer` (may only look).
-    #[arg(long, value_name = "ROLE", default_value = "approver", value_parser = Role::parse)]
-    pub role: Role,
 }
 
 /// `idem ls`.
@@ -516,14 +423,6 @@ pub(crate) struct KeyDeriveArgs {
     pub key_version: u32,
 }
 
-/// clap's parser of `idem serve --listen`: an IP address and a port.
-fn socket_addr(given: &str) -> Result<SocketAddr, String> {
-    given
-        .trim()
-        .parse()
-        .map_err(|_| "expected an IP address and port such as 127.0.0.1:8080 or [::1]:8080".into())
-}
-
 /// clap's parser of `idem proxy --listen`: `HOST:PORT`, the host a name
 /// (`localhost`) or an address, resolved when the proxy listens.
 fn host_and_port(given: &str) -> Result<String, String> {
@@ -536,31 +435,11 @@ fn host_and_port(given: &str) -> Result<String, String> {
     }
 }
 
-/// clap's parser of `--trust-proxy-header`: an HTTP header name.
-fn header_name(given: &str) -> Result<HeaderName, String> {
-    HeaderName::try_from(given.trim())
-        .map_err(|_| "expected a header name such as X-Forwarded-User".into())
-}
-
-/// clap's parser of `--origin`: `http://` or `https://`, a host and an
-/// optional port, nothing after, as a browser's `Origin` header says it.
-fn origin(given: &str) -> Result<String, String> {
-    let given = given.trim().trim_end_matches('/');
-    let host = given
-        .strip_prefix("https://")
-        .or_else(|| given.strip_prefix("http://"))
-        .ok_or("expected an origin such as https://inbox.example.com")?;
-    if host.is_empty() || host.contains(['/', '?', '#', '@', ' ']) {
-        return Err(
-            "expected scheme://host[:port] and nothing after, such as https://inbox.example.com"
-                .into(),
-        );
-    }
-    Ok(given.to_ascii_lowercase())
-}
-
 #[cfg(test)]
 mod tests {
+    use std::net::SocketAddr;
+
+    use super::serve::origin;
     use super::*;
     use clap::CommandFactory;
     use idem_runtime::clock::Timestamp;

@@ -13,8 +13,9 @@
   // page being drawn and the stream opening.
   events.onopen = refresh;
   events.addEventListener("inbox", refresh);
-  // The browser gives up on a stream the server refused (401: signed
-  // out, or the server restarted); while the server is away it retries.
+  // The server ends the stream when the session ends (signed out or
+  // revoked, on any instance); the browser reconnects, and gives up on a
+  // stream the server refused (401). While the server is away it retries.
   events.onerror = function () {
     if (events.readyState === EventSource.CLOSED) refresh();
   };

@@ -20,6 +20,8 @@ async fn event<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, n: usize) -> 
         AuditAction::DeniedByPolicy,
         AuditAction::ResolvedSucceeded,
         AuditAction::Asked,
+        AuditAction::SignedIn,
+        AuditAction::SessionsRevoked,
     ];
     AuditEvent {
         seq: None,

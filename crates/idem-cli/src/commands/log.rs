@@ -1,6 +1,7 @@
 //! `idem log`: the store's audit log, oldest first — who approved, denied,
 //! resolved, released or deleted what, when and why, including for
-//! records that are gone.
+//! records that are gone; and who signed in to the inbox, failed to, signed
+//! out, or had their sessions revoked, from where.
 
 use std::collections::VecDeque;
 
@@ -95,7 +96,7 @@ pub(super) async fn run(operator: &Operator, args: &LogArgs, out: &Output) -> Re
             Cell::plain(event.namespace.as_deref().unwrap_or("-")),
             Cell::plain(event.action.as_str()),
             Cell::plain(event.by.as_str()),
-            Cell::plain(format!("{} → {}", state(event.before), state(event.after))),
+            Cell::plain(states(event)),
             Cell::plain(event.reason.as_deref().unwrap_or("")),
         ]);
     }
@@ -107,6 +108,15 @@ pub(super) async fn run(operator: &Operator, args: &LogArgs, out: &Output) -> Re
         ));
     }
     out.text(&text)
+}
+
+/// Where the record went, as the log shows it; `-` for an event about no
+/// record (a sign-in to the inbox).
+fn states(event: &AuditEvent) -> String {
+    match (event.before, event.after) {
+        (None, None) => "-".to_owned(),
+        (before, after) => format!("{} → {}", state(before), state(after)),
+    }
 }
 
 /// A status as the log shows it; `deleted` where the record went away.

@@ -1,6 +1,7 @@
 //! What each command does, one file per command or pair of commands:
 //! `ls`, `show`, `decide` (approve, deny), `settle` (resolve, delete),
-//! `purge`, `stats`, `log`, `key`, `migrate`. Each validates its input first,
+//! `purge`, `stats`, `log`, `key`, `migrate`, `revoke` (`idem approver
+//! revoke`). Each validates its input first,
 //! opens the store only then (`idem key` never does), read-only unless it
 //! changes records, and prints through [`Output`].
 
@@ -10,6 +11,7 @@ mod log;
 mod ls;
 mod migrate;
 mod purge;
+mod revoke;
 mod settle;
 mod show;
 mod stats;
@@ -21,7 +23,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::{Operator, OperatorError};
 use serde::Serialize;
 
-use crate::cli::{Cli, Command};
+use crate::cli::{ApproverArgs, ApproverCommand, Cli, Command};
 use crate::error::CliError;
 use crate::store;
 use idem_runtime::text::json_safe;
@@ -35,6 +37,14 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Key(args) => key::run(&args, &out),
         Command::Migrate => migrate::run(url, &out).await,
         Command::Serve(args) => crate::serve::run(url, &args).await,
+        Command::Approver(ApproverArgs {
+            command: ApproverCommand::Revoke(args),
+        }) => {
+            let operator = store::open(url).await?;
+            let result = revoke::run(&operator, &args, &out).await;
+            operator.store().close().await;
+            result
+        }
         Command::Approver(args) => crate::serve::approver(&args),
         Command::Proxy(args) => proxy(url, &args).await,
         Command::Principal(args) => principal(&args),

@@ -128,7 +128,8 @@ pub(crate) struct AuditEventJson {
     pub namespace: Option<String>,
     /// What was done (`approved`, `denied`, `resolved_succeeded`,
     /// `resolved_failed`, `released`, `deleted`, `approved_by_policy`,
-    /// `denied_by_policy`).
+    /// `denied_by_policy`, `asked`; for the inbox, about no record:
+    /// `signed_in`, `sign_in_failed`, `signed_out`, `sessions_revoked`).
     pub action: &'static str,
     /// Who: the operator (`--by`), or the policy that decided.
     pub by: String,
@@ -136,7 +137,8 @@ pub(crate) struct AuditEventJson {
     pub reason: Option<String>,
     /// The record's status before.
     pub before: Option<&'static str>,
-    /// Its status after; `null` when the record was deleted.
+    /// Its status after; `null` when the record was deleted (and, with
+    /// `before` `null` too, for an event about no record).
     pub after: Option<&'static str>,
     /// The fingerprint of the record's arguments.
     pub fingerprint: String,

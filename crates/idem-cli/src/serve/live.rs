@@ -4,9 +4,10 @@
 //! (`GET /events`, server-sent events) turns into an `inbox` event.
 //!
 //! One look serves every open page, however many there are. When the
-//! server stops, every stream ends; a page whose stream is refused (401:
-//! signed out, or the server restarted, which signs everybody out) says
-//! so and links to the sign-in. A decision
+//! server stops, or the page's session ends (signed out or revoked, on
+//! any instance), its stream ends; a page whose stream is then refused
+//! (401) says that its person is signed out and links to the sign-in. A
+//! restart signs nobody out: sessions are in the store. A decision
 //! made on a page reaches the caller waiting for it through the store
 //! itself (`Store::wait` for a decision), not through this.
 
@@ -50,32 +51,49 @@ pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<u64>, every: Dur
     }
 }
 
-/// `GET /events`: an `inbox` event each time the inbox changes.
+/// `GET /events`: an `inbox` event each time the inbox changes. The
+/// stream ends when the server stops, and when its session ends (on any
+/// instance: it is read again every [`App::recheck`] and before each
+/// event), so that the page's reconnection is refused and says so.
 pub(super) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    match app.page_user(&headers) {
+    match app.page_user(&headers).await {
         Ok(Some(_)) => {}
         _ => return StatusCode::UNAUTHORIZED.into_response(),
     }
     let mut changes = app.changes.clone();
     changes.mark_unchanged();
     let stopping = app.stopping.clone();
-    // Ends when the server stops, so that the connection can close and a
-    // Ctrl-C stops the server with pages open.
+    let mut recheck = tokio::time::interval(app.recheck);
+    recheck.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    recheck.reset();
+    let state = (app, headers, changes, stopping, recheck);
     let stream = stream::unfold(
-        (changes, stopping),
-        |(mut changes, mut stopping)| async move {
-            if *stopping.borrow_and_update() {
-                return None;
+        state,
+        |(app, headers, mut changes, mut stopping, mut recheck)| async move {
+            loop {
+                if *stopping.borrow_and_update() {
+                    return None;
+                }
+                let changed = tokio::select! {
+                    changed = changes.changed() => {
+                        changed.ok()?;
+                        true
+                    }
+                    _ = stopping.changed() => return None,
+                    _ = recheck.tick() => false,
+                };
+                if !matches!(app.page_user(&headers).await, Ok(Some(_))) {
+                    return None;
+                }
+                if changed {
+                    let n = *changes.borrow_and_update();
+                    let event = Event::default().event("inbox").data(n.to_string());
+                    return Some((
+                        Ok::<_, Infallible>(event),
+                        (app, headers, changes, stopping, recheck),
+                    ));
+                }
             }
-            tokio::select! {
-                changed = changes.changed() => changed.ok()?,
-                _ = stopping.changed() => return None,
-            }
-            let n = *changes.borrow_and_update();
-            Some((
-                Ok::<_, Infallible>(Event::default().event("inbox").data(n.to_string())),
-                (changes, stopping),
-            ))
         },
     );
     Sse::new(stream)

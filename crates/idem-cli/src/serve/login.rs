@@ -2,7 +2,7 @@
 //! like every post checked for coming from the inbox's own origin, so a
 //! form elsewhere cannot sign a person in as someone else), the password
 //! check with its throttle, and the sign-out, which ends the session on
-//! the server.
+//! every instance. Each outcome is in the audit log (`signins.rs`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -14,8 +14,8 @@ use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use idem_runtime::text::visible;
 
+use super::cookies::{random_token, same_token, LOGIN};
 use super::pages::{csrf_refused, html, render, UserView};
-use super::session::{self, same_token};
 use super::throttle::NotNow;
 use super::App;
 
@@ -30,14 +30,14 @@ struct LoginPage {
 
 /// `GET /login`.
 pub(super) async fn login_form(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    if let Ok(Some(_)) = app.page_user(&headers) {
+    if let Ok(Some(_)) = app.page_user(&headers).await {
         return Redirect::to("/").into_response();
     }
     login_page(&app, StatusCode::OK, None, "")
 }
 
 fn login_page(app: &App, status: StatusCode, error: Option<String>, name: &str) -> Response {
-    let csrf = session::random_token();
+    let csrf = random_token();
     let page = LoginPage {
         user: None,
         error,
@@ -45,11 +45,7 @@ fn login_page(app: &App, status: StatusCode, error: Option<String>, name: &str) 
         name: super::view::shown(name),
     };
     let mut response = html(status, render(&page), None);
-    if let Ok(cookie) = app
-        .sessions
-        .cookie(session::LOGIN_COOKIE, &csrf, Some(3600))
-        .parse()
-    {
+    if let Ok(cookie) = app.cookies.set(LOGIN, &csrf, 3600).parse() {
         response.headers_mut().append(header::SET_COOKIE, cookie);
     }
     response
@@ -69,18 +65,15 @@ pub(super) struct LoginFields {
 /// `POST /login`: the CSRF token, then the throttle's turn
 /// ([`super::throttle`]), then the password check off the async threads,
 /// with its permit; a new session on success. Every outcome is logged
-/// with the name and the address it came from.
+/// and audited with the name and the address it came from.
 pub(super) async fn login(
     State(app): State<Arc<App>>,
     ConnectInfo(from): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(fields): Form<LoginFields>,
 ) -> Response {
-    let expected = headers
-        .get(header::COOKIE)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|c| session::cookie_value(c, session::LOGIN_COOKIE))
-        .unwrap_or("");
+    let from = app.address(from, &headers);
+    let expected = app.cookies.get(&headers, LOGIN).unwrap_or("");
     if expected.is_empty() || !same_token(expected, &fields.csrf) {
         return login_page(
             &app,
@@ -106,6 +99,8 @@ pub(super) async fn login(
                 ),
             };
             tracing::warn!(name = %visible(&name), %from, "sign-in not checked: {text}");
+            let why = format!("not checked: {}", text.to_lowercase());
+            app.signins.failed(&name, &from, &why).await;
             let wait = not_now.retry_after();
             let mut response = login_page(
                 &app,
@@ -143,8 +138,13 @@ pub(super) async fn login(
         }
     };
     let Some(identity) = checked else {
+        // Consumes the turn: the name's next attempt need not wait for
+        // the audit's write.
         turn.failed();
         tracing::warn!(name = %visible(&name), %from, listed, "sign-in failed");
+        app.signins
+            .failed(&name, &from, "wrong name or password")
+            .await;
         return login_page(
             &app,
             StatusCode::UNAUTHORIZED,
@@ -153,18 +153,32 @@ pub(super) async fn login(
         );
     };
     turn.succeeded();
-    tracing::info!(name = %visible(&identity.name), %from, "signed in");
     // A new session, whatever the browser had: an id planted before
-    // sign-in never becomes a signed-in one.
-    if let Some(old) = app.cookie_session(&headers) {
-        app.sessions.end(&old);
+    // sign-in never becomes a signed-in one, and a session it had ends.
+    if let Ok(Some(old)) = app.cookie_session(&headers).await {
+        let _ = app.sessions.end(&old).await;
     }
-    let (cookie, _) = app.sessions.start(&identity.name);
+    let started = match app.sessions.start(&identity.name).await {
+        Ok((cookie, session)) => match app.signins.signed_in(&identity.name, &from).await {
+            Ok(()) => Ok(cookie),
+            // Not audited: not signed in.
+            Err(e) => {
+                let _ = app.sessions.end(&session).await;
+                Err(e)
+            }
+        },
+        Err(e) => Err(e),
+    };
+    let cookie = match started {
+        Ok(cookie) => cookie,
+        Err(e) => {
+            tracing::warn!(name = %visible(&identity.name), %from, "sign-in not recorded: {e}");
+            return super::store_down(None);
+        }
+    };
+    tracing::info!(name = %visible(&identity.name), %from, "signed in");
     let mut response = Redirect::to("/").into_response();
-    for value in [
-        cookie,
-        app.sessions.cookie(session::LOGIN_COOKIE, "", Some(0)),
-    ] {
+    for value in [cookie, app.cookies.clear(LOGIN)] {
         if let Ok(value) = value.parse() {
             response.headers_mut().append(header::SET_COOKIE, value);
         }
@@ -179,18 +193,28 @@ pub(super) struct CsrfOnly {
     csrf: String,
 }
 
-/// `POST /logout`.
+/// `POST /logout`: the session ends on every instance, and the audit
+/// log says so.
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
+    ConnectInfo(from): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
     Form(form): Form<CsrfOnly>,
 ) -> Response {
-    if let Ok(Some(user)) = app.page_user(&headers) {
+    let from = app.address(from, &headers);
+    if let Ok(Some(user)) = app.page_user(&headers).await {
         if !same_token(&user.session.csrf, &form.csrf) {
             return csrf_refused(Some(&user));
         }
-        app.sessions.end(&user.session);
-        tracing::info!(name = %visible(&user.identity.name), "signed out");
+        let name = &user.identity.name;
+        if let Err(e) = app.sessions.end(&user.session).await {
+            tracing::warn!(name = %visible(name), %from, "sign-out failed: {e}");
+            return super::store_down(None);
+        }
+        if let Err(e) = app.signins.signed_out(name, &from).await {
+            tracing::warn!(name = %visible(name), %from, "a sign-out was not audited: {e}");
+        }
+        tracing::info!(name = %visible(name), %from, "signed out");
     }
     let mut response = Redirect::to("/login").into_response();
     if let Ok(value) = app.sessions.cleared().parse() {

@@ -6,8 +6,10 @@
 //! The parts: `approvers` (who may sign in, and with which role),
 //! `rules` (the approval rules of that file: who may decide what, how many
 //! approvals a call needs),
-//! `session` (sessions kept by the server, CSRF tokens, same-origin
-//! posts), `throttle` (bounded work before sign-in), `login`, `view`
+//! `session` (sessions kept in the store, shared by every instance on
+//! it), `cookies` (cookie names and attributes, CSRF tokens, same-origin
+//! posts), `throttle` (bounded work before sign-in), `login`, `signins`
+//! (sign-ins in the audit log, failures bounded), `view`
 //! (what a record looks like in words), `decide` (a decision, checked
 //! against the version the person saw, made through the operator API),
 //! `pages` (the HTML), `api` (the JSON), `live` (server-sent events when
@@ -23,12 +25,14 @@
 
 mod api;
 pub(crate) mod approvers;
+mod cookies;
 mod decide;
 mod live;
 mod login;
 mod pages;
 pub(crate) mod rules;
-mod session;
+pub(crate) mod session;
+pub(crate) mod signins;
 mod throttle;
 mod view;
 
@@ -49,7 +53,10 @@ use idem_runtime::operator::Operator;
 use crate::cli::{ApproverArgs, ApproverCommand, ServeArgs};
 use crate::error::CliError;
 use approvers::{Approvers, Identity};
+use cookies::Cookies;
+use idem_runtime::store::StoreError;
 use session::{Session, Sessions};
+use signins::SignIns;
 use throttle::Throttle;
 
 /// What every request handler shares.
@@ -57,14 +64,21 @@ pub(crate) struct App {
     operator: Operator,
     approvers: Approvers,
     sessions: Sessions,
+    signins: SignIns,
+    cookies: Cookies,
     throttle: Arc<Throttle>,
     catalog: Option<Catalog>,
     overdue: Duration,
     proxy_header: Option<HeaderName>,
+    /// The header a reverse proxy names the client's address in
+    /// (`--client-address-header`), for the audit log.
+    address_header: Option<HeaderName>,
     /// The origin posts must come from (`--origin`); `None`: the request's
     /// own host.
     origin: Option<String>,
     changes: tokio::sync::watch::Receiver<u64>,
+    /// How often an open live stream reads its session again.
+    recheck: Duration,
     /// Becomes `true` when the server is stopping: live streams end.
     stopping: tokio::sync::watch::Receiver<bool>,
 }
@@ -79,9 +93,16 @@ pub(crate) struct User {
 
 impl App {
     /// The person a page request comes from, from the trusted proxy's
-    /// header or the session cookie; `None`: not signed in.
-    fn page_user(&self, headers: &HeaderMap) -> Result<Option<User>, Response> {
-        let from_cookie = self.cookie_session(headers);
+    /// header or the session cookie; `None`: not signed in. A store that
+    /// cannot be read is an error page: nobody is signed in unchecked.
+    async fn page_user(&self, headers: &HeaderMap) -> Result<Option<User>, Response> {
+        let from_cookie = match self.cookie_session(headers).await {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!("a session could not be read: {e}");
+                return Err(store_down(None));
+            }
+        };
         if let Some(name) = &self.proxy_header {
             let Some(vouched) = headers.get(name).and_then(|v| v.to_str().ok()) else {
                 return Err(pages::message(
@@ -101,7 +122,13 @@ impl App {
                     set_cookie: None,
                 },
                 _ => {
-                    let (cookie, session) = self.sessions.start(&identity.name);
+                    let (cookie, session) = match self.sessions.start(&identity.name).await {
+                        Ok(started) => started,
+                        Err(e) => {
+                            tracing::warn!("a session could not be started: {e}");
+                            return Err(store_down(None));
+                        }
+                    };
                     User {
                         identity,
                         session,
@@ -120,12 +147,22 @@ impl App {
     }
 
     /// The live session the request's cookie names, if any.
-    fn cookie_session(&self, headers: &HeaderMap) -> Option<Session> {
-        headers
-            .get(header::COOKIE)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|c| session::cookie_value(c, session::COOKIE))
-            .and_then(|v| self.sessions.verify(v))
+    async fn cookie_session(&self, headers: &HeaderMap) -> Result<Option<Session>, StoreError> {
+        match self.cookies.get(headers, cookies::SESSION) {
+            Some(value) => self.sessions.verify(value).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Where a request came from, for the audit log: the peer, and the
+    /// client a trusted proxy names (`--client-address-header`).
+    fn address(&self, peer: SocketAddr, headers: &HeaderMap) -> String {
+        let forwarded = self
+            .address_header
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|v| v.to_str().ok());
+        signins::address(peer, forwarded)
     }
 
     /// The bot (or person) an API request comes from: a bearer token, or
@@ -152,6 +189,17 @@ fn bearer(value: &str) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then_some(token.trim())
         .filter(|t| !t.is_empty())
+}
+
+/// The page for a store that cannot be read or written: nothing was
+/// done, and nobody is let in unchecked.
+fn store_down(user: Option<&User>) -> Response {
+    pages::message(
+        axum::http::StatusCode::SERVICE_UNAVAILABLE,
+        user,
+        "The store cannot be reached",
+        "The inbox could not read or write its store. Nothing was changed; try again in a moment.",
+    )
 }
 
 fn not_listed(name: &str) -> Response {
@@ -198,13 +246,13 @@ fn router(app: Arc<App>) -> Router {
 pub(crate) const MAX_BODY: usize = 256 * 1024;
 
 /// Every post must come from the inbox's own pages (or from a program):
-/// see [`session::same_origin`].
+/// see [`cookies::same_origin`].
 async fn own_origin(
     State(app): State<Arc<App>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> Response {
-    if session::same_origin(request.method(), request.headers(), app.origin.as_deref()) {
+    if cookies::same_origin(request.method(), request.headers(), app.origin.as_deref()) {
         return next.run(request).await;
     }
     tracing::warn!(
@@ -288,20 +336,24 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     let local = listener.local_addr()?;
     let (changed, changes) = tokio::sync::watch::channel(0);
     let (stop, stopping) = tokio::sync::watch::channel(false);
+    let cookies = Cookies {
+        secure: args.secure_cookies || tls.is_some(),
+    };
+    let store = operator.store().clone();
     let app = Arc::new(App {
         operator: operator.clone(),
         approvers,
-        sessions: Sessions::new(
-            args.session_idle,
-            args.session,
-            args.secure_cookies || tls.is_some(),
-        ),
+        sessions: Sessions::new(store.clone(), args.session_idle, args.session, cookies),
+        signins: SignIns::new(store),
+        cookies,
         throttle: Arc::new(Throttle::default()),
         catalog,
         overdue: args.overdue,
         proxy_header: args.trust_proxy_header.clone(),
+        address_header: args.client_address_header.clone(),
         origin: args.origin.clone(),
         changes,
+        recheck: (args.refresh * 5).clamp(Duration::from_secs(1), Duration::from_secs(5)),
         stopping,
     });
     // Sign-ins and refusals, on stderr (`RUST_LOG` is not read: the
@@ -312,6 +364,16 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         .with_target(false)
         .try_init();
     let watcher = tokio::spawn(live::watch(app.clone(), changed, args.refresh));
+    let counts = tokio::spawn({
+        let app = app.clone();
+        async move {
+            let mut tick = tokio::time::interval(signins::WINDOW);
+            loop {
+                tick.tick().await;
+                app.signins.flush(false).await;
+            }
+        }
+    });
     let scheme = if tls.is_some() { "https" } else { "http" };
     eprintln!(
         "idem serve: the approval inbox is on {scheme}://{local}/ ({})",
@@ -323,6 +385,7 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         // Live streams end, so that their connections can close.
         let _ = stop.send(true);
     };
+    let finishing = app.clone();
     let service = router(app).into_make_service_with_connect_info::<SocketAddr>();
     let serving: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
         match tls {
@@ -350,6 +413,8 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         () = stopped_waiting() => Ok(()),
     };
     watcher.abort();
+    counts.abort();
+    finishing.signins.flush(true).await;
     operator.store().close().await;
     Ok(served?)
 }
@@ -374,6 +439,7 @@ const MIN_PASSWORD: usize = 12;
 pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
     let (entry, secret) = match &args.command {
         ApproverCommand::Password(a) | ApproverCommand::Token(a) => (a, &args.command),
+        ApproverCommand::Revoke(_) => unreachable!("`idem approver revoke` opens the store"),
     };
     let role = entry.role;
     let name = entry.name.trim();
@@ -394,6 +460,7 @@ pub(crate) fn approver(args: &ApproverArgs) -> Result<(), CliError> {
             let hash = approvers::hash_password(password).map_err(CliError::HashPassword)?;
             format!("password = \"{hash}\"")
         }
+        ApproverCommand::Revoke(_) => unreachable!("handled above"),
         ApproverCommand::Token(_) => {
             let token = approvers::new_token();
             eprintln!("API token for {name} (shown once; send it as `Authorization: Bearer TOKEN`):\n{token}");

@@ -14,8 +14,8 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::Filter;
 use idem_runtime::record::Status;
 
+use super::cookies::same_token;
 use super::decide::{self, Asked, FormFields, Refused};
-use super::session::same_token;
 use super::view::{Detail, Item, Trail, Waits};
 use super::{App, User};
 use crate::role::Role;
@@ -258,8 +258,8 @@ pub(super) fn message(
 
 /// The signed-in user, or the response to send instead (to the sign-in
 /// page).
-fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Response> {
-    match app.page_user(headers)? {
+async fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Response> {
+    match app.page_user(headers).await? {
         Some(user) => Ok(user),
         None => Err(Redirect::to("/login").into_response()),
     }
@@ -271,7 +271,7 @@ pub(super) async fn inbox(
     headers: HeaderMap,
     Query(filter): Query<InboxFilter>,
 ) -> Response {
-    let user = match signed_in(&app, &headers) {
+    let user = match signed_in(&app, &headers).await {
         Ok(user) => user,
         Err(response) => return response,
     };
@@ -329,7 +329,7 @@ pub(super) async fn rows(
     headers: HeaderMap,
     Query(filter): Query<InboxFilter>,
 ) -> Response {
-    let user = match signed_in(&app, &headers) {
+    let user = match signed_in(&app, &headers).await {
         Ok(user) => user,
         Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
     };
@@ -358,7 +358,7 @@ pub(super) async fn record(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Response {
-    let user = match signed_in(&app, &headers) {
+    let user = match signed_in(&app, &headers).await {
         Ok(user) => user,
         Err(response) => return response,
     };
@@ -440,7 +440,7 @@ pub(super) async fn version(
     headers: HeaderMap,
     Path(key): Path<String>,
 ) -> Response {
-    if signed_in(&app, &headers).is_err() {
+    if signed_in(&app, &headers).await.is_err() {
         return StatusCode::UNAUTHORIZED.into_response();
     }
     let Some(key) = parse_key(&key) else {
@@ -461,7 +461,7 @@ pub(super) async fn decide(
     Path((key, action)): Path<(String, String)>,
     Form(form): Form<FormFields>,
 ) -> Response {
-    let user = match signed_in(&app, &headers) {
+    let user = match signed_in(&app, &headers).await {
         Ok(user) => user,
         Err(_) => {
             return message(

@@ -1,47 +1,73 @@
-//! Sessions kept by the server, CSRF tokens, and whether a request comes
-//! from the inbox's own pages.
+//! Sessions kept by the server, in the store, so that every `idem serve`
+//! on one store agrees on who is signed in.
 //!
-//! A session is a row in this process's table: who, its CSRF token, when
-//! it started and when it was last used, and a one-time notice for the
-//! next page. The cookie holds only a random id (256 bits); the table is
-//! keyed by the id's SHA-256, so the table itself holds nothing a cookie
-//! could be made from. Signing out deletes the row, so a copy of the
-//! cookie taken before stops working at once; a session also ends when
-//! it has not been used for the idle lifetime (`--session-idle`) or has
-//! lasted the absolute one (`--session`), and signing in always starts a
-//! new one (the id a browser had before is never promoted). The table is
-//! in memory: a restart signs everybody out, and two `idem serve`
-//! processes do not share sign-ins.
+//! A session is a record of the store under a reserved tool
+//! ([`SESSION_TOOL`]: bookkeeping, which listings and counts leave out):
+//! who signed in, when (the store's clock) and when it was last used. The
+//! cookie holds only a random id (256 bits); the record's key is the id's
+//! SHA-256, and the session's CSRF token is another hash of the id, kept
+//! nowhere: the store holds nothing a cookie or a token could be made
+//! from, and pages and logs show neither.
 //!
-//! The cookie is `HttpOnly` (no script reads it), `SameSite=Strict` (no
-//! other site's page sends it) and, with `--secure-cookies`, `Secure`.
-//! Cookies do not keep ports apart, so another server on the same host
-//! can set them: that is why every post is also checked for coming from
-//! the inbox's own origin ([`same_origin`]), sign-in included.
+//! Every request reads its session from the store (nothing about
+//! sessions is cached), so a session ends on every instance at once:
+//!
+//! * **signing out** deletes the record;
+//! * **`idem approver revoke NAME`** writes a revocation record
+//!   ([`REVOCATION_TOOL`], one per name, kept [`REVOCATION_TTL`], far
+//!   longer than any session): every session of NAME started before it is
+//!   over, which every request checks (a second read);
+//! * the **absolute lifetime** (`--session`) is the record's expiry, by
+//!   the store's clock, and also checked against its start;
+//! * the **idle lifetime** (`--session-idle`) is checked against the last
+//!   use, written back at most every [`touch_every`](Sessions::touch_every)
+//!   (a quarter of the idle lifetime, at most a minute), so a session may
+//!   end up to that much *before* its idle lifetime, never after. The last
+//!   use is the instances' own clocks: skew between them moves it by the
+//!   skew.
+//!
+//! Anything that cannot be read as a live session — no record, another
+//! tool's, an unreadable one — is no session: nothing lapses into access.
+//! Signing in always starts a new session (the id a browser had before is
+//! never promoted).
 //!
 //! The role is not in the session: it is read from the approvers file on
-//! every request, so removing someone from the file (and restarting)
-//! takes effect at once.
+//! every request. The one-time notice a decision leaves for the next page
+//! is kept in this process only (at most [`MAX_NOTICES`]): behind a load
+//! balancer it may be shown by one instance and not another.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use axum::http::{header, HeaderMap, Method};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use idem_runtime::clock::{Clock, SystemClock, Timestamp};
+use idem_runtime::key::{CanonicalArgs, IdempotencyKey};
+use idem_runtime::record::{CallInfoRef, CorruptRecord, Outcome, OutputJson, Record, RecordState};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
 use rand::RngCore;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-/// The session cookie's name.
-pub(super) const COOKIE: &str = "idem_session";
+use super::cookies::{Cookies, SESSION};
 
-/// The cookie that carries the sign-in form's CSRF token before anyone is
-/// signed in.
-pub(super) const LOGIN_COOKIE: &str = "idem_login";
+/// The tool a session's record carries.
+pub(crate) const SESSION_TOOL: &str = "idem:session";
 
-/// The most sessions kept at once; beyond, the least recently used goes.
-pub(super) const MAX_SESSIONS: usize = 10_000;
+/// The tool a revocation's record carries.
+pub(crate) const REVOCATION_TOOL: &str = "idem:sessions-revoked";
+
+/// How long a revocation is kept: ten years, longer than any session
+/// (`--session` is held to it).
+pub(crate) const REVOCATION_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+
+/// The most one-time notices kept at once.
+pub(super) const MAX_NOTICES: usize = 10_000;
+
+/// How long a claim of a session's or a revocation's key is held while
+/// it is written.
+const LEASE: Duration = Duration::from_secs(30);
 
 /// A live session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -50,287 +76,430 @@ pub(super) struct Session {
     pub name: String,
     /// The CSRF token of this session.
     pub csrf: String,
-    /// The table's key (the id's SHA-256).
-    id: [u8; 32],
+    /// The key of its record.
+    key: IdempotencyKey,
 }
 
-#[derive(Debug)]
+/// What a session's record holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 struct Row {
+    /// Who.
     name: String,
-    csrf: String,
-    started: Instant,
-    used: Instant,
-    /// A notice for the next page of this record (key, text).
-    notice: Option<(String, String)>,
+    /// When it started (ms, the store's clock).
+    started: u64,
+    /// When it was last used, as last written (ms, an instance's clock).
+    used: u64,
 }
 
-/// The sessions of this server.
+/// What a revocation's record holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Revocation {
+    /// Whose sessions.
+    name: String,
+    /// Sessions started at or before this instant (ms, the store's clock)
+    /// are over.
+    before: u64,
+}
+
+/// The sessions of the store.
 #[derive(Debug)]
 pub(super) struct Sessions {
-    rows: Mutex<HashMap<[u8; 32], Row>>,
+    store: Arc<dyn Store>,
     idle: Duration,
     absolute: Duration,
-    secure: bool,
+    cookies: Cookies,
+    /// Record key → (the record page it is for, text).
+    notices: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl Sessions {
-    /// Sessions ending after `idle` unused or `absolute` in all.
-    pub(super) fn new(idle: Duration, absolute: Duration, secure: bool) -> Self {
+    /// Sessions on `store`, ending after `idle` unused or `absolute` in
+    /// all (at most [`REVOCATION_TTL`]).
+    pub(super) fn new(
+        store: Arc<dyn Store>,
+        idle: Duration,
+        absolute: Duration,
+        cookies: Cookies,
+    ) -> Self {
+        let absolute = absolute.min(REVOCATION_TTL);
         Sessions {
-            rows: Mutex::new(HashMap::new()),
+            store,
             idle: idle.min(absolute),
             absolute,
-            secure,
+            cookies,
+            notices: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// How often a session's last use is written back: a quarter of the
+    /// idle lifetime, at most a minute.
+    pub(super) fn touch_every(&self) -> Duration {
+        (self.idle / 4).min(Duration::from_secs(60))
     }
 
     /// A new session for `name`: the `Set-Cookie` value and the session.
-    pub(super) fn start(&self, name: &str) -> (String, Session) {
+    pub(super) async fn start(&self, name: &str) -> Result<(String, Session), StoreError> {
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let value = URL_SAFE_NO_PAD.encode(raw);
-        let id = hash(&value);
-        let csrf = random_token();
-        let now = Instant::now();
-        let mut rows = self.rows.lock().unwrap();
-        if rows.len() >= MAX_SESSIONS {
-            rows.retain(|_, row| self.live(row, now));
+        let key = key_of("session", &value);
+        let row = Row {
+            name: name.to_owned(),
+            started: self.store.now().await?.as_millis(),
+            used: SystemClock.now().as_millis(),
+        };
+        let output = OutputJson::new(&row).expect("a session serializes");
+        if !create(&*self.store, &key, SESSION_TOOL, output, self.absolute).await? {
+            // 256 random bits met an existing record.
+            return Err(unreadable(&key, "a new session's key is taken"));
         }
-        if rows.len() >= MAX_SESSIONS {
-            if let Some(oldest) = rows.iter().min_by_key(|(_, r)| r.used).map(|(k, _)| *k) {
-                rows.remove(&oldest);
+        let cookie = self.cookies.set(SESSION, &value, self.absolute.as_secs());
+        let session = Session {
+            name: row.name,
+            csrf: csrf_of(&value),
+            key,
+        };
+        Ok((cookie, session))
+    }
+
+    /// The live session a cookie value names, if any; its last use is
+    /// written back when it is older than [`Sessions::touch_every`].
+    pub(super) async fn verify(&self, value: &str) -> Result<Option<Session>, StoreError> {
+        if value.is_empty() || value.len() > 128 {
+            return Ok(None);
+        }
+        let key = key_of("session", value);
+        let Some(record) = self.store.get(&key).await? else {
+            return Ok(None);
+        };
+        let Some(row) = read::<Row>(&record, SESSION_TOOL) else {
+            return Ok(None);
+        };
+        let now = SystemClock.now();
+        let unused = Timestamp(row.used).until(now);
+        let lived = Timestamp(row.started).until(now);
+        if unused >= self.idle || lived >= self.absolute || self.revoked(&row).await? {
+            // Gone for good; a failed delete leaves it to its expiry.
+            let _ = self.delete(&record).await;
+            return Ok(None);
+        }
+        if unused >= self.touch_every() {
+            let touched = Row {
+                used: now.as_millis(),
+                ..row.clone()
+            };
+            let output = OutputJson::new(&touched).expect("a session serializes");
+            match rewrite(&*self.store, &record, output, None).await {
+                // Another request touched it first.
+                Ok(()) | Err(StoreError::StaleFence { .. }) => {}
+                Err(e) => return Err(e),
             }
         }
-        rows.insert(
-            id,
-            Row {
-                name: name.to_owned(),
-                csrf: csrf.clone(),
-                started: now,
-                used: now,
-                notice: None,
-            },
-        );
-        let cookie = self.cookie(COOKIE, &value, Some(self.absolute.as_secs()));
-        (
-            cookie,
-            Session {
-                name: name.to_owned(),
-                csrf,
-                id,
-            },
-        )
+        Ok(Some(Session {
+            name: row.name,
+            csrf: csrf_of(value),
+            key,
+        }))
     }
 
-    fn live(&self, row: &Row, now: Instant) -> bool {
-        now.duration_since(row.used) < self.idle && now.duration_since(row.started) < self.absolute
+    /// Whether `row`'s session was revoked after it started.
+    async fn revoked(&self, row: &Row) -> Result<bool, StoreError> {
+        let key = key_of("revoked", &row.name);
+        let Some(record) = self.store.get(&key).await? else {
+            return Ok(false);
+        };
+        // A revocation that cannot be read ends the session.
+        Ok(read::<Revocation>(&record, REVOCATION_TOOL)
+            .is_none_or(|r| r.name != row.name || row.started <= r.before))
     }
 
-    /// The live session a cookie value names (and it counts as used now).
-    pub(super) fn verify(&self, value: &str) -> Option<Session> {
-        let id = hash(value);
-        let now = Instant::now();
-        let mut rows = self.rows.lock().unwrap();
-        let row = rows.get_mut(&id)?;
-        if !self.live(row, now) {
-            rows.remove(&id);
-            return None;
+    /// Delete a session's record, if it is still as read.
+    async fn delete(&self, record: &Record) -> Result<(), StoreError> {
+        let expected = Expected {
+            fence: record.fence(),
+            state: ExpectedState::Completed,
+        };
+        self.store
+            .replace(&record.key, expected, None, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// End `session` on every instance, wherever its cookie was copied to.
+    pub(super) async fn end(&self, session: &Session) -> Result<(), StoreError> {
+        self.notices.lock().unwrap().remove(session.key.as_str());
+        // A touch may swap the record in between: read it again.
+        for _ in 0..4 {
+            let Some(record) = self.store.get(&session.key).await? else {
+                return Ok(());
+            };
+            match self.delete(&record).await {
+                Err(StoreError::StaleFence { .. }) => continue,
+                done => return done,
+            }
         }
-        row.used = now;
-        Some(Session {
-            name: row.name.clone(),
-            csrf: row.csrf.clone(),
-            id,
-        })
+        Err(unreadable(&session.key, "the session kept changing"))
     }
 
-    /// End `session`, wherever its cookie was copied to.
-    pub(super) fn end(&self, session: &Session) {
-        self.rows.lock().unwrap().remove(&session.id);
-    }
-
-    /// Keep `text` for the next page of record `key` this session opens.
+    /// Keep `text` for the next page of record `key` this session opens
+    /// on this instance.
     pub(super) fn notify(&self, session: &Session, key: &str, text: String) {
-        if let Some(row) = self.rows.lock().unwrap().get_mut(&session.id) {
-            row.notice = Some((key.to_owned(), text));
+        let mut notices = self.notices.lock().unwrap();
+        if notices.len() >= MAX_NOTICES && !notices.contains_key(session.key.as_str()) {
+            if let Some(any) = notices.keys().next().cloned() {
+                notices.remove(&any);
+            }
         }
+        notices.insert(session.key.as_str().to_owned(), (key.to_owned(), text));
     }
 
     /// The notice kept for record `key`, once.
     pub(super) fn take_notice(&self, session: &Session, key: &str) -> Option<String> {
-        let mut rows = self.rows.lock().unwrap();
-        let row = rows.get_mut(&session.id)?;
-        match &row.notice {
-            Some((for_key, _)) if for_key == key => row.notice.take().map(|(_, text)| text),
+        let mut notices = self.notices.lock().unwrap();
+        match notices.get(session.key.as_str()) {
+            Some((for_key, _)) if for_key == key => {
+                notices.remove(session.key.as_str()).map(|(_, text)| text)
+            }
             _ => None,
         }
     }
 
     /// A `Set-Cookie` value that deletes the session cookie.
     pub(super) fn cleared(&self) -> String {
-        self.cookie(COOKIE, "", Some(0))
-    }
-
-    /// A `Set-Cookie` value for `name=value`, with this server's
-    /// attributes; `max_age` in seconds (`None`: for the browser session).
-    pub(super) fn cookie(&self, name: &str, value: &str, max_age: Option<u64>) -> String {
-        let mut cookie = format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict");
-        if let Some(age) = max_age {
-            cookie.push_str(&format!("; Max-Age={age}"));
-        }
-        if self.secure {
-            cookie.push_str("; Secure");
-        }
-        cookie
+        self.cookies.clear(SESSION)
     }
 }
 
-fn hash(value: &str) -> [u8; 32] {
-    Sha256::digest(value.as_bytes()).into()
-}
-
-/// Whether a request that changes something comes from the inbox's own
-/// pages, as far as the browser says: its `Origin` (sent by browsers with
-/// every post) must be `origin` exactly, scheme, host and port, else the
-/// request's own `Host` under either scheme; and `Sec-Fetch-Site`, when
-/// sent, must be `same-origin` (a page on another port of the same host is
-/// `same-site`) or `none` (typed by the person). A request with neither
-/// header comes from a program, not from a page someone was lured to, and
-/// passes; GET and HEAD always pass.
-pub(super) fn same_origin(method: &Method, headers: &HeaderMap, origin: Option<&str>) -> bool {
-    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
-        return true;
-    }
-    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
-    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
-        if !matches!(site, "same-origin" | "none") {
-            return false;
+/// `idem approver revoke NAME`: every session of `name` started until now
+/// (the store's clock) is over, on every instance; returns that instant.
+/// The revocation is kept [`REVOCATION_TTL`].
+pub(crate) async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
+    let now = store.now().await?;
+    let key = key_of("revoked", name);
+    for _ in 0..8 {
+        let written = match store.get(&key).await? {
+            None => {
+                let output = revocation(name, now);
+                create(store, &key, REVOCATION_TOOL, output, REVOCATION_TTL).await?
+            }
+            Some(record) if record.tool == REVOCATION_TOOL => {
+                // Never earlier than a revocation already written (a clock
+                // that went back would otherwise revive sessions).
+                let earlier = read::<Revocation>(&record, REVOCATION_TOOL).map_or(0, |r| r.before);
+                let before = Timestamp(now.as_millis().max(earlier));
+                let output = revocation(name, before);
+                match rewrite(store, &record, output, Some(REVOCATION_TTL)).await {
+                    Ok(()) => return Ok(before),
+                    Err(StoreError::StaleFence { .. }) => false,
+                    Err(e) => return Err(e),
+                }
+            }
+            Some(_) => return Err(unreadable(&key, "a revocation's key holds another record")),
+        };
+        if written {
+            return Ok(now);
         }
     }
-    let Some(sent) = text(header::ORIGIN) else {
-        return true;
+    Err(unreadable(&key, "the revocation kept changing"))
+}
+
+/// A revocation's output.
+fn revocation(name: &str, before: Timestamp) -> OutputJson {
+    OutputJson::new(&Revocation {
+        name: name.to_owned(),
+        before: before.as_millis(),
+    })
+    .expect("a revocation serializes")
+}
+
+/// Create the completed record `key` of `tool` with `output`, kept `ttl`:
+/// `false` when the key is taken.
+async fn create(
+    store: &dyn Store,
+    key: &IdempotencyKey,
+    tool: &str,
+    output: OutputJson,
+    ttl: Duration,
+) -> Result<bool, StoreError> {
+    let fingerprint = CanonicalArgs::from_value(&serde_json::json!({ "tool": tool }))
+        .expect("an object")
+        .fingerprint;
+    let request = ClaimRequest {
+        key,
+        tool,
+        fingerprint: &fingerprint,
+        check_fingerprint: true,
+        lease: LEASE,
+        info: CallInfoRef {
+            ttl: Some(ttl),
+            ..CallInfoRef::default()
+        },
+        worker: None,
+        durable: true,
     };
-    match origin {
-        Some(expected) => sent == expected,
-        None => {
-            let Some(host) = text(header::HOST) else {
-                return false;
-            };
-            sent == format!("http://{host}") || sent == format!("https://{host}")
+    match store.claim(&request).await? {
+        ClaimOutcome::Acquired { fence, .. } => {
+            store
+                .complete(key, fence, &Outcome::Success { output }, ttl)
+                .await?;
+            Ok(true)
         }
+        _ => Ok(false),
     }
 }
 
-/// 24 random bytes, base64url: CSRF tokens and nonces.
-pub(super) fn random_token() -> String {
-    let mut bytes = [0u8; 24];
-    rand::rng().fill_bytes(&mut bytes);
-    URL_SAFE_NO_PAD.encode(bytes)
+/// Swap completed `record` for one with `output`, kept `ttl` from now
+/// (`None`: until the record's own expiry).
+async fn rewrite(
+    store: &dyn Store,
+    record: &Record,
+    output: OutputJson,
+    ttl: Option<Duration>,
+) -> Result<(), StoreError> {
+    let RecordState::Completed {
+        fence,
+        completed_at,
+        expires_at,
+        ..
+    } = record.state
+    else {
+        return Err(unreadable(&record.key, "it is not a completed record"));
+    };
+    let now = SystemClock.now();
+    let mut new = record.clone();
+    new.state = RecordState::Completed {
+        fence,
+        outcome: Outcome::Success { output },
+        completed_at: if ttl.is_some() { now } else { completed_at },
+        expires_at: ttl.map_or(expires_at, |ttl| now.plus(ttl)),
+    };
+    let expected = Expected {
+        fence,
+        state: ExpectedState::Completed,
+    };
+    store
+        .replace(&record.key, expected, Some(&new), None)
+        .await
+        .map(|_| ())
 }
 
-/// Whether two tokens are equal, in time that does not depend on where
-/// they differ.
-pub(super) fn same_token(a: &str, b: &str) -> bool {
-    a.len() == b.len()
-        && a.bytes()
-            .zip(b.bytes())
-            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
-            == 0
+/// The output of `record` as a `T`, when it is a completed record of
+/// `tool`.
+fn read<T: serde::de::DeserializeOwned>(record: &Record, tool: &str) -> Option<T> {
+    match &record.state {
+        RecordState::Completed {
+            outcome: Outcome::Success { output },
+            ..
+        } if record.tool == tool => output.parse().ok(),
+        _ => None,
+    }
 }
 
-/// The value of cookie `name` in a `Cookie` header.
-pub(super) fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
-    header
-        .split(';')
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v)
+/// The key of the record `what` (`session`, `revoked`; `approver`: the
+/// audit log's key of a name) of `value`.
+pub(super) fn key_of(what: &str, value: &str) -> IdempotencyKey {
+    let digest = Sha256::new()
+        .chain_update(b"idem serve ")
+        .chain_update(what.as_bytes())
+        .chain_update([0])
+        .chain_update(value.as_bytes())
+        .finalize();
+    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
+    IdempotencyKey::parse(&hex).expect("64 hex digits")
+}
+
+/// The CSRF token of the session whose cookie is `value`.
+fn csrf_of(value: &str) -> String {
+    let digest = Sha256::new()
+        .chain_update(b"idem serve csrf\0")
+        .chain_update(value.as_bytes())
+        .finalize();
+    URL_SAFE_NO_PAD.encode(digest)
+}
+
+fn unreadable(key: &IdempotencyKey, detail: &str) -> StoreError {
+    StoreError::Corrupt(CorruptRecord {
+        key: key.to_string(),
+        detail: detail.to_owned(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use idem_runtime::store::MemoryStore;
 
-    #[test]
-    fn a_session_lives_until_it_is_ended_or_left_unused() {
-        let sessions = Sessions::new(Duration::from_secs(60), Duration::from_secs(600), false);
-        let (cookie, session) = sessions.start("dana");
+    fn sessions(idle: Duration) -> (Arc<dyn Store>, Sessions) {
+        let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
+        let cookies = Cookies { secure: false };
+        let table = Sessions::new(store.clone(), idle, Duration::from_secs(600), cookies);
+        (store, table)
+    }
+
+    fn value(cookie: &str) -> String {
+        let pair = cookie.split(';').next().unwrap();
+        pair.split_once('=').unwrap().1.to_owned()
+    }
+
+    #[tokio::test]
+    async fn a_session_lives_in_the_store_until_it_is_ended() {
+        let (store, table) = sessions(Duration::from_secs(60));
+        let (cookie, session) = table.start("dana").await.unwrap();
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
-        assert!(!cookie.contains("Secure"));
-        let value = cookie_value(cookie.split(';').next().unwrap(), COOKIE).unwrap();
-        assert_eq!(sessions.verify(value), Some(session.clone()));
-        assert_eq!(sessions.verify("made-up"), None);
-        sessions.notify(&session, "k1", "Done: approved.".into());
-        assert_eq!(sessions.take_notice(&session, "k2"), None);
+        let value = value(&cookie);
+        assert_eq!(table.verify(&value).await.unwrap(), Some(session.clone()));
+        assert_eq!(table.verify("made-up").await.unwrap(), None);
+        // Another instance on the same store agrees.
+        let other = Sessions::new(
+            store.clone(),
+            Duration::from_secs(60),
+            Duration::from_secs(600),
+            Cookies { secure: false },
+        );
+        assert_eq!(other.verify(&value).await.unwrap(), Some(session.clone()));
+        // The store holds neither the cookie nor the token.
+        let record = store.get(&session.key).await.unwrap().unwrap();
+        let text = serde_json::to_string(&record).unwrap();
+        assert!(!text.contains(&value) && !text.contains(&session.csrf));
+        assert!(record.is_bookkeeping());
+
+        table.notify(&session, "k1", "Done: approved.".into());
+        assert_eq!(table.take_notice(&session, "k2"), None);
         assert_eq!(
-            sessions.take_notice(&session, "k1").as_deref(),
+            table.take_notice(&session, "k1").as_deref(),
             Some("Done: approved.")
         );
-        assert_eq!(sessions.take_notice(&session, "k1"), None, "once");
-        sessions.end(&session);
-        assert_eq!(sessions.verify(value), None, "ended for every copy");
-        // Unused for longer than the idle lifetime.
-        let short = Sessions::new(Duration::ZERO, Duration::from_secs(600), true);
-        let (cookie, _) = short.start("dana");
-        assert!(cookie.contains("; Secure"));
-        let value = cookie_value(cookie.split(';').next().unwrap(), COOKIE).unwrap();
-        assert_eq!(short.verify(value), None);
+        assert_eq!(table.take_notice(&session, "k1"), None, "once");
+
+        other.end(&session).await.unwrap();
+        assert_eq!(
+            table.verify(&value).await.unwrap(),
+            None,
+            "ended everywhere"
+        );
     }
 
-    #[test]
-    fn a_post_must_come_from_the_inbox_itself() {
-        let post = Method::POST;
-        let headers = |pairs: &[(&'static str, &'static str)]| {
-            let mut h = HeaderMap::new();
-            for (k, v) in pairs {
-                h.insert(*k, v.parse().unwrap());
-            }
-            h
-        };
-        let host = ("host", "127.0.0.1:8080");
-        assert!(same_origin(
-            &post,
-            &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
-            None
-        ));
-        assert!(!same_origin(
-            &post,
-            &headers(&[host, ("origin", "http://127.0.0.1:9000")]),
-            None
-        ));
-        assert!(!same_origin(
-            &post,
-            &headers(&[host, ("origin", "null")]),
-            None
-        ));
-        assert!(!same_origin(
-            &post,
-            &headers(&[host, ("sec-fetch-site", "same-site")]),
-            None
-        ));
-        assert!(same_origin(&post, &headers(&[host]), None), "a program");
-        assert!(same_origin(
-            &Method::GET,
-            &headers(&[host, ("origin", "http://evil")]),
-            None
-        ));
-        let public = Some("https://inbox.example.com");
-        assert!(same_origin(
-            &post,
-            &headers(&[host, ("origin", "https://inbox.example.com")]),
-            public
-        ));
-        assert!(!same_origin(
-            &post,
-            &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
-            public
-        ));
+    #[tokio::test]
+    async fn a_revocation_ends_the_sessions_started_before_it_only() {
+        let (store, table) = sessions(Duration::from_secs(60));
+        let (dana, _) = table.start("dana").await.unwrap();
+        let (vic, _) = table.start("vic").await.unwrap();
+        revoke(&*store, "dana").await.unwrap();
+        assert_eq!(table.verify(&value(&dana)).await.unwrap(), None);
+        assert!(table.verify(&value(&vic)).await.unwrap().is_some());
+        // Revoked again, later: still one record, and a sign-in after it
+        // lives.
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        let (again, _) = table.start("dana").await.unwrap();
+        assert!(table.verify(&value(&again)).await.unwrap().is_some());
+        revoke(&*store, "dana").await.unwrap();
+        assert_eq!(table.verify(&value(&again)).await.unwrap(), None);
     }
 
-    #[test]
-    fn tokens_compare_equal_only_when_equal() {
-        assert!(same_token("abc", "abc"));
-        assert!(!same_token("abc", "abd"));
-        assert!(!same_token("abc", "abcd"));
+    #[tokio::test]
+    async fn a_session_left_unused_for_its_idle_lifetime_is_over() {
+        let (_store, table) = sessions(Duration::ZERO);
+        let (cookie, _) = table.start("dana").await.unwrap();
+        assert_eq!(table.verify(&value(&cookie)).await.unwrap(), None);
     }
 }

@@ -458,7 +458,7 @@ async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
 /// the server's key as a browser trusts a certificate of its company's CA:
 /// the approver signs in, a waiting call arrives on the open page without
 /// a reload (the live stream over TLS), is approved and runs once; the page
-/// is a secure context and its session cookie is `Secure`.
+/// is a secure context and its session cookie is `Secure` and `__Host-`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn over_https_an_approver_approves_a_call_that_arrives_live() {
     let what = "over_https_an_approver_approves_a_call_that_arrives_live";
@@ -495,8 +495,8 @@ async fn over_https_an_approver_approves_a_call_that_arrives_live() {
     let cookies = browser.client().get_all_cookies().await.unwrap();
     let session = cookies
         .iter()
-        .find(|c| c.name() == "idem_session")
-        .expect("a session cookie");
+        .find(|c| c.name() == "__Host-idem_session")
+        .expect("a __Host- session cookie");
     assert_eq!(session.secure(), Some(true), "{session}");
     assert_eq!(session.http_only(), Some(true), "{session}");
     wait_text(&browser, "#inbox-rows", "Nothing is waiting").await;

@@ -13,5 +13,6 @@ mod lifecycle;
 mod limits;
 mod resolve;
 mod rules;
+mod sessions;
 mod signin;
 mod tls;

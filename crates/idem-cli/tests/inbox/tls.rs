@@ -52,13 +52,14 @@ async fn the_inbox_is_served_over_https_and_its_cookies_are_secure() {
     );
 
     // Signing in over HTTPS: the form's cookie and the session's are
-    // `Secure` without --secure-cookies.
+    // `Secure` and `__Host-` without --secure-cookies.
     let mut http = Http::trusting(&certs.ca);
     let login = http.get(&serve.url("/login")).await;
     assert_eq!(login.status, 200, "{}", login.body);
     let csrf = hidden(&login.body, "csrf").expect("a CSRF token");
     for cookie in login.header("set-cookie") {
         assert!(cookie.contains("; Secure"), "{cookie}");
+        assert!(cookie.starts_with("__Host-idem_login="), "{cookie}");
     }
     let done = http
         .form(
@@ -71,7 +72,7 @@ async fn the_inbox_is_served_over_https_and_its_cookies_are_secure() {
     assert!(
         session
             .iter()
-            .any(|c| c.starts_with("idem_session=") && c.contains("; Secure")),
+            .any(|c| c.starts_with("__Host-idem_session=") && c.contains("; Secure")),
         "{session:?}"
     );
     let inbox = http.get(&serve.url("/")).await;

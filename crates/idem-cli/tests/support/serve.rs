@@ -42,7 +42,8 @@ pub struct Serve {
     pub approvers: std::path::PathBuf,
     /// Its command line, to restart it with.
     args: Vec<std::ffi::OsString>,
-    _dir: TempDir,
+    /// The approvers file's directory, shared with [`Serve::another`].
+    _dir: std::sync::Arc<TempDir>,
 }
 
 /// `idem approver ARGS` with `stdin`: the entry it printed, and stderr.
@@ -72,6 +73,12 @@ fn approver(args: &[&str], stdin: &str) -> (String, String) {
         String::from_utf8(out.stdout).unwrap(),
         String::from_utf8(out.stderr).unwrap(),
     )
+}
+
+/// The approvers-file entry `idem approver password NAME` writes for
+/// `password`.
+pub fn approver_entry(name: &str, password: &str) -> String {
+    approver(&["password", name], &format!("{password}\n")).0
 }
 
 impl Serve {
@@ -149,7 +156,24 @@ impl Serve {
             tokens,
             approvers,
             args,
-            _dir: dir,
+            _dir: std::sync::Arc::new(dir),
+        }
+    }
+
+    /// A second `idem serve` with this one's command line (its store, its
+    /// approvers file), on a port of its own: two instances behind one
+    /// load balancer.
+    pub fn another(&self) -> Serve {
+        let (child, base) = spawn(&self.args);
+        Serve {
+            child,
+            base,
+            token: self.token.clone(),
+            viewer_token: self.viewer_token.clone(),
+            tokens: self.tokens.clone(),
+            approvers: self.approvers.clone(),
+            args: self.args.clone(),
+            _dir: self._dir.clone(),
         }
     }
 

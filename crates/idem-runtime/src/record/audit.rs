@@ -48,6 +48,20 @@ pub enum AuditAction {
     /// through MCP elicitation) and gave no decision: the call stays
     /// pending, and they are not asked about it again.
     Asked,
+    /// Someone signed in to the approval inbox (`idem serve`); the event's
+    /// `by` is who, its reason the address it came from. Not about a
+    /// record: its key stands for the name (see `idem serve`'s docs).
+    SignedIn,
+    /// A sign-in to the approval inbox failed (a wrong name or password,
+    /// or one refused unchecked under a flood); `by` is the name tried.
+    /// Repeats of one name from one address are counted into one event.
+    SignInFailed,
+    /// Someone signed out of the approval inbox: their session is over on
+    /// every `idem serve` of the store.
+    SignedOut,
+    /// An operator ended every session of an approver
+    /// (`idem approver revoke`); `reason` names the approver.
+    SessionsRevoked,
 }
 
 impl AuditAction {
@@ -64,6 +78,10 @@ impl AuditAction {
             AuditAction::ApprovedByPolicy => "approved_by_policy",
             AuditAction::DeniedByPolicy => "denied_by_policy",
             AuditAction::Asked => "asked",
+            AuditAction::SignedIn => "signed_in",
+            AuditAction::SignInFailed => "sign_in_failed",
+            AuditAction::SignedOut => "signed_out",
+            AuditAction::SessionsRevoked => "sessions_revoked",
         }
     }
 }

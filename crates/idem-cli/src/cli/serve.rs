@@ -1,0 +1,166 @@
+//! The command line of the commands that serve people: `idem serve` and
+//! `idem approver` (the approvers file's entries, and revoking sessions).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::http::HeaderName;
+use clap::{Args, Subcommand};
+
+use crate::role::Role;
+use crate::time::duration;
+
+/// `idem serve`.
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    /// The address to listen on. Loopback by default: put a reverse proxy
+    /// with TLS in front of it to serve other machines.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:8080",
+        value_parser = socket_addr
+    )]
+    pub listen: SocketAddr,
+    /// The approvers file (TOML): who may sign in, with which role
+    /// (approver or viewer), and their hashed passwords and API tokens
+    /// (`idem approver` writes entries).
+    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
+    pub approvers: std::path::PathBuf,
+    /// The application's tool catalog (JSON, `Registry::catalog`), for
+    /// each tool's description and class.
+    #[arg(long, value_name = "FILE")]
+    pub tools: Option<std::path::PathBuf>,
+    /// An item waiting longer than this is marked overdue (90s, 15m, 2h,
+    /// 7d).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+    pub overdue: Duration,
+    /// Take the signed-in approver's name from this request header, set by
+    /// a reverse proxy that authenticates people (e.g. X-Forwarded-User).
+    /// Only when the proxy is the only way to reach idem serve: anyone who
+    /// can reach it directly could send the header. The name must still
+    /// be in the approvers file, which gives its role.
+    #[arg(long, value_name = "HEADER", value_parser = header_name)]
+    pub trust_proxy_header: Option<HeaderName>,
+    /// Record the client's address from this request header, set by a
+    /// reverse proxy (e.g. X-Forwarded-For), beside the proxy's own, in
+    /// the audit log of sign-ins. Only when the proxy is the only way to
+    /// reach idem serve.
+    #[arg(long, value_name = "HEADER", value_parser = header_name)]
+    pub client_address_header: Option<HeaderName>,
+    /// Mark session cookies `Secure`: set it when people reach the inbox
+    /// over HTTPS through a TLS-terminating proxy (with --tls-cert they
+    /// are always `Secure`).
+    #[arg(long)]
+    pub secure_cookies: bool,
+    /// Serve HTTPS with this PEM certificate chain (and --tls-key).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
+    /// On a non-loopback --listen address, serve plain HTTP anyway: a
+    /// TLS-terminating proxy is in front of it (set --secure-cookies too).
+    #[arg(long, conflicts_with = "tls_cert")]
+    pub allow_plain_http: bool,
+    /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d;
+    /// at most ten years). Sessions are kept in the store: every idem
+    /// serve on it shares them, and a restart signs nobody out.
+    #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
+    pub session: Duration,
+    /// A sign-in not used for this long ends (90s, 15m, 2h, 7d).
+    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
+    pub session_idle: Duration,
+    /// The inbox's origin as browsers reach it (`https://inbox.example.com`),
+    /// when a reverse proxy in front of it changes the Host header: every
+    /// form must be posted from exactly this origin. By default, from the
+    /// request's own Host.
+    #[arg(long, value_name = "ORIGIN", value_parser = origin)]
+    pub origin: Option<String>,
+    /// How often the inbox looks for new items, for pages that stay open.
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        hide = true,
+        value_parser = duration
+    )]
+    pub refresh: Duration,
+}
+
+/// `idem approver`.
+#[derive(Debug, Args)]
+pub(crate) struct ApproverArgs {
+    /// What to write.
+    #[command(subcommand)]
+    pub command: ApproverCommand,
+}
+
+/// `idem approver password`, `token` and `revoke`.
+#[derive(Debug, Subcommand)]
+pub(crate) enum ApproverCommand {
+    /// Hash a password read from stdin (one line) and print the
+    /// approvers-file entry for NAME.
+    Password(ApproverEntryArgs),
+    /// Make a new API token for NAME: print the token once on stderr (it
+    /// is not kept anywhere) and the entry, which holds only its hash.
+    Token(ApproverEntryArgs),
+    /// End every session of NAME now, on every idem serve of the store
+    /// (recorded in the audit log). NAME may sign in again: to keep them
+    /// out, remove them from the approvers file and restart idem serve.
+    Revoke(RevokeArgs),
+}
+
+/// `idem approver revoke`.
+#[derive(Debug, Args)]
+pub(crate) struct RevokeArgs {
+    /// The approver whose sessions end.
+    pub name: String,
+    /// Who revokes (recorded in the audit log).
+    #[arg(long, value_name = "NAME")]
+    pub by: String,
+    /// Why (recorded in the audit log).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+}
+
+/// The approver an entry is for.
+#[derive(Debug, Args)]
+pub(crate) struct ApproverEntryArgs {
+    /// The approver's name, as the audit log records their decisions.
+    pub name: String,
+    /// `approver` (may decide) or `viewer` (may only look).
+    #[arg(long, value_name = "ROLE", default_value = "approver", value_parser = Role::parse)]
+    pub role: Role,
+}
+
+/// clap's parser of `idem serve --listen`: an IP address and a port.
+fn socket_addr(given: &str) -> Result<SocketAddr, String> {
+    given
+        .trim()
+        .parse()
+        .map_err(|_| "expected an IP address and port such as 127.0.0.1:8080 or [::1]:8080".into())
+}
+
+/// clap's parser of `--trust-proxy-header`: an HTTP header name.
+fn header_name(given: &str) -> Result<HeaderName, String> {
+    HeaderName::try_from(given.trim())
+        .map_err(|_| "expected a header name such as X-Forwarded-User".into())
+}
+
+/// clap's parser of `--origin`: `http://` or `https://`, a host and an
+/// optional port, nothing after, as a browser's `Origin` header says it.
+pub(super) fn origin(given: &str) -> Result<String, String> {
+    let given = given.trim().trim_end_matches('/');
+    let host = given
+        .strip_prefix("https://")
+        .or_else(|| given.strip_prefix("http://"))
+        .ok_or("expected an origin such as https://inbox.example.com")?;
+    if host.is_empty() || host.contains(['/', '?', '#', '@', ' ']) {
+        return Err(
+            "expected scheme://host[:port] and nothing after, such as https://inbox.example.com"
+                .into(),
+        );
+    }
+    Ok(given.to_ascii_lowercase())
+}

@@ -1,0 +1,215 @@
+//! Cookies and forms: the names and attributes of the inbox's cookies,
+//! CSRF tokens, and whether a post comes from the inbox's own pages.
+//!
+//! Two cookies: the session's ([`SESSION`]) and the sign-in form's
+//! ([`LOGIN`]), which carries the form's CSRF token before anyone is
+//! signed in (double submit: the form's field must equal it). Both are
+//! `HttpOnly` (no script reads them), `SameSite=Strict` (no other site's
+//! page sends them) and `Path=/`. Served securely (`--tls-cert`, or
+//! `--secure-cookies` behind a TLS terminator), they are also `Secure`
+//! and named with the `__Host-` prefix, which browsers accept only from a
+//! secure origin, for the whole host and no domain: a page on a sibling
+//! subdomain, or a plain-HTTP page of the same host, cannot plant them.
+//! Over plain HTTP on loopback the prefix is not possible (browsers drop
+//! such cookies), and cookies do not keep ports apart: that is why every
+//! post is also checked for coming from the inbox's own origin
+//! ([`same_origin`]), sign-in included.
+
+use axum::http::{header, HeaderMap, Method};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use rand::RngCore;
+
+/// The session cookie's name, without the `__Host-` prefix.
+pub(super) const SESSION: &str = "idem_session";
+
+/// The sign-in form's cookie's name, without the `__Host-` prefix.
+pub(super) const LOGIN: &str = "idem_login";
+
+/// How this server writes its cookies.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cookies {
+    /// `Secure` and `__Host-`.
+    pub secure: bool,
+}
+
+impl Cookies {
+    /// The name cookie `base` (`SESSION`, `LOGIN`) has on this server.
+    pub(super) fn name(&self, base: &str) -> String {
+        match self.secure {
+            true => format!("__Host-{base}"),
+            false => base.to_owned(),
+        }
+    }
+
+    /// A `Set-Cookie` value for cookie `base` = `value`, with this
+    /// server's attributes; `max_age` in seconds.
+    pub(super) fn set(&self, base: &str, value: &str, max_age: u64) -> String {
+        let mut cookie = format!(
+            "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}",
+            self.name(base)
+        );
+        if self.secure {
+            cookie.push_str("; Secure");
+        }
+        cookie
+    }
+
+    /// A `Set-Cookie` value that deletes cookie `base`.
+    pub(super) fn clear(&self, base: &str) -> String {
+        self.set(base, "", 0)
+    }
+
+    /// The value of cookie `base` in the request's `Cookie` header.
+    pub(super) fn get<'a>(&self, headers: &'a HeaderMap, base: &str) -> Option<&'a str> {
+        let header = headers.get(header::COOKIE)?.to_str().ok()?;
+        cookie_value(header, &self.name(base))
+    }
+}
+
+/// Whether a request that changes something comes from the inbox's own
+/// pages, as far as the browser says: its `Origin` (sent by browsers with
+/// every post) must be `origin` exactly, scheme, host and port, else the
+/// request's own `Host` under either scheme; and `Sec-Fetch-Site`, when
+/// sent, must be `same-origin` (a page on another port of the same host is
+/// `same-site`) or `none` (typed by the person). A request with neither
+/// header comes from a program, not from a page someone was lured to, and
+/// passes; GET and HEAD always pass.
+pub(super) fn same_origin(method: &Method, headers: &HeaderMap, origin: Option<&str>) -> bool {
+    if matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS) {
+        return true;
+    }
+    let text = |name: header::HeaderName| headers.get(name).and_then(|v| v.to_str().ok());
+    if let Some(site) = headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+        if !matches!(site, "same-origin" | "none") {
+            return false;
+        }
+    }
+    let Some(sent) = text(header::ORIGIN) else {
+        return true;
+    };
+    match origin {
+        Some(expected) => sent == expected,
+        None => {
+            let Some(host) = text(header::HOST) else {
+                return false;
+            };
+            sent == format!("http://{host}") || sent == format!("https://{host}")
+        }
+    }
+}
+
+/// 24 random bytes, base64url: CSRF tokens and nonces.
+pub(super) fn random_token() -> String {
+    let mut bytes = [0u8; 24];
+    rand::rng().fill_bytes(&mut bytes);
+    URL_SAFE_NO_PAD.encode(bytes)
+}
+
+/// Whether two tokens are equal, in time that does not depend on where
+/// they differ.
+pub(super) fn same_token(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The value of cookie `name` in a `Cookie` header.
+pub(super) fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
+    header
+        .split(';')
+        .filter_map(|pair| pair.trim().split_once('='))
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secure_cookies_are_host_prefixed_and_say_so() {
+        let plain = Cookies { secure: false };
+        let cookie = plain.set(SESSION, "v", 60);
+        assert_eq!(
+            cookie,
+            "idem_session=v; Path=/; HttpOnly; SameSite=Strict; Max-Age=60"
+        );
+        let secure = Cookies { secure: true };
+        let cookie = secure.set(LOGIN, "v", 60);
+        assert!(
+            cookie.starts_with("__Host-idem_login=v; Path=/;"),
+            "{cookie}"
+        );
+        assert!(cookie.ends_with("; Secure") && !cookie.contains("Domain"));
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            "idem_login=planted; __Host-idem_login=mine"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(secure.get(&headers, LOGIN), Some("mine"));
+        assert_eq!(plain.get(&headers, LOGIN), Some("planted"));
+        assert!(secure.clear(SESSION).contains("Max-Age=0"));
+    }
+
+    #[test]
+    fn a_post_must_come_from_the_inbox_itself() {
+        let post = Method::POST;
+        let headers = |pairs: &[(&'static str, &'static str)]| {
+            let mut h = HeaderMap::new();
+            for (k, v) in pairs {
+                h.insert(*k, v.parse().unwrap());
+            }
+            h
+        };
+        let host = ("host", "127.0.0.1:8080");
+        assert!(same_origin(
+            &post,
+            &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
+            None
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("origin", "http://127.0.0.1:9000")]),
+            None
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("origin", "null")]),
+            None
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("sec-fetch-site", "same-site")]),
+            None
+        ));
+        assert!(same_origin(&post, &headers(&[host]), None), "a program");
+        assert!(same_origin(
+            &Method::GET,
+            &headers(&[host, ("origin", "http://evil")]),
+            None
+        ));
+        let public = Some("https://inbox.example.com");
+        assert!(same_origin(
+            &post,
+            &headers(&[host, ("origin", "https://inbox.example.com")]),
+            public
+        ));
+        assert!(!same_origin(
+            &post,
+            &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
+            public
+        ));
+    }
+
+    #[test]
+    fn tokens_compare_equal_only_when_equal() {
+        assert!(same_token("abc", "abc"));
+        assert!(!same_token("abc", "abd"));
+        assert!(!same_token("abc", "abcd"));
+    }
+}
