@@ -16,6 +16,9 @@ use idem_runtime::record::Status;
 use crate::role::Role;
 use crate::time::{duration, since, Since};
 
+mod serve;
+pub(crate) use serve::ServeArgs;
+
 /// The store used when neither `--store` nor `IDEM_STORE` names one: the
 /// SQLite file the demo writes.
 pub(crate) const DEFAULT_STORE: &str = idem_runtime::store::url::DEFAULT_STORE_URL;
@@ -205,113 +208,6 @@ impl Command {
                 | Command::Serve(_)
         )
     }
-}
-
-/// `idem serve`.
-#[derive(Debug, Args)]
-pub(crate) struct ServeArgs {
-    /// The address to listen on. Loopback by default: put a reverse proxy
-    /// with TLS in front of it to serve other machines.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        default_value = "127.0.0.1:8080",
-        value_parser = socket_addr
-    )]
-    pub listen: SocketAddr,
-    /// The approvers file (TOML): who may sign in, with which role
-    /// (approver or viewer), and their hashed passwords and API tokens
-    /// (`idem approver` writes entries).
-    #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
-    pub approvers: std::path::PathBuf,
-    /// The application's tool catalog (JSON, `Registry::catalog`), for
-    /// each tool's description and class.
-    #[arg(long, value_name = "FILE")]
-    pub tools: Option<std::path::PathBuf>,
-    /// An item waiting longer than this is marked overdue (90s, 15m, 2h,
-    /// 7d).
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
-    pub overdue: Duration,
-    /// Take the signed-in approver's name from this request header, set by
-    /// a reverse proxy that authenticates people (e.g. X-Forwarded-User).
-    /// Only when the proxy is the only way to reach idem serve: anyone who
-    /// can reach it directly could send the header. The name must still
-    /// be in the approvers file, which gives its role.
-    #[arg(long, value_name = "HEADER", value_parser = header_name)]
-    pub trust_proxy_header: Option<HeaderName>,
-    /// Mark session cookies `Secure`: set it when people reach the inbox
-    /// over HTTPS through a TLS-terminating proxy (with --tls-cert they
-    /// are always `Secure`).
-    #[arg(long)]
-    pub secure_cookies: bool,
-    /// Serve HTTPS with this PEM certificate chain (and --tls-key).
-    #[arg(long, value_name = "FILE", requires = "tls_key")]
-    pub tls_cert: Option<std::path::PathBuf>,
-    /// The private key of --tls-cert (PEM).
-    #[arg(long, value_name = "FILE", requires = "tls_cert")]
-    pub tls_key: Option<std::path::PathBuf>,
-    /// On a non-loopback --listen address, serve plain HTTP anyway: a
-    /// TLS-terminating proxy is in front of it (set --secure-cookies too).
-    #[arg(long, conflicts_with = "tls_cert")]
-    pub allow_plain_http: bool,
-    /// How long a sign-in lasts at most, used or not (90s, 15m, 2h, 7d).
-    #[arg(long, value_name = "DURATION", default_value = "12h", value_parser = duration)]
-    pub session: Duration,
-    /// A sign-in not used for this long ends (90s, 15m, 2h, 7d).
-    #[arg(long, value_name = "DURATION", default_value = "1h", value_parser = duration)]
-    pub session_idle: Duration,
-    /// The inbox's origin as browsers reach it (`https://inbox.example.com`),
-    /// when a reverse proxy in front of it changes the Host header: every
-    /// form must be posted from exactly this origin. By default, from the
-    /// request's own Host.
-    #[arg(long, value_name = "ORIGIN", value_parser = origin)]
-    pub origin: Option<String>,
-    /// Post a webhook to this URL when a call begins to wait for approval,
-    /// becomes overdue (--overdue) or is decided: signed JSON (a secret is
-    /// needed: --notify-secret-file or --notify-secret-env) or, with
-    /// --notify-format slack, a Slack incoming webhook's message. More
-    /// endpoints, each for some namespaces, go in the approvers file's
-    /// `[[notify]]` tables (docs/inbox.md).
-    #[arg(long, value_name = "URL")]
-    pub notify: Option<String>,
-    /// The body --notify is sent: json (signed) or slack.
-    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = notify_format, requires = "notify")]
-    pub notify_format: crate::serve::notify::endpoint::Format,
-    /// A file holding the secret --notify's bodies are signed with
-    /// (HMAC-SHA256, header Idem-Signature). Never shown.
-    #[arg(long, value_name = "FILE", requires = "notify")]
-    pub notify_secret_file: Option<std::path::PathBuf>,
-    /// An environment variable holding that secret, instead of a file.
-    #[arg(
-        long,
-        value_name = "VAR",
-        requires = "notify",
-        conflicts_with = "notify_secret_file"
-    )]
-    pub notify_secret_env: Option<String>,
-    /// Attempts of a webhook delivery before it is given up on (and shown
-    /// as failed in the delivery log, /deliveries).
-    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=30))]
-    pub notify_attempts: u32,
-    /// The wait after a delivery's first failed attempt; it doubles after
-    /// each (up to 5m).
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "1s",
-        hide = true,
-        value_parser = duration
-    )]
-    pub notify_backoff: Duration,
-    /// How often the inbox looks for new items, for pages that stay open.
-    #[arg(
-        long,
-        value_name = "DURATION",
-        default_value = "1s",
-        hide = true,
-        value_parser = duration
-    )]
-    pub refresh: Duration,
 }
 
 /// `idem approver`.
@@ -553,11 +449,6 @@ fn socket_addr(given: &str) -> Result<SocketAddr, String> {
         .trim()
         .parse()
         .map_err(|_| "expected an IP address and port such as 127.0.0.1:8080 or [::1]:8080".into())
-}
-
-/// clap's parser of `idem serve --notify-format`.
-fn notify_format(given: &str) -> Result<crate::serve::notify::endpoint::Format, String> {
-    crate::serve::notify::endpoint::Format::parse(given)
 }
 
 /// clap's parser of `idem proxy --listen`: `HOST:PORT`, the host a name

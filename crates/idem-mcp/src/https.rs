@@ -88,24 +88,6 @@ impl HttpClient {
         self.answer(request, limit).await
     }
 
-    /// `POST uri` with `headers` and `body`: the status and at most
-    /// `limit` bytes of the answer's body (more is an error), or why it
-    /// failed, on one line.
-    pub(crate) async fn post(
-        &self,
-        uri: &str,
-        headers: &[(header::HeaderName, String)],
-        body: Bytes,
-        limit: usize,
-    ) -> Result<(StatusCode, Bytes), String> {
-        let mut request = Request::post(uri);
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
-        let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
-        self.answer(request, limit).await
-    }
-
     /// Send `request`: the status and at most `limit` bytes of the body.
     async fn answer(
         &self,
@@ -163,7 +145,12 @@ impl PostClient {
         body: Bytes,
         limit: usize,
     ) -> Result<(StatusCode, Bytes), String> {
-        self.client.post(uri, headers, body, limit).await
+        let mut request = Request::post(uri);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
+        self.client.answer(request, limit).await
     }
 }
 
