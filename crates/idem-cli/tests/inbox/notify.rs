@@ -457,3 +457,66 @@ async fn two_instances_on_one_store_deliver_each_event_once(url: &str) {
     let attempts = receiver.about("down", &keys).len();
     assert_eq!(attempts, 4 * 3, "three attempts per event, by one instance");
 }
+
+/// A webhook that could not work is refused before anything is served,
+/// saying what to change, and never showing a secret.
+#[test]
+fn webhooks_that_cannot_work_are_refused_before_serving() {
+    let dir = TempDir::new("idem-notify").unwrap();
+    let approvers = dir.path().join("approvers.toml");
+    let viewer = "[[approver]]\nname = \"a\"\nrole = \"viewer\"\n";
+    let short = dir.path().join("short.secret");
+    std::fs::write(&short, "tooshort\n").unwrap();
+    let refused = |file: &str, args: &[&str]| {
+        std::fs::write(&approvers, format!("{viewer}{file}")).unwrap();
+        let out = std::process::Command::new(crate::support::IDEM)
+            .args(["--store", "sqlite://unused.db", "serve", "--approvers"])
+            .arg(&approvers)
+            .args(args)
+            .env_remove("IDEM_APPROVERS")
+            .env_remove("IDEM_TEST_UNSET_SECRET")
+            .output()
+            .expect("idem runs");
+        let said = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(2), "{said}");
+        said
+    };
+    let said = refused("", &["--notify", "https://hooks.example.com/x"]);
+    assert!(said.contains("needs a secret"), "{said}");
+    let said = refused(
+        "",
+        &[
+            "--notify",
+            "https://hooks.example.com/x",
+            "--notify-secret-env",
+            "IDEM_TEST_UNSET_SECRET",
+        ],
+    );
+    assert!(
+        said.contains("IDEM_TEST_UNSET_SECRET") && said.contains("not set"),
+        "{said}"
+    );
+    let said = refused(
+        "",
+        &[
+            "--notify",
+            "https://hooks.example.com/x",
+            "--notify-secret-file",
+            short.to_str().unwrap(),
+        ],
+    );
+    assert!(said.contains("shorter than 16 bytes"), "{said}");
+    assert!(
+        !said.contains("tooshort"),
+        "the secret is never shown: {said}"
+    );
+    let said = refused(
+        "[[notify]]\nurl = \"http://hooks.example.com/services/SECRET\"\nformat = \"slack\"\n",
+        &[],
+    );
+    assert!(said.contains("only to this machine"), "{said}");
+    assert!(
+        !said.contains("SECRET"),
+        "the URL's path is never shown: {said}"
+    );
+}

@@ -64,14 +64,18 @@ pub(crate) struct Delivery<'a> {
     pub retries: Retries,
     /// The log.
     pub log: &'a Log,
+    /// Becomes `true` when the server stops.
+    pub stopping: &'a tokio::sync::watch::Receiver<bool>,
 }
 
 impl Delivery<'_> {
     /// Deliver under `fence` (`again`: taken over from a dead instance)
     /// and record how it ended; `Err` when the store failed, or another
     /// instance took the delivery over (this one then stops, recording
-    /// nothing).
-    pub(crate) async fn run(&self, fence: Fence, again: bool) -> Result<Ended, StoreError> {
+    /// nothing). `Ok(None)`: the server stopped while the delivery waited
+    /// to be tried again; it stays claimed, and the next instance takes it
+    /// over once its lease has run out.
+    pub(crate) async fn run(&self, fence: Fence, again: bool) -> Result<Option<Ended>, StoreError> {
         let body = Bytes::from(body::body(self.event, self.endpoint.format, self.inbox));
         let mut attempt = 1;
         let ended = loop {
@@ -121,7 +125,11 @@ impl Delivery<'_> {
                 },
                 again,
             );
-            tokio::time::sleep(self.backoff(attempt)).await;
+            let mut stopping = self.stopping.clone();
+            tokio::select! {
+                () = tokio::time::sleep(self.backoff(attempt)) => {}
+                _ = stopping.wait_for(|stop| *stop) => return Ok(None),
+            }
             attempt += 1;
         };
         if let Ended::Failed { error, attempts } = &ended {
@@ -135,7 +143,7 @@ impl Delivery<'_> {
             );
         }
         outbox::finish(self.store, &self.endpoint.id, &self.event.id, fence, &ended).await?;
-        Ok(ended)
+        Ok(Some(ended))
     }
 
     /// The wait after failed attempt `attempt`.

@@ -293,9 +293,11 @@ impl Worker {
                         inbox: &self.settings.inbox,
                         retries: self.settings.retries,
                         log: &self.log,
+                        stopping,
                     };
                     match delivery.run(fence, again).await {
-                        Ok(_) => false,
+                        Ok(Some(_)) => false,
+                        Ok(None) => return None,
                         Err(e) => {
                             tracing::warn!(endpoint = %endpoint.name, event = %event.id, "notifications: the outbox failed: {e}");
                             true
