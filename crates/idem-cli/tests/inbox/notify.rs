@@ -338,6 +338,9 @@ async fn webhooks_are_delivered_once_per_event_and_endpoint_across_a_restart(url
         receiver.accepted("hook", &keys),
         receiver.accepted("slack", &keys),
     );
+    for got in &json_got {
+        crate::support::schema::check(&got.body, "webhook");
+    }
     let (json_events, json_deliveries, json_duplicates) = figures(&json_got);
     let (slack_events, slack_deliveries, slack_duplicates) = figures(&slack_got);
     let retries = ["hook", "slack"]
