@@ -299,3 +299,82 @@ fn corrupt(key: &IdempotencyKey, why: &str) -> StoreError {
         detail: format!("a notification record is unreadable: {why}"),
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use idem_runtime::clock::ManualClock;
+    use idem_runtime::store::MemoryStore;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_delivery_is_claimed_once_and_taken_over_only_after_its_lease() {
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let store = MemoryStore::with_clock(clock.clone());
+        let Claimed::Deliver { fence, again } = claim(&store, "E", "evt_1").await.unwrap() else {
+            panic!("the first claim delivers");
+        };
+        assert!(!again);
+        // A second instance, while the first delivers: leaves it.
+        assert_eq!(
+            claim(&store, "E", "evt_1").await.unwrap(),
+            Claimed::Elsewhere
+        );
+        // Another endpoint's delivery of the same event is its own.
+        assert!(matches!(
+            claim(&store, "F", "evt_1").await.unwrap(),
+            Claimed::Deliver { .. }
+        ));
+        // The first instance dies; once its lease ran out, the delivery is
+        // taken over, and the dead one cannot record anything.
+        clock.advance(LEASE + Duration::from_secs(1));
+        let Claimed::Deliver {
+            fence: newer,
+            again,
+        } = claim(&store, "E", "evt_1").await.unwrap()
+        else {
+            panic!("taken over");
+        };
+        assert!(again);
+        let ended = Ended::Delivered {
+            status: 200,
+            attempts: 1,
+        };
+        assert!(finish(&store, "E", "evt_1", fence, &ended).await.is_err());
+        finish(&store, "E", "evt_1", newer, &ended).await.unwrap();
+        assert_eq!(claim(&store, "E", "evt_1").await.unwrap(), Claimed::Done);
+    }
+
+    #[tokio::test]
+    async fn a_cursor_is_made_once_and_only_moves_forward() {
+        let store = MemoryStore::with_clock(Arc::new(ManualClock::new(T)));
+        let made = cursor(&store, "E", at(1)).await.unwrap();
+        assert_eq!(made.at, at(1));
+        // Read again later: the one made first.
+        assert_eq!(cursor(&store, "E", at(9)).await.unwrap().at, at(1));
+        let stale = made.clone();
+        let moved = advance(&store, made, at(5), at(6)).await.unwrap();
+        assert_eq!(moved.at, at(5));
+        assert_eq!(
+            advance(&store, moved.clone(), at(4), at(6))
+                .await
+                .unwrap()
+                .at,
+            at(5),
+            "never back"
+        );
+        // Another instance's older copy: its write is refused, and it gets
+        // the cursor as it now is.
+        let reread = advance(&store, stale, at(3), at(6)).await.unwrap();
+        assert_eq!(reread.at, at(5));
+        assert_eq!(cursor(&store, "E", at(9)).await.unwrap().at, at(5));
+    }
+
+    /// The store's clock, and `seconds` after it.
+    const T: u64 = 1_700_000_000_000;
+    fn at(seconds: u64) -> Timestamp {
+        Timestamp(T + seconds * 1_000)
+    }
+}
