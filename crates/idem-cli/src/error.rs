@@ -105,6 +105,9 @@ pub(crate) enum CliError {
         /// Why.
         source: std::io::Error,
     },
+    /// A webhook of `idem serve --notify` cannot be used as given.
+    #[error("{0}")]
+    Notify(String),
     /// The approvers file is not valid.
     #[error("approvers file {}: {problem}", .path.display())]
     InvalidApprovers {
@@ -249,6 +252,7 @@ impl CliError {
             | CliError::Key(_)
             | CliError::Unreadable { .. }
             | CliError::InvalidApprovers { .. }
+            | CliError::Notify(_)
             | CliError::InvalidCatalog { .. }
             | CliError::Listen { .. }
             | CliError::PlainHttp { .. }

@@ -3,7 +3,9 @@
 //! --upstream` (`proxy::http`, which adds streamable HTTP on top). hyper 1's
 //! client (already in the tree through axum), HTTP/1, over `http://` or
 //! `https://`: rustls on ring with the platform's roots and the CAs of
-//! `IDEM_TLS_CA_FILE`, every certificate verified.
+//! `IDEM_TLS_CA_FILE`, every certificate verified. [`PostClient`] is
+//! public for the `idem` program, whose webhooks (`idem serve --notify`) go
+//! out through the same client rather than a second HTTP stack.
 
 use std::sync::Arc;
 
@@ -83,6 +85,15 @@ impl HttpClient {
             .header(header::ACCEPT, accept)
             .body(Full::new(Bytes::new()))
             .map_err(|e| e.to_string())?;
+        self.answer(request, limit).await
+    }
+
+    /// Send `request`: the status and at most `limit` bytes of the body.
+    async fn answer(
+        &self,
+        request: Request<Full<Bytes>>,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), String> {
         let response = self.request(request).await.map_err(|e| chain(&e))?;
         let status = response.status();
         let body = Limited::new(response.into_body(), limit)
@@ -99,6 +110,47 @@ impl HttpClient {
         request: Request<Full<Bytes>>,
     ) -> Result<Response<Incoming>, hyper_util::client::legacy::Error> {
         self.client.request(request).await
+    }
+}
+
+/// The client of `idem serve`'s webhooks: [`HttpClient`]'s posts, on the
+/// same roots and rustls as every other request idem makes.
+#[derive(Clone)]
+pub struct PostClient {
+    client: HttpClient,
+}
+
+impl std::fmt::Debug for PostClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PostClient")
+    }
+}
+
+impl PostClient {
+    /// A client trusting the platform's roots and the CAs of
+    /// `IDEM_TLS_CA_FILE`; an error says what is wrong with that file.
+    pub fn new() -> Result<Self, String> {
+        Ok(PostClient {
+            client: HttpClient::new(tls_config()?),
+        })
+    }
+
+    /// `POST uri` with `headers` and `body`: the status and at most
+    /// `limit` bytes of the answer's body (more is an error), or why it
+    /// failed, on one line.
+    pub async fn post(
+        &self,
+        uri: &str,
+        headers: &[(header::HeaderName, String)],
+        body: Bytes,
+        limit: usize,
+    ) -> Result<(StatusCode, Bytes), String> {
+        let mut request = Request::post(uri);
+        for (name, value) in headers {
+            request = request.header(name, value);
+        }
+        let request = request.body(Full::new(body)).map_err(|e| e.to_string())?;
+        self.client.answer(request, limit).await
     }
 }
 

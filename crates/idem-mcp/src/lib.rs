@@ -116,7 +116,7 @@ mod trace;
 #[cfg(feature = "http-auth")]
 pub mod auth;
 #[cfg(feature = "http-auth")]
-mod https;
+pub mod https;
 #[cfg(feature = "proxy")]
 pub mod proxy;
 #[cfg(feature = "proxy")]

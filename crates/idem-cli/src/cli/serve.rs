@@ -77,6 +77,43 @@ pub(crate) struct ServeArgs {
     /// request's own Host.
     #[arg(long, value_name = "ORIGIN", value_parser = origin)]
     pub origin: Option<String>,
+    /// Post a webhook to this URL when a call begins to wait for approval,
+    /// becomes overdue (--overdue) or is decided: signed JSON (a secret is
+    /// needed: --notify-secret-file or --notify-secret-env) or, with
+    /// --notify-format slack, a Slack incoming webhook's message. More
+    /// endpoints, each for some namespaces, go in the approvers file's
+    /// `[[notify]]` tables (docs/inbox.md).
+    #[arg(long, value_name = "URL")]
+    pub notify: Option<String>,
+    /// The body --notify is sent: json (signed) or slack.
+    #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = notify_format, requires = "notify")]
+    pub notify_format: crate::serve::notify::endpoint::Format,
+    /// A file holding the secret --notify's bodies are signed with
+    /// (HMAC-SHA256, header Idem-Signature). Never shown.
+    #[arg(long, value_name = "FILE", requires = "notify")]
+    pub notify_secret_file: Option<std::path::PathBuf>,
+    /// An environment variable holding that secret, instead of a file.
+    #[arg(
+        long,
+        value_name = "VAR",
+        requires = "notify",
+        conflicts_with = "notify_secret_file"
+    )]
+    pub notify_secret_env: Option<String>,
+    /// Attempts of a webhook delivery before it is given up on (and shown
+    /// as failed in the delivery log, /deliveries).
+    #[arg(long, value_name = "N", default_value_t = 8, value_parser = clap::value_parser!(u32).range(1..=30))]
+    pub notify_attempts: u32,
+    /// The wait after a delivery's first failed attempt; it doubles after
+    /// each (up to 5m).
+    #[arg(
+        long,
+        value_name = "DURATION",
+        default_value = "1s",
+        hide = true,
+        value_parser = duration
+    )]
+    pub notify_backoff: Duration,
     /// How often the inbox looks for new items, for pages that stay open.
     #[arg(
         long,
@@ -163,4 +200,9 @@ pub(super) fn origin(given: &str) -> Result<String, String> {
         );
     }
     Ok(given.to_ascii_lowercase())
+}
+
+/// clap's parser of `idem serve --notify-format`.
+fn notify_format(given: &str) -> Result<crate::serve::notify::endpoint::Format, String> {
+    crate::serve::notify::endpoint::Format::parse(given)
 }

@@ -11,6 +11,11 @@
 //! [[rule]]                 # optional: see `rules.rs`
 //! tools = ["charge_*"]
 //! required = 2
+//!
+//! [[notify]]               # optional: see `notify/endpoint.rs`
+//! url = "https://hooks.slack.com/services/…"
+//! format = "slack"
+//! namespaces = ["mcp/billing/*"]
 //! ```
 //!
 //! Passwords are kept as Argon2id PHC strings; API tokens (random, 256
@@ -27,6 +32,7 @@ use rand::RngCore;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::notify::endpoint::NotifyEntry;
 use super::rules::{RuleEntry, Rules};
 use crate::error::CliError;
 use crate::role::Role;
@@ -50,6 +56,8 @@ struct File {
     approver: Vec<Entry>,
     #[serde(default)]
     rule: Vec<RuleEntry>,
+    #[serde(default)]
+    notify: Vec<NotifyEntry>,
 }
 
 /// A signed-in person or bot, as decisions record them.
@@ -67,6 +75,8 @@ pub(crate) struct Approvers {
     by_name: HashMap<String, Entry>,
     /// The approval rules (`[[rule]]`).
     rules: Rules,
+    /// The webhooks (`[[notify]]`), as written.
+    notify: Vec<NotifyEntry>,
     /// SHA-256 (hex) of each API token → the name it belongs to.
     by_token: HashMap<String, String>,
     /// Verified against when a name is unknown, so that a wrong name takes
@@ -141,6 +151,7 @@ impl Approvers {
         Ok(Approvers {
             by_name,
             rules,
+            notify: file.notify,
             by_token,
             decoy: hash_password("decoy password, never accepted")
                 .map_err(|e| format!("cannot hash a password: {e}"))?,
@@ -150,6 +161,12 @@ impl Approvers {
     /// The approval rules.
     pub(crate) fn rules(&self) -> &Rules {
         &self.rules
+    }
+
+    /// The webhooks of `[[notify]]` tables, as written (their secrets
+    /// not read yet).
+    pub(super) fn notify(&self) -> &[NotifyEntry] {
+        &self.notify
     }
 
     /// The identity `name` has, if listed (for a name a trusted proxy

@@ -13,7 +13,8 @@
 //! (what a record looks like in words), `decide` (a decision, checked
 //! against the version the person saw, made through the operator API),
 //! `pages` (the HTML), `api` (the JSON), `live` (server-sent events when
-//! the inbox changes).
+//! the inbox changes), `notify` (webhooks when a call begins to wait, is
+//! overdue or is decided) and `deliveries` (their log, for approvers).
 //!
 //! Every decision goes through [`idem_runtime::operator::Operator`], fenced
 //! on the record as it was shown: a record that changed in between is
@@ -27,8 +28,10 @@ mod api;
 pub(crate) mod approvers;
 mod cookies;
 mod decide;
+mod deliveries;
 mod live;
 mod login;
+pub(crate) mod notify;
 mod pages;
 pub(crate) mod rules;
 pub(crate) mod session;
@@ -81,6 +84,10 @@ pub(crate) struct App {
     recheck: Duration,
     /// Becomes `true` when the server is stopping: live streams end.
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// The webhooks' delivery log.
+    deliveries: Arc<notify::log::Log>,
+    /// The webhooks' endpoints, by name.
+    endpoints: Vec<String>,
 }
 
 /// Someone signed in on a page: who, their session, and the cookie to set
@@ -225,6 +232,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/records/{key}/version", get(pages::version))
         .route("/records/{key}/{action}", post(pages::decide))
         .route("/events", get(live::events))
+        .route("/deliveries", get(deliveries::page))
         .route("/static/inbox.css", get(pages::css))
         .route("/static/inbox.js", get(pages::js))
         .route("/api/inbox", get(api::inbox))
@@ -314,6 +322,7 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         return Err(CliError::PlainHttp { addr });
     }
     let approvers = Approvers::load(&args.approvers)?;
+    let endpoints = endpoints(&approvers, args)?;
     let catalog = match &args.tools {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| CliError::Unreadable {
@@ -340,6 +349,7 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         secure: args.secure_cookies || tls.is_some(),
     };
     let store = operator.store().clone();
+    let deliveries = Arc::new(notify::log::Log::default());
     let app = Arc::new(App {
         operator: operator.clone(),
         approvers,
@@ -355,6 +365,8 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         changes,
         recheck: (args.refresh * 5).clamp(Duration::from_secs(1), Duration::from_secs(5)),
         stopping,
+        deliveries: deliveries.clone(),
+        endpoints: endpoints.iter().map(|e| e.name.clone()).collect(),
     });
     // Sign-ins and refusals, on stderr (`RUST_LOG` is not read: the
     // inbox's own events only).
@@ -375,6 +387,21 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         }
     });
     let scheme = if tls.is_some() { "https" } else { "http" };
+    let settings = notify::Settings {
+        endpoints,
+        inbox: args
+            .origin
+            .clone()
+            .unwrap_or_else(|| format!("{scheme}://{local}")),
+        every: args.refresh,
+        overdue: args.overdue,
+        retries: notify::Retries {
+            attempts: args.notify_attempts,
+            backoff: args.notify_backoff,
+        },
+    };
+    let notifier = notify::Notifier::start(operator.clone(), settings, deliveries)
+        .map_err(CliError::Notify)?;
     eprintln!(
         "idem serve: the approval inbox is on {scheme}://{local}/ ({})",
         operator.store().describe()
@@ -415,8 +442,57 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     watcher.abort();
     counts.abort();
     finishing.signins.flush(true).await;
+    if let Some(notifier) = notifier {
+        // A delivery under way finishes its attempt and records it: cut
+        // off, it would be sent again by the next instance.
+        notifier.stop(NOTIFY_STOP_WAIT).await;
+    }
     operator.store().close().await;
     Ok(served?)
+}
+
+/// How long a stopping server waits for a webhook delivery under way.
+const NOTIFY_STOP_WAIT: Duration = Duration::from_secs(12);
+
+/// The webhooks of the approvers file's `[[notify]]` tables and of
+/// `--notify`, checked, their secrets read.
+fn endpoints(
+    approvers: &Approvers,
+    args: &ServeArgs,
+) -> Result<Vec<notify::endpoint::Endpoint>, CliError> {
+    use notify::endpoint::{Endpoint, NotifyEntry, SecretSource};
+    let dir = args
+        .approvers
+        .parent()
+        .map(std::path::Path::to_owned)
+        .unwrap_or_default();
+    let invalid = |problem: String| CliError::InvalidApprovers {
+        path: args.approvers.clone(),
+        problem,
+    };
+    let mut endpoints = Vec::new();
+    for entry in approvers.notify() {
+        endpoints.push(Endpoint::of(entry.clone(), &dir).map_err(invalid)?);
+    }
+    if let Some(url) = &args.notify {
+        let secret = SecretSource {
+            file: args.notify_secret_file.clone(),
+            env: args.notify_secret_env.clone(),
+        };
+        let entry = NotifyEntry::command_line(url, args.notify_format, secret);
+        // A relative --notify-secret-file is read from where idem runs.
+        endpoints.push(Endpoint::of(entry, std::path::Path::new("")).map_err(CliError::Notify)?);
+    }
+    let mut ids = std::collections::HashSet::new();
+    for endpoint in &endpoints {
+        if !ids.insert(endpoint.id.clone()) {
+            return Err(CliError::Notify(format!(
+                "notify endpoint {}: its URL is given twice (one endpoint is told once)",
+                endpoint.name
+            )));
+        }
+    }
+    Ok(endpoints)
 }
 
 /// How long a stopping server waits for its requests to finish.

@@ -28,7 +28,7 @@ pub(super) struct UserView {
 }
 
 impl UserView {
-    fn of(user: &User) -> UserView {
+    pub(super) fn of(user: &User) -> UserView {
         UserView {
             name: super::view::shown(&user.identity.name),
             role: user.identity.role.as_str(),
@@ -258,7 +258,7 @@ pub(super) fn message(
 
 /// The signed-in user, or the response to send instead (to the sign-in
 /// page).
-async fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Response> {
+pub(super) async fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Response> {
     match app.page_user(headers).await? {
         Some(user) => Ok(user),
         None => Err(Redirect::to("/login").into_response()),

@@ -297,7 +297,7 @@ fn either(names: &[String], word: &str) -> String {
 
 /// Whether `text` matches `pattern`: `*` is any run of characters (`/`
 /// included), `?` any one character, every other character itself.
-fn glob(pattern: &str, text: &str) -> bool {
+pub(crate) fn glob(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
     // Iterative matching with one backtrack point (the last `*`): linear
     // in practice, never exponential.

@@ -11,6 +11,7 @@ mod api;
 mod browser;
 mod lifecycle;
 mod limits;
+mod notify;
 mod resolve;
 mod rules;
 mod sessions;

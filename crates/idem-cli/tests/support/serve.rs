@@ -215,6 +215,21 @@ impl Serve {
     pub fn restart(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        self.start_again();
+    }
+
+    /// Stop the server as Ctrl-C does, and wait for it to exit (killed
+    /// after 15 s).
+    pub fn stop(&mut self) {
+        self.interrupt();
+        if self.exited_within(Duration::from_secs(15)).is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+
+    /// Start the stopped server again on the same port and store.
+    pub fn start_again(&mut self) {
         let port = self.base.rsplit(':').next().unwrap().to_owned();
         let args: Vec<std::ffi::OsString> = self
             .args

@@ -1,0 +1,217 @@
+//! What approvers are told about: a call began to wait for approval
+//! (*pending*), has waited longer than `--overdue` (*overdue*), or
+//! somebody decided on it (*decided*).
+//!
+//! Pending and overdue events are read from the records awaiting
+//! approval; decided events from the store's audit log, where every
+//! approval and denial is recorded. Each event has an id that depends
+//! only on what happened (the record's key and when it began to wait, or
+//! the audit event's place in the log), so every instance of `idem serve`
+//! on a store, and the same one after a restart, names an event alike:
+//! the outbox keys its deliveries by it and receivers dedup on it.
+
+use std::time::Duration;
+
+use idem_runtime::audit::{AuditEvent, AuditQuery};
+use idem_runtime::clock::Timestamp;
+use idem_runtime::operator::{Filter, Operator};
+use idem_runtime::record::{AuditAction, Record, RecordState};
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use super::endpoint::hex;
+
+/// The kinds of event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Kind {
+    /// A call began to wait for approval.
+    Pending,
+    /// A call has waited for approval longer than `--overdue`.
+    Overdue,
+    /// Somebody approved or denied a call (or added one of the approvals a
+    /// rule needs).
+    Decided,
+}
+
+impl Kind {
+    /// As sent (`Idem-Event`, the body's `event`).
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Kind::Pending => "pending",
+            Kind::Overdue => "overdue",
+            Kind::Decided => "decided",
+        }
+    }
+}
+
+/// One event.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Event {
+    /// Its id (`evt_` and 32 hex digits), the same on every instance.
+    pub id: String,
+    /// What happened.
+    pub kind: Kind,
+    /// The record's key.
+    pub key: String,
+    /// Its tool, as recorded.
+    pub tool: String,
+    /// Its namespace, if its call recorded one.
+    pub namespace: Option<String>,
+    /// `awaiting_approval`, or the decision (`approved`, `denied`,
+    /// `approval_added`).
+    pub state: &'static str,
+    /// Who decided (decided events).
+    pub by: Option<String>,
+    /// The note or reason given with the decision.
+    pub reason: Option<String>,
+    /// When the call began to wait (pending, overdue) or was decided.
+    pub at: Timestamp,
+    /// The call's arguments as recorded (JSON text), if the tool keeps
+    /// them.
+    pub args: Option<String>,
+}
+
+/// The id of the event made of `parts`.
+fn id(parts: &[&str]) -> String {
+    let mut hash = Sha256::new();
+    hash.update(b"idem-event/v1");
+    for part in parts {
+        hash.update((part.len() as u64).to_be_bytes());
+        hash.update(part.as_bytes());
+    }
+    format!("evt_{}", &hex(&hash.finalize())[..32])
+}
+
+/// The pending event of `record` and, once it waited longer than
+/// `overdue` at `now`, its overdue event; nothing for a record that does
+/// not await approval (an approved one included).
+pub(crate) fn waiting(record: &Record, now: Timestamp, overdue: Duration) -> Vec<Event> {
+    let RecordState::AwaitingApproval { requested_at, .. } = &record.state else {
+        return Vec::new();
+    };
+    if record.status() != idem_runtime::record::Status::AwaitingApproval {
+        return Vec::new();
+    }
+    let since = requested_at.as_millis().to_string();
+    let event = |kind: Kind| Event {
+        id: id(&[kind.as_str(), record.key.as_str(), &since]),
+        kind,
+        key: record.key.as_str().to_owned(),
+        tool: record.tool.clone(),
+        namespace: record.info.namespace.clone(),
+        state: "awaiting_approval",
+        by: None,
+        reason: None,
+        at: *requested_at,
+        args: record.info.args.clone(),
+    };
+    let mut events = vec![event(Kind::Pending)];
+    if requested_at.until(now) > overdue {
+        events.push(event(Kind::Overdue));
+    }
+    events
+}
+
+/// The decided event an audit event is, if it is a person's decision.
+pub(crate) fn decided(audit: &AuditEvent) -> Option<Event> {
+    let state = match audit.action {
+        AuditAction::Approved => "approved",
+        AuditAction::ApprovalAdded => "approval_added",
+        AuditAction::Denied => "denied",
+        _ => return None,
+    };
+    let at = audit.at.as_millis().to_string();
+    let seq = audit.seq.unwrap_or_default().to_string();
+    Some(Event {
+        id: id(&[Kind::Decided.as_str(), audit.key.as_str(), &at, &seq]),
+        kind: Kind::Decided,
+        key: audit.key.as_str().to_owned(),
+        tool: audit.tool.clone(),
+        namespace: audit.namespace.clone(),
+        state,
+        by: Some(audit.by.clone()),
+        reason: audit.reason.clone(),
+        at: audit.at,
+        args: None,
+    })
+}
+
+/// How many records or audit events one read asks for.
+const PAGE: usize = 500;
+
+/// What waits for approval now: the pending and overdue events.
+pub(crate) async fn read_waiting(
+    operator: &Operator,
+    overdue: Duration,
+) -> Result<Vec<Event>, String> {
+    let now = operator.store().now().await.map_err(|e| e.to_string())?;
+    let pending = operator
+        .pending(&Filter::default())
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(pending
+        .iter()
+        .flat_map(|r| waiting(r, now, overdue))
+        .collect())
+}
+
+/// The decided events of the audit log at or after `since`, oldest
+/// first.
+pub(crate) async fn read_decided(
+    operator: &Operator,
+    since: Timestamp,
+) -> Result<Vec<Event>, String> {
+    let query = AuditQuery {
+        since: Some(since),
+        ..AuditQuery::default()
+    };
+    let store = operator.store();
+    let mut events = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = store
+            .audit(&query, cursor.as_deref(), PAGE)
+            .await
+            .map_err(|e| e.to_string())?;
+        events.extend(page.events.iter().filter_map(decided));
+        match page.cursor {
+            Some(next) => cursor = Some(next),
+            None => return Ok(events),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use idem_runtime::key::{Fingerprint, IdempotencyKey};
+    use idem_runtime::record::Status;
+
+    fn audit(action: AuditAction, seq: u64) -> AuditEvent {
+        AuditEvent {
+            seq: Some(seq),
+            at: Timestamp(1_700_000_000_000),
+            by: "dana".into(),
+            action,
+            reason: None,
+            key: IdempotencyKey::parse(&"ab".repeat(32)).unwrap(),
+            tool: "delete_account".into(),
+            namespace: Some("tenant".into()),
+            fingerprint: Fingerprint::new("f00d"),
+            before: Some(Status::AwaitingApproval),
+            after: Some(Status::Approved),
+        }
+    }
+
+    #[test]
+    fn a_decision_s_id_depends_on_its_place_in_the_log_only() {
+        let a = decided(&audit(AuditAction::Approved, 7)).unwrap();
+        assert_eq!(a, decided(&audit(AuditAction::Approved, 7)).unwrap());
+        assert_ne!(a.id, decided(&audit(AuditAction::Approved, 8)).unwrap().id);
+        assert!(a.id.starts_with("evt_") && a.id.len() == 36, "{}", a.id);
+        assert_eq!(a.state, "approved");
+        assert!(decided(&audit(AuditAction::Deleted, 9)).is_none());
+        assert!(decided(&audit(AuditAction::ApprovedByPolicy, 9)).is_none());
+    }
+}
