@@ -38,8 +38,44 @@ pub type LineStream = Pin<Box<dyn Stream<Item = RxJsonRpcMessage<RoleServer>> + 
 
 /// The server's transport over this process's stdin and stdout, for
 /// `server.serve(stdio())`.
+///
+/// When they are pipes, as a client that starts the server makes them,
+/// they are read and written on the runtime's own event loop; tokio's
+/// `stdin()` and `stdout()` hand every read and write to a thread of its
+/// blocking pool and back, a wake-up each way on every message.
 pub fn stdio() -> (LineSink, LineStream) {
+    #[cfg(unix)]
+    if let Some((read, write)) = pipes() {
+        return lines(read, write);
+    }
     lines(tokio::io::stdin(), tokio::io::stdout())
+}
+
+/// Stdin and stdout as non-blocking pipes on the event loop (the runtime's
+/// I/O driver, which `#[tokio::main]` enables); `None` when either is not a
+/// pipe (a terminal, a file), or outside a runtime. Both are checked before
+/// either is made non-blocking, so that a fallback never reads or writes a
+/// non-blocking descriptor the blocking way.
+#[cfg(unix)]
+fn pipes() -> Option<(
+    tokio::net::unix::pipe::Receiver,
+    tokio::net::unix::pipe::Sender,
+)> {
+    use std::os::fd::AsFd;
+    use std::os::unix::fs::FileTypeExt;
+    tokio::runtime::Handle::try_current().ok()?;
+    let input = std::io::stdin().as_fd().try_clone_to_owned().ok()?;
+    let output = std::io::stdout().as_fd().try_clone_to_owned().ok()?;
+    let fifo = |fd: &std::os::fd::OwnedFd| {
+        let file = std::fs::File::from(fd.try_clone().ok()?);
+        Some(file.metadata().ok()?.file_type().is_fifo())
+    };
+    if fifo(&input) != Some(true) || fifo(&output) != Some(true) {
+        return None;
+    }
+    let read = tokio::net::unix::pipe::Receiver::from_owned_fd(input).ok()?;
+    let write = tokio::net::unix::pipe::Sender::from_owned_fd(output).ok()?;
+    Some((read, write))
 }
 
 /// The same over any reader and writer (a pipe, a socket, a test's
@@ -97,6 +133,11 @@ async fn write_line<W: AsyncWrite + Unpin>(out: &Mutex<W>, line: &str) -> io::Re
 /// A message rmcp can serve, or the answer to a line that is none (`None`:
 /// a broken notification, which JSON-RPC never answers).
 fn read_message(text: &str) -> Result<RxJsonRpcMessage<RoleServer>, Option<String>> {
+    // A line that reads is read once; only one that does not is looked at
+    // again, for the answer it gets.
+    if let Ok(message) = serde_json::from_str(text) {
+        return Ok(message);
+    }
     let value: Value = match serde_json::from_str(text) {
         Ok(value) => value,
         Err(e) if e.to_string().contains("recursion limit") => {
