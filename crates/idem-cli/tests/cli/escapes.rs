@@ -44,15 +44,16 @@ async fn executor(url: &str, worker: &str, message: &'static str) -> Executor<Ap
         .build()
 }
 
-/// A call awaiting approval whose call id, argument, namespace, worker and
-/// approval message all carry [`FORGED`]; its key.
+/// A call awaiting approval whose call id, argument, namespace, worker,
+/// reason and approval message all carry [`FORGED`]; its key.
 async fn forged_approval(url: &str, call_id: &str) -> String {
     let exec = executor(url, FORGED, FORGED).await;
     let dispatcher = Dispatcher::new(exec.clone(), idem::tools![delete_account]);
     let run = RunContext {
         namespace: Some(Namespace::new(FORGED).unwrap()),
         ..RunContext::default()
-    };
+    }
+    .reason(FORGED);
     let result = dispatcher
         .dispatch_one(delete_call(call_id, FORGED), &run)
         .await
@@ -65,8 +66,8 @@ async fn forged_approval(url: &str, call_id: &str) -> String {
 }
 
 /// A record written straight through the store by a tool named [`FORGED`],
-/// with a forged run, step, arguments and worker, a step of that name and
-/// value, completed as unknown with a forged reason; its key.
+/// with a forged run, step, arguments, reason and worker, a step of that
+/// name and value, completed as unknown with a forged reason; its key.
 async fn forged_unknown(url: &str) -> String {
     let store = idem::store::connect(url).await.unwrap();
     let key = derive_key(&KeyInput {
@@ -91,6 +92,7 @@ async fn forged_unknown(url: &str) -> String {
             step: Some(3),
             args: Some(&args),
             ttl: None,
+            reason: Some(FORGED),
         },
         worker: Some(FORGED),
         durable: true,
