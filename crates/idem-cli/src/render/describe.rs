@@ -46,6 +46,9 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
         let step = info.step.map(|s| format!(", step {s}")).unwrap_or_default();
         out.field("Run", &format!("{run}{step}"));
     }
+    if let Some(reason) = &info.reason {
+        out.field("Reason", reason.as_str());
+    }
     out.field(
         "Worker",
         record.worker.as_deref().unwrap_or("(not recorded)"),

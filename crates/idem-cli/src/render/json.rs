@@ -35,6 +35,8 @@ pub(crate) struct RecordJson {
     pub run_id: Option<String>,
     /// The run's step, with `run_id`.
     pub step: Option<u64>,
+    /// Why the call was made, in the caller's words, when it said.
+    pub reason: Option<String>,
     /// The worker that holds the key or last held it.
     pub worker: Option<String>,
     /// When the key was first claimed (RFC 3339, UTC).
@@ -262,6 +264,7 @@ impl RecordJson {
             call_id: info.call_id.clone(),
             run_id: info.run_id.clone(),
             step: info.step,
+            reason: info.reason.as_ref().map(|r| r.as_str().to_owned()),
             worker: record.worker.clone(),
             created_at: rfc3339(record.created_at),
             completed_at,

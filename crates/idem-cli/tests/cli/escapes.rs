@@ -186,8 +186,16 @@ async fn forged_record_text_is_shown_escaped_by_show_ls_and_stats_and_kept_by_js
         show.contains("Call:         call id ok\\u{1b}[2J"),
         "{show}"
     );
+    assert!(
+        show.contains("Reason:       ok\\u{1b}[2J"),
+        "the reason through the Rust API: {show}"
+    );
     let show = idem.run(&["show", &unknown]).await.stdout;
     assert!(show.contains("Unknown:      ok\\u{1b}[2J"), "{show}");
+    assert!(
+        show.contains("Reason:       ok\\u{1b}[2J"),
+        "the reason through the store: {show}"
+    );
     assert!(show.contains("Tool:         ok\\u{1b}[2J"), "{show}");
 
     let ls = idem.run(&["ls", "--limit", "0"]).await;
@@ -240,6 +248,7 @@ async fn forged_record_text_is_shown_escaped_by_show_ls_and_stats_and_kept_by_js
     let record = idem.run(&["show", &unknown, "--json"]).await.json();
     assert_eq!(record["tool"], FORGED);
     assert_eq!(record["run_id"], FORGED);
+    assert_eq!(record["reason"], FORGED);
     assert_eq!(record["worker"], FORGED);
     assert_eq!(record["outcome"]["message"], FORGED);
     assert_eq!(record["arguments"]["customer"], FORGED);
@@ -247,6 +256,7 @@ async fn forged_record_text_is_shown_escaped_by_show_ls_and_stats_and_kept_by_js
     let record = idem.run(&["show", &pending, "--json"]).await.json();
     assert_eq!(record["call_id"], FORGED);
     assert_eq!(record["namespace"], FORGED);
+    assert_eq!(record["reason"], FORGED, "given through RunContext::reason");
     assert_eq!(record["approval"]["message"], FORGED);
     let record = idem.run(&["show", &denied, "--json"]).await.json();
     assert_eq!(record["audit"][0]["by"], FORGED);

@@ -11,7 +11,9 @@ use idem_runtime::audit::AuditEvent;
 use idem_runtime::catalog::{Catalog, CatalogTool};
 use idem_runtime::class::ClassKind;
 use idem_runtime::clock::Timestamp;
-use idem_runtime::record::{FailureCode, Outcome, Record, RecordState, Status};
+use idem_runtime::record::{
+    CallInfo, CallInfoRef, FailureCode, Outcome, Record, RecordState, Status,
+};
 use serde_json::Value;
 
 use crate::render::json::json_or_string;
@@ -248,6 +250,14 @@ pub(super) struct Item {
     pub namespace: String,
     /// The namespace as the record has it.
     pub raw_namespace: String,
+    /// The call id, or the run and step, that made the call, escaped and
+    /// cut for a row.
+    pub asked_in: Option<String>,
+    /// Why it was made, in the caller's words, escaped and cut for a row.
+    pub why: Option<String>,
+    /// Who asked and why as the record has it (its arguments left out),
+    /// for the JSON API.
+    pub call: CallInfo,
     /// What it waits for.
     pub waits: Waits,
     /// How long it has waited ("5m").
@@ -281,6 +291,17 @@ impl Item {
             class: class_of(record, catalog).map(ClassKind::as_str),
             namespace: shown(record.info.namespace.as_deref().unwrap_or("")),
             raw_namespace: record.info.namespace.clone().unwrap_or_default(),
+            asked_in: asked_in(&record.info).map(|text| cut(&text, ASKED_IN)),
+            why: record
+                .info
+                .reason
+                .as_ref()
+                .map(|r| cut(r.as_str(), SUMMARY)),
+            call: CallInfoRef {
+                args: None,
+                ..record.info.as_ref()
+            }
+            .to_owned(),
             waits,
             age: age(now, since),
             since: rfc3339(since),
@@ -295,17 +316,36 @@ impl Item {
     }
 }
 
-/// How many characters of the arguments a row shows.
+/// How many characters of the arguments, or of the reason, a row shows.
 pub(super) const SUMMARY: usize = 90;
+
+/// How many characters of the call id, or the run and step, a row shows.
+const ASKED_IN: usize = 60;
 
 /// The arguments (JSON text) on one line for a row: all of them, or the
 /// first [`SUMMARY`] characters ending in "…" and saying that they were
 /// cut, so that a row never passes for the whole call.
 pub(super) fn summary(args: &str) -> String {
-    let cut = crate::render::clip(args, SUMMARY);
-    match cut == shown(args) {
+    cut(args, SUMMARY)
+}
+
+/// `text` escaped on one line for a row: all of it, or its first `max`
+/// characters ending in "…" and saying that they were cut.
+fn cut(text: &str, max: usize) -> String {
+    let cut = crate::render::clip(text, max);
+    match cut == shown(text) {
         true => cut,
         false => format!("{cut} (cut: open the record for all of it)"),
+    }
+}
+
+/// The call id, or the run and step, that made the call (not escaped).
+fn asked_in(info: &CallInfo) -> Option<String> {
+    match (&info.call_id, &info.run_id, info.step) {
+        (Some(id), _, _) => Some(format!("call id {id}")),
+        (None, Some(run), Some(step)) => Some(format!("run {run}, step {step}")),
+        (None, Some(run), None) => Some(format!("run {run}")),
+        (None, None, _) => None,
     }
 }
 
@@ -417,6 +457,9 @@ impl Detail {
         }
         if let (Some(_), Some(run)) = (&info.call_id, &info.run_id) {
             field("Run", shown(run));
+        }
+        if let Some(reason) = &info.reason {
+            field("Why, in the caller's words", shown(reason.as_str()));
         }
         if let Some(worker) = &record.worker {
             field("Worker", shown(worker));

@@ -25,7 +25,7 @@ fn a_version_token_reads_back_and_refuses_what_it_did_not_write() {
 
 fn awaiting(args: Option<&str>) -> Record {
     use idem_runtime::key::{Fingerprint, IdempotencyKey};
-    use idem_runtime::record::{CallInfo, Fence};
+    use idem_runtime::record::Fence;
     Record {
         key: IdempotencyKey::parse(&"ab".repeat(32)).unwrap(),
         tool: "refund".into(),
