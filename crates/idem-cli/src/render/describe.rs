@@ -121,6 +121,17 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
             &format!("{}: {message}", relative(now, *requested_at)),
         );
     }
+    let so_far = record.approvals();
+    if !so_far.is_empty() && record.approval().is_none() {
+        let by: Vec<&str> = so_far
+            .iter()
+            .map(|g| g.approval.approver.as_str())
+            .collect();
+        out.field(
+            "Approvals",
+            &format!("{} so far (by {})", so_far.len(), by.join(", ")),
+        );
+    }
     if let Some(approval) = record.approval() {
         let note = approval.note.map(|n| format!(" ({n})")).unwrap_or_default();
         out.field("Approved by", &format!("{}{note}", approval.approver));

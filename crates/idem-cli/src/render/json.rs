@@ -85,6 +85,20 @@ pub(crate) struct ApprovalJson {
     pub approved_by: Option<String>,
     /// The note given with the approval.
     pub note: Option<String>,
+    /// The approvals given so far towards a call that needs more than one
+    /// (a two-person rule), oldest first, only those for its arguments.
+    pub approvals_so_far: Vec<GivenApprovalJson>,
+}
+
+/// One approval given towards a call that needs several.
+#[derive(Debug, Serialize)]
+pub(crate) struct GivenApprovalJson {
+    /// Who gave it.
+    pub by: String,
+    /// When (the store's clock).
+    pub at: String,
+    /// The note given with it.
+    pub note: Option<String>,
 }
 
 /// What a completed call produced.
@@ -328,6 +342,15 @@ fn approval(record: &Record) -> Option<ApprovalJson> {
         message,
         approved_by: given.as_ref().map(|a| a.approver.clone()),
         note: given.and_then(|a| a.note),
+        approvals_so_far: record
+            .approvals()
+            .into_iter()
+            .map(|g| GivenApprovalJson {
+                by: g.approval.approver,
+                at: rfc3339(g.at),
+                note: g.approval.note,
+            })
+            .collect(),
     })
 }
 

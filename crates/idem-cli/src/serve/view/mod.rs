@@ -435,8 +435,14 @@ pub(super) struct Detail {
 }
 
 impl Detail {
-    /// The page for `record` at `now`.
-    pub(super) fn of(record: &Record, catalog: Option<&Catalog>, now: Timestamp) -> Detail {
+    /// The page for `record` at `now`; `required`: how many approvals the
+    /// rule that applies to it asks for, if one does.
+    pub(super) fn of(
+        record: &Record,
+        catalog: Option<&Catalog>,
+        now: Timestamp,
+        required: Option<usize>,
+    ) -> Detail {
         let tool: Option<&CatalogTool> = catalog.and_then(|c| c.tool(&record.tool));
         let class = class_of(record, catalog);
         let info = &record.info;
@@ -524,6 +530,21 @@ impl Detail {
             field(
                 "Attempts",
                 format!("{attempts} (attempts made before this state)"),
+            );
+        }
+        let so_far = record.approvals();
+        if !so_far.is_empty() && record.approval().is_none() {
+            let by: Vec<String> = so_far.iter().map(|g| shown(&g.approval.approver)).collect();
+            field(
+                "Approvals",
+                match required {
+                    Some(required) => format!(
+                        "{} of {required} approvals so far (by {})",
+                        so_far.len(),
+                        by.join(", ")
+                    ),
+                    None => format!("{} so far (by {})", so_far.len(), by.join(", ")),
+                },
             );
         }
         if let Some(Approval { approver, note, .. }) = record.approval() {

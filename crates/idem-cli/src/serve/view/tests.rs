@@ -51,7 +51,7 @@ fn awaiting(args: Option<&str>) -> Record {
 fn arguments_kept_out_of_the_store_are_shown_withheld_by_fingerprint() {
     let record = awaiting(None);
     let now = Timestamp(61_000);
-    let detail = Detail::of(&record, None, now);
+    let detail = Detail::of(&record, None, now, None);
     assert_eq!(detail.arguments, None);
     assert_eq!(
         detail.class,
