@@ -27,6 +27,7 @@ macro_rules! store_conformance_tests {
             values_round_trip_exactly,
             close_flushes_and_refuses_further_writes,
             claim_records_call_details_and_worker,
+            claim_records_the_first_reason,
             replace_swaps_only_the_record_it_expects,
             awaiting_approval_is_never_taken_over,
             approved_call_is_claimed_once_with_its_approval,

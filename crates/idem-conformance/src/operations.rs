@@ -11,8 +11,8 @@ use idem_runtime::approval::Approval;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{
-    AuditAction, AuditEntry, CallInfo, FailureCode, Fence, Outcome, Record, RecordState, Status,
-    StoredFailure, APPROVAL_STEP,
+    AuditAction, AuditEntry, CallInfo, FailureCode, Fence, Outcome, Reason, Record, RecordState,
+    Status, StoredFailure, APPROVAL_STEP,
 };
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store};
 
@@ -24,6 +24,11 @@ fn info() -> CallInfo {
         step: Some(3),
         args: Some(r#"{"amount_cents":1999,"to":"zoë@example.com"}"#.into()),
         ttl: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
+        // What a model may write: quotes, a line break, markup, a
+        // right-to-left override and text beyond ASCII, byte for byte.
+        reason: Reason::new(
+            "The customer wrote \"refund it\";\n<b>zoë</b> \u{202e}asked twice \u{1F4B8}",
+        ),
     }
 }
 
@@ -95,6 +100,37 @@ pub async fn claim_records_call_details_and_worker<H: Harness>(h: H) {
         "a takeover keeps the first call's details"
     );
     assert_eq!(record.worker.as_deref(), Some("host-b:202"));
+}
+
+/// The reason a call was made is the first claim's: a later claim of the
+/// key (a takeover, with words of its own) keeps it; the longest reason
+/// idem keeps reads back byte for byte; a call without one has none.
+pub async fn claim_records_the_first_reason<H: Harness>(h: H) {
+    let store = h.store();
+    let (key, f) = (random_key(), fp("a"));
+    let longest = Reason::new("ü".repeat(Reason::MAX_BYTES / 2)).unwrap();
+    assert_eq!(longest.as_str().len(), Reason::MAX_BYTES);
+    let mut first = req(&key, &f, h.tick());
+    first.info.reason = Some(longest.as_str());
+    acquire(&*store, &first).await;
+    assert_eq!(
+        store.get(&key).await.unwrap().unwrap().info.reason,
+        Some(longest.clone())
+    );
+    h.advance(h.tick() * 2).await;
+    let mut second = req(&key, &f, h.tick() * 10);
+    second.info.reason = Some("another model's words");
+    acquire(&*store, &second).await;
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(
+        record.info.reason,
+        Some(longest),
+        "the first claim's reason"
+    );
+
+    let plain = random_key();
+    acquire(&*store, &req(&plain, &f, h.tick())).await;
+    assert_eq!(store.get(&plain).await.unwrap().unwrap().info.reason, None);
 }
 
 /// A replace applies only to the record it expects (fence and state):

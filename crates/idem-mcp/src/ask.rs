@@ -90,7 +90,8 @@ impl From<ElicitationAction> for Answer {
 
 /// The question put to the person: the tool, what it does (its own
 /// description, not what the server adds for the model), the exact
-/// arguments it will run with (or that they are withheld).
+/// arguments it will run with (or that they are withheld), and the reason
+/// the caller gave for the call, if any.
 pub(crate) fn question(name: &str, description: &str, record: &Record) -> String {
     let arguments = match &record.info.args {
         Some(text) => serde_json::from_str::<Value>(text)
@@ -102,8 +103,17 @@ pub(crate) fn question(name: &str, description: &str, record: &Record) -> String
             record.fingerprint
         ),
     };
+    // The caller's words, escaped: a model's text cannot fake the lines
+    // around it.
+    let reason = match &record.info.reason {
+        Some(reason) => format!(
+            "\n\nThe reason given for it: {}",
+            idem_runtime::text::visible(reason.as_str())
+        ),
+        None => String::new(),
+    };
     format!(
-        "Allow this action? It cannot be undone.\n\n{}: {}\n\nWith these arguments:\n{}\n\n\
+        "Allow this action? It cannot be undone.\n\n{}: {}\n\nWith these arguments:\n{}{reason}\n\n\
          Accept runs it once. Decline means it does not run.",
         name,
         description.trim(),

@@ -55,6 +55,11 @@ pub trait CallToolRequestParamsExt: Sized {
     /// so only when the call carries no idempotency key).
     fn with_run_step(self, run_id: impl Into<String>, step: u64) -> Self;
 
+    /// Say why the call is made, in the caller's words
+    /// ([`REASON_META`](crate::REASON_META): the model's text that led to
+    /// it), for whoever decides on it. Not part of the key.
+    fn with_reason(self, reason: impl Into<String>) -> Self;
+
     /// Carry the current span's trace in the call's `_meta`
     /// ([`TRACEPARENT_META`](crate::TRACEPARENT_META) and
     /// [`TRACESTATE_META`](crate::TRACESTATE_META), W3C Trace Context, as
@@ -78,6 +83,10 @@ impl CallToolRequestParamsExt for CallToolRequestParams {
     fn with_run_step(self, run_id: impl Into<String>, step: u64) -> Self {
         let this = with_meta(self, RUN_ID_META, Value::String(run_id.into()));
         with_meta(this, STEP_META, Value::from(step))
+    }
+
+    fn with_reason(self, reason: impl Into<String>) -> Self {
+        with_meta(self, crate::meta::REASON_META, Value::String(reason.into()))
     }
 
     #[cfg(feature = "otel")]
@@ -142,8 +151,9 @@ mod tests {
         meta.0 .0.insert("progressToken".into(), "p1".into());
         let mut call = CallToolRequestParams::new("send_email");
         call.meta = Some(meta);
-        let call = call.with_run_step("run-1", 2);
+        let call = call.with_run_step("run-1", 2).with_reason("the user asked");
         let meta = call.meta.unwrap().0 .0;
+        assert_eq!(meta[crate::meta::REASON_META], "the user asked");
         assert_eq!(meta[RUN_ID_META], "run-1");
         assert_eq!(meta[STEP_META], 2);
         assert_eq!(meta["progressToken"], "p1");

@@ -56,6 +56,13 @@
 //! run id without a step, two `Idempotency-Key` headers) is an error,
 //! never a reason to fall through to the next source. Reads need no key.
 //!
+//! # Why a call was made
+//!
+//! A client may say why, in the `_meta` field [`REASON_META`]
+//! (`"io.idem/reason"`, a string: the model's own words that led to the
+//! call). It is recorded with the call and shown, escaped, to whoever
+//! decides on it; it is never part of the key.
+//!
 //! # Results
 //!
 //! A call's output is its text content — a string output as written
@@ -128,7 +135,7 @@ pub use key::{
     IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META, VSCODE_CONVERSATION_META, VSCODE_REQUEST_META,
 };
 pub use meta::{
-    CAPABILITY, CLASS_META, DEDUPLICATED_META, ERROR_META, KEYING_META, KEY_META,
+    CAPABILITY, CLASS_META, DEDUPLICATED_META, ERROR_META, KEYING_META, KEY_META, REASON_META,
     REPEAT_ARGUMENT_META, WINDOW_SECONDS_META,
 };
 pub use policy::{Approver, Unkeyed, REPEAT_ARGUMENT};

@@ -219,6 +219,7 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         let mut entry = json!({
             "keyFields": CLIENT_FIELDS,
             "keyHeader": IDEMPOTENCY_KEY_HEADER,
+            "reasonField": crate::meta::REASON_META,
             "unkeyed": policy,
         });
         if let Some(window) = window {

@@ -11,17 +11,19 @@ use tokio_postgres::Row;
 use idem_runtime::audit::AuditEvent;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::{AuditEntry, CallInfo, CorruptRecord, Fence, Record, RecordState};
+use idem_runtime::record::{
+    AuditEntry, CallInfo, CorruptRecord, Fence, Reason, Record, RecordState,
+};
 use idem_runtime::store::ExpectedState;
 
 /// A record's columns, in the order [`decode`] reads them.
 pub(super) const RECORD: &str =
     "key, tool, fingerprint, created_at, fence, prev_fence, state, lease_until, \
      outcome, completed_at, expires_at, steps::text, requested_at, message, \
-     namespace, call_id, run_id, step, args, worker, audit::text, ttl_ms";
+     namespace, call_id, run_id, step, args, worker, audit::text, ttl_ms, reason";
 
 /// How many columns [`RECORD`] lists.
-pub(super) const RECORD_COLUMNS: usize = 22;
+pub(super) const RECORD_COLUMNS: usize = 23;
 
 /// States as stored.
 pub(super) const IN_FLIGHT: i16 = 0;
@@ -101,6 +103,7 @@ pub(super) fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Recor
             ttl: row
                 .get::<_, Option<i64>>(at + 21)
                 .map(|ms| Duration::from_millis(ms.max(0) as u64)),
+            reason: row.get::<_, Option<String>>(at + 22).and_then(Reason::new),
         },
         worker: row.get(at + 19),
         audit,
@@ -126,7 +129,7 @@ pub(super) fn stored(t: Timestamp) -> i64 {
     t.0.min(i64::MAX as u64) as i64
 }
 
-/// A record's columns as a replace writes them (`$4` to `$22`).
+/// A record's columns as a replace writes them (`$4` to `$23`).
 pub(super) struct RecordColumns<'a> {
     record: &'a Record,
     fingerprint: &'a str,
@@ -136,6 +139,7 @@ pub(super) struct RecordColumns<'a> {
     audit: String,
     step: Option<i64>,
     ttl: Option<i64>,
+    reason: Option<&'a str>,
 }
 
 impl<'a> RecordColumns<'a> {
@@ -149,10 +153,11 @@ impl<'a> RecordColumns<'a> {
             audit: serde_json::to_string(&record.audit).expect("an audit serializes"),
             step: record.info.step.map(|s| s as i64),
             ttl: record.info.ttl.map(millis),
+            reason: record.info.reason.as_ref().map(Reason::as_str),
         }
     }
 
-    /// Append the parameters `$4` to `$22`, in the statement's order.
+    /// Append the parameters `$4` to `$23`, in the statement's order.
     pub(super) fn push<'p>(&'p self, params: &mut Vec<&'p (dyn ToSql + Sync)>) {
         let (r, c, info) = (self.record, &self.state, &self.record.info);
         params.extend([
@@ -175,6 +180,7 @@ impl<'a> RecordColumns<'a> {
             &r.worker,
             &self.audit,
             &self.ttl,
+            &self.reason,
         ]);
     }
 }

@@ -151,6 +151,7 @@ impl Store for PostgresStore {
                         &req.info.args,
                         &req.worker,
                         &ttl,
+                        &req.info.reason,
                     ],
                 )
                 .await

@@ -17,18 +17,23 @@ use idem_runtime::store::StoreError;
 /// `idem_audit`); and keeps completed records with an unknown outcome until
 /// a person settles them: the migration gives those already stored the
 /// longest retention the store writes.
-pub const SCHEMA_VERSION: u32 = 3;
+///
+/// Version 4 (idem 0.4) records why a call was made, in the caller's
+/// words (`reason`, nullable: records written before read with none).
+pub const SCHEMA_VERSION: u32 = 4;
 
 // Every migration step moves the schema one version.
 const _: () = assert!(MIGRATIONS.len() == SCHEMA_VERSION as usize);
 
 /// The oldest schema version a store connected read-only
 /// ([`PostgresStore::connect_read_only`]) reads without migrating it: the
-/// statements every connection prepares name version 3's columns
-/// (`ttl_ms`, the audit table), so an older schema is refused with [`StoreError::SchemaTooOld`].
+/// statements every connection prepares name version 4's columns
+/// (`ttl_ms`, `reason`, the audit table), so an older schema is refused
+/// with [`StoreError::SchemaTooOld`] until a writer (or `idem migrate`)
+/// migrates it.
 ///
 /// [`PostgresStore::connect_read_only`]: crate::PostgresStore::connect_read_only
-pub const OLDEST_READABLE: u32 = 3;
+pub const OLDEST_READABLE: u32 = 4;
 
 /// Migrations: entry `i` takes the schema from version `i` to `i + 1`, in
 /// the transaction that records the new version. Indexes are not built
@@ -84,6 +89,9 @@ const MIGRATIONS: &[&str] = &[
      UPDATE idem_records
      SET expires_at = 4503599627370496 + floor(extract(epoch FROM statement_timestamp()) * 1000)::bigint
      WHERE state = 1 AND outcome::jsonb ->> 'status' = 'unknown';",
+    // Why the call was made: a nullable column, which rewrites nothing;
+    // the records already stored have none.
+    "ALTER TABLE idem_records ADD COLUMN reason text;",
 ];
 
 /// The indexes of [`SCHEMA_VERSION`]: name, and what follows `ON` in its

@@ -84,11 +84,11 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
              claimed AS (
                INSERT INTO idem_records AS r
                    (key, tool, fingerprint, created_at, fence, state, lease_until,
-                    namespace, call_id, run_id, step, args, worker, ttl_ms)
+                    namespace, call_id, run_id, step, args, worker, ttl_ms, reason)
                SELECT $1::text, $2::text, $3::text, {now}, nextval('idem_fence'), 0,
                       {now} + $5::bigint,
                       $6::text, $7::text, $8::text, $9::bigint, $10::text, $11::text,
-                      $12::bigint
+                      $12::bigint, $13::text
                WHERE NOT EXISTS (
                    SELECT 1 FROM cur
                    WHERE (cur.state = 0 OR cur.expires_at > {now})
@@ -109,6 +109,7 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
                    step         = CASE WHEN {fresh} THEN excluded.step ELSE r.step END,
                    args         = CASE WHEN {fresh} THEN excluded.args ELSE r.args END,
                    ttl_ms       = CASE WHEN {fresh} THEN excluded.ttl_ms ELSE r.ttl_ms END,
+                   reason       = CASE WHEN {fresh} THEN excluded.reason ELSE r.reason END,
                    audit        = CASE WHEN {fresh} THEN '[]'::jsonb ELSE r.audit END,
                    prev_fence   = CASE WHEN r.state = 0 THEN r.fence END,
                    worker       = excluded.worker,
@@ -196,7 +197,7 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
                    expires_at = $11, steps = $12::text::jsonb, requested_at = $13,
                    message = $14, namespace = $15, call_id = $16, run_id = $17,
                    step = $18, args = $19, worker = $20, audit = $21::text::jsonb,
-                   ttl_ms = $22
+                   ttl_ms = $22, reason = $23
                WHERE {expected}
                RETURNING key, fence
              ), {notify}
@@ -380,7 +381,7 @@ static AUDIT_SWEEP: LazyLock<String> = LazyLock::new(|| {
 });
 
 /// The replace and remove statements, each also appending an event (at
-/// `$23`, text `$24` for a replace; `$4`, `$5` for a remove) from the same
+/// `$24`, text `$25` for a replace; `$4`, `$5` for a remove) from the same
 /// statement, for exactly the row it changed: a refused swap changes no
 /// row and appends nothing.
 pub(super) struct AuditedSql {
@@ -403,7 +404,7 @@ pub(super) static AUDITED_SQL: LazyLock<AuditedSql> = LazyLock::new(|| {
         )
     };
     AuditedSql {
-        replace: audited(&SQL.replace, "$23", "$24"),
+        replace: audited(&SQL.replace, "$24", "$25"),
         remove: audited(&SQL.remove, "$4", "$5"),
     }
 });

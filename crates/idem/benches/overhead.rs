@@ -488,6 +488,7 @@ fn claim_request<'a>(
             step: Some(0),
             args: Some(args.text.as_str()),
             ttl: Some(Duration::from_secs(86_400)),
+            reason: None,
         },
         worker: Some(worker),
         // An idempotent write's claim need not be durable.

@@ -46,6 +46,9 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
         let step = info.step.map(|s| format!(", step {s}")).unwrap_or_default();
         out.field("Run", &format!("{run}{step}"));
     }
+    if let Some(reason) = &info.reason {
+        out.field("Reason", reason.as_str());
+    }
     out.field(
         "Worker",
         record.worker.as_deref().unwrap_or("(not recorded)"),
@@ -116,6 +119,17 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
         out.field(
             "Requested",
             &format!("{}: {message}", relative(now, *requested_at)),
+        );
+    }
+    let so_far = record.approvals();
+    if !so_far.is_empty() && record.approval().is_none() {
+        let by: Vec<&str> = so_far
+            .iter()
+            .map(|g| g.approval.approver.as_str())
+            .collect();
+        out.field(
+            "Approvals",
+            &format!("{} so far (by {})", so_far.len(), by.join(", ")),
         );
     }
     if let Some(approval) = record.approval() {

@@ -35,6 +35,8 @@ pub(crate) struct RecordJson {
     pub run_id: Option<String>,
     /// The run's step, with `run_id`.
     pub step: Option<u64>,
+    /// Why the call was made, in the caller's words, when it said.
+    pub reason: Option<String>,
     /// The worker that holds the key or last held it.
     pub worker: Option<String>,
     /// When the key was first claimed (RFC 3339, UTC).
@@ -82,6 +84,20 @@ pub(crate) struct ApprovalJson {
     /// Who approved it, once approved.
     pub approved_by: Option<String>,
     /// The note given with the approval.
+    pub note: Option<String>,
+    /// The approvals given so far towards a call that needs more than one
+    /// (a two-person rule), oldest first, only those for its arguments.
+    pub approvals_so_far: Vec<GivenApprovalJson>,
+}
+
+/// One approval given towards a call that needs several.
+#[derive(Debug, Serialize)]
+pub(crate) struct GivenApprovalJson {
+    /// Who gave it.
+    pub by: String,
+    /// When (the store's clock).
+    pub at: String,
+    /// The note given with it.
     pub note: Option<String>,
 }
 
@@ -262,6 +278,7 @@ impl RecordJson {
             call_id: info.call_id.clone(),
             run_id: info.run_id.clone(),
             step: info.step,
+            reason: info.reason.as_ref().map(|r| r.as_str().to_owned()),
             worker: record.worker.clone(),
             created_at: rfc3339(record.created_at),
             completed_at,
@@ -325,6 +342,15 @@ fn approval(record: &Record) -> Option<ApprovalJson> {
         message,
         approved_by: given.as_ref().map(|a| a.approver.clone()),
         note: given.and_then(|a| a.note),
+        approvals_so_far: record
+            .approvals()
+            .into_iter()
+            .map(|g| GivenApprovalJson {
+                by: g.approval.approver,
+                at: rfc3339(g.at),
+                note: g.approval.note,
+            })
+            .collect(),
     })
 }
 

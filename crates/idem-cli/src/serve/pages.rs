@@ -405,9 +405,14 @@ async fn record_page(
         }
     };
     let trail: Vec<Trail> = trail.iter().map(|e| Trail::of(e, now)).collect();
-    let detail = record
-        .as_ref()
-        .map(|r| Detail::of(r, app.catalog.as_ref(), now));
+    let detail = record.as_ref().map(|r| {
+        let required = app
+            .approvers
+            .rules()
+            .for_record(r)
+            .map(|rule| rule.required);
+        Detail::of(r, app.catalog.as_ref(), now, required)
+    });
     let title = detail
         .as_ref()
         .map_or("No record".to_owned(), |d| d.tool.clone());

@@ -340,6 +340,16 @@ async fn idem_approve_with_the_approvers_file_holds_its_two_person_rule(url: &st
         "1 of 2 approves nothing"
     );
     assert_eq!(shown["steps"]["idem:approvals"][0]["approver"], "bob");
+    let so_far = &shown["approval"]["approvals_so_far"];
+    assert_eq!(so_far.as_array().map(Vec::len), Some(1), "{shown}");
+    assert_eq!(so_far[0]["by"], "bob");
+    crate::support::schema::check(&shown, "record");
+    let text = idem.run(&["show", &key]).await;
+    assert!(
+        text.ok().contains("Approvals:    1 so far (by bob)\n"),
+        "{}",
+        text.stdout
+    );
     still_waits(&agent, &call, &namespace).await;
     assert_eq!(app.deletions(), 0);
 

@@ -44,15 +44,16 @@ async fn executor(url: &str, worker: &str, message: &'static str) -> Executor<Ap
         .build()
 }
 
-/// A call awaiting approval whose call id, argument, namespace, worker and
-/// approval message all carry [`FORGED`]; its key.
+/// A call awaiting approval whose call id, argument, namespace, worker,
+/// reason and approval message all carry [`FORGED`]; its key.
 async fn forged_approval(url: &str, call_id: &str) -> String {
     let exec = executor(url, FORGED, FORGED).await;
     let dispatcher = Dispatcher::new(exec.clone(), idem::tools![delete_account]);
     let run = RunContext {
         namespace: Some(Namespace::new(FORGED).unwrap()),
         ..RunContext::default()
-    };
+    }
+    .reason(FORGED);
     let result = dispatcher
         .dispatch_one(delete_call(call_id, FORGED), &run)
         .await
@@ -65,8 +66,8 @@ async fn forged_approval(url: &str, call_id: &str) -> String {
 }
 
 /// A record written straight through the store by a tool named [`FORGED`],
-/// with a forged run, step, arguments and worker, a step of that name and
-/// value, completed as unknown with a forged reason; its key.
+/// with a forged run, step, arguments, reason and worker, a step of that
+/// name and value, completed as unknown with a forged reason; its key.
 async fn forged_unknown(url: &str) -> String {
     let store = idem::store::connect(url).await.unwrap();
     let key = derive_key(&KeyInput {
@@ -91,6 +92,7 @@ async fn forged_unknown(url: &str) -> String {
             step: Some(3),
             args: Some(&args),
             ttl: None,
+            reason: Some(FORGED),
         },
         worker: Some(FORGED),
         durable: true,
@@ -184,8 +186,16 @@ async fn forged_record_text_is_shown_escaped_by_show_ls_and_stats_and_kept_by_js
         show.contains("Call:         call id ok\\u{1b}[2J"),
         "{show}"
     );
+    assert!(
+        show.contains("Reason:       ok\\u{1b}[2J"),
+        "the reason through the Rust API: {show}"
+    );
     let show = idem.run(&["show", &unknown]).await.stdout;
     assert!(show.contains("Unknown:      ok\\u{1b}[2J"), "{show}");
+    assert!(
+        show.contains("Reason:       ok\\u{1b}[2J"),
+        "the reason through the store: {show}"
+    );
     assert!(show.contains("Tool:         ok\\u{1b}[2J"), "{show}");
 
     let ls = idem.run(&["ls", "--limit", "0"]).await;
@@ -238,6 +248,7 @@ async fn forged_record_text_is_shown_escaped_by_show_ls_and_stats_and_kept_by_js
     let record = idem.run(&["show", &unknown, "--json"]).await.json();
     assert_eq!(record["tool"], FORGED);
     assert_eq!(record["run_id"], FORGED);
+    assert_eq!(record["reason"], FORGED);
     assert_eq!(record["worker"], FORGED);
     assert_eq!(record["outcome"]["message"], FORGED);
     assert_eq!(record["arguments"]["customer"], FORGED);
@@ -245,6 +256,7 @@ async fn forged_record_text_is_shown_escaped_by_show_ls_and_stats_and_kept_by_js
     let record = idem.run(&["show", &pending, "--json"]).await.json();
     assert_eq!(record["call_id"], FORGED);
     assert_eq!(record["namespace"], FORGED);
+    assert_eq!(record["reason"], FORGED, "given through RunContext::reason");
     assert_eq!(record["approval"]["message"], FORGED);
     let record = idem.run(&["show", &denied, "--json"]).await.json();
     assert_eq!(record["audit"][0]["by"], FORGED);

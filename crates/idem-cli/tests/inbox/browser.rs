@@ -17,7 +17,7 @@ use serde_json::json;
 use crate::support::browser::Browser;
 use idem_testkit::servers::TestCertificates;
 
-use crate::support::serve::{wait_on, Http, Scene, DANA, VIC};
+use crate::support::serve::{wait_on, wait_on_in, Http, Scene, DANA, VIC};
 use crate::support::tools::{charge_card, delete_call, executor, ns, tenant, Charge, Charged};
 use crate::support::unique;
 
@@ -118,7 +118,11 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     wait_text(&browser, "#inbox-rows", "Nothing is waiting").await;
 
     let call = delete_call(&unique("call"), "mallory");
-    let waiting = wait_on(&scene.agent, call, &scene.namespace);
+    // Why, in the model's words: markup, a right-to-left override, a
+    // zero-width space and an ANSI escape, all of which must render inert.
+    let why = "<img src=x onerror=alert(1)>mallory asked\u{202e} twice\u{200b}\x1b[31m";
+    let shown = "<img src=x onerror=alert(1)>mallory asked\\u{202e} twice\\u{200b}\\u{1b}[31m";
+    let waiting = wait_on_in(&scene.agent, call, tenant(&scene.namespace).reason(why));
     let item = scene.listed().await;
     let key = item["key"].as_str().unwrap().to_owned();
     // Live: the row appears on the open page.
@@ -130,6 +134,17 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
         "{text}"
     );
     assert!(text.contains("mallory"), "{text}");
+    // Who asked and why, on the row, as text.
+    assert!(text.contains(&scene.namespace), "{text}");
+    assert!(text.contains("call id call-"), "{text}");
+    assert_eq!(browser.text(&format!("{row} td.why q")).await, shown);
+    let injected = browser
+        .execute(
+            "return document.querySelectorAll('img, script:not([src])').length;",
+            vec![],
+        )
+        .await;
+    assert_eq!(injected, json!(0), "no element from the reason");
     browser.screenshot(&shot("inbox.png")).await;
     check_usable(&browser, "the inbox").await;
 
@@ -166,6 +181,14 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
             && fields.contains(crate::support::tools::ASK),
         "{fields}"
     );
+    assert!(
+        fields.contains(&format!("Why, in the caller's words\n{shown}")),
+        "{fields}"
+    );
+    let injected = browser
+        .execute("return document.querySelectorAll('img').length;", vec![])
+        .await;
+    assert_eq!(injected, json!(0), "no element from the reason");
     browser.screenshot(&shot("decision.png")).await;
     check_usable(&browser, "the decision page").await;
     assert_eq!(scene.app.deletions(), 0, "nothing runs before a decision");

@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::serve::{hidden, sign_in, Scene, DANA};
+use crate::support::serve::{hidden, sign_in, Http, Scene, DANA};
+use crate::support::tools::{delete_call, tenant};
 use crate::support::unique;
 
 /// The few entities askama writes, decoded, to read a page's text.
@@ -214,4 +215,73 @@ async fn the_api_lists_names_its_own_filter_finds() {
     };
     assert_eq!(item["namespace"], json!(namespace));
     assert_eq!(item["tool"], "charge_card");
+}
+
+/// Record text that tries to be markup or to reorder the page is shown as
+/// text: the arguments, and the reason the model gave for the call (given
+/// through the Rust API), with markup, a right-to-left override, a
+/// zero-width space and an ANSI escape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_text_is_shown_escaped() {
+    let (_dir, url) = crate::support::sqlite();
+    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let customer = "<script>alert(1)</script>\u{202e}evil";
+    let reason = "<img src=x onerror=alert(2)>\u{202e}yes\u{200b}\x1b[2J";
+    let _ = scene
+        .agent
+        .dispatch_one(
+            delete_call(&unique("call"), customer),
+            &tenant(&scene.namespace).reason(reason),
+        )
+        .await;
+    let item = scene.listed().await;
+    assert_eq!(item["reason"], reason, "the API keeps the text itself");
+    let Scene {
+        serve,
+        http: mut bot,
+        namespace,
+        ..
+    } = scene;
+    let key = item["key"].as_str().unwrap();
+    let mut browser = Http::default();
+    crate::support::serve::sign_in(&mut browser, &serve, DANA).await;
+    for path in [
+        format!("/records/{key}"),
+        format!("/?namespace={namespace}"),
+    ] {
+        let page = browser.get(&serve.url(&path)).await;
+        assert_eq!(page.status, 200, "{path}");
+        assert!(
+            !page.body.contains("<script>alert"),
+            "{path}: raw markup from a record"
+        );
+        assert!(
+            !page.body.contains('\u{202e}'),
+            "{path}: a raw bidirectional override"
+        );
+        assert!(
+            page.body
+                .contains("&#60;script&#62;alert(1)&#60;/script&#62;\\u{202e}evil"),
+            "{path}: {}",
+            page.body
+        );
+        assert!(
+            !page.body.contains("<img") && !page.body.contains(['\u{200b}', '\x1b']),
+            "{path}: the reason raw"
+        );
+        assert!(
+            page.body
+                .contains("&#60;img src=x onerror=alert(2)&#62;\\u{202e}yes\\u{200b}\\u{1b}[2J"),
+            "{path}: the reason escaped: {}",
+            page.body
+        );
+    }
+    let api = bot.bot(&serve, &format!("/api/records/{key}"), None).await;
+    assert!(!api.body.contains(['\u{202e}', '\u{200b}', '\x1b']));
+    assert_eq!(
+        api.json()["record"]["arguments"]["customer"],
+        customer,
+        "JSON keeps the text itself"
+    );
+    assert_eq!(api.json()["record"]["reason"], reason);
 }

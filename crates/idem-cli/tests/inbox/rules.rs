@@ -307,6 +307,12 @@ async fn the_pages_hold_the_rules_on_their_form_posts() {
         "{}",
         page.body
     );
+    assert!(
+        page.body
+            .contains("<dt>Approvals</dt><dd>1 of 2 approvals so far (by dana)</dd>"),
+        "the record page says how far it is: {}",
+        page.body
+    );
     assert_eq!(app.deletions(), 0);
 
     let version = hidden(&page.body, "version").unwrap();

@@ -672,7 +672,8 @@ async def operator_approval() -> None:
     with place() as here:
         env = {"MEMORY_FILE_PATH": str(here.dir / "memory.jsonl")}
         command = npm_server("server-memory")
-        meta = {"io.idem/idempotencyKey": "forget-ada-1"}
+        why = "Ada wrote: <b>forget me</b>\u202e"
+        meta = {"io.idem/idempotencyKey": "forget-ada-1", "io.idem/reason": why}
         forget = {"entityNames": ["Ada"]}
         async with here.proxied(command, env=env) as client:
             await client.call_tool("create_entities", ENTITY)
@@ -683,6 +684,9 @@ async def operator_approval() -> None:
         listed = json.loads(here.idem("--json", "ls", "--state", "awaiting_approval"))["records"]
         check(len(listed) == 1 and listed[0]["tool"] == "delete_entities", f"the inbox shows it: {listed}")
         check(listed[0]["namespace"] == "mcp/memory-server", "named after the upstream server")
+        check(listed[0]["reason"] == why, f"with the reason the client gave: {listed[0]['reason']!r}")
+        shown = here.idem("show", listed[0]["key"])
+        check("Reason:       Ada wrote: <b>forget me</b>\\u{202e}\n" in shown, f"idem show escapes it: {shown}")
         here.idem("approve", listed[0]["key"], "--by", "ops", "--note", "Ada asked to be forgotten")
         say(f"idem approve {listed[0]['key'][:12]}… --by ops")
         async with here.proxied(command, env=env) as client:

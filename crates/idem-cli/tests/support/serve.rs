@@ -595,7 +595,12 @@ impl Scene {
 /// A call of `agent` in `namespace`, made in a task of its own: it waits
 /// for a person's decision.
 pub fn wait_on(agent: &Dispatcher<App>, call: ToolCall, namespace: &str) -> Waiting {
-    let (agent, context) = (agent.clone(), tenant(namespace));
+    wait_on_in(agent, call, tenant(namespace))
+}
+
+/// [`wait_on`] with a run context of the caller's (a reason, say).
+pub fn wait_on_in(agent: &Dispatcher<App>, call: ToolCall, context: RunContext) -> Waiting {
+    let agent = agent.clone();
     Waiting(tokio::spawn(async move {
         agent.dispatch_one(call, &context).await
     }))

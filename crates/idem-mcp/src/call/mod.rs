@@ -246,6 +246,8 @@ impl<S: Send + Sync + 'static> Tools<S> {
     ) -> Result<Prepared, CallToolResponse> {
         let name = request.name;
         let keying = keying_of(name, request.meta, context)?;
+        let reason =
+            super::meta::reason(request.meta).map_err(|problem| bad_key_fields(name, &problem))?;
         let mut arguments = request.arguments.take().unwrap_or_default();
         let repeat = self.repeat_count(index, name, &mut arguments)?;
         let principal = self.principal.as_ref().and_then(|f| f(context));
@@ -263,6 +265,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             },
             run: RunContext {
                 namespace: Some(namespace),
+                reason,
                 ..RunContext::default()
             },
             fingerprint,

@@ -157,7 +157,7 @@ async fn a_database_written_by_schema_version_1_is_migrated_and_reads() {
         .await
         .unwrap()
         .get(0);
-    assert_eq!(version, 3);
+    assert_eq!(version, i64::from(idem_postgres::SCHEMA_VERSION));
     let index: String = raw
         .query_one(
             "SELECT indexdef FROM pg_indexes WHERE indexname = 'idem_records_expiry'",

@@ -127,6 +127,10 @@ pub struct ApprovalRequest {
     pub call_id: Option<String>,
     /// The call's arguments.
     pub args: Value,
+    /// Why the call was made, in the caller's words, if it said: a policy
+    /// that asks a person shows it escaped
+    /// ([`text::visible`](crate::text::visible)).
+    pub reason: Option<crate::record::Reason>,
 }
 
 /// Decides whether an irreversible call may run. Asked at most once per key.

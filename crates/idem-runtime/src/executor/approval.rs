@@ -48,6 +48,7 @@ impl CallEnv<'_> {
                     namespace: owner.namespace.clone(),
                     call_id: self.call_id.clone(),
                     args: args(),
+                    reason: self.run.reason.clone(),
                 };
                 match policy.decide(&request).await {
                     Ok(decision) => decision,

@@ -9,13 +9,15 @@ use std::time::Duration;
 use crate::class::{ClassKind, RetrySafe};
 use crate::error::IdemError;
 use crate::key::{IdempotencyKey, Namespace};
+use crate::record::Reason;
 use crate::retry::RetryPolicy;
 use crate::tool::{Tool, ToolDef};
 
 use super::{ApprovalSource, Executor, Started};
 
 /// Where calls come from: the agent run and its step (the key source of a
-/// call without a provider call id) and the tenant.
+/// call without a provider call id), the tenant, and why the calls were
+/// made.
 ///
 /// The dispatcher takes one for a batch of model tool calls; a typed call
 /// takes one with [`CallBuilder::context`] (or its parts with
@@ -24,8 +26,11 @@ use super::{ApprovalSource, Executor, Started};
 /// ```
 /// use idem_runtime::{Namespace, RunContext};
 ///
-/// let run = RunContext::new("run-42", 3).namespace(Namespace::new("acme").unwrap());
+/// let run = RunContext::new("run-42", 3)
+///     .namespace(Namespace::new("acme").unwrap())
+///     .reason("The customer asked to close the account.");
 /// assert_eq!(run.run_id.as_deref(), Some("run-42"));
+/// assert_eq!(run.reason.unwrap().as_str(), "The customer asked to close the account.");
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RunContext {
@@ -40,6 +45,10 @@ pub struct RunContext {
     /// within the window is one effect ([`RepeatWindow`]). `None`: such a
     /// write is refused, as it always was.
     pub repeat_window: Option<RepeatWindow>,
+    /// Why the calls are made, in the caller's words (the model's text
+    /// beside its tool calls): recorded with each call that this claims
+    /// first, shown to whoever decides on it. Never part of the key.
+    pub reason: Option<Reason>,
 }
 
 impl RunContext {
@@ -50,6 +59,7 @@ impl RunContext {
             step,
             namespace: None,
             repeat_window: None,
+            reason: None,
         }
     }
 
@@ -62,6 +72,13 @@ impl RunContext {
     /// Key a call that has neither a call id nor a run by `window`.
     pub fn repeat_window(mut self, window: RepeatWindow) -> Self {
         self.repeat_window = Some(window);
+        self
+    }
+
+    /// Why the calls are made ([`Reason`]: cut when long; blank text is
+    /// no reason).
+    pub fn reason(mut self, text: impl Into<String>) -> Self {
+        self.reason = Reason::new(text);
         self
     }
 }
@@ -214,7 +231,16 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
         self
     }
 
-    /// The run, step and tenant at once.
+    /// Why the call is made, in the caller's words (the model's text that
+    /// led to it): recorded with the call when this claims its key first,
+    /// and shown to whoever decides on it ([`Reason`]: cut when long).
+    pub fn reason(mut self, text: impl Into<String>) -> Self {
+        self.run.reason = Reason::new(text);
+        self
+    }
+
+    /// The run, step, tenant and reason at once (replacing any set
+    /// before).
     pub fn context(mut self, run: RunContext) -> Self {
         self.run = run;
         self

@@ -18,7 +18,8 @@ use crate::ctx::LeaseWatch;
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{
-    CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState, APPROVAL_STEP,
+    CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Reason, Record, RecordState,
+    APPROVAL_STEP,
 };
 use crate::store::{ClaimOutcome, ClaimRequest, Takeover, WaitFor};
 
@@ -121,6 +122,7 @@ impl CallEnv<'_> {
                 step: self.run.run_id.is_some().then_some(self.run.step),
                 args: self.spec.store_args.then_some(call.args.text.as_str()),
                 ttl: Some(self.ttl()),
+                reason: self.run.reason.as_ref().map(Reason::as_str),
             },
             worker: Some(&self.core.config.worker),
             // A lost claim of an `idempotent_write` re-runs with the same

@@ -25,7 +25,7 @@ use crate::key::{Fingerprint, IdempotencyKey};
 
 pub use audit::{AuditAction, AuditEntry};
 pub use codec::CorruptRecord;
-pub use info::{CallInfo, CallInfoRef};
+pub use info::{CallInfo, CallInfoRef, Reason};
 pub use state::{FailureCode, Fence, Outcome, OutputJson, RecordState, Status, StoredFailure};
 
 /// How long completed records are kept unless a tool says otherwise.

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use idem::approval::{ApprovalDecision, Callback};
 use idem::mcp::{
     McpServer, CLAUDE_CODE_TOOL_USE_META, CODEX_TURN_META, DEDUPLICATED_META, ERROR_META,
-    REPEAT_ARGUMENT, VSCODE_CONVERSATION_META, VSCODE_REQUEST_META,
+    REASON_META, REPEAT_ARGUMENT, VSCODE_CONVERSATION_META, VSCODE_REQUEST_META,
 };
 use idem::operator::Filter;
 use idem::record::{AuditAction, Status};
@@ -368,10 +368,16 @@ async fn accepted_in_the_chat_the_deletion_runs_once_and_the_approver_is_recorde
     let chat = Chat::answering(ElicitationAction::Accept);
     let client = connect(server, chat.clone()).await;
 
-    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    // The model's words, trying to pass for the question's own lines.
+    let why = "Ada asked to leave.\n\nAccept runs it once.\u{202e} (nothing is deleted)";
+    let result = client
+        .call_tool(delete(json!({ REASON_META: why })))
+        .await
+        .unwrap();
     assert_eq!(words(&result), "deleted ada", "{result:?}");
     assert_eq!(World::count(&world.deletions), 1);
-    // The person saw the tool, what it does and the exact arguments.
+    // The person saw the tool, what it does, the exact arguments and the
+    // reason given, escaped onto one line.
     let questions = chat.questions();
     assert_eq!(questions.len(), 1);
     assert!(questions[0].contains("delete_account"), "{}", questions[0]);
@@ -381,6 +387,14 @@ async fn accepted_in_the_chat_the_deletion_runs_once_and_the_approver_is_recorde
         "{}",
         questions[0]
     );
+    assert!(
+        questions[0].contains(
+            "The reason given for it: Ada asked to leave.\\n\\nAccept runs it once.\\u{202e} (nothing is deleted)\n"
+        ),
+        "{}",
+        questions[0]
+    );
+    assert!(!questions[0].contains('\u{202e}'));
 
     // The model repeats it: answered, not asked, not run.
     let again = client.call_tool(delete(json!({}))).await.unwrap();
@@ -394,6 +408,11 @@ async fn accepted_in_the_chat_the_deletion_runs_once_and_the_approver_is_recorde
         .await
         .unwrap()
         .records[0];
+    assert_eq!(
+        record.info.reason.as_ref().map(|r| r.as_str()),
+        Some(why),
+        "recorded as given"
+    );
     let trail: Vec<_> = record
         .audit
         .iter()

@@ -9,8 +9,8 @@ use crate::mcp_support::{
     call, charge, connect, deduplicated, error_of, server, text, with_meta, words, Ledger,
 };
 use idem::mcp::{
-    CallToolRequestParamsExt, Unkeyed, IDEMPOTENCY_KEY_META, KEY_META, REPEAT_ARGUMENT,
-    RUN_ID_META, STEP_META,
+    CallToolRequestParamsExt, Unkeyed, IDEMPOTENCY_KEY_META, KEY_META, REASON_META,
+    REPEAT_ARGUMENT, RUN_ID_META, STEP_META,
 };
 use serde_json::json;
 
@@ -133,6 +133,8 @@ async fn a_malformed_key_is_refused_rather_than_ignored() {
         json!({ IDEMPOTENCY_KEY_META: 17 }),
         json!({ RUN_ID_META: "run-1" }),
         json!({ IDEMPOTENCY_KEY_META: "" }),
+        // A reason that is not text: the client meant to send one.
+        json!({ IDEMPOTENCY_KEY_META: "order-17", REASON_META: 17 }),
     ] {
         let result = client
             .call_tool(with_meta(charge("cus_17", 4_900), meta.clone()))

@@ -161,6 +161,70 @@ async fn a_pending_approval_is_recorded_and_the_model_is_told_nothing_ran() {
     assert_eq!(record.worker.as_deref(), Some("worker-1"));
 }
 
+/// Why a call was made, in the caller's words: given with a typed call
+/// (`CallBuilder::reason`) or a batch (`RunContext::reason`), recorded with
+/// the first claim, handed to the approval policy, never part of the key.
+#[tokio::test]
+async fn the_reason_a_call_gives_is_recorded_once_and_shown_to_the_policy() {
+    let s = setup(Arc::new(MemoryStore::new()), Duration::ZERO);
+    let ticket = |why: &str| {
+        let title = "printer on fire".to_owned();
+        s.exec
+            .call(open_ticket, Ticket { title })
+            .call_id("call_ticket_1")
+            .reason(why)
+    };
+    let first = ticket("The user said the printer is on fire.")
+        .await
+        .unwrap();
+    // A retry in other words is the same call: answered, not re-run.
+    let again = ticket("Retrying to be sure.").await.unwrap();
+    assert!(again.meta.deduplicated);
+    assert_eq!(s.bank.tickets.load(Ordering::SeqCst), 1);
+    let record = s
+        .exec
+        .store()
+        .get(first.meta.key.as_ref().unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        record.info.reason.as_ref().map(|r| r.as_str()),
+        Some("The user said the printer is on fire.")
+    );
+
+    // The policy that asks a person is handed the reason.
+    let seen = Arc::new(std::sync::Mutex::new(None));
+    let exec = Executor::builder(MemoryStore::new())
+        .state(s.bank.clone())
+        .approvals(Callback::new({
+            let seen = seen.clone();
+            move |req| {
+                *seen.lock().unwrap() = req.reason.clone();
+                async {
+                    Ok(ApprovalDecision::Pending {
+                        message: "ask #payments".into(),
+                    })
+                }
+            }
+        }))
+        .approval_wait(Duration::ZERO)
+        .build();
+    let dispatcher = Dispatcher::new(exec.clone(), idem::tools![refund]);
+    let why = "The customer was charged twice for order 17.";
+    let pending = dispatcher
+        .dispatch_one(refund_call(), &run().reason(why))
+        .await;
+    assert!(matches!(
+        pending.result,
+        Err(IdemError::ApprovalPending { .. })
+    ));
+    assert_eq!(seen.lock().unwrap().as_ref().map(|r| r.as_str()), Some(why));
+    let record = &exec.pending(&Filter::default()).await.unwrap()[0];
+    assert_eq!(record.info.reason.as_ref().map(|r| r.as_str()), Some(why));
+    assert_eq!(s.bank.refunds.load(Ordering::SeqCst), 0);
+}
+
 #[tokio::test]
 async fn after_an_approval_the_next_call_runs_exactly_once() {
     let s = setup(Arc::new(MemoryStore::new()), Duration::ZERO);

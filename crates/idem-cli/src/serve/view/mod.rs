@@ -11,7 +11,9 @@ use idem_runtime::audit::AuditEvent;
 use idem_runtime::catalog::{Catalog, CatalogTool};
 use idem_runtime::class::ClassKind;
 use idem_runtime::clock::Timestamp;
-use idem_runtime::record::{FailureCode, Outcome, Record, RecordState, Status};
+use idem_runtime::record::{
+    CallInfo, CallInfoRef, FailureCode, Outcome, Record, RecordState, Status,
+};
 use serde_json::Value;
 
 use crate::render::json::json_or_string;
@@ -248,6 +250,14 @@ pub(super) struct Item {
     pub namespace: String,
     /// The namespace as the record has it.
     pub raw_namespace: String,
+    /// The call id, or the run and step, that made the call, escaped and
+    /// cut for a row.
+    pub asked_in: Option<String>,
+    /// Why it was made, in the caller's words, escaped and cut for a row.
+    pub why: Option<String>,
+    /// Who asked and why as the record has it (its arguments left out),
+    /// for the JSON API.
+    pub call: CallInfo,
     /// What it waits for.
     pub waits: Waits,
     /// How long it has waited ("5m").
@@ -281,6 +291,17 @@ impl Item {
             class: class_of(record, catalog).map(ClassKind::as_str),
             namespace: shown(record.info.namespace.as_deref().unwrap_or("")),
             raw_namespace: record.info.namespace.clone().unwrap_or_default(),
+            asked_in: asked_in(&record.info).map(|text| cut(&text, ASKED_IN)),
+            why: record
+                .info
+                .reason
+                .as_ref()
+                .map(|r| cut(r.as_str(), SUMMARY)),
+            call: CallInfoRef {
+                args: None,
+                ..record.info.as_ref()
+            }
+            .to_owned(),
             waits,
             age: age(now, since),
             since: rfc3339(since),
@@ -295,17 +316,36 @@ impl Item {
     }
 }
 
-/// How many characters of the arguments a row shows.
+/// How many characters of the arguments, or of the reason, a row shows.
 pub(super) const SUMMARY: usize = 90;
+
+/// How many characters of the call id, or the run and step, a row shows.
+const ASKED_IN: usize = 60;
 
 /// The arguments (JSON text) on one line for a row: all of them, or the
 /// first [`SUMMARY`] characters ending in "…" and saying that they were
 /// cut, so that a row never passes for the whole call.
 pub(super) fn summary(args: &str) -> String {
-    let cut = crate::render::clip(args, SUMMARY);
-    match cut == shown(args) {
+    cut(args, SUMMARY)
+}
+
+/// `text` escaped on one line for a row: all of it, or its first `max`
+/// characters ending in "…" and saying that they were cut.
+fn cut(text: &str, max: usize) -> String {
+    let cut = crate::render::clip(text, max);
+    match cut == shown(text) {
         true => cut,
         false => format!("{cut} (cut: open the record for all of it)"),
+    }
+}
+
+/// The call id, or the run and step, that made the call (not escaped).
+fn asked_in(info: &CallInfo) -> Option<String> {
+    match (&info.call_id, &info.run_id, info.step) {
+        (Some(id), _, _) => Some(format!("call id {id}")),
+        (None, Some(run), Some(step)) => Some(format!("run {run}, step {step}")),
+        (None, Some(run), None) => Some(format!("run {run}")),
+        (None, None, _) => None,
     }
 }
 
@@ -395,8 +435,14 @@ pub(super) struct Detail {
 }
 
 impl Detail {
-    /// The page for `record` at `now`.
-    pub(super) fn of(record: &Record, catalog: Option<&Catalog>, now: Timestamp) -> Detail {
+    /// The page for `record` at `now`; `required`: how many approvals the
+    /// rule that applies to it asks for, if one does.
+    pub(super) fn of(
+        record: &Record,
+        catalog: Option<&Catalog>,
+        now: Timestamp,
+        required: Option<usize>,
+    ) -> Detail {
         let tool: Option<&CatalogTool> = catalog.and_then(|c| c.tool(&record.tool));
         let class = class_of(record, catalog);
         let info = &record.info;
@@ -417,6 +463,9 @@ impl Detail {
         }
         if let (Some(_), Some(run)) = (&info.call_id, &info.run_id) {
             field("Run", shown(run));
+        }
+        if let Some(reason) = &info.reason {
+            field("Why, in the caller's words", shown(reason.as_str()));
         }
         if let Some(worker) = &record.worker {
             field("Worker", shown(worker));
@@ -483,6 +532,21 @@ impl Detail {
                 format!("{attempts} (attempts made before this state)"),
             );
         }
+        let so_far = record.approvals();
+        if !so_far.is_empty() && record.approval().is_none() {
+            let by: Vec<String> = so_far.iter().map(|g| shown(&g.approval.approver)).collect();
+            field(
+                "Approvals",
+                match required {
+                    Some(required) => format!(
+                        "{} of {required} approvals so far (by {})",
+                        so_far.len(),
+                        by.join(", ")
+                    ),
+                    None => format!("{} so far (by {})", so_far.len(), by.join(", ")),
+                },
+            );
+        }
         if let Some(Approval { approver, note, .. }) = record.approval() {
             field(
                 "Approved by",
@@ -530,104 +594,4 @@ pub(super) fn arguments_in_words(record: &Record) -> String {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_version_token_reads_back_and_refuses_what_it_did_not_write() {
-        let seen = Seen {
-            fence: 42,
-            status: Status::AwaitingApproval,
-            audit: 3,
-        };
-        assert_eq!(seen.token(), "42-awaiting_approval-3");
-        assert_eq!(Seen::parse(&seen.token()), Some(seen));
-        for bad in [
-            "",
-            "42",
-            "42-awaiting_approval",
-            "x-unknown-0",
-            "1-sleeping-0",
-        ] {
-            assert_eq!(Seen::parse(bad), None, "{bad}");
-        }
-    }
-
-    fn awaiting(args: Option<&str>) -> Record {
-        use idem_runtime::key::{Fingerprint, IdempotencyKey};
-        use idem_runtime::record::{CallInfo, Fence};
-        Record {
-            key: IdempotencyKey::parse(&"ab".repeat(32)).unwrap(),
-            tool: "refund".into(),
-            fingerprint: Fingerprint::new("cd".repeat(32)),
-            created_at: Timestamp(1_000),
-            state: RecordState::AwaitingApproval {
-                fence: Fence(7),
-                requested_at: Timestamp(1_000),
-                expires_at: Timestamp(90_000_000),
-                message: "refunds need finance".into(),
-            },
-            steps: Default::default(),
-            info: CallInfo {
-                args: args.map(str::to_owned),
-                ..CallInfo::default()
-            },
-            worker: None,
-            audit: Vec::new(),
-        }
-    }
-
-    #[test]
-    fn arguments_kept_out_of_the_store_are_shown_withheld_by_fingerprint() {
-        let record = awaiting(None);
-        let now = Timestamp(61_000);
-        let detail = Detail::of(&record, None, now);
-        assert_eq!(detail.arguments, None);
-        assert_eq!(
-            detail.class,
-            Some("irreversible"),
-            "only irreversible calls await approval"
-        );
-        assert!(arguments_in_words(&record).contains("fingerprint is cdcdcdcdcdcd"));
-        let item = Item::of(&record, None, now, Duration::from_secs(30)).unwrap();
-        assert_eq!(item.summary, "(withheld)");
-        assert_eq!(item.age, "1m");
-        assert!(item.overdue);
-        let shown = awaiting(Some(r#"{"cents":4900,"charge":"ch_42"}"#));
-        assert_eq!(
-            arguments_in_words(&shown),
-            r#"{"cents":4900,"charge":"ch_42"}"#
-        );
-        // Keys that try to read as more arguments stay inside their quotes.
-        let forged = awaiting(Some(
-            r#"{"cents":4900,"charge\" = \"ch_42\", cents = 990000":""}"#,
-        ));
-        assert_eq!(
-            arguments_in_words(&forged),
-            r#"{"cents":4900,"charge\" = \"ch_42\", cents = 990000":""}"#
-        );
-    }
-
-    #[test]
-    fn a_row_says_when_it_cut_the_arguments() {
-        assert_eq!(summary(r#"{"a":1}"#), r#"{"a":1}"#);
-        let long = format!(
-            r#"{{"cents":4900,"note":"{}","cents_really":990000}}"#,
-            "x".repeat(100)
-        );
-        let row = summary(&long);
-        assert!(
-            row.ends_with("… (cut: open the record for all of it)"),
-            "{row}"
-        );
-        assert!(!row.contains("990000"), "{row}");
-    }
-
-    #[test]
-    fn pretty_json_escapes_each_line_and_keeps_the_layout() {
-        let text = pretty_json("{\"a\":\"x\u{202e}y\",\"b\":[1,2]}");
-        assert!(!text.contains('\u{202e}'));
-        assert!(text.contains("\\u{202e}"), "{text}");
-        assert_eq!(text.lines().count(), 7, "{text}");
-    }
-}
+mod tests;
