@@ -113,8 +113,9 @@ impl HttpClient {
     }
 }
 
-/// The client of `idem serve`'s webhooks: [`HttpClient`]'s posts, on the
-/// same roots and rustls as every other request idem makes.
+/// The client of `idem serve`'s webhooks: posts through the HTTP client
+/// every other request idem makes goes through, on the same roots and
+/// rustls.
 #[derive(Clone)]
 pub struct PostClient {
     client: HttpClient,
