@@ -122,11 +122,14 @@ where
     (Box::pin(sink), Box::pin(stream))
 }
 
-/// Write one line and flush it.
+/// Write one line and flush it: one write, so that the reader is woken
+/// once, with the whole line.
 async fn write_line<W: AsyncWrite + Unpin>(out: &Mutex<W>, line: &str) -> io::Result<()> {
+    let mut bytes = Vec::with_capacity(line.len() + 1);
+    bytes.extend_from_slice(line.as_bytes());
+    bytes.push(b'\n');
     let mut out = out.lock().await;
-    out.write_all(line.as_bytes()).await?;
-    out.write_all(b"\n").await?;
+    out.write_all(&bytes).await?;
     out.flush().await
 }
 
