@@ -42,7 +42,9 @@ pub type LineStream = Pin<Box<dyn Stream<Item = RxJsonRpcMessage<RoleServer>> + 
 /// When they are pipes, as a client that starts the server makes them,
 /// they are read and written on the runtime's own event loop; tokio's
 /// `stdin()` and `stdout()` hand every read and write to a thread of its
-/// blocking pool and back, a wake-up each way on every message.
+/// blocking pool and back, a wake-up each way on every message. The pipes
+/// are then non-blocking, so nothing else may read stdin or write stdout
+/// (`println!`) while the server runs: stdout carries the protocol anyway.
 pub fn stdio() -> (LineSink, LineStream) {
     #[cfg(unix)]
     if let Some((read, write)) = pipes() {
