@@ -3,6 +3,28 @@
 // rows again (rendered and escaped by the server); a record's page says
 // that the record changed. Without JavaScript the pages work the same,
 // reloaded by hand.
+// Times are written in UTC; the reader sees them in their own time zone
+// as well: an absolute time (`time.at`, whose text starts with it) reads in
+// local time with the UTC time in its tooltip, a relative age has the
+// local time in its tooltip.
+function localTimes(root) {
+  var times = root.querySelectorAll("time[datetime]");
+  for (var i = 0; i < times.length; i++) {
+    var el = times[i], utc = el.getAttribute("datetime"), when = new Date(utc);
+    if (isNaN(when.getTime())) continue;
+    var local = when.toLocaleString(undefined, {
+      year: "numeric", month: "short", day: "numeric",
+      hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short"
+    });
+    if (el.classList.contains("at") && el.textContent.indexOf(utc) === 0) {
+      el.textContent = local + el.textContent.slice(utc.length);
+      el.title = utc + " (UTC)";
+    } else {
+      el.title = local;
+    }
+  }
+}
+localTimes(document);
 (function () {
   if (!window.EventSource) return;
   var rows = document.getElementById("inbox-rows");
@@ -33,6 +55,7 @@
         if (signedOut(r) || !r.ok) return;
         return r.text().then(function (html) {
           rows.innerHTML = html;
+          localTimes(rows);
           var live = document.getElementById("live");
           if (live) live.textContent = "Updated " + new Date().toLocaleTimeString() + ".";
         });

@@ -107,8 +107,12 @@ async fn check_usable(browser: &Browser, page: &str) {
 /// runs exactly once; the audit trail shows who and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
-    let Some(browser) =
-        Browser::start("an_approver_approves_a_waiting_call_which_runs_exactly_once").await
+    // A reader in India (UTC+5:30): times read in their own zone.
+    let Some(browser) = Browser::start_in_time_zone(
+        "an_approver_approves_a_waiting_call_which_runs_exactly_once",
+        "Asia/Kolkata",
+    )
+    .await
     else {
         return;
     };
@@ -161,6 +165,19 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     }
     browser.wait_for("#record", PAGE).await;
     assert_eq!(browser.text("#tool").await, "delete_account");
+    // "Created" in the reader's time zone, UTC in its tooltip.
+    let created = browser
+        .execute(
+            "var t = document.querySelector('#fields time.at'); \
+             return [t.textContent, t.title, t.getAttribute('datetime')];",
+            vec![],
+        )
+        .await;
+    let (text, title, utc) = (&created[0], &created[1], &created[2]);
+    let utc = utc.as_str().unwrap();
+    assert!(text.as_str().unwrap().contains("GMT+5:30"), "{created}");
+    assert!(!text.as_str().unwrap().contains(utc), "{created}");
+    assert_eq!(title.as_str().unwrap(), format!("{utc} (UTC)"));
     assert_eq!(
         browser.text("#description").await,
         "Delete a customer's account and all its data."

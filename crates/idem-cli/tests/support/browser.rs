@@ -78,8 +78,18 @@ impl Browser {
         Browser::start_with(test, &[]).await
     }
 
+    /// [`Browser::start`] with Chromium in time zone `tz` (an IANA name,
+    /// as the `TZ` variable takes it), as a reader elsewhere sees pages.
+    pub async fn start_in_time_zone(test: &str, tz: &str) -> Option<Browser> {
+        Browser::start_with_env(test, &[], Some(tz)).await
+    }
+
     /// [`Browser::start`] with Chromium given `flags` beside its own.
     pub async fn start_with(test: &str, flags: &[String]) -> Option<Browser> {
+        Browser::start_with_env(test, flags, None).await
+    }
+
+    async fn start_with_env(test: &str, flags: &[String], tz: Option<&str>) -> Option<Browser> {
         let driver = installed("CHROMEDRIVER", "/usr/bin/chromedriver");
         let chromium = installed("CHROMIUM", "/usr/bin/chromium");
         let (Some(driver), Some(chromium)) = (driver, chromium) else {
@@ -90,7 +100,7 @@ impl Browser {
         // binds it: try again on another.
         let mut last_error = String::new();
         for _ in 0..3 {
-            match Browser::launch(&driver, &chromium, flags).await {
+            match Browser::launch(&driver, &chromium, flags, tz).await {
                 Ok(browser) => return Some(browser),
                 Err(e) => last_error = e,
             }
@@ -98,17 +108,25 @@ impl Browser {
         panic!("the browser did not start: {last_error}");
     }
 
-    async fn launch(driver: &Path, chromium: &Path, flags: &[String]) -> Result<Browser, String> {
+    async fn launch(
+        driver: &Path,
+        chromium: &Path,
+        flags: &[String],
+        tz: Option<&str>,
+    ) -> Result<Browser, String> {
         let dir = TempDir::new("idem-browser").expect("create a temporary directory");
         let profile = dir.path().join("profile");
         let log = dir.path().join("chromedriver.log");
         let port = free_port();
-        let mut driver = Driver::spawn(
-            Command::new(driver)
-                .arg(format!("--port={port}"))
-                .arg(format!("--log-path={}", log.display())),
-            dir.path(),
-        );
+        let mut command = Command::new(driver);
+        command
+            .arg(format!("--port={port}"))
+            .arg(format!("--log-path={}", log.display()));
+        if let Some(tz) = tz {
+            // Chromium, started by chromedriver, keeps its environment.
+            command.env("TZ", tz);
+        }
+        let mut driver = Driver::spawn(&mut command, dir.path());
         let deadline = Instant::now() + START_LIMIT;
         while !driver_request(port, "GET", "/status").is_some_and(|r| r.contains("\"ready\":true"))
         {

@@ -368,6 +368,9 @@ pub(super) struct Field {
     pub label: &'static str,
     /// The value (escaped for display; askama escapes HTML).
     pub value: String,
+    /// The time (RFC 3339, UTC) the value gives, which the page shows in
+    /// the reader's own time zone too.
+    pub at: Option<String>,
 }
 
 /// One event of the record's audit trail.
@@ -447,8 +450,21 @@ impl Detail {
         let class = class_of(record, catalog);
         let info = &record.info;
         let when = |at: Timestamp| format!("{} ({})", rfc3339(at), relative(now, at));
-        let mut fields = Vec::new();
-        let mut field = |label: &'static str, value: String| fields.push(Field { label, value });
+        let fields = std::cell::RefCell::new(Vec::new());
+        let field = |label: &'static str, value: String| {
+            fields.borrow_mut().push(Field {
+                label,
+                value,
+                at: None,
+            })
+        };
+        let timed = |label: &'static str, value: String, at: Timestamp| {
+            fields.borrow_mut().push(Field {
+                label,
+                value,
+                at: Some(rfc3339(at)),
+            })
+        };
         field("Key", record.key.as_str().to_owned());
         if let Some(ns) = &info.namespace {
             field("Namespace", shown(ns));
@@ -470,7 +486,7 @@ impl Detail {
         if let Some(worker) = &record.worker {
             field("Worker", shown(worker));
         }
-        field("Created", when(record.created_at));
+        timed("Created", when(record.created_at), record.created_at);
         match &record.state {
             RecordState::AwaitingApproval {
                 requested_at,
@@ -478,23 +494,25 @@ impl Detail {
                 message,
                 ..
             } => {
-                field("Approval asked", when(*requested_at));
+                timed("Approval asked", when(*requested_at), *requested_at);
                 field("Waits for", shown(message));
-                field(
+                timed(
                     "Expires",
                     match record.status() {
                         Status::Approved => format!("{}: then the approval lapses unused", when(*expires_at)),
                         _ => format!("{}: unanswered until then, the request lapses and a new call asks again", when(*expires_at)),
                     },
+                    *expires_at,
                 );
             }
-            RecordState::InFlight { lease_until, .. } => field(
+            RecordState::InFlight { lease_until, .. } => timed(
                 "Lease",
                 if record.lease_expired(now) {
                     format!("ran out {}: the worker that ran it vanished mid-call, so nobody knows whether the effect happened", when(*lease_until))
                 } else {
                     format!("until {}", when(*lease_until))
                 },
+                *lease_until,
             ),
             RecordState::Completed {
                 completed_at,
@@ -502,7 +520,7 @@ impl Detail {
                 expires_at,
                 ..
             } => {
-                field("Completed", when(*completed_at));
+                timed("Completed", when(*completed_at), *completed_at);
                 match outcome {
                     Outcome::Unknown { reason } => field("What went wrong", shown(reason)),
                     Outcome::Failure { failure } => field(
@@ -514,12 +532,13 @@ impl Detail {
                 // An outcome is kept for a time, a resolution too: say so,
                 // since a repeat after it runs the tool again.
                 if !matches!(outcome, Outcome::Unknown { .. }) {
-                    field(
+                    timed(
                         "Kept until",
                         format!(
                             "{}: after that, a call with this key runs the tool again",
                             when(*expires_at)
                         ),
+                        *expires_at,
                     );
                 }
             }
@@ -570,7 +589,7 @@ impl Detail {
             waits: Waits::of(record, now),
             arguments: info.args.as_deref().map(pretty_json),
             fingerprint: record.fingerprint.as_str().to_owned(),
-            fields,
+            fields: fields.into_inner(),
             version: Seen::of(record).token(),
             kept_for: match info.ttl {
                 Some(ttl) => idem_runtime::text::duration::exact(ttl),
