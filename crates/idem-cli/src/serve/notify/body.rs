@@ -50,6 +50,10 @@ fn plain(event: &Event, link: &str) -> Value {
         "by": event.by,
         "reason": event.reason,
         "arguments": arguments,
+        "call_id": event.asked.call_id,
+        "run_id": event.asked.run_id,
+        "step": event.asked.step,
+        "why": event.why,
         "link": link,
     })
 }
@@ -78,6 +82,12 @@ fn slack(event: &Event, link: &str) -> Value {
         }
     };
     let mut text = headline.clone();
+    if let Some(why) = &event.why {
+        text.push_str(&format!(
+            "\nWhy, in the caller's words: “{}”",
+            mrkdwn(&crate::render::clip(why, ARGS))
+        ));
+    }
     if let Some(reason) = &event.reason {
         text.push_str(&format!(
             "\n“{}”",
@@ -140,6 +150,11 @@ mod tests {
             reason: None,
             at: Timestamp(1_700_000_000_000),
             args: Some(args.into()),
+            asked: super::super::event::Asked {
+                call_id: Some("call-7".into()),
+                ..Default::default()
+            },
+            why: Some("the user said <@U123> asked for it".into()),
         }
     }
 
@@ -155,6 +170,10 @@ mod tests {
         assert!(!text.contains('<') && !text.contains('>'), "{text}");
         assert!(text.contains("&lt;https://evil.example|Approve&gt; &lt;!channel&gt; &amp; co"));
         assert!(text.contains("namespace tenant&lt;a&gt;"), "{text}");
+        assert!(
+            text.contains("“the user said &lt;@U123&gt; asked for it”"),
+            "{text}"
+        );
         assert_eq!(
             value["blocks"][1]["elements"][0]["url"],
             format!("https://inbox.example.com/records/{}", "ab".repeat(32))
@@ -172,4 +191,13 @@ mod tests {
 
     /// `printf '1700000000.{}' | openssl dgst -sha256 -hmac 0123456789abcdef`
     const OPENSSL: &str = "e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e";
+
+    #[test]
+    fn the_json_body_says_who_asked_and_why() {
+        let body = body(&event("{}"), Format::Json, "https://inbox.example.com");
+        let value: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(value["call_id"], "call-7");
+        assert_eq!(value["run_id"], Value::Null);
+        assert_eq!(value["why"], "the user said <@U123> asked for it");
+    }
 }

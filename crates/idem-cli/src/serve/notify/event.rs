@@ -70,6 +70,22 @@ pub(crate) struct Event {
     /// The call's arguments as recorded (JSON text), if the tool keeps
     /// them.
     pub args: Option<String>,
+    /// Who asked (pending, overdue): the call id, or the run and step.
+    pub asked: Asked,
+    /// Why the call was made, in the caller's words, when it said
+    /// (pending, overdue).
+    pub why: Option<String>,
+}
+
+/// What a call recorded of where it came from.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub(crate) struct Asked {
+    /// The provider's call id.
+    pub call_id: Option<String>,
+    /// The agent run.
+    pub run_id: Option<String>,
+    /// The step within the run.
+    pub step: Option<u64>,
 }
 
 /// The id of the event made of `parts`.
@@ -105,6 +121,12 @@ pub(crate) fn waiting(record: &Record, now: Timestamp, overdue: Duration) -> Vec
         reason: None,
         at: *requested_at,
         args: record.info.args.clone(),
+        asked: Asked {
+            call_id: record.info.call_id.clone(),
+            run_id: record.info.run_id.clone(),
+            step: record.info.step,
+        },
+        why: record.info.reason.as_ref().map(|r| r.as_str().to_owned()),
     };
     let mut events = vec![event(Kind::Pending)];
     if requested_at.until(now) > overdue {
@@ -134,6 +156,8 @@ pub(crate) fn decided(audit: &AuditEvent) -> Option<Event> {
         reason: audit.reason.clone(),
         at: audit.at,
         args: None,
+        asked: Asked::default(),
+        why: None,
     })
 }
 
