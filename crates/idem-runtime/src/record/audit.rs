@@ -62,6 +62,12 @@ pub enum AuditAction {
     /// An operator ended every session of an approver
     /// (`idem approver revoke`); `reason` names the approver.
     SessionsRevoked,
+    /// An action written by a later idem that this one does not know: the
+    /// event still reads (with its time, who, key and reason), so that a
+    /// log written by a newer build never fails an older one's reads.
+    /// Never written by this build.
+    #[serde(other)]
+    Other,
 }
 
 impl AuditAction {
@@ -82,6 +88,7 @@ impl AuditAction {
             AuditAction::SignInFailed => "sign_in_failed",
             AuditAction::SignedOut => "signed_out",
             AuditAction::SessionsRevoked => "sessions_revoked",
+            AuditAction::Other => "other",
         }
     }
 }
@@ -89,5 +96,18 @@ impl AuditAction {
 impl fmt::Display for AuditAction {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::AuditAction;
+
+    #[test]
+    fn an_action_of_a_later_idem_reads_as_other() {
+        let read: AuditAction = serde_json::from_str("\"approved_by_a_robot\"").unwrap();
+        assert_eq!(read, AuditAction::Other);
+        let known: AuditAction = serde_json::from_str("\"sessions_revoked\"").unwrap();
+        assert_eq!(known, AuditAction::SessionsRevoked);
     }
 }
