@@ -56,7 +56,6 @@ impl RedisStore {
     /// event is appended.
     pub(super) async fn index_audit(
         &self,
-        conn: &mut Connection,
         at: Timestamp,
         key: &IdempotencyKey,
     ) -> Result<(), StoreError> {
@@ -68,7 +67,11 @@ impl RedisStore {
             .arg("NX")
             .arg(ms)
             .arg(member(ms, crate::schema::slot(key)));
-        let _: u64 = conn.query(&cmd).await.map_err(|e| self.unavailable(e))?;
+        let _: u64 = self
+            .conn()?
+            .query(&cmd)
+            .await
+            .map_err(|e| self.unavailable(e))?;
         Ok(())
     }
 
@@ -76,13 +79,12 @@ impl RedisStore {
     /// index of that one too, when it is not the event's own.
     pub(super) async fn indexed_append(
         &self,
-        conn: &mut Connection,
         event: &AuditEvent,
         ms: Option<u64>,
     ) -> Result<(), StoreError> {
         match ms {
             Some(ms) if ms != event.at.as_millis() => {
-                self.index_audit(conn, Timestamp(ms), &event.key).await
+                self.index_audit(Timestamp(ms), &event.key).await
             }
             _ => Ok(()),
         }

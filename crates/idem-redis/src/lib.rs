@@ -403,12 +403,12 @@ impl Store for RedisStore {
             args.extend([name.as_bytes(), value.as_bytes()]);
         }
         if let Some(event) = audit {
-            self.index_audit(&mut self.conn()?, event.at, key).await?;
+            self.index_audit(event.at, key).await?;
         }
         let reply = self.run(&self.scripts.replace, key, &keys, &args).await?;
         if let (Some("ok"), Some(event)) = (reply.first().and_then(text).as_deref(), audit) {
             let ms = reply.get(2).and_then(number);
-            self.indexed_append(&mut self.conn()?, event, ms).await?;
+            self.indexed_append(event, ms).await?;
         }
         match (reply.first().and_then(text).as_deref(), new) {
             (Some("ok"), None) => Ok(None),
@@ -446,8 +446,7 @@ impl Store for RedisStore {
 
     async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
         let (at, body) = (event.at.as_millis().to_string(), audit_text(event));
-        self.index_audit(&mut self.conn()?, event.at, &event.key)
-            .await?;
+        self.index_audit(event.at, &event.key).await?;
         let reply = self
             .run(
                 &self.scripts.append_audit,
@@ -466,7 +465,7 @@ impl Store for RedisStore {
         ) {
             (Some("ok"), Some(seq)) => {
                 let ms = reply.get(2).and_then(number);
-                self.indexed_append(&mut self.conn()?, event, ms).await?;
+                self.indexed_append(event, ms).await?;
                 Ok(seq)
             }
             _ => Err(self.protocol("append_audit without a seq")),
