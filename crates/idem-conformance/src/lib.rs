@@ -34,12 +34,14 @@ mod decisions;
 mod durability;
 mod lifecycle;
 mod macros;
+mod open;
 mod operations;
 pub use audit::*;
 pub use concurrency::*;
 pub use decisions::*;
 pub use durability::*;
 pub use lifecycle::*;
+pub use open::*;
 pub use operations::*;
 
 use idem_runtime::approval::{Approval, ApprovalDecision};

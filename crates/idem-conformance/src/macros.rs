@@ -35,6 +35,8 @@ macro_rules! store_conformance_tests {
             completed_record_is_replaced_and_deleted,
             unanswered_approval_request_expires,
             scan_returns_every_record_once,
+            scan_open_returns_open_records_newest_first_once,
+            scan_open_follows_records_as_they_settle,
             an_approval_is_claimed_only_with_the_arguments_it_was_given_for,
             decisions_outlive_the_ttls_around_them,
             an_approval_wakes_a_waiter_for_it,

@@ -162,6 +162,16 @@ impl Record {
         self.tool.starts_with(RESERVED_STEP_PREFIX)
     }
 
+    /// Whether the record is *open*: in flight, awaiting approval (or
+    /// approved and not yet run), or completed with an unknown outcome —
+    /// a call that is still running or that may need a person. Only a
+    /// success or a definite failure settles a record.
+    /// [`Store::scan_open`](crate::store::Store::scan_open) pages through
+    /// the open records alone.
+    pub fn is_open(&self) -> bool {
+        !matches!(self.status(), Status::Succeeded | Status::Failed)
+    }
+
     /// Whether the record is in flight with a lease that ran out at `now`.
     pub fn lease_expired(&self, now: Timestamp) -> bool {
         matches!(self.state, RecordState::InFlight { lease_until, .. } if lease_until <= now)

@@ -14,6 +14,7 @@
 //! | [`Store::get`] | read |
 //! | [`Store::replace`] | an operator's or an approval's change: fenced compare-and-swap of a whole record |
 //! | [`Store::scan`] | read records a page at a time, for operators |
+//! | [`Store::scan_open`] | read the open records (in flight, awaiting approval, unknown outcome) a page at a time, newest first, for the inbox |
 //! | [`Store::wait`] | block until the record leaves the state waited out ([`WaitFor`]): in flight, or awaiting a person's decision |
 //! | [`Store::sweep`] | delete expired *completed* records (and audit events past their retention) |
 //! | [`Store::append_audit`] | append an event to the audit log, which outlives the records |
@@ -50,6 +51,7 @@ pub mod backend;
 mod error;
 pub mod intercept;
 pub mod memory;
+mod open;
 mod poll;
 mod redact;
 mod sweeper;
@@ -61,6 +63,7 @@ mod waiters;
 
 pub use error::{BadOption, Cause, FenceHolder, StoreError, UnknownOption};
 pub use memory::MemoryStore;
+pub use open::{scan_open_by_scanning, OpenCursor};
 pub use poll::poll_wait;
 pub use redact::redact;
 pub use sweeper::{spawn_sweeper, SweeperHandle};
@@ -343,6 +346,26 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// over the pages like any record, and left untouched.
     async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError>;
 
+    /// Read up to `limit` *open* records ([`Record::is_open`]: in flight,
+    /// awaiting approval, completed with an unknown outcome), newest first:
+    /// by [`Record::created_at`] descending, then by key descending.
+    /// Starts after the record `cursor` names ([`OpenCursor`]; `None`: from
+    /// the newest). Every record open for the whole scan is returned
+    /// exactly once over the pages, in that order; a record that settles
+    /// or is deleted meanwhile may be left out. Expired records are left
+    /// out; stored records that do not decode are reported in
+    /// [`ScanPage::corrupt`], as by [`Store::scan`].
+    ///
+    /// What an inbox reads: the few records a person may have to act on,
+    /// among the many settled ones. The SQLite, PostgreSQL and Redis stores
+    /// keep an index of the open records, so a page costs what it returns,
+    /// not the size of the store. The default reads the whole store with
+    /// [`Store::scan`] for every page ([`scan_open_by_scanning`]), which
+    /// is right for a store held in memory.
+    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        scan_open_by_scanning(self, cursor, limit).await
+    }
+
     /// Wait until the record leaves the state `until` waits out, or
     /// `timeout` passes, and return the record as it then is (`None` when
     /// it is gone):
@@ -502,6 +525,9 @@ impl<S: Store + ?Sized> Store for Arc<S> {
     }
     async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         (**self).scan(cursor, limit).await
+    }
+    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        (**self).scan_open(cursor, limit).await
     }
     async fn wait(
         &self,

@@ -86,6 +86,8 @@ pub enum OpKind {
     Audit,
     /// [`Store::scan`].
     Scan,
+    /// [`Store::scan_open`].
+    ScanOpen,
     /// [`Store::wait`].
     Wait,
     /// [`Store::sweep`].
@@ -98,7 +100,7 @@ pub enum OpKind {
 
 impl OpKind {
     /// Every kind, in the order the trait declares its methods.
-    pub const ALL: [OpKind; 14] = [
+    pub const ALL: [OpKind; 15] = [
         OpKind::Claim,
         OpKind::Checkpoint,
         OpKind::Renew,
@@ -109,6 +111,7 @@ impl OpKind {
         OpKind::AppendAudit,
         OpKind::Audit,
         OpKind::Scan,
+        OpKind::ScanOpen,
         OpKind::Wait,
         OpKind::Sweep,
         OpKind::Now,
@@ -128,6 +131,7 @@ impl OpKind {
             OpKind::AppendAudit => "append_audit",
             OpKind::Audit => "audit",
             OpKind::Scan => "scan",
+            OpKind::ScanOpen => "scan_open",
             OpKind::Wait => "wait",
             OpKind::Sweep => "sweep",
             OpKind::Now => "now",
@@ -242,6 +246,13 @@ pub enum Operation<'a> {
         /// About how many.
         limit: usize,
     },
+    /// [`Store::scan_open`].
+    ScanOpen {
+        /// Where the page starts.
+        cursor: Option<&'a str>,
+        /// At most how many.
+        limit: usize,
+    },
     /// [`Store::wait`].
     Wait {
         /// The key.
@@ -273,6 +284,7 @@ impl<'a> Operation<'a> {
             Operation::AppendAudit { .. } => OpKind::AppendAudit,
             Operation::Audit { .. } => OpKind::Audit,
             Operation::Scan { .. } => OpKind::Scan,
+            Operation::ScanOpen { .. } => OpKind::ScanOpen,
             Operation::Wait { .. } => OpKind::Wait,
             Operation::Sweep => OpKind::Sweep,
             Operation::Now => OpKind::Now,
@@ -292,7 +304,7 @@ impl<'a> Operation<'a> {
             | Operation::Replace { key, .. }
             | Operation::Wait { key, .. } => Some(key),
             Operation::AppendAudit { event } => Some(&event.key),
-            Operation::Audit { .. } | Operation::Scan { .. } => None,
+            Operation::Audit { .. } | Operation::Scan { .. } | Operation::ScanOpen { .. } => None,
             Operation::Sweep | Operation::Now | Operation::Close => None,
         }
     }
@@ -355,6 +367,9 @@ impl<'a> Operation<'a> {
                 limit,
             } => Answer::Audit(store.audit(query, cursor, limit).await?),
             Operation::Scan { cursor, limit } => Answer::Scan(store.scan(cursor, limit).await?),
+            Operation::ScanOpen { cursor, limit } => {
+                Answer::Scan(store.scan_open(cursor, limit).await?)
+            }
             Operation::Wait {
                 key,
                 until,
@@ -391,7 +406,7 @@ pub enum Answer {
     Appended(u64),
     /// [`Store::audit`].
     Audit(AuditPage),
-    /// [`Store::scan`].
+    /// [`Store::scan`] and [`Store::scan_open`].
     Scan(ScanPage),
     /// [`Store::sweep`]: how many records were deleted.
     Swept(u64),
@@ -632,6 +647,13 @@ impl<H: Hook, S: Store> Store for Interceptor<H, S> {
         match self.through(Operation::Scan { cursor, limit }).await? {
             Answer::Scan(page) => Ok(page),
             other => Err(self.mismatch(OpKind::Scan, &other)),
+        }
+    }
+
+    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        match self.through(Operation::ScanOpen { cursor, limit }).await? {
+            Answer::Scan(page) => Ok(page),
+            other => Err(self.mismatch(OpKind::ScanOpen, &other)),
         }
     }
 
