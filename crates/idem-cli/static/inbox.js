@@ -1,7 +1,9 @@
 // Live updates without a framework: the server sends an `inbox` event
-// whenever what waits for a decision changes. The inbox then fetches its
-// rows again (rendered and escaped by the server); a record's page says
-// that the record changed. Without JavaScript the pages work the same,
+// naming what changed whenever what waits for a decision changes. The
+// inbox then fetches its rows again (rendered and escaped by the server)
+// if the change concerns them: the first page on any change, a later page
+// when one of its items changed or went. A record's page says that the
+// record changed. Without JavaScript the pages work the same,
 // reloaded by hand.
 // Times are written in UTC; the reader sees them in their own time zone
 // as well: an absolute time (`time.at`, whose text starts with it) reads in
@@ -34,7 +36,20 @@ localTimes(document);
   // On (re)connecting as well: something may have changed between the
   // page being drawn and the stream opening.
   events.onopen = refresh;
-  events.addEventListener("inbox", refresh);
+  events.addEventListener("inbox", function (e) {
+    if (concerns(e.data)) refresh();
+  });
+  // Whether the change an event names concerns this page.
+  function concerns(data) {
+    var change;
+    try { change = JSON.parse(data); } catch (err) { return true; }
+    if (!rows || change.more || rows.dataset.first === "true") return true;
+    var gone = (change.changed || []).concat(change.removed || []);
+    for (var i = 0; i < gone.length; i++) {
+      if (rows.querySelector('tr[data-key="' + gone[i] + '"]')) return true;
+    }
+    return false;
+  }
   // The server ends the stream when the session ends (signed out or
   // revoked, on any instance); the browser reconnects, and gives up on a
   // stream the server refused (401). While the server is away it retries.

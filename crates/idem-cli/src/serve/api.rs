@@ -19,7 +19,7 @@ use serde_json::{json, Value};
 
 use super::approvers::Identity;
 use super::decide::{self, Asked, Refused};
-use super::pages::{items, InboxFilter};
+use super::listing::{items, InboxFilter};
 use super::view::{class_meaning, class_of, Item, Seen};
 use super::App;
 use crate::render::json::{AuditEventJson, RecordJson};
@@ -77,7 +77,9 @@ fn item_json(item: &Item) -> Value {
     })
 }
 
-/// `GET /api/inbox?state=&tool=&namespace=`.
+/// `GET /api/inbox?state=&tool=&namespace=&after=`: a page of 50 items,
+/// newest call first, and `next`, the `after` of the next page (`null` on
+/// the last).
 pub(super) async fn inbox(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
@@ -87,11 +89,12 @@ pub(super) async fn inbox(
         return response;
     }
     match items(&app, &filter).await {
-        Ok((items, corrupt)) => json(
+        Ok(listed) => json(
             StatusCode::OK,
             &json!({
-                "items": items.iter().map(item_json).collect::<Vec<_>>(),
-                "corrupt": corrupt,
+                "items": listed.items.iter().map(item_json).collect::<Vec<_>>(),
+                "corrupt": listed.corrupt,
+                "next": listed.next,
             }),
         ),
         Err(e) => refused(&e),

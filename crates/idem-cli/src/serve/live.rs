@@ -1,16 +1,24 @@
-//! The inbox, live: one task looks at what waits for a decision every
-//! `--refresh` and, when it changed (an item came, went, or changed
-//! state), bumps a counter that every open page's event stream
-//! (`GET /events`, server-sent events) turns into an `inbox` event.
+//! The inbox, live: one task looks at the inbox's first page and at the
+//! audit log every `--refresh` and, when something changed (an item came,
+//! went, or changed state, or a decision was recorded), sends every open
+//! page's event stream (`GET /events`, server-sent events) an `inbox`
+//! event that names what changed: `{"added": [KEY…], "changed": […],
+//! "removed": […], "more": false}`. A page refreshes its own rows only when the change
+//! concerns it: the first page on any change, a later page when an item
+//! it shows changed or went (pages start after a given item, so new calls
+//! never reach them).
 //!
-//! One look serves every open page, however many there are. When the
-//! server stops, or the page's session ends (signed out or revoked, on
-//! any instance), its stream ends; a page whose stream is then refused
-//! (401) says that its person is signed out and links to the sign-in. A
-//! restart signs nobody out: sessions are in the store. A decision
-//! made on a page reaches the caller waiting for it through the store
-//! itself (`Store::wait` for a decision), not through this.
+//! One look serves every open page, however many there are, and costs a
+//! page of the store's open records and the audit events since the last
+//! look, whatever the size of the store. When the server stops, or the
+//! page's session ends (signed out or revoked, on any instance), its
+//! stream ends; a page whose stream is then refused (401) says that its
+//! person is signed out and links to the sign-in. A restart signs nobody
+//! out: sessions are in the store. A decision made on a page reaches the
+//! caller waiting for it through the store itself (`Store::wait` for a
+//! decision), not through this.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,15 +28,62 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use futures_util::stream;
+use idem_runtime::audit::AuditQuery;
+use idem_runtime::clock::Timestamp;
 use tokio::sync::watch;
 
-use super::pages::{items, InboxFilter};
+use super::listing::{items, InboxFilter};
 use super::App;
 
-/// Look at the inbox every `every`, and bump `changed` when it differs
-/// from the last look.
-pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<u64>, every: Duration) {
-    let mut last: Option<Vec<(String, String)>> = None;
+/// What changed since the last look, as an `inbox` event's data says.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub(super) struct Change {
+    /// Keys new on the first page.
+    pub added: BTreeSet<String>,
+    /// Keys whose item changed, or that a decision was recorded for.
+    pub changed: BTreeSet<String>,
+    /// Keys no longer on the first page.
+    pub removed: BTreeSet<String>,
+    /// More decisions were recorded than one look reads: some are not
+    /// named, and every page refreshes.
+    pub more: bool,
+}
+
+impl Change {
+    /// The change from the first page `last` to `now` (key → version).
+    fn between(last: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Change {
+        let mut change = Change::default();
+        for (key, version) in now {
+            match last.get(key) {
+                None => change.added.insert(key.clone()),
+                Some(v) if v != version => change.changed.insert(key.clone()),
+                Some(_) => false,
+            };
+        }
+        change.removed = last
+            .keys()
+            .filter(|k| !now.contains_key(*k))
+            .cloned()
+            .collect();
+        change
+    }
+
+    fn is_empty(&self) -> bool {
+        self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty() && !self.more
+    }
+}
+
+/// The last change sent, numbered.
+pub(super) type Changes = (u64, Arc<Change>);
+
+/// How many audit events one look reads at most; more since the last look
+/// count as a change of everything (the pages refresh).
+const AUDIT_PAGE: usize = 500;
+
+/// Look at the inbox every `every`, and send `changed` what differs from
+/// the last look.
+pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<Changes>, every: Duration) {
+    let mut last: Option<(BTreeMap<String, String>, Timestamp)> = None;
     let mut tick = tokio::time::interval(every.max(Duration::from_millis(50)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -38,16 +93,51 @@ pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<u64>, every: Dur
             last = None;
             continue;
         }
-        let Ok((found, _)) = items(&app, &InboxFilter::default()).await else {
+        let Ok(now) = app.operator.store().now().await else {
             continue;
         };
-        let now: Vec<(String, String)> = found.into_iter().map(|i| (i.key, i.version)).collect();
-        // The first look since somebody started looking counts as a
-        // change: what they were shown may be older than it.
-        if last.as_ref() != Some(&now) {
-            changed.send_modify(|n| *n += 1);
+        let Ok(found) = items(&app, &InboxFilter::default()).await else {
+            continue;
+        };
+        let page: BTreeMap<String, String> = found
+            .items
+            .into_iter()
+            .map(|i| (i.key, i.version))
+            .collect();
+        let change = match &last {
+            // The first look since somebody started looking counts as a
+            // change: what they were shown may be older than it.
+            None => Change {
+                added: page.keys().cloned().collect(),
+                ..Change::default()
+            },
+            Some((before, since)) => {
+                let mut change = Change::between(before, &page);
+                let query = AuditQuery {
+                    since: Some(*since),
+                    ..AuditQuery::default()
+                };
+                match app.operator.audit(&query, None, AUDIT_PAGE).await {
+                    Ok(events) => {
+                        change.more = events.cursor.is_some();
+                        change
+                            .changed
+                            .extend(events.events.iter().map(|e| e.key.as_str().to_owned()));
+                    }
+                    Err(_) => continue,
+                }
+                change
+            }
+        };
+        if last.is_none() || !change.is_empty() {
+            changed.send_modify(|(n, sent)| {
+                *n += 1;
+                *sent = Arc::new(change);
+            });
         }
-        last = Some(now);
+        // Events of the millisecond just read are read again next time:
+        // one written later in it is not missed.
+        last = Some((page, now));
     }
 }
 
@@ -86,8 +176,9 @@ pub(super) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> R
                     return None;
                 }
                 if changed {
-                    let n = *changes.borrow_and_update();
-                    let event = Event::default().event("inbox").data(n.to_string());
+                    let change = changes.borrow_and_update().1.clone();
+                    let data = serde_json::to_string(&*change).unwrap_or_default();
+                    let event = Event::default().event("inbox").data(data);
                     return Some((
                         Ok::<_, Infallible>(event),
                         (app, headers, changes, stopping, recheck),

@@ -29,6 +29,7 @@ pub(crate) mod approvers;
 mod cookies;
 mod decide;
 mod deliveries;
+mod listing;
 mod live;
 mod login;
 pub(crate) mod notify;
@@ -79,7 +80,8 @@ pub(crate) struct App {
     /// The origin posts must come from (`--origin`); `None`: the request's
     /// own host.
     origin: Option<String>,
-    changes: tokio::sync::watch::Receiver<u64>,
+    /// What the inbox's last look found changed ([`live::watch`]).
+    changes: tokio::sync::watch::Receiver<live::Changes>,
     /// How often an open live stream reads its session again.
     recheck: Duration,
     /// Becomes `true` when the server is stopping: live streams end.
@@ -343,7 +345,7 @@ pub(crate) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
         .await
         .map_err(|source| CliError::Listen { addr, source })?;
     let local = listener.local_addr()?;
-    let (changed, changes) = tokio::sync::watch::channel(0);
+    let (changed, changes) = tokio::sync::watch::channel(live::Changes::default());
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let cookies = Cookies {
         secure: args.secure_cookies || tls.is_some(),

@@ -11,11 +11,11 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
 use idem_runtime::key::IdempotencyKey;
-use idem_runtime::operator::Filter;
-use idem_runtime::record::Status;
 
 use super::cookies::same_token;
-use super::decide::{self, Asked, FormFields, Refused};
+use super::decide::Refused;
+use super::decide::{self, Asked, FormFields};
+use super::listing::{items, InboxFilter, Listed};
 use super::view::{Detail, Item, Trail, Waits};
 use super::{App, User};
 use crate::role::Role;
@@ -48,6 +48,10 @@ struct InboxPage {
     overdue: String,
     corrupt: usize,
     query: String,
+    /// The link to the next page (older items), if there is one.
+    older: Option<String>,
+    /// The link to the first page, on a later page.
+    newest: Option<String>,
 }
 
 #[derive(Template)]
@@ -117,101 +121,6 @@ impl Shown {
     }
 }
 
-/// The values of the inbox's `state` filter.
-pub(super) const STATES: [&str; 4] = ["all", "awaiting_approval", "unknown", "vanished"];
-
-/// The inbox's filters, from the query string.
-#[derive(Debug, Clone, Default, serde::Deserialize)]
-pub(super) struct InboxFilter {
-    /// `all` (the default), `awaiting_approval`, `unknown` or `vanished`.
-    #[serde(default)]
-    pub state: String,
-    /// Only this tool.
-    #[serde(default)]
-    pub tool: String,
-    /// Only this namespace.
-    #[serde(default)]
-    pub namespace: String,
-}
-
-impl InboxFilter {
-    /// The query string that repeats these filters (`?…`, or empty).
-    fn query(&self) -> String {
-        let pairs: Vec<String> = [
-            ("state", &self.state),
-            ("tool", &self.tool),
-            ("namespace", &self.namespace),
-        ]
-        .iter()
-        .filter(|(_, v)| !v.is_empty())
-        .map(|(k, v)| format!("{k}={}", percent(v)))
-        .collect();
-        match pairs.is_empty() {
-            true => String::new(),
-            false => format!("?{}", pairs.join("&")),
-        }
-    }
-}
-
-/// `text` percent-encoded for a query string.
-fn percent(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-/// The items waiting for a decision that `filter` selects, newest first,
-/// and how many stored records could not be read.
-pub(super) async fn items(app: &App, filter: &InboxFilter) -> Result<(Vec<Item>, usize), Refused> {
-    if !STATES.contains(&filter.state.as_str()) && !filter.state.is_empty() {
-        return Err(Refused::BadQuery(format!(
-            "There is no state “{}” to filter by: state is one of {}.",
-            super::view::shown(&filter.state),
-            STATES.join(", ")
-        )));
-    }
-    let store_filter = Filter {
-        status: vec![Status::AwaitingApproval, Status::Unknown, Status::InFlight],
-        tool: Some(filter.tool.trim().to_owned()).filter(|t| !t.is_empty()),
-        namespace: Some(filter.namespace.trim().to_owned()).filter(|n| !n.is_empty()),
-        since: None,
-    };
-    let store = app.operator.store();
-    let now = store.now().await.map_err(decide::store)?;
-    let mut items = Vec::new();
-    let mut corrupt = 0;
-    let mut cursor = None;
-    loop {
-        let page = app
-            .operator
-            .list(&store_filter, cursor.as_deref(), 500)
-            .await
-            .map_err(decide::read_failed)?;
-        corrupt += page.corrupt.len();
-        items.extend(
-            page.records
-                .iter()
-                .filter_map(|r| Item::of(r, app.catalog.as_ref(), now, app.overdue))
-                .filter(|i| {
-                    filter.state.is_empty()
-                        || filter.state == "all"
-                        || i.waits.as_str() == filter.state
-                }),
-        );
-        match page.cursor {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
-    items.sort_by(|a, b| b.since_ms.cmp(&a.since_ms).then(a.key.cmp(&b.key)));
-    Ok((items, corrupt))
-}
-
 /// An HTML response, with the session cookie when one was just made.
 pub(super) fn html(status: StatusCode, body: String, user: Option<&User>) -> Response {
     let mut response = (
@@ -275,7 +184,11 @@ pub(super) async fn inbox(
         Ok(user) => user,
         Err(response) => return response,
     };
-    let (items, corrupt) = match items(&app, &filter).await {
+    let Listed {
+        items,
+        corrupt,
+        next,
+    } = match items(&app, &filter).await {
         Ok(found) => found,
         Err(e) => {
             return message(
@@ -299,6 +212,8 @@ pub(super) async fn inbox(
     let page = InboxPage {
         user: Some(UserView::of(&user)),
         query: filter.query(),
+        older: next.map(|next| format!("/{}", filter.query_after(&next))),
+        newest: (!filter.after.is_empty()).then(|| format!("/{}", filter.query_after(""))),
         items,
         states: vec![
             ("all", "anything"),
@@ -334,7 +249,13 @@ pub(super) async fn rows(
         Err(_) => return StatusCode::UNAUTHORIZED.into_response(),
     };
     match items(&app, &filter).await {
-        Ok((items, _)) => html(StatusCode::OK, render(&Rows { items }), Some(&user)),
+        Ok(listed) => html(
+            StatusCode::OK,
+            render(&Rows {
+                items: listed.items,
+            }),
+            Some(&user),
+        ),
         Err(e) => e.status().into_response(),
     }
 }

@@ -12,7 +12,7 @@ use crate::support::serve::{hidden, sign_in, Http, Scene, DANA};
 
 /// Open `GET /events` with `cookie` on a raw connection and read until the
 /// stream's headers came: the connection, and the status line.
-async fn open_stream(base: &str, cookie: &str) -> (tokio::net::TcpStream, String) {
+pub(crate) async fn open_stream(base: &str, cookie: &str) -> (tokio::net::TcpStream, String) {
     let address = base.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
     let request = format!(

@@ -12,6 +12,7 @@ mod browser;
 mod lifecycle;
 mod limits;
 mod notify;
+mod pages;
 mod resolve;
 mod rules;
 mod sessions;

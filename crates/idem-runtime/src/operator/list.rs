@@ -41,6 +41,15 @@ impl Filter {
         }
     }
 
+    /// Whether only open records pass: the filter names statuses, and
+    /// each is open ([`Status::is_open`]). [`Operator::list`] then reads
+    /// the store's open records alone ([`Store::scan_open`]), newest first.
+    ///
+    /// [`Store::scan_open`]: crate::store::Store::scan_open
+    pub fn open_only(&self) -> bool {
+        !self.status.is_empty() && self.status.iter().all(|s| s.is_open())
+    }
+
     /// Whether `record` passes.
     pub fn matches(&self, record: &Record) -> bool {
         (self.status.is_empty() || self.status.contains(&record.status()))
@@ -122,12 +131,22 @@ impl Operator {
     /// Records matching `filter`, from `cursor` on (`None`: the start).
     /// Reads the store a page at a time until about `limit` records match
     /// or the store ends; a page may hold a few more than `limit`.
+    ///
+    /// A filter of open statuses alone ([`Filter::open_only`]: in flight,
+    /// awaiting approval, approved, unknown) reads only the store's open
+    /// records, through the index the store keeps of them
+    /// ([`Store::scan_open`](crate::store::Store::scan_open)), newest
+    /// first, and a page holds at most `limit`. Otherwise the whole store
+    /// is read, in the store's order.
     pub async fn list(
         &self,
         filter: &Filter,
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page, OperatorError> {
+        if filter.open_only() {
+            return self.list_open(filter, cursor, limit).await;
+        }
         let mut cursor = cursor.map(str::to_owned);
         let mut records = Vec::new();
         let mut corrupt = Vec::new();
@@ -146,7 +165,40 @@ impl Operator {
         }
     }
 
-    /// Calls awaiting approval that match `filter` (its status is ignored).
+    /// [`Operator::list`] for an [open-only](Filter::open_only) filter.
+    async fn list_open(
+        &self,
+        filter: &Filter,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<Page, OperatorError> {
+        let limit = limit.max(1);
+        let mut cursor = cursor.map(str::to_owned);
+        let mut records = Vec::new();
+        let mut corrupt = Vec::new();
+        loop {
+            let want = (limit - records.len()).min(SCAN_PAGE);
+            let page = self.store.scan_open(cursor.as_deref(), want).await?;
+            // Newest first: once a record is older than `since`, so is
+            // every one after it.
+            let past_since = filter
+                .since
+                .is_some_and(|since| page.records.last().is_some_and(|r| r.created_at < since));
+            records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
+            corrupt.extend(page.corrupt);
+            cursor = page.cursor.filter(|_| !past_since);
+            if cursor.is_none() || records.len() >= limit {
+                return Ok(Page {
+                    records,
+                    cursor,
+                    corrupt,
+                });
+            }
+        }
+    }
+
+    /// Calls awaiting approval that match `filter` (its status is ignored),
+    /// read from the store's open records.
     pub async fn pending(&self, filter: &Filter) -> Result<Vec<Record>, OperatorError> {
         let filter = Filter {
             status: vec![Status::AwaitingApproval],
@@ -269,5 +321,103 @@ impl Operator {
             .audit(query, cursor, limit)
             .await
             .map_err(OperatorError::Store)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::key::Fingerprint;
+    use crate::record::{CallInfoRef, OutputJson};
+    use crate::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+
+    /// Records made a millisecond apart: `(key, tool, settled)`.
+    async fn store_of(records: &[(&str, &str, bool)]) -> (Arc<MemoryStore>, Arc<ManualClock>) {
+        let clock = Arc::new(ManualClock::new(1_000));
+        let store = Arc::new(MemoryStore::with_clock(clock.clone()));
+        let fingerprint = Fingerprint::new("f");
+        for (key, tool, settled) in records {
+            let key = IdempotencyKey::parse(&key.repeat(64)).unwrap();
+            let req = ClaimRequest {
+                key: &key,
+                tool,
+                fingerprint: &fingerprint,
+                check_fingerprint: true,
+                lease: Duration::from_secs(60),
+                info: CallInfoRef::EMPTY,
+                worker: None,
+                durable: true,
+            };
+            let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
+                panic!("a new key is acquired");
+            };
+            if *settled {
+                let done = Outcome::Success {
+                    output: OutputJson::from_value(&serde_json::json!(1)),
+                };
+                let ttl = Duration::from_secs(60);
+                store.complete(&key, fence, &done, ttl).await.unwrap();
+            }
+            clock.advance(Duration::from_millis(1));
+        }
+        (store, clock)
+    }
+
+    fn keys(page: &Page) -> String {
+        page.records.iter().map(|r| &r.key.as_str()[..1]).collect()
+    }
+
+    /// An open-only filter reads the open records, newest first, in pages
+    /// of exactly `limit`; `since` ends the list at the first older record.
+    #[tokio::test]
+    async fn an_open_only_list_pages_newest_first_and_stops_at_since() {
+        let (store, _clock) = store_of(&[
+            ("1", "a", false),
+            ("2", "a", true),
+            ("3", "b", false),
+            ("4", "a", false),
+            ("5", "a", false),
+            ("6", "a", true),
+        ])
+        .await;
+        let operator = Operator::new(store);
+        let filter = Filter {
+            status: vec![Status::InFlight],
+            tool: Some("a".into()),
+            ..Filter::default()
+        };
+        assert!(filter.open_only());
+        assert!(!Filter::default().open_only());
+        assert!(!Filter::status(Status::Succeeded).open_only());
+        let first = operator.list(&filter, None, 2).await.unwrap();
+        assert_eq!(keys(&first), "54");
+        let rest = operator
+            .list(&filter, first.cursor.as_deref(), 2)
+            .await
+            .unwrap();
+        assert_eq!(keys(&rest), "1");
+        assert_eq!(rest.cursor, None);
+
+        // Created at 1000 + (n - 1) ms: since 1003 ms keeps 5 and 4.
+        let recent = Filter {
+            since: Some(Timestamp(1_003)),
+            ..filter
+        };
+        let page = operator.list(&recent, None, 1).await.unwrap();
+        assert_eq!(keys(&page), "5");
+        let page = operator
+            .list(&recent, page.cursor.as_deref(), 1)
+            .await
+            .unwrap();
+        assert_eq!(keys(&page), "4");
+        let page = operator
+            .list(&recent, page.cursor.as_deref(), 1)
+            .await
+            .unwrap();
+        assert_eq!((keys(&page).as_str(), page.cursor), ("", None));
     }
 }

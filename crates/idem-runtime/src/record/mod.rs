@@ -169,7 +169,7 @@ impl Record {
     /// [`Store::scan_open`](crate::store::Store::scan_open) pages through
     /// the open records alone.
     pub fn is_open(&self) -> bool {
-        !matches!(self.status(), Status::Succeeded | Status::Failed)
+        self.status().is_open()
     }
 
     /// Whether the record is in flight with a lease that ran out at `now`.

@@ -203,6 +203,12 @@ impl Status {
             Status::Unknown => "unknown",
         }
     }
+
+    /// Whether a record in this status is open: anything but a success
+    /// or a definite failure ([`Record::is_open`](super::Record::is_open)).
+    pub const fn is_open(self) -> bool {
+        !matches!(self, Status::Succeeded | Status::Failed)
+    }
 }
 
 impl fmt::Display for Status {

@@ -270,8 +270,6 @@ pub(super) struct Item {
     pub summary: String,
     /// The version shown.
     pub version: String,
-    /// Waiting since, for sorting.
-    pub since_ms: u64,
 }
 
 impl Item {
@@ -311,7 +309,6 @@ impl Item {
                 None => "(withheld)".to_owned(),
             },
             version: Seen::of(record).token(),
-            since_ms: since.as_millis(),
         })
     }
 }
