@@ -359,9 +359,10 @@ pub trait Store: Send + Sync + fmt::Debug + 'static {
     /// What an inbox reads: the few records a person may have to act on,
     /// among the many settled ones. The SQLite, PostgreSQL and Redis stores
     /// keep an index of the open records, so a page costs what it returns,
-    /// not the size of the store. The default reads the whole store with
-    /// [`Store::scan`] for every page ([`scan_open_by_scanning`]), which
-    /// is right for a store held in memory.
+    /// not the size of the store; the memory store reads its map once per
+    /// page. The default, for a store that keeps no such index, reads the
+    /// whole store with [`Store::scan`] for every page
+    /// ([`scan_open_by_scanning`]).
     async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         scan_open_by_scanning(self, cursor, limit).await
     }

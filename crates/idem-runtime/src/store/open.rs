@@ -69,8 +69,9 @@ impl FromStr for OpenCursor {
 /// [`Store::scan_open`] for a store without an index of its open records:
 /// every page reads the whole store with [`Store::scan`], keeps the open
 /// records after `cursor`, and returns the newest `limit` of them. Its
-/// cost grows with the store, not with the page: right for a store in
-/// memory, slow for a large remote one.
+/// cost grows with the store, not with the page (and with a store whose
+/// scan pages cost the store's size, such as the memory store's, with its
+/// square): correct for any store, fast for none of any size.
 pub async fn scan_open_by_scanning<S: Store + ?Sized>(
     store: &S,
     cursor: Option<&str>,

@@ -34,6 +34,8 @@ pub struct Config {
     pub burst: usize,
     /// The stores measured by class (`IDEM_BENCH_CLASSES`).
     pub class_stores: Vec<String>,
+    /// The stores whose inbox is measured at scale (`IDEM_BENCH_INBOX`).
+    pub inbox_stores: Vec<String>,
 }
 
 pub fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
@@ -71,6 +73,13 @@ impl Config {
                 "unknown store {s:?} in IDEM_BENCH_CLASSES (known: {ALL_STORES:?})"
             );
         }
+        let inbox_stores = list("IDEM_BENCH_INBOX", "");
+        for s in &inbox_stores {
+            assert!(
+                ALL_STORES.contains(&s.as_str()),
+                "unknown store {s:?} in IDEM_BENCH_INBOX (known: {ALL_STORES:?})"
+            );
+        }
         let mut sizes: Vec<usize> = list("IDEM_BENCH_SIZES", "10000,100000")
             .iter()
             .map(|s| s.parse().expect("IDEM_BENCH_SIZES: numbers"))
@@ -84,6 +93,7 @@ impl Config {
             budget: Duration::from_secs_f64(env_or("IDEM_BENCH_SECS", 1.0)),
             burst: env_or("IDEM_BENCH_BURST", 10_000),
             class_stores,
+            inbox_stores,
         }
     }
 }

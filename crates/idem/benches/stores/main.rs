@@ -38,6 +38,12 @@
 //!   `fsync=on` (default `sqlite-full,sqlite-normal,postgres`; empty to
 //!   skip).
 //!
+//! * `IDEM_BENCH_INBOX`: the stores whose inbox is measured at scale
+//!   ([`inbox`]: `IDEM_BENCH_INBOX_RECORDS` records, default 10⁶, of
+//!   which `IDEM_BENCH_INBOX_OPEN` await approval, default 10⁴; default
+//!   none: filling takes minutes). The inbox alone:
+//!   `IDEM_BENCH_STORES= IDEM_BENCH_CLASSES= IDEM_BENCH_INBOX=sqlite-normal,redis,postgres`.
+//!
 //! Nothing here is a test: `cargo test` never runs it, and no result is
 //! checked against a threshold.
 //!
@@ -45,7 +51,7 @@
 //! knobs, [`timing`] times calls and the naive wrapper, [`backend`] opens
 //! and fills each store, [`measure`] takes every figure of one store,
 //! [`fsync`] counts SQLite's fsyncs under `strace`, [`classes`] takes the
-//! per-class figures, and [`report`] prints the tables.
+//! per-class figures, [`inbox`] the inbox's at scale, and [`report`] prints the tables.
 
 #![allow(unreachable_pub)] // `pub` for the other modules of this target
 #[path = "../common/mod.rs"]
@@ -56,6 +62,7 @@ mod class;
 mod classes;
 mod config;
 mod fsync;
+mod inbox;
 mod measure;
 mod probe;
 mod report;
@@ -64,6 +71,7 @@ mod timing;
 use classes::measure_classes;
 use config::{Config, ALL_STORES};
 use fsync::{fsync_child, FSYNC_CHILD};
+use inbox::{measure_inbox, print_inbox_table};
 use measure::measure;
 use report::{print_class_tables, print_tables};
 use timing::{micros, naive};
@@ -101,6 +109,16 @@ fn main() {
                     // So far, in case a later store fails.
                     eprintln!("{name} done");
                     print_tables(&config, naive, &reports);
+                }
+            }
+        }
+        let mut inbox = Vec::new();
+        for name in ALL_STORES {
+            if config.inbox_stores.iter().any(|s| s == name) {
+                if let Some(report) = measure_inbox(name).await {
+                    inbox.push(report);
+                    eprintln!("{name} inbox done");
+                    print_inbox_table(&inbox);
                 }
             }
         }

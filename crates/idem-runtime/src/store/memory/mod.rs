@@ -14,7 +14,9 @@ use tokio::sync::Notify;
 
 use super::transition;
 use super::wait_for::WaitFor;
-use super::{ClaimOutcome, ClaimRequest, Expected, FastPath, ScanPage, Store, StoreError};
+use super::{
+    ClaimOutcome, ClaimRequest, Expected, FastPath, OpenCursor, ScanPage, Store, StoreError,
+};
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{IdempotencyKey, KeyHashBuilder};
@@ -465,6 +467,43 @@ impl Store for MemoryStore {
                 .map(Arc::unwrap_or_clone)
                 .collect(),
             cursor,
+        })
+    }
+
+    /// One pass over the map (no index: the records are in this
+    /// process), keeping the open records after the cursor, then the
+    /// newest `limit` of them.
+    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        self.open()?;
+        let after = cursor
+            .map(|c| OpenCursor::parse_for(&self.describe(), c))
+            .transpose()?;
+        let now = self.clock.now();
+        let mut open: Vec<Arc<Record>> = self
+            .records
+            .iter()
+            .filter(|slot| {
+                let r = &slot.record;
+                r.is_open() && !r.is_expired(now) && after.as_ref().is_none_or(|a| a.precedes(r))
+            })
+            .map(|slot| slot.record.clone())
+            .collect();
+        let newest_first =
+            |a: &Arc<Record>, b: &Arc<Record>| (b.created_at, &b.key).cmp(&(a.created_at, &a.key));
+        let limit = limit.max(1);
+        let more = open.len() > limit;
+        if more {
+            open.select_nth_unstable_by(limit - 1, newest_first);
+            open.truncate(limit);
+        }
+        open.sort_unstable_by(newest_first);
+        Ok(ScanPage {
+            cursor: open
+                .last()
+                .filter(|_| more)
+                .map(|r| OpenCursor::after(r).to_string()),
+            records: open.into_iter().map(Arc::unwrap_or_clone).collect(),
+            corrupt: Vec::new(),
         })
     }
 
