@@ -56,13 +56,15 @@ impl bb8::ManageConnection for Manager {
         let sql = &*SQL;
         // Prepared concurrently: the client pipelines them.
         let (
-            (claim, claim_relaxed),
+            (claim, claim_relaxed, scan_open_first, scan_open_after),
             (checkpoint, renew, complete, release, replace, remove, get, scan, sweep, now),
         ) = tokio::try_join!(
             async {
                 tokio::try_join!(
                     client.prepare(&sql.claim),
-                    client.prepare(&sql.claim_relaxed)
+                    client.prepare(&sql.claim_relaxed),
+                    client.prepare(&sql.scan_open_first),
+                    client.prepare(&sql.scan_open_after)
                 )
             },
             async {
@@ -92,6 +94,8 @@ impl bb8::ManageConnection for Manager {
             remove,
             get,
             scan,
+            scan_open_first,
+            scan_open_after,
             sweep,
             now,
         })

@@ -42,7 +42,10 @@
 //! * Sweeping deletes expired completed records and approval requests in
 //!   batches selected with `FOR UPDATE SKIP LOCKED`, so several sweepers
 //!   never block each other or a claim.
-//! * Scanning pages through the primary key (`key > cursor ORDER BY key`).
+//! * Scanning pages through the primary key (`key > cursor ORDER BY key`);
+//!   the open records ([`Store::scan_open`]) through a partial index of
+//!   them, newest first (`(created_at, key) < cursor ORDER BY created_at
+//!   DESC, key DESC`), so a page reads about as many rows as it returns.
 //! * Waiters ([`Store::wait`], for a completion or a decision) are woken by
 //!   LISTEN/NOTIFY: completing, releasing or replacing a record (an
 //!   approval or a denial is a replace) notifies channel `idem_done` with
@@ -87,7 +90,7 @@ use self::codec::{
     audit_text, decode, expected_state, millis, stored, RecordColumns, RECORD_COLUMNS,
 };
 use self::connection::Manager;
-use self::statements::{AUDITED_SQL, AUDIT_APPEND, AUDIT_PAGE, SCAN_MAX, SWEEP_BATCH};
+use self::statements::{AUDITED_SQL, AUDIT_APPEND, AUDIT_PAGE, SCAN_MAX, SQL, SWEEP_BATCH};
 use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
@@ -95,13 +98,23 @@ use idem_runtime::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
 use idem_runtime::store::backend::Waiters;
 use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
-    transition, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store, StoreError, Takeover,
+    transition, ClaimOutcome, ClaimRequest, Expected, OpenCursor, ScanPage, Store, StoreError,
+    Takeover,
 };
 
 pub use self::listener::SAFETY_POLL;
 pub use self::options::PostgresOptions;
 pub use self::schema::{OLDEST_READABLE, SCHEMA_VERSION};
 pub use backend::{Postgres, BACKEND};
+
+/// The statements [`Store::scan_open`] runs — the first page (`$1` how
+/// many rows), a page after a cursor (`$1` its creation time, `$2` its key,
+/// `$3` how many rows) — for tests that `EXPLAIN` them. Not a stable
+/// interface.
+#[doc(hidden)]
+pub fn scan_open_statements() -> [&'static str; 2] {
+    [&SQL.scan_open_first, &SQL.scan_open_after]
+}
 
 /// Records in PostgreSQL. See the [module docs](self).
 pub struct PostgresStore {
@@ -332,6 +345,66 @@ impl Store for PostgresStore {
             records,
             corrupt,
             cursor: if rows.len() == limit { last } else { None },
+        })
+    }
+
+    /// Pages through the partial index `idem_records_open`, newest first:
+    /// a page reads about `limit` rows, however many records are settled.
+    /// One row more than the page is read, to know whether another page
+    /// follows; the cursor is the page's last row.
+    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        let after = cursor
+            .map(|c| OpenCursor::parse_for(&self.name, c))
+            .transpose()?;
+        let limit = limit.clamp(1, SCAN_MAX);
+        let rows_wanted = limit as i64 + 1;
+        let conn = self.conn().await?;
+        let rows = match &after {
+            None => {
+                conn.client
+                    .query(&conn.scan_open_first, &[&rows_wanted])
+                    .await
+            }
+            Some(after) => {
+                conn.client
+                    .query(
+                        &conn.scan_open_after,
+                        &[&stored(after.created_at), &after.key.as_str(), &rows_wanted],
+                    )
+                    .await
+            }
+        }
+        .map_err(|e| self.error(e))?;
+        let mut records = Vec::with_capacity(rows.len().min(limit));
+        let mut corrupt = Vec::new();
+        for row in rows.iter().take(limit) {
+            let now = Timestamp(row.get::<_, i64>(0) as u64);
+            let text: String = row.get(1);
+            match IdempotencyKey::parse(&text) {
+                // Checked again on the record itself: a completed row the
+                // index counts as open may be settled after all.
+                Ok(key) => match decode(&key, row, 1) {
+                    Ok(record) if record.is_expired(now) || !record.is_open() => {}
+                    Ok(record) => records.push(record),
+                    Err(e) => corrupt.push(e),
+                },
+                Err(e) => corrupt.push(CorruptRecord {
+                    key: text.clone(),
+                    detail: format!("stored under a malformed key: {e}"),
+                }),
+            }
+        }
+        let cursor = match rows.len() > limit {
+            true => rows.get(limit - 1).map(|row| {
+                // `created_at` is the record's fourth column.
+                format!("{}:{}", row.get::<_, i64>(4), row.get::<_, &str>(1))
+            }),
+            false => None,
+        };
+        Ok(ScanPage {
+            records,
+            corrupt,
+            cursor,
         })
     }
 

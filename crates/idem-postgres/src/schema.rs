@@ -1,9 +1,12 @@
 //! idem's schema in PostgreSQL: its versions, the migrations and indexes
 //! that create it, and the checks of a store connected read-only.
 
+use std::sync::LazyLock;
+
 use tokio_postgres::Client;
 
 use crate::error::error;
+use crate::statements::OPEN;
 use idem_runtime::store::StoreError;
 
 /// The schema version this build creates and understands. Version 2 (idem
@@ -99,14 +102,28 @@ const MIGRATIONS: &[&str] = &[
 /// commits ([`build_indexes`]), since building an index in the migration's
 /// transaction would hold every worker's claims for as long as the build
 /// of a large table takes.
-const INDEXES: &[(&str, &str)] = &[
-    (
-        "idem_records_expiry",
-        "idem_records (expires_at) WHERE state IN (1, 2)",
-    ),
-    ("idem_audit_key", "idem_audit (key, seq)"),
-    ("idem_audit_at", "idem_audit (at)"),
-];
+///
+/// `idem_records_open` (idem 0.4, schema version 4 all the same) holds
+/// the open records, newest first, for [`Store::scan_open`]: its predicate
+/// is `OPEN` (see the statements). A schema built by an earlier 0.4 build
+/// lacks it until a store of this build connects and builds it; meanwhile
+/// the open scan reads the table.
+///
+/// [`Store::scan_open`]: idem_runtime::store::Store::scan_open
+static INDEXES: LazyLock<[(&str, String); 4]> = LazyLock::new(|| {
+    [
+        (
+            "idem_records_expiry",
+            "idem_records (expires_at) WHERE state IN (1, 2)".into(),
+        ),
+        ("idem_audit_key", "idem_audit (key, seq)".into()),
+        ("idem_audit_at", "idem_audit (at)".into()),
+        (
+            "idem_records_open",
+            format!("idem_records (created_at DESC, key DESC) WHERE {OPEN}"),
+        ),
+    ]
+});
 
 /// The advisory lock that serialises migrations of the default schema.
 const MIGRATION_LOCK: i64 = 7283640051;
@@ -229,7 +246,7 @@ async fn build_indexes(client: &Client, schema: Option<&str>) -> Result<(), toki
     if !locked {
         return Ok(());
     }
-    for (index, definition) in INDEXES {
+    for (index, definition) in INDEXES.iter() {
         let valid: Option<bool> = client
             .query_opt(
                 "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)",

@@ -11,6 +11,7 @@ use crate::PostgresStore;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Record, APPROVAL_STEP};
+
 use idem_runtime::store::{FenceHolder, StoreError};
 
 /// How many expired records one sweep statement deletes at most.
@@ -18,6 +19,24 @@ pub(super) const SWEEP_BATCH: i64 = 1000;
 
 /// The most records one scan page reads.
 pub(super) const SCAN_MAX: usize = 10_000;
+
+/// Which rows are open ([`Record::is_open`]): any but a completed record
+/// (state 1) whose outcome is a success or a failure. The predicate of
+/// the partial index `idem_records_open` (see `INDEXES`) and of the open
+/// scan's statements, word for word, so the planner matches the two.
+///
+/// The outcome's status is read from the start of its text, which
+/// `serde_json` writes first (`{"status":"success",…`: the enum is
+/// tagged internally), rather than with `outcome::jsonb ->> 'status'`:
+/// the index predicate is evaluated for every row version a claim or a
+/// completion writes, and a cast would parse every outcome, however large
+/// its output, and fail the write of any outcome that is not JSON. A
+/// completed row whose outcome does not start so (a corrupt one, one
+/// edited by hand) counts as open: the scan decodes it, reports it if it
+/// is corrupt and leaves it out if it is settled after all.
+pub(super) const OPEN: &str = "(state <> 1 OR outcome IS NULL \
+     OR (outcome NOT LIKE '{\"status\":\"success\"%' \
+         AND outcome NOT LIKE '{\"status\":\"failure\"%'))";
 
 /// The statements, with `{now}` (the server's time in milliseconds),
 /// `{record}` (a record's columns) and `{approval}` (the approval step's
@@ -34,6 +53,11 @@ pub(super) struct Sql {
     pub(super) remove: String,
     pub(super) get: String,
     pub(super) scan: String,
+    /// The first page of open records (`$1` how many rows).
+    pub(super) scan_open_first: String,
+    /// A page of open records after the cursor `($1, $2)` (`$3` how
+    /// many rows).
+    pub(super) scan_open_after: String,
     pub(super) sweep: String,
     pub(super) now: String,
 }
@@ -229,6 +253,23 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
              ORDER BY key
              LIMIT $2",
         ),
+        // Both walk `idem_records_open` in its order: a page reads about
+        // `limit` rows of the index, however many records are settled.
+        // Approval requests that lapsed are left out here (they are open
+        // until swept), so they take no room in a page.
+        scan_open_first: fill(&format!(
+            "SELECT {{now}}, {{record}} FROM idem_records
+             WHERE {OPEN} AND (state <> 2 OR expires_at > {{now}})
+             ORDER BY created_at DESC, key DESC
+             LIMIT $1"
+        )),
+        scan_open_after: fill(&format!(
+            "SELECT {{now}}, {{record}} FROM idem_records
+             WHERE {OPEN} AND (created_at, key) < ($1, $2)
+               AND (state <> 2 OR expires_at > {{now}})
+             ORDER BY created_at DESC, key DESC
+             LIMIT $3"
+        )),
         sweep: fill(
             "WITH doomed AS (
                SELECT key FROM idem_records
@@ -275,6 +316,8 @@ pub(super) struct Conn {
     pub(super) remove: Statement,
     pub(super) get: Statement,
     pub(super) scan: Statement,
+    pub(super) scan_open_first: Statement,
+    pub(super) scan_open_after: Statement,
     pub(super) sweep: Statement,
     pub(super) now: Statement,
 }

@@ -59,18 +59,28 @@ pub(super) fn store(conn: &Connection, record: &Record) -> rusqlite::Result<()> 
     store_bytes(conn, record, &record.to_bytes())
 }
 
-/// Write `record`, encoded as `bytes`.
+/// Write `record`, encoded as `bytes`, with the columns read from it: its
+/// expiry, and `open_at`, its creation time while it is open
+/// ([`Record::is_open`]; `NULL` once it settles), which puts it in the
+/// index of open records.
 pub(super) fn store_bytes(
     conn: &Connection,
     record: &Record,
     bytes: &[u8],
 ) -> rusqlite::Result<()> {
     let expires_at = record.expires_at().map(millis);
+    let open_at = record.is_open().then(|| millis(record.created_at));
     conn.prepare_cached(
-        "INSERT INTO idem_records (key, expires_at, record) VALUES (?1, ?2, ?3)
-         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at, record = excluded.record",
+        "INSERT INTO idem_records (key, expires_at, record, open_at) VALUES (?1, ?2, ?3, ?4)
+         ON CONFLICT (key) DO UPDATE SET expires_at = excluded.expires_at,
+             record = excluded.record, open_at = excluded.open_at",
     )?
-    .execute(rusqlite::params![record.key.as_str(), expires_at, bytes])?;
+    .execute(rusqlite::params![
+        record.key.as_str(),
+        expires_at,
+        bytes,
+        open_at
+    ])?;
     Ok(())
 }
 

@@ -46,6 +46,10 @@
 //!   replace (an approval, a denial); a writer in *another* process (an
 //!   operator's `idem approve`) cannot notify them, so waiters also re-read
 //!   the record with a back-off from 5 ms to [`CROSS_PROCESS_POLL`].
+//! * [`Store::scan_open`] pages through a partial index of the open
+//!   records (column `open_at`, set by the writer with every record it
+//!   writes), newest first: a page reads about as many rows as it returns,
+//!   however many settled records the file holds.
 //! * [`Store::sweep`] deletes expired records 100 at a time, one write
 //!   transaction per batch, so writes queued meanwhile go in between
 //!   the batches instead of waiting for a million rows to go. Between
@@ -88,7 +92,8 @@ use idem_runtime::record::{Fence, Outcome, Record};
 use idem_runtime::store::transition;
 use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
-    ClaimOutcome, ClaimRequest, Expected, FastPath, ScanPage, Store, StoreError,
+    scan_open_by_scanning, ClaimOutcome, ClaimRequest, Expected, FastPath, OpenCursor, ScanPage,
+    Store, StoreError,
 };
 
 pub use backend::{Sqlite, BACKEND};
@@ -97,8 +102,8 @@ pub use options::{SqliteOptions, Synchronous, DEFAULT_RECORD_CACHE};
 pub use schema::{OLDEST_READABLE, SCHEMA_VERSION};
 pub use shared::CROSS_PROCESS_POLL;
 
-use reader::{audit_page, scan};
-use schema::AUDIT_SINCE;
+use reader::{audit_page, scan, scan_open};
+use schema::{AUDIT_SINCE, OPEN_INDEX_SINCE};
 use shared::Shared;
 use writer::{Answer, Job, Op, SWEEP_BATCH};
 
@@ -289,6 +294,26 @@ impl Store for SqliteStore {
         let now = self.shared.clock.now();
         self.read(move |conn| {
             scan(conn, cursor.as_deref(), limit, now).map_err(|e| shared.sql(e))?
+        })
+        .await
+    }
+
+    /// Pages through the index of open records (schema version 4),
+    /// newest first: a page reads about `limit` rows, however many records
+    /// the file holds. A file of an older version opened read-only has no
+    /// such index: it is read whole for every page
+    /// ([`scan_open_by_scanning`]).
+    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+        if self.shared.read_only && self.schema_found.is_some_and(|v| v < OPEN_INDEX_SINCE) {
+            return scan_open_by_scanning(self, cursor, limit).await;
+        }
+        let after = cursor
+            .map(|c| OpenCursor::parse_for(&self.shared.name, c))
+            .transpose()?;
+        let shared = self.shared.clone();
+        let now = self.shared.clock.now();
+        self.read(move |conn| {
+            scan_open(conn, after.as_ref(), limit, now).map_err(|e| shared.sql(e))
         })
         .await
     }

@@ -13,7 +13,7 @@ use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{CorruptRecord, Record};
-use idem_runtime::store::{Cause, ScanPage, StoreError};
+use idem_runtime::store::{Cause, OpenCursor, ScanPage, StoreError};
 
 /// How many connections for reads on the caller's thread are kept open
 /// when idle; more are opened while more threads read at once, and closed
@@ -149,6 +149,78 @@ pub(super) fn scan(
         corrupt,
         cursor: if seen == limit { last } else { None },
     }))
+}
+
+/// The statements of [`scan_open`]: the first page, and a page after a
+/// cursor (`?1` its creation time, `?2` its key). Both walk the partial
+/// index `idem_records_open` (schema version 4) in its order, so a page
+/// reads about `limit` rows however large the store; `?3` is now, in
+/// milliseconds (approval requests that lapsed are left out), `?4` how
+/// many rows to read.
+pub(super) const SCAN_OPEN_FIRST: &str = "SELECT open_at, key, record FROM idem_records
+     WHERE open_at IS NOT NULL
+       AND (expires_at IS NULL OR expires_at > ?3)
+     ORDER BY open_at DESC, key DESC
+     LIMIT ?4";
+
+/// [`SCAN_OPEN_FIRST`] after the cursor `(?1, ?2)`.
+pub(super) const SCAN_OPEN_AFTER: &str = "SELECT open_at, key, record FROM idem_records
+     WHERE open_at IS NOT NULL AND (open_at, key) < (?1, ?2)
+       AND (expires_at IS NULL OR expires_at > ?3)
+     ORDER BY open_at DESC, key DESC
+     LIMIT ?4";
+
+/// Read up to `limit` open records after `after`, newest first, from the
+/// index of open records. One row more than the page is read, to know
+/// whether another page follows; the cursor is the page's last row.
+pub(super) fn scan_open(
+    conn: &Connection,
+    after: Option<&OpenCursor>,
+    limit: usize,
+    now: Timestamp,
+) -> rusqlite::Result<ScanPage> {
+    let limit = limit.clamp(1, 10_000);
+    let (sql, at, key) = match after {
+        None => (SCAN_OPEN_FIRST, 0, ""),
+        Some(c) => (SCAN_OPEN_AFTER, millis(c.created_at), c.key.as_str()),
+    };
+    let mut stmt = conn.prepare_cached(sql)?;
+    let rows = stmt.query_map(
+        rusqlite::params![at, key, millis(now), limit as i64 + 1],
+        |row| {
+            Ok((
+                row.get::<_, i64>(0)?,
+                row.get::<_, String>(1)?,
+                row.get::<_, Vec<u8>>(2)?,
+            ))
+        },
+    )?;
+    let mut records = Vec::new();
+    let mut corrupt = Vec::new();
+    let mut last = None;
+    let mut more = false;
+    for (seen, row) in rows.enumerate() {
+        let (open_at, key, bytes) = row?;
+        if seen == limit {
+            more = true;
+            break;
+        }
+        match Record::from_bytes(&key, &bytes) {
+            // Checked again on the record itself: the columns are the
+            // writer's, the record is the truth.
+            Ok(record) if record.is_expired(now) || !record.is_open() => {}
+            Ok(record) => records.push(record),
+            Err(e) => corrupt.push(e),
+        }
+        last = Some((open_at, key));
+    }
+    Ok(ScanPage {
+        records,
+        corrupt,
+        cursor: last
+            .filter(|_| more)
+            .map(|(open_at, key)| format!("{open_at}:{key}")),
+    })
 }
 
 /// Read up to `limit` events of `query` after the position `after`, oldest

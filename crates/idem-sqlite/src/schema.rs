@@ -15,7 +15,16 @@ use idem_runtime::store::{Cause, StoreError};
 /// Version 3 adds the audit log (table `idem_audit`), and keeps completed
 /// records with an unknown outcome until a person settles them: the
 /// migration from 1 or 2 clears the expiry of those already stored.
-pub const SCHEMA_VERSION: u32 = 3;
+///
+/// Version 4 indexes the open records (in flight, awaiting approval,
+/// approved, unknown outcome) for [`Store::scan_open`]: column `open_at`,
+/// the record's creation time while it is open and `NULL` once it
+/// settles, kept by the writer with every record it writes, and the
+/// partial index `idem_records_open` on `(open_at DESC, key DESC)`. The
+/// migration from 3 fills the column from the records already stored.
+///
+/// [`Store::scan_open`]: idem_runtime::store::Store::scan_open
+pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest schema version a store opened read-only
 /// ([`SqliteStore::open_read_only`]) reads as it is, without migrating it:
@@ -48,6 +57,21 @@ const MIGRATIONS: &[&str] = &[
          record = CAST(json_set(CAST(record AS TEXT), '$.expires_at', 9223372036854775807) AS BLOB)
      WHERE json_extract(CAST(record AS TEXT), '$.state') = 'completed'
        AND json_extract(CAST(record AS TEXT), '$.outcome.status') = 'unknown';",
+    // Version 4: the index of open records. Adding a nullable column
+    // rewrites nothing; the open records already stored get their creation
+    // time, read from the record (a row whose record is not JSON stays out:
+    // it has no creation time to order it by). Open is as `Record::is_open`
+    // says: anything but a completed record whose outcome is a success or
+    // a failure.
+    "ALTER TABLE idem_records ADD COLUMN open_at INTEGER;
+     UPDATE idem_records
+     SET open_at = json_extract(CAST(record AS TEXT), '$.created_at')
+     WHERE CASE WHEN json_valid(CAST(record AS TEXT))
+           THEN json_extract(CAST(record AS TEXT), '$.state') IS NOT 'completed'
+             OR json_extract(CAST(record AS TEXT), '$.outcome.status') NOT IN ('success', 'failure')
+           ELSE 0 END;
+     CREATE INDEX IF NOT EXISTS idem_records_open ON idem_records (open_at DESC, key DESC)
+         WHERE open_at IS NOT NULL;",
 ];
 
 // Every migration step moves the schema one version.
@@ -55,6 +79,10 @@ const _: () = assert!(MIGRATIONS.len() + 1 == SCHEMA_VERSION as usize);
 
 /// The schema version that added the audit log (`idem_audit`).
 pub(super) const AUDIT_SINCE: u32 = 3;
+
+/// The schema version that added the index of open records (`open_at`,
+/// `idem_records_open`).
+pub(super) const OPEN_INDEX_SINCE: u32 = 4;
 
 /// Create the schema in a fresh file, or check the version of an existing
 /// one and migrate it to [`SCHEMA_VERSION`]; returns the version found

@@ -134,3 +134,63 @@ async fn the_store_opens_its_connections_through_the_vfs_named_in_its_options() 
 fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+/// The open scan's statements walk the index of open records, in its
+/// order (no sort), starting at the cursor: a page reads about `limit`
+/// rows of the index, not the table, with statistics or without.
+#[tokio::test]
+async fn the_open_scan_reads_the_index_of_open_records_from_its_cursor() {
+    use crate::reader::{SCAN_OPEN_AFTER, SCAN_OPEN_FIRST};
+
+    let bytes: [u8; 8] = rand::random();
+    let dir = std::env::temp_dir().join(format!("idem-open-{}", hex(&bytes)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("idem.db");
+    let options = SqliteOptions::default().synchronous(Synchronous::Normal);
+    let store = SqliteStore::open_with(&path, options).await.unwrap();
+    let (template, open) = (key(1), key(2));
+    completed(&store, &template, Duration::from_secs(3600)).await;
+    acquire(&store, &open).await;
+    // 20,000 settled records beside the open one.
+    let conn = Connection::open(&path).unwrap();
+    conn.execute(
+        "WITH RECURSIVE s(i) AS (SELECT 1000 UNION ALL SELECT i + 1 FROM s WHERE i < 20999)
+         INSERT INTO idem_records (key, expires_at, record, open_at)
+         SELECT printf('%064x', i), t.expires_at,
+                CAST(replace(CAST(t.record AS TEXT), t.key, printf('%064x', i)) AS BLOB), NULL
+         FROM s, idem_records AS t WHERE t.key = ?1",
+        [template.as_str()],
+    )
+    .unwrap();
+    let plan = |sql: &str| -> String {
+        let mut stmt = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
+        let rows = stmt
+            .query_map(rusqlite::params![0i64, "", 0i64, 51i64], |row| {
+                row.get::<_, String>(3)
+            })
+            .unwrap();
+        rows.map(Result::unwrap).collect::<Vec<_>>().join("; ")
+    };
+    for analyzed in [false, true] {
+        if analyzed {
+            conn.execute_batch("ANALYZE").unwrap();
+        }
+        let first = plan(SCAN_OPEN_FIRST);
+        let after = plan(SCAN_OPEN_AFTER);
+        println!("first page: {first}\nafter a cursor: {after}");
+        for plan in [&first, &after] {
+            assert!(plan.contains("USING INDEX idem_records_open"), "{plan}");
+            assert!(!plan.contains("TEMP B-TREE"), "sorted: {plan}");
+        }
+        assert!(after.contains("(open_at,key)<(?,?)"), "{after}");
+    }
+    // And what the index answers is the open record alone.
+    let page = store.scan_open(None, 50).await.unwrap();
+    let keys: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    assert_eq!(keys, [open]);
+    assert_eq!(page.cursor, None);
+
+    drop(conn);
+    store.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -11,6 +11,7 @@ mod bad_data;
 mod conformance;
 mod durability;
 mod migrations;
+mod open_index;
 mod processes;
 mod read_only;
 mod round_trips;

@@ -12,6 +12,7 @@ mod callers_thread;
 mod conformance;
 mod durability;
 mod group_commit;
+mod open_index;
 mod opening;
 mod power_cut;
 mod processes;

@@ -137,7 +137,7 @@ async fn a_file_written_by_schema_version_1_is_migrated_and_reads() {
             |row| row.get(0),
         )
         .unwrap();
-    assert_eq!(version, 3);
+    assert_eq!(version, i64::from(idem_sqlite::SCHEMA_VERSION));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
