@@ -392,7 +392,7 @@ impl Store for SqliteStore {
             .transpose()?;
         // A store read as it is, at a version before the log existed
         // (opened read-only), has no log yet: an empty one.
-        if self.schema_found.is_some_and(|v| v < AUDIT_SINCE) {
+        if self.shared.read_only && self.schema_found.is_some_and(|v| v < AUDIT_SINCE) {
             return Ok(AuditPage::default());
         }
         let shared = self.shared.clone();

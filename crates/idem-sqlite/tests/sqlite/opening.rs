@@ -128,6 +128,10 @@ async fn a_file_written_by_schema_version_1_is_migrated_and_reads() {
         .unwrap();
     assert_eq!(settled.status(), Status::Succeeded);
     assert!(settled.fence().0 >= 3, "fences continue after 0.1's");
+    // The store that migrated the file writes and reads its audit log.
+    let query = idem_runtime::audit::AuditQuery::for_key(unknown.clone());
+    let trail = operator.audit(&query, None, 10).await.unwrap();
+    assert_eq!(trail.events.len(), 1, "the resolution's event: {trail:?}");
     store.close().await;
     let version: i64 = rusqlite::Connection::open(&path)
         .unwrap()
