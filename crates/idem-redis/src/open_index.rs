@@ -13,7 +13,8 @@
 //!   then key, descending.
 //! * A page of N is read in three round trips: the newest open key after
 //!   the cursor of every slot (4,096 commands of one reply each, pipelined
-//!   in one round trip; a cluster gets each at once on its node); then, of
+//!   in one round trip; a cluster gets them 512 at a time, each on its
+//!   node: eight round trips); then, of
 //!   the slots whose newest is among the N + 1 newest of those, the keys
 //!   down to the (N + 1)-th (at most N + 1 slots, one round trip); and the
 //!   records of the page's keys with the server's time (one round trip).
@@ -32,7 +33,7 @@
 use redis::{Script, Value as RedisValue};
 
 use crate::codec::{decode, number, text};
-use crate::connection::Connection;
+use crate::connection::{Connection, Link};
 use crate::schema::{index_key, open_key, COUNT_WINDOW, SLOTS};
 use crate::scripts::Scripts;
 use crate::RedisStore;
@@ -190,7 +191,18 @@ impl RedisStore {
             let ms = a.ms.to_string();
             cmds.push(newest(self.open_of(a.slot), &ms, &ms, None));
         }
-        let replies: Vec<RedisValue> = self.batch(conn, cmds).await?;
+        let mut replies: Vec<RedisValue> = Vec::with_capacity(cmds.len());
+        // One pipeline to one server; a cluster gets 512 commands at once
+        // (redis-rs's cluster client answers 4,096 requests sent at once
+        // more slowly than eight rounds of 512: 200 ms against 100 in a
+        // debug build).
+        let window = match conn.link {
+            Link::Node(_) => cmds.len(),
+            Link::Cluster(_) => usize::from(COUNT_WINDOW),
+        };
+        for window in cmds.chunks(window) {
+            replies.extend(self.batch::<RedisValue>(conn, window.to_vec()).await?);
+        }
         let mut known: Vec<Entry> = Vec::new();
         let mut tops: Vec<Entry> = Vec::new();
         for (slot, reply) in (0..SLOTS).zip(&replies) {
