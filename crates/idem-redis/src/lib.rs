@@ -465,8 +465,9 @@ impl Store for RedisStore {
 
     /// Pages newest first through the slots' open sets (see the [module
     /// docs](self)): a round trip to read the newest open key of every
-    /// slot, one to read the few slots that may hold the page's keys
-    /// further, and one to read their records. A store connected read-only
+    /// slot (eight on a cluster, 512 slots each), one to read the few slots
+    /// that may hold the page's keys further, and one to read their
+    /// records. A store connected read-only
     /// to data of layout version 3, which kept no open sets, reads the whole
     /// store instead ([`scan_open_by_scanning`](idem_runtime::store::scan_open_by_scanning)).
     async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
