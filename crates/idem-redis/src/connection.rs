@@ -207,6 +207,7 @@ impl RedisStore {
     /// Connect to `url` for reading only: the layout version under
     /// `PREFIX:schema` is read, never written or migrated, and every
     /// operation but reads ([`Store::get`](idem_runtime::store::Store::get), [`Store::scan`](idem_runtime::store::Store::scan),
+    /// [`Store::scan_open`](idem_runtime::store::Store::scan_open),
     /// [`Store::wait`](idem_runtime::store::Store::wait), [`Store::now`](idem_runtime::store::Store::now)) fails with [`StoreError::ReadOnly`]
     /// before it reaches the server. Only idem's scripts are loaded into
     /// the server's script cache, which holds no data.
@@ -328,6 +329,10 @@ impl RedisStore {
             audit_retention: options.audit_retention,
             read_only,
             schema_found,
+            // A store connected read-write migrated older data on
+            // connecting; one connected read-only reads it as it is.
+            open_indexed: !read_only
+                || schema_found.is_none_or(|v| v >= crate::schema::OPEN_INDEXED_SINCE),
         })
     }
 

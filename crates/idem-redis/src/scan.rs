@@ -165,7 +165,7 @@ impl RedisStore {
     }
 
     /// The time in a reply to `TIME` (seconds and microseconds).
-    fn server_time(&self, reply: Option<&RedisValue>) -> Result<Timestamp, StoreError> {
+    pub(super) fn server_time(&self, reply: Option<&RedisValue>) -> Result<Timestamp, StoreError> {
         let Some(RedisValue::Array(time)) = reply else {
             return Err(self.protocol("TIME"));
         };
@@ -177,7 +177,7 @@ impl RedisStore {
 
     /// The fields and values of a reply to `HGETALL`, flat: RESP2 answers
     /// with an array, RESP3 with a map.
-    fn hash_fields(&self, reply: RedisValue) -> Result<Vec<RedisValue>, StoreError> {
+    pub(super) fn hash_fields(&self, reply: RedisValue) -> Result<Vec<RedisValue>, StoreError> {
         match reply {
             RedisValue::Array(flat) => Ok(flat),
             RedisValue::Map(pairs) => Ok(pairs.into_iter().flat_map(|(k, v)| [k, v]).collect()),

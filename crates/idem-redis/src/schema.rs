@@ -17,6 +17,9 @@ pub(super) const COUNT_WINDOW: u16 = 512;
 /// The data layout this build writes and understands, kept under
 /// `PREFIX:schema`.
 ///
+/// Each version's data is migrated, one version at a time, when a store
+/// of a later one connects to it read-write.
+///
 /// Version 2 (idem 0.2) adds records awaiting approval, call details, the
 /// worker and operator audit to the record's hash, and the per-slot
 /// indexes that scans page through. Data of version 1 is migrated when a
@@ -34,7 +37,25 @@ pub(super) const COUNT_WINDOW: u16 = 512;
 /// complete: older events are still read by merging every slot's stream.
 /// As for version 1, stop version 2 workers first: their audit events
 /// would be missing from reads of the whole log (reads by key find them).
-pub const SCHEMA_VERSION: u32 = 3;
+///
+/// Version 4 adds the per-slot open sets, `PREFIX:{SLOT}:open`:
+/// the keys of the slot's open records (in flight, awaiting approval,
+/// completed with an unknown outcome) scored by their creation, which the
+/// scripts keep as they change a record and
+/// [`Store::scan_open`](idem_runtime::store::Store::scan_open) pages
+/// through. Data of version 3 is migrated when a version 4 store connects:
+/// every slot's records are looked at (a script for each 1,000 keys of a
+/// slot, 512 slots a round trip) and the open ones put in their slot's open
+/// set, then the version is set to 4. Several stores connecting at once
+/// may all do it; the scripts agree. Stop version 3 workers first: records
+/// they open or settle afterwards are missing from the open sets, or stay
+/// in them until a reader finds them settled. A store connected read-only
+/// to data of version 3 reads the whole store for each page of open
+/// records instead.
+pub const SCHEMA_VERSION: u32 = 4;
+
+/// The first layout version with the open sets.
+pub(super) const OPEN_INDEXED_SINCE: u32 = 4;
 
 /// The oldest data layout a store connected read-only
 /// ([`RedisStore::connect_read_only`]) reads without migrating it: version
@@ -166,15 +187,8 @@ impl RedisStore {
             )
             .await
             .map_err(unavailable)?;
-        if found == "2" {
-            let bump = Script::new(
-                "if redis.call('GET', KEYS[1]) == '2' then redis.call('SET', KEYS[1], ARGV[1]) end \
-                 return redis.call('GET', KEYS[1])",
-            );
-            let mut bump = bump.prepare_invoke();
-            bump.key(schema_key).arg(SCHEMA_VERSION);
-            found = conn.invoke(&bump).await.map_err(unavailable)?;
-        }
+        // Each migration takes the data one version further; another store
+        // may be doing the same meanwhile.
         if found == "1" {
             found = match &mut conn.link {
                 Link::Node(node) => migrate_from_1(node, prefix, schema_key)
@@ -194,6 +208,16 @@ impl RedisStore {
                 }
             };
         }
+        if found == "2" {
+            // Nothing to rewrite: the audit index is complete from `since`.
+            found = bump(conn, schema_key, 2).await.map_err(unavailable)?;
+        }
+        if found == "3" {
+            crate::open_index::index_open_records(conn, prefix)
+                .await
+                .map_err(unavailable)?;
+            found = bump(conn, schema_key, 3).await.map_err(unavailable)?;
+        }
         Ok((found, before.and_then(|v| v.parse().ok())))
     }
 
@@ -209,6 +233,11 @@ impl RedisStore {
     /// The index of the slot of `key`.
     pub(super) fn index_key(&self, key: &IdempotencyKey) -> String {
         index_key(&self.prefix, slot(key))
+    }
+
+    /// The open set of the slot of `key`.
+    pub(super) fn open_key(&self, key: &IdempotencyKey) -> String {
+        format!("{}:{{{}}}:open", self.prefix, slot(key))
     }
 
     /// The audit stream and counter of the slot of `key`.
@@ -229,6 +258,12 @@ pub(super) fn slot(key: &IdempotencyKey) -> &str {
 /// The index of the records of `slot` (three hex digits).
 pub(super) fn index_key(prefix: &str, slot: &str) -> String {
     format!("{prefix}:{{{slot}}}:keys")
+}
+
+/// The open set of `slot`: the keys of its open records, scored by their
+/// creation.
+pub(super) fn open_key(prefix: &str, slot: u16) -> String {
+    format!("{prefix}:{{{slot:03x}}}:open")
 }
 
 /// The audit stream of `slot`.
@@ -257,8 +292,20 @@ fn parse_record_key<'a>(prefix: &str, redis_key: &'a str) -> Option<(&'a str, &'
         .then_some((slot, key))
 }
 
+/// Set the layout version under `schema_key` from `from` to the next, unless
+/// another store did it meanwhile; returns the version then found.
+async fn bump(conn: &mut Connection, schema_key: &str, from: u32) -> redis::RedisResult<String> {
+    let bump = Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) end \
+         return redis.call('GET', KEYS[1])",
+    );
+    let mut bump = bump.prepare_invoke();
+    bump.key(schema_key).arg(from).arg(from + 1);
+    conn.invoke(&bump).await
+}
+
 /// Migrate data of schema version 1 to 2: index every record (version 1
-/// kept no indexes), then set the version, unless another store did it
+/// kept no indexes), then set the version to 2, unless another store did it
 /// meanwhile. Returns the version then found. Several stores connecting at
 /// once may all do it; indexing a key twice changes nothing.
 async fn migrate_from_1(
@@ -300,7 +347,7 @@ async fn migrate_from_1(
          return redis.call('GET', KEYS[1])",
     )
     .key(schema_key)
-    .arg(SCHEMA_VERSION)
+    .arg(2)
     .invoke_async(conn)
     .await
 }

@@ -1,5 +1,5 @@
 -- claim: KEYS[1] record, KEYS[2] the fence counter of its slot, KEYS[3] the
--- index of its slot.
+-- index of its slot, KEYS[4] the open set of its slot.
 -- ARGV: tool, fingerprint, check fingerprint ('1'/'0'), lease ms, worker
 -- given ('1'/'0'), worker, call details JSON ('' when nothing is known), key.
 -- Answers that change nothing write nothing.
@@ -21,6 +21,7 @@ if h == nil then
     redis.call('HSET', KEYS[1], 'worker', ARGV[6])
   end
   index(KEYS[3], ARGV[8])
+  redis.call('ZADD', KEYS[4], now, ARGV[8])
   return {'acquired', fmt(fence), fmt(lease_until)}
 end
 if h.tool ~= ARGV[1] or (ARGV[3] == '1' and h.fp ~= ARGV[2]) then

@@ -26,6 +26,17 @@
 -- release and a replace that deletes remove it. A record that lapses is
 -- deleted by Redis, which leaves its key in the index: claims that create a
 -- record drop such keys next to theirs (see `index`), scans skip them.
+--
+-- And (schema version 4) PREFIX:{SLOT}:open: a sorted set of the keys of
+-- its *open* records (in flight, awaiting approval, completed with an
+-- unknown outcome), each scored by its record's `created`, which
+-- `scan_open` pages through newest first. A claim that creates a record, a
+-- completion with an unknown outcome and a replace writing an open record
+-- add the key; a completion with a success or failure, a release and a
+-- replace writing a settled record or deleting remove it. A record Redis
+-- deletes itself (an approval request or an unknown outcome that lapsed)
+-- leaves its key behind: readers and the sweep drop such keys
+-- (`open.lua`).
 
 local function now_ms()
   local t = redis.call('TIME')

@@ -1,4 +1,6 @@
--- complete: KEYS[1] record. ARGV: fence, outcome JSON, ttl ms, channel, key.
+-- complete: KEYS[1] record, KEYS[2] the open set of its slot. ARGV: fence,
+-- outcome JSON, ttl ms, channel, key, '1' when the outcome is unknown (the
+-- record stays open) else '0'.
 local now = now_ms()
 local h, rejection = owned(ARGV[1], now)
 if h == nil then
@@ -8,5 +10,10 @@ local exp = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'state', 'c', 'outcome', ARGV[2], 'done', fmt(now), 'exp', fmt(exp))
 redis.call('HDEL', KEYS[1], 'lease')
 redis.call('PEXPIREAT', KEYS[1], exp)
+if ARGV[6] == '1' then
+  redis.call('ZADD', KEYS[2], h.created, ARGV[5])
+else
+  redis.call('ZREM', KEYS[2], ARGV[5])
+end
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {'ok'}

@@ -28,6 +28,18 @@ macro_rules! audited_script {
     };
 }
 
+/// A script that checks the open sets against the records: [`script!`]
+/// with `scripts/open.lua` between the shared part and the script's own.
+macro_rules! open_script {
+    ($file:literal) => {
+        concat!(
+            include_str!("common.lua"),
+            include_str!("open.lua"),
+            include_str!($file)
+        )
+    };
+}
+
 pub(super) struct Scripts {
     pub(super) claim: Script,
     pub(super) checkpoint: Script,
@@ -37,6 +49,12 @@ pub(super) struct Scripts {
     pub(super) replace: Script,
     pub(super) get: Script,
     pub(super) append_audit: Script,
+    /// Builds a slot's open set from its records (the migration from
+    /// layout version 3).
+    pub(super) index_open: Script,
+    /// Drops keys of records that are no longer open from a slot's open
+    /// set.
+    pub(super) prune_open: Script,
 }
 
 impl Scripts {
@@ -50,10 +68,12 @@ impl Scripts {
             replace: Script::new(audited_script!("replace.lua")),
             get: Script::new(script!("get.lua")),
             append_audit: Script::new(audited_script!("append_audit.lua")),
+            index_open: Script::new(open_script!("index_open.lua")),
+            prune_open: Script::new(open_script!("prune_open.lua")),
         }
     }
 
-    pub(super) fn all(&self) -> [&Script; 8] {
+    pub(super) fn all(&self) -> [&Script; 10] {
         [
             &self.claim,
             &self.checkpoint,
@@ -63,6 +83,8 @@ impl Scripts {
             &self.replace,
             &self.get,
             &self.append_audit,
+            &self.index_open,
+            &self.prune_open,
         ]
     }
 }

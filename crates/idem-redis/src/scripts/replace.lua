@@ -1,23 +1,24 @@
 -- replace: KEYS[1] record, KEYS[2] the fence counter of its slot, KEYS[3]
--- the index of its slot.
+-- the index of its slot, KEYS[4] its open set.
 -- ARGV: expected fence, expected state ('f' in flight, 'l' in flight with
 -- its lease run out, 'a' awaiting approval, 'c' completed), channel, key,
--- then the new record's fields and values (without its fence), or nothing
--- to delete the record.
--- With an audit event, KEYS[4] and KEYS[5] are the slot's audit stream and
--- counter, and ARGV[5], ARGV[6] the event's time and text, before the
+-- '1' when the new record is open (in flight, awaiting approval, an
+-- unknown outcome) else '0', then the new record's fields and values
+-- (without its fence), or nothing to delete the record.
+-- With an audit event, KEYS[5] and KEYS[6] are the slot's audit stream and
+-- counter, and ARGV[6], ARGV[7] the event's time and text, before the
 -- fields: the event is appended exactly when the swap happens. The reply
 -- is {'ok', fence ('0' for a deletion), the millisecond of the event's
 -- entry id (or '')}.
-local first = 5
-if #KEYS == 5 then
-  first = 7
+local first = 6
+if #KEYS == 6 then
+  first = 8
 end
 local audit_ms = ''
 local function audited()
-  if first == 7 then
+  if first == 8 then
     local _
-    _, audit_ms = append_audit(KEYS[4], KEYS[5], ARGV[5], ARGV[4], ARGV[6])
+    _, audit_ms = append_audit(KEYS[5], KEYS[6], ARGV[6], ARGV[4], ARGV[7])
   end
 end
 local now = now_ms()
@@ -38,6 +39,7 @@ if #ARGV == first - 1 then
   audited()
   redis.call('DEL', KEYS[1])
   redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('ZREM', KEYS[4], ARGV[4])
   redis.call('PUBLISH', ARGV[3], ARGV[4])
   return {'ok', '0', audit_ms}
 end
@@ -61,5 +63,10 @@ if new.state ~= 'f' then
   redis.call('PEXPIREAT', KEYS[1], new.exp)
 end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
+if ARGV[5] == '1' then
+  redis.call('ZADD', KEYS[4], new.created, ARGV[4])
+else
+  redis.call('ZREM', KEYS[4], ARGV[4])
+end
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {'ok', fence, audit_ms}

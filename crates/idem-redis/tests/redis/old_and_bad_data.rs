@@ -356,3 +356,97 @@ async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() 
     assert_eq!(page.corrupt[0].key, keys[1].as_str());
     store.close().await;
 }
+
+/// Data of layout version 3 kept no open sets: a store connected read-only
+/// still lists its open records (by reading the store), and a version 4
+/// store connecting builds the sets, after which a page is three round
+/// trips and lists the same records, newest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn open_records_of_layout_version_3_are_indexed_on_connect() {
+    use crate::redis_support::{park, scan_open_all};
+    let Some(url) = server_url("redis open migration").await else {
+        return;
+    };
+    let prefix = format!("idem-v3-{}", &random_key().as_str()[..8]);
+    let options = || RedisOptions::default().prefix(&prefix);
+    let old = RedisStore::connect_with(&url, options()).await.unwrap();
+    let mut open = Vec::new();
+    for n in 0..60 {
+        let key = random_key();
+        let fence = acquire(&old, &key).await;
+        match n % 4 {
+            0 => open.push(key),
+            1 => {
+                park(&old, &key, fence, Duration::from_secs(600)).await;
+                open.push(key);
+            }
+            2 => {
+                let unknown = Outcome::Unknown { reason: "?".into() };
+                old.complete(&key, fence, &unknown, Duration::from_secs(600))
+                    .await
+                    .unwrap();
+                open.push(key);
+            }
+            _ => old
+                .complete(&key, fence, &sent("m"), Duration::from_secs(600))
+                .await
+                .unwrap(),
+        }
+    }
+    old.close().await;
+    open.sort();
+    // As version 3 left it: no open sets.
+    let mut raw = raw(&url).await;
+    let sets: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("{prefix}:*:open"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert!(!sets.is_empty());
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("{prefix}:schema"))
+        .arg(3)
+        .ignore()
+        .cmd("DEL")
+        .arg(&sets)
+        .ignore()
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    let keys = |records: &[idem_runtime::record::Record]| {
+        let mut keys: Vec<IdempotencyKey> = records.iter().map(|r| r.key.clone()).collect();
+        keys.sort();
+        keys
+    };
+
+    let reader = RedisStore::connect_read_only_with(&url, options())
+        .await
+        .unwrap();
+    assert_eq!(reader.schema_found(), Some(3), "read as it is");
+    let (by_scanning, _) = scan_open_all(&reader, 7).await;
+    assert_eq!(keys(&by_scanning), open, "read-only, by reading the store");
+
+    let store = RedisStore::connect_with(&url, options()).await.unwrap();
+    assert_eq!(store.schema_found(), Some(3), "migrated");
+    let version: String = redis::cmd("GET")
+        .arg(format!("{prefix}:schema"))
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    assert_eq!(version, "4");
+    let (indexed, trips) = scan_open_all(&store, 7).await;
+    assert_eq!(indexed, by_scanning, "the same records in the same order");
+    assert!(
+        trips.iter().all(|&t| t == 3),
+        "round trips per page: {trips:?}"
+    );
+    // A store connected read-only from now on reads the sets too.
+    let reader = RedisStore::connect_read_only_with(&url, options())
+        .await
+        .unwrap();
+    let before = reader.round_trips();
+    let page = reader.scan_open(None, 7).await.unwrap();
+    assert_eq!(page.records, indexed[..7]);
+    assert_eq!(reader.round_trips() - before, 3);
+}

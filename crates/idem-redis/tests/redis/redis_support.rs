@@ -116,3 +116,21 @@ pub(crate) async fn scan_all(store: &RedisStore, page: usize) -> Vec<Record> {
 /// `idem::store::connect` and `migrate` do with a URL of this scheme.
 pub static BACKENDS: idem_runtime::store::backend::Backends =
     idem_runtime::store::backend::Backends::new(&[&idem_redis::BACKEND]);
+
+/// Every page of an open scan ([`Store::scan_open`]) with pages of `page`:
+/// the records in the order returned, and the round trips of each page.
+pub(crate) async fn scan_open_all(store: &RedisStore, page: usize) -> (Vec<Record>, Vec<u64>) {
+    let (mut all, mut trips) = (Vec::new(), Vec::new());
+    let mut cursor: Option<String> = None;
+    loop {
+        let before = store.round_trips();
+        let got = store.scan_open(cursor.as_deref(), page).await.unwrap();
+        trips.push(store.round_trips() - before);
+        assert!(got.records.len() <= page, "a page larger than asked for");
+        all.extend(got.records);
+        match got.cursor {
+            Some(next) => cursor = Some(next),
+            None => return (all, trips),
+        }
+    }
+}

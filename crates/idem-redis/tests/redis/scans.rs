@@ -170,3 +170,86 @@ async fn two_prefixes_on_one_server_do_not_see_each_others_records() {
         .unwrap();
     assert!(!app1_keys.is_empty() && app1_keys.iter().all(|k| k.starts_with("app1:")));
 }
+
+/// A record Redis deletes itself (an approval request that lapsed) leaves
+/// its key in its slot's open set: an open scan leaves it out and drops it
+/// (a store connected read-only only leaves it out), and the sweep drops
+/// every such key. Over RESP3 the scan reads the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_of_lapsed_records_are_dropped_from_the_open_sets() {
+    use crate::redis_support::{park, scan_open_all};
+    let Some(url) = server_url("redis open stale").await else {
+        return;
+    };
+    let prefix = format!("idem-open-{}", &random_key().as_str()[..8]);
+    let options = || RedisOptions::default().prefix(&prefix);
+    let store = RedisStore::connect_with(&url, options()).await.unwrap();
+    let reader = RedisStore::connect_read_only_with(&url, options())
+        .await
+        .unwrap();
+    let mut raw = raw(&url).await;
+    let open_set = |key: &IdempotencyKey| format!("{prefix}:{{{}}}:open", &key.as_str()[..3]);
+    let (lapsing, swept, running) = (random_key(), random_key(), random_key());
+    for key in [&lapsing, &swept] {
+        let fence = acquire(&store, key).await;
+        park(&store, key, fence, Duration::from_millis(50)).await;
+    }
+    acquire(&store, &running).await;
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let probe = raw.clone();
+    let score = |key: IdempotencyKey| {
+        let mut raw = probe.clone();
+        let set = open_set(&key);
+        async move {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg(set)
+                .arg(key.as_str())
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            score
+        }
+    };
+    assert!(score(lapsing.clone()).await.is_some(), "Redis left the key");
+
+    let listed = |records: Vec<Record>| -> Vec<IdempotencyKey> {
+        records.into_iter().map(|r| r.key).collect()
+    };
+    let (read, _) = scan_open_all(&reader, 10).await;
+    assert_eq!(listed(read), vec![running.clone()]);
+    assert!(score(lapsing.clone()).await.is_some(), "a reader wrote");
+    let (read, _) = scan_open_all(&store, 1).await;
+    assert_eq!(listed(read), vec![running.clone()]);
+    assert!(score(lapsing.clone()).await.is_none(), "a stale key stayed");
+    assert!(score(running.clone()).await.is_some());
+
+    // The sweep drops what no reader met.
+    let _: () = redis::cmd("ZADD")
+        .arg(open_set(&swept))
+        .arg(1)
+        .arg(swept.as_str())
+        .query_async(&mut raw)
+        .await
+        .unwrap();
+    store.sweep().await.unwrap();
+    assert!(score(swept.clone()).await.is_none(), "the sweep left it");
+    assert!(
+        score(running.clone()).await.is_some(),
+        "the sweep dropped an open key"
+    );
+
+    let resp3 = RedisStore::connect_with(&format!("{url}?protocol=resp3"), options())
+        .await
+        .unwrap();
+    let (read, _) = scan_open_all(&resp3, 10).await;
+    assert_eq!(listed(read), vec![running.clone()], "over RESP3");
+    for bad in ["", "12", "x:y", &format!("12:{}", "g".repeat(64))] {
+        assert!(
+            matches!(
+                store.scan_open(Some(bad), 10).await,
+                Err(StoreError::BadCursor { cursor, .. }) if cursor == bad
+            ),
+            "cursor {bad:?} accepted"
+        );
+    }
+}
