@@ -34,7 +34,7 @@ use redis::{Script, Value as RedisValue};
 
 use crate::codec::{decode, number, text};
 use crate::connection::{Connection, Link};
-use crate::schema::{index_key, open_key, COUNT_WINDOW, SLOTS};
+use crate::schema::{index_key, open_key, walk_slots, COUNT_WINDOW, SLOTS};
 use crate::scripts::Scripts;
 use crate::RedisStore;
 use idem_runtime::key::IdempotencyKey;
@@ -462,36 +462,18 @@ pub(super) async fn index_open_records(
 ) -> redis::RedisResult<()> {
     let script = Scripts::new().index_open;
     conn.load(&script).await?;
-    // (slot, the member to resume after) of every slot not yet done.
-    let mut pending: Vec<(u16, String)> = (0..SLOTS).map(|s| (s, String::new())).collect();
-    while !pending.is_empty() {
-        let mut next = Vec::new();
-        for window in pending.chunks(usize::from(COUNT_WINDOW)) {
-            let cmds: Vec<redis::Cmd> = window
-                .iter()
-                .map(|(slot, after)| {
-                    let mut cmd = redis::cmd("EVALSHA");
-                    cmd.arg(script.get_hash())
-                        .arg(2)
-                        .arg(index_key(prefix, &format!("{slot:03x}")))
-                        .arg(open_key(prefix, *slot))
-                        .arg(records_of(prefix, *slot))
-                        .arg(after)
-                        .arg(BATCH);
-                    cmd
-                })
-                .collect();
-            let replies = conn.batch(cmds).await?;
-            for ((slot, _), reply) in window.iter().zip(replies) {
-                match text(&reply) {
-                    Some(last) if !last.is_empty() => next.push((*slot, last)),
-                    _ => {}
-                }
-            }
-        }
-        pending = next;
-    }
-    Ok(())
+    walk_slots(conn, |slot, after| {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(script.get_hash())
+            .arg(2)
+            .arg(index_key(prefix, &format!("{slot:03x}")))
+            .arg(open_key(prefix, slot))
+            .arg(records_of(prefix, slot))
+            .arg(after)
+            .arg(BATCH);
+        cmd
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -391,38 +391,49 @@ async fn keep_unknown_outcomes(
         return Ok(());
     }
     let script = include_str!("scripts/keep_unknown.lua");
-    // (slot, the member to resume after) of every slot not yet done.
-    let mut pending: Vec<(String, String)> = (0..SLOTS)
-        .map(|s| (format!("{s:03x}"), String::new()))
-        .collect();
+    walk_slots(conn, |slot, after| {
+        let slot = format!("{slot:03x}");
+        let mut cmd = redis::cmd("EVAL");
+        cmd.arg(script)
+            .arg(1)
+            .arg(index_key(prefix, &slot))
+            .arg(format!("{prefix}:{{{slot}}}:r:"))
+            .arg(after)
+            .arg(BATCH);
+        cmd
+    })
+    .await?;
+    conn.query::<()>(redis::cmd("SET").arg(&done).arg(1))
+        .await?;
+    conn.query::<()>(redis::cmd("DEL").arg(&lock)).await?;
+    Ok(())
+}
+
+/// Run a script over every slot's index a batch at a time, [`COUNT_WINDOW`]
+/// slots a round trip, until every slot is done: `command(slot, after)` is
+/// the slot's next batch from the member `after` (empty: the start), whose
+/// reply is the member to resume after (empty: the slot is done). For
+/// migrations that visit every record.
+pub(super) async fn walk_slots(
+    conn: &mut Connection,
+    command: impl Fn(u16, &str) -> redis::Cmd,
+) -> redis::RedisResult<()> {
+    let mut pending: Vec<(u16, String)> = (0..SLOTS).map(|s| (s, String::new())).collect();
     while !pending.is_empty() {
         let mut next = Vec::new();
         for window in pending.chunks(usize::from(COUNT_WINDOW)) {
             let cmds = window
                 .iter()
-                .map(|(slot, after)| {
-                    let mut cmd = redis::cmd("EVAL");
-                    cmd.arg(script)
-                        .arg(1)
-                        .arg(index_key(prefix, slot))
-                        .arg(format!("{prefix}:{{{slot}}}:r:"))
-                        .arg(after)
-                        .arg(BATCH);
-                    cmd
-                })
+                .map(|(slot, after)| command(*slot, after))
                 .collect();
             let replies = conn.batch(cmds).await?;
             for ((slot, _), reply) in window.iter().zip(replies) {
-                match text(&reply) {
-                    Some(last) if !last.is_empty() => next.push((slot.clone(), last)),
-                    _ => {}
+                if let Some(last) = text(&reply).filter(|last| !last.is_empty()) {
+                    next.push((*slot, last));
                 }
             }
         }
         pending = next;
     }
-    conn.query::<()>(redis::cmd("SET").arg(&done).arg(1))
-        .await?;
-    conn.query::<()>(redis::cmd("DEL").arg(&lock)).await?;
     Ok(())
 }
