@@ -8,7 +8,8 @@
 #![allow(unreachable_pub)]
 #[path = "../common/mod.rs"]
 mod common;
-#[cfg(feature = "otel")]
+// The otel tests start the MCP example; `store_url` builds the demo with
+// it whatever the features.
 #[path = "../mcp_example/mod.rs"]
 mod mcp_example;
 #[cfg(all(feature = "otel", feature = "mcp"))]
