@@ -161,8 +161,10 @@ use idem_runtime::store::{
 mod audit_index;
 mod backend;
 mod codec;
+mod connect;
 mod connection;
 mod error;
+mod migrate;
 mod notify;
 mod open_index;
 mod options;

@@ -33,8 +33,8 @@
 use redis::{Script, Value as RedisValue};
 
 use crate::codec::{decode, number, text};
-use crate::connection::{Connection, Link};
-use crate::schema::{index_key, open_key, walk_slots, COUNT_WINDOW, SLOTS};
+use crate::connection::{walk_slots, Connection, Link};
+use crate::schema::{index_key, open_key, COUNT_WINDOW, SLOTS};
 use crate::scripts::Scripts;
 use crate::RedisStore;
 use idem_runtime::key::IdempotencyKey;

@@ -70,6 +70,7 @@ pub mod servers;
 pub mod store_cases;
 pub mod stores;
 mod tools;
+mod volatile;
 mod world;
 
 pub use clock::TokioClock;

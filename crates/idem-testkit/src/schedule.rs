@@ -33,9 +33,10 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::faults::{sim_store, CrashPoint, Fault, Op, PausePoint, Volatile, Worker, WORKER};
+use crate::faults::{sim_store, CrashPoint, Fault, Op, PausePoint, Worker, WORKER};
 use crate::oracle::{self, Acked};
 use crate::tools::{self, App};
+use crate::volatile::Volatile;
 use crate::world::World;
 
 /// The time scale of a schedule. Every delay is a multiple of the lease,

@@ -278,10 +278,7 @@ pub(super) fn token_entry(token: &str) -> String {
 }
 
 fn hex_sha256(text: &str) -> String {
-    Sha256::digest(text.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(text.as_bytes()))
 }
 
 #[cfg(test)]

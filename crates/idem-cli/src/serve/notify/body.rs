@@ -11,7 +11,7 @@ use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-use super::endpoint::{hex, Format, Secret};
+use super::endpoint::{Format, Secret};
 use super::event::{Event, Kind};
 use crate::serve::view::shown;
 
@@ -130,7 +130,7 @@ pub(crate) fn signature(secret: &Secret, t: u64, body: &[u8]) -> String {
     mac.update(t.to_string().as_bytes());
     mac.update(b".");
     mac.update(body);
-    format!("t={t},v1={}", hex(&mac.finalize().into_bytes()))
+    format!("t={t},v1={}", hex::encode(mac.finalize().into_bytes()))
 }
 
 #[cfg(test)]

@@ -173,7 +173,7 @@ impl Endpoint {
         }
         Ok(Endpoint {
             name: shown,
-            id: hex(&Sha256::digest(url.as_bytes())),
+            id: hex::encode(Sha256::digest(url.as_bytes())),
             url,
             format: entry.format,
             secret,
@@ -267,11 +267,6 @@ fn nonempty(secret: &str, shown: &str) -> Result<Secret, String> {
         )),
         _ => Ok(Secret::new(secret.as_bytes().to_vec())),
     }
-}
-
-/// `bytes` in lower-case hexadecimal.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 #[cfg(test)]

@@ -19,8 +19,6 @@ use idem_runtime::record::{AuditAction, Record, RecordState};
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::endpoint::hex;
-
 /// The kinds of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -96,7 +94,7 @@ fn id(parts: &[&str]) -> String {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part.as_bytes());
     }
-    format!("evt_{}", &hex(&hash.finalize())[..32])
+    format!("evt_{}", &hex::encode(hash.finalize())[..32])
 }
 
 /// The pending event of `record` and, once it waited longer than

@@ -23,8 +23,6 @@ use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, S
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
-use super::endpoint::hex;
-
 /// How long a delivery's record is kept: as long as the audit log keeps
 /// the decision it tells of, so no reread of the log sends it twice.
 pub(crate) const DELIVERY_TTL: Duration = idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
@@ -47,7 +45,7 @@ fn key(parts: &[&str]) -> IdempotencyKey {
         hash.update((part.len() as u64).to_be_bytes());
         hash.update(part.as_bytes());
     }
-    IdempotencyKey::parse(&hex(&hash.finalize())).expect("64 hex digits are a key")
+    IdempotencyKey::parse(&hex::encode(hash.finalize())).expect("64 hex digits are a key")
 }
 
 /// The key of delivering event `event` to endpoint `endpoint` (its id).
