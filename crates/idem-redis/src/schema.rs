@@ -55,7 +55,7 @@ pub(super) const OPEN_INDEXED_SINCE: u32 = 4;
 /// The oldest data layout a store connected read-only
 /// ([`RedisStore::connect_read_only`]) reads without migrating it: version
 /// 1 kept no indexes, so scans would miss every record. Older data is
-/// refused with [`StoreError::SchemaTooOld`].
+/// refused with [`StoreError::SchemaTooOld`](idem_runtime::store::StoreError::SchemaTooOld).
 pub const OLDEST_READABLE: u32 = 2;
 
 /// How many slots (hash tags) the records are spread over: keys are hex,
