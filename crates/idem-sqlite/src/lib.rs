@@ -92,8 +92,8 @@ use idem_runtime::record::{Fence, Outcome, Record};
 use idem_runtime::store::transition;
 use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
-    scan_open_by_scanning, ClaimOutcome, ClaimRequest, Expected, FastPath, OpenCursor, ScanPage,
-    Store, StoreError,
+    scan_open_by_scanning, ClaimOutcome, ClaimRequest, Expected, FastPath, LocalClaim, OpenCursor,
+    ScanPage, Store, StoreError,
 };
 
 pub use backend::{Sqlite, BACKEND};
@@ -146,7 +146,7 @@ impl FastPath for SqliteStore {
     /// [`SqliteStore`'s module docs](self)). `None` for every claim that
     /// writes, and for a call in flight: the executor then shares one
     /// claim among this process's callers and waits for the owner.
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<LocalClaim, StoreError>> {
         let record = match self.read_here(req.key)? {
             Ok(record) => record?,
             Err(e) => return Some(Err(e)),
@@ -159,7 +159,7 @@ impl FastPath for SqliteStore {
         }
         match transition::answer(&record, req, now)? {
             ClaimOutcome::InFlight { .. } => None,
-            answer => Some(Ok(answer)),
+            answer => Some(Ok(LocalClaim::Claim(answer))),
         }
     }
 }

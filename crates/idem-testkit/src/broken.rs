@@ -12,7 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use idem_runtime::record::{Fence, RecordState};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, LocalClaim};
 use idem_runtime::{IdempotencyKey, Record, Store, StoreError};
 
 /// Which rule is broken.
@@ -105,7 +105,7 @@ impl Hook for Breakage {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         match self {
             Breakage::RacyClaim => None,
             Breakage::NoFencing | Breakage::NoRenewal => store.fast_path()?.claim_local(req),

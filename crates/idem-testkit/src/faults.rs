@@ -41,7 +41,7 @@ use idem_runtime::ctx::INTENT_STEP;
 use idem_runtime::executor::ATTEMPT_STEP;
 
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, WaitFor};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, LocalClaim, WaitFor};
 use idem_runtime::{Record, Store, StoreError};
 use tokio::sync::Notify;
 
@@ -410,6 +410,13 @@ fn show_claim(outcome: &ClaimOutcome) -> String {
     }
 }
 
+fn show_local_claim(answer: &LocalClaim) -> String {
+    match answer {
+        LocalClaim::Claim(outcome) => show_claim(outcome),
+        LocalClaim::Completed(_) => "completed".into(),
+    }
+}
+
 fn show_record(r: &Record) -> String {
     if r.outcome().is_some() {
         "completed".into()
@@ -601,10 +608,10 @@ impl Hook for Faults {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         let Some(w) = current() else {
             let result = store.fast_path().and_then(|fast| fast.claim_local(req));
-            if let Some(Ok(outcome)) = &result {
+            if let Some(Ok(LocalClaim::Claim(outcome))) = &result {
                 self.volatile.claimed(req, outcome);
             }
             return result;
@@ -627,11 +634,13 @@ impl Hook for Faults {
         // `None`: the store answers this claim the usual way, where the
         // worker's claim faults strike instead.
         let result = store.fast_path()?.claim_local(req)?;
-        self.trace(&what, &result, show_claim);
+        self.trace(&what, &result, show_local_claim);
         let Ok(outcome) = &result else {
             return Some(result);
         };
-        self.volatile.claimed(req, outcome);
+        if let LocalClaim::Claim(outcome) = outcome {
+            self.volatile.claimed(req, outcome);
+        }
         let lost = Fault::StoreFails {
             op: Op::Claim,
             applied: true,
@@ -640,7 +649,7 @@ impl Hook for Faults {
             self.world.event(format!("{what} -> unreachable (applied)"));
             return Some(Err(self.unreachable(store, Op::Claim, true)));
         }
-        if matches!(outcome, ClaimOutcome::Acquired { .. }) {
+        if matches!(outcome, LocalClaim::Claim(ClaimOutcome::Acquired { .. })) {
             let crash = Fault::Crash(CrashPoint::AfterClaim);
             if w.strike(|f| (*f == crash).then_some(())).is_some() {
                 w.crash_marked.store(true, Ordering::SeqCst);

@@ -21,7 +21,7 @@ use crate::record::{
     CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Reason, Record, RecordState,
     APPROVAL_STEP,
 };
-use crate::store::{ClaimOutcome, ClaimRequest, Takeover, WaitFor};
+use crate::store::{ClaimOutcome, ClaimRequest, LocalClaim, Takeover, WaitFor};
 
 use super::flight::{Flight, FlightGuard};
 use super::key::CallKey;
@@ -35,11 +35,30 @@ pub(super) enum Claimed<'f> {
     Owner(Owner<'f>),
     /// The call is recorded; answer from the record.
     Recorded {
-        /// The record.
-        record: Arc<Record>,
+        /// The record, or its outcome.
+        record: Recorded,
         /// Whether the claim waited for another owner in flight to find it.
         joined: bool,
     },
+}
+
+/// A completed call as its claim found it.
+pub(super) enum Recorded {
+    /// The whole record.
+    Record(Arc<Record>),
+    /// The outcome alone: a store that answered on the caller's thread
+    /// ([`LocalClaim::Completed`]).
+    Outcome(Outcome),
+}
+
+impl Recorded {
+    /// What the call produced (`None`: it is not completed).
+    pub(super) fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Recorded::Record(record) => record.outcome(),
+            Recorded::Outcome(outcome) => Some(outcome),
+        }
+    }
 }
 
 /// What an owner of a key carries through the later phases.
@@ -142,8 +161,12 @@ impl CallEnv<'_> {
         let sent = tokio::time::Instant::now();
         match self.store().fast_path()?.claim_local(&self.request(call))? {
             Err(e) => Some(Err(self.store_err(e))),
-            Ok(ClaimOutcome::InFlight { .. }) => None,
-            Ok(outcome) => self.settle(call, outcome, sent).transpose(),
+            Ok(LocalClaim::Claim(ClaimOutcome::InFlight { .. })) => None,
+            Ok(LocalClaim::Claim(outcome)) => self.settle(call, outcome, sent).transpose(),
+            Ok(LocalClaim::Completed(outcome)) => Some(Ok(Claimed::Recorded {
+                record: Recorded::Outcome(outcome),
+                joined: false,
+            })),
         }
     }
 
@@ -237,7 +260,7 @@ impl CallEnv<'_> {
                 }
             }))),
             ClaimOutcome::Completed(record) => Ok(Some(Claimed::Recorded {
-                record,
+                record: Recorded::Record(record),
                 joined: false,
             })),
             ClaimOutcome::AwaitingApproval(record) => Err(self.pending(&record, call)),
@@ -308,7 +331,7 @@ impl CallEnv<'_> {
     async fn replay(&self, key: &IdempotencyKey) -> Result<Claimed<'static>, IdemError> {
         match self.store().get(key).await.map_err(|e| self.store_err(e))? {
             Some(record) if record.outcome().is_some() => Ok(Claimed::Recorded {
-                record: Arc::new(record),
+                record: Recorded::Record(Arc::new(record)),
                 joined: false,
             }),
             _ => Err(self.refuse(IdemError::NotRecorded {
@@ -318,12 +341,13 @@ impl CallEnv<'_> {
         }
     }
 
-    /// Answer a duplicate from a completed record.
+    /// Answer a duplicate of `key` from what its claim found.
     pub(super) fn answer<O: serde::de::DeserializeOwned>(
         &self,
-        record: &Record,
+        key: &IdempotencyKey,
+        recorded: &Recorded,
     ) -> Result<CallOutput<O>, IdemError> {
-        self.answer_outcome(&record.key, record.outcome())
+        self.answer_outcome(key, recorded.outcome())
     }
 
     /// Answer a duplicate from the outcome recorded under `key` (`None`:

@@ -313,7 +313,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         let (done, key) = match result {
             Err(e) => (Err(e), None),
             Ok((key, Some(Ok(claim::Claimed::Recorded { record, .. })))) => {
-                (env.answer(&record), Some(key))
+                (env.answer(&key.key, &record), Some(key))
             }
             Ok((key, local)) => {
                 env.span.record("idem.key", key.key.as_str());

@@ -153,7 +153,7 @@ where
                     self.owned(args, &key.args.fingerprint, owner).await
                 }
                 Ok(claim::Claimed::Recorded { record, joined }) => {
-                    return self.answer_recorded(&record, joined)
+                    return self.answer_recorded(&key.key, &record, joined)
                 }
                 Err(e) => Err(e),
             };
@@ -171,7 +171,8 @@ where
     /// follow this one in this process.
     fn answer_recorded(
         &self,
-        record: &crate::record::Record,
+        key: &crate::key::IdempotencyKey,
+        record: &claim::Recorded,
         joined: bool,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         if joined {
@@ -180,7 +181,7 @@ where
         if let (Some(flight), Some(outcome)) = (&self.flight, record.outcome()) {
             flight.publish(outcome);
         }
-        self.env.answer(record)
+        self.env.answer(key, record)
     }
 
     /// Wait until `until`, if the call may wait that long, for a person's

@@ -2,6 +2,7 @@
 //! [`Outcome`] — and the [`Status`] operators filter and count by.
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -25,19 +26,22 @@ impl fmt::Display for Fence {
 /// A tool's output as JSON text, exactly as it was first serialized:
 /// duplicates are answered with these bytes, and a record holds one string
 /// rather than a tree of JSON values.
+///
+/// Cloning is cheap: the text is shared, so a store that keeps records in
+/// memory hands a duplicate the recorded output without copying it.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(transparent)]
-pub struct OutputJson(String);
+pub struct OutputJson(Arc<str>);
 
 impl OutputJson {
     /// Serialize `output`.
     pub fn new<T: serde::Serialize + ?Sized>(output: &T) -> Result<Self, serde_json::Error> {
-        serde_json::to_string(output).map(OutputJson)
+        serde_json::to_string(output).map(|text| OutputJson(text.into()))
     }
 
     /// The JSON text of `value`.
     pub fn from_value(value: &Value) -> Self {
-        OutputJson(value.to_string())
+        OutputJson(value.to_string().into())
     }
 
     /// The JSON text.

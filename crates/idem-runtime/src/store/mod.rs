@@ -150,6 +150,51 @@ pub enum ClaimOutcome {
     },
 }
 
+/// A claim answered on the caller's thread ([`FastPath::claim_local`]).
+///
+/// ```
+/// use idem_runtime::record::{Outcome, OutputJson};
+/// use idem_runtime::store::{ClaimOutcome, LocalClaim};
+///
+/// let output = OutputJson::new(&"sent").unwrap();
+/// let found = LocalClaim::Completed(Outcome::Success { output });
+/// assert!(matches!(found.outcome(), Some(Outcome::Success { .. })));
+/// let claimed = LocalClaim::from(ClaimOutcome::InFlight {
+///     fence: idem_runtime::record::Fence(1),
+///     lease_until: idem_runtime::clock::Timestamp(0),
+/// });
+/// assert!(claimed.outcome().is_none());
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub enum LocalClaim {
+    /// What [`Store::claim`] would answer.
+    Claim(ClaimOutcome),
+    /// The call completed with this outcome: what
+    /// [`ClaimOutcome::Completed`] says, without the rest of the record,
+    /// which answering a duplicate does not read. A store that keeps its
+    /// records in a compact form answers a duplicate this way without
+    /// building a [`Record`] for it (the output's text is shared, not
+    /// copied: [`OutputJson`](crate::record::OutputJson)).
+    Completed(Outcome),
+}
+
+impl LocalClaim {
+    /// The recorded outcome, when the claim found the call completed.
+    pub fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            LocalClaim::Completed(outcome) => Some(outcome),
+            LocalClaim::Claim(ClaimOutcome::Completed(record)) => record.outcome(),
+            LocalClaim::Claim(_) => None,
+        }
+    }
+}
+
+impl From<ClaimOutcome> for LocalClaim {
+    fn from(outcome: ClaimOutcome) -> Self {
+        LocalClaim::Claim(outcome)
+    }
+}
+
 /// What a [`Store::replace`] must find under the key for the swap to
 /// happen: a record with this fence, in this state. Anything else — another
 /// fence, another state, no record, an expired record — refuses the swap
@@ -439,7 +484,9 @@ pub trait FastPath: Send + Sync {
     /// [`Store::claim`], when the store can answer it here; `None` hands
     /// the claim back to [`Store::claim`]. A store may answer only some
     /// outcomes (a completed record, say) and return `None` for the rest.
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+    /// A completed call may be answered with its outcome alone
+    /// ([`LocalClaim::Completed`]).
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<LocalClaim, StoreError>> {
         let _ = req;
         None
     }

@@ -9,7 +9,7 @@ use crate::support::{msg, ChargeCard, DeleteAccount, LookUp, SendEmail, World};
 use idem_runtime::approval::Approval;
 use idem_runtime::class::ClassKind;
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoreError};
+use idem_runtime::store::{ClaimRequest, LocalClaim, MemoryStore, Store, StoreError};
 use idem_runtime::Executor;
 
 /// Notes the tool and the durability asked for of every claim, whichever
@@ -47,7 +47,7 @@ impl Hook for Claims {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         self.note(req);
         store.fast_path()?.claim_local(req)
     }

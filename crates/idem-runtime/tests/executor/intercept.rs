@@ -13,7 +13,7 @@ use idem_conformance::Harness;
 use idem_runtime::class::NonIdempotentWrite;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, LocalClaim, MemoryStore, Store, StoreError};
 use idem_runtime::{ErrorCode, Executor, IdemError, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
 
 /// Notes every operation that passes (`claim_local` for the
@@ -49,11 +49,13 @@ impl Hook for Trace {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         let answer = store.fast_path().and_then(|fast| fast.claim_local(req));
         let outcome = match &answer {
-            Some(Ok(ClaimOutcome::Acquired { .. })) => " acquired",
-            Some(Ok(ClaimOutcome::Completed(_))) => " completed",
+            Some(Ok(LocalClaim::Claim(ClaimOutcome::Acquired { .. }))) => " acquired",
+            Some(Ok(LocalClaim::Completed(_) | LocalClaim::Claim(ClaimOutcome::Completed(_)))) => {
+                " completed"
+            }
             Some(_) => "",
             None => " declined",
         };
@@ -208,7 +210,7 @@ impl Hook for RefuseWrites {
         &self,
         _req: &ClaimRequest<'_>,
         _store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         None
     }
 }
@@ -248,7 +250,7 @@ impl Hook for WrongAnswer {
         &self,
         _req: &ClaimRequest<'_>,
         _store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         None
     }
 }

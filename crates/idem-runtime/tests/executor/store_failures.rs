@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::support::{msg, send, App, LookUp};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+use idem_runtime::store::{ClaimRequest, LocalClaim, MemoryStore, Store};
 use idem_runtime::{Executor, IdemError, RetryPolicy, StoreError, ToolError};
 
 /// A store that must not be touched (`Panics`) or cannot be reached
@@ -51,7 +51,7 @@ impl Hook for BrokenStore {
         &self,
         _req: &ClaimRequest<'_>,
         _store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         Some(self.fail())
     }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 use idem_runtime::class::{IdempotentWrite, Irreversible, NonIdempotentWrite, Read};
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+use idem_runtime::store::{ClaimRequest, LocalClaim, MemoryStore, Store};
 use idem_runtime::{
     Executor, IdemError, Reconciled, RetryPolicy, StoreError, Tool, ToolCtx, ToolDef, ToolError,
     ToolSpec,
@@ -238,7 +238,7 @@ impl Hook for Probe {
         &self,
         _req: &ClaimRequest<'_>,
         _store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         // Declined: see the type's docs.
         None
     }

@@ -10,7 +10,7 @@ use crate::sqlite_support::{record, sqlite, store_with_clock, WriteLock};
 use idem_conformance::random_key;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::Fingerprint;
-use idem_runtime::store::{ClaimOutcome, FastPath, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, FastPath, LocalClaim, Store, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_testkit::store_cases::{acquire, approve, fingerprint, park, request, sent};
 use idem_testkit::TempDir;
@@ -29,7 +29,7 @@ async fn a_duplicate_is_answered_on_the_callers_thread_from_what_another_connect
     let key = random_key();
     let f = fingerprint();
     let answer = |store: &SqliteStore| match store.claim_local(&request(&key, &f)) {
-        Some(Ok(ClaimOutcome::Completed(r))) => Some(r),
+        Some(Ok(LocalClaim::Claim(ClaimOutcome::Completed(r)))) => Some(r),
         None => None,
         Some(other) => panic!("expected a completed record or no answer: {other:?}"),
     };
@@ -64,7 +64,7 @@ async fn a_duplicate_is_answered_on_the_callers_thread_from_what_another_connect
     record(&plain, &other, &sent("m-3")).await;
     let req = request(&other, &f);
     let decoded = |store: &SqliteStore| match store.claim_local(&req) {
-        Some(Ok(ClaimOutcome::Completed(r))) => r,
+        Some(Ok(LocalClaim::Claim(ClaimOutcome::Completed(r)))) => r,
         other => panic!("expected the completed record: {other:?}"),
     };
     assert!(!Arc::ptr_eq(&decoded(&plain), &decoded(&plain)));
@@ -116,7 +116,7 @@ async fn claim_local_answers_as_claim_does_or_not_at_all() {
         assert_eq!(local.is_some(), answered, "{case}: {local:?}");
         let claimed = store.claim(&req).await.unwrap();
         if let Some(local) = local {
-            assert_eq!(local, claimed, "{case}");
+            assert_eq!(local, LocalClaim::Claim(claimed), "{case}");
         }
     }
 }
@@ -152,7 +152,7 @@ async fn a_duplicate_is_answered_while_another_process_holds_the_write_lock() {
     let lock = WriteLock::take(&path);
     assert!(matches!(
         store.claim_local(&request(&key, &f)),
-        Some(Ok(ClaimOutcome::Completed(_)))
+        Some(Ok(LocalClaim::Claim(ClaimOutcome::Completed(_))))
     ));
     assert!(matches!(
         store.claim(&request(&key, &f)).await.unwrap(),

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use idem_runtime::dispatch::Arguments;
 use idem_runtime::executor::{InFlightPolicy, ATTEMPT_STEP};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, LocalClaim};
 use idem_runtime::{
     Dispatcher, Executor, IdempotencyKey, RunContext, Store, StoreError, ToolCall, ToolDef,
 };
@@ -107,11 +107,13 @@ impl Hook for Watched {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         let answer = store.fast_path().and_then(|fast| fast.claim_local(req));
         if let Some(Ok(outcome)) = &answer {
             append_line(&self.results, &format!("local {}\n", req.key));
-            self.note(req.key, outcome, true);
+            if let LocalClaim::Claim(outcome) = outcome {
+                self.note(req.key, outcome, true);
+            }
         }
         answer
     }

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use idem::{tool, Executor, ToolError};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store, StoreError};
+use idem_runtime::store::{ClaimRequest, LocalClaim, Store, StoreError};
 
 use crate::common::{args, send, send_email, EmailSent, SendEmail};
 
@@ -100,7 +100,7 @@ impl Hook for ForceDurable {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         store.fast_path()?.claim_local(&ClaimRequest {
             durable: true,
             ..req.clone()

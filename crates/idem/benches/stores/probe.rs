@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store, StoreError};
+use idem_runtime::store::{ClaimRequest, LocalClaim, Store, StoreError};
 
 /// The real store behind a [`Counts`] hook.
 pub type Probe = Interceptor<Counts, Arc<dyn Store>>;
@@ -57,7 +57,7 @@ impl Hook for Counts {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         // Counted when answered: a claim the store answered on the caller's
         // thread is still one store operation (no round trip).
         let answer = store.fast_path()?.claim_local(req)?;

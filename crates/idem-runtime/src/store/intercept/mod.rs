@@ -56,7 +56,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::{ClaimOutcome, ClaimRequest, Expected, FastPath, ScanPage, Store, StoreError, WaitFor};
+use super::{
+    ClaimOutcome, ClaimRequest, Expected, FastPath, LocalClaim, ScanPage, Store, StoreError,
+    WaitFor,
+};
 use crate::audit::{AuditEvent, AuditPage, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
@@ -452,7 +455,7 @@ pub trait Hook: Send + Sync + fmt::Debug + 'static {
         &self,
         req: &ClaimRequest<'_>,
         store: &dyn Store,
-    ) -> Option<Result<ClaimOutcome, StoreError>> {
+    ) -> Option<Result<LocalClaim, StoreError>> {
         store.fast_path()?.claim_local(req)
     }
 
@@ -527,7 +530,7 @@ impl<H: Hook, S: Store> Interceptor<H, S> {
 /// [`Operation::Complete`], so that a hook sees every one (what it forwards
 /// is the wrapped store's asynchronous `complete`).
 impl<H: Hook, S: Store> FastPath for Interceptor<H, S> {
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<LocalClaim, StoreError>> {
         self.hook.around_local(req, &self.inner)
     }
 }

@@ -15,7 +15,8 @@ use tokio::sync::Notify;
 use super::transition;
 use super::wait_for::WaitFor;
 use super::{
-    ClaimOutcome, ClaimRequest, Expected, FastPath, OpenCursor, ScanPage, Store, StoreError,
+    ClaimOutcome, ClaimRequest, Expected, FastPath, LocalClaim, OpenCursor, ScanPage, Store,
+    StoreError,
 };
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
@@ -298,8 +299,8 @@ impl MemoryStore {
 
 /// Every answer is on the caller's thread: the records are in this process.
 impl FastPath for MemoryStore {
-    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<ClaimOutcome, StoreError>> {
-        Some(self.claim_now(req))
+    fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<LocalClaim, StoreError>> {
+        Some(self.claim_now(req).map(LocalClaim::from))
     }
 
     fn complete_local(
