@@ -25,8 +25,9 @@ pub struct ToolCtx {
     attempt: u32,
 }
 
-/// What every attempt of one call shares.
-#[derive(Debug, Clone)]
+/// What every attempt of one call shares: for a keyed call's owner, one
+/// allocation holds the context, the step log and the lease's state.
+#[derive(Debug)]
 struct Shared {
     tool: &'static str,
     class: ClassKind,
@@ -38,19 +39,33 @@ struct Shared {
     lease: Option<LeaseWatch>,
 }
 
+/// A context changed after it was cloned (by the public `with_…`
+/// builders) is another call's: it keeps the steps it had, and the lease
+/// it watched as it stands now, no longer told of renewals or a loss.
+impl Clone for Shared {
+    fn clone(&self) -> Self {
+        Shared {
+            tool: self.tool,
+            class: self.class,
+            namespace: self.namespace.clone(),
+            key: self.key.clone(),
+            call_id: self.call_id.clone(),
+            steps: self.steps.clone(),
+            lease: self.lease.as_ref().map(LeaseWatch::detached),
+        }
+    }
+}
+
 pub use crate::record::INTENT_STEP;
 
 /// Tells a running tool that its call no longer owns its key: a renewal
 /// found a newer owner or could not reach the store, or the lease's
 /// deadline passed without a renewal (the process was paused, starved of
 /// CPU, or a renewal hung) — the deadline is read by the tool itself, so it
-/// holds even when the renewal loop could not run. One small allocation per
-/// owner.
-#[derive(Debug, Clone)]
-pub(crate) struct LeaseWatch(Arc<LeaseState>);
-
+/// holds even when the renewal loop could not run. It lives in the owner's
+/// context ([`ToolCtx::owner`]), which the owner and its tool share.
 #[derive(Debug)]
-struct LeaseState {
+pub(crate) struct LeaseWatch {
     lost: std::sync::atomic::AtomicBool,
     notify: tokio::sync::Notify,
     /// The deadline is `base` plus this many nanoseconds.
@@ -59,29 +74,37 @@ struct LeaseState {
 }
 
 impl LeaseWatch {
-    /// A lease held until `until` unless extended.
-    pub(crate) fn new(until: tokio::time::Instant) -> Self {
-        let base = tokio::time::Instant::now();
-        let watch = LeaseWatch(Arc::new(LeaseState {
+    /// A lease held until `until` unless extended, measured from `now`.
+    fn new(until: tokio::time::Instant, now: tokio::time::Instant) -> Self {
+        let watch = LeaseWatch {
             lost: std::sync::atomic::AtomicBool::new(false),
             notify: tokio::sync::Notify::new(),
             held_until: std::sync::atomic::AtomicU64::new(0),
-            base,
-        }));
+            base: now,
+        };
         watch.extend(until);
         watch
     }
 
+    /// A copy of this lease as it stands, told of nothing later.
+    fn detached(&self) -> Self {
+        let copy = LeaseWatch::new(self.held_until(), self.base);
+        if self.lost.load(std::sync::atomic::Ordering::Acquire) {
+            copy.lost.store(true, std::sync::atomic::Ordering::Release);
+        }
+        copy
+    }
+
     /// Until when the store is known to keep the lease.
     pub(crate) fn held_until(&self) -> tokio::time::Instant {
-        let nanos = self.0.held_until.load(std::sync::atomic::Ordering::Acquire);
-        self.0.base + std::time::Duration::from_nanos(nanos)
+        let nanos = self.held_until.load(std::sync::atomic::Ordering::Acquire);
+        self.base + std::time::Duration::from_nanos(nanos)
     }
 
     /// A renewal moved the deadline to `until`.
     pub(crate) fn extend(&self, until: tokio::time::Instant) {
-        let nanos = until.saturating_duration_since(self.0.base).as_nanos();
-        self.0.held_until.store(
+        let nanos = until.saturating_duration_since(self.base).as_nanos();
+        self.held_until.store(
             u64::try_from(nanos).unwrap_or(u64::MAX),
             std::sync::atomic::Ordering::Release,
         );
@@ -89,22 +112,20 @@ impl LeaseWatch {
 
     /// Mark the lease lost and wake everyone awaiting it.
     pub(crate) fn lose(&self) {
-        self.0
-            .lost
-            .store(true, std::sync::atomic::Ordering::Release);
-        self.0.notify.notify_waiters();
+        self.lost.store(true, std::sync::atomic::Ordering::Release);
+        self.notify.notify_waiters();
     }
 
     /// Whether the lease was lost, or its deadline passed.
     pub(crate) fn is_lost(&self) -> bool {
-        self.0.lost.load(std::sync::atomic::Ordering::Acquire)
+        self.lost.load(std::sync::atomic::Ordering::Acquire)
             || tokio::time::Instant::now() >= self.held_until()
     }
 
     /// Resolves once the lease is lost or its deadline passes.
     async fn lost(&self) {
         loop {
-            let notified = self.0.notify.notified();
+            let notified = self.notify.notified();
             tokio::pin!(notified);
             // Registered before the flag is read, so a `lose` between the
             // read and the await still wakes this waiter.
@@ -227,16 +248,36 @@ impl ToolCtx {
         self
     }
 
-    /// Checkpoint steps into `log`.
-    pub(crate) fn with_steps(mut self, log: StepLog) -> Self {
-        Arc::make_mut(&mut self.call).steps = Some(log);
-        self
+    /// The context of the owner of a keyed call, made once its claim is
+    /// won: its key, namespace and call id, the steps `log` checkpoints
+    /// into, and its lease, held until `until` (by the clock at `now`)
+    /// unless extended — in one allocation.
+    pub(crate) fn owner(
+        tool: &'static str,
+        class: ClassKind,
+        namespace: Namespace,
+        call_id: Option<String>,
+        log: StepLog,
+        until: tokio::time::Instant,
+        now: tokio::time::Instant,
+    ) -> Self {
+        ToolCtx {
+            call: Arc::new(Shared {
+                tool,
+                class,
+                namespace,
+                key: Some(log.key.clone()),
+                call_id,
+                steps: Some(log),
+                lease: Some(LeaseWatch::new(until, now)),
+            }),
+            attempt: 1,
+        }
     }
 
-    /// Report the loss of the key through `lease`.
-    pub(crate) fn with_lease(mut self, lease: LeaseWatch) -> Self {
-        Arc::make_mut(&mut self.call).lease = Some(lease);
-        self
+    /// The owner's lease, as the executor renews it (keyed owners only).
+    pub(crate) fn lease(&self) -> Option<&LeaseWatch> {
+        self.call.lease.as_ref()
     }
 
     /// Whether this call has lost its key: its lease ran out (renewals

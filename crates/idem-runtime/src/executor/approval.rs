@@ -45,7 +45,7 @@ impl CallEnv<'_> {
                 let request = ApprovalRequest {
                     tool: self.name().to_owned(),
                     key: owner.key.clone(),
-                    namespace: owner.namespace.clone(),
+                    namespace: owner.namespace().clone(),
                     call_id: self.call_id.clone(),
                     args: args(),
                     reason: self.run.reason.clone(),
@@ -145,7 +145,7 @@ impl CallEnv<'_> {
             reason,
             key: owner.key.clone(),
             tool: self.name().to_owned(),
-            namespace: Some(owner.namespace.as_str().to_owned()),
+            namespace: Some(owner.namespace().as_str().to_owned()),
             fingerprint: fingerprint.clone(),
             before: Some(Status::InFlight),
             after: Some(after),

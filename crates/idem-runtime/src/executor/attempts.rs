@@ -31,63 +31,93 @@ where
     /// With `owner` (a keyed call), the lease is extended before a retry,
     /// and no retry starts once the lease is lost.
     /// Returns the last result and how many attempts were made.
-    pub(super) async fn attempts(
-        &self,
-        args: &T::Args,
+    // Not an `async fn`: see `owned`.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn attempts<'s>(
+        &'s self,
+        args: &'s T::Args,
         base: ToolCtx,
-        owner: Option<&Owner<'_>>,
-    ) -> (Result<T::Output, ToolError>, u32) {
-        let timeout = self.env.timeout();
-        let mut attempt = 1;
-        loop {
-            let ctx = base.clone().with_attempt(attempt);
-            Metrics::bump(&self.env.metrics().executions);
-            let run = self.tool().call(args.clone(), &ctx, self.state);
-            let result = match within(timeout, run).await {
-                Ok(result) => result,
-                Err(_) => Err(ToolError::ambiguous(format!(
-                    "timed out after {timeout:?}; the effect may or may not have happened"
-                ))),
-            };
-            self.progress.attempted(attempt);
-            let error = match result {
-                Ok(output) => return (Ok(output), attempt),
-                Err(error) => error,
-            };
-            match self.env.before_retry(attempt, &error, owner).await {
-                Some(pause) => tokio::time::sleep(pause).await,
-                None => return (Err(error), attempt),
+        owner: Option<&'s Owner<'_>>,
+    ) -> impl Future<Output = (Result<T::Output, ToolError>, u32)> + Send + 's {
+        async move {
+            let timeout = self.env.timeout();
+            let mut attempt = 1;
+            loop {
+                let ctx = base.clone().with_attempt(attempt);
+                Metrics::bump(&self.env.metrics().executions);
+                let run = || self.tool().call(args.clone(), &ctx, self.state);
+                let result = match within(timeout, run).await {
+                    Ok(result) => result,
+                    Err(_) => Err(ToolError::ambiguous(format!(
+                        "timed out after {timeout:?}; the effect may or may not have happened"
+                    ))),
+                };
+                self.progress.attempted(attempt);
+                let error = match result {
+                    Ok(output) => return (Ok(output), attempt),
+                    Err(error) => error,
+                };
+                // Boxed: most calls never retry, and inline the pause's timer
+                // and the lease's extension would size every call's future.
+                if !Box::pin(self.env.before_retry(attempt, &error, owner)).await {
+                    return (Err(error), attempt);
+                }
+                attempt += 1;
             }
-            attempt += 1;
         }
     }
 }
 
 /// `run`, cut off `timeout` after it started, as `tokio::time::timeout`
-/// does; but the timer is made only if the first poll leaves `run`
-/// pending. A tool that answers at once (no I/O, or a cache) costs no
-/// timer entry and no look-up of the runtime's time driver, and its
+/// does; but the timer is made, boxed, only if the first poll leaves
+/// `run` pending. A tool that answers at once (no I/O, or a cache) costs
+/// no timer entry and no look-up of the runtime's time driver, and its
 /// outcome is the same: `tokio::time::timeout` polls the future before
-/// its timer, so a future ready at its first poll is never timed out.
-async fn within<F: Future>(timeout: Duration, run: F) -> Result<F::Output, Elapsed> {
-    let started = tokio::time::Instant::now();
-    let mut run = std::pin::pin!(run);
-    let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
-    if let Poll::Ready(output) = first {
-        return Ok(output);
-    }
-    match started.checked_add(timeout) {
-        Some(deadline) => tokio::time::timeout_at(deadline, run).await,
-        // No deadline a clock can hold (`Duration::MAX`: no timeout).
-        None => Ok(run.await),
+/// its timer, so a future ready at its first poll is never timed out. A
+/// timer inline would size every call's future (tokio's is some 400
+/// bytes), used or not.
+#[allow(clippy::manual_async_fn)]
+fn within<F: Future>(
+    timeout: Duration,
+    run: impl FnOnce() -> F,
+) -> impl Future<Output = Result<F::Output, Elapsed>> {
+    // Not an `async fn`, and the tool's future made inside: an `async fn`
+    // keeps its parameters twice (as passed, and pinned in its body).
+    async move {
+        let started = tokio::time::Instant::now();
+        let mut run = std::pin::pin!(run());
+        let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
+        if let Poll::Ready(output) = first {
+            return Ok(output);
+        }
+        match started.checked_add(timeout) {
+            Some(deadline) => Box::pin(tokio::time::timeout_at(deadline, run)).await,
+            // No deadline a clock can hold (`Duration::MAX`: no timeout).
+            None => Ok(run.await),
+        }
     }
 }
 
 impl CallEnv<'_> {
     /// Whether attempt `attempt`, which failed with `error`, is followed by
-    /// another, and after what pause. A keyed owner's lease is extended
-    /// over the pause and the next attempt first; if that fails, no retry.
+    /// another, after a pause (over when this returns `true`). A keyed
+    /// owner's lease is extended over the pause and the next attempt
+    /// first; if that fails, no retry.
     async fn before_retry(
+        &self,
+        attempt: u32,
+        error: &ToolError,
+        owner: Option<&Owner<'_>>,
+    ) -> bool {
+        let Some(pause) = self.retry_pause(attempt, error, owner).await else {
+            return false;
+        };
+        tokio::time::sleep(pause).await;
+        true
+    }
+
+    /// The pause before the attempt after `attempt`, if there is one.
+    async fn retry_pause(
         &self,
         attempt: u32,
         error: &ToolError,

@@ -6,20 +6,16 @@
 //! In replay mode the claim is a read: a recorded outcome answers, anything
 //! else is refused as not recorded.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 use crate::approval::transition;
-use crate::clock::Timestamp;
-use crate::ctx::LeaseWatch;
+use crate::ctx::{LeaseWatch, StepLog, ToolCtx};
 use crate::error::{IdemError, ToolError};
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{
     CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Reason, Record, RecordState,
-    APPROVAL_STEP,
+    APPROVAL_STEP, ATTEMPT_STEP,
 };
 use crate::store::{ClaimOutcome, ClaimRequest, LocalClaim, Takeover, WaitFor};
 
@@ -65,21 +61,22 @@ impl Recorded {
 pub(super) struct Owner<'f> {
     pub(super) key: IdempotencyKey,
     pub(super) fence: Fence,
-    /// Steps a previous owner completed (the approval among them).
-    pub(super) steps: BTreeMap<String, Value>,
     /// Set when a previous owner vanished without an outcome.
     pub(super) takeover: Option<Takeover>,
     /// Set when the steps hold an approval given for other arguments (a
     /// natural key took over an approved call): this owner must not run
     /// under it.
     pub(super) foreign_approval: bool,
-    pub(super) namespace: Namespace,
-    /// Whether this owner still holds the key: its deadline starts from
-    /// just before the winning claim was sent, so it is never later than
-    /// the store's.
-    pub(super) lease: LeaseWatch,
-    /// When the store granted the claim, by the store's clock.
-    pub(super) claimed_at: Timestamp,
+    /// The recorded steps hold an approval ([`APPROVAL_STEP`]).
+    pub(super) approved: bool,
+    /// The recorded steps hold an attempt mark ([`ATTEMPT_STEP`]): a
+    /// previous owner started the tool.
+    pub(super) started: bool,
+    /// The context the tool sees — its key, namespace, the steps a
+    /// previous owner completed — and the lease it is told about, whose
+    /// deadline starts from just before the winning claim was sent, so it
+    /// is never later than the store's.
+    pub(super) ctx: ToolCtx,
     /// The in-process flight this owner leads, if any: its outcome is
     /// published there for the calls of its key that follow it.
     pub(super) flight: Option<&'f FlightGuard<'f>>,
@@ -100,28 +97,22 @@ impl Claimed<'_> {
 }
 
 impl<'f> Owner<'f> {
-    /// This owner, leading `flight`.
-    pub(super) fn leading<'g>(self, flight: Option<&'g FlightGuard<'g>>) -> Owner<'g>
-    where
-        'f: 'g,
-    {
-        Owner {
-            key: self.key,
-            fence: self.fence,
-            steps: self.steps,
-            takeover: self.takeover,
-            foreign_approval: self.foreign_approval,
-            namespace: self.namespace,
-            lease: self.lease,
-            claimed_at: self.claimed_at,
-            flight,
-        }
+    /// The lease this owner holds and its tool is told about.
+    pub(super) fn lease(&self) -> &LeaseWatch {
+        self.ctx
+            .lease()
+            .expect("an owner's context watches its lease")
     }
 
     /// Whether the lease was lost (a renewal found a newer fence, or could
     /// not reach the store before the lease ran out).
     pub(super) fn lost(&self) -> bool {
-        self.lease.is_lost()
+        self.lease().is_lost()
+    }
+
+    /// The namespace the key belongs to.
+    pub(super) fn namespace(&self) -> &Namespace {
+        self.ctx.namespace()
     }
 }
 
@@ -229,33 +220,46 @@ impl CallEnv<'_> {
                 fence,
                 steps,
                 takeover,
-                lease_until,
+                lease_until: _,
             } => Ok(Some(Claimed::Owner({
                 self.span.record("idem.fence", fence.0);
                 if takeover.is_some() {
                     self.span.record("idem.takeover", true);
                     self.count(Count::Takeover);
                 }
+                // Acquiring an approved request, the store checked the
+                // arguments against the record's; a takeover did not.
+                let foreign_approval = steps.contains_key(APPROVAL_STEP)
+                    && !transition::covers(
+                        &steps,
+                        &call.args.fingerprint,
+                        takeover.is_none() || call.check_fingerprint,
+                    );
+                let approved = steps.contains_key(APPROVAL_STEP);
+                let started = steps.contains_key(ATTEMPT_STEP);
+                let log = StepLog::new(
+                    self.core.store.clone(),
+                    key.clone(),
+                    fence,
+                    self.lease(),
+                    steps,
+                );
                 Owner {
-                    claimed_at: Timestamp(
-                        lease_until
-                            .as_millis()
-                            .saturating_sub(self.lease().as_millis().min(u64::MAX.into()) as u64),
-                    ),
                     key: key.clone(),
                     fence,
-                    // Acquiring an approved request, the store checked the
-                    // arguments against the record's; a takeover did not.
-                    foreign_approval: steps.contains_key(APPROVAL_STEP)
-                        && !transition::covers(
-                            &steps,
-                            &call.args.fingerprint,
-                            takeover.is_none() || call.check_fingerprint,
-                        ),
-                    steps,
+                    foreign_approval,
+                    approved,
+                    started,
                     takeover,
-                    namespace: call.namespace.clone(),
-                    lease: LeaseWatch::new(sent + self.lease()),
+                    ctx: ToolCtx::owner(
+                        self.name(),
+                        self.class,
+                        call.namespace.clone(),
+                        self.call_id.clone(),
+                        log,
+                        sent + self.lease(),
+                        sent,
+                    ),
                     flight: None,
                 }
             }))),

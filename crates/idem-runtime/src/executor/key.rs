@@ -21,7 +21,8 @@ pub(super) struct CallKey {
     /// Set when the key is a window's ([`KeySource::Window`]): the claim
     /// reads the tool's window index for the effect's generation, so the
     /// key above is only a placeholder until then.
-    pub(super) window: Option<WindowKeys>,
+    /// Boxed: few calls have one, and every call's future holds the key.
+    pub(super) window: Option<Box<WindowKeys>>,
 }
 
 /// What a window key is derived from, but the effect's generation.
@@ -45,7 +46,7 @@ impl CallKey {
     /// The key of the effect of generation `number` for this call's tool
     /// and arguments.
     pub(super) fn window_key(&self, number: u64) -> IdempotencyKey {
-        let window = self.window.expect("a window key");
+        let window = *self.window.as_deref().expect("a window key");
         key::derive_key(&KeyInput {
             version: window.version,
             namespace: &self.namespace,
@@ -63,7 +64,7 @@ impl CallKey {
 
     /// The key of the window index of this call's tool in its namespace.
     pub(super) fn index_key(&self) -> IdempotencyKey {
-        let window = self.window.expect("a window key");
+        let window = *self.window.as_deref().expect("a window key");
         key::derive_key(&KeyInput {
             version: window.version,
             namespace: &self.namespace,
@@ -124,7 +125,7 @@ impl CallEnv<'_> {
             args,
             check_fingerprint,
             namespace,
-            window: window.filter(|_| windowed),
+            window: window.filter(|_| windowed).map(Box::new),
         })
     }
 }

@@ -272,9 +272,13 @@ impl<S: Send + Sync + 'static> Executor<S> {
             class,
             call_id,
             run,
-            policy: options
-                .retry
-                .unwrap_or_else(|| self.inner.core.default_policy(spec)),
+            policy: match options.retry {
+                Some(policy) => CallPolicy::Given(Box::new(policy)),
+                None => CallPolicy::Configured {
+                    policy: &self.inner.core.config.retry,
+                    max_attempts: spec.max_attempts,
+                },
+            },
             approval_wait: options
                 .approval_wait
                 .unwrap_or(self.inner.core.config.approval_wait),
@@ -315,7 +319,13 @@ impl<S: Send + Sync + 'static> Executor<S> {
             Ok((key, Some(Ok(claim::Claimed::Recorded { record, .. })))) => {
                 (env.answer(&key.key, &record), Some(key))
             }
+            // The store could not be reached: nothing ran.
+            Ok((key, Some(Err(e)))) => (Err(e), Some(key)),
             Ok((key, local)) => {
+                let local = local.map(|claimed| match claimed {
+                    Ok(claim::Claimed::Owner(owner)) => owner,
+                    _ => unreachable!("answered above"),
+                });
                 env.span.record("idem.key", key.key.as_str());
                 drop(entered);
                 return Started::Running(Rest {
@@ -421,19 +431,49 @@ struct Rest<'a, A> {
     args: A,
     /// For a keyed class: the key, and the claim if the store answered it
     /// on this thread.
-    key: Option<(
-        key::CallKey,
-        Option<Result<claim::Claimed<'static>, IdemError>>,
-    )>,
+    key: Option<(key::CallKey, Option<claim::Owner<'static>>)>,
 }
 
-impl Core {
-    /// The retry policy of a tool that did not get one with the call.
-    fn default_policy(&self, spec: &ToolSpec) -> RetryPolicy {
-        match spec.max_attempts {
-            Some(n) => self.config.retry.clone().max_attempts(n),
-            None => self.config.retry.clone(),
+/// A call's retry policy: the executor's, with the tool's own limit of
+/// attempts, or one given with the call. The executor's is borrowed, not
+/// copied into every call's future.
+enum CallPolicy<'a> {
+    /// The executor's policy, and the tool's `max_attempts` if it has one.
+    Configured {
+        policy: &'a RetryPolicy,
+        max_attempts: Option<u32>,
+    },
+    /// Given with the call ([`CallBuilder::retry`]).
+    Given(Box<RetryPolicy>),
+}
+
+impl CallPolicy<'_> {
+    fn policy(&self) -> &RetryPolicy {
+        match self {
+            CallPolicy::Configured { policy, .. } => policy,
+            CallPolicy::Given(policy) => policy,
         }
+    }
+
+    /// Attempts in all (see [`RetryPolicy::attempts`]).
+    fn attempts(&self) -> u32 {
+        match self {
+            CallPolicy::Configured {
+                max_attempts: Some(n),
+                ..
+            } => (*n).max(1),
+            _ => self.policy().attempts(),
+        }
+    }
+
+    /// See [`RetryPolicy::delay`].
+    fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        self.policy().delay(attempt, retry_after)
+    }
+
+    /// See [`RetryPolicy::retry_after_too_long`].
+    fn retry_after_too_long(&self, retry_after: Option<Duration>) -> bool {
+        self.policy().retry_after_too_long(retry_after)
     }
 }
 
@@ -454,7 +494,7 @@ struct CallEnv<'a> {
     call_id: Option<String>,
     /// The run and step, and the tenant.
     run: RunContext,
-    policy: RetryPolicy,
+    policy: CallPolicy<'a>,
     /// How long to wait for a pending approval's decision.
     approval_wait: Duration,
     approval: ApprovalSource,

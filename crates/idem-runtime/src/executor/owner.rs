@@ -9,13 +9,14 @@
 //! * ambiguous for `non_idempotent_write` / `irreversible` → the reconcile
 //!   hook decides; without an answer the outcome is recorded as unknown.
 
-use std::collections::BTreeMap;
 use std::convert::Infallible;
+use std::future::Future;
+use std::task::Poll;
 use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::ctx::{StepLog, ToolCtx};
+use crate::ctx::ToolCtx;
 use crate::error::{ErrorKind, IdemError, ToolError};
 use crate::key::Fingerprint;
 use crate::record::{FailureCode, Fence, Outcome, OutputJson, StoredFailure};
@@ -24,7 +25,7 @@ use crate::tool::{Reconciled, Tool};
 
 use super::claim::Owner;
 use super::telemetry::Count;
-use super::{Call, CallEnv, CallOutput, APPROVAL_STEP, ATTEMPT_STEP};
+use super::{Call, CallEnv, CallOutput, ATTEMPT_STEP};
 
 /// What the class decides about a failed owner's key without the tool.
 enum Settled {
@@ -42,111 +43,145 @@ where
     R: std::borrow::Borrow<T> + Send + Sync,
 {
     /// We own the key: keep the lease alive while phases 3 to 6 run.
-    pub(super) async fn owned(
-        &self,
-        args: &T::Args,
-        fingerprint: &Fingerprint,
-        mut owner: Owner<'_>,
-    ) -> Result<CallOutput<T::Output>, IdemError> {
-        let steps = std::mem::take(&mut owner.steps);
-        let work = self.own(args, fingerprint, &owner, steps);
-        let keep = self.env.keep_lease(&owner);
-        tokio::select! {
-            biased;
-            result = work => result,
-            never = keep => match never {},
+    ///
+    /// A call that is over by the end of its first poll (a tool that
+    /// answers at once, on a store that answers on this thread) has no
+    /// lease to renew: the renewals start, boxed, only when it is not.
+    /// Inline, their state would size every call's future.
+    // Not an `async fn` (nor are the phases below it): an `async fn`'s
+    // future keeps its parameters twice, and the copies, laid out apart,
+    // keep the phases' states from sharing space.
+    #[allow(clippy::manual_async_fn)]
+    pub(super) fn owned<'s>(
+        &'s self,
+        args: &'s T::Args,
+        fingerprint: &'s Fingerprint,
+        owner: &'s Owner<'_>,
+    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's {
+        async move {
+            let mut work = std::pin::pin!(self.own(args, fingerprint, owner));
+            if let Poll::Ready(result) =
+                std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await
+            {
+                return result;
+            }
+            let keep = Box::pin(self.env.keep_lease(owner));
+            tokio::select! {
+                biased;
+                result = work => result,
+                never = keep => match never {},
+            }
         }
     }
 
     /// Reconcile a takeover, get an approval, run, record.
-    async fn own(
+    #[allow(clippy::manual_async_fn)]
+    fn own<'s>(
+        &'s self,
+        args: &'s T::Args,
+        fingerprint: &'s Fingerprint,
+        owner: &'s Owner<'_>,
+    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's {
+        async move {
+            let env = &self.env;
+            // A natural key took over an approved call made with other
+            // arguments: neither run nor reconcile these arguments under it.
+            // The key is handed back at once, so that the approved call,
+            // called again, takes it over and runs as approved.
+            if owner.foreign_approval {
+                return Err(Box::pin(env.hand_back_approved(owner)).await);
+            }
+
+            // Phase 3: a previous owner vanished without an outcome. If it never
+            // started the tool, nothing happened: the call simply runs. Boxed,
+            // as every phase below that most calls never take: inline, each
+            // would size every call's future.
+            if let Some(Takeover { previous }) = owner.takeover {
+                if let Some(done) = Box::pin(self.settle_takeover(args, owner, previous)).await {
+                    return done;
+                }
+            }
+
+            // Phase 4.
+            if env.class.needs_approval() && !owner.approved {
+                Box::pin(env.approve(owner, fingerprint, &|| {
+                    serde_json::to_value(args).unwrap_or(Value::Null)
+                }))
+                .await?;
+            }
+
+            // Intent before effect: a class that is never re-run marks the
+            // attempt as started before its body runs, so that a takeover can
+            // tell "never started" from "outcome unknown".
+            if !env.class.may_rerun_unknown_outcome() {
+                env.mark_started(owner).await?;
+            }
+
+            // Phase 5.
+            let (result, attempts) = self.attempts(args, owner.ctx.clone(), Some(owner)).await;
+
+            // Phase 6.
+            match result {
+                Ok(output) => env.succeed(owner, output, attempts, false).await,
+                Err(error) => Box::pin(self.failed(args, owner, error, attempts)).await,
+            }
+        }
+    }
+
+    /// Phase 3 for a takeover: a class that is never re-run whose previous
+    /// owner started the tool is reconciled once that attempt must be
+    /// over. `Some`: the call ends here; `None`: it runs.
+    async fn settle_takeover(
         &self,
         args: &T::Args,
-        fingerprint: &Fingerprint,
         owner: &Owner<'_>,
-        steps: BTreeMap<String, Value>,
-    ) -> Result<CallOutput<T::Output>, IdemError> {
+        previous: Fence,
+    ) -> Option<Result<CallOutput<T::Output>, IdemError>> {
         let env = &self.env;
-        // A natural key took over an approved call made with other
-        // arguments: neither run nor reconcile these arguments under it.
-        // The key is handed back at once, so that the approved call,
-        // called again, takes it over and runs as approved.
-        if owner.foreign_approval {
-            return Err(env.hand_back_approved(owner).await);
-        }
-        let approved = steps.contains_key(APPROVAL_STEP);
-        let started = steps.contains_key(ATTEMPT_STEP);
-        let log = StepLog::new(
-            env.core.store.clone(),
-            owner.key.clone(),
-            owner.fence,
-            env.lease(),
-            steps,
-        );
-        let ctx = env
-            .owner_ctx(owner)
-            .with_steps(log)
-            .with_lease(owner.lease.clone());
-
-        // Phase 3: a previous owner vanished without an outcome. If it never
-        // started the tool, nothing happened: the call simply runs.
-        if let Some(Takeover { previous }) = owner.takeover {
-            if !env.class.may_rerun_unknown_outcome() && started {
-                tracing::warn!(
-                    previous = previous.0,
-                    "previous owner vanished mid-call; reconciling once its attempt must be over"
-                );
-                env.outlast_previous_attempt(owner).await?;
-                match self.tool().reconcile(args, &ctx, self.state).await {
-                    Ok(Reconciled::Applied(output)) => {
-                        return env.succeed(owner, output, 0, true).await
-                    }
-                    Ok(Reconciled::NotApplied) => {}
-                    Ok(Reconciled::Unknown) => {
-                        let reason = env.vanished(previous);
-                        return Err(env.unknown(owner, reason).await);
-                    }
-                    Err(e) => return Err(env.reconcile_failed(owner, e)),
-                }
-            } else if !started {
+        if env.class.may_rerun_unknown_outcome() || !owner.started {
+            if !owner.started {
                 tracing::info!(
                     previous = previous.0,
                     "previous owner vanished before starting the tool; running it"
                 );
             }
+            return None;
         }
-
-        // Phase 4.
-        // Boxed: approving is the largest phase (over 1 KB of state), and
-        // only irreversible calls take it; inline, every call's future
-        // would make room for it.
-        if env.class.needs_approval() && !approved {
-            Box::pin(env.approve(owner, fingerprint, &|| {
-                serde_json::to_value(args).unwrap_or(Value::Null)
-            }))
-            .await?;
+        tracing::warn!(
+            previous = previous.0,
+            "previous owner vanished mid-call; reconciling once its attempt must be over"
+        );
+        if let Err(e) = env.outlast_previous_attempt(owner).await {
+            return Some(Err(e));
         }
-
-        // Intent before effect: a class that is never re-run marks the
-        // attempt as started before its body runs, so that a takeover can
-        // tell "never started" from "outcome unknown".
-        if !env.class.may_rerun_unknown_outcome() {
-            env.mark_started(owner).await?;
+        match self.tool().reconcile(args, &owner.ctx, self.state).await {
+            Ok(Reconciled::Applied(output)) => Some(env.succeed(owner, output, 0, true).await),
+            Ok(Reconciled::NotApplied) => None,
+            Ok(Reconciled::Unknown) => {
+                let reason = env.vanished(previous);
+                Some(Err(env.unknown(owner, reason).await))
+            }
+            Err(e) => Some(Err(env.reconcile_failed(owner, e))),
         }
+    }
 
-        // Phase 5.
-        let (result, attempts) = self.attempts(args, ctx.clone(), Some(owner)).await;
-
-        // Phase 6.
-        let error = match result {
-            Ok(output) => return env.succeed(owner, output, attempts, false).await,
-            Err(error) => error,
-        };
+    /// Phase 6 for a call whose last attempt failed with `error`: record or
+    /// release as the class and the error's kind say, asking the reconcile
+    /// hook when the failure was ambiguous for a class that is never
+    /// re-run.
+    async fn failed(
+        &self,
+        args: &T::Args,
+        owner: &Owner<'_>,
+        error: ToolError,
+        attempts: u32,
+    ) -> Result<CallOutput<T::Output>, IdemError> {
+        let env = &self.env;
         let error = match env.settle_failure(owner, error).await? {
             Settled::Done(e) => return Err(e),
             Settled::Reconcile(error) => error,
         };
-        match self.tool().reconcile(args, &ctx, self.state).await {
+        match self.tool().reconcile(args, &owner.ctx, self.state).await {
             Ok(Reconciled::Applied(output)) => env.succeed(owner, output, attempts, false).await,
             Ok(Reconciled::NotApplied) => {
                 env.release(owner).await?;
@@ -166,14 +201,6 @@ impl CallEnv<'_> {
         ToolCtx::new(self.name(), self.class)
             .with_namespace(self.namespace())
             .with_call_id(self.call_id.clone())
-    }
-
-    /// The context an owner's tool sees: its key and namespace.
-    fn owner_ctx(&self, owner: &Owner<'_>) -> ToolCtx {
-        ToolCtx::new(self.name(), self.class)
-            .with_namespace(owner.namespace.clone())
-            .with_call_id(self.call_id.clone())
-            .with_key(owner.key.clone())
     }
 
     /// Record `output` and return it.
@@ -309,7 +336,7 @@ impl CallEnv<'_> {
     /// sees it (`ctx.superseded()`), no retry starts, and nothing this
     /// owner writes is accepted as its outcome.
     async fn keep_lease(&self, owner: &Owner<'_>) -> Infallible {
-        let lost = &owner.lease;
+        let lost = owner.lease();
         let lease = self.lease();
         let every = lease / 3;
         let mut next = every;

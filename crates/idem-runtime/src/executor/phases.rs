@@ -53,7 +53,7 @@ where
         mut self,
         args: T::Args,
         mut key: key::CallKey,
-        mut local: Option<Result<claim::Claimed<'static>, IdemError>>,
+        mut local: Option<claim::Owner<'static>>,
     ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a {
         async move {
             // The phases, in a block of their own so that every way out of
@@ -100,7 +100,8 @@ where
                 }
                 flight::Joined::Follower(flight) => {
                     self.progress.joined();
-                    match self.env.follow(&key.key, &flight).await {
+                    // Boxed: only a call that finds its key in flight here waits.
+                    match Box::pin(self.env.follow(&key.key, &flight)).await {
                         Err(e) => return Some(Err(e)),
                         Ok(Some(outcome)) => {
                             return Some(self.env.answer_outcome(&key.key, Some(outcome)))
@@ -119,50 +120,95 @@ where
     /// An approval pending (parked by this call or an earlier one) is
     /// waited for as long as the call may, then the key claimed again: to
     /// run under the approval, or to answer with the denial.
-    async fn claim_and_own(
+    // Not an `async fn`, as `keyed` (its parameters would be kept twice,
+    // and, laid out apart, keep the steps below from sharing space).
+    #[allow(clippy::manual_async_fn)]
+    fn claim_and_own<'s>(
+        &'s self,
+        args: &'s T::Args,
+        key: &'s mut key::CallKey,
+        local: &'s mut Option<claim::Owner<'static>>,
+    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's {
+        async move {
+            // Only an irreversible call can find its approval pending and
+            // wait for a person's decision: boxed, so that its loop does not
+            // size every other call's future.
+            if !self.env.class.needs_approval() {
+                return self.claim_once(args, key, local).await;
+            }
+            Box::pin(self.claim_and_wait(args, key, local)).await
+        }
+    }
+
+    /// [`claim_and_own`](Self::claim_and_own) for a call that needs an
+    /// approval: claimed again after a pending approval is decided, as
+    /// long as the call may wait.
+    async fn claim_and_wait(
         &self,
         args: &T::Args,
         key: &mut key::CallKey,
-        // By reference: a parameter by value is kept twice in the future.
-        local: &mut Option<Result<claim::Claimed<'static>, IdemError>>,
+        local: &mut Option<claim::Owner<'static>>,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        let wait_until = tokio::time::Instant::now() + self.env.approval_wait;
+        let mut wait_until = None;
         loop {
-            let claimed = match local.take() {
-                Some(claimed) => claimed,
-                // Boxed where it is awaited: the window's rounds keep
-                // records and index state across several store calls, and
-                // inline they made every first call's future 840 bytes
-                // larger, windowed or not.
-                None if key.window.is_some() => Box::pin(self.env.claim_windowed(key)).await,
-                None => self.env.claim(key).await,
-            };
-            if key.window.is_some() {
-                // The window's claim found the effect's key.
-                claimed::note(&key.key);
-            }
-            let result = match claimed {
-                Ok(claim::Claimed::Owner(owner)) => {
-                    let owner = owner.leading(self.flight.as_ref());
-                    // Not boxed apart: this future is boxed already
-                    // (`Executor::finish`), and a second box cost every
-                    // first call an allocation and a copy of the owner's
-                    // state. A duplicate that comes this way (a store
-                    // that does not answer on the caller's thread) pays
-                    // a larger box instead, once.
-                    self.owned(args, &key.args.fingerprint, owner).await
-                }
-                Ok(claim::Claimed::Recorded { record, joined }) => {
-                    return self.answer_recorded(&key.key, &record, joined)
-                }
-                Err(e) => Err(e),
-            };
+            let result = self.claim_once(args, key, local).await;
             let Err(IdemError::ApprovalPending { .. }) = &result else {
                 return result;
             };
-            if !self.decided_in_time(&key.key, wait_until).await? {
+            let until = *wait_until
+                .get_or_insert_with(|| tokio::time::Instant::now() + self.env.approval_wait);
+            if !self.decided_in_time(&key.key, until).await? {
                 return result;
             }
+        }
+    }
+
+    /// Claim the key once and, as its owner, run the call; or answer from
+    /// its record.
+    #[allow(clippy::manual_async_fn)]
+    fn claim_once<'s>(
+        &'s self,
+        args: &'s T::Args,
+        key: &'s mut key::CallKey,
+        local: &'s mut Option<claim::Owner<'static>>,
+    ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's {
+        async move {
+            // In a block of its own, so that what the claim found is not kept
+            // beside the owner's phases.
+            let mut owner: claim::Owner<'_> = {
+                // Matched on a flag, not on `local.take()`, whose temporary
+                // would be kept across the awaits.
+                let claimed = match local.is_some() {
+                    true => Ok(claim::Claimed::Owner(local.take().expect("checked"))),
+                    // Boxed where it is awaited: the window's rounds keep
+                    // records and index state across several store calls, and
+                    // inline they made every first call's future 840 bytes
+                    // larger, windowed or not.
+                    false if key.window.is_some() => Box::pin(self.env.claim_windowed(key)).await,
+                    // Boxed too: a store that does not answer on this
+                    // thread pays an allocation beside its round trip,
+                    // rather than every call the claim's state.
+                    false => Box::pin(self.env.claim(key)).await,
+                };
+                if key.window.is_some() {
+                    // The window's claim found the effect's key.
+                    claimed::note(&key.key);
+                }
+                match claimed {
+                    Ok(claim::Claimed::Owner(owner)) => owner,
+                    Ok(claim::Claimed::Recorded { record, joined }) => {
+                        return self.answer_recorded(&key.key, &record, joined)
+                    }
+                    Err(e) => return Err(e),
+                }
+            };
+            owner.flight = self.flight.as_ref();
+            // Boxed apart: with the claim's, the owner's phases made one
+            // allocation of over 1 KB, which glibc serves from its bins
+            // (consolidating the freed small chunks first, every call)
+            // rather than from its per-thread cache; two smaller ones
+            // cost less.
+            Box::pin(self.owned(args, &key.args.fingerprint, &owner)).await
         }
     }
 

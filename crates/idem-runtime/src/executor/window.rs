@@ -109,7 +109,7 @@ impl CallEnv<'_> {
         &self,
         call: &mut CallKey,
     ) -> Result<Claimed<'static>, IdemError> {
-        let window = call.window.expect("a window key");
+        let window = *call.window.as_deref().expect("a window key");
         let fingerprint = call.args.fingerprint.as_str().to_owned();
         for _ in 0..ROUNDS {
             let read = self.read_index(call).await?;
@@ -164,7 +164,7 @@ impl CallEnv<'_> {
         index: &WindowIndex,
         latest: bool,
     ) -> Result<WindowIndex, IdemError> {
-        let window = call.window.expect("a window key");
+        let window = *call.window.as_deref().expect("a window key");
         let fingerprint = call.args.fingerprint.as_str();
         let now = self.core.clock.now().as_millis();
         // Unique and growing even when the index is new again.

@@ -36,7 +36,30 @@ pub struct OutputJson(Arc<str>);
 impl OutputJson {
     /// Serialize `output`.
     pub fn new<T: serde::Serialize + ?Sized>(output: &T) -> Result<Self, serde_json::Error> {
-        serde_json::to_string(output).map(|text| OutputJson(text.into()))
+        // Written into a buffer this thread keeps, then copied once into
+        // the shared text: a `String` first would be a second allocation.
+        thread_local! {
+            static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+        }
+        /// A buffer that grew past this is given back after use.
+        const KEEP: usize = 16 * 1024;
+        SCRATCH.with(|scratch| {
+            // A `Serialize` that serializes another output from inside
+            // finds the buffer taken, and takes the plain way.
+            let Ok(mut buf) = scratch.try_borrow_mut() else {
+                return serde_json::to_string(output).map(|text| OutputJson(text.into()));
+            };
+            buf.clear();
+            let written = serde_json::to_writer(&mut *buf, output);
+            let text = written.map(|()| {
+                let text = std::str::from_utf8(&buf).expect("serde_json writes UTF-8");
+                OutputJson(Arc::from(text))
+            });
+            if buf.capacity() > KEEP {
+                *buf = Vec::new();
+            }
+            text
+        })
     }
 
     /// The JSON text of `value`.
