@@ -6,9 +6,15 @@
 //! in-memory store, for a first call and a duplicate.
 //!
 //! Run with `cargo bench --bench otel --features otel`; the last lines
-//! print the paired rounds: off and on alternating in rounds of 1,000
-//! calls, whose median ratio the machine's changing load moves least.
-//! `IDEM_BENCH_ROUNDS` sets their number (default 200).
+//! print the paired rounds: off, floor and on taking turns in rounds of
+//! 1,000 calls, whose median ratios the machine's changing load moves
+//! least. `IDEM_BENCH_ROUNDS` sets their number (default 200).
+//!
+//! *Floor* is the layer's own price, paid by any span: the same calls
+//! with telemetry off, each beside one span without fields created and
+//! closed through the same layer (what an `#[instrument]`ed function with
+//! no arguments costs). What telemetry on costs beyond it is idem's share:
+//! the span's attributes and the instrument's record.
 
 #![allow(unreachable_pub)] // `pub` for the other modules of this target
                            // The tool and its arguments; not the naive wrapper.
@@ -19,12 +25,15 @@ use std::time::Instant;
 
 use common::{args, send_email};
 use criterion::{criterion_group, Criterion};
-use idem::{Executor, MemoryStore};
+use std::sync::Arc;
+
+use idem::store::SqliteStore;
+use idem::{Executor, MemoryStore, Store};
 use opentelemetry::metrics::MeterProvider as _;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, SpanExporter};
 use tracing::Dispatch;
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -49,7 +58,13 @@ struct On {
 
 impl On {
     fn new() -> Self {
+        Self::sampled(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
+    }
+
+    /// With `sampler` (the SDK's default is the first: every trace).
+    fn sampled(sampler: Sampler) -> Self {
         let tracer = SdkTracerProvider::builder()
+            .with_sampler(sampler)
             .with_batch_exporter(Discard)
             .build();
         // Aggregated in memory; collected once a minute, as by default.
@@ -68,7 +83,11 @@ impl On {
     }
 
     fn executor(&self) -> Executor {
-        Executor::builder(MemoryStore::new())
+        self.executor_on(Arc::new(MemoryStore::new()))
+    }
+
+    fn executor_on(&self, store: Arc<dyn Store>) -> Executor {
+        Executor::builder_shared(store)
             .meter(self.meter.meter("idem"))
             .build()
     }
@@ -143,42 +162,122 @@ fn bench(c: &mut Criterion) {
     let _ = on.meter.shutdown();
 }
 
-/// Rounds of `ROUND` calls, off then on, each on a fresh store: the median
-/// per-call times and ratio.
+/// `n` calls as [`calls`] makes them with telemetry off, each beside one
+/// span without fields made and closed through `on`'s layer.
+async fn calls_beside_a_span(exec: &Executor, on: &On, from: u64, n: u64, duplicate: bool) {
+    for i in from..from + n {
+        tracing::dispatcher::with_default(&on.dispatch, || {
+            drop(tracing::info_span!("execute_tool"));
+        });
+        calls(exec, i, 1, duplicate).await;
+    }
+}
+
+/// Where the paired rounds' calls are recorded.
+#[derive(Clone, Copy)]
+enum Where {
+    Memory,
+    /// A SQLite file (`Synchronous::Normal`, the default) in the
+    /// temporary directory.
+    Sqlite,
+}
+
+impl Where {
+    /// A new store.
+    fn store(
+        self,
+        rt: &tokio::runtime::Runtime,
+        dir: &std::path::Path,
+        n: &mut u32,
+    ) -> Arc<dyn Store> {
+        match self {
+            Where::Memory => Arc::new(MemoryStore::new()),
+            Where::Sqlite => {
+                *n += 1;
+                let path = dir.join(format!("otel-{n}.db"));
+                Arc::new(
+                    rt.block_on(SqliteStore::open(&path))
+                        .expect("a SQLite file"),
+                )
+            }
+        }
+    }
+}
+
+/// Rounds of calls with telemetry off, at the floor, on, and on with 1 %
+/// of traces sampled, taking turns, each side on a store of its own: the
+/// median per-call times and ratios to off.
 fn paired(rt: &tokio::runtime::Runtime) {
     println!(
-        "\npaired rounds ({} × {ROUND} calls, telemetry off and on alternating; median per-call time and ratio):",
-        rounds()
+        "\npaired rounds (telemetry off, floor, on, and on with 1 % of traces sampled, taking turns; median per-call time and ratio to off):"
     );
     let on = On::new();
-    for (row, duplicate) in [("first", false), ("duplicate", true)] {
-        let (mut off_ns, mut on_ns, mut ratios) = (vec![], vec![], vec![]);
-        for _ in 0..rounds() {
-            let off_exec = Executor::builder(MemoryStore::new()).build();
-            let on_exec = on.executor();
-            rt.block_on(calls(&off_exec, 0, 1, false));
-            rt.block_on(calls(&on_exec, 0, 1, false));
-            let start = Instant::now();
-            rt.block_on(calls(&off_exec, 1, ROUND, duplicate));
-            let off = start.elapsed().as_nanos() as f64 / ROUND as f64;
-            let start = Instant::now();
-            tracing::dispatcher::with_default(&on.dispatch, || {
-                rt.block_on(calls(&on_exec, 1, ROUND, duplicate))
-            });
-            let d = start.elapsed().as_nanos() as f64 / ROUND as f64;
-            off_ns.push(off);
-            on_ns.push(d);
-            ratios.push(d / off);
+    let sampled = On::sampled(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
+        0.01,
+    ))));
+    let dir = std::env::temp_dir().join(format!("idem-otel-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a temporary directory");
+    let mut files = 0;
+    for (store, rounds, round) in [
+        (Where::Memory, rounds(), ROUND),
+        (Where::Sqlite, rounds().div_ceil(4), ROUND / 10),
+    ] {
+        for (row, duplicate) in [("first", false), ("duplicate", true)] {
+            let mut per_call: [Vec<f64>; 4] = Default::default();
+            let mut ratios: [Vec<f64>; 3] = Default::default();
+            for _ in 0..rounds {
+                let off_exec = Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
+                let floor_exec =
+                    Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
+                let on_exec = on.executor_on(store.store(rt, &dir, &mut files));
+                let sampled_exec = sampled.executor_on(store.store(rt, &dir, &mut files));
+                for exec in [&off_exec, &floor_exec, &on_exec, &sampled_exec] {
+                    rt.block_on(calls(exec, 0, 1, false));
+                }
+                let time = |run: &mut dyn FnMut()| {
+                    let start = Instant::now();
+                    run();
+                    start.elapsed().as_nanos() as f64 / round as f64
+                };
+                let off = time(&mut || rt.block_on(calls(&off_exec, 1, round, duplicate)));
+                let floor = time(&mut || {
+                    rt.block_on(calls_beside_a_span(&floor_exec, &on, 1, round, duplicate))
+                });
+                let with = |on: &On, exec: &Executor| {
+                    time(&mut || {
+                        tracing::dispatcher::with_default(&on.dispatch, || {
+                            rt.block_on(calls(exec, 1, round, duplicate))
+                        })
+                    })
+                };
+                let all_on = with(&on, &on_exec);
+                let some_on = with(&sampled, &sampled_exec);
+                for (side, t) in [off, floor, all_on, some_on].into_iter().enumerate() {
+                    per_call[side].push(t);
+                }
+                for (side, t) in [floor, all_on, some_on].into_iter().enumerate() {
+                    ratios[side].push(t / off);
+                }
+                for exec in [off_exec, floor_exec, on_exec, sampled_exec] {
+                    rt.block_on(exec.store().close());
+                }
+            }
+            let [off, floor, all_on, some_on] = per_call.map(|mut v| median(&mut v) / 1000.0);
+            let [floor_x, all_on_x, some_on_x] = ratios.map(|mut v| median(&mut v));
+            let name = match store {
+                Where::Memory => "memory",
+                Where::Sqlite => "SQLite",
+            };
+            println!(
+                "  {name:<6} {row:<10} off {off:>7.2} µs   floor {floor:>7.2} µs ({floor_x:.2}×)   on {all_on:>7.2} µs ({all_on_x:.2}×)   on, 1 % sampled {some_on:>7.2} µs ({some_on_x:.2}×)"
+            );
         }
-        println!(
-            "  {row:<10} off {:>6.2} µs   on {:>6.2} µs   ratio {:.2}×",
-            median(&mut off_ns) / 1000.0,
-            median(&mut on_ns) / 1000.0,
-            median(&mut ratios)
-        );
     }
-    let _ = on.tracer.shutdown();
-    let _ = on.meter.shutdown();
+    let _ = std::fs::remove_dir_all(&dir);
+    for on in [on, sampled] {
+        let _ = on.tracer.shutdown();
+        let _ = on.meter.shutdown();
+    }
 }
 
 fn median(v: &mut [f64]) -> f64 {

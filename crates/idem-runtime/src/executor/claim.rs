@@ -222,9 +222,9 @@ impl CallEnv<'_> {
                 takeover,
                 lease_until: _,
             } => Ok(Some(Claimed::Owner({
-                self.span.record("idem.fence", fence.0);
+                // The fence and a takeover are told on the span with the
+                // call's end (`Progress::owned`).
                 if takeover.is_some() {
-                    self.span.record("idem.takeover", true);
                     self.count(Count::Takeover);
                 }
                 // Acquiring an approved request, the store checked the

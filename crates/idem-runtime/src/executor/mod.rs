@@ -263,8 +263,11 @@ impl<S: Send + Sync + 'static> Executor<S> {
     ) -> Started<'_, T::Args, T::Output> {
         let class = tool.runtime_class();
         let spec = tool.runtime_spec();
+        // Not entered here: entering costs a subscriber's layers on every
+        // call, and what happens before the call awaits emits no event
+        // but a refusal's, which enters it (`CallEnv::refuse`). The
+        // phases that await run inside it (`Executor::finish`).
         let span = self.span(spec, class, call_id.as_deref(), &run);
-        let entered = span.enter();
         let env = CallEnv {
             core: &self.inner.core,
             mode: self.mode,
@@ -283,12 +286,11 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 .approval_wait
                 .unwrap_or(self.inner.core.config.approval_wait),
             approval,
-            span: span.clone(),
+            span,
             #[cfg(feature = "otel")]
             started: std::time::Instant::now(),
         };
         if !class.is_keyed() {
-            drop(entered);
             return Started::Running(Rest {
                 env,
                 args,
@@ -326,8 +328,12 @@ impl<S: Send + Sync + 'static> Executor<S> {
                     Ok(claim::Claimed::Owner(owner)) => owner,
                     _ => unreachable!("answered above"),
                 });
-                env.span.record("idem.key", key.key.as_str());
-                drop(entered);
+                match &local {
+                    Some(owner) => env.tell_owner(Some(key.key.as_str()), owner),
+                    None => {
+                        env.span.record("idem.key", key.key.as_str());
+                    }
+                }
                 return Started::Running(Rest {
                     env,
                     args,
@@ -340,7 +346,6 @@ impl<S: Send + Sync + 'static> Executor<S> {
             &Progress::default(),
             key.as_ref().map(|k| k.key.as_str()),
         );
-        drop(entered);
         Started::Done(done)
     }
 
@@ -356,8 +361,8 @@ impl<S: Send + Sync + 'static> Executor<S> {
     ) -> tracing::Span {
         tracing::info_span!(
             "execute_tool",
-            otel.name = format_args!("{} {}", telemetry::OPERATION, spec.name),
-            otel.kind = "internal",
+            // The span's kind is INTERNAL, the default.
+            otel.name = telemetry::span_name(spec.name),
             otel.status_code = tracing::field::Empty,
             otel.status_description = tracing::field::Empty,
             gen_ai.operation.name = telemetry::OPERATION,
@@ -559,6 +564,9 @@ impl CallEnv<'_> {
 
     fn refuse(&self, e: IdemError) -> IdemError {
         Metrics::bump(&self.metrics().refusals);
+        // In the call's span, which a refusal before the call awaits is
+        // not yet in.
+        let _in = self.span.enter();
         tracing::warn!(error = %e, "idem refused a call");
         e
     }

@@ -178,7 +178,10 @@ where
             let mut owner: claim::Owner<'_> = {
                 // Matched on a flag, not on `local.take()`, whose temporary
                 // would be kept across the awaits.
-                let claimed = match local.is_some() {
+                let here = local.is_some();
+                let claimed = match here {
+                    // Told on the span when it was claimed
+                    // (`Executor::start`).
                     true => Ok(claim::Claimed::Owner(local.take().expect("checked"))),
                     // Boxed where it is awaited: the window's rounds keep
                     // records and index state across several store calls, and
@@ -195,7 +198,12 @@ where
                     claimed::note(&key.key);
                 }
                 match claimed {
-                    Ok(claim::Claimed::Owner(owner)) => owner,
+                    Ok(claim::Claimed::Owner(owner)) => {
+                        if !here {
+                            self.env.tell_owner(None, &owner);
+                        }
+                        owner
+                    }
                     Ok(claim::Claimed::Recorded { record, joined }) => {
                         return self.answer_recorded(&key.key, &record, joined)
                     }

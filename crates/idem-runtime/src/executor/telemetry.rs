@@ -42,6 +42,26 @@ impl Progress {
 /// OpenTelemetry name.
 pub(super) const OPERATION: &str = "execute_tool";
 
+/// The OpenTelemetry name of a tool's spans, `execute_tool {tool}`, made
+/// once per tool name and kept: a span's name is then a `&'static str`,
+/// not text formatted for every call.
+pub(super) fn span_name(tool: &'static str) -> &'static str {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, RwLock};
+
+    // Bounded by the tool names a process calls (an `idem proxy` learns
+    // its upstream's names once).
+    static NAMES: LazyLock<RwLock<HashMap<&'static str, &'static str>>> =
+        LazyLock::new(RwLock::default);
+    if let Some(name) = NAMES.read().unwrap_or_else(|p| p.into_inner()).get(tool) {
+        return name;
+    }
+    let mut names = NAMES.write().unwrap_or_else(|p| p.into_inner());
+    names
+        .entry(tool)
+        .or_insert_with(|| String::leak(format!("{OPERATION} {tool}")))
+}
+
 /// What idem decided about a call, as `idem.outcome` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ended {
@@ -78,6 +98,20 @@ impl Ended {
     }
 }
 
+impl CallEnv<'_> {
+    /// Tell the span that the call owns its key, and with which fence,
+    /// as soon as it does (a call that is then cancelled tells it too):
+    /// with its key when both are known at once, in one record.
+    pub(super) fn tell_owner(&self, key: Option<&str>, owner: &super::claim::Owner<'_>) {
+        tracing::record_all!(
+            self.span,
+            idem.key = key,
+            idem.fence = owner.fence.0,
+            idem.takeover = owner.takeover.is_some().then_some(true),
+        );
+    }
+}
+
 /// How a call ended, in the span's and the instruments' terms.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Ending {
@@ -88,10 +122,6 @@ pub(super) struct Ending {
     pub(super) error_type: Option<&'static str>,
     /// `idem.refusal`: why idem refused the call.
     pub(super) refusal: Option<&'static str>,
-    /// Whether the tool body ran (whatever the outcome: an unknown outcome
-    /// ran too).
-    #[cfg_attr(not(feature = "otel"), allow(dead_code))]
-    pub(super) ran: bool,
 }
 
 /// Classify a call's result. `ran`: the tool body ran at least once;
@@ -116,7 +146,6 @@ pub(super) fn classify<O>(
                 },
                 error_type: None,
                 refusal: None,
-                ran,
             }
         }
         Err(e) => e,
@@ -128,7 +157,6 @@ pub(super) fn classify<O>(
                 outcome: Ended::AwaitingApproval,
                 error_type: None,
                 refusal: None,
-                ran,
             }
         }
         _ if e.is_deduplicated() => answered,
@@ -141,7 +169,6 @@ pub(super) fn classify<O>(
         outcome,
         error_type: Some(code),
         refusal: (outcome == Ended::Refused).then_some(code),
-        ran,
     }
 }
 
@@ -243,7 +270,7 @@ mod instruments {
     use opentelemetry::metrics::{Counter, Histogram};
     use opentelemetry::KeyValue;
 
-    use super::{Ended, Ending};
+    use super::Ending;
     use crate::executor::CallEnv;
 
     pub use opentelemetry::metrics::Meter;
@@ -260,9 +287,9 @@ mod instruments {
 
     /// An executor's OpenTelemetry instruments.
     pub(in crate::executor) struct Instruments {
+        /// Every call, one sample each, by what idem decided
+        /// (`idem.outcome`): its count is the calls' count.
         duration: Histogram<f64>,
-        calls: Counter<u64>,
-        deduplications: Counter<u64>,
         pub(in crate::executor) takeovers: Counter<u64>,
         pub(in crate::executor) unknown_outcomes: Counter<u64>,
         pub(in crate::executor) approvals_requested: Counter<u64>,
@@ -301,17 +328,13 @@ mod instruments {
                 duration: meter
                     .f64_histogram("gen_ai.execute_tool.duration")
                     .with_unit("s")
-                    .with_description("Duration of tool executions (calls whose tool body ran).")
+                    .with_description(
+                        "Duration of tool calls, by what idem decided (idem.outcome): \
+                         executed, deduplicated, joined, refused, unknown, \
+                         awaiting_approval, denied.",
+                    )
                     .with_boundaries(DURATION_BUCKETS.to_vec())
                     .build(),
-                calls: counter(
-                    "idem.calls",
-                    "Tool calls, by what idem decided (idem.outcome).",
-                ),
-                deduplications: counter(
-                    "idem.deduplications",
-                    "Calls answered from a record or from a call of the same key in flight.",
-                ),
                 takeovers: counter(
                     "idem.takeovers",
                     "Calls that took a key over from an owner that vanished.",
@@ -339,20 +362,24 @@ mod instruments {
             counter.add(1, &base(env));
         }
 
+        /// One record per call: the histogram's sample, whose count by
+        /// `idem.outcome` is what counters would count. Each instrument
+        /// record hashes its attributes and takes a lock in the SDK.
         pub(super) fn call_ended(&self, env: &CallEnv<'_>, ending: &Ending, elapsed: Duration) {
-            // On the stack, the outcome last: the duration's attributes are
-            // the same but for it, a prefix of the counters'. Every key and
-            // value is a `&'static str`: nothing here allocates.
+            // On the stack, the optional ones last. Every key and value is
+            // a `&'static str`: nothing here allocates.
             let [tool, class] = base(env);
+            let outcome = KeyValue::new("idem.outcome", ending.outcome.as_str());
             let mut attributes = [
+                KeyValue::new("gen_ai.operation.name", super::OPERATION),
                 tool,
-                class,
                 KeyValue::new("gen_ai.tool.type", "function"),
-                KeyValue::new("idem.outcome", ending.outcome.as_str()),
-                KeyValue::new("idem.outcome", ending.outcome.as_str()),
-                KeyValue::new("idem.outcome", ending.outcome.as_str()),
+                class,
+                outcome.clone(),
+                outcome.clone(),
+                outcome,
             ];
-            let mut n = 3;
+            let mut n = 5;
             if let Some(error_type) = ending.error_type {
                 attributes[n] = KeyValue::new("error.type", error_type);
                 n += 1;
@@ -361,18 +388,8 @@ mod instruments {
                 attributes[n] = KeyValue::new("idem.refusal", refusal);
                 n += 1;
             }
-            // Slot `n` holds the outcome (the array's tail was filled with it).
-            let counted = &attributes[..=n];
-            self.calls.add(1, counted);
-            if matches!(ending.outcome, Ended::Deduplicated | Ended::Joined) {
-                self.deduplications.add(1, counted);
-            }
-            if ending.ran {
-                // The duration of an execution, failed or not, with the
-                // conventions' attributes and the class.
-                self.duration
-                    .record(elapsed.as_secs_f64(), &attributes[..n]);
-            }
+            self.duration
+                .record(elapsed.as_secs_f64(), &attributes[..n]);
         }
     }
 

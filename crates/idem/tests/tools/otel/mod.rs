@@ -125,8 +125,8 @@ impl Telemetry {
         points
     }
 
-    /// The sum of the points of counter `name` whose attributes include
-    /// `with`.
+    /// The sum of the points of counter `name` (the counts of histogram
+    /// `name`) whose attributes include `with`.
     fn count(&self, name: &str, with: &[(&str, &str)]) -> u64 {
         self.points(name)
             .into_iter()
@@ -394,23 +394,31 @@ async fn each_decision_is_an_execute_tool_span_with_its_attributes() {
         ],
     );
 
-    // One duration sample per call whose tool ran: first, tag, charge,
-    // delete, read (not the duplicate, not the denial).
-    let ran: Vec<String> = spans
-        .iter()
-        .filter(|s| attr(s, "idem.attempts").as_deref() != Some("0"))
-        .map(|s| attr(s, "gen_ai.tool.name").unwrap())
-        .collect();
-    assert_eq!(ran.len(), 5);
+    // One duration sample per call, by what idem decided: the
+    // histogram's count is the calls' count.
     let durations = t.points("gen_ai.execute_tool.duration");
-    assert_eq!(durations.iter().map(|(_, n)| n).sum::<u64>(), 5);
-    for tool in &ran {
+    assert_eq!(
+        durations.iter().map(|(_, n)| n).sum::<u64>(),
+        spans.len() as u64
+    );
+    for span in &spans {
+        let (tool, outcome) = (
+            attr(span, "gen_ai.tool.name").unwrap(),
+            attr(span, "idem.outcome").unwrap(),
+        );
         let samples: u64 = durations
             .iter()
-            .filter(|(a, _)| a.get("gen_ai.tool.name") == Some(tool))
+            .filter(|(a, _)| a["gen_ai.tool.name"] == tool && a["idem.outcome"] == outcome)
             .map(|(_, n)| n)
             .sum();
-        assert_eq!(samples, 1, "{tool}");
+        let spans_alike = spans
+            .iter()
+            .filter(|s| {
+                attr(s, "gen_ai.tool.name").as_deref() == Some(tool.as_str())
+                    && attr(s, "idem.outcome").as_deref() == Some(outcome.as_str())
+            })
+            .count();
+        assert_eq!(samples, spans_alike as u64, "{tool} {outcome}");
     }
     let charge_duration = durations
         .iter()
@@ -418,17 +426,23 @@ async fn each_decision_is_an_execute_tool_span_with_its_attributes() {
         .unwrap();
     assert_eq!(charge_duration.0["error.type"], "outcome_unknown");
     assert_eq!(charge_duration.0["gen_ai.tool.type"], "function");
+    assert_eq!(charge_duration.0["gen_ai.operation.name"], "execute_tool");
+    assert_eq!(charge_duration.0["idem.class"], "non_idempotent_write");
 
-    // idem's counters, by outcome and by event.
+    // The calls by outcome, from the histogram's counts.
+    let calls =
+        |outcome: &str| t.count("gen_ai.execute_tool.duration", &[("idem.outcome", outcome)]);
+    assert_eq!(calls("executed"), 4, "first, tag, delete, read");
+    assert_eq!(calls("unknown"), 1);
+    assert_eq!(calls("denied"), 1);
     assert_eq!(
-        t.count("idem.calls", &[("idem.outcome", "executed")]),
-        4,
-        "first, tag, delete, read"
-    );
-    assert_eq!(t.count("idem.calls", &[("idem.outcome", "unknown")]), 1);
-    assert_eq!(t.count("idem.calls", &[("idem.outcome", "denied")]), 1);
-    assert_eq!(
-        t.count("idem.deduplications", &[("gen_ai.tool.name", "send_email")]),
+        t.count(
+            "gen_ai.execute_tool.duration",
+            &[
+                ("gen_ai.tool.name", "send_email"),
+                ("idem.outcome", "deduplicated")
+            ]
+        ),
         1
     );
     assert_eq!(t.count("idem.unknown_outcomes", &[]), 1);
@@ -523,7 +537,7 @@ async fn a_takeover_and_a_refusal_are_told_on_the_span() {
     assert_eq!(t.count("idem.takeovers", &[]), 1);
     assert_eq!(
         t.count(
-            "idem.calls",
+            "gen_ai.execute_tool.duration",
             &[("idem.outcome", "refused"), ("idem.refusal", "key_reused")]
         ),
         1
@@ -568,15 +582,10 @@ async fn a_repeat_of_a_call_in_flight_joins_it() {
     assert_eq!(outcomes.len(), 2);
     assert!(outcomes.contains(&"executed".to_owned()), "{outcomes:?}");
     assert!(outcomes.contains(&"joined".to_owned()), "{outcomes:?}");
-    assert_eq!(t.count("idem.calls", &[("idem.outcome", "joined")]), 1);
-    assert_eq!(t.count("idem.deduplications", &[]), 1);
-    assert_eq!(
-        t.points("gen_ai.execute_tool.duration")
-            .iter()
-            .map(|(_, n)| n)
-            .sum::<u64>(),
-        1
-    );
+    let calls =
+        |outcome: &str| t.count("gen_ai.execute_tool.duration", &[("idem.outcome", outcome)]);
+    assert_eq!(calls("joined"), 1);
+    assert_eq!(calls("executed"), 1);
 }
 
 /// A `tools/call` carrying a W3C `traceparent` in `_meta` continues that

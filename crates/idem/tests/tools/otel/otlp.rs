@@ -221,23 +221,27 @@ fn spans_and_metrics_arrive_over_otlp() {
     let Some(Data::Histogram(histogram)) = &duration.data else {
         panic!("a histogram: {duration:?}")
     };
-    assert_eq!(histogram.data_points.len(), 1);
-    let point = &histogram.data_points[0];
-    assert_eq!(point.count, 1, "the duplicate ran nothing");
-    assert_eq!(point.explicit_bounds.len(), 14);
-    assert_eq!(point.explicit_bounds.last(), Some(&81.92));
-    let dedups = metrics
-        .iter()
-        .rfind(|m| m.name == "idem.deduplications")
-        .expect("the deduplications counter arrived");
-    let Some(Data::Sum(sum)) = &dedups.data else {
-        panic!("a sum: {dedups:?}")
-    };
-    assert_eq!(sum.data_points.len(), 1);
-    assert_eq!(
-        sum.data_points[0].value,
-        Some(opentelemetry_proto::tonic::metrics::v1::number_data_point::Value::AsInt(1))
-    );
+    // One sample per call, one point per outcome.
+    assert_eq!(histogram.data_points.len(), 2);
+    for outcome in ["executed", "deduplicated"] {
+        let point = histogram
+            .data_points
+            .iter()
+            .find(|p| {
+                p.attributes.iter().any(|kv| {
+                    kv.key == "idem.outcome"
+                        && matches!(
+                            &kv.value.as_ref().and_then(|v| v.value.as_ref()),
+                            Some(opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue(s))
+                                if s == outcome
+                        )
+                })
+            })
+            .unwrap_or_else(|| panic!("a point for {outcome}: {histogram:?}"));
+        assert_eq!(point.count, 1, "{outcome}");
+        assert_eq!(point.explicit_bounds.len(), 14);
+        assert_eq!(point.explicit_bounds.last(), Some(&81.92));
+    }
 }
 
 /// `examples/demo.rs`, built with the features of this test and run with
