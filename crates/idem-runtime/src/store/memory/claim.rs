@@ -12,11 +12,16 @@ use crate::key::IdempotencyKey;
 use crate::record::Outcome;
 use crate::store::{transition, ClaimOutcome, ClaimRequest, LocalClaim, StoreError};
 
-/// What a claim answers: [`Store::claim`]'s [`ClaimOutcome`], or the
-/// [`LocalClaim`] of [`FastPath::claim_local`], which answers a completed
-/// call with its outcome alone (no record is built for a duplicate).
+/// What a claim answers: [`Store::claim`](crate::store::Store::claim)'s
+/// [`ClaimOutcome`], or the [`LocalClaim`] of
+/// [`FastPath::claim_local`](crate::store::FastPath::claim_local), which
+/// answers a completed call with its outcome alone (no record is built for
+/// a duplicate).
 pub(super) trait Answer: Sized {
+    /// The answer `claim`.
     fn claim(claim: ClaimOutcome) -> Self;
+    /// The answer that the compact record `lean` of `key` completed with
+    /// `outcome`.
     fn completed(outcome: Outcome, lean: &Lean, key: &IdempotencyKey) -> Self;
 }
 
@@ -53,7 +58,7 @@ fn answer<A: Answer>(entry: &Entry, req: &ClaimRequest<'_>, now: Timestamp) -> O
 }
 
 impl MemoryStore {
-    /// [`Store::claim`], synchronously: a claim that writes nothing (a
+    /// [`Store::claim`](crate::store::Store::claim), synchronously: a claim that writes nothing (a
     /// duplicate, a live owner, a key reuse) is answered under the shard's
     /// read lock; anything else takes the write lock.
     pub(super) fn claim_now<A: Answer>(&self, req: &ClaimRequest<'_>) -> Result<A, StoreError> {
