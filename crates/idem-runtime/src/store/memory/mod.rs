@@ -46,7 +46,7 @@ const SWEEP_BATCH: usize = 1024;
 /// (an approval, a denial); there is no polling.
 ///
 /// A completed record of the common shape (no steps, a fingerprint that is
-/// a digest) costs about 300 bytes, its output and call info included
+/// a digest) costs about 330 bytes, its output and call info included
 /// (`BENCHMARKS.md`, "A record's memory").
 ///
 /// Records are heap allocations made on whichever thread recorded them.
