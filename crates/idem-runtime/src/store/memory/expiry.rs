@@ -37,30 +37,50 @@ impl ExpiryIndex {
     }
 
     /// Take out every entry expiring at or before `now`: the buckets
-    /// entirely past, and the due entries of the one `now` is in.
-    pub(super) fn take_due(&mut self, now: Timestamp) -> Vec<u64> {
+    /// entirely past (moved out whole, so the caller's lock on the index
+    /// is held for a split of the map, not for a copy of every entry), and
+    /// the due entries of the one `now` is in.
+    pub(super) fn take_due(&mut self, now: Timestamp) -> Due {
         let later = self.buckets.split_off(&(now.0 / EXPIRY_BUCKET_MS + 1));
         let past = std::mem::replace(&mut self.buckets, later);
-        let mut due: Vec<u64> = Vec::with_capacity(past.values().map(Vec::len).sum());
-        due.extend(past.into_values().flatten().map(|(_, bits)| bits));
-        if let Some(mut current) = self.buckets.first_entry() {
-            current.get_mut().retain(|&(at, bits)| {
+        let mut current = Vec::new();
+        if let Some(mut bucket) = self.buckets.first_entry() {
+            bucket.get_mut().retain(|&(at, bits)| {
                 let keep = at > now;
                 if !keep {
-                    due.push(bits);
+                    current.push(bits);
                 }
                 keep
             });
-            if current.get().is_empty() {
-                current.remove();
+            if bucket.get().is_empty() {
+                bucket.remove();
             }
         }
-        due
+        Due { past, current }
     }
 
     /// How many entries the index holds (stale ones included).
     #[cfg(test)]
     pub(super) fn len(&self) -> usize {
         self.buckets.values().map(Vec::len).sum()
+    }
+}
+
+/// The entries [`ExpiryIndex::take_due`] took out.
+#[derive(Debug)]
+pub(super) struct Due {
+    past: BTreeMap<u64, Vec<(Timestamp, u64)>>,
+    current: Vec<u64>,
+}
+
+impl Due {
+    /// The keys' first 64 bits, one per entry (a key indexed twice comes
+    /// twice).
+    pub(super) fn into_bits(self) -> impl Iterator<Item = u64> {
+        self.past
+            .into_values()
+            .flatten()
+            .map(|(_, bits)| bits)
+            .chain(self.current)
     }
 }

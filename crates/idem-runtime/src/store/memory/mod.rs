@@ -556,10 +556,17 @@ impl Store for MemoryStore {
         // then (a key indexed twice is removed once at most); the records
         // are freed after the locks are released, and other tasks run
         // between batches.
-        let mut due = self.expiry.lock().expect("not poisoned").take_due(now);
+        let due = self.expiry.lock().expect("not poisoned").take_due(now);
+        let mut due = due.into_bits();
+        let mut batch = Vec::with_capacity(SWEEP_BATCH);
         let mut deleted = 0u64;
-        for batch in due.chunks_mut(SWEEP_BATCH) {
-            let removed = self.records.remove_expired(batch, now);
+        loop {
+            batch.clear();
+            batch.extend(due.by_ref().take(SWEEP_BATCH));
+            if batch.is_empty() {
+                break;
+            }
+            let removed = self.records.remove_expired(&mut batch, now);
             deleted += removed.len() as u64;
             drop(removed);
             tokio::task::yield_now().await;
