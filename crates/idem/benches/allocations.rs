@@ -5,6 +5,11 @@
 //! goes (boxed futures, key and fingerprint strings, record copies) and
 //! show when a change adds to it.
 //!
+//! It also measures what a completed record keeps: the live heap (bytes
+//! allocated and not yet freed) after 100,000 first calls into a fresh
+//! store whose records do not expire, per record, as requested and as
+//! glibc's allocator pays for it (each allocation rounded up to its chunk).
+//!
 //! Run with `cargo bench --bench allocations`; with `IDEM_BENCH_TRACE=1`
 //! it also prints where one first call's and one duplicate's allocations
 //! are made.
@@ -21,11 +26,32 @@ use std::sync::Arc;
 use common::{args, send, send_email, EmailSent, Naive, SendEmail};
 use idem::{tool, Executor, MemoryStore, ToolError};
 
-/// Counts allocations (and reallocations) and their bytes.
+/// Counts allocations (and reallocations) and their bytes, and the bytes
+/// live (allocated and not yet freed).
 struct Counting;
 
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Bytes allocated minus bytes freed (wrapping: read as differences).
+static LIVE: AtomicU64 = AtomicU64::new(0);
+/// The same in glibc's chunks ([`chunk`]).
+static LIVE_CHUNKS: AtomicU64 = AtomicU64::new(0);
+
+/// What glibc's malloc takes for `size` bytes on a 64-bit target: the
+/// request plus an 8-byte header, rounded up to 16, at least 32.
+fn chunk(size: usize) -> u64 {
+    ((size + 8 + 15) & !15).max(32) as u64
+}
+
+fn live(size: usize) {
+    LIVE.fetch_add(size as u64, Ordering::Relaxed);
+    LIVE_CHUNKS.fetch_add(chunk(size), Ordering::Relaxed);
+}
+
+fn freed(size: usize) {
+    LIVE.fetch_sub(size as u64, Ordering::Relaxed);
+    LIVE_CHUNKS.fetch_sub(chunk(size), Ordering::Relaxed);
+}
 
 /// Set while one call is traced (`IDEM_BENCH_TRACE`).
 static TRACING: AtomicBool = AtomicBool::new(false);
@@ -59,17 +85,21 @@ unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(layout.size() as u64, Ordering::Relaxed);
+        live(layout.size());
         trace(layout.size());
         // SAFETY: the caller upholds `alloc`'s contract.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        freed(layout.size());
         // SAFETY: the caller upholds `dealloc`'s contract.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         BYTES.fetch_add(new_size as u64, Ordering::Relaxed);
+        freed(layout.size());
+        live(new_size);
         trace(new_size);
         // SAFETY: the caller upholds `realloc`'s contract.
         unsafe { System.realloc(ptr, layout, new_size) }
@@ -86,6 +116,50 @@ async fn look_up(args: SendEmail) -> Result<EmailSent, ToolError> {
 }
 
 const CALLS: u64 = 2_000;
+
+/// The arguments of [`ping`].
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+struct Ping {
+    n: u64,
+}
+
+/// Answer a ping: the soak's tool (`examples/soak.rs`), whose record is
+/// the shape the memory target of SPEC §9 is stated for (`{"n":123}` in,
+/// an 8-byte output out).
+#[tool(class = "idempotent_write")]
+async fn ping(args: Ping) -> Result<Ping, ToolError> {
+    Ok(args)
+}
+
+/// How many first calls [`retained_per_record`] makes.
+const RECORDS: u64 = 100_000;
+
+/// The live heap per record, in bytes as requested and in glibc chunks,
+/// after [`RECORDS`] first calls of `call(exec, i)` into a fresh memory
+/// store (the default TTL of 24 h: nothing expires meanwhile).
+async fn retained_per_record<F, Fut>(call: F) -> (f64, f64)
+where
+    F: Fn(Executor, u64) -> Fut,
+    Fut: Future<Output = ()>,
+{
+    let exec = Executor::builder_shared(Arc::new(MemoryStore::new())).build();
+    // One call first, so that what the executor makes once is not counted.
+    call(exec.clone(), RECORDS).await;
+    let (live, chunks) = (
+        LIVE.load(Ordering::Relaxed),
+        LIVE_CHUNKS.load(Ordering::Relaxed),
+    );
+    for i in 0..RECORDS {
+        call(exec.clone(), i).await;
+    }
+    let n = RECORDS as f64;
+    let per_record = (
+        LIVE.load(Ordering::Relaxed).wrapping_sub(live) as i64 as f64 / n,
+        LIVE_CHUNKS.load(Ordering::Relaxed).wrapping_sub(chunks) as i64 as f64 / n,
+    );
+    drop(exec);
+    per_record
+}
 
 /// Allocations and bytes per call of `CALLS` calls of `call(i)`.
 async fn per_call<F, Fut>(call: F) -> (f64, f64)
@@ -233,5 +307,20 @@ fn main() {
             idem_duplicate.0 / naive_duplicate.0,
             idem_duplicate_call_id.0 / naive_duplicate_call_id.0
         );
+
+        // What a completed record keeps, in a store of its own.
+        let ping_record = retained_per_record(|exec, i| async move {
+            exec.call(ping, Ping { n: i }).run("soak", i).await.unwrap();
+        })
+        .await;
+        let email_record = retained_per_record(|exec, i| async move {
+            exec.call(send_email, args()).run("run-1", i).await.unwrap();
+        })
+        .await;
+        println!("retained heap per completed record ({RECORDS} first calls into a fresh memory store):");
+        println!("  {:<24} {:>8} {:>10}", "record", "bytes", "in chunks");
+        for (name, (bytes, chunks)) in [("ping (soak)", ping_record), ("send_email", email_record)] {
+            println!("  {name:<24} {bytes:>8.1} {chunks:>10.1}");
+        }
     });
 }

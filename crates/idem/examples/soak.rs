@@ -5,13 +5,15 @@
 //! reproduce.
 //!
 //! ```text
-//! cargo run --release --example soak -p idem -- [--calls N] [--store memory|sqlite] [--no-sweeper]
+//! cargo run --release --example soak -p idem -- [--calls N] [--store memory|sqlite] [--no-sweeper] [--ttl SECS]
 //! ```
 //!
 //! Every call is a first call of a `#[tool]` (a no-op body) at a new step
 //! of one run; one in ten is then repeated (a duplicate, answered from the
-//! record, not timed). Records live 3 s; a sweeper task sweeps the store
-//! every 500 ms unless `--no-sweeper`. `--calls` defaults to 10⁷ on the
+//! record, not timed). Records live 3 s (`--ttl`); a sweeper task sweeps
+//! the store every 500 ms unless `--no-sweeper`. With `--no-sweeper
+//! --ttl 3600` nothing is swept or expires, so the RSS growth over the
+//! run is what the records cost. `--calls` defaults to 10⁷ on the
 //! memory store and 10⁶ on SQLite (a file in the temporary directory,
 //! deleted at the end).
 
@@ -41,7 +43,7 @@ async fn ping(args: Ping) -> Result<Pong, ToolError> {
     Ok(Pong { n: args.n })
 }
 
-/// How long a record lives.
+/// How long a record lives unless `--ttl` says.
 const TTL: Duration = Duration::from_secs(3);
 /// How often the sweeper sweeps.
 const SWEEP_EVERY: Duration = Duration::from_millis(500);
@@ -50,6 +52,7 @@ struct Options {
     calls: Option<u64>,
     sqlite: bool,
     sweeper: bool,
+    ttl: Duration,
 }
 
 fn options() -> Options {
@@ -57,6 +60,7 @@ fn options() -> Options {
         calls: None,
         sqlite: false,
         sweeper: true,
+        ttl: TTL,
     };
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {
@@ -72,6 +76,11 @@ fn options() -> Options {
                 other => panic!("--store memory|sqlite, not {other:?}"),
             },
             "--no-sweeper" => o.sweeper = false,
+            "--ttl" => {
+                let secs = args.next().expect("--ttl SECS");
+                let secs: f64 = secs.parse().expect("--ttl takes seconds (0.5 works)");
+                o.ttl = Duration::from_secs_f64(secs);
+            }
             other => panic!("unknown argument {other:?}"),
         }
     }
@@ -104,11 +113,13 @@ async fn soak(o: Options) {
     } else {
         (Arc::new(MemoryStore::new()), o.calls.unwrap_or(10_000_000))
     };
-    let exec = Executor::builder_shared(store.clone()).ttl(TTL).build();
+    let ttl = o.ttl;
+    let exec = Executor::builder_shared(store.clone()).ttl(ttl).build();
     println!(
-        "soak: {calls} first calls on {}, TTL {TTL:?}, one in ten repeated, sweeper {}",
+        "soak: {calls} first calls on {}, TTL {ttl:?}, one in ten repeated, sweeper {}, RSS at start {:.0} MiB",
         store.describe(),
-        if o.sweeper { "every 500 ms" } else { "off" }
+        if o.sweeper { "every 500 ms" } else { "off" },
+        rss_mib()
     );
 
     let swept = Arc::new(AtomicU64::new(0));

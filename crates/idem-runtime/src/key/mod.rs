@@ -130,6 +130,26 @@ impl Hex64 {
     fn as_str(&self) -> &str {
         std::str::from_utf8(&self.0).expect("hex digits are ASCII")
     }
+
+    /// The 32 bytes these digits spell.
+    fn digest(&self) -> [u8; 32] {
+        // Without a branch: `0`–`9` are 0x30–0x39 and `a`–`f` 0x61–0x66,
+        // so the low four bits, plus 9 for a letter (bit 6 set), are the
+        // digit's value.
+        let nibble = |c: u8| (c & 0xf) + 9 * (c >> 6);
+        let mut digest = [0u8; 32];
+        for (b, pair) in digest.iter_mut().zip(self.0.chunks_exact(2)) {
+            *b = (nibble(pair[0]) << 4) | nibble(pair[1]);
+        }
+        digest
+    }
+}
+
+/// How the key whose digest is `digest` orders against the text `text`,
+/// as its own text would (keys order by their text; lowercase hex keeps
+/// the order of the bytes it spells, so digests order alike).
+pub(crate) fn cmp_digest_with(digest: &[u8; 32], text: &str) -> std::cmp::Ordering {
+    Hex64::of(*digest).as_str().cmp(text)
 }
 
 impl Hash for IdempotencyKey {
@@ -183,6 +203,27 @@ impl IdempotencyKey {
     /// The key as text.
     pub fn as_str(&self) -> &str {
         &self.text
+    }
+
+    /// The SHA-256 digest this key is the hex of: half the size of its
+    /// text, for a store that keeps many keys in memory.
+    pub(crate) fn digest(&self) -> [u8; 32] {
+        let digits: [u8; 64] = self
+            .text
+            .as_bytes()
+            .try_into()
+            .expect("a key is 64 lowercase hex digits");
+        Hex64(digits).digest()
+    }
+
+    /// The digest's first 64 bits: what the key hashes as.
+    pub(crate) fn bits(&self) -> u64 {
+        self.bits
+    }
+
+    /// The key whose digest is `digest` ([`IdempotencyKey::digest`]).
+    pub(crate) fn from_digest(digest: &[u8; 32]) -> Self {
+        IdempotencyKey::of_hex(Arc::from(Hex64::of(*digest).as_str()))
     }
 
     /// A stable sub-key for one of several downstream requests made under
@@ -251,6 +292,23 @@ impl Fingerprint {
             FingerprintText::Digest(hex) => hex.as_str(),
             FingerprintText::Text(text) => text,
         }
+    }
+
+    /// The SHA-256 digest this fingerprint is the hex of, when its text is
+    /// one (64 lowercase hex digits, computed or read back): what a store
+    /// that keeps many in memory holds instead of the text. Fingerprints
+    /// compare by their text, so [`Fingerprint::from_digest`] of it is
+    /// equal to this one.
+    pub(crate) fn digest(&self) -> Option<[u8; 32]> {
+        match &self.0 {
+            FingerprintText::Digest(hex) => Some(hex.digest()),
+            FingerprintText::Text(text) => Hex64::parse(text).map(|hex| hex.digest()),
+        }
+    }
+
+    /// The fingerprint whose digest is `digest` ([`Fingerprint::digest`]).
+    pub(crate) fn from_digest(digest: &[u8; 32]) -> Self {
+        Fingerprint(FingerprintText::Digest(Hex64::of(*digest)))
     }
 }
 
@@ -572,5 +630,44 @@ mod tests {
         );
         assert_ne!(low, high);
         assert!(low < high && parsed.cmp(&derived).is_eq());
+    }
+
+    #[test]
+    fn a_key_and_a_fingerprint_go_to_their_digest_and_back() {
+        let every_digit = IdempotencyKey::parse(&"0123456789abcdef".repeat(4)).unwrap();
+        assert_eq!(
+            every_digit.digest()[..8],
+            [0x01, 0x23, 0x45, 0x67, 0x89, 0xab, 0xcd, 0xef]
+        );
+        let key = IdempotencyKey::parse(&"0".repeat(64)).unwrap().sub("x");
+        let digest = key.digest();
+        assert_eq!(IdempotencyKey::from_digest(&digest), key);
+        assert_eq!(
+            u64::from_be_bytes(digest[..8].try_into().unwrap()),
+            key.bits()
+        );
+        assert!(cmp_digest_with(&digest, key.as_str()).is_eq());
+        assert!(cmp_digest_with(&digest, "").is_gt());
+        assert!(cmp_digest_with(&digest, "g").is_lt());
+
+        let computed = CanonicalArgs::from_value(&serde_json::json!({"n": 1}))
+            .unwrap()
+            .fingerprint;
+        let digest = computed
+            .digest()
+            .expect("a computed fingerprint is a digest");
+        assert_eq!(Fingerprint::from_digest(&digest), computed);
+        let read_back = Fingerprint::new(computed.as_str());
+        assert_eq!(
+            read_back.digest(),
+            Some(digest),
+            "a digest read back as text"
+        );
+        assert_eq!(Fingerprint::new("f").digest(), None);
+        assert_eq!(
+            Fingerprint::new("AB".repeat(32)).digest(),
+            None,
+            "not lowercase"
+        );
     }
 }

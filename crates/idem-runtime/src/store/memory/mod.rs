@@ -1,5 +1,15 @@
 //! An in-memory store on a sharded concurrent map, for tests and
 //! single-process programs that do not need records to survive a restart.
+//!
+//! How the parts fit: `map.rs` holds one boxed entry per key in sharded
+//! hash tables; an entry's record is compact (`lean.rs`) in the common
+//! shape — no steps, no audit entries, in flight or completed — and whole
+//! otherwise. The calls an executor makes (a claim and a duplicate in
+//! `claim.rs`, a completion, a lease renewal) read and write the compact
+//! form directly; every other operation builds the record, decides with
+//! the same [`transition`] functions as the other stores, and stores the
+//! result. `expiry.rs` indexes the records by when they lapse, for the
+//! sweep.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -7,10 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
 use serde_json::Value;
-use tokio::sync::Notify;
 
 use super::transition;
 use super::wait_for::WaitFor;
@@ -20,34 +27,36 @@ use super::{
 };
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
-use crate::key::{IdempotencyKey, KeyHashBuilder};
+use crate::key::{self, IdempotencyKey};
 use crate::record::{Fence, Outcome, Record};
 
+mod claim;
 mod expiry;
+mod lean;
+mod map;
 use expiry::ExpiryIndex;
-
-/// How many shards the records are split over. A write holds one shard's
-/// lock, and anything that walks the map (a scan, a close) holds one
-/// shard's read lock at a time: with a million records, 256 shards keep a
-/// claim's wait behind such a walk near a millisecond (8, dashmap's
-/// default on two cores, made it some 33 ms). An empty store costs 32 KiB
-/// for them.
-const SHARDS: usize = 256;
+use map::{nobody_owns, Body, Entry, Id, Map};
 
 /// Expired records removed between two yields of a sweep.
 const SWEEP_BATCH: usize = 1024;
 
-/// Records in a [`DashMap`]. Waiters are woken by a [`Notify`] per key the
-/// moment the record completes, is released or is replaced (an approval, a
-/// denial); there is no polling.
+/// Records in sharded hash tables (256 of them: an empty store costs
+/// 12 KiB for them). Waiters are woken by a [`Notify`](tokio::sync::Notify)
+/// per key the moment the record completes, is released or is replaced
+/// (an approval, a denial); there is no polling.
+///
+/// A completed record of the common shape (no steps, a fingerprint that is
+/// a digest) costs about 330 bytes, its output and call info included
+/// (`BENCHMARKS.md`, "A record's memory").
 ///
 /// Records are heap allocations made on whichever thread recorded them.
 /// With glibc's allocator, freeing hundreds of thousands of them on
 /// another thread (dropping a large store, or sweeping one) can stall a
 /// runtime worker for tens to hundreds of milliseconds at its next large
 /// allocation, while glibc consolidates the freed chunks (measured in
-/// `BENCHMARKS.md`). Applications that keep very many records in memory
-/// may prefer jemalloc or mimalloc as their global allocator.
+/// `BENCHMARKS.md`). A sweep frees them outside the map's locks, a batch
+/// at a time. Applications that keep very many records in memory may
+/// prefer jemalloc or mimalloc as their global allocator.
 ///
 /// ```
 /// use idem_runtime::store::{MemoryStore, Store};
@@ -58,7 +67,7 @@ const SWEEP_BATCH: usize = 1024;
 /// ```
 #[derive(Debug)]
 pub struct MemoryStore {
-    records: DashMap<IdempotencyKey, Slot, KeyHashBuilder>,
+    records: Map,
     clock: Arc<dyn Clock>,
     fences: AtomicU64,
     closed: AtomicBool,
@@ -90,23 +99,6 @@ impl AuditLog {
     }
 }
 
-#[derive(Debug)]
-struct Slot {
-    record: Arc<Record>,
-    /// Woken when the record completes, is released or replaced (an
-    /// approval, a denial); made by the first waiter, so calls nobody
-    /// waits for allocate none.
-    changed: Option<Arc<Notify>>,
-}
-
-impl Slot {
-    fn wake(&self) {
-        if let Some(changed) = &self.changed {
-            changed.notify_waiters();
-        }
-    }
-}
-
 impl Default for MemoryStore {
     fn default() -> Self {
         Self::new()
@@ -122,7 +114,7 @@ impl MemoryStore {
     /// An empty store on `clock` (a [`crate::clock::ManualClock`] in tests).
     pub fn with_clock(clock: Arc<dyn Clock>) -> Self {
         MemoryStore {
-            records: DashMap::with_hasher_and_shard_amount(KeyHashBuilder, SHARDS),
+            records: Map::new(),
             clock,
             fences: AtomicU64::new(0),
             closed: AtomicBool::new(false),
@@ -147,7 +139,7 @@ impl MemoryStore {
 
     /// Whether the store holds no records.
     pub fn is_empty(&self) -> bool {
-        self.records.is_empty()
+        self.len() == 0
     }
 
     /// [`StoreError::Closed`] once [`Store::close`] was called.
@@ -160,17 +152,13 @@ impl MemoryStore {
         }
     }
 
-    /// Index `record`'s expiry when a write gave it one other than
-    /// `before` (the expiry it had). Called after the write is in the map,
-    /// so a sweep that finds the entry finds the record too.
-    fn index_expiry(&self, before: Option<Timestamp>, record: &Record) {
-        if let Some(at) = record.expires_at() {
-            if before != Some(at) {
-                self.expiry
-                    .lock()
-                    .expect("not poisoned")
-                    .insert(at, &record.key);
-            }
+    /// Index the expiry `after` of the key whose first 64 bits are `bits`
+    /// when a write gave its record one other than `before` (the expiry
+    /// it had). Called after the write is in the map, so a sweep that
+    /// finds the entry finds the record too.
+    fn index_expiry(&self, before: Option<Timestamp>, after: Option<Timestamp>, bits: u64) {
+        if let Some(at) = after.filter(|&at| before != Some(at)) {
+            self.expiry.lock().expect("not poisoned").insert(at, bits);
         }
     }
 
@@ -189,47 +177,58 @@ impl MemoryStore {
         }
     }
 
-    /// [`Store::claim`], synchronously: a duplicate of a completed call
-    /// is answered under the shard's read lock; anything else takes the
-    /// write lock.
-    fn claim_now(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    /// Change the record of `key`, in flight and owned by `fence`, with
+    /// `write` (given the time), waking the waiters when `wake`.
+    fn write_owned(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        wake: bool,
+        write: impl FnOnce(&mut Body, Timestamp) -> Result<(), StoreError>,
+    ) -> Result<(), StoreError> {
         self.open()?;
         let now = self.clock.now();
-        if let Some(slot) = self.records.get(req.key) {
-            if !slot.record.is_expired(now) {
-                if let Some(answer) = transition::answer(&slot.record, req, now) {
-                    return Ok(answer);
-                }
-            }
+        let id = Id::of(key);
+        let mut shard = self.records.write(&id);
+        let entry = shard.get_mut(&id).ok_or_else(|| nobody_owns(key, fence))?;
+        entry.body.check_owner(key, fence)?;
+        let before = entry.body.expires_at();
+        write(&mut entry.body, now)?;
+        let after = entry.body.expires_at();
+        if wake {
+            entry.wake();
         }
-        match self.records.entry(req.key.clone()) {
-            Entry::Vacant(v) => {
-                let d = transition::claim(None, req, now, || self.fresh_fence());
-                if let Some(record) = d.write {
-                    let slot = v.insert(Slot {
-                        record: Arc::new(record),
-                        changed: None,
-                    });
-                    self.index_expiry(None, &slot.record);
-                }
-                Ok(d.claim)
+        drop(shard);
+        self.index_expiry(before, after, id.bits);
+        Ok(())
+    }
+
+    /// [`Store::complete`], with the outcome moved into the record.
+    fn complete_now(
+        &self,
+        key: &IdempotencyKey,
+        fence: Fence,
+        outcome: Outcome,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.write_owned(key, fence, true, |body, now| match body {
+            Body::Lean(lean) => {
+                lean.complete(outcome, ttl, now);
+                Ok(())
             }
-            Entry::Occupied(mut o) => {
-                let before = o.get().record.expires_at();
-                let d = transition::claim(Some(o.get().record.clone()), req, now, || {
-                    self.fresh_fence()
-                });
-                if let Some(record) = d.write {
-                    o.get_mut().record = Arc::new(record);
-                    self.index_expiry(before, &o.get().record);
-                }
-                Ok(d.claim)
-            }
-        }
+            Body::Full(record) => transition::complete_in_place_owned(
+                Some(Arc::make_mut(record)),
+                key,
+                fence,
+                outcome,
+                ttl,
+                now,
+            ),
+        })
     }
 
     /// Wait for the record of `key` to leave the state `what` waits out, or
-    /// `timeout` to pass, woken by the slot's `changed` (every write that
+    /// `timeout` to pass, woken by the entry's `changed` (every write that
     /// can end a wait wakes it: no safety poll) and when the state ends by
     /// itself (a lease runs out, a request lapses).
     async fn wait_until(
@@ -239,11 +238,12 @@ impl MemoryStore {
         timeout: Duration,
     ) -> Result<Option<Record>, StoreError> {
         self.open()?;
+        let id = Id::of(key);
         let deadline = tokio::time::Instant::now() + timeout;
         loop {
-            let changed = match self.records.get_mut(key) {
+            let changed = match self.records.write(&id).get_mut(&id) {
                 None => return Ok(None),
-                Some(mut slot) => slot.changed.get_or_insert_with(Default::default).clone(),
+                Some(entry) => entry.changed.get_or_insert_with(Default::default).clone(),
             };
             // Register interest before looking, so a change between the
             // look and the await is not missed.
@@ -253,14 +253,12 @@ impl MemoryStore {
             // After registering: `close` sets the flag, then wakes.
             self.open()?;
             let now = self.clock.now();
-            let until = match self.records.get(key) {
+            let record = match self.records.read(&id).get(&id) {
                 None => return Ok(None),
-                Some(slot) => match what.pending_until(&slot.record, now) {
-                    Some(until) => until,
-                    None => {
-                        return Ok(Some(Record::clone(&slot.record)).filter(|r| !r.is_expired(now)))
-                    }
-                },
+                Some(entry) => entry.body.to_record(key.clone()),
+            };
+            let Some(until) = what.pending_until(&record, now) else {
+                return Ok(Some(record).filter(|r| !r.is_expired(now)));
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             if left.is_zero() {
@@ -270,37 +268,12 @@ impl MemoryStore {
             let _ = tokio::time::timeout(nap, notified).await;
         }
     }
-
-    /// Change the record of an owned key in place, waking waiters when
-    /// `wake`.
-    fn update(
-        &self,
-        key: &IdempotencyKey,
-        wake: bool,
-        f: impl FnOnce(Option<&mut Record>) -> Result<(), StoreError>,
-    ) -> Result<(), StoreError> {
-        match self.records.get_mut(key) {
-            Some(mut slot) => {
-                let before = slot.record.expires_at();
-                // In-flight records are not shared, so this does not clone.
-                let result = f(Some(Arc::make_mut(&mut slot.record)));
-                // Indexed even when `f` failed, in case it wrote first.
-                self.index_expiry(before, &slot.record);
-                result?;
-                if wake {
-                    slot.wake();
-                }
-                Ok(())
-            }
-            None => f(None),
-        }
-    }
 }
 
 /// Every answer is on the caller's thread: the records are in this process.
 impl FastPath for MemoryStore {
     fn claim_local(&self, req: &ClaimRequest<'_>) -> Option<Result<LocalClaim, StoreError>> {
-        Some(self.claim_now(req).map(LocalClaim::from))
+        Some(self.claim_now(req))
     }
 
     fn complete_local(
@@ -310,12 +283,7 @@ impl FastPath for MemoryStore {
         outcome: Outcome,
         ttl: Duration,
     ) -> Result<Result<(), StoreError>, Outcome> {
-        Ok(self.open().and_then(|()| {
-            let now = self.clock.now();
-            self.update(key, true, |r| {
-                transition::complete_in_place_owned(r, key, fence, outcome, ttl, now)
-            })
-        }))
+        Ok(self.complete_now(key, fence, outcome, ttl))
     }
 }
 
@@ -333,6 +301,7 @@ impl Store for MemoryStore {
         Some(self)
     }
 
+    /// A step turns a compact record whole (it now has steps).
     async fn checkpoint(
         &self,
         key: &IdempotencyKey,
@@ -341,10 +310,31 @@ impl Store for MemoryStore {
         value: &Value,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        self.open()?;
-        let now = self.clock.now();
-        self.update(key, false, |r| {
-            transition::checkpoint_in_place(r, key, fence, Some((step, value)), lease, now)
+        self.write_owned(key, fence, false, |body, now| {
+            let step = Some((step, value));
+            match body {
+                Body::Lean(lean) => {
+                    let mut record = lean.to_record(key.clone());
+                    transition::checkpoint_in_place(
+                        Some(&mut record),
+                        key,
+                        fence,
+                        step,
+                        lease,
+                        now,
+                    )?;
+                    *body = Body::Full(Arc::new(record));
+                    Ok(())
+                }
+                Body::Full(record) => transition::checkpoint_in_place(
+                    Some(Arc::make_mut(record)),
+                    key,
+                    fence,
+                    step,
+                    lease,
+                    now,
+                ),
+            }
         })
     }
 
@@ -354,10 +344,19 @@ impl Store for MemoryStore {
         fence: Fence,
         lease: Duration,
     ) -> Result<(), StoreError> {
-        self.open()?;
-        let now = self.clock.now();
-        self.update(key, false, |r| {
-            transition::checkpoint_in_place(r, key, fence, None, lease, now)
+        self.write_owned(key, fence, false, |body, now| match body {
+            Body::Lean(lean) => {
+                lean.renew(lease, now);
+                Ok(())
+            }
+            Body::Full(record) => transition::checkpoint_in_place(
+                Some(Arc::make_mut(record)),
+                key,
+                fence,
+                None,
+                lease,
+                now,
+            ),
         })
     }
 
@@ -368,43 +367,35 @@ impl Store for MemoryStore {
         outcome: &Outcome,
         ttl: Duration,
     ) -> Result<(), StoreError> {
-        self.open()?;
-        let now = self.clock.now();
-        self.update(key, true, |r| {
-            transition::complete_in_place(r, key, fence, outcome, ttl, now)
-        })
+        self.complete_now(key, fence, outcome.clone(), ttl)
     }
 
     async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         self.open()?;
-        let mut result = Ok(());
-        let removed = self.records.remove_if(key, |_, slot| {
-            match transition::check_owner(Some(&slot.record), key, fence) {
-                Ok(_) => true,
-                Err(e) => {
-                    result = Err(e);
-                    false
-                }
-            }
-        });
-        match removed {
-            Some((_, slot)) => {
-                slot.wake();
-                Ok(())
-            }
-            None if result.is_ok() => transition::check_owner(None, key, fence),
-            None => result,
+        let id = Id::of(key);
+        let mut shard = self.records.write(&id);
+        match shard.get(&id) {
+            None => return Err(nobody_owns(key, fence)),
+            Some(entry) => entry.body.check_owner(key, fence)?,
         }
+        let removed = shard.remove(&id);
+        drop(shard);
+        if let Some(entry) = removed {
+            entry.wake();
+        }
+        Ok(())
     }
 
     async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.open()?;
         let now = self.clock.now();
+        let id = Id::of(key);
         Ok(self
             .records
-            .get(key)
-            .map(|slot| Record::clone(&slot.record))
-            .filter(|r| !r.is_expired(now)))
+            .read(&id)
+            .get(&id)
+            .filter(|entry| !entry.body.is_expired(now))
+            .map(|entry| entry.body.to_record(key.clone())))
     }
 
     async fn replace(
@@ -416,57 +407,77 @@ impl Store for MemoryStore {
     ) -> Result<Option<Fence>, StoreError> {
         self.open()?;
         let now = self.clock.now();
-        let Entry::Occupied(mut o) = self.records.entry(key.clone()) else {
+        let id = Id::of(key);
+        let mut shard = self.records.write(&id);
+        let Some(entry) = shard.get_mut(&id) else {
             return transition::check_expected(None, key, expected, now).map(|()| None);
         };
-        transition::check_expected(Some(&o.get().record), key, expected, now)?;
+        let current = entry.body.to_arc(key.clone());
+        transition::check_expected(Some(&current), key, expected, now)?;
         // Appended while the entry is held: nobody sees the swap without
         // its event.
         if let Some(event) = audit {
             self.audit.lock().expect("not poisoned").append(event);
         }
-        match new {
-            None => {
-                o.remove().wake();
-                Ok(None)
+        let Some(new) = new else {
+            let removed = shard.remove(&id);
+            drop(shard);
+            if let Some(entry) = removed {
+                entry.wake();
             }
-            Some(new) => {
-                let fence = self.fresh_fence();
-                let before = o.get().record.expires_at();
-                o.get_mut().record = Arc::new(transition::replacement(key, new, fence));
-                self.index_expiry(before, &o.get().record);
-                o.get().wake();
-                Ok(Some(fence))
-            }
-        }
+            return Ok(None);
+        };
+        let fence = self.fresh_fence();
+        let before = entry.body.expires_at();
+        entry.body = Body::of(transition::replacement(key, new, fence));
+        let after = entry.body.expires_at();
+        entry.wake();
+        drop(shard);
+        self.index_expiry(before, after, id.bits);
+        Ok(Some(fence))
     }
 
     /// Pages in key order; the cursor is the last key of the page. Each
     /// page looks at every key once (the map has no order), which suits the
-    /// store's use in tests and single processes.
+    /// store's use in tests and single processes; only the page's records
+    /// are built.
     async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.open()?;
         let now = self.clock.now();
-        let mut page: Vec<Arc<Record>> = self
-            .records
-            .iter()
-            .filter(|slot| cursor.is_none_or(|c| slot.key().as_str() > c))
-            .map(|slot| slot.record.clone())
-            .collect();
-        page.sort_unstable_by(|a, b| a.key.as_str().cmp(b.key.as_str()));
+        // Digests order as the keys' text does.
+        let mut keys: Vec<[u8; 32]> = Vec::new();
+        self.records.for_each_shard(|shard| {
+            keys.extend(
+                shard.iter().map(|entry| *entry.digest()).filter(|digest| {
+                    cursor.is_none_or(|c| key::cmp_digest_with(digest, c).is_gt())
+                }),
+            );
+        });
         let limit = limit.max(1);
-        let more = page.len() > limit;
-        page.truncate(limit);
+        let more = keys.len() > limit;
+        if more {
+            keys.select_nth_unstable(limit - 1);
+            keys.truncate(limit);
+        }
+        keys.sort_unstable();
         let cursor = more
-            .then(|| page.last().map(|r| r.key.as_str().to_owned()))
+            .then(|| {
+                keys.last()
+                    .map(|d| IdempotencyKey::from_digest(d).as_str().to_owned())
+            })
             .flatten();
+        let records = keys
+            .iter()
+            .filter_map(|digest| {
+                let id = Id::of_digest(digest);
+                let shard = self.records.read(&id);
+                let entry = shard.get(&id).filter(|e| !e.body.is_expired(now))?;
+                Some(entry.body.to_record(entry.key()))
+            })
+            .collect();
         Ok(ScanPage {
             corrupt: Vec::new(),
-            records: page
-                .into_iter()
-                .filter(|r| !r.is_expired(now))
-                .map(Arc::unwrap_or_clone)
-                .collect(),
+            records,
             cursor,
         })
     }
@@ -479,16 +490,34 @@ impl Store for MemoryStore {
         let after = cursor
             .map(|c| OpenCursor::parse_for(&self.describe(), c))
             .transpose()?;
+        let after_digest = after.as_ref().map(|a| a.key.digest());
         let now = self.clock.now();
-        let mut open: Vec<Arc<Record>> = self
-            .records
-            .iter()
-            .filter(|slot| {
-                let r = &slot.record;
-                r.is_open() && !r.is_expired(now) && after.as_ref().is_none_or(|a| a.precedes(r))
-            })
-            .map(|slot| slot.record.clone())
-            .collect();
+        let mut open: Vec<Arc<Record>> = Vec::new();
+        self.records.for_each_shard(|shard| {
+            for entry in shard.iter() {
+                match &entry.body {
+                    Body::Lean(lean) => {
+                        // Keys order as their digests do.
+                        let wanted = lean.is_open()
+                            && !lean.is_expired(now)
+                            && after.as_ref().zip(after_digest).is_none_or(|(a, d)| {
+                                (lean.created_at(), entry.digest()) < (a.created_at, &d)
+                            });
+                        if wanted {
+                            open.push(Arc::new(lean.to_record(entry.key())));
+                        }
+                    }
+                    Body::Full(r) => {
+                        if r.is_open()
+                            && !r.is_expired(now)
+                            && after.as_ref().is_none_or(|a| a.precedes(r))
+                        {
+                            open.push(r.clone());
+                        }
+                    }
+                }
+            }
+        });
         let newest_first =
             |a: &Arc<Record>, b: &Arc<Record>| (b.created_at, &b.key).cmp(&(a.created_at, &a.key));
         let limit = limit.max(1);
@@ -522,19 +551,24 @@ impl Store for MemoryStore {
         let now = self.clock.now();
         self.sweep_audit(now);
         // The candidates come from the expiry index, not a walk of the
-        // map: live records are not visited. Each is re-checked and
-        // removed under its shard's lock, one at a time, the record freed
-        // outside the lock, yielding to other tasks every batch. A key
-        // indexed twice (its expiry changed) is removed once at most.
-        let expired = self.expiry.lock().expect("not poisoned").take_due(now);
+        // map: live records are not visited. A batch locks each shard
+        // once, re-checks each candidate and removes it if it is expired
+        // then (a key indexed twice is removed once at most); the records
+        // are freed after the locks are released, and other tasks run
+        // between batches.
+        let due = self.expiry.lock().expect("not poisoned").take_due(now);
+        let mut due = due.into_bits();
+        let mut batch = Vec::with_capacity(SWEEP_BATCH);
         let mut deleted = 0u64;
-        for batch in expired.chunks(SWEEP_BATCH) {
-            for key in batch {
-                let removed = self
-                    .records
-                    .remove_if(key, |_, slot| slot.record.is_expired(now));
-                deleted += u64::from(removed.is_some());
+        loop {
+            batch.clear();
+            batch.extend(due.by_ref().take(SWEEP_BATCH));
+            if batch.is_empty() {
+                break;
             }
+            let removed = self.records.remove_expired(&mut batch, now);
+            deleted += removed.len() as u64;
+            drop(removed);
             tokio::task::yield_now().await;
         }
         Ok(deleted)
@@ -588,11 +622,12 @@ impl Store for MemoryStore {
     /// until the store is dropped.
     async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        for slot in self.records.iter() {
-            slot.wake();
-        }
+        self.records
+            .for_each_shard(|shard| shard.iter().for_each(Entry::wake));
     }
 }
 
+#[cfg(test)]
+mod lean_tests;
 #[cfg(test)]
 mod tests;

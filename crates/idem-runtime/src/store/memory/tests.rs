@@ -1,5 +1,6 @@
 //! The memory store's own cases, beside the conformance suite.
 
+use super::map::{Body, Id};
 use super::*;
 use crate::clock::ManualClock;
 use crate::key::Fingerprint;
@@ -18,9 +19,15 @@ fn store() -> (MemoryStore, ManualClock) {
     (MemoryStore::with_clock(Arc::new(clock.clone())), clock)
 }
 
+/// A fingerprint that is a digest, as the executor's are: the store
+/// holds such records compact.
+fn digest() -> Fingerprint {
+    Fingerprint::new("ab".repeat(32))
+}
+
 /// Claim `key` and complete it with `ttl`.
 async fn record(store: &MemoryStore, key: &IdempotencyKey, ttl: Duration) {
-    let fingerprint = Fingerprint::new("f");
+    let fingerprint = digest();
     let req = ClaimRequest {
         key,
         tool: "t",
@@ -144,4 +151,211 @@ async fn a_replaced_record_is_swept_at_its_new_expiry() {
     assert!(store.get(&k).await.unwrap().is_some());
     clock.advance(Duration::from_secs(31));
     assert_eq!(store.sweep().await.unwrap(), 1);
+}
+
+/// A key whose first 64 bits are `bits`, told apart by `n`.
+fn key_with_bits(bits: u64, n: u64) -> IdempotencyKey {
+    IdempotencyKey::parse(&format!("{bits:016x}{n:048x}")).expect("64 hex digits")
+}
+
+fn is_lean(store: &MemoryStore, key: &IdempotencyKey) -> bool {
+    let id = Id::of(key);
+    let shard = store.records.read(&id);
+    matches!(shard.get(&id).map(|e| &e.body), Some(Body::Lean(_)))
+}
+
+#[tokio::test]
+async fn a_sweep_spares_live_and_in_flight_records_that_share_an_expired_ones_bits() {
+    let (store, clock) = store();
+    let bits = 0xdead_beef_0123_4567;
+    let (expired, live, in_flight) = (
+        key_with_bits(bits, 1),
+        key_with_bits(bits, 2),
+        key_with_bits(bits, 3),
+    );
+    assert_eq!(expired.bits(), live.bits());
+    record(&store, &expired, Duration::from_millis(10)).await;
+    record(&store, &live, Duration::from_secs(3_600)).await;
+    let fingerprint = digest();
+    let req = ClaimRequest {
+        key: &in_flight,
+        tool: "t",
+        fingerprint: &fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_millis(1),
+        info: CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    };
+    store.claim(&req).await.unwrap();
+    clock.advance(Duration::from_secs(5));
+    // The in-flight record's lease ran out long ago: still never swept.
+    assert_eq!(store.sweep().await.unwrap(), 1);
+    assert!(store.get(&expired).await.unwrap().is_none());
+    assert!(store.get(&live).await.unwrap().is_some());
+    assert!(store.get(&in_flight).await.unwrap().is_some());
+    assert_eq!(store.len(), 2);
+    // Both expired now: each removed once, though one's index entry
+    // finds the other too.
+    record(&store, &expired, Duration::from_millis(10)).await;
+    clock.advance(Duration::from_secs(3_600));
+    assert_eq!(store.sweep().await.unwrap(), 2);
+    assert_eq!(store.sweep().await.unwrap(), 0);
+    assert_eq!(store.len(), 1);
+}
+
+#[tokio::test]
+async fn a_duplicate_of_a_completed_call_is_answered_with_its_outcome_alone() {
+    let (store, _clock) = store();
+    let k = key(7);
+    record(&store, &k, Duration::from_secs(60)).await;
+    assert!(is_lean(&store, &k));
+    let fingerprint = digest();
+    let req = ClaimRequest {
+        key: &k,
+        tool: "t",
+        fingerprint: &fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_secs(60),
+        info: CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    };
+    let stored = store.get(&k).await.unwrap().expect("recorded");
+    let local = store.claim_local(&req).unwrap().unwrap();
+    assert_eq!(
+        local,
+        LocalClaim::Completed(stored.outcome().unwrap().clone())
+    );
+    // The general path answers with the whole record.
+    let ClaimOutcome::Completed(record) = store.claim(&req).await.unwrap() else {
+        panic!("completed");
+    };
+    assert_eq!(*record, stored);
+    // Another tool under the key: a key reuse, on both paths alike.
+    let other = ClaimRequest { tool: "u", ..req };
+    let reused = store.claim(&other).await.unwrap();
+    assert!(matches!(&reused, ClaimOutcome::KeyReused { tool, .. } if tool == "t"));
+    assert_eq!(
+        store.claim_local(&other).unwrap().unwrap(),
+        LocalClaim::Claim(reused)
+    );
+}
+
+/// Claim `key` with `args` and `fingerprint`, complete it, and check that
+/// it reads back as the transitions would have written it.
+async fn round_trip(
+    store: &MemoryStore,
+    key: &IdempotencyKey,
+    args: &str,
+    fingerprint: &Fingerprint,
+) {
+    let req = ClaimRequest {
+        key,
+        tool: "t",
+        fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_secs(60),
+        info: CallInfoRef {
+            namespace: Some("default"),
+            args: Some(args),
+            ..CallInfoRef::EMPTY
+        },
+        worker: Some("host:1"),
+        durable: true,
+    };
+    let now = store.clock.now();
+    let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
+        panic!("acquired");
+    };
+    let mut expected = transition::claim(None, &req, now, || fence).write.unwrap();
+    assert_eq!(store.get(key).await.unwrap().as_ref(), Some(&expected));
+    let outcome = Outcome::Success {
+        output: OutputJson::from_value(&serde_json::json!("ok")),
+    };
+    let ttl = Duration::from_secs(60);
+    store.complete(key, fence, &outcome, ttl).await.unwrap();
+    transition::complete_in_place(Some(&mut expected), key, fence, &outcome, ttl, now).unwrap();
+    assert_eq!(store.get(key).await.unwrap().as_ref(), Some(&expected));
+}
+
+#[tokio::test]
+async fn long_texts_and_text_fingerprints_are_held_whole_and_read_back_exactly() {
+    let (store, _clock) = store();
+    let digest = crate::key::CanonicalArgs::from_value(&serde_json::json!({}))
+        .unwrap()
+        .fingerprint;
+    let long = format!("\"{}\"", "é".repeat(40_000));
+    round_trip(&store, &key(1), &long, &digest).await;
+    assert!(!is_lean(&store, &key(1)), "args of 80 KB");
+    round_trip(&store, &key(2), "{}", &Fingerprint::new("f")).await;
+    assert!(
+        !is_lean(&store, &key(2)),
+        "a fingerprint that is not a digest"
+    );
+    round_trip(&store, &key(3), "{}", &digest).await;
+    assert!(is_lean(&store, &key(3)));
+}
+
+#[tokio::test]
+async fn a_step_makes_a_compact_record_whole_and_a_stale_fence_is_refused_alike() {
+    let (store, _clock) = store();
+    let k = key(4);
+    let fingerprint = Fingerprint::new("ab".repeat(32));
+    let req = ClaimRequest {
+        key: &k,
+        tool: "t",
+        fingerprint: &fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_secs(60),
+        info: CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    };
+    let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
+        panic!("acquired");
+    };
+    assert!(is_lean(&store, &k));
+    let stale = Fence(fence.0 + 100);
+    let refused = store
+        .checkpoint(
+            &k,
+            stale,
+            "charge",
+            &serde_json::json!(1),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(
+        refused,
+        StoreError::StaleFence { given, current: super::super::FenceHolder::InFlight(f), .. }
+            if given == stale && f == fence
+    ));
+    store
+        .renew(&k, fence, Duration::from_secs(90))
+        .await
+        .unwrap();
+    assert!(is_lean(&store, &k), "a renewal keeps it compact");
+    store
+        .checkpoint(
+            &k,
+            fence,
+            "charge",
+            &serde_json::json!(1),
+            Duration::from_secs(60),
+        )
+        .await
+        .unwrap();
+    assert!(!is_lean(&store, &k));
+    let record = store.get(&k).await.unwrap().unwrap();
+    assert_eq!(record.steps.get("charge"), Some(&serde_json::json!(1)));
+    store.release(&k, fence).await.unwrap();
+    assert!(matches!(
+        store.release(&k, fence).await.unwrap_err(),
+        StoreError::StaleFence {
+            current: super::super::FenceHolder::Nobody,
+            ..
+        }
+    ));
 }
