@@ -28,7 +28,8 @@
 //! and the floor, then the paired rounds: naive and idem alternating in
 //! rounds of 1,000 calls (fresh stores; duplicates of one record), whose
 //! median ratio the machine's changing load moves least. `IDEM_BENCH_GROWN` sets the long-lived stores' starting
-//! size (default 100000).
+//! size (default 100000); `IDEM_BENCH_PAIRED` names the paired rows to run
+//! (`first_fresh,duplicate`: for a profiler).
 
 #![allow(unreachable_pub)] // `pub` for the other modules of this target
 mod common;
@@ -606,6 +607,9 @@ fn paired(rt: &tokio::runtime::Runtime) {
         ("duplicate", Source::Step, true),
         ("duplicate_call_id", Source::CallId, true),
     ] {
+        if !paired_row(row) {
+            continue;
+        }
         let (mut naive_ns, mut idem_ns, mut ratios) = (vec![], vec![], vec![]);
         for _ in 0..rounds() {
             let (naive, exec) = (Naive::default(), new_exec());
@@ -639,6 +643,12 @@ fn paired(rt: &tokio::runtime::Runtime) {
             median(&mut ratios)
         );
     }
+}
+
+/// Whether the paired rounds run `row`: all of them, or those
+/// `IDEM_BENCH_PAIRED` names (comma-separated; for a profiler).
+fn paired_row(row: &str) -> bool {
+    std::env::var("IDEM_BENCH_PAIRED").map_or(true, |rows| rows.split(',').any(|r| r == row))
 }
 
 fn median(v: &mut [f64]) -> f64 {

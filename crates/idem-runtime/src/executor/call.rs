@@ -187,8 +187,9 @@ pub struct CallBuilder<'e, S, T: ToolDef> {
 /// What a call may set beyond its key source.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct CallOptions {
-    /// The retry policy, instead of the tool's default.
-    pub(crate) retry: Option<RetryPolicy>,
+    /// The retry policy, instead of the tool's default (boxed: every
+    /// call's builder carries the option, few set it).
+    pub(crate) retry: Option<Box<RetryPolicy>>,
     /// How long to wait for a pending approval, instead of the executor's.
     pub(crate) approval_wait: Option<Duration>,
 }
@@ -252,7 +253,7 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> CallBuilder<'e, S, T> {
     where
         T::Class: RetrySafe,
     {
-        self.options.retry = Some(policy);
+        self.options.retry = Some(Box::new(policy));
         self
     }
 

@@ -276,7 +276,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
             call_id,
             run,
             policy: match options.retry {
-                Some(policy) => CallPolicy::Given(Box::new(policy)),
+                Some(policy) => CallPolicy::Given(policy),
                 None => CallPolicy::Configured {
                     policy: &self.inner.core.config.retry,
                     max_attempts: spec.max_attempts,
@@ -393,13 +393,15 @@ impl<S: Send + Sync + 'static> Executor<S> {
     /// One boxed future holds them all, the tool included (`tool` is the
     /// tool or a reference to it): wrapping them in another `async` block
     /// would keep the call's state twice, once captured and once moved
-    /// into the awaited future.
+    /// into the awaited future. It runs in the call's span, unless no
+    /// subscriber wants the span: then entering it on every poll would
+    /// only cost the poll a check.
     fn finish<'a, T, R>(&'a self, tool: R, rest: Rest<'a, T::Args>) -> BoxedCall<'a, T::Output>
     where
         T: Tool<S>,
         R: Borrow<T> + Send + Sync + 'a,
     {
-        let span = rest.env.span.clone();
+        let span = (!rest.env.span.is_disabled()).then(|| rest.env.span.clone());
         let call = Call {
             env: rest.env,
             tool,
@@ -408,9 +410,13 @@ impl<S: Send + Sync + 'static> Executor<S> {
             progress: Progress::default(),
             of: PhantomData,
         };
-        match rest.key {
-            Some((key, local)) => Box::pin(call.keyed(rest.args, key, local).instrument(span)),
-            None => Box::pin(call.read(rest.args).instrument(span)),
+        match (rest.key, span) {
+            (Some((key, local)), Some(span)) => {
+                Box::pin(call.keyed(rest.args, key, local).instrument(span))
+            }
+            (Some((key, local)), None) => Box::pin(call.keyed(rest.args, key, local)),
+            (None, Some(span)) => Box::pin(call.read(rest.args).instrument(span)),
+            (None, None) => Box::pin(call.read(rest.args)),
         }
     }
 }
