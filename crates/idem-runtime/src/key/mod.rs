@@ -80,6 +80,17 @@ impl IdempotencyKey {
         });
         IdempotencyKey { text, bits }
     }
+
+    /// The key that is the hex of `digest`: its bits read from the bytes,
+    /// not parsed back from the text just written.
+    fn of_digest(digest: [u8; 32]) -> Self {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest[..8]);
+        IdempotencyKey {
+            text: Arc::from(Hex64::of(digest).as_str()),
+            bits: u64::from_be_bytes(first),
+        }
+    }
 }
 
 impl PartialEq for IdempotencyKey {
@@ -223,7 +234,7 @@ impl IdempotencyKey {
 
     /// The key whose digest is `digest` ([`IdempotencyKey::digest`]).
     pub(crate) fn from_digest(digest: &[u8; 32]) -> Self {
-        IdempotencyKey::of_hex(Arc::from(Hex64::of(*digest).as_str()))
+        IdempotencyKey::of_digest(*digest)
     }
 
     /// A stable sub-key for one of several downstream requests made under
@@ -550,7 +561,7 @@ impl Framer {
     }
 
     fn finish(self) -> IdempotencyKey {
-        IdempotencyKey::of_hex(Arc::from(Hex64::of(self.0.finalize().into()).as_str()))
+        IdempotencyKey::of_digest(self.0.finalize().into())
     }
 }
 
