@@ -329,7 +329,11 @@ impl<S: Send + Sync + 'static> Executor<S> {
                     _ => unreachable!("answered above"),
                 });
                 match &local {
-                    Some(owner) => env.tell_owner(Some(key.key.as_str()), owner),
+                    Some(owner) => env.tell_owner(
+                        Some(key.key.as_str()),
+                        owner.fence,
+                        owner.takeover.is_some(),
+                    ),
                     None => {
                         env.span.record("idem.key", key.key.as_str());
                     }

@@ -200,7 +200,8 @@ where
                 match claimed {
                     Ok(claim::Claimed::Owner(owner)) => {
                         if !here {
-                            self.env.tell_owner(None, &owner);
+                            self.env
+                                .tell_owner(None, owner.fence, owner.takeover.is_some());
                         }
                         owner
                     }

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::IdemError;
+use crate::record::Fence;
 
 use super::{CallEnv, CallOutput};
 
@@ -99,15 +100,16 @@ impl Ended {
 }
 
 impl CallEnv<'_> {
-    /// Tell the span that the call owns its key, and with which fence,
-    /// as soon as it does (a call that is then cancelled tells it too):
-    /// with its key when both are known at once, in one record.
-    pub(super) fn tell_owner(&self, key: Option<&str>, owner: &super::claim::Owner<'_>) {
+    /// Tell the span that the call owns its key with `fence` (`takeover`:
+    /// from an owner that vanished) as soon as it does (a call that is then
+    /// cancelled tells it too): with its key when both are known at once,
+    /// in one record.
+    pub(super) fn tell_owner(&self, key: Option<&str>, fence: Fence, takeover: bool) {
         tracing::record_all!(
             self.span,
             idem.key = key,
-            idem.fence = owner.fence.0,
-            idem.takeover = owner.takeover.is_some().then_some(true),
+            idem.fence = fence.0,
+            idem.takeover = takeover.then_some(true),
         );
     }
 }
