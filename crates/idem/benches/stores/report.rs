@@ -101,7 +101,7 @@ pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Rep
         }
     }
 
-    if config.sweep > 0 {
+    if reports.iter().any(|r| r.sweep.is_some()) {
         let _ = writeln!(
             s,
             "\n| store | expired records | swept | sweep took | caller's calls meanwhile | median / p99 / worst call during the sweep | median / worst call, no sweep |"
@@ -127,7 +127,55 @@ pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Rep
             }
         }
     }
+    print_expiry_table(&mut s, reports);
     println!("{s}");
+}
+
+/// Redis's counterpart of the sweep table ([`crate::expiry`]), when a
+/// Redis store was measured: records lapsing together, the server
+/// deleting them while the store is swept back to back.
+fn print_expiry_table(s: &mut String, reports: &[Report]) {
+    if !reports.iter().any(|r| r.expiry.is_some()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n| store | records lapsing together | open: lapsing / in flight | all expired after | sweeps run meanwhile | sweep median / slowest | caller's calls meanwhile | median / p99 / worst call during the expiry | median / worst call, before it | median / p99 / worst call, sweeps alone before it |"
+    );
+    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for r in reports {
+        if let Some(e) = r.expiry {
+            let gone = match e.gone {
+                Some(d) => format!("{:.1} s", d.as_secs_f64()),
+                None => format!(
+                    "not within {} s ({} expired)",
+                    crate::expiry::BOUND.as_secs(),
+                    e.expired
+                ),
+            };
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} / {} | {gone} | {} | {:.1} / {:.1} ms | {} | {:.2} / {:.2} / {:.1} ms | {:.2} / {:.1} ms | {:.2} / {:.2} / {:.1} ms |",
+                r.store,
+                e.records,
+                e.lapsing,
+                e.in_flight,
+                e.sweeps,
+                ms(e.sweep_median),
+                ms(e.sweep_worst),
+                e.calls,
+                ms(e.median),
+                ms(e.p99),
+                ms(e.worst),
+                ms(e.baseline_median),
+                ms(e.baseline_worst),
+                ms(e.swept.0),
+                ms(e.swept.1),
+                ms(e.swept.2)
+            );
+        }
+    }
 }
 
 /// The per-class tables: every figure of a row, and its ratio to the
