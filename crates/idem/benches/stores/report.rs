@@ -132,49 +132,54 @@ pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Rep
 }
 
 /// Redis's counterpart of the sweep table ([`crate::expiry`]), when a
-/// Redis store was measured: records lapsing together, the server
-/// deleting them while the store is swept back to back.
+/// Redis store was measured: a row for each phase, records lapsing
+/// together or not, the store swept back to back or not.
 fn print_expiry_table(s: &mut String, reports: &[Report]) {
     if !reports.iter().any(|r| r.expiry.is_some()) {
         return;
     }
     let _ = writeln!(
         s,
-        "\n| store | records lapsing together | open: lapsing / in flight | all expired after | sweeps run meanwhile | sweep median / slowest | caller's calls meanwhile | median / p99 / worst call during the expiry | median / worst call, before it | median / p99 / worst call, sweeps alone before it |"
+        "\n| store | phase | records lapsing together (+ approval requests) | all expired after | sweeps run: how many, median / slowest | caller's calls | median / p99 / worst call |"
     );
-    let _ = writeln!(s, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     for r in reports {
-        if let Some(e) = r.expiry {
-            let gone = match e.gone {
-                Some(d) => format!("{:.1} s", d.as_secs_f64()),
-                None => format!(
-                    "not within {} s ({} expired)",
-                    crate::expiry::BOUND.as_secs(),
-                    e.expired
+        let Some(e) = &r.expiry else { continue };
+        for p in &e.phases {
+            let (lapsing, gone) = match p.expired {
+                None => ("–".to_owned(), "–".to_owned()),
+                Some((_, Some(gone))) => (
+                    format!("{} (+ {})", e.records, e.lapsing),
+                    format!("{:.1} s", gone.as_secs_f64()),
+                ),
+                Some((expired, None)) => (
+                    format!("{} (+ {})", e.records, e.lapsing),
+                    format!(
+                        "not within {} s ({expired} expired)",
+                        crate::expiry::BOUND.as_secs()
+                    ),
                 ),
             };
+            let sweeps = p.sweeps.map_or("–".to_owned(), |w| {
+                format!("{}, {:.1} / {:.1} ms", w.count, ms(w.median), ms(w.worst))
+            });
             let _ = writeln!(
                 s,
-                "| {} | {} | {} / {} | {gone} | {} | {:.1} / {:.1} ms | {} | {:.2} / {:.2} / {:.1} ms | {:.2} / {:.1} ms | {:.2} / {:.2} / {:.1} ms |",
+                "| {} | {} | {lapsing} | {gone} | {sweeps} | {} | {:.2} / {:.2} / {:.1} ms |",
                 r.store,
-                e.records,
-                e.lapsing,
-                e.in_flight,
-                e.sweeps,
-                ms(e.sweep_median),
-                ms(e.sweep_worst),
-                e.calls,
-                ms(e.median),
-                ms(e.p99),
-                ms(e.worst),
-                ms(e.baseline_median),
-                ms(e.baseline_worst),
-                ms(e.swept.0),
-                ms(e.swept.1),
-                ms(e.swept.2)
+                p.label,
+                p.calls.count,
+                ms(p.calls.median),
+                ms(p.calls.p99),
+                ms(p.calls.worst),
             );
         }
+        let _ = writeln!(
+            s,
+            "\n({}: {} open records in flight throughout.)",
+            r.store, e.in_flight
+        );
     }
 }
 
