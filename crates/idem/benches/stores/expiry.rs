@@ -204,6 +204,8 @@ async fn expiring(
     tokio::time::sleep(left.saturating_sub(Duration::from_millis(50))).await;
     let expired_before: u64 = info(&mut conn, "stats", "expired_keys").await;
     let keys_before = dbsize(&mut conn).await;
+    let cpu = server_cpu(&mut conn).await;
+    let cycles: u64 = info(&mut conn, "stats", "expire_cycle_cpu_milliseconds").await;
     let stop = Arc::new(AtomicBool::new(false));
     let run = format!("expiry-{sweep}");
     let during = tokio::spawn(caller(b.clone(), run, stop.clone()));
@@ -236,9 +238,12 @@ async fn expiring(
     stop.store(true, Ordering::Relaxed);
     let calls = during.await.unwrap();
     let keys_after = dbsize(&mut conn).await;
+    let cpu = server_cpu(&mut conn).await - cpu;
+    let cycles = info::<u64>(&mut conn, "stats", "expire_cycle_cpu_milliseconds").await - cycles;
     eprintln!(
-        "  {}: {keys_before} keys before the expiry, {keys_after} after; {expired} expired",
-        b.name
+        "  {}: {keys_before} keys before the expiry, {keys_after} after; {expired} expired; the server's CPU meanwhile {:.0} ms, {cycles} ms of it in active expiry cycles",
+        b.name,
+        cpu.as_secs_f64() * 1e3
     );
     Phase {
         label: match sweep {
