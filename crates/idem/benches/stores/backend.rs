@@ -9,6 +9,7 @@ use std::time::Duration;
 use idem::{Executor, MemoryStore};
 use idem_postgres::PostgresStore;
 use idem_redis::RedisStore;
+use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
@@ -70,6 +71,18 @@ for i = tonumber(ARGV[2]), tonumber(ARGV[3]) do
   redis.call('HSET', rk, unpack(t))
   if exp then redis.call('PEXPIREAT', rk, exp) end
   redis.call('ZADD', ARGV[1] .. ':{' .. slot .. '}:keys', 0, key)
+end
+return 0";
+
+/// Gives the filler records `ARGV[2] ..= ARGV[3]` under prefix `ARGV[1]`
+/// (laid out by [`REDIS_FILL`]) the absolute expiry `ARGV[4]`, in
+/// milliseconds: the record's `exp` field and the key's TTL.
+pub const REDIS_EXPIRE: &str = r"
+for i = tonumber(ARGV[2]), tonumber(ARGV[3]) do
+  local key = redis.sha1hex('a' .. i) .. string.sub(redis.sha1hex('b' .. i), 1, 24)
+  local rk = ARGV[1] .. ':{' .. string.sub(key, 1, 3) .. '}:r:' .. key
+  redis.call('HSET', rk, 'exp', ARGV[4])
+  redis.call('PEXPIREAT', rk, ARGV[4])
 end
 return 0";
 
@@ -367,6 +380,34 @@ impl Backend {
                 }
                 client.batch_execute("ANALYZE idem_records").await.unwrap();
             }
+        }
+    }
+
+    /// Give the filler records `from .. to` of a Redis store one absolute
+    /// expiry, `at` (see [`REDIS_EXPIRE`]), so that the server deletes
+    /// them all at once.
+    pub async fn expire_at(&self, from: u64, to: u64, at: Timestamp) {
+        let Raw::Redis(client) = &self.raw else {
+            panic!(
+                "{}: only a Redis store's records are expired this way",
+                self.name
+            );
+        };
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        let script = redis::Script::new(REDIS_EXPIRE);
+        let mut start = from;
+        while start < to {
+            // A script blocks the server: keep each one short.
+            let end = (start + 2000).min(to);
+            let _: i64 = script
+                .arg("idem")
+                .arg(start)
+                .arg(end - 1)
+                .arg(at.as_millis())
+                .invoke_async(&mut conn)
+                .await
+                .unwrap();
+            start = end;
         }
     }
 }

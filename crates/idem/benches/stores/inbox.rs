@@ -14,10 +14,12 @@
 //! the store itself, so its index of open records is the one its writes
 //! keep.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::audit::AuditQuery;
+use idem_runtime::clock::Timestamp;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::operator::{Filter, Operator};
 use idem_runtime::record::{CallInfoRef, RecordState, Status};
@@ -55,14 +57,28 @@ fn inbox_filter() -> Filter {
     }
 }
 
-/// Park `open` calls as awaiting approval, 32 at a time.
-async fn park_open(store: &Arc<dyn Store>, open: u64) {
+/// What [`park_open`] leaves each claimed call as.
+#[derive(Debug, Clone, Copy)]
+pub enum Parked {
+    /// In flight: claimed, its lease ten minutes long.
+    InFlight,
+    /// Awaiting approval, the request lapsing a week after it was asked.
+    Week,
+    /// Awaiting approval, the request lapsing at this instant.
+    Until(Timestamp),
+}
+
+/// Claim the calls of [`filler_key`]`(u64::MAX - i)` for each `i` in
+/// `keys` through the store itself, 32 at a time, and leave them open as
+/// `parked` says.
+pub async fn park_open(store: &Arc<dyn Store>, keys: Range<u64>, parked: Parked) {
     let tasks: Vec<_> = (0..32u64)
         .map(|t| {
             let store = store.clone();
+            let keys = keys.clone();
             tokio::spawn(async move {
                 let fingerprint = Fingerprint::new("0".repeat(64));
-                for i in (t..open).step_by(32) {
+                for i in (keys.start + t..keys.end).step_by(32) {
                     let key = IdempotencyKey::parse(&filler_key(u64::MAX - i)).unwrap();
                     let req = ClaimRequest {
                         key: &key,
@@ -78,12 +94,18 @@ async fn park_open(store: &Arc<dyn Store>, open: u64) {
                     else {
                         panic!("open key {i} taken");
                     };
+                    let expires_at = match parked {
+                        Parked::InFlight => continue,
+                        Parked::Week => None,
+                        Parked::Until(at) => Some(at),
+                    };
                     let mut record = store.get(&key).await.unwrap().unwrap();
                     let now = store.now().await.unwrap();
                     record.state = RecordState::AwaitingApproval {
                         fence,
                         requested_at: now,
-                        expires_at: now.plus(Duration::from_secs(7 * 24 * 3600)),
+                        expires_at: expires_at
+                            .unwrap_or_else(|| now.plus(Duration::from_secs(7 * 24 * 3600))),
                         message: "needs a person".into(),
                     };
                     let expected = Expected {
@@ -129,7 +151,7 @@ pub async fn measure_inbox(name: &'static str) -> Option<InboxReport> {
         .fill(0, records - open, Duration::from_secs(30 * 24 * 3600))
         .await;
     let store = backend.probe.inner().clone();
-    park_open(&store, open).await;
+    park_open(&store, 0..open, Parked::Week).await;
     backend.settle().await;
     eprintln!(
         "inbox {name}: {records} records, {open} open, filled in {:.1} s",

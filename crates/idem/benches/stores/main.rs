@@ -25,7 +25,9 @@
 //!   (default `10000,100000`; `10000,100000,1000000` for the full table;
 //!   empty to skip).
 //! * `IDEM_BENCH_SWEEP`: expired records swept while a caller keeps calling
-//!   (default `100000`; `0` to skip).
+//!   (default `100000`; `0` to skip). Redis deletes expired records
+//!   itself: there, as many records lapse together while the store is
+//!   swept over and over ([`expiry`]).
 //! * `IDEM_BENCH_CALLS`: the most calls per latency figure (default 2000).
 //! * `IDEM_BENCH_SECS`: the longest a latency figure or a throughput point
 //!   runs, in seconds (default 1).
@@ -49,7 +51,8 @@
 //!
 //! The parts: [`probe`] counts store operations, [`config`] reads the
 //! knobs, [`timing`] times calls and the naive wrapper, [`backend`] opens
-//! and fills each store, [`measure`] takes every figure of one store,
+//! and fills each store, [`measure`] takes every figure of one store
+//! ([`expiry`] Redis's counterpart of the sweep figure),
 //! [`fsync`] counts SQLite's fsyncs under `strace`, [`classes`] takes the
 //! per-class figures, [`inbox`] the inbox's at scale, and [`report`] prints the tables.
 
@@ -61,6 +64,7 @@ mod backend;
 mod class;
 mod classes;
 mod config;
+mod expiry;
 mod fsync;
 mod inbox;
 mod measure;

@@ -9,6 +9,7 @@ use idem_runtime::store::Store;
 use crate::backend::{Backend, Raw};
 use crate::common::{args, send_email};
 use crate::config::Config;
+use crate::expiry::{expiry_stall, Expiry};
 use crate::fsync::fsyncs;
 use crate::timing::{mean_latency, micros};
 
@@ -29,6 +30,8 @@ pub struct Report {
     pub workers: Vec<(usize, f64)>,
     pub sizes: Vec<(usize, Duration, Duration)>,
     pub sweep: Option<Sweep>,
+    /// Redis's counterpart of `sweep`: records lapsing together.
+    pub expiry: Option<Expiry>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -238,7 +241,13 @@ pub async fn measure(name: &'static str, config: &Config) -> Option<Report> {
         eprintln!("  {workers} workers: {rate:.0} calls/s");
         report.workers.push((workers, rate));
     }
-    if config.sweep > 0 && !name.starts_with("redis") {
+    if config.sweep > 0 && name.starts_with("redis") {
+        // Redis deletes expired records itself: the server's expiry of
+        // many at once, swept meanwhile.
+        let expiry = expiry_stall(&b, config.sweep as u64, config.budget).await;
+        eprintln!("  {expiry:?}");
+        report.expiry = Some(expiry);
+    } else if config.sweep > 0 {
         let sweep = sweep_stall(&b, config.sweep as u64, config.budget).await;
         eprintln!("  {sweep:?}");
         report.sweep = Some(sweep);

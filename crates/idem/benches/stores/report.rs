@@ -101,7 +101,7 @@ pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Rep
         }
     }
 
-    if config.sweep > 0 {
+    if reports.iter().any(|r| r.sweep.is_some()) {
         let _ = writeln!(
             s,
             "\n| store | expired records | swept | sweep took | caller's calls meanwhile | median / p99 / worst call during the sweep | median / worst call, no sweep |"
@@ -127,7 +127,60 @@ pub fn print_tables(config: &Config, naive: (Duration, Duration), reports: &[Rep
             }
         }
     }
+    print_expiry_table(&mut s, reports);
     println!("{s}");
+}
+
+/// Redis's counterpart of the sweep table ([`crate::expiry`]), when a
+/// Redis store was measured: a row for each phase, records lapsing
+/// together or not, the store swept back to back or not.
+fn print_expiry_table(s: &mut String, reports: &[Report]) {
+    if !reports.iter().any(|r| r.expiry.is_some()) {
+        return;
+    }
+    let _ = writeln!(
+        s,
+        "\n| store | phase | records lapsing together (+ approval requests) | all expired after | sweeps run: how many, median / slowest | caller's calls | median / p99 / worst call |"
+    );
+    let _ = writeln!(s, "|---|---|---:|---:|---:|---:|---:|");
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for r in reports {
+        let Some(e) = &r.expiry else { continue };
+        for p in &e.phases {
+            let (lapsing, gone) = match p.expired {
+                None => ("–".to_owned(), "–".to_owned()),
+                Some((_, Some(gone))) => (
+                    format!("{} (+ {})", e.records, e.lapsing),
+                    format!("{:.1} s", gone.as_secs_f64()),
+                ),
+                Some((expired, None)) => (
+                    format!("{} (+ {})", e.records, e.lapsing),
+                    format!(
+                        "not within {} s ({expired} expired)",
+                        crate::expiry::BOUND.as_secs()
+                    ),
+                ),
+            };
+            let sweeps = p.sweeps.map_or("–".to_owned(), |w| {
+                format!("{}, {:.1} / {:.1} ms", w.count, ms(w.median), ms(w.worst))
+            });
+            let _ = writeln!(
+                s,
+                "| {} | {} | {lapsing} | {gone} | {sweeps} | {} | {:.2} / {:.2} / {:.1} ms |",
+                r.store,
+                p.label,
+                p.calls.count,
+                ms(p.calls.median),
+                ms(p.calls.p99),
+                ms(p.calls.worst),
+            );
+        }
+        let _ = writeln!(
+            s,
+            "\n({}: {} open records in flight throughout.)",
+            r.store, e.in_flight
+        );
+    }
 }
 
 /// The per-class tables: every figure of a row, and its ratio to the
