@@ -321,12 +321,17 @@ impl<S: Send + Sync + 'static> Executor<S> {
             Ok((key, Some(Ok(claim::Claimed::Recorded { record, .. })))) => {
                 (env.answer(&key.key, &record), Some(key))
             }
-            // The store could not be reached: nothing ran.
-            Ok((key, Some(Err(e)))) => (Err(e), Some(key)),
+            // Refused (the store could not be reached, the key is reused),
+            // or an approval pending that the call may not wait for:
+            // nothing ran, and nothing will.
+            Ok((key, Some(Err(e)))) if !env.waits_for_a_decision(&e) => (Err(e), Some(key)),
             Ok((key, local)) => {
-                let local = local.map(|claimed| match claimed {
-                    Ok(claim::Claimed::Owner(owner)) => owner,
-                    _ => unreachable!("answered above"),
+                // A pending approval the call waits for is claimed again
+                // the usual way once decided (`claim_and_own`).
+                let local = local.and_then(|claimed| match claimed {
+                    Ok(claim::Claimed::Owner(owner)) => Some(owner),
+                    Err(_) => None,
+                    Ok(claim::Claimed::Recorded { .. }) => unreachable!("answered above"),
                 });
                 match &local {
                     Some(owner) => env.tell_owner(
@@ -570,6 +575,12 @@ impl CallEnv<'_> {
                 source,
             },
         }
+    }
+
+    /// Whether `e` says the call's approval is pending and the call may
+    /// wait for a person's decision ([`CallBuilder::wait_for_approval`]).
+    fn waits_for_a_decision(&self, e: &IdemError) -> bool {
+        matches!(e, IdemError::ApprovalPending { .. }) && !self.approval_wait.is_zero()
     }
 
     fn refuse(&self, e: IdemError) -> IdemError {

@@ -242,3 +242,66 @@ async fn a_call_needing_two_approvals_runs_on_the_second_distinct_one() {
         ]
     );
 }
+
+/// A call whose key awaits a person's decision, answered so on the
+/// caller's thread (the memory store answers every claim there), waits
+/// for the decision when it may, as a call whose claim went to the store
+/// does: both callers run nothing until the approval, and the tool runs
+/// once after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_of_a_key_awaiting_approval_wait_for_it_and_it_runs_once() {
+    use idem_runtime::approval::{ApprovalDecision, Callback};
+    use idem_runtime::dispatch::{Arguments, Dispatcher, ToolCall};
+    use idem_runtime::registry::Registry;
+    use idem_runtime::RunContext;
+
+    let world = App::default();
+    let patience = Duration::from_secs(10);
+    let exec = Executor::builder(MemoryStore::new())
+        .state(world.clone())
+        .approval_wait(patience)
+        .approvals(Callback::new(|_| async {
+            Ok(ApprovalDecision::Pending {
+                message: "a person decides".into(),
+            })
+        }))
+        .build();
+    let d = Dispatcher::new(exec.clone(), Registry::new().with(DeleteAccount));
+    let call = ToolCall {
+        id: Some("toolu_1".into()),
+        name: "delete_account".into(),
+        arguments: Arguments::Json(serde_json::json!({"to": "ada"})),
+    };
+    let agent = tokio::spawn(async move { d.dispatch_one(call, &RunContext::default()).await });
+    let key = loop {
+        let page = exec.store().scan_open(None, 10).await.unwrap();
+        if let Some(record) = page.records.first() {
+            break record.key.clone();
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let typed = tokio::spawn({
+        let exec = exec.clone();
+        async move {
+            exec.call_approved(DeleteAccount, msg("ada"), Approval::granted_by("the agent"))
+                .call_id("toolu_1")
+                .wait_for_approval(patience)
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !agent.is_finished() && !typed.is_finished(),
+        "a caller gave up on the pending approval"
+    );
+    assert!(world.effects().is_empty(), "nothing runs before a decision");
+
+    exec.approve(&key, Approval::granted_by("ops"))
+        .await
+        .unwrap();
+    let agent = agent.await.unwrap();
+    let typed = typed.await.unwrap();
+    assert!(agent.result.is_ok(), "{:?}", agent.result);
+    assert!(typed.is_ok(), "{typed:?}");
+    assert_eq!(world.effects(), ["delete_account:ada"], "it runs once");
+}
