@@ -81,7 +81,9 @@ async fn ask<S: Store + ?Sized>(
 pub async fn scan_open_returns_open_records_newest_first_once<H: Harness>(h: H) {
     let store = h.store();
     let f = fp("a");
-    let long = h.tick() * 50;
+    // Long enough that no record lapses while the others are made, even
+    // with every case running at once against one server (200 s there).
+    let long = h.tick() * 1000;
     let mut open: BTreeMap<IdempotencyKey, Status> = BTreeMap::new();
     let mut settled = Vec::new();
     for i in 0..30u32 {
@@ -164,7 +166,7 @@ pub async fn scan_open_returns_open_records_newest_first_once<H: Harness>(h: H) 
 pub async fn scan_open_follows_records_as_they_settle<H: Harness>(h: H) {
     let store = h.store();
     let f = fp("a");
-    let long = h.tick() * 50;
+    let long = h.tick() * 1000;
     let is_listed = |key: IdempotencyKey| {
         let store = store.clone();
         async move { open_scan(&*store, 1000).await.iter().any(|r| r.key == key) }

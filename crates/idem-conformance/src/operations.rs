@@ -431,29 +431,29 @@ pub async fn unanswered_approval_request_expires<H: Harness>(h: H) {
 pub async fn scan_returns_every_record_once<H: Harness>(h: H) {
     let store = h.store();
     let f = fp("a");
+    // Long enough that no record lapses while the others are made, even
+    // with every case running at once against one server (200 s there).
+    let long = h.tick() * 1000;
     let mut ours: BTreeMap<IdempotencyKey, Status> = BTreeMap::new();
     for i in 0..23u32 {
         let key = random_key();
-        let fence = acquire(&*store, &req(&key, &f, h.tick() * 50)).await;
+        let fence = acquire(&*store, &req(&key, &f, long)).await;
         let status = match i % 4 {
             0 => Status::InFlight,
             1 => {
                 store
-                    .complete(&key, fence, &success(i64::from(i)), h.tick() * 50)
+                    .complete(&key, fence, &success(i64::from(i)), long)
                     .await
                     .unwrap();
                 Status::Succeeded
             }
             2 => {
-                park(&*store, &key, fence, h.tick() * 50).await;
+                park(&*store, &key, fence, long).await;
                 Status::AwaitingApproval
             }
             _ => {
                 let unknown = Outcome::Unknown { reason: "?".into() };
-                store
-                    .complete(&key, fence, &unknown, h.tick() * 50)
-                    .await
-                    .unwrap();
+                store.complete(&key, fence, &unknown, long).await.unwrap();
                 Status::Unknown
             }
         };
