@@ -54,40 +54,45 @@ pub const MAX_KEY_PART_LEN: usize = 256;
 /// provider deduplicates too; [`IdempotencyKey::sub`] derives stable keys for
 /// the several requests of a multi-request tool.
 ///
-/// Cloning is cheap (a shared string), and hashing reads the first eight
-/// bytes of the digest: keys are SHA-256 outputs, already uniform, and no
-/// caller can choose a key's hash.
+/// Cloning is cheap (a shared allocation), and hashing reads the first
+/// eight bytes of the digest: keys are SHA-256 outputs, already uniform,
+/// and no caller can choose a key's hash.
 #[derive(Clone)]
 pub struct IdempotencyKey {
-    text: Arc<str>,
-    /// The digest's first 64 bits, kept beside the text: what the key
+    /// The digest, then its 64 hex digits, in one shared allocation: a
+    /// store that keeps digests rather than texts (the memory store) looks
+    /// a key up without decoding its text on every call.
+    bytes: Arc<[u8; KEY_BYTES]>,
+    /// The digest's first 64 bits, kept beside the pointer: what the key
     /// hashes as. A map that grows rehashes every key it holds, and
-    /// reading the bits from the shared text would fetch each key's
-    /// allocation from memory.
+    /// reading the bits from the shared allocation would fetch each key's
+    /// from memory.
     bits: u64,
 }
 
+/// A key's digest and its hex, end to end.
+const KEY_BYTES: usize = 32 + 64;
+
 impl IdempotencyKey {
-    /// A key of `text`, 64 lowercase hex digits.
-    fn of_hex(text: Arc<str>) -> Self {
-        // The first 16 hex digits are the digest's first 64 bits.
-        let bits = text.as_bytes()[..16].iter().fold(0u64, |acc, &c| {
-            let nibble = match c {
-                b'0'..=b'9' => c - b'0',
-                _ => c.wrapping_sub(b'a').wrapping_add(10) & 0xf,
-            };
-            (acc << 4) | u64::from(nibble)
-        });
-        IdempotencyKey { text, bits }
+    /// A key of `hex`, decoded once.
+    fn of_hex(hex: Hex64) -> Self {
+        IdempotencyKey::of(hex.digest(), hex)
     }
 
-    /// The key that is the hex of `digest`: its bits read from the bytes,
-    /// not parsed back from the text just written.
+    /// The key that is the hex of `digest`, not parsed back from the text
+    /// just written.
     fn of_digest(digest: [u8; 32]) -> Self {
+        IdempotencyKey::of(digest, Hex64::of(digest))
+    }
+
+    fn of(digest: [u8; 32], hex: Hex64) -> Self {
+        let mut bytes = [0u8; KEY_BYTES];
+        bytes[..32].copy_from_slice(&digest);
+        bytes[32..].copy_from_slice(&hex.0);
         let mut first = [0u8; 8];
         first.copy_from_slice(&digest[..8]);
         IdempotencyKey {
-            text: Arc::from(Hex64::of(digest).as_str()),
+            bytes: Arc::new(bytes),
             bits: u64::from_be_bytes(first),
         }
     }
@@ -95,7 +100,9 @@ impl IdempotencyKey {
 
 impl PartialEq for IdempotencyKey {
     fn eq(&self, other: &Self) -> bool {
-        self.bits == other.bits && self.text == other.text
+        // The digits spell the digest: equal digests, equal keys.
+        self.bits == other.bits
+            && (Arc::ptr_eq(&self.bytes, &other.bytes) || self.bytes[..32] == other.bytes[..32])
     }
 }
 
@@ -110,7 +117,8 @@ impl PartialOrd for IdempotencyKey {
 /// In the order of the text, as stores page through keys.
 impl Ord for IdempotencyKey {
     fn cmp(&self, other: &Self) -> std::cmp::Ordering {
-        self.text.cmp(&other.text)
+        // Lowercase hex keeps the order of the bytes it spells.
+        self.bytes[..32].cmp(&other.bytes[..32])
     }
 }
 
@@ -165,7 +173,7 @@ pub(crate) fn cmp_digest_with(digest: &[u8; 32], text: &str) -> std::cmp::Orderi
 
 impl Hash for IdempotencyKey {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        state.write_u64(self.bits);
+        state.write_u64(self.bits());
     }
 }
 
@@ -205,7 +213,7 @@ impl IdempotencyKey {
     /// Parse a key that was derived earlier (64 lowercase hex digits).
     pub fn parse(s: &str) -> Result<Self, KeyError> {
         Hex64::parse(s)
-            .map(|_| IdempotencyKey::of_hex(Arc::from(s)))
+            .map(IdempotencyKey::of_hex)
             .ok_or_else(|| KeyError::Malformed {
                 given: s.chars().take(80).collect(),
             })
@@ -213,18 +221,15 @@ impl IdempotencyKey {
 
     /// The key as text.
     pub fn as_str(&self) -> &str {
-        &self.text
+        std::str::from_utf8(&self.bytes[32..]).expect("hex digits are ASCII")
     }
 
     /// The SHA-256 digest this key is the hex of: half the size of its
     /// text, for a store that keeps many keys in memory.
     pub(crate) fn digest(&self) -> [u8; 32] {
-        let digits: [u8; 64] = self
-            .text
-            .as_bytes()
-            .try_into()
-            .expect("a key is 64 lowercase hex digits");
-        Hex64(digits).digest()
+        let mut digest = [0u8; 32];
+        digest.copy_from_slice(&self.bytes[..32]);
+        digest
     }
 
     /// The digest's first 64 bits: what the key hashes as.
@@ -243,7 +248,7 @@ impl IdempotencyKey {
     /// `SHA-256(frame("idem-subkey") ‖ frame(parent hex) ‖ frame(label))`.
     pub fn sub(&self, label: &str) -> IdempotencyKey {
         let mut h = Framer::new("idem-subkey");
-        h.field(self.text.as_bytes()).field(label.as_bytes());
+        h.field(&self.bytes[32..]).field(label.as_bytes());
         h.finish()
     }
 }
@@ -317,9 +322,14 @@ impl Fingerprint {
         }
     }
 
+    /// The fingerprint of `digest`.
+    fn computed(digest: [u8; 32]) -> Self {
+        Fingerprint(FingerprintText::Digest(Hex64::of(digest)))
+    }
+
     /// The fingerprint whose digest is `digest` ([`Fingerprint::digest`]).
     pub(crate) fn from_digest(digest: &[u8; 32]) -> Self {
-        Fingerprint(FingerprintText::Digest(Hex64::of(*digest)))
+        Fingerprint::computed(*digest)
     }
 }
 
@@ -523,9 +533,7 @@ impl CanonicalArgs {
     }
 
     fn from_text(text: String) -> Self {
-        let fingerprint = Fingerprint(FingerprintText::Digest(Hex64::of(
-            Sha256::digest(text.as_bytes()).into(),
-        )));
+        let fingerprint = Fingerprint::computed(Sha256::digest(text.as_bytes()).into());
         CanonicalArgs { text, fingerprint }
     }
 }
@@ -645,6 +653,8 @@ mod tests {
 
     #[test]
     fn a_key_and_a_fingerprint_go_to_their_digest_and_back() {
+        // A pointer to the digest and digits, and the hash's bits.
+        assert_eq!(std::mem::size_of::<IdempotencyKey>(), 16);
         let every_digit = IdempotencyKey::parse(&"0123456789abcdef".repeat(4)).unwrap();
         assert_eq!(
             every_digit.digest()[..8],
