@@ -6,9 +6,11 @@
 //! in-memory store, for a first call and a duplicate.
 //!
 //! Run with `cargo bench --bench otel --features otel`; the last lines
-//! print the paired rounds: off, floor and on taking turns in rounds of
-//! 1,000 calls, whose median ratios the machine's changing load moves
-//! least. `IDEM_BENCH_ROUNDS` sets their number (default 200).
+//! print the paired rounds: off, floor, on, on with 1 % of traces sampled
+//! and on through a lean layer (no source location, threads or busy
+//! times) taking turns in rounds of 1,000 calls, whose median ratios the
+//! machine's changing load moves least. `IDEM_BENCH_ROUNDS` sets their
+//! number (default 200).
 //!
 //! *Floor* is the layer's own price, paid by any span: the same calls
 //! with telemetry off, each beside one span without fields created and
@@ -63,6 +65,16 @@ impl On {
 
     /// With `sampler` (the SDK's default is the first: every trace).
     fn sampled(sampler: Sampler) -> Self {
+        Self::with(sampler, false)
+    }
+
+    /// Every trace, through a layer that records no source location, no
+    /// thread and no busy and idle times (docs/telemetry.md).
+    fn lean() -> Self {
+        Self::with(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)), true)
+    }
+
+    fn with(sampler: Sampler, lean: bool) -> Self {
         let tracer = SdkTracerProvider::builder()
             .with_sampler(sampler)
             .with_batch_exporter(Discard)
@@ -71,10 +83,16 @@ impl On {
         let meter = SdkMeterProvider::builder()
             .with_reader(PeriodicReader::builder(InMemoryMetricExporter::default()).build())
             .build();
-        let dispatch = Dispatch::new(
-            tracing_subscriber::registry()
-                .with(tracing_opentelemetry::layer().with_tracer(tracer.tracer("bench"))),
-        );
+        let layer = tracing_opentelemetry::layer().with_tracer(tracer.tracer("bench"));
+        let layer = if lean {
+            layer
+                .with_location(false)
+                .with_threads(false)
+                .with_tracked_inactivity(false)
+        } else {
+            layer
+        };
+        let dispatch = Dispatch::new(tracing_subscriber::registry().with(layer));
         On {
             dispatch,
             tracer,
@@ -204,17 +222,18 @@ impl Where {
     }
 }
 
-/// Rounds of calls with telemetry off, at the floor, on, and on with 1 %
-/// of traces sampled, taking turns, each side on a store of its own: the
-/// median per-call times and ratios to off.
+/// Rounds of calls with telemetry off, at the floor, on, on with 1 % of
+/// traces sampled, and on through a lean layer, taking turns, each side
+/// on a store of its own: the median per-call times and ratios to off.
 fn paired(rt: &tokio::runtime::Runtime) {
     println!(
-        "\npaired rounds (telemetry off, floor, on, and on with 1 % of traces sampled, taking turns; median per-call time and ratio to off):"
+        "\npaired rounds (telemetry off, floor, on, on with 1 % of traces sampled, on through a lean layer, taking turns; median per-call time and ratio to off):"
     );
     let on = On::new();
     let sampled = On::sampled(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
         0.01,
     ))));
+    let lean = On::lean();
     let dir = std::env::temp_dir().join(format!("idem-otel-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("a temporary directory");
     let mut files = 0;
@@ -223,15 +242,16 @@ fn paired(rt: &tokio::runtime::Runtime) {
         (Where::Sqlite, rounds().div_ceil(4), ROUND / 10),
     ] {
         for (row, duplicate) in [("first", false), ("duplicate", true)] {
-            let mut per_call: [Vec<f64>; 4] = Default::default();
-            let mut ratios: [Vec<f64>; 3] = Default::default();
+            let mut per_call: [Vec<f64>; 5] = Default::default();
+            let mut ratios: [Vec<f64>; 4] = Default::default();
             for _ in 0..rounds {
                 let off_exec = Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
                 let floor_exec =
                     Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
                 let on_exec = on.executor_on(store.store(rt, &dir, &mut files));
                 let sampled_exec = sampled.executor_on(store.store(rt, &dir, &mut files));
-                for exec in [&off_exec, &floor_exec, &on_exec, &sampled_exec] {
+                let lean_exec = lean.executor_on(store.store(rt, &dir, &mut files));
+                for exec in [&off_exec, &floor_exec, &on_exec, &sampled_exec, &lean_exec] {
                     rt.block_on(calls(exec, 0, 1, false));
                 }
                 let time = |run: &mut dyn FnMut()| {
@@ -252,29 +272,34 @@ fn paired(rt: &tokio::runtime::Runtime) {
                 };
                 let all_on = with(&on, &on_exec);
                 let some_on = with(&sampled, &sampled_exec);
-                for (side, t) in [off, floor, all_on, some_on].into_iter().enumerate() {
+                let lean_on = with(&lean, &lean_exec);
+                for (side, t) in [off, floor, all_on, some_on, lean_on]
+                    .into_iter()
+                    .enumerate()
+                {
                     per_call[side].push(t);
                 }
-                for (side, t) in [floor, all_on, some_on].into_iter().enumerate() {
+                for (side, t) in [floor, all_on, some_on, lean_on].into_iter().enumerate() {
                     ratios[side].push(t / off);
                 }
-                for exec in [off_exec, floor_exec, on_exec, sampled_exec] {
+                for exec in [off_exec, floor_exec, on_exec, sampled_exec, lean_exec] {
                     rt.block_on(exec.store().close());
                 }
             }
-            let [off, floor, all_on, some_on] = per_call.map(|mut v| median(&mut v) / 1000.0);
-            let [floor_x, all_on_x, some_on_x] = ratios.map(|mut v| median(&mut v));
+            let [off, floor, all_on, some_on, lean_on] =
+                per_call.map(|mut v| median(&mut v) / 1000.0);
+            let [floor_x, all_on_x, some_on_x, lean_x] = ratios.map(|mut v| median(&mut v));
             let name = match store {
                 Where::Memory => "memory",
                 Where::Sqlite => "SQLite",
             };
             println!(
-                "  {name:<6} {row:<10} off {off:>7.2} µs   floor {floor:>7.2} µs ({floor_x:.2}×)   on {all_on:>7.2} µs ({all_on_x:.2}×)   on, 1 % sampled {some_on:>7.2} µs ({some_on_x:.2}×)"
+                "  {name:<6} {row:<10} off {off:>7.2} µs   floor {floor:>7.2} µs ({floor_x:.2}×)   on {all_on:>7.2} µs ({all_on_x:.2}×)   on, 1 % sampled {some_on:>7.2} µs ({some_on_x:.2}×)   on, lean layer {lean_on:>7.2} µs ({lean_x:.2}×)"
             );
         }
     }
     let _ = std::fs::remove_dir_all(&dir);
-    for on in [on, sampled] {
+    for on in [on, sampled, lean] {
         let _ = on.tracer.shutdown();
         let _ = on.meter.shutdown();
     }
