@@ -27,7 +27,7 @@ use idem_runtime::store::Store;
 
 use crate::backend::{Backend, Raw};
 use crate::inbox::{park_open, Parked};
-use crate::measure::{caller, quantile};
+use crate::timing::{caller, quantile};
 
 /// Open records put beside the expiring ones: half approval requests
 /// lapsing with them, half in flight.

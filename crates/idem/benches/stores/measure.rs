@@ -11,7 +11,7 @@ use crate::common::{args, send_email};
 use crate::config::Config;
 use crate::expiry::{expiry_stall, Expiry};
 use crate::fsync::fsyncs;
-use crate::timing::{mean_latency, micros};
+use crate::timing::{caller, mean_latency, micros, quantile};
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PerCall {
@@ -126,27 +126,6 @@ pub async fn throughput(b: &Arc<Backend>, workers: usize, budget: Duration) -> f
     }
     let calls: u64 = tasks.join_all().await.into_iter().sum();
     calls as f64 / started.elapsed().as_secs_f64()
-}
-
-/// The latencies of a caller making first calls one after the other,
-/// until `stop` is set, sorted.
-pub async fn caller(b: Arc<Backend>, run: String, stop: Arc<AtomicBool>) -> Vec<Duration> {
-    let mut latencies = Vec::new();
-    while !stop.load(Ordering::Relaxed) {
-        let started = Instant::now();
-        b.call(&run, latencies.len() as u64).await;
-        latencies.push(started.elapsed());
-    }
-    latencies.sort_unstable();
-    latencies
-}
-
-/// The `q` quantile of sorted `latencies`.
-pub fn quantile(latencies: &[Duration], q: f64) -> Duration {
-    match latencies.len() {
-        0 => Duration::ZERO,
-        n => latencies[((n - 1) as f64 * q).round() as usize],
-    }
 }
 
 /// Fill the store with `records` expired records and sweep them while a

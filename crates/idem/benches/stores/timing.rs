@@ -1,9 +1,13 @@
 //! Timing: the mean latency of calls made one after the other, and the
-//! naive wrapper's, measured the same way.
+//! naive wrapper's, measured the same way; a caller's latencies while
+//! something else runs, and their quantiles.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::Backend;
 use crate::common::{args, Naive};
 use crate::config::Config;
 
@@ -62,4 +66,25 @@ pub async fn naive_once(config: &Config) -> (Duration, Duration) {
     })
     .await;
     (first, duplicate)
+}
+
+/// The latencies of a caller making first calls one after the other,
+/// until `stop` is set, sorted.
+pub async fn caller(b: Arc<Backend>, run: String, stop: Arc<AtomicBool>) -> Vec<Duration> {
+    let mut latencies = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        let started = Instant::now();
+        b.call(&run, latencies.len() as u64).await;
+        latencies.push(started.elapsed());
+    }
+    latencies.sort_unstable();
+    latencies
+}
+
+/// The `q` quantile of sorted `latencies`.
+pub fn quantile(latencies: &[Duration], q: f64) -> Duration {
+    match latencies.len() {
+        0 => Duration::ZERO,
+        n => latencies[((n - 1) as f64 * q).round() as usize],
+    }
 }
