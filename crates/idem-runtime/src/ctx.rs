@@ -36,22 +36,29 @@ struct Shared {
     call_id: Option<String>,
     steps: Option<StepLog>,
     /// Whether this call still owns its key (keyed owners only).
-    lease: Option<LeaseWatch>,
+    lease: Lease,
 }
 
-/// A context changed after it was cloned (by the public `with_…`
-/// builders) is another call's: it keeps the steps it had, and the lease
-/// it watched as it stands now, no longer told of renewals or a loss.
-impl Clone for Shared {
-    fn clone(&self) -> Self {
-        Shared {
-            tool: self.tool,
-            class: self.class,
-            namespace: self.namespace.clone(),
-            key: self.key.clone(),
-            call_id: self.call_id.clone(),
-            steps: self.steps.clone(),
-            lease: self.lease.as_ref().map(LeaseWatch::detached),
+/// The lease a context watches.
+#[derive(Debug)]
+enum Lease {
+    /// None: not a keyed owner's context.
+    None,
+    /// The owner's, renewed by the executor.
+    Own(LeaseWatch),
+    /// The one `Shared` it was copied from watches: a context changed
+    /// after it was cloned (the public `with_…` builders) still follows
+    /// its call's lease, renewals and loss alike.
+    Of(Arc<Shared>),
+}
+
+impl Shared {
+    /// The lease this context follows, if any.
+    fn lease(&self) -> Option<&LeaseWatch> {
+        match &self.lease {
+            Lease::None => None,
+            Lease::Own(watch) => Some(watch),
+            Lease::Of(from) => from.lease(),
         }
     }
 }
@@ -84,15 +91,6 @@ impl LeaseWatch {
         };
         watch.extend(until);
         watch
-    }
-
-    /// A copy of this lease as it stands, told of nothing later.
-    fn detached(&self) -> Self {
-        let copy = LeaseWatch::new(self.held_until(), self.base);
-        if self.lost.load(std::sync::atomic::Ordering::Acquire) {
-            copy.lost.store(true, std::sync::atomic::Ordering::Release);
-        }
-        copy
     }
 
     /// Until when the store is known to keep the lease.
@@ -218,7 +216,7 @@ impl ToolCtx {
                 key: None,
                 call_id: None,
                 steps: None,
-                lease: None,
+                lease: Lease::None,
             }),
             attempt: 1,
         }
@@ -226,20 +224,43 @@ impl ToolCtx {
 
     /// Set the key.
     pub fn with_key(mut self, key: IdempotencyKey) -> Self {
-        Arc::make_mut(&mut self.call).key = Some(key);
+        self.call_mut().key = Some(key);
         self
     }
 
     /// Set the namespace.
     pub fn with_namespace(mut self, namespace: Namespace) -> Self {
-        Arc::make_mut(&mut self.call).namespace = namespace;
+        self.call_mut().namespace = namespace;
         self
     }
 
     /// Set the provider's call id.
     pub fn with_call_id(mut self, call_id: Option<String>) -> Self {
-        Arc::make_mut(&mut self.call).call_id = call_id;
+        self.call_mut().call_id = call_id;
         self
+    }
+
+    /// What this context shares, to change: its own if nothing else
+    /// holds it, else a copy of it (as clone-on-write would make), which
+    /// keeps the steps it had and follows the same lease.
+    fn call_mut(&mut self) -> &mut Shared {
+        if Arc::get_mut(&mut self.call).is_none() {
+            let from = &self.call;
+            let copy = Shared {
+                tool: from.tool,
+                class: from.class,
+                namespace: from.namespace.clone(),
+                key: from.key.clone(),
+                call_id: from.call_id.clone(),
+                steps: from.steps.clone(),
+                lease: match from.lease() {
+                    Some(_) => Lease::Of(from.clone()),
+                    None => Lease::None,
+                },
+            };
+            self.call = Arc::new(copy);
+        }
+        Arc::get_mut(&mut self.call).expect("a context no other clone holds")
     }
 
     /// Set the attempt number (1 for the first).
@@ -269,7 +290,7 @@ impl ToolCtx {
                 key: Some(log.key.clone()),
                 call_id,
                 steps: Some(log),
-                lease: Some(LeaseWatch::new(until, now)),
+                lease: Lease::Own(LeaseWatch::new(until, now)),
             }),
             attempt: 1,
         }
@@ -277,7 +298,7 @@ impl ToolCtx {
 
     /// The owner's lease, as the executor renews it (keyed owners only).
     pub(crate) fn lease(&self) -> Option<&LeaseWatch> {
-        self.call.lease.as_ref()
+        self.call.lease()
     }
 
     /// Whether this call has lost its key: its lease ran out (renewals
@@ -287,7 +308,7 @@ impl ToolCtx {
     ///
     /// Always `false` for `read` tools, which hold no key.
     pub fn is_superseded(&self) -> bool {
-        self.call.lease.as_ref().is_some_and(LeaseWatch::is_lost)
+        self.call.lease().is_some_and(LeaseWatch::is_lost)
     }
 
     /// Resolves when this call loses its key (see
@@ -309,7 +330,7 @@ impl ToolCtx {
     /// # }
     /// ```
     pub async fn superseded(&self) {
-        match &self.call.lease {
+        match self.call.lease() {
             Some(lease) => lease.lost().await,
             None => std::future::pending().await,
         }

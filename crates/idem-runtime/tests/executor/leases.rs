@@ -70,9 +70,16 @@ async fn a_call_slower_than_its_lease_keeps_it_and_a_duplicate_waits_for_its_res
     assert_eq!(world.calls(), 1, "one run");
 }
 
-/// A tool that waits to be told it lost its key, and reports what it saw.
+/// A tool that waits to be told it lost its key, and reports what it saw
+/// (`WaitsForLoss`); or that relabels its context (as one handing a
+/// sub-task a context of its own would), outlives its lease several times
+/// over while the executor renews it, and counts 100 for each time the
+/// relabeled context took the key for lost (`Relabels`).
 #[derive(Clone, Copy)]
-struct Patient;
+enum Patient {
+    WaitsForLoss,
+    Relabels,
+}
 impl ToolDef for Patient {
     type Class = NonIdempotentWrite;
     type Args = Msg;
@@ -86,11 +93,28 @@ impl Tool<App> for Patient {
         ctx: &ToolCtx,
         world: &App,
     ) -> impl Future<Output = Result<Sent, ToolError>> + Send {
-        let (ctx, world) = (ctx.clone(), world.clone());
+        let (ctx, world, mode) = (ctx.clone(), world.clone(), *self);
         async move {
-            assert!(!ctx.is_superseded());
-            ctx.superseded().await;
-            assert!(ctx.is_superseded());
+            match mode {
+                Patient::WaitsForLoss => {
+                    assert!(!ctx.is_superseded());
+                    ctx.superseded().await;
+                    assert!(ctx.is_superseded());
+                }
+                Patient::Relabels => {
+                    let relabeled = ctx
+                        .with_call_id(Some("sub-task".into()))
+                        .with_namespace(idem_runtime::Namespace::new("tenant-b").unwrap());
+                    assert_eq!(relabeled.call_id(), Some("sub-task"));
+                    // Four leases long, renewed every third of one.
+                    for _ in 0..12 {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        if relabeled.is_superseded() {
+                            world.calls.fetch_add(100, Ordering::SeqCst);
+                        }
+                    }
+                }
+            }
             world.calls.fetch_add(1, Ordering::SeqCst);
             // A tool that ignores the signal and "finishes" anyway.
             Ok(Sent {
@@ -112,7 +136,11 @@ async fn an_owner_taken_over_is_told_through_its_ctx_and_its_late_result_is_not_
         .build();
     let first = tokio::spawn({
         let exec = exec.clone();
-        async move { exec.call(Patient, msg("ada")).call_id("c").await }
+        async move {
+            exec.call(Patient::WaitsForLoss, msg("ada"))
+                .call_id("c")
+                .await
+        }
     });
     tokio::time::sleep(Duration::from_millis(10)).await;
     // The store's clock jumps past the lease (a paused process, a clock
@@ -171,7 +199,10 @@ async fn when_renewals_fail_or_hang_the_owner_is_told_once_its_lease_would_lapse
             .lease(Duration::from_millis(90))
             .build();
         let started = tokio::time::Instant::now();
-        let result = exec.call(Patient, msg("ada")).call_id("c").await;
+        let result = exec
+            .call(Patient::WaitsForLoss, msg("ada"))
+            .call_id("c")
+            .await;
         // The tool was told only once the lease could have lapsed.
         assert!(started.elapsed() >= Duration::from_millis(90));
         assert_eq!(world.calls(), 1);
@@ -186,4 +217,18 @@ async fn when_renewals_fail_or_hang_the_owner_is_told_once_its_lease_would_lapse
             assert_eq!(result.unwrap().output.id, "late");
         }
     }
+}
+
+#[tokio::test]
+async fn a_context_relabeled_by_its_tool_follows_the_calls_lease_through_renewals() {
+    let (exec, world) = short_lease(Duration::from_millis(150));
+    let done = exec
+        .call(Patient::Relabels, msg("ada"))
+        .call_id("c")
+        .await
+        .unwrap();
+    assert_eq!(done.output.id, "late");
+    // Before: a relabeled context was a copy of the lease as it stood,
+    // told of no renewal, so it took the key for lost a lease later.
+    assert_eq!(world.calls(), 1, "the relabeled context never saw a loss");
 }
