@@ -18,7 +18,10 @@ use crate::store::Store;
 /// The context handed to every tool call: its key (to pass downstream),
 /// attempt number, identity, and durable step checkpoints.
 ///
-/// Cloning is cheap: everything but the attempt number is shared.
+/// Cloning is cheap: everything but the attempt number is shared. A clone
+/// changed with the `with_…` builders (a context handed to a sub-task)
+/// is a context of its own that still follows the call's lease:
+/// [`ToolCtx::is_superseded`] answers for it as for the original.
 #[derive(Debug, Clone)]
 pub struct ToolCtx {
     call: Arc<Shared>,

@@ -244,7 +244,7 @@ fn paired(rt: &tokio::runtime::Runtime) {
         for (row, duplicate) in [("first", false), ("duplicate", true)] {
             let mut per_call: [Vec<f64>; 5] = Default::default();
             let mut ratios: [Vec<f64>; 4] = Default::default();
-            for _ in 0..rounds {
+            for r in 0..rounds {
                 let off_exec = Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
                 let floor_exec =
                     Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
@@ -259,10 +259,6 @@ fn paired(rt: &tokio::runtime::Runtime) {
                     run();
                     start.elapsed().as_nanos() as f64 / round as f64
                 };
-                let off = time(&mut || rt.block_on(calls(&off_exec, 1, round, duplicate)));
-                let floor = time(&mut || {
-                    rt.block_on(calls_beside_a_span(&floor_exec, &on, 1, round, duplicate))
-                });
                 let with = |on: &On, exec: &Executor| {
                     time(&mut || {
                         tracing::dispatcher::with_default(&on.dispatch, || {
@@ -270,13 +266,24 @@ fn paired(rt: &tokio::runtime::Runtime) {
                         })
                     })
                 };
-                let all_on = with(&on, &on_exec);
-                let some_on = with(&sampled, &sampled_exec);
-                let lean_on = with(&lean, &lean_exec);
-                for (side, t) in [off, floor, all_on, some_on, lean_on]
-                    .into_iter()
-                    .enumerate()
-                {
+                // The sides take turns in an order that moves on each
+                // round: on SQLite, the side that comes first in a round
+                // pays more (its file's first writes), whichever it is.
+                let mut took = [0.0; 5];
+                for k in 0..took.len() {
+                    let side = (r + k) % took.len();
+                    took[side] = match side {
+                        0 => time(&mut || rt.block_on(calls(&off_exec, 1, round, duplicate))),
+                        1 => time(&mut || {
+                            rt.block_on(calls_beside_a_span(&floor_exec, &on, 1, round, duplicate))
+                        }),
+                        2 => with(&on, &on_exec),
+                        3 => with(&sampled, &sampled_exec),
+                        _ => with(&lean, &lean_exec),
+                    };
+                }
+                let [off, floor, all_on, some_on, lean_on] = took;
+                for (side, t) in took.into_iter().enumerate() {
                     per_call[side].push(t);
                 }
                 for (side, t) in [floor, all_on, some_on, lean_on].into_iter().enumerate() {
