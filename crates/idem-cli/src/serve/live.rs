@@ -84,15 +84,27 @@ const AUDIT_PAGE: usize = 500;
 /// the last look.
 pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<Changes>, every: Duration) {
     let mut last: Option<(BTreeMap<String, String>, Timestamp)> = None;
+    // How many were looking at the last look (the app holds a receiver).
+    let mut looking = 1;
     let mut tick = tokio::time::interval(every.max(Duration::from_millis(50)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tick.tick().await;
+        let now_looking = changed.receiver_count();
         // Nobody is looking: do not read the store.
-        if changed.receiver_count() <= 1 && last.is_some() {
+        if now_looking <= 1 && last.is_some() {
             last = None;
+            looking = now_looking;
             continue;
         }
+        // Somebody started looking since the last look: what they were
+        // shown may be older than it, so this look is a first one for
+        // them (else a page opened just after a look would wait for the
+        // next change to hear anything).
+        if now_looking > looking {
+            last = None;
+        }
+        looking = now_looking;
         let Ok(now) = app.operator.store().now().await else {
             continue;
         };
