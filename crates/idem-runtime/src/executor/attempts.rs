@@ -86,8 +86,7 @@ fn within<F: Future>(
     async move {
         let started = tokio::time::Instant::now();
         let mut run = std::pin::pin!(run());
-        let first = std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await;
-        if let Poll::Ready(output) = first {
+        if let Poll::Ready(output) = poll_once(run.as_mut()).await {
             return Ok(output);
         }
         match started.checked_add(timeout) {
@@ -152,4 +151,11 @@ impl CallEnv<'_> {
         Metrics::bump(&self.metrics().retries);
         Some(pause)
     }
+}
+
+/// Poll `future` once, in the task awaiting this, and say what it gave:
+/// what a phase does before it pays for what only pending work needs (a
+/// timer, a lease's renewal).
+pub(super) async fn poll_once<F: Future>(mut future: std::pin::Pin<&mut F>) -> Poll<F::Output> {
+    std::future::poll_fn(|cx| Poll::Ready(future.as_mut().poll(cx))).await
 }

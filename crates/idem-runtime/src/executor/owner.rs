@@ -60,9 +60,7 @@ where
     ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's {
         async move {
             let mut work = std::pin::pin!(self.own(args, fingerprint, owner));
-            if let Poll::Ready(result) =
-                std::future::poll_fn(|cx| Poll::Ready(work.as_mut().poll(cx))).await
-            {
+            if let Poll::Ready(result) = super::attempts::poll_once(work.as_mut()).await {
                 return result;
             }
             let keep = Box::pin(self.env.keep_lease(owner));
