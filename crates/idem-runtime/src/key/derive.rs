@@ -111,7 +111,7 @@ pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
             h.field(b"step")
                 .field(run_id.as_bytes())
                 .field(numbers.format(*step).as_bytes())
-                .field(args.fingerprint.as_str().as_bytes());
+                .field(args.fingerprint.text_bytes());
         }
         KeySource::Natural { fields, window } => {
             let text = canonical::canonicalize(fields)?;
@@ -134,7 +134,7 @@ pub fn derive_key(input: &KeyInput<'_>) -> Result<IdempotencyKey, KeyError> {
                 .field(numbers.format((*seconds).max(1)).as_bytes())
                 .field(numbers.format(*number).as_bytes())
                 .field(numbers.format(*repeat).as_bytes())
-                .field(args.fingerprint.as_str().as_bytes());
+                .field(args.fingerprint.text_bytes());
         }
         KeySource::WindowIndex { seconds } => {
             h.field(b"window-index")

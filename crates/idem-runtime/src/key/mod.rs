@@ -38,8 +38,10 @@ use sha2::{Digest, Sha256};
 use crate::canonical::{self, CanonicalError};
 
 mod derive;
+mod framer;
 
 pub use derive::{derive_key, window_bucket, KeyInput, KeySource};
+use framer::Framer;
 
 /// The derivation version written into every key unless a tool overrides it.
 pub const DEFAULT_KEY_VERSION: u32 = 1;
@@ -292,7 +294,10 @@ pub struct Fingerprint(FingerprintText);
 
 #[derive(Clone)]
 enum FingerprintText {
-    Digest(Hex64),
+    /// 64 hex digits, and the digest they spell: a store that keeps
+    /// digests (the memory store) compares a duplicate's fingerprint
+    /// without decoding it.
+    Digest(Hex64, [u8; 32]),
     Text(Arc<str>),
 }
 
@@ -305,8 +310,17 @@ impl Fingerprint {
     /// The fingerprint as text.
     pub fn as_str(&self) -> &str {
         match &self.0 {
-            FingerprintText::Digest(hex) => hex.as_str(),
+            FingerprintText::Digest(hex, _) => hex.as_str(),
             FingerprintText::Text(text) => text,
+        }
+    }
+
+    /// The text's bytes, for hashing into a key: no UTF-8 check of digits
+    /// known to be ASCII.
+    fn text_bytes(&self) -> &[u8] {
+        match &self.0 {
+            FingerprintText::Digest(hex, _) => &hex.0,
+            FingerprintText::Text(text) => text.as_bytes(),
         }
     }
 
@@ -317,14 +331,14 @@ impl Fingerprint {
     /// equal to this one.
     pub(crate) fn digest(&self) -> Option<[u8; 32]> {
         match &self.0 {
-            FingerprintText::Digest(hex) => Some(hex.digest()),
+            FingerprintText::Digest(_, digest) => Some(*digest),
             FingerprintText::Text(text) => Hex64::parse(text).map(|hex| hex.digest()),
         }
     }
 
     /// The fingerprint of `digest`.
     fn computed(digest: [u8; 32]) -> Self {
-        Fingerprint(FingerprintText::Digest(Hex64::of(digest)))
+        Fingerprint(FingerprintText::Digest(Hex64::of(digest), digest))
     }
 
     /// The fingerprint whose digest is `digest` ([`Fingerprint::digest`]).
@@ -336,7 +350,7 @@ impl Fingerprint {
 impl PartialEq for Fingerprint {
     fn eq(&self, other: &Self) -> bool {
         match (&self.0, &other.0) {
-            (FingerprintText::Digest(a), FingerprintText::Digest(b)) => a == b,
+            (FingerprintText::Digest(_, a), FingerprintText::Digest(_, b)) => a == b,
             _ => self.as_str() == other.as_str(),
         }
     }
@@ -365,7 +379,7 @@ impl From<String> for Fingerprint {
 impl From<&str> for Fingerprint {
     fn from(text: &str) -> Self {
         match Hex64::parse(text) {
-            Some(hex) => Fingerprint(FingerprintText::Digest(hex)),
+            Some(hex) => Fingerprint(FingerprintText::Digest(hex, hex.digest())),
             None => Fingerprint(FingerprintText::Text(Arc::from(text))),
         }
     }
@@ -549,27 +563,6 @@ fn check_part(what: &'static str, value: &str) -> Result<(), KeyError> {
         })
     } else {
         Ok(())
-    }
-}
-
-/// SHA-256 over length-prefixed fields.
-struct Framer(Sha256);
-
-impl Framer {
-    fn new(domain: &str) -> Self {
-        let mut f = Framer(Sha256::new());
-        f.field(domain.as_bytes());
-        f
-    }
-
-    fn field(&mut self, bytes: &[u8]) -> &mut Self {
-        self.0.update((bytes.len() as u32).to_be_bytes());
-        self.0.update(bytes);
-        self
-    }
-
-    fn finish(self) -> IdempotencyKey {
-        IdempotencyKey::of_digest(self.0.finalize().into())
     }
 }
 
