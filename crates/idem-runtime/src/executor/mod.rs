@@ -334,14 +334,13 @@ impl<S: Send + Sync + 'static> Executor<S> {
                     Ok(claim::Claimed::Recorded { .. }) => unreachable!("answered above"),
                 });
                 match &local {
-                    Some(owner) => env.tell_owner(
-                        Some(key.key.as_str()),
-                        owner.fence,
-                        owner.takeover.is_some(),
-                    ),
-                    None => {
+                    Some(owner) => {
+                        env.tell_owner(Some(&key.key), owner.fence, owner.takeover.is_some())
+                    }
+                    None if !env.span.is_disabled() => {
                         env.span.record("idem.key", key.key.as_str());
                     }
+                    None => {}
                 }
                 return Started::Running(Rest {
                     env,
@@ -350,11 +349,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
                 });
             }
         };
-        env.end_keyed(
-            &done,
-            &Progress::default(),
-            key.as_ref().map(|k| k.key.as_str()),
-        );
+        env.end_keyed(&done, &Progress::default(), key.as_ref().map(|k| &k.key));
         Started::Done(done)
     }
 

@@ -10,6 +10,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
 use crate::error::IdemError;
+use crate::key::IdempotencyKey;
 use crate::record::Fence;
 
 use super::{CallEnv, CallOutput};
@@ -104,10 +105,13 @@ impl CallEnv<'_> {
     /// from an owner that vanished) as soon as it does (a call that is then
     /// cancelled tells it too): with its key when both are known at once,
     /// in one record.
-    pub(super) fn tell_owner(&self, key: Option<&str>, fence: Fence, takeover: bool) {
+    pub(super) fn tell_owner(&self, key: Option<&IdempotencyKey>, fence: Fence, takeover: bool) {
+        if self.span.is_disabled() {
+            return;
+        }
         tracing::record_all!(
             self.span,
-            idem.key = key,
+            idem.key = key.map(IdempotencyKey::as_str),
             idem.fence = fence.0,
             idem.takeover = takeover.then_some(true),
         );
@@ -225,7 +229,7 @@ impl CallEnv<'_> {
         &self,
         result: &Result<CallOutput<O>, IdemError>,
         progress: &Progress,
-        key: Option<&str>,
+        key: Option<&IdempotencyKey>,
     ) {
         let attempts = progress.attempts.load(Ordering::Relaxed);
         let joined = progress.joined.load(Ordering::Relaxed);
@@ -238,7 +242,7 @@ impl CallEnv<'_> {
             let failed = ending.error_type.is_some();
             tracing::record_all!(
                 span,
-                idem.key = key,
+                idem.key = key.map(IdempotencyKey::as_str),
                 idem.outcome = ending.outcome.as_str(),
                 idem.attempts = attempts,
                 idem.refusal = ending.refusal,
