@@ -26,13 +26,16 @@
 //!
 //! Run with `cargo bench --bench overhead`; the last lines print the ratios
 //! and the floor, then the paired rounds: naive and idem alternating in
-//! rounds of 1,000 calls (fresh stores; duplicates of one record), whose
+//! rounds of 1,000 calls (fresh stores; duplicates of one record; first
+//! calls into a long-lived store, `first_grown`), whose
 //! median ratio the machine's changing load moves least. `IDEM_BENCH_GROWN` sets the long-lived stores' starting
 //! size (default 100000); `IDEM_BENCH_PAIRED` names the paired rows to run
 //! (`first_fresh,duplicate`: for a profiler).
 
 #![allow(unreachable_pub)] // `pub` for the other modules of this target
 mod common;
+#[path = "overhead/paired.rs"]
+mod paired;
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -576,86 +579,6 @@ fn report() {
     }
 }
 
-/// How many paired rounds `paired` runs (`IDEM_BENCH_ROUNDS`, default 200).
-fn rounds() -> usize {
-    std::env::var("IDEM_BENCH_ROUNDS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(200)
-}
-
-/// Rounds of `FRESH_EVERY` calls, naive then idem, each into a fresh
-/// store: the median ratio of the rounds. Load that changes during the
-/// run hits both sides of a round alike, unlike criterion's rows, which
-/// are measured seconds apart.
-fn paired(rt: &tokio::runtime::Runtime) {
-    println!(
-        "\npaired rounds ({} × {FRESH_EVERY} calls, naive and idem alternating; median per-call time and ratio):",
-        rounds()
-    );
-    let exec_dup = new_exec();
-    let naive_dup = Naive::default();
-    rt.block_on(async {
-        idem_first(&exec_dup, Source::Step, 0).await;
-        idem_first(&exec_dup, Source::CallId, 0).await;
-        naive_first(&naive_dup, Source::Step, 0).await;
-        naive_first(&naive_dup, Source::CallId, 0).await;
-    });
-    for (row, source, duplicate) in [
-        ("first_fresh", Source::Step, false),
-        ("first_fresh_call_id", Source::CallId, false),
-        ("duplicate", Source::Step, true),
-        ("duplicate_call_id", Source::CallId, true),
-    ] {
-        if !paired_row(row) {
-            continue;
-        }
-        let (mut naive_ns, mut idem_ns, mut ratios) = (vec![], vec![], vec![]);
-        for _ in 0..rounds() {
-            let (naive, exec) = (Naive::default(), new_exec());
-            let (naive, exec) = match duplicate {
-                false => (&naive, &exec),
-                true => (&naive_dup, &exec_dup),
-            };
-            let step = |i: u64| if duplicate { 0 } else { i };
-            let start = Instant::now();
-            rt.block_on(async {
-                for i in 0..FRESH_EVERY {
-                    naive_first(naive, source, step(i)).await;
-                }
-            });
-            let n = start.elapsed().as_nanos() as f64 / FRESH_EVERY as f64;
-            let start = Instant::now();
-            rt.block_on(async {
-                for i in 0..FRESH_EVERY {
-                    idem_first(exec, source, step(i)).await;
-                }
-            });
-            let d = start.elapsed().as_nanos() as f64 / FRESH_EVERY as f64;
-            naive_ns.push(n);
-            idem_ns.push(d);
-            ratios.push(d / n);
-        }
-        println!(
-            "  {row:<20} idem {:>6.2} µs   naive {:>6.2} µs   ratio {:.2}×",
-            median(&mut idem_ns) / 1000.0,
-            median(&mut naive_ns) / 1000.0,
-            median(&mut ratios)
-        );
-    }
-}
-
-/// Whether the paired rounds run `row`: all of them, or those
-/// `IDEM_BENCH_PAIRED` names (comma-separated; for a profiler).
-fn paired_row(row: &str) -> bool {
-    std::env::var("IDEM_BENCH_PAIRED").map_or(true, |rows| rows.split(',').any(|r| r == row))
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
-}
-
 criterion_group!(benches, overhead);
 
 fn main() {
@@ -667,6 +590,6 @@ fn main() {
             .enable_all()
             .build()
             .unwrap();
-        paired(&rt);
+        paired::paired(&rt);
     }
 }
