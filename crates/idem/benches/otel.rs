@@ -6,10 +6,10 @@
 //! in-memory store, for a first call and a duplicate.
 //!
 //! Run with `cargo bench --bench otel --features otel`; the last lines
-//! print the paired rounds: off, floor, on, on with 1 % of traces sampled
-//! and on through a lean layer (no source location, threads or busy
-//! times) taking turns in rounds of 1,000 calls, whose median ratios the
-//! machine's changing load moves least. `IDEM_BENCH_ROUNDS` sets their
+//! print the paired rounds: off, floor, SDK floor, on, on with 1 % of
+//! traces sampled and on through a lean layer (no source location, threads
+//! or busy times) taking turns in rounds of 1,000 calls, whose median
+//! ratios the machine's changing load moves least. `IDEM_BENCH_ROUNDS` sets their
 //! number (default 200).
 //!
 //! *Floor* is the layer's own price, paid by any span: the same calls
@@ -17,6 +17,12 @@
 //! closed through the same layer (what an `#[instrument]`ed function with
 //! no arguments costs). What telemetry on costs beyond it is idem's share:
 //! the span's attributes and the instrument's record.
+//!
+//! *SDK floor* is what any OpenTelemetry record of a call costs, with no
+//! `tracing` in between: the same calls with telemetry off, each beside one
+//! span made with the SDK's own tracer, with the attributes idem gives a
+//! call's span (static names), and one histogram record with the
+//! attributes idem gives its instrument.
 
 #![allow(unreachable_pub)] // `pub` for the other modules of this target
                            // The tool and its arguments; not the naive wrapper.
@@ -31,11 +37,12 @@ use std::sync::Arc;
 
 use idem::store::SqliteStore;
 use idem::{Executor, MemoryStore, Store};
-use opentelemetry::metrics::MeterProvider as _;
-use opentelemetry::trace::TracerProvider as _;
+use opentelemetry::metrics::{Histogram, MeterProvider as _};
+use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};
+use opentelemetry::KeyValue;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::metrics::{InMemoryMetricExporter, PeriodicReader, SdkMeterProvider};
-use opentelemetry_sdk::trace::{Sampler, SdkTracerProvider, SpanData, SpanExporter};
+use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider, SpanData, SpanExporter};
 use tracing::Dispatch;
 use tracing_subscriber::layer::SubscriberExt as _;
 
@@ -191,6 +198,77 @@ async fn calls_beside_a_span(exec: &Executor, on: &On, from: u64, n: u64, duplic
     }
 }
 
+/// A call's OpenTelemetry record made with the SDK alone: its tracer and
+/// the duration histogram, from `on`'s providers.
+struct SdkRecord {
+    tracer: SdkTracer,
+    duration: Histogram<f64>,
+}
+
+impl SdkRecord {
+    fn of(on: &On) -> Self {
+        SdkRecord {
+            tracer: on.tracer.tracer("bench"),
+            duration: on
+                .meter
+                .meter("idem")
+                .f64_histogram("gen_ai.execute_tool.duration")
+                .build(),
+        }
+    }
+
+    /// One call's span, with the attributes idem gives it, and one record
+    /// of its duration.
+    fn record(&self, call: u64) {
+        let started = Instant::now();
+        let mut span = self
+            .tracer
+            .span_builder("execute_tool send_email")
+            .with_kind(SpanKind::Internal)
+            .with_attributes([
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", "send_email"),
+                KeyValue::new("gen_ai.tool.type", "function"),
+                KeyValue::new("gen_ai.tool.call.id", format!("call_{call}")),
+                KeyValue::new("idem.class", "idempotent_write"),
+                KeyValue::new(
+                    "idem.key",
+                    "8d3c0f6c1e2b4a5968778695a4b3c2d1e0f1a2b3c4d5e6f708192a3b4c5d6e7f",
+                ),
+                KeyValue::new("idem.fence", 1_i64),
+                KeyValue::new("idem.outcome", "executed"),
+                KeyValue::new("idem.attempts", 1_i64),
+            ])
+            .start(&self.tracer);
+        span.end();
+        self.duration.record(
+            started.elapsed().as_secs_f64(),
+            &[
+                KeyValue::new("gen_ai.operation.name", "execute_tool"),
+                KeyValue::new("gen_ai.tool.name", "send_email"),
+                KeyValue::new("gen_ai.tool.type", "function"),
+                KeyValue::new("idem.class", "idempotent_write"),
+                KeyValue::new("idem.outcome", "executed"),
+            ],
+        );
+    }
+}
+
+/// `n` calls as [`calls`] makes them with telemetry off, each beside one
+/// [`SdkRecord::record`].
+async fn calls_beside_an_sdk_record(
+    exec: &Executor,
+    sdk: &SdkRecord,
+    from: u64,
+    n: u64,
+    duplicate: bool,
+) {
+    for i in from..from + n {
+        sdk.record(i);
+        calls(exec, i, 1, duplicate).await;
+    }
+}
+
 /// Where the paired rounds' calls are recorded.
 #[derive(Clone, Copy)]
 enum Where {
@@ -222,14 +300,15 @@ impl Where {
     }
 }
 
-/// Rounds of calls with telemetry off, at the floor, on, on with 1 % of
+/// Rounds of calls with telemetry off, at the floor, at the SDK's floor, on, on with 1 % of
 /// traces sampled, and on through a lean layer, taking turns, each side
 /// on a store of its own: the median per-call times and ratios to off.
 fn paired(rt: &tokio::runtime::Runtime) {
     println!(
-        "\npaired rounds (telemetry off, floor, on, on with 1 % of traces sampled, on through a lean layer, taking turns; median per-call time and ratio to off):"
+        "\npaired rounds (telemetry off, floor, SDK floor, on, on with 1 % of traces sampled, on through a lean layer, taking turns; median per-call time and ratio to off):"
     );
     let on = On::new();
+    let sdk = SdkRecord::of(&on);
     let sampled = On::sampled(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
         0.01,
     ))));
@@ -242,16 +321,24 @@ fn paired(rt: &tokio::runtime::Runtime) {
         (Where::Sqlite, rounds().div_ceil(4), ROUND / 10),
     ] {
         for (row, duplicate) in [("first", false), ("duplicate", true)] {
-            let mut per_call: [Vec<f64>; 5] = Default::default();
-            let mut ratios: [Vec<f64>; 4] = Default::default();
+            let mut per_call: [Vec<f64>; 6] = Default::default();
+            let mut ratios: [Vec<f64>; 5] = Default::default();
             for r in 0..rounds {
                 let off_exec = Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
                 let floor_exec =
                     Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
+                let sdk_exec = Executor::builder_shared(store.store(rt, &dir, &mut files)).build();
                 let on_exec = on.executor_on(store.store(rt, &dir, &mut files));
                 let sampled_exec = sampled.executor_on(store.store(rt, &dir, &mut files));
                 let lean_exec = lean.executor_on(store.store(rt, &dir, &mut files));
-                for exec in [&off_exec, &floor_exec, &on_exec, &sampled_exec, &lean_exec] {
+                for exec in [
+                    &off_exec,
+                    &floor_exec,
+                    &sdk_exec,
+                    &on_exec,
+                    &sampled_exec,
+                    &lean_exec,
+                ] {
                     rt.block_on(calls(exec, 0, 1, false));
                 }
                 let time = |run: &mut dyn FnMut()| {
@@ -269,7 +356,7 @@ fn paired(rt: &tokio::runtime::Runtime) {
                 // The sides take turns in an order that moves on each
                 // round: on SQLite, the side that comes first in a round
                 // pays more (its file's first writes), whichever it is.
-                let mut took = [0.0; 5];
+                let mut took = [0.0; 6];
                 for k in 0..took.len() {
                     let side = (r + k) % took.len();
                     took[side] = match side {
@@ -277,31 +364,46 @@ fn paired(rt: &tokio::runtime::Runtime) {
                         1 => time(&mut || {
                             rt.block_on(calls_beside_a_span(&floor_exec, &on, 1, round, duplicate))
                         }),
-                        2 => with(&on, &on_exec),
-                        3 => with(&sampled, &sampled_exec),
+                        2 => time(&mut || {
+                            rt.block_on(calls_beside_an_sdk_record(
+                                &sdk_exec, &sdk, 1, round, duplicate,
+                            ))
+                        }),
+                        3 => with(&on, &on_exec),
+                        4 => with(&sampled, &sampled_exec),
                         _ => with(&lean, &lean_exec),
                     };
                 }
-                let [off, floor, all_on, some_on, lean_on] = took;
+                let [off, floor, sdk_floor, all_on, some_on, lean_on] = took;
                 for (side, t) in took.into_iter().enumerate() {
                     per_call[side].push(t);
                 }
-                for (side, t) in [floor, all_on, some_on, lean_on].into_iter().enumerate() {
+                for (side, t) in [floor, sdk_floor, all_on, some_on, lean_on]
+                    .into_iter()
+                    .enumerate()
+                {
                     ratios[side].push(t / off);
                 }
-                for exec in [off_exec, floor_exec, on_exec, sampled_exec, lean_exec] {
+                for exec in [
+                    off_exec,
+                    floor_exec,
+                    sdk_exec,
+                    on_exec,
+                    sampled_exec,
+                    lean_exec,
+                ] {
                     rt.block_on(exec.store().close());
                 }
             }
-            let [off, floor, all_on, some_on, lean_on] =
+            let [off, floor, sdk_floor, all_on, some_on, lean_on] =
                 per_call.map(|mut v| median(&mut v) / 1000.0);
-            let [floor_x, all_on_x, some_on_x, lean_x] = ratios.map(|mut v| median(&mut v));
+            let [floor_x, sdk_x, all_on_x, some_on_x, lean_x] = ratios.map(|mut v| median(&mut v));
             let name = match store {
                 Where::Memory => "memory",
                 Where::Sqlite => "SQLite",
             };
             println!(
-                "  {name:<6} {row:<10} off {off:>7.2} µs   floor {floor:>7.2} µs ({floor_x:.2}×)   on {all_on:>7.2} µs ({all_on_x:.2}×)   on, 1 % sampled {some_on:>7.2} µs ({some_on_x:.2}×)   on, lean layer {lean_on:>7.2} µs ({lean_x:.2}×)"
+                "  {name:<6} {row:<10} off {off:>7.2} µs   floor {floor:>7.2} µs ({floor_x:.2}×)   SDK floor {sdk_floor:>7.2} µs ({sdk_x:.2}×)   on {all_on:>7.2} µs ({all_on_x:.2}×)   on, 1 % sampled {some_on:>7.2} µs ({some_on_x:.2}×)   on, lean layer {lean_on:>7.2} µs ({lean_x:.2}×)"
             );
         }
     }
