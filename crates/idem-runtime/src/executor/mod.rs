@@ -337,10 +337,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
                     Some(owner) => {
                         env.tell_owner(Some(&key.key), owner.fence, owner.takeover.is_some())
                     }
-                    None if !env.span.is_disabled() => {
-                        env.span.record("idem.key", key.key.as_str());
-                    }
-                    None => {}
+                    None => env.tell_key(&key.key),
                 }
                 return Started::Running(Rest {
                     env,

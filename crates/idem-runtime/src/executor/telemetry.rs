@@ -101,6 +101,14 @@ impl Ended {
 }
 
 impl CallEnv<'_> {
+    /// Tell the span the call's key, when a subscriber records it (the key
+    /// is spelled out only then).
+    pub(super) fn tell_key(&self, key: &IdempotencyKey) {
+        if !self.span.is_disabled() {
+            self.span.record("idem.key", key.as_str());
+        }
+    }
+
     /// Tell the span that the call owns its key with `fence` (`takeover`:
     /// from an owner that vanished) as soon as it does (a call that is then
     /// cancelled tells it too): with its key when both are known at once,

@@ -1,7 +1,7 @@
 //! The paired rounds: naive and idem calls taking turns in rounds of
 //! 1,000, whose median ratio the machine's changing load moves least.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::{idem_first, naive_first, new_exec, Grown, Naive, Source, FRESH_EVERY};
 
@@ -39,7 +39,7 @@ pub fn paired(rt: &tokio::runtime::Runtime) {
         if !paired_row(row) {
             continue;
         }
-        let (mut naive_ns, mut idem_ns, mut ratios) = (vec![], vec![], vec![]);
+        let mut rounds_of = Row::default();
         for _ in 0..rounds() {
             let (naive, exec) = (Naive::default(), new_exec());
             let (naive, exec) = match duplicate {
@@ -53,24 +53,21 @@ pub fn paired(rt: &tokio::runtime::Runtime) {
                     naive_first(naive, source, step(i)).await;
                 }
             });
-            let n = start.elapsed().as_nanos() as f64 / FRESH_EVERY as f64;
+            let n = start.elapsed();
             let start = Instant::now();
             rt.block_on(async {
                 for i in 0..FRESH_EVERY {
                     idem_first(exec, source, step(i)).await;
                 }
             });
-            let d = start.elapsed().as_nanos() as f64 / FRESH_EVERY as f64;
-            naive_ns.push(n);
-            idem_ns.push(d);
-            ratios.push(d / n);
+            rounds_of.push(n, start.elapsed());
         }
-        print_paired(row, &mut idem_ns, &mut naive_ns, &mut ratios);
+        rounds_of.print(row);
     }
     if paired_row("first_grown") {
         // First calls into one long-lived store of each side, from
         // `grown_start()` keys on: the store a program keeps.
-        let (mut naive_ns, mut idem_ns, mut ratios) = (vec![], vec![], vec![]);
+        let mut rounds_of = Row::default();
         let (mut naive, mut idem) = (None, None);
         for _ in 0..rounds() {
             let n = Grown::room_for(&mut naive, FRESH_EVERY, || Grown::naive(rt)).time(
@@ -83,26 +80,39 @@ pub fn paired(rt: &tokio::runtime::Runtime) {
                 FRESH_EVERY,
                 |exec, i| idem_first(exec, Source::Step, i),
             );
-            let (n, d) = (
-                n.as_nanos() as f64 / FRESH_EVERY as f64,
-                d.as_nanos() as f64 / FRESH_EVERY as f64,
-            );
-            naive_ns.push(n);
-            idem_ns.push(d);
-            ratios.push(d / n);
+            rounds_of.push(n, d);
         }
-        print_paired("first_grown", &mut idem_ns, &mut naive_ns, &mut ratios);
+        rounds_of.print("first_grown");
     }
 }
 
-/// One paired row's medians.
-fn print_paired(row: &str, idem_ns: &mut [f64], naive_ns: &mut [f64], ratios: &mut [f64]) {
-    println!(
-        "  {row:<20} idem {:>6.2} µs   naive {:>6.2} µs   ratio {:.2}×",
-        median(idem_ns) / 1000.0,
-        median(naive_ns) / 1000.0,
-        median(ratios)
-    );
+/// A paired row's rounds: per-call times of each side, and their ratios.
+#[derive(Default)]
+struct Row {
+    naive_ns: Vec<f64>,
+    idem_ns: Vec<f64>,
+    ratios: Vec<f64>,
+}
+
+impl Row {
+    /// A round: how long each side took for its `FRESH_EVERY` calls.
+    fn push(&mut self, naive: Duration, idem: Duration) {
+        let per_call = |d: Duration| d.as_nanos() as f64 / FRESH_EVERY as f64;
+        let (n, d) = (per_call(naive), per_call(idem));
+        self.naive_ns.push(n);
+        self.idem_ns.push(d);
+        self.ratios.push(d / n);
+    }
+
+    /// The row's medians.
+    fn print(mut self, row: &str) {
+        println!(
+            "  {row:<20} idem {:>6.2} µs   naive {:>6.2} µs   ratio {:.2}×",
+            median(&mut self.idem_ns) / 1000.0,
+            median(&mut self.naive_ns) / 1000.0,
+            median(&mut self.ratios)
+        );
+    }
 }
 
 /// Whether the paired rounds run `row`: all of them, or those
