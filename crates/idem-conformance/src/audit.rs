@@ -9,6 +9,7 @@ use super::{acquire, assert_stale, fp, random_key, req, success, Harness};
 use idem_runtime::audit::{AuditEvent, AuditQuery};
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{AuditAction, Fence, Status};
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Expected, ExpectedState, Store};
 
 /// An event about `key` at the store's current time.

@@ -11,8 +11,9 @@ use idem_runtime::store::{ClaimOutcome, Store, StoreError, WaitFor};
 use serde_json::json;
 
 use super::{acquire, assert_closed, fp, outcome_of, random_key, req, success, Harness};
+use idem_runtime::store::StoreExt;
 
-/// [`Store::close`] finishes what is under way and then refuses: every
+/// [`StoreExt::close`] finishes what is under way and then refuses: every
 /// write racing with it is either acknowledged and kept (it is there when
 /// the store is reopened) or refused with [`StoreError::Closed`] and not
 /// applied; a waiter blocked on an in-flight record is released with

@@ -2,7 +2,7 @@
 //! second effect: an approval claimed only with the arguments it was given
 //! for, and decisions (a granted approval, an unknown outcome, a
 //! resolution) that outlive the TTLs and sweeps around them; and a caller
-//! waiting for a decision ([`Store::wait`] for a [`WaitFor::Decision`]) woken by it. The
+//! waiting for a decision ([`StoreExt::wait`] for a [`WaitFor::Decision`]) woken by it. The
 //! [`Operator`] makes the decisions, as it does for people.
 
 use std::sync::Arc;
@@ -13,6 +13,7 @@ use idem_runtime::approval::Approval;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::{Actor, Operator, Resolution};
 use idem_runtime::record::{CallInfoRef, FailureCode, Outcome, Record, Status};
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError, WaitFor};
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval,

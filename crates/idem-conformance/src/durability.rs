@@ -12,6 +12,7 @@ use serde_json::json;
 use super::{fp, random_key, req, success, Harness};
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::RecordState;
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
 
 /// A claim of `key` that need not be durable, with `lease`.

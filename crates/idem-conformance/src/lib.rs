@@ -26,6 +26,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_runtime::store::StoreExt;
 use serde_json::json;
 
 mod audit;
@@ -79,7 +80,7 @@ pub trait Harness: Send + Sync + 'static {
     }
 
     /// Whether the backend deletes expired records by itself (Redis key
-    /// TTLs), leaving [`Store::sweep`] nothing to count. Such a store must
+    /// TTLs), leaving [`StoreExt::sweep`] nothing to count. Such a store must
     /// still read expired records as absent and let their keys be claimed
     /// anew; the cases check that instead of a count.
     fn expires_natively(&self) -> bool {
@@ -203,7 +204,7 @@ fn assert_stale<T: std::fmt::Debug>(result: Result<T, StoreError>) {
     }
 }
 
-/// Start a waiter on `key` ([`Store::wait`]), then `act`, and return what
+/// Start a waiter on `key` ([`StoreExt::wait`]), then `act`, and return what
 /// the waiter saw; see [`woken`].
 async fn woken_waiter<S: Store, F, Fut>(
     store: &Arc<S>,

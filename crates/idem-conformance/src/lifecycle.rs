@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use idem_runtime::record::{FailureCode, Fence, Outcome, RecordState, StoredFailure};
-use idem_runtime::store::{ClaimOutcome, FenceHolder, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, FenceHolder, StoreError};
 use serde_json::json;
 
 use super::{acquire, assert_stale, fp, random_key, req, success, woken_waiter, Harness};
+use idem_runtime::store::StoreExt;
 
 /// A new key is acquired, and the record is in flight under that fence.
 pub async fn claim_of_a_new_key_acquires<H: Harness>(h: H) {

@@ -1,4 +1,4 @@
-//! Cases for [`Store::scan_open`]: the open records alone, newest first,
+//! Cases for [`StoreExt::scan_open`]: the open records alone, newest first,
 //! each once, and none once it settles.
 
 use std::collections::BTreeMap;
@@ -9,6 +9,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{
     FailureCode, Fence, Outcome, Record, RecordState, Status, StoredFailure, APPROVAL_STEP,
 };
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Expected, ExpectedState, OpenCursor, Store};
 
 /// Every page of an open scan from the start, with `page_size`: the

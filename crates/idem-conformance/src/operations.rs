@@ -14,6 +14,7 @@ use idem_runtime::record::{
     AuditAction, AuditEntry, CallInfo, FailureCode, Fence, Outcome, Reason, Record, RecordState,
     Status, StoredFailure, APPROVAL_STEP,
 };
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store};
 
 fn info() -> CallInfo {

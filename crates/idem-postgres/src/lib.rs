@@ -43,10 +43,10 @@
 //!   batches selected with `FOR UPDATE SKIP LOCKED`, so several sweepers
 //!   never block each other or a claim.
 //! * Scanning pages through the primary key (`key > cursor ORDER BY key`);
-//!   the open records ([`Store::scan_open`]) through a partial index of
+//!   the open records ([`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open)) through a partial index of
 //!   them, newest first (`(created_at, key) < cursor ORDER BY created_at
 //!   DESC, key DESC`), so a page reads about as many rows as it returns.
-//! * Waiters ([`Store::wait`], for a completion or a decision) are woken by
+//! * Waiters ([`StoreExt::wait`](idem_runtime::store::StoreExt::wait), for a completion or a decision) are woken by
 //!   LISTEN/NOTIFY: completing, releasing or replacing a record (an
 //!   approval or a denial is a replace) notifies channel `idem_done` with
 //!   the key, inside the same statement (delivered at commit), and one
@@ -96,18 +96,18 @@ use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{CorruptRecord, Fence, Outcome, Record, RecordState};
 use idem_runtime::store::backend::Waiters;
-use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
     transition, ClaimOutcome, ClaimRequest, Expected, OpenCursor, ScanPage, Store, StoreError,
     Takeover,
 };
+use idem_runtime::store::{Answer, Operation, WaitFor};
 
 pub use self::listener::SAFETY_POLL;
 pub use self::options::PostgresOptions;
 pub use self::schema::{OLDEST_READABLE, SCHEMA_VERSION};
 pub use backend::{Postgres, BACKEND};
 
-/// The statements [`Store::scan_open`] runs — the first page (`$1` how
+/// The statements [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) runs — the first page (`$1` how
 /// many rows), a page after a cursor (`$1` its creation time, `$2` its key,
 /// `$3` how many rows) — for tests that `EXPLAIN` them. Not a stable
 /// interface.
@@ -134,7 +134,75 @@ impl Store for PostgresStore {
         self.name.clone()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
+        Ok(match op {
+            Operation::Claim(req) => Answer::Claim(self.on_claim(req).await?),
+            Operation::Checkpoint {
+                key,
+                fence,
+                step,
+                value,
+                lease,
+            } => {
+                self.on_checkpoint(key, fence, step, value, lease).await?;
+                Answer::Done
+            }
+            Operation::Renew { key, fence, lease } => {
+                self.on_renew(key, fence, lease).await?;
+                Answer::Done
+            }
+            Operation::Complete {
+                key,
+                fence,
+                outcome,
+                ttl,
+            } => {
+                self.on_complete(key, fence, outcome, ttl).await?;
+                Answer::Done
+            }
+            Operation::Release { key, fence } => {
+                self.on_release(key, fence).await?;
+                Answer::Done
+            }
+            Operation::Get { key } => Answer::Record(self.on_get(key).await?),
+            Operation::Replace {
+                key,
+                expected,
+                new,
+                audit,
+            } => Answer::Replaced(self.on_replace(key, expected, new, audit).await?),
+            Operation::AppendAudit { event } => {
+                Answer::Appended(self.on_append_audit(event).await?)
+            }
+            Operation::Audit {
+                query,
+                cursor,
+                limit,
+            } => Answer::Audit(self.on_audit(query, cursor, limit).await?),
+            Operation::Scan { cursor, limit } => Answer::Scan(self.on_scan(cursor, limit).await?),
+            Operation::ScanOpen { cursor, limit } => {
+                Answer::Scan(self.on_scan_open(cursor, limit).await?)
+            }
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Answer::Record(self.on_wait(key, until, timeout).await?),
+            Operation::Sweep => Answer::Swept(self.on_sweep().await?),
+            Operation::Now => Answer::Now(self.on_now().await?),
+            Operation::Close => {
+                self.on_close().await;
+                Answer::Done
+            }
+            // An operation a later idem adds, if it has a default.
+            op => return op.by_default(self).await,
+        })
+    }
+}
+
+/// The operations [`Store::call`] answers, one method each.
+impl PostgresStore {
+    async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = millis(req.lease);
         let step = req.info.step.map(|s| s as i64);
         let ttl = req.info.ttl.map(millis);
@@ -193,7 +261,7 @@ impl Store for PostgresStore {
         Err(self.protocol("the claim kept racing with concurrent claims"))
     }
 
-    async fn checkpoint(
+    async fn on_checkpoint(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -218,7 +286,7 @@ impl Store for PostgresStore {
         .map(drop)
     }
 
-    async fn renew(
+    async fn on_renew(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -234,7 +302,7 @@ impl Store for PostgresStore {
         .map(drop)
     }
 
-    async fn complete(
+    async fn on_complete(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -252,7 +320,7 @@ impl Store for PostgresStore {
         .map(drop)
     }
 
-    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+    async fn on_release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         self.fenced(
             key,
             fence,
@@ -263,11 +331,11 @@ impl Store for PostgresStore {
         .map(drop)
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn on_get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Ok(self.read(key).await?.0)
     }
 
-    async fn wait(
+    async fn on_wait(
         &self,
         key: &IdempotencyKey,
         until: WaitFor,
@@ -278,7 +346,7 @@ impl Store for PostgresStore {
             .await
     }
 
-    async fn replace(
+    async fn on_replace(
         &self,
         key: &IdempotencyKey,
         expected: Expected,
@@ -314,7 +382,7 @@ impl Store for PostgresStore {
     }
 
     /// Pages in key order; the cursor is the last key of a full page.
-    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    async fn on_scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         let limit = limit.clamp(1, SCAN_MAX);
         let conn = self.conn().await?;
         let rows = conn
@@ -352,7 +420,11 @@ impl Store for PostgresStore {
     /// a page reads about `limit` rows, however many records are settled.
     /// One row more than the page is read, to know whether another page
     /// follows; the cursor is the page's last row.
-    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    async fn on_scan_open(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, StoreError> {
         let after = cursor
             .map(|c| OpenCursor::parse_for(&self.name, c))
             .transpose()?;
@@ -408,7 +480,7 @@ impl Store for PostgresStore {
         })
     }
 
-    async fn sweep(&self) -> Result<u64, StoreError> {
+    async fn on_sweep(&self) -> Result<u64, StoreError> {
         let conn = self.conn().await?;
         self.sweep_audit(&conn).await?;
         let mut total = 0;
@@ -425,7 +497,7 @@ impl Store for PostgresStore {
         }
     }
 
-    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+    async fn on_append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
         let conn = self.conn().await?;
         let row = conn
             .client
@@ -440,7 +512,7 @@ impl Store for PostgresStore {
 
     /// Pages by position in the log; the cursor is the `at` and `seq` of
     /// the page's last event.
-    async fn audit(
+    async fn on_audit(
         &self,
         query: &AuditQuery,
         cursor: Option<&str>,
@@ -489,7 +561,7 @@ impl Store for PostgresStore {
         Ok(audit::page_of(events, limit))
     }
 
-    async fn now(&self) -> Result<Timestamp, StoreError> {
+    async fn on_now(&self) -> Result<Timestamp, StoreError> {
         let conn = self.conn().await?;
         let row = conn
             .client
@@ -503,7 +575,7 @@ impl Store for PostgresStore {
     /// connections in use when their operation ends (every transition is
     /// one statement, so none is left half done). Later operations, and
     /// waiters, fail with [`StoreError::Closed`].
-    async fn close(&self) {
+    async fn on_close(&self) {
         let pool = self.pool.lock().expect("not poisoned").take();
         drop(pool);
         self.listener.abort();

@@ -47,10 +47,10 @@ impl PostgresOptions {
     }
 
     /// Keep audit events for `retention` (default
-    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] deletes older ones,
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`StoreExt::sweep`] deletes older ones,
     /// judged by the server's clock.
     ///
-    /// [`Store::sweep`]: idem_runtime::store::Store::sweep
+    /// [`StoreExt::sweep`]: idem_runtime::store::StoreExt::sweep
     pub fn audit_retention(mut self, retention: Duration) -> Self {
         self.audit_retention = retention;
         self

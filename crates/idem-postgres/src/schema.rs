@@ -104,12 +104,12 @@ const MIGRATIONS: &[&str] = &[
 /// of a large table takes.
 ///
 /// `idem_records_open` (idem 0.4, schema version 4 all the same) holds
-/// the open records, newest first, for [`Store::scan_open`]: its predicate
+/// the open records, newest first, for [`StoreExt::scan_open`]: its predicate
 /// is `OPEN` (see the statements). A schema built by an earlier 0.4 build
 /// lacks it until a store of this build connects and builds it; meanwhile
 /// the open scan reads the table.
 ///
-/// [`Store::scan_open`]: idem_runtime::store::Store::scan_open
+/// [`StoreExt::scan_open`]: idem_runtime::store::StoreExt::scan_open
 static INDEXES: LazyLock<[(&str, String); 4]> = LazyLock::new(|| {
     [
         (

@@ -65,9 +65,9 @@ impl RedisStore {
 
     /// Connect to `url` for reading only: the layout version under
     /// `PREFIX:schema` is read, never written or migrated, and every
-    /// operation but reads ([`Store::get`](idem_runtime::store::Store::get), [`Store::scan`](idem_runtime::store::Store::scan),
-    /// [`Store::scan_open`](idem_runtime::store::Store::scan_open),
-    /// [`Store::wait`](idem_runtime::store::Store::wait), [`Store::now`](idem_runtime::store::Store::now)) fails with [`StoreError::ReadOnly`]
+    /// operation but reads ([`StoreExt::get`](idem_runtime::store::StoreExt::get), [`StoreExt::scan`](idem_runtime::store::StoreExt::scan),
+    /// [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open),
+    /// [`StoreExt::wait`](idem_runtime::store::StoreExt::wait), [`StoreExt::now`](idem_runtime::store::StoreExt::now)) fails with [`StoreError::ReadOnly`]
     /// before it reaches the server. Only idem's scripts are loaded into
     /// the server's script cache, which holds no data.
     ///

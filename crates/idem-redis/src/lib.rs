@@ -14,7 +14,7 @@
 //!   of one Redis Cluster slot. The 4,096 counters are never deleted, so a
 //!   fence is never handed out twice for a key, even after the key was
 //!   released or expired.
-//! * [`Store::scan`] pages through the slots' indexes — sorted sets of the
+//! * [`StoreExt::scan`](idem_runtime::store::StoreExt::scan) pages through the slots' indexes — sorted sets of the
 //!   keys of their records, kept by the scripts that create and delete
 //!   records — in key order, the cursor being the last key returned. Unlike
 //!   `SCAN`, which may return a key twice when the server resizes its
@@ -23,7 +23,7 @@
 //!   server. A record that lapses is deleted by Redis but stays in its
 //!   index until a claim creating a record next to it drops it (scans skip
 //!   it): in the steady state about a quarter of an index is such keys.
-//! * [`Store::scan_open`] pages newest first through the slots' *open
+//! * [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) pages newest first through the slots' *open
 //!   sets* (`PREFIX:{SLOT}:open`, layout version 4): sorted sets of the
 //!   keys of the slot's open records scored by their creation, kept by the
 //!   same scripts that change the records, so claims and completions cost
@@ -36,7 +36,7 @@
 //!   (`PEXPIREAT`); the lease is a field of the hash — key expiry never
 //!   doubles as the lease, and an in-flight record has no TTL (it is never
 //!   swept). A record awaiting approval lapses the same way. Redis deletes
-//!   expired records itself, so [`Store::sweep`] deletes none and returns
+//!   expired records itself, so [`StoreExt::sweep`](idem_runtime::store::StoreExt::sweep) deletes none and returns
 //!   0; it drops their keys from the open sets.
 //! * The audit log is a stream per slot, `PREFIX:{SLOT}:audit` (see the top
 //!   of `src/scripts/audit.lua`), beside the slot's records, so the replace
@@ -51,7 +51,7 @@
 //!   100 events is one round trip to the index and one to the streams it
 //!   names. The part of a log written before the index (layout version 2)
 //!   is read by merging the 4,096 streams (pipelined, 512 slots a round
-//!   trip). [`Store::sweep`] trims each stream and the index to the events
+//!   trip). [`StoreExt::sweep`](idem_runtime::store::StoreExt::sweep) trims each stream and the index to the events
 //!   younger than the retention (`XTRIM MINID`, by the server's clock),
 //!   returning 0 still. [`RedisStore::round_trips`] counts what an
 //!   operation costs.
@@ -62,7 +62,7 @@
 //!   outcome is on disk before it is answered; with `everysec` (Redis's
 //!   default when the AOF is on) a power cut may lose the last second of
 //!   claims, outcomes and decisions alike.
-//! * Waiters ([`Store::wait`], for a completion or a decision) are woken by
+//! * Waiters ([`StoreExt::wait`](idem_runtime::store::StoreExt::wait), for a completion or a decision) are woken by
 //!   pub/sub: the complete, release and replace scripts (an approval or a
 //!   denial is a replace) publish the key on `PREFIX:done`, and one
 //!   subscriber connection per store, in every process, wakes the local
@@ -153,7 +153,7 @@ use idem_runtime::clock::Timestamp;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{CorruptRecord, Fence, Outcome, Record};
 use idem_runtime::store::backend::Waiters;
-use idem_runtime::store::WaitFor;
+use idem_runtime::store::{Answer, Operation, WaitFor};
 use idem_runtime::store::{
     ClaimOutcome, ClaimRequest, Expected, ExpectedState, ScanPage, Store, StoreError, Takeover,
 };
@@ -201,7 +201,7 @@ pub struct RedisStore {
     /// the first).
     schema_found: Option<u32>,
     /// Whether the slots' open sets are complete (layout version 4), so
-    /// that [`Store::scan_open`] reads them.
+    /// that [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) reads them.
     open_indexed: bool,
 }
 
@@ -211,7 +211,75 @@ impl Store for RedisStore {
         self.name.clone()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
+        Ok(match op {
+            Operation::Claim(req) => Answer::Claim(self.on_claim(req).await?),
+            Operation::Checkpoint {
+                key,
+                fence,
+                step,
+                value,
+                lease,
+            } => {
+                self.on_checkpoint(key, fence, step, value, lease).await?;
+                Answer::Done
+            }
+            Operation::Renew { key, fence, lease } => {
+                self.on_renew(key, fence, lease).await?;
+                Answer::Done
+            }
+            Operation::Complete {
+                key,
+                fence,
+                outcome,
+                ttl,
+            } => {
+                self.on_complete(key, fence, outcome, ttl).await?;
+                Answer::Done
+            }
+            Operation::Release { key, fence } => {
+                self.on_release(key, fence).await?;
+                Answer::Done
+            }
+            Operation::Get { key } => Answer::Record(self.on_get(key).await?),
+            Operation::Replace {
+                key,
+                expected,
+                new,
+                audit,
+            } => Answer::Replaced(self.on_replace(key, expected, new, audit).await?),
+            Operation::AppendAudit { event } => {
+                Answer::Appended(self.on_append_audit(event).await?)
+            }
+            Operation::Audit {
+                query,
+                cursor,
+                limit,
+            } => Answer::Audit(self.on_audit(query, cursor, limit).await?),
+            Operation::Scan { cursor, limit } => Answer::Scan(self.on_scan(cursor, limit).await?),
+            Operation::ScanOpen { cursor, limit } => {
+                Answer::Scan(self.on_scan_open(cursor, limit).await?)
+            }
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Answer::Record(self.on_wait(key, until, timeout).await?),
+            Operation::Sweep => Answer::Swept(self.on_sweep().await?),
+            Operation::Now => Answer::Now(self.on_now().await?),
+            Operation::Close => {
+                self.on_close().await;
+                Answer::Done
+            }
+            // An operation a later idem adds, if it has a default.
+            op => return op.by_default(self).await,
+        })
+    }
+}
+
+/// The operations [`Store::call`] answers, one method each.
+impl RedisStore {
+    async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = idem_runtime::store::backend::span_millis(req.lease).to_string();
         let info = match req.info.is_empty() {
             true => String::new(),
@@ -285,7 +353,7 @@ impl Store for RedisStore {
         }
     }
 
-    async fn checkpoint(
+    async fn on_checkpoint(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -311,7 +379,7 @@ impl Store for RedisStore {
         self.ok(key, fence, &reply)
     }
 
-    async fn renew(
+    async fn on_renew(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -333,7 +401,7 @@ impl Store for RedisStore {
         self.ok(key, fence, &reply)
     }
 
-    async fn complete(
+    async fn on_complete(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -365,7 +433,7 @@ impl Store for RedisStore {
         self.ok(key, fence, &reply)
     }
 
-    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+    async fn on_release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         let reply = self
             .run(
                 &self.scripts.release,
@@ -381,11 +449,11 @@ impl Store for RedisStore {
         self.ok(key, fence, &reply)
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn on_get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Ok(self.read(key).await?.0)
     }
 
-    async fn wait(
+    async fn on_wait(
         &self,
         key: &IdempotencyKey,
         until: WaitFor,
@@ -396,7 +464,7 @@ impl Store for RedisStore {
             .await
     }
 
-    async fn replace(
+    async fn on_replace(
         &self,
         key: &IdempotencyKey,
         expected: Expected,
@@ -461,7 +529,7 @@ impl Store for RedisStore {
     /// slot's name. A page costs a round trip to count the keys of the next
     /// slots (more for a sparse store: 512 slots a trip), one to list them
     /// and one to read their records.
-    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    async fn on_scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.scan_page(cursor, limit).await
     }
 
@@ -472,14 +540,18 @@ impl Store for RedisStore {
     /// records. A store connected read-only
     /// to data of layout version 3, which kept no open sets, reads the whole
     /// store instead ([`scan_open_by_scanning`](idem_runtime::store::scan_open_by_scanning)).
-    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    async fn on_scan_open(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, StoreError> {
         if !self.open_indexed {
             return idem_runtime::store::scan_open_by_scanning(self, cursor, limit).await;
         }
         self.open_page(cursor, limit).await
     }
 
-    async fn sweep(&self) -> Result<u64, StoreError> {
+    async fn on_sweep(&self) -> Result<u64, StoreError> {
         // Completed records and approval requests carry a key TTL: Redis
         // deletes them itself.
         self.writable()?;
@@ -488,7 +560,7 @@ impl Store for RedisStore {
         Ok(0)
     }
 
-    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+    async fn on_append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
         let (at, body) = (event.at.as_millis().to_string(), audit_text(event));
         self.index_audit(event.at, &event.key).await?;
         let reply = self
@@ -519,7 +591,7 @@ impl Store for RedisStore {
     /// Reads one slot's stream for a query by key, otherwise merges every
     /// slot's (see the [module docs](self)); the cursor is the stream id
     /// and slot of the page's last event.
-    async fn audit(
+    async fn on_audit(
         &self,
         query: &AuditQuery,
         cursor: Option<&str>,
@@ -528,7 +600,7 @@ impl Store for RedisStore {
         self.audit_page(query, cursor, limit).await
     }
 
-    async fn now(&self) -> Result<Timestamp, StoreError> {
+    async fn on_now(&self) -> Result<Timestamp, StoreError> {
         let mut conn = self.conn()?;
         let (secs, micros): (u64, u64) = conn
             .query(&redis::cmd("TIME"))
@@ -541,7 +613,7 @@ impl Store for RedisStore {
     /// the operations already under way have their replies (every
     /// transition is one script, so none is left half done). Later
     /// operations, and waiters, fail with [`StoreError::Closed`].
-    async fn close(&self) {
+    async fn on_close(&self) {
         let conn = self.conn.lock().expect("not poisoned").take();
         drop(conn);
         self.subscriber.abort();

@@ -1,5 +1,5 @@
 //! The open sets: which records of a slot are open, newest first, so that
-//! [`Store::scan_open`](idem_runtime::store::Store::scan_open) reads a page
+//! [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) reads a page
 //! of them without reading the store.
 //!
 //! * `PREFIX:{SLOT}:open` is a sorted set of the keys of the slot's open
@@ -111,7 +111,7 @@ fn score(value: &RedisValue) -> Option<u64> {
 }
 
 impl RedisStore {
-    /// [`Store::scan_open`](idem_runtime::store::Store::scan_open) from the
+    /// [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) from the
     /// open sets: see the [module docs](self).
     pub(super) async fn open_page(
         &self,

@@ -78,7 +78,7 @@ impl RedisOptions {
     }
 
     /// Keep audit events for `retention` (default
-    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`](idem_runtime::store::Store::sweep) trims older ones,
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`StoreExt::sweep`](idem_runtime::store::StoreExt::sweep) trims older ones,
     /// judged by the server's clock.
     pub fn audit_retention(mut self, retention: Duration) -> Self {
         self.audit_retention = retention;

@@ -14,13 +14,14 @@ use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{CorruptRecord, Record};
-use idem_runtime::store::{ScanPage, Store, StoreError};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ScanPage, StoreError};
 
 /// The most records one scan page reads.
 const MAX_SCAN_PAGE: usize = 10_000;
 
 impl RedisStore {
-    /// [`Store::scan`]: see there.
+    /// [`StoreExt::scan`]: see there.
     ///
     /// A page is read in three steps, each a batch of commands: which
     /// slots hold its keys (a window of slots a round trip), those keys in
@@ -185,7 +186,7 @@ impl RedisStore {
         }
     }
 
-    /// [`Store::audit`]: see there. A query for one key reads its slot; a
+    /// [`StoreExt::audit`]: see there. A query for one key reads its slot; a
     /// query of the whole log reads the streams the audit index names
     /// (`audit_index`), and every slot's only for a part of the log from
     /// before the index.

@@ -37,7 +37,7 @@ pub(super) const COUNT_WINDOW: u16 = 512;
 /// the keys of the slot's open records (in flight, awaiting approval,
 /// completed with an unknown outcome) scored by their creation, which the
 /// scripts keep as they change a record and
-/// [`Store::scan_open`](idem_runtime::store::Store::scan_open) pages
+/// [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) pages
 /// through. Data of version 3 is migrated when a version 4 store connects:
 /// every slot's records are looked at (a script for each 1,000 keys of a
 /// slot, 512 slots a round trip) and the open ones put in their slot's open

@@ -8,12 +8,12 @@
 //! audit retention ([`DEFAULT_AUDIT_RETENTION`] unless its options say
 //! otherwise) has passed, whatever happens to its record:
 //!
-//! * [`Store::append_audit`](crate::store::Store::append_audit) appends one
-//!   event; [`Store::replace`](crate::store::Store::replace) appends one in
+//! * [`StoreExt::append_audit`](crate::store::StoreExt::append_audit) appends one
+//!   event; [`StoreExt::replace`](crate::store::StoreExt::replace) appends one in
 //!   the same transaction as its swap, and only when the swap happens.
-//! * [`Store::audit`](crate::store::Store::audit) reads the log oldest
+//! * [`StoreExt::audit`](crate::store::StoreExt::audit) reads the log oldest
 //!   first, a page at a time, filtered by an [`AuditQuery`].
-//! * [`Store::sweep`](crate::store::Store::sweep) deletes the events older
+//! * [`StoreExt::sweep`](crate::store::StoreExt::sweep) deletes the events older
 //!   than the retention.
 //!
 //! ```
@@ -54,7 +54,7 @@ use crate::record::{AuditAction, Status};
 /// 365 days.
 pub const DEFAULT_AUDIT_RETENTION: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 
-/// The most events one page of [`Store::audit`](crate::store::Store::audit)
+/// The most events one page of [`StoreExt::audit`](crate::store::StoreExt::audit)
 /// holds, whatever limit is asked for.
 pub const MAX_AUDIT_PAGE: usize = 10_000;
 
@@ -63,7 +63,7 @@ pub const MAX_AUDIT_PAGE: usize = 10_000;
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AuditEvent {
     /// Where the store put the event in its log, assigned when it was
-    /// appended (see [`Store::append_audit`](crate::store::Store::append_audit));
+    /// appended (see [`StoreExt::append_audit`](crate::store::StoreExt::append_audit));
     /// `None` in an event being built. Ignored when appending.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seq: Option<u64>,
@@ -91,7 +91,7 @@ pub struct AuditEvent {
     pub after: Option<Status>,
 }
 
-/// Which events [`Store::audit`](crate::store::Store::audit) reads; the
+/// Which events [`StoreExt::audit`](crate::store::StoreExt::audit) reads; the
 /// default reads them all.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditQuery {
@@ -120,13 +120,13 @@ impl AuditQuery {
     }
 }
 
-/// One page of [`Store::audit`](crate::store::Store::audit).
+/// One page of [`StoreExt::audit`](crate::store::StoreExt::audit).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct AuditPage {
     /// The events of this page, oldest first.
     pub events: Vec<AuditEvent>,
     /// Where the next page starts; `None` after the last page. Opaque:
-    /// pass it back to [`Store::audit`](crate::store::Store::audit)
+    /// pass it back to [`StoreExt::audit`](crate::store::StoreExt::audit)
     /// unchanged, with the same query.
     pub cursor: Option<String>,
 }

@@ -14,6 +14,7 @@ use crate::error::ToolError;
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::{Fence, RESERVED_STEP_PREFIX};
 use crate::store::Store;
+use crate::store::StoreExt;
 
 /// The context handed to every tool call: its key (to pass downstream),
 /// attempt number, identity, and durable step checkpoints.

@@ -27,7 +27,8 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Outcome, OutputJson};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, ClaimRequest};
 use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 
 fn key(i: usize) -> IdempotencyKey {

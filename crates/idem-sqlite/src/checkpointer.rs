@@ -23,10 +23,10 @@ pub const CHECKPOINT_PAGES: i32 = 1000;
 pub const WAL_LIMIT_PAGES: i32 = 8 * CHECKPOINT_PAGES;
 
 /// The longest a sweep waits between two batches for the checkpointer to
-/// finish the checkpoints asked of it (see [`Store::sweep`] on
+/// finish the checkpoints asked of it (see [`StoreExt::sweep`] on
 /// [`SqliteStore`]).
 ///
-/// [`Store::sweep`]: idem_runtime::store::Store::sweep
+/// [`StoreExt::sweep`]: idem_runtime::store::StoreExt::sweep
 /// [`SqliteStore`]: crate::SqliteStore
 pub const SWEEP_CHECKPOINT_WAIT: Duration = Duration::from_secs(1);
 

@@ -117,7 +117,7 @@ impl SqliteStore {
     /// Open the store at `path` for reading only: every connection is
     /// opened `SQLITE_OPEN_READ_ONLY`, nothing is created, migrated or
     /// switched to WAL, and no writer or checkpointer thread starts. Reads
-    /// ([`Store::get`], [`Store::scan`], a claim that finds a record it
+    /// ([`StoreExt::get`], [`StoreExt::scan`], a claim that finds a record it
     /// need not change) work as on a store opened read-write, and see what
     /// live writers of the file committed; anything that would write fails
     /// with [`StoreError::ReadOnly`] and changes nothing.
@@ -138,8 +138,8 @@ impl SqliteStore {
     /// needs, so that a writer starting meanwhile is seen correctly. The
     /// database file itself is never written.
     ///
-    /// [`Store::get`]: idem_runtime::store::Store::get
-    /// [`Store::scan`]: idem_runtime::store::Store::scan
+    /// [`StoreExt::get`]: idem_runtime::store::StoreExt::get
+    /// [`StoreExt::scan`]: idem_runtime::store::StoreExt::scan
     /// [`OLDEST_READABLE`]: crate::OLDEST_READABLE
     /// [`SCHEMA_VERSION`]: crate::SCHEMA_VERSION
     pub async fn open_read_only_with(

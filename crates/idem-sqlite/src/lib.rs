@@ -17,7 +17,7 @@
 //!   are decided in order, each seeing the writes of the ones before it. A
 //!   request SQLite refuses (the file is full) fails alone: the others are
 //!   decided again without it, instead of failing with it.
-//! * Reads (a duplicate's claim, [`Store::get`]) never wait for a commit:
+//! * Reads (a duplicate's claim, [`StoreExt::get`](idem_runtime::store::StoreExt::get)) never wait for a commit:
 //!   in WAL mode a reader sees the last commit of any process without
 //!   taking the write lock. They run on the caller's thread, from a small
 //!   pool of connections with cached prepared statements, so a duplicate
@@ -41,16 +41,16 @@
 //!   [`Synchronous::Normal`] skips the fsync on every commit: still safe
 //!   against a crash of the process, but the last transactions may be lost
 //!   on power failure.
-//! * Waiters in this process ([`Store::wait`], for a completion or a decision)
+//! * Waiters in this process ([`StoreExt::wait`](idem_runtime::store::StoreExt::wait), for a completion or a decision)
 //!   are woken the moment the writer commits a completion, a release or a
 //!   replace (an approval, a denial); a writer in *another* process (an
 //!   operator's `idem approve`) cannot notify them, so waiters also re-read
 //!   the record with a back-off from 5 ms to [`CROSS_PROCESS_POLL`].
-//! * [`Store::scan_open`] pages through a partial index of the open
+//! * [`StoreExt::scan_open`](idem_runtime::store::StoreExt::scan_open) pages through a partial index of the open
 //!   records (column `open_at`, set by the writer with every record it
 //!   writes), newest first: a page reads about as many rows as it returns,
 //!   however many settled records the file holds.
-//! * [`Store::sweep`] deletes expired records 100 at a time, one write
+//! * [`StoreExt::sweep`](idem_runtime::store::StoreExt::sweep) deletes expired records 100 at a time, one write
 //!   transaction per batch, so writes queued meanwhile go in between
 //!   the batches instead of waiting for a million rows to go. Between
 //!   batches it waits for the checkpointer to copy what it wrote, so the
@@ -90,11 +90,11 @@ use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, Record};
 use idem_runtime::store::transition;
-use idem_runtime::store::WaitFor;
 use idem_runtime::store::{
     scan_open_by_scanning, ClaimOutcome, ClaimRequest, Expected, FastPath, LocalClaim, OpenCursor,
     ScanPage, Store, StoreError,
 };
+use idem_runtime::store::{Answer, Operation, WaitFor};
 
 pub use backend::{Sqlite, BACKEND};
 pub use checkpointer::{CHECKPOINT_PAGES, SWEEP_CHECKPOINT_WAIT, WAL_LIMIT_PAGES};
@@ -105,7 +105,7 @@ pub use shared::CROSS_PROCESS_POLL;
 use reader::{audit_page, scan, scan_open};
 use schema::{AUDIT_SINCE, OPEN_INDEX_SINCE};
 use shared::Shared;
-use writer::{Answer, Job, Op, SWEEP_BATCH};
+use writer::{Job, Op, SWEEP_BATCH};
 
 /// Records in one SQLite file. See the [module docs](self).
 ///
@@ -170,7 +170,79 @@ impl Store for SqliteStore {
         self.shared.name.clone()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+    fn fast_path(&self) -> Option<&dyn FastPath> {
+        Some(self)
+    }
+
+    async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
+        Ok(match op {
+            Operation::Claim(req) => Answer::Claim(self.on_claim(req).await?),
+            Operation::Checkpoint {
+                key,
+                fence,
+                step,
+                value,
+                lease,
+            } => {
+                self.on_checkpoint(key, fence, step, value, lease).await?;
+                Answer::Done
+            }
+            Operation::Renew { key, fence, lease } => {
+                self.on_renew(key, fence, lease).await?;
+                Answer::Done
+            }
+            Operation::Complete {
+                key,
+                fence,
+                outcome,
+                ttl,
+            } => {
+                self.on_complete(key, fence, outcome, ttl).await?;
+                Answer::Done
+            }
+            Operation::Release { key, fence } => {
+                self.on_release(key, fence).await?;
+                Answer::Done
+            }
+            Operation::Get { key } => Answer::Record(self.on_get(key).await?),
+            Operation::Replace {
+                key,
+                expected,
+                new,
+                audit,
+            } => Answer::Replaced(self.on_replace(key, expected, new, audit).await?),
+            Operation::AppendAudit { event } => {
+                Answer::Appended(self.on_append_audit(event).await?)
+            }
+            Operation::Audit {
+                query,
+                cursor,
+                limit,
+            } => Answer::Audit(self.on_audit(query, cursor, limit).await?),
+            Operation::Scan { cursor, limit } => Answer::Scan(self.on_scan(cursor, limit).await?),
+            Operation::ScanOpen { cursor, limit } => {
+                Answer::Scan(self.on_scan_open(cursor, limit).await?)
+            }
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Answer::Record(self.on_wait(key, until, timeout).await?),
+            Operation::Sweep => Answer::Swept(self.on_sweep().await?),
+            Operation::Now => Answer::Now(self.on_now().await?),
+            Operation::Close => {
+                self.on_close().await;
+                Answer::Done
+            }
+            // An operation a later idem adds, if it has a default.
+            op => return op.by_default(self).await,
+        })
+    }
+}
+
+/// The operations [`Store::call`] answers, one method each.
+impl SqliteStore {
+    async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         // A duplicate (completed, in flight, key reused) is answered from a
         // read connection without touching the write lock; only a claim
         // that must write goes to the writer, which decides again inside
@@ -198,11 +270,7 @@ impl Store for SqliteStore {
         }
     }
 
-    fn fast_path(&self) -> Option<&dyn FastPath> {
-        Some(self)
-    }
-
-    async fn checkpoint(
+    async fn on_checkpoint(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -220,7 +288,7 @@ impl Store for SqliteStore {
         .map(drop)
     }
 
-    async fn renew(
+    async fn on_renew(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -236,7 +304,7 @@ impl Store for SqliteStore {
         .map(drop)
     }
 
-    async fn complete(
+    async fn on_complete(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -253,7 +321,7 @@ impl Store for SqliteStore {
         .map(drop)
     }
 
-    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+    async fn on_release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         self.submit(Op::Release {
             key: key.clone(),
             fence,
@@ -262,11 +330,11 @@ impl Store for SqliteStore {
         .map(drop)
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    async fn on_get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         Ok(self.read_live(key).await?.0)
     }
 
-    async fn replace(
+    async fn on_replace(
         &self,
         key: &IdempotencyKey,
         expected: Expected,
@@ -288,7 +356,7 @@ impl Store for SqliteStore {
     }
 
     /// Pages in key order; the cursor is the last key of the page.
-    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    async fn on_scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         let shared = self.shared.clone();
         let cursor = cursor.map(str::to_owned);
         let now = self.shared.clock.now();
@@ -303,7 +371,11 @@ impl Store for SqliteStore {
     /// the file holds. A file of an older version opened read-only has no
     /// such index: it is read whole for every page
     /// ([`scan_open_by_scanning`]).
-    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    async fn on_scan_open(
+        &self,
+        cursor: Option<&str>,
+        limit: usize,
+    ) -> Result<ScanPage, StoreError> {
         if self.shared.read_only && self.schema_found.is_some_and(|v| v < OPEN_INDEX_SINCE) {
             return scan_open_by_scanning(self, cursor, limit).await;
         }
@@ -318,7 +390,7 @@ impl Store for SqliteStore {
         .await
     }
 
-    async fn wait(
+    async fn on_wait(
         &self,
         key: &IdempotencyKey,
         until: WaitFor,
@@ -340,7 +412,7 @@ impl Store for SqliteStore {
     /// than a checkpoint copies them, and a WAL left to grow to
     /// [`WAL_LIMIT_PAGES`] is checkpointed on the writer's commit path,
     /// where every caller's claim waits for it.
-    async fn sweep(&self) -> Result<u64, StoreError> {
+    async fn on_sweep(&self) -> Result<u64, StoreError> {
         let cutoff = self.shared.clock.now();
         self.sweep_audit(cutoff).await?;
         let mut total = 0;
@@ -361,7 +433,7 @@ impl Store for SqliteStore {
         }
     }
 
-    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
+    async fn on_append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
         match self
             .submit(Op::AppendAudit {
                 event: Box::new(event.clone()),
@@ -375,7 +447,7 @@ impl Store for SqliteStore {
 
     /// Pages by position in the log; the cursor is the `at` and `seq` of
     /// the page's last event.
-    async fn audit(
+    async fn on_audit(
         &self,
         query: &AuditQuery,
         cursor: Option<&str>,
@@ -401,7 +473,7 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn now(&self) -> Result<Timestamp, StoreError> {
+    async fn on_now(&self) -> Result<Timestamp, StoreError> {
         self.shared.check_open()?;
         Ok(self.shared.clock.now())
     }
@@ -411,7 +483,7 @@ impl Store for SqliteStore {
     /// file. Later operations, and waiters, fail with
     /// [`StoreError::Closed`]. Dropping the store without closing it does
     /// the same in the background.
-    async fn close(&self) {
+    async fn on_close(&self) {
         self.shared.closed.store(true, Ordering::SeqCst);
         // Dropping the only sender ends the writer's loop once every job
         // already queued is committed and answered.

@@ -17,13 +17,13 @@ use idem_runtime::store::{Cause, StoreError};
 /// migration from 1 or 2 clears the expiry of those already stored.
 ///
 /// Version 4 indexes the open records (in flight, awaiting approval,
-/// approved, unknown outcome) for [`Store::scan_open`]: column `open_at`,
+/// approved, unknown outcome) for [`StoreExt::scan_open`]: column `open_at`,
 /// the record's creation time while it is open and `NULL` once it
 /// settles, kept by the writer with every record it writes, and the
 /// partial index `idem_records_open` on `(open_at DESC, key DESC)`. The
 /// migration from 3 fills the column from the records already stored.
 ///
-/// [`Store::scan_open`]: idem_runtime::store::Store::scan_open
+/// [`StoreExt::scan_open`]: idem_runtime::store::StoreExt::scan_open
 pub const SCHEMA_VERSION: u32 = 4;
 
 /// The oldest schema version a store opened read-only

@@ -88,9 +88,9 @@ impl Shared {
         }
     }
 
-    /// [`StoreError::Closed`] once [`Store::close`] was called.
+    /// [`StoreError::Closed`] once [`StoreExt::close`] was called.
     ///
-    /// [`Store::close`]: idem_runtime::store::Store::close
+    /// [`StoreExt::close`]: idem_runtime::store::StoreExt::close
     pub(super) fn check_open(&self) -> Result<(), StoreError> {
         match self.closed.load(Ordering::SeqCst) {
             false => Ok(()),

@@ -10,7 +10,8 @@ use crate::{SqliteOptions, SqliteStore, Synchronous};
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{CallInfoRef, Fence, Outcome, OutputJson};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Store};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, ClaimRequest};
 
 fn key(i: u64) -> IdempotencyKey {
     IdempotencyKey::parse(&format!("{i:064x}")).expect("64 hex digits")

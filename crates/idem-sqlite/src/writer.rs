@@ -15,7 +15,7 @@ use idem_runtime::audit::{self, AuditEvent};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{CallInfo, Fence, Outcome, Record};
-use idem_runtime::store::{transition, ClaimOutcome, ClaimRequest, Expected, StoreError};
+use idem_runtime::store::{transition, Answer, ClaimRequest, Expected, StoreError};
 
 /// How many requests one write transaction takes at most.
 const MAX_BATCH: usize = 512;
@@ -104,14 +104,6 @@ impl Op {
             _ => true,
         }
     }
-}
-
-pub(super) enum Answer {
-    Claim(ClaimOutcome),
-    Replaced(Option<Fence>),
-    Appended(u64),
-    Done,
-    Swept(u64),
 }
 
 impl SqliteStore {

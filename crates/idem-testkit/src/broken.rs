@@ -12,6 +12,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use idem_runtime::record::{Fence, RecordState};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, LocalClaim};
 use idem_runtime::{IdempotencyKey, Record, Store, StoreError};
 

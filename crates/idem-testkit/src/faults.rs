@@ -69,19 +69,19 @@ pub enum CrashPoint {
 /// A store operation, as a fault names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Op {
-    /// [`Store::claim`].
+    /// [`StoreExt::claim`](idem_runtime::store::StoreExt::claim).
     Claim,
-    /// [`Store::checkpoint`].
+    /// [`StoreExt::checkpoint`](idem_runtime::store::StoreExt::checkpoint).
     Checkpoint,
-    /// [`Store::renew`].
+    /// [`StoreExt::renew`](idem_runtime::store::StoreExt::renew).
     Renew,
-    /// [`Store::complete`].
+    /// [`StoreExt::complete`](idem_runtime::store::StoreExt::complete).
     Complete,
-    /// [`Store::release`].
+    /// [`StoreExt::release`](idem_runtime::store::StoreExt::release).
     Release,
-    /// [`Store::get`].
+    /// [`StoreExt::get`](idem_runtime::store::StoreExt::get).
     Get,
-    /// [`Store::wait`].
+    /// [`StoreExt::wait`](idem_runtime::store::StoreExt::wait).
     Wait,
 }
 

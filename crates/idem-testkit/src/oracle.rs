@@ -18,6 +18,7 @@ use idem_runtime::{IdemError, IdempotencyKey, Outcome, Store};
 use serde_json::Value;
 
 use crate::ledger::Entry;
+use idem_runtime::store::StoreExt;
 
 /// An output acknowledged to a caller: which call (a label for the
 /// report), under which key, and the output.

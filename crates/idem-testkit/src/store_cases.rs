@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
 use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, APPROVAL_STEP};
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{
     ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError, WaitFor,
 };

@@ -9,6 +9,7 @@ use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState};
 use idem_runtime::{IdempotencyKey, Record, Store, StoreError};
 
 use crate::world::{lock, short, World};
+use idem_runtime::store::StoreExt;
 
 /// A claim made without [`ClaimRequest::durable`] that acquired a key,
 /// and that no durable write has flushed yet.

@@ -36,6 +36,7 @@ use criterion::{criterion_group, Criterion};
 use std::sync::Arc;
 
 use idem::store::SqliteStore;
+use idem::store::StoreExt;
 use idem::{Executor, MemoryStore, Store};
 use opentelemetry::metrics::{Histogram, MeterProvider as _};
 use opentelemetry::trace::{Span as _, SpanKind, Tracer as _, TracerProvider as _};

@@ -47,7 +47,8 @@ use criterion::{criterion_group, BatchSize, Criterion};
 use idem::key::{derive_key, CanonicalArgs, KeyInput, KeySource, Namespace};
 use idem::record::{CallInfoRef, Outcome, OutputJson};
 use idem::store::ClaimRequest;
-use idem::{tool, Executor, IdempotencyKey, MemoryStore, Store, ToolError};
+use idem::store::StoreExt;
+use idem::{tool, Executor, IdempotencyKey, MemoryStore, ToolError};
 use sha2::{Digest, Sha256};
 
 /// Look something up (a read: no key, no store).

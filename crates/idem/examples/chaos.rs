@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use idem_runtime::store::url::redact;
+use idem_runtime::store::StoreExt;
 use idem_runtime::Store;
 use idem_testkit::broken::{Breakage, BrokenStore};
 use idem_testkit::{ScheduleReport, Summary};

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem::store::SqliteStore;
+use idem::store::StoreExt;
 use idem::{tool, Executor, MemoryStore, Store, ToolError};
 use serde::{Deserialize, Serialize};
 

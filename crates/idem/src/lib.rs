@@ -121,7 +121,7 @@ pub use idem_runtime::registry::Registry;
 
 // Keys, records and stores.
 pub use idem_runtime::key::{IdempotencyKey, Namespace};
-pub use idem_runtime::store::{MemoryStore, Store, StoreError};
+pub use idem_runtime::store::{MemoryStore, Store, StoreError, StoreExt};
 
 // Approvals and retries.
 pub use idem_runtime::approval::Approval;
@@ -186,14 +186,15 @@ macro_rules! tools {
 /// [`State`], [`FromRef`]. Calls: [`Executor`], [`Dispatcher`],
 /// [`Registry`], [`tools!`](crate::tools), [`RunContext`], [`Approval`],
 /// [`IdemError`]. Keys and stores: [`IdempotencyKey`], [`Namespace`],
-/// [`Store`], [`MemoryStore`]. The traits [`Tool`] and [`ToolDef`] come too,
-/// so their methods are in scope.
+/// [`Store`], [`MemoryStore`]. The traits [`Tool`], [`ToolDef`] and
+/// [`StoreExt`] (a store's typed calls) come too, so their methods are in
+/// scope.
 pub mod prelude {
     pub use crate::{tool, tools};
     pub use crate::{
         Approval, ClassKind, Dispatcher, ErrorKind, Executor, FromRef, IdemError, IdempotencyKey,
-        MemoryStore, Namespace, Registry, RunContext, State, Store, Tool, ToolCtx, ToolDef,
-        ToolError,
+        MemoryStore, Namespace, Registry, RunContext, State, Store, StoreExt, Tool, ToolCtx,
+        ToolDef, ToolError,
     };
 }
 

@@ -26,6 +26,7 @@ use serde::Serialize;
 use crate::cli::{ApproverArgs, ApproverCommand, Cli, Command};
 use crate::error::CliError;
 use crate::store;
+use idem_runtime::store::StoreExt;
 use idem_runtime::text::json_safe;
 
 /// Run the command `cli` names.

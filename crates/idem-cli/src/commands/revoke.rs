@@ -12,6 +12,7 @@ use super::{required, Output};
 use crate::cli::RevokeArgs;
 use crate::error::CliError;
 use crate::serve::{session, signins};
+use idem_runtime::store::StoreExt;
 
 /// What `idem approver revoke --json` prints.
 #[derive(Debug, Serialize)]

@@ -9,6 +9,7 @@ use crate::error::CliError;
 use crate::render::json::StatsJson;
 use crate::render::style::{status as status_style, HEADER};
 use crate::render::table::{Cell, Table};
+use idem_runtime::store::StoreExt;
 
 /// `idem stats`: records per state and per tool.
 pub(super) async fn run(operator: &Operator, out: &Output) -> Result<(), CliError> {

@@ -23,6 +23,7 @@ use super::listing::{items, InboxFilter};
 use super::view::{class_meaning, class_of, Item, Seen};
 use super::App;
 use crate::render::json::{AuditEventJson, RecordJson};
+use idem_runtime::store::StoreExt;
 use idem_runtime::text::json_safe;
 
 /// JSON with the record text's controls written as escapes

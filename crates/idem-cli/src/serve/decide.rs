@@ -15,6 +15,7 @@ use serde_json::Value;
 use super::approvers::Identity;
 use super::rules::{Act, Allowed, Rules};
 use super::view::{arguments_in_words, shown, what_changed, Seen, Waits};
+use idem_runtime::store::StoreExt;
 
 /// The longest note or reason kept with a decision, in bytes: it is
 /// shown on pages and told to every later call.

@@ -1,6 +1,6 @@
 //! What the inbox lists: the filters of its query string, and a page of
 //! the items waiting for a decision, read from the store's open records
-//! ([`Store::scan_open`](idem_runtime::store::Store::scan_open)) newest
+//! ([`StoreExt::scan_open`]) newest
 //! first, so that a page costs what it shows, not the size of the store.
 
 use idem_runtime::operator::Filter;
@@ -10,6 +10,7 @@ use idem_runtime::store::OpenCursor;
 use super::decide::{self, Refused};
 use super::view::Item;
 use super::App;
+use idem_runtime::store::StoreExt;
 
 /// How many items a page of the inbox (and of `GET /api/inbox`) holds.
 pub(super) const PAGE: usize = 50;

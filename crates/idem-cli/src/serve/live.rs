@@ -15,7 +15,7 @@
 //! stream ends; a page whose stream is then refused (401) says that its
 //! person is signed out and links to the sign-in. A restart signs nobody
 //! out: sessions are in the store. A decision made on a page reaches the
-//! caller waiting for it through the store itself (`Store::wait` for a
+//! caller waiting for it through the store itself (`StoreExt::wait` for a
 //! decision), not through this.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -34,6 +34,7 @@ use tokio::sync::watch;
 
 use super::listing::{items, InboxFilter};
 use super::App;
+use idem_runtime::store::StoreExt;
 
 /// What changed since the last look, as an `inbox` event's data says.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -59,6 +59,7 @@ use crate::error::CliError;
 use approvers::{Approvers, Identity};
 use cookies::Cookies;
 use idem_runtime::store::StoreError;
+use idem_runtime::store::StoreExt;
 use session::{Session, Sessions};
 use signins::SignIns;
 use throttle::Throttle;

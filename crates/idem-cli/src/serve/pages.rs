@@ -19,6 +19,7 @@ use super::listing::{items, InboxFilter, Listed};
 use super::view::{Detail, Item, Trail, Waits};
 use super::{App, User};
 use crate::role::Role;
+use idem_runtime::store::StoreExt;
 
 /// Who is signed in, as the page header shows it.
 pub(super) struct UserView {

@@ -51,6 +51,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::cookies::{Cookies, SESSION};
+use idem_runtime::store::StoreExt;
 
 /// The tool a session's record carries.
 pub(crate) const SESSION_TOOL: &str = "idem:session";

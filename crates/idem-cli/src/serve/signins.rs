@@ -25,6 +25,7 @@ use idem_runtime::audit::AuditEvent;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::{CanonicalArgs, Fingerprint, IdempotencyKey};
 use idem_runtime::record::AuditAction;
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Store, StoreError};
 use idem_runtime::text::visible;
 

@@ -14,6 +14,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use idem::store::StoreExt;
 use idem_testkit::TempDir;
 use serde_json::Value;
 

@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use idem_runtime::store::StoreExt;
 use rmcp::model::{
     CallToolResponse, CallToolResult, ContentBlock, InputResponses, JsonObject, MetaObject, Tool,
 };

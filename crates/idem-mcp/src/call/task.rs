@@ -18,6 +18,7 @@ use crate::tasks::{self, Ticket};
 use idem_runtime::dispatch::Arguments;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Status;
+use idem_runtime::store::StoreExt;
 use idem_runtime::{ClaimedKey, IdemError, RunContext, ToolCall, ToolResult};
 
 impl<S: Send + Sync + 'static> Tools<S> {

@@ -62,6 +62,7 @@ use listen::Listening;
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
 // Where they were before `crate::auth` served other servers too.
 pub use crate::auth::{new_token, Principals};
+use idem_runtime::store::StoreExt;
 use tool::UpstreamTool;
 use upstream::{Source, Upstream};
 

@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, own_database, server_url};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::store::{Store, StoreError};
+use idem_runtime::store::StoreError;
+use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, own_database};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::store::{ClaimOutcome, Store};
+use idem_runtime::store::ClaimOutcome;
+use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{fingerprint, request, sent};
 
 /// The `synchronous_commit` each write of `idem_records` ran under, in

@@ -8,7 +8,8 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, own_database};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_testkit::store_cases::{fingerprint, request, sent};
 use serde_json::json;
 

@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use crate::postgres_support::{connect_raw, own_database};
 use idem_postgres::PostgresStore;
-use idem_runtime::store::Store;
+use idem_runtime::store::StoreExt;
 
 /// Records in the table (`IDEM_OPEN_INDEX_ROWS`, default 200,000), one in
 /// a hundred open.

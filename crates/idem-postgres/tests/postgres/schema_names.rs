@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, own_database};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 
 /// Two applications share one database, each in a schema of its own named

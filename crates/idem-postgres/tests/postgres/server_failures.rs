@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, own_database};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::store::{Store, StoreError};
+use idem_runtime::store::StoreError;
+use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away,
 };

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, server_url};
 use idem_conformance::random_key;
 use idem_postgres::{PostgresOptions, PostgresStore};
-use idem_runtime::store::{Store, StoreError, TlsFailure, TlsProblem};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{StoreError, TlsFailure, TlsProblem};
 use idem_testkit::servers::{PostgresServer, TestCertificates};
 use idem_testkit::store_cases::{acquire, sent};
 

@@ -7,7 +7,8 @@ use std::time::Duration;
 use crate::redis_support::{own_server, raw, writes_applied};
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
-use idem_runtime::store::{Store, StoreError};
+use idem_runtime::store::StoreError;
+use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{acquire, every_write_is_refused_read_only, sent};
 
 /// A misspelt URL option is refused by name, before anything connects.

@@ -10,6 +10,7 @@ use idem_redis::RedisOptions;
 use idem_redis::RedisStore;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, Status};
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store, StoreError};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 use serde_json::json;

@@ -9,7 +9,8 @@ use std::time::Duration;
 use idem_redis::RedisStore;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Record, RecordState};
-use idem_runtime::store::{Expected, ExpectedState, Store};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{Expected, ExpectedState};
 use idem_testkit::{skip, RedisServer};
 
 /// The server of this test binary, started on first use.
@@ -117,7 +118,7 @@ pub(crate) async fn scan_all(store: &RedisStore, page: usize) -> Vec<Record> {
 pub static BACKENDS: idem_runtime::store::backend::Backends =
     idem_runtime::store::backend::Backends::new(&[&idem_redis::BACKEND]);
 
-/// Every page of an open scan ([`Store::scan_open`]) with pages of `page`:
+/// Every page of an open scan ([`StoreExt::scan_open`]) with pages of `page`:
 /// the records in the order returned, and the round trips of each page.
 pub(crate) async fn scan_open_all(store: &RedisStore, page: usize) -> (Vec<Record>, Vec<u64>) {
     let (mut all, mut trips) = (Vec::new(), Vec::new());

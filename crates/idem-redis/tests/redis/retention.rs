@@ -8,7 +8,8 @@ use crate::redis_support::{park, raw, server_url};
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
 use idem_runtime::record::Outcome;
-use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 use serde_json::json;
 

@@ -7,7 +7,8 @@ use crate::redis_support::{own_server, park, raw, writes_applied};
 use futures_util::StreamExt;
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
-use idem_runtime::store::{ClaimOutcome, Store};
+use idem_runtime::store::ClaimOutcome;
+use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 
 /// A replayed run asks for calls that are already recorded: answering them

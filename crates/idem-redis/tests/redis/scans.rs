@@ -9,7 +9,8 @@ use idem_redis::RedisOptions;
 use idem_redis::RedisStore;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Record;
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 
 /// Scans page through the slots' indexes: records of other prefixes are

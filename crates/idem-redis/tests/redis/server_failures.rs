@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use crate::redis_support::{own_server, raw};
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Store, StoreError};
 use idem_testkit::store_cases::{
     acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,

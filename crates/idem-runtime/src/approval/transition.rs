@@ -3,7 +3,7 @@
 //! of the stored one ([`Replace`]), and the checks that decide which
 //! transition applies. The executor parks a call with them, an operator
 //! approves or denies it with them, and both read a recorded approval
-//! through them; the write itself is a [`Store::replace`], which refuses it
+//! through them; the write itself is a [`StoreExt::replace`], which refuses it
 //! if the record changed since it was read.
 //!
 //! ```text
@@ -15,7 +15,7 @@
 //! The claim of an approved call is the store's own transition
 //! ([`store::transition::claim`](crate::store::transition::claim)).
 //!
-//! [`Store::replace`]: crate::store::Store::replace
+//! [`StoreExt::replace`]: crate::store::StoreExt::replace
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -17,6 +17,7 @@ use super::claim::Owner;
 use super::metrics::Metrics;
 use super::telemetry::Count;
 use super::{ApprovalSource, CallEnv, APPROVAL_STEP};
+use crate::store::StoreExt;
 
 impl CallEnv<'_> {
     /// Obtain and record an approval, or record the denial. `args` is asked

@@ -20,6 +20,7 @@ use crate::tool::Tool;
 use super::claim::Owner;
 use super::metrics::Metrics;
 use super::{Call, CallEnv, ATTEMPT_STEP};
+use crate::store::StoreExt;
 
 impl<S, T, R> Call<'_, S, T, R>
 where

@@ -24,6 +24,7 @@ use super::key::CallKey;
 use super::metrics::Metrics;
 use super::telemetry::Count;
 use super::{CallEnv, CallOutput, InFlightPolicy, Mode};
+use crate::store::StoreExt;
 
 /// What a claim found that the call goes on with.
 pub(super) enum Claimed<'f> {

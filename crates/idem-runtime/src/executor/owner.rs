@@ -26,6 +26,7 @@ use crate::tool::{Reconciled, Tool};
 use super::claim::Owner;
 use super::telemetry::Count;
 use super::{Call, CallEnv, CallOutput, ATTEMPT_STEP};
+use crate::store::StoreExt;
 
 /// What the class decides about a failed owner's key without the tool.
 enum Settled {

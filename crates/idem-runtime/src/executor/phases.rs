@@ -11,6 +11,7 @@ use crate::store::WaitFor;
 use crate::tool::Tool;
 
 use super::{claim, claimed, flight, key, Call, CallOutput, Mode};
+use crate::store::StoreExt;
 
 impl<'a, S, T, R> Call<'a, S, T, R>
 where

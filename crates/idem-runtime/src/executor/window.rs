@@ -8,7 +8,7 @@
 //! the effects that still matter — those of the latest arguments (one per
 //! deliberate repeat), and those of earlier arguments not yet settled. It
 //! is created by a claim and changed by a compare-and-swap
-//! ([`Store::replace`](crate::store::Store::replace)), so every worker on
+//! ([`StoreExt::replace`]), so every worker on
 //! the store agrees on it, and it outlives restarts.
 //!
 //! A call whose effect is in the index claims that effect's key: the
@@ -33,6 +33,7 @@ use crate::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, StoreErr
 use super::claim::Claimed;
 use super::key::{CallKey, WindowKeys};
 use super::{CallEnv, Mode};
+use crate::store::StoreExt;
 
 /// How long an index is kept after its last change: long enough that an
 /// effect of unknown outcome (kept until an operator settles it) is never

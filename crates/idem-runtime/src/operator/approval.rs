@@ -11,6 +11,7 @@ use crate::approval::Approval;
 use crate::audit::{AuditEvent, AuditQuery};
 use crate::key::IdempotencyKey;
 use crate::record::{AuditAction, AuditEntry, Record};
+use crate::store::StoreExt;
 use crate::store::WaitFor;
 
 /// What [`Operator::add_approval`] did.
@@ -222,7 +223,7 @@ impl Operator {
     /// record as it then is (approved, denied, or still awaiting), `None`
     /// when it is gone (expired, deleted). Woken by the decision where the
     /// store can be notified of it; see
-    /// [`Store::wait`](crate::store::Store::wait).
+    /// [`StoreExt::wait`].
     pub async fn wait_for_decision(
         &self,
         key: &IdempotencyKey,

@@ -7,8 +7,9 @@ use super::{Operator, OperatorError};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::{CorruptRecord, Outcome, Record, RecordState, Status};
+use crate::store::StoreExt;
 
-/// How many records one [`Store::scan`](crate::store::Store::scan) page
+/// How many records one [`StoreExt::scan`] page
 /// asks for.
 const SCAN_PAGE: usize = 500;
 
@@ -43,9 +44,9 @@ impl Filter {
 
     /// Whether only open records pass: the filter names statuses, and
     /// each is open ([`Status::is_open`]). [`Operator::list`] then reads
-    /// the store's open records alone ([`Store::scan_open`]), newest first.
+    /// the store's open records alone ([`StoreExt::scan_open`]), newest first.
     ///
-    /// [`Store::scan_open`]: crate::store::Store::scan_open
+    /// [`StoreExt::scan_open`]: crate::store::StoreExt::scan_open
     pub fn open_only(&self) -> bool {
         !self.status.is_empty() && self.status.iter().all(|s| s.is_open())
     }
@@ -135,7 +136,7 @@ impl Operator {
     /// A filter of open statuses alone ([`Filter::open_only`]: in flight,
     /// awaiting approval, approved, unknown) reads only the store's open
     /// records, through the index the store keeps of them
-    /// ([`Store::scan_open`](crate::store::Store::scan_open)), newest
+    /// ([`StoreExt::scan_open`]), newest
     /// first, and a page holds at most `limit`. Otherwise the whole store
     /// is read, in the store's order.
     pub async fn list(
@@ -308,7 +309,7 @@ impl Operator {
 
     /// Up to `limit` events of the store's audit log that `query` selects,
     /// oldest first, starting where `cursor` says (`None`: from the
-    /// start); see [`Store::audit`](crate::store::Store::audit). The log
+    /// start); see [`StoreExt::audit`]. The log
     /// keeps operator actions and approval decisions after their records
     /// are gone.
     pub async fn audit(
@@ -333,7 +334,7 @@ mod tests {
     use crate::clock::ManualClock;
     use crate::key::Fingerprint;
     use crate::record::{CallInfoRef, OutputJson};
-    use crate::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+    use crate::store::{ClaimOutcome, ClaimRequest, MemoryStore};
 
     /// Records made a millisecond apart: `(key, tool, settled)`.
     async fn store_of(records: &[(&str, &str, bool)]) -> (Arc<MemoryStore>, Arc<ManualClock>) {

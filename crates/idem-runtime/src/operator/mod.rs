@@ -46,6 +46,7 @@ use crate::key::IdempotencyKey;
 use crate::record::{AuditAction, AuditEntry, Record, Status, DEFAULT_TTL};
 use crate::store::{Expected, Store, StoreError};
 
+use crate::store::StoreExt;
 pub use approval::Approving;
 pub use list::{Counts, Filter, Page, UnknownAges};
 pub use resolve::Resolution;

@@ -11,6 +11,7 @@ use crate::key::IdempotencyKey;
 use crate::record::{
     AuditAction, FailureCode, Outcome, OutputJson, Record, RecordState, Status, StoredFailure,
 };
+use crate::store::StoreExt;
 use crate::store::{Expected, ExpectedState};
 
 /// How [`Operator::resolve`] settles a call.

@@ -61,7 +61,7 @@ pub const ATTEMPT_STEP: &str = "idem:attempt";
 pub const INTENT_STEP: &str = "idem:intent";
 
 /// The step a lease renewal is recorded as by a store without a renewal
-/// of its own (the default [`Store::renew`](crate::store::Store::renew)).
+/// of its own (the default [`StoreExt::renew`](crate::store::StoreExt::renew)).
 pub const LEASE_STEP: &str = "idem:lease";
 
 /// Everything a store keeps under a key.
@@ -166,7 +166,7 @@ impl Record {
     /// approved and not yet run), or completed with an unknown outcome —
     /// a call that is still running or that may need a person. Only a
     /// success or a definite failure settles a record.
-    /// [`Store::scan_open`](crate::store::Store::scan_open) pages through
+    /// [`StoreExt::scan_open`](crate::store::StoreExt::scan_open) pages through
     /// the open records alone.
     pub fn is_open(&self) -> bool {
         self.status().is_open()

@@ -41,6 +41,7 @@ use async_trait::async_trait;
 use super::url::{Migration, STORE_ENV};
 pub use super::waiters::Waiters;
 use super::{redact, MemoryStore, Store, StoreError};
+use crate::store::StoreExt;
 
 /// A kind of store that programs open by URL.
 ///

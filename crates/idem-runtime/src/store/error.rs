@@ -107,8 +107,8 @@ pub enum StoreError {
         store: String,
         /// The cursor given.
         cursor: String,
-        /// Which: `scan` ([`Store::scan`](super::Store::scan)) or `audit`
-        /// ([`Store::audit`](super::Store::audit)).
+        /// Which: `scan` ([`StoreExt::scan`](super::StoreExt::scan)) or `audit`
+        /// ([`StoreExt::audit`](super::StoreExt::audit)).
         kind: &'static str,
     },
     /// No backend opens the URL's scheme.
@@ -150,7 +150,7 @@ pub enum StoreError {
         /// The variable: `IDEM_STORE`.
         var: &'static str,
     },
-    /// The store was closed with [`Store::close`](super::Store::close):
+    /// The store was closed with [`StoreExt::close`](super::StoreExt::close):
     /// nothing was written and nothing ran.
     Closed {
         /// The store.
@@ -163,6 +163,55 @@ pub enum StoreError {
     /// but the handshake. Which host, what went wrong and what to write:
     /// the [`TlsFailure`], boxed.
     Tls(Box<TlsFailure>),
+}
+
+impl StoreError {
+    /// Whether the error says the store cannot be used as it was
+    /// configured — a scheme, URL, option, schema version or TLS problem,
+    /// met when the store is opened (or reconnects) — rather than that one
+    /// operation failed on a store that works (unavailable, stale fence,
+    /// corrupt record, full, read-only, a bad cursor, closed).
+    ///
+    /// An open-time error does not go away by retrying: a person changes
+    /// the configuration (the URL, the certificate, the idem version).
+    ///
+    /// ```
+    /// use idem_runtime::store::StoreError;
+    ///
+    /// let typo = StoreError::UnknownScheme {
+    ///     store: "sqlit://x".into(),
+    ///     expected: "memory: or sqlite://PATH".into(),
+    /// };
+    /// assert!(typo.at_open());
+    /// let down = StoreError::Unavailable {
+    ///     store: "redis://h".into(),
+    ///     cause: "connection refused".into(),
+    /// };
+    /// assert!(!down.at_open());
+    /// ```
+    pub fn at_open(&self) -> bool {
+        match self {
+            StoreError::SchemaTooNew { .. }
+            | StoreError::NoStore { .. }
+            | StoreError::NotAnIdemStore { .. }
+            | StoreError::SchemaTooOld { .. }
+            | StoreError::UnknownOption(_)
+            | StoreError::BadOption(_)
+            | StoreError::UnknownScheme { .. }
+            | StoreError::NotBuilt { .. }
+            | StoreError::InvalidUrl { .. }
+            | StoreError::NothingToMigrate { .. }
+            | StoreError::EnvNotUnicode { .. }
+            | StoreError::Tls(_) => true,
+            StoreError::Unavailable { .. }
+            | StoreError::StaleFence { .. }
+            | StoreError::Corrupt(_)
+            | StoreError::Full { .. }
+            | StoreError::ReadOnly { .. }
+            | StoreError::BadCursor { .. }
+            | StoreError::Closed { .. } => false,
+        }
+    }
 }
 
 impl fmt::Display for StoreError {

@@ -1,15 +1,15 @@
-//! Paging through the open records ([`Store::scan_open`]): the cursor
+//! Paging through the open records ([`StoreExt::scan_open`]): the cursor
 //! every store writes, and the default that reads the whole store.
 
 use std::fmt;
 use std::str::FromStr;
 
-use super::{ScanPage, Store, StoreError};
+use super::{ScanPage, Store, StoreError, StoreExt};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::Record;
 
-/// Where a page of [`Store::scan_open`] ended: the last record returned,
+/// Where a page of [`StoreExt::scan_open`] ended: the last record returned,
 /// by its creation time and key (the order of the scan, newest first).
 /// The next page starts with the next older record. Its text,
 /// `MILLIS:KEY`, is the cursor a page hands out; a store may read it with
@@ -66,8 +66,8 @@ impl FromStr for OpenCursor {
     }
 }
 
-/// [`Store::scan_open`] for a store without an index of its open records:
-/// every page reads the whole store with [`Store::scan`], keeps the open
+/// [`StoreExt::scan_open`] for a store without an index of its open records:
+/// every page reads the whole store with [`StoreExt::scan`], keeps the open
 /// records after `cursor`, and returns the newest `limit` of them. Its
 /// cost grows with the store, not with the page (and with a store whose
 /// scan pages cost the store's size, such as the memory store's, with its

@@ -1,4 +1,4 @@
-//! Waiting by polling: the default [`Store::wait`] for stores without
+//! Waiting by polling: the default [`StoreExt::wait`] for stores without
 //! notifications, one wait-until ([`poll_until`]) whose predicate and
 //! back-off depend on what is waited for.
 
@@ -9,9 +9,10 @@ use super::{Store, StoreError};
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::Record;
+use crate::store::StoreExt;
 
-/// The polling implementation of [`Store::wait`], for stores without
-/// notifications: [`Store::get`] with a back-off from 5 ms to 100 ms for a
+/// The polling implementation of [`StoreExt::wait`], for stores without
+/// notifications: [`StoreExt::get`] with a back-off from 5 ms to 100 ms for a
 /// completion, to 250 ms for a decision (a person's decision may be hours
 /// away; a quarter of a second more is not felt, four reads a second per
 /// waiter are).

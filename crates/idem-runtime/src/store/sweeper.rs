@@ -4,8 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{Store, StoreError};
+use crate::store::StoreExt;
 
-/// Run [`Store::sweep`] every `every` until the returned handle is dropped
+/// Run [`StoreExt::sweep`] every `every` until the returned handle is dropped
 /// or aborted, or the store is closed. Sweep errors are logged and retried
 /// at the next tick.
 pub fn spawn_sweeper<S: Store + ?Sized>(store: Arc<S>, every: Duration) -> SweeperHandle {

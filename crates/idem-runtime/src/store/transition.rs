@@ -263,7 +263,7 @@ pub fn complete(
 }
 
 /// Check that `existing` is as `expected` says at `now` (see
-/// [`Store::replace`](super::Store::replace)); an expired record counts as
+/// [`StoreExt::replace`](super::StoreExt::replace)); an expired record counts as
 /// absent.
 pub fn check_expected(
     existing: Option<&Record>,

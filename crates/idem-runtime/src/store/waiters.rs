@@ -1,4 +1,4 @@
-//! Waking the callers of [`Store::wait`](super::Store::wait) when a record
+//! Waking the callers of [`StoreExt::wait`](super::StoreExt::wait) when a record
 //! leaves the in-flight state or a person decides on it, for stores that learn of changes through a
 //! notification (this process's own writes, Redis pub/sub, PostgreSQL
 //! LISTEN/NOTIFY) and poll only as a safety net. Every write that ends

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::support::{fresh, msg, App, DeleteAccount, SendEmail};
 use idem_runtime::approval::{AllowList, Approval, DenyAll};
-use idem_runtime::store::{MemoryStore, Store};
+use idem_runtime::store::MemoryStore;
+use idem_runtime::store::StoreExt;
 use idem_runtime::{Executor, IdemError};
 
 #[tokio::test]

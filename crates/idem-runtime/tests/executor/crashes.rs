@@ -11,6 +11,7 @@ use std::time::Duration;
 use crate::support::{charge, fresh, msg, probed, send, with_clock, App, Msg, Renewals, Sent};
 use idem_runtime::class::{IdempotentWrite, NonIdempotentWrite};
 use idem_runtime::clock::ManualClock;
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
 use idem_runtime::{Executor, IdemError, Reconciled, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
 use serde_json::Value;

@@ -13,7 +13,9 @@ use idem_conformance::Harness;
 use idem_runtime::class::NonIdempotentWrite;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, LocalClaim, MemoryStore, Store, StoreError};
+use idem_runtime::store::{
+    ClaimOutcome, ClaimRequest, LocalClaim, MemoryStore, Store, StoreError, StoreExt,
+};
 use idem_runtime::{ErrorCode, Executor, IdemError, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
 
 /// Notes every operation that passes (`claim_local` for the

@@ -8,6 +8,7 @@
 //!
 //! Each test prints its counts on a `KILL-TEST` line (`--nocapture`).
 
+use idem_runtime::store::StoreExt;
 use idem_testkit::process::{kill_workers_mid_call, run_worker};
 use idem_testkit::TempDir;
 
@@ -31,8 +32,6 @@ async fn kill_on(store: &str, url: &str) {
 /// Workers share one SQLite file in a temporary directory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_workers_killed_mid_call_leave_no_duplicate_and_no_lost_effect() {
-    use idem_runtime::Store;
-
     let dir = TempDir::new("idem-kill-sqlite").unwrap();
     let path = dir.path().join("idem.db");
     // Create the file first so the workers race on claims, not on setup.

@@ -11,7 +11,8 @@ use std::time::Duration;
 use crate::support::{msg, probed, send, with_clock, App, Msg, Renewals, Sent};
 use idem_runtime::class::NonIdempotentWrite;
 use idem_runtime::clock::ManualClock;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore, Store};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, MemoryStore};
 use idem_runtime::{Executor, IdemError, Tool, ToolCtx, ToolDef, ToolError, ToolSpec};
 
 #[tokio::test]

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use crate::sqlite_support::WriteLock;
 use idem_conformance::random_key;
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};
 use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
 use idem_testkit::TempDir;

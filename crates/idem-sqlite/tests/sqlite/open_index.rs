@@ -12,7 +12,8 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{
     CallInfo, FailureCode, Fence, Outcome, OutputJson, Record, RecordState, StoredFailure,
 };
-use idem_runtime::store::{ScanPage, Store};
+use idem_runtime::store::ScanPage;
+use idem_runtime::store::StoreExt;
 use idem_sqlite::SqliteStore;
 use idem_testkit::store_cases::fingerprint;
 use idem_testkit::TempDir;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::sqlite_support::{record, sqlite};
 use idem_conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};
 use idem_sqlite::SqliteStore;
 use idem_testkit::store_cases::{driver_error, fingerprint, request, sent};

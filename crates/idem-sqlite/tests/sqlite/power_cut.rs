@@ -25,7 +25,7 @@ use idem_runtime::clock::ManualClock;
 use idem_runtime::executor::ATTEMPT_STEP;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Record, Status};
-use idem_runtime::store::Store;
+use idem_runtime::store::StoreExt;
 use idem_runtime::{
     Executor, IdemError, NoApprovalNeeded, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
 };

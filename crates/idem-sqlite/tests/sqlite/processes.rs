@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use idem_conformance::random_key;
-use idem_runtime::store::Store;
+use idem_runtime::store::StoreExt;
 use idem_sqlite::SqliteStore;
 use idem_testkit::claims::{claim_from_processes, run_child};
 use idem_testkit::store_cases::wake_up_latencies;

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use crate::sqlite_support::{record, schema_version, snapshot, sqlite};
 use idem_conformance::random_key;
-use idem_runtime::store::{ClaimOutcome, Store, StoreError};
+use idem_runtime::store::StoreExt;
+use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_sqlite::SqliteStore;
 use idem_testkit::store_cases::{
     acquire, every_write_is_refused_read_only, fingerprint, request, sent,

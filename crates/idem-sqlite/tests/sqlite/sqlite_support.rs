@@ -10,9 +10,9 @@ use std::time::Duration;
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
-use idem_runtime::store::Store;
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
+use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::acquire;
 
 /// Claim and complete `key` with `outcome`.

@@ -11,6 +11,7 @@ use idem_runtime::Store;
 use super::{calls, is_delete, key_of, Counts};
 use crate::ledger::{Entry, Provider};
 use crate::oracle::{self, Acked};
+use idem_runtime::store::StoreExt;
 
 /// What the store held for a `delete_account` call after the kill rounds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

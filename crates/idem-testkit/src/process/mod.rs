@@ -46,6 +46,7 @@ use crate::ledger;
 use crate::oracle::Acked;
 use crate::tools::{Charge, DeleteAccount};
 
+use idem_runtime::store::StoreExt;
 pub use worker::run_worker;
 
 /// The environment variable that makes the test binary a worker: what it

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use idem_runtime::store::StoreExt;
 use idem_runtime::Store;
 use idem_testkit::{
     skip, CrashPoint, Fault, PostgresServer, RedisServer, Schedule, ScheduleReport, Summary,

@@ -21,6 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::common::{args, send_email, EmailSent};
 use crate::config::env_or;
 use crate::probe::{probe, Probe};
+use idem_runtime::store::StoreExt;
 
 /// Where records can be written directly, bypassing idem, to fill a store.
 pub enum Raw {

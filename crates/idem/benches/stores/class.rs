@@ -8,6 +8,7 @@ use idem_runtime::store::intercept::{Answer, Hook, Interceptor, Operation};
 use idem_runtime::store::{ClaimRequest, LocalClaim, Store, StoreError};
 
 use crate::common::{args, send, send_email, EmailSent, SendEmail};
+use idem_runtime::store::StoreExt;
 
 /// The same no-op body as `send_email`, as a `non_idempotent_write`: its
 /// first call claims durably, marks the attempt as started durably, runs,

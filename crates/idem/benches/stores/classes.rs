@@ -27,6 +27,7 @@ use crate::class::Class;
 use crate::config::Config;
 use crate::fsync::{class_fsyncs, FSYNC_CALLS};
 use crate::timing::{mean_latency, micros};
+use idem_runtime::store::StoreExt;
 
 /// One row: a class on one store.
 #[derive(Debug, Clone)]

@@ -1,5 +1,5 @@
 //! The sweep figure for Redis, which deletes expired records itself (its
-//! active expiry): [`Store::sweep`] deletes none and only walks the slots'
+//! active expiry): [`StoreExt::sweep`] deletes none and only walks the slots'
 //! open sets and trims the audit streams. What a caller feels is the
 //! server deleting many records that lapse together, and the sweeps. So
 //! `records` records are given one expiry a few seconds ahead, with
@@ -23,11 +23,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::clock::Timestamp;
-use idem_runtime::store::Store;
 
 use crate::backend::{Backend, Raw};
 use crate::inbox::{park_open, Parked};
 use crate::timing::{caller, quantile};
+use idem_runtime::store::StoreExt;
 
 /// Open records put beside the expiring ones: half approval requests
 /// lapsing with them, half in flight.

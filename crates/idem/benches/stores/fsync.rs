@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use idem_runtime::store::Store;
-
 use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 use idem_testkit::TempDir;
 
 use crate::class::Class;
 use crate::runtime;
+use idem_runtime::store::StoreExt;
 
 pub const FSYNC_CHILD: &str = "IDEM_BENCH_FSYNC_CHILD";
 pub const FSYNC_CALLS: u64 = 200;

@@ -2,7 +2,7 @@
 //! by default), `IDEM_BENCH_INBOX_OPEN` of them awaiting approval (10⁴),
 //! the rest settled. Timed: the inbox's first page (50 items, read as
 //! `idem serve` reads it: [`Operator::list`] with the inbox's statuses,
-//! through [`Store::scan_open`]), the next page from its cursor, and a
+//! through [`StoreExt::scan_open`]), the next page from its cursor, and a
 //! refresh of the live watcher (the first page and the audit events since
 //! its last look). The baseline, in the same run on the same data: the
 //! first page read by scanning the whole store once
@@ -29,6 +29,7 @@ use idem_runtime::store::{
 
 use crate::backend::{filler_key, Backend};
 use crate::config::env_or;
+use idem_runtime::store::StoreExt;
 
 /// One store's figures.
 #[derive(Debug)]

@@ -4,14 +4,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use idem_runtime::store::Store;
-
 use crate::backend::{Backend, Raw};
 use crate::common::{args, send_email};
 use crate::config::Config;
 use crate::expiry::{expiry_stall, Expiry};
 use crate::fsync::fsyncs;
 use crate::timing::{caller, mean_latency, micros, quantile};
+use idem_runtime::store::StoreExt;
 
 #[derive(Debug, Default, Clone, Copy)]
 pub struct PerCall {

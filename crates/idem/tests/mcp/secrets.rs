@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
+use idem::store::StoreExt;
 use rmcp::model::CallToolRequestParams;
 use rmcp::transport::TokioChildProcess;
 use rmcp::ServiceExt;

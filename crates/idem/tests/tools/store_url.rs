@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use idem::key::Fingerprint;
 use idem::record::{Outcome, OutputJson};
+use idem::store::StoreExt;
 use idem::store::{connect, ClaimOutcome, ClaimRequest, Store, StoreError};
 use idem_conformance::random_key;
 use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};

@@ -16,6 +16,7 @@ use idem_runtime::audit::{AuditEvent, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::operator::{Filter, Operator};
 use idem_runtime::record::{AuditAction, Record, RecordState};
+use idem_runtime::store::StoreExt;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 

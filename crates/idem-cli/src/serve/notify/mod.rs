@@ -42,6 +42,7 @@ use tokio::task::JoinSet;
 pub(crate) use deliver::Retries;
 use endpoint::Endpoint;
 use event::{Event, Kind};
+use idem_runtime::store::StoreExt;
 use log::Log;
 use outbox::Claimed;
 

@@ -19,6 +19,7 @@ use idem_runtime::record::{
     CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState, StoredFailure,
     RESERVED_STEP_PREFIX,
 };
+use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};

@@ -1,93 +1,170 @@
-//! The interceptor forwards every method of [`Store`](crate::store::Store):
-//! a method added to the trait without a forward here fails this test.
+//! Every operation passes through an interceptor to the wrapped store and
+//! back, with the answer its kind calls for.
 
-use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use super::OpKind;
+use serde_json::Value;
 
-/// The names of the `fn` items of the trait or impl that `pick` selects
-/// in the Rust source `source`.
-fn methods(source: &str, pick: impl Fn(&syn::Item) -> Option<Vec<String>>) -> BTreeSet<String> {
-    let file = syn::parse_file(source).expect("the source parses");
-    let found: Vec<Vec<String>> = file.items.iter().filter_map(pick).collect();
-    assert_eq!(found.len(), 1, "exactly one item matches");
-    found.into_iter().flatten().collect()
-}
+use super::{Answer, Hook, Interceptor, OpKind, Operation};
+use crate::audit::{AuditEvent, AuditQuery};
+use crate::clock::Timestamp;
+use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::AuditAction;
+use crate::record::{CallInfoRef, Fence, Outcome, OutputJson};
+use crate::store::{
+    ClaimOutcome, ClaimRequest, Expected, ExpectedState, MemoryStore, Store, StoreError, WaitFor,
+};
 
-fn trait_methods(item: &syn::Item, name: &str) -> Option<Vec<String>> {
-    let syn::Item::Trait(t) = item else {
-        return None;
-    };
-    (t.ident == name).then(|| {
-        t.items
-            .iter()
-            .filter_map(|i| match i {
-                syn::TraitItem::Fn(f) => Some(f.sig.ident.to_string()),
-                _ => None,
-            })
-            .collect()
-    })
-}
+/// Remembers the kind of every operation it forwards.
+#[derive(Debug, Default)]
+struct Seen(Mutex<Vec<OpKind>>);
 
-/// The methods of `impl … Store for <type whose last path segment is
-/// `self_ty`>`.
-fn impl_methods(item: &syn::Item, self_ty: &str) -> Option<Vec<String>> {
-    let syn::Item::Impl(i) = item else {
-        return None;
-    };
-    let (path, _) = i.trait_.as_ref()?;
-    if path.segments.last()?.ident != "Store" {
-        return None;
+#[async_trait::async_trait]
+impl Hook for Seen {
+    async fn around(&self, op: Operation<'_>, store: &dyn Store) -> Result<Answer, StoreError> {
+        self.0.lock().unwrap().push(op.kind());
+        op.run(store).await
     }
-    let syn::Type::Path(ty) = &*i.self_ty else {
-        return None;
-    };
-    if ty.path.segments.last()?.ident != self_ty {
-        return None;
+}
+
+/// Whether `answer` is the kind of answer `kind` calls for.
+fn answers(kind: OpKind, answer: &Answer) -> bool {
+    match kind {
+        OpKind::Claim => matches!(answer, Answer::Claim(_)),
+        OpKind::Checkpoint | OpKind::Renew | OpKind::Complete | OpKind::Release | OpKind::Close => {
+            matches!(answer, Answer::Done)
+        }
+        OpKind::Get | OpKind::Wait => matches!(answer, Answer::Record(_)),
+        OpKind::Replace => matches!(answer, Answer::Replaced(_)),
+        OpKind::AppendAudit => matches!(answer, Answer::Appended(_)),
+        OpKind::Audit => matches!(answer, Answer::Audit(_)),
+        OpKind::Scan | OpKind::ScanOpen => matches!(answer, Answer::Scan(_)),
+        OpKind::Sweep => matches!(answer, Answer::Swept(_)),
+        OpKind::Now => matches!(answer, Answer::Now(_)),
     }
-    Some(
-        i.items
-            .iter()
-            .filter_map(|i| match i {
-                syn::ImplItem::Fn(f) => Some(f.sig.ident.to_string()),
-                _ => None,
-            })
-            .collect(),
-    )
 }
 
-const STORE_RS: &str = include_str!("../mod.rs");
-const INTERCEPT_RS: &str = include_str!("mod.rs");
-
-#[test]
-fn the_interceptor_forwards_every_method_of_the_store_trait() {
-    let declared = methods(STORE_RS, |i| trait_methods(i, "Store"));
-    assert!(declared.contains("fast_path") && declared.contains("wait"));
-    let forwarded = methods(INTERCEPT_RS, |i| impl_methods(i, "Interceptor"));
-    assert_eq!(
-        forwarded, declared,
-        "`impl Store for Interceptor` must forward every method of `Store`"
-    );
-}
-
-#[test]
-fn arc_forwards_every_method_of_the_store_trait() {
-    let declared = methods(STORE_RS, |i| trait_methods(i, "Store"));
-    let forwarded = methods(STORE_RS, |i| impl_methods(i, "Arc"));
-    assert_eq!(
-        forwarded, declared,
-        "`impl Store for Arc<S>` must forward every method of `Store`"
-    );
-}
-
-#[test]
-fn every_asynchronous_method_is_an_operation_a_hook_sees() {
-    let mut declared = methods(STORE_RS, |i| trait_methods(i, "Store"));
-    // The synchronous methods: `describe` goes to `Hook::describe`;
-    // `fast_path` is the interceptor itself, whose `claim_local` goes to
-    // `Hook::around_local` and whose `complete_local` declines, so every
-    // completion reaches `Hook::around` as `complete`.
-    assert!(declared.remove("describe") && declared.remove("fast_path"));
-    let kinds: BTreeSet<String> = OpKind::ALL.iter().map(|k| k.name().to_owned()).collect();
-    assert_eq!(kinds, declared);
+#[tokio::test]
+async fn every_operation_reaches_the_hook_and_the_store_and_comes_back_with_its_answer() {
+    let store = Interceptor::new(Arc::new(MemoryStore::new()), Seen::default());
+    let key = IdempotencyKey::parse(&"ab".repeat(32)).unwrap();
+    let fingerprint = Fingerprint::new("cd".repeat(32));
+    let event = AuditEvent {
+        seq: None,
+        at: Timestamp(0),
+        by: "test".to_owned(),
+        action: AuditAction::Deleted,
+        reason: None,
+        key: key.clone(),
+        tool: "t".to_owned(),
+        namespace: None,
+        fingerprint: fingerprint.clone(),
+        before: None,
+        after: None,
+    };
+    let query = AuditQuery::default();
+    let expected = Expected {
+        fence: Fence(1),
+        state: ExpectedState::Completed,
+    };
+    for kind in OpKind::ALL {
+        // Exhaustive: a kind added without a case here does not compile.
+        let op = match kind {
+            OpKind::Claim => continue, // below, with a request to own the key
+            OpKind::Checkpoint => Operation::Checkpoint {
+                key: &key,
+                fence: Fence(1),
+                step: "s",
+                value: &Value::Null,
+                lease: Duration::from_secs(1),
+            },
+            OpKind::Renew => Operation::Renew {
+                key: &key,
+                fence: Fence(1),
+                lease: Duration::from_secs(1),
+            },
+            OpKind::Complete => continue, // below, by the owner
+            OpKind::Release => continue,  // below, by the owner
+            OpKind::Get => Operation::Get { key: &key },
+            OpKind::Replace => Operation::Replace {
+                key: &key,
+                expected,
+                new: None,
+                audit: None,
+            },
+            OpKind::AppendAudit => Operation::AppendAudit { event: &event },
+            OpKind::Audit => Operation::Audit {
+                query: &query,
+                cursor: None,
+                limit: 10,
+            },
+            OpKind::Scan => Operation::Scan {
+                cursor: None,
+                limit: 10,
+            },
+            OpKind::ScanOpen => Operation::ScanOpen {
+                cursor: None,
+                limit: 10,
+            },
+            OpKind::Wait => Operation::Wait {
+                key: &key,
+                until: WaitFor::Completion,
+                timeout: Duration::ZERO,
+            },
+            OpKind::Sweep => Operation::Sweep,
+            OpKind::Now => Operation::Now,
+            OpKind::Close => continue, // last
+        };
+        // A checkpoint, renewal or replace of a key nobody owns is refused:
+        // that is the store's answer, and it came back through the hook.
+        match store.call(op).await {
+            Ok(answer) => assert!(answers(kind, &answer), "{kind}: {}", answer.name()),
+            Err(StoreError::StaleFence { .. }) => {}
+            Err(e) => panic!("{kind}: {e}"),
+        }
+    }
+    let req = ClaimRequest {
+        key: &key,
+        tool: "t",
+        fingerprint: &fingerprint,
+        check_fingerprint: true,
+        lease: Duration::from_secs(60),
+        info: CallInfoRef::EMPTY,
+        worker: None,
+        durable: true,
+    };
+    // Through `call`, not the fast path, so that the hook sees the claim.
+    let Ok(Answer::Claim(ClaimOutcome::Acquired { fence: claimed, .. })) =
+        store.call(Operation::Claim(&req)).await
+    else {
+        panic!("the claim acquires the key");
+    };
+    for op in [
+        Operation::Complete {
+            key: &key,
+            fence: claimed,
+            outcome: &Outcome::Success {
+                output: OutputJson::new(&"ok").unwrap(),
+            },
+            ttl: Duration::from_secs(60),
+        },
+        Operation::Release {
+            key: &key,
+            fence: claimed,
+        },
+        Operation::Close,
+    ] {
+        let kind = op.kind();
+        match store.call(op).await {
+            Ok(answer) => assert!(answers(kind, &answer), "{kind}: {}", answer.name()),
+            // The release comes after the completion: nobody owns the key.
+            Err(StoreError::StaleFence { .. }) if kind == OpKind::Release => {}
+            Err(e) => panic!("{kind}: {e}"),
+        }
+    }
+    let mut seen = store.hook().0.lock().unwrap().clone();
+    seen.sort_by_key(|k| OpKind::ALL.iter().position(|a| a == k));
+    seen.dedup();
+    assert_eq!(seen, OpKind::ALL, "every kind went through the hook");
 }

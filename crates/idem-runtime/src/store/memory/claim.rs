@@ -12,7 +12,7 @@ use crate::key::IdempotencyKey;
 use crate::record::Outcome;
 use crate::store::{transition, ClaimOutcome, ClaimRequest, LocalClaim, StoreError};
 
-/// What a claim answers: [`Store::claim`](crate::store::Store::claim)'s
+/// What a claim answers: [`StoreExt::claim`](crate::store::StoreExt::claim)'s
 /// [`ClaimOutcome`], or the [`LocalClaim`] of
 /// [`FastPath::claim_local`](crate::store::FastPath::claim_local), which
 /// answers a completed call with its outcome alone (no record is built for
@@ -58,7 +58,7 @@ fn answer<A: Answer>(entry: &Entry, req: &ClaimRequest<'_>, now: Timestamp) -> O
 }
 
 impl MemoryStore {
-    /// [`Store::claim`](crate::store::Store::claim), synchronously: a claim that writes nothing (a
+    /// [`StoreExt::claim`](crate::store::StoreExt::claim), synchronously: a claim that writes nothing (a
     /// duplicate, a live owner, a key reuse) is answered under the shard's
     /// read lock; anything else takes the write lock.
     pub(super) fn claim_now<A: Answer>(&self, req: &ClaimRequest<'_>) -> Result<A, StoreError> {

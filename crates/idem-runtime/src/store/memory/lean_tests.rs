@@ -16,6 +16,7 @@ use crate::record::{
     AuditAction, AuditEntry, CallInfo, CallInfoRef, FailureCode, OutputJson, Reason, RecordState,
     StoredFailure,
 };
+use crate::store::{ClaimOutcome, StoreExt};
 use crate::store::{ExpectedState, FenceHolder};
 
 fn key() -> IdempotencyKey {

@@ -22,13 +22,14 @@ use serde_json::Value;
 use super::transition;
 use super::wait_for::WaitFor;
 use super::{
-    ClaimOutcome, ClaimRequest, Expected, FastPath, LocalClaim, OpenCursor, ScanPage, Store,
+    Answer, ClaimRequest, Expected, FastPath, LocalClaim, OpenCursor, Operation, ScanPage, Store,
     StoreError,
 };
 use crate::audit::{self, AuditEvent, AuditPage, AuditQuery, DEFAULT_AUDIT_RETENTION};
 use crate::clock::{Clock, SystemClock, Timestamp};
 use crate::key::{self, IdempotencyKey};
 use crate::record::{Fence, Outcome, Record};
+use crate::store::StoreExt;
 
 mod claim;
 mod expiry;
@@ -125,7 +126,7 @@ impl MemoryStore {
     }
 
     /// Keep audit events for `retention` (default
-    /// [`DEFAULT_AUDIT_RETENTION`]): [`Store::sweep`] deletes older ones.
+    /// [`DEFAULT_AUDIT_RETENTION`]): [`StoreExt::sweep`] deletes older ones.
     pub fn audit_retention(mut self, retention: Duration) -> Self {
         self.audit_retention = retention;
         self
@@ -142,7 +143,7 @@ impl MemoryStore {
         self.len() == 0
     }
 
-    /// [`StoreError::Closed`] once [`Store::close`] was called.
+    /// [`StoreError::Closed`] once [`StoreExt::close`] was called.
     fn open(&self) -> Result<(), StoreError> {
         match self.closed.load(Ordering::SeqCst) {
             false => Ok(()),
@@ -203,7 +204,7 @@ impl MemoryStore {
         Ok(())
     }
 
-    /// [`Store::complete`], with the outcome moved into the record.
+    /// [`StoreExt::complete`], with the outcome moved into the record.
     fn complete_now(
         &self,
         key: &IdempotencyKey,
@@ -293,16 +294,82 @@ impl Store for MemoryStore {
         "memory".to_owned()
     }
 
-    async fn claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-        self.claim_now(req)
-    }
-
     fn fast_path(&self) -> Option<&dyn FastPath> {
         Some(self)
     }
 
+    async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
+        Ok(match op {
+            Operation::Claim(req) => Answer::Claim(self.claim_now(req)?),
+            Operation::Checkpoint {
+                key,
+                fence,
+                step,
+                value,
+                lease,
+            } => {
+                self.checkpoint_now(key, fence, step, value, lease)?;
+                Answer::Done
+            }
+            Operation::Renew { key, fence, lease } => {
+                self.renew_now(key, fence, lease)?;
+                Answer::Done
+            }
+            Operation::Complete {
+                key,
+                fence,
+                outcome,
+                ttl,
+            } => {
+                self.complete_now(key, fence, outcome.clone(), ttl)?;
+                Answer::Done
+            }
+            Operation::Release { key, fence } => {
+                self.release_now(key, fence)?;
+                Answer::Done
+            }
+            Operation::Get { key } => Answer::Record(self.get_now(key)?),
+            Operation::Replace {
+                key,
+                expected,
+                new,
+                audit,
+            } => Answer::Replaced(self.replace_now(key, expected, new, audit)?),
+            Operation::AppendAudit { event } => {
+                self.open()?;
+                Answer::Appended(self.audit.lock().expect("not poisoned").append(event))
+            }
+            Operation::Audit {
+                query,
+                cursor,
+                limit,
+            } => Answer::Audit(self.audit_page(query, cursor, limit)?),
+            Operation::Scan { cursor, limit } => Answer::Scan(self.scan_now(cursor, limit)?),
+            Operation::ScanOpen { cursor, limit } => {
+                Answer::Scan(self.scan_open_now(cursor, limit)?)
+            }
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Answer::Record(self.wait_until(key, until, timeout).await?),
+            Operation::Sweep => Answer::Swept(self.sweep_due().await?),
+            Operation::Now => {
+                self.open()?;
+                Answer::Now(self.clock.now())
+            }
+            Operation::Close => {
+                self.close_now();
+                Answer::Done
+            }
+        })
+    }
+}
+
+/// The operations [`Store::call`] answers, each on the map.
+impl MemoryStore {
     /// A step turns a compact record whole (it now has steps).
-    async fn checkpoint(
+    fn checkpoint_now(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -338,7 +405,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn renew(
+    fn renew_now(
         &self,
         key: &IdempotencyKey,
         fence: Fence,
@@ -360,17 +427,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn complete(
-        &self,
-        key: &IdempotencyKey,
-        fence: Fence,
-        outcome: &Outcome,
-        ttl: Duration,
-    ) -> Result<(), StoreError> {
-        self.complete_now(key, fence, outcome.clone(), ttl)
-    }
-
-    async fn release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
+    fn release_now(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         self.open()?;
         let id = Id::of(key);
         let mut shard = self.records.write(&id);
@@ -386,7 +443,7 @@ impl Store for MemoryStore {
         Ok(())
     }
 
-    async fn get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
+    fn get_now(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> {
         self.open()?;
         let now = self.clock.now();
         let id = Id::of(key);
@@ -398,7 +455,7 @@ impl Store for MemoryStore {
             .map(|entry| entry.body.to_record(key.clone())))
     }
 
-    async fn replace(
+    fn replace_now(
         &self,
         key: &IdempotencyKey,
         expected: Expected,
@@ -441,7 +498,7 @@ impl Store for MemoryStore {
     /// page looks at every key once (the map has no order), which suits the
     /// store's use in tests and single processes; only the page's records
     /// are built.
-    async fn scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    fn scan_now(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.open()?;
         let now = self.clock.now();
         // Digests order as the keys' text does.
@@ -485,7 +542,7 @@ impl Store for MemoryStore {
     /// One pass over the map (no index: the records are in this
     /// process), keeping the open records after the cursor, then the
     /// newest `limit` of them.
-    async fn scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
+    fn scan_open_now(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         self.open()?;
         let after = cursor
             .map(|c| OpenCursor::parse_for(&self.describe(), c))
@@ -537,16 +594,7 @@ impl Store for MemoryStore {
         })
     }
 
-    async fn wait(
-        &self,
-        key: &IdempotencyKey,
-        until: WaitFor,
-        timeout: Duration,
-    ) -> Result<Option<Record>, StoreError> {
-        self.wait_until(key, until, timeout).await
-    }
-
-    async fn sweep(&self) -> Result<u64, StoreError> {
+    async fn sweep_due(&self) -> Result<u64, StoreError> {
         self.open()?;
         let now = self.clock.now();
         self.sweep_audit(now);
@@ -574,19 +622,9 @@ impl Store for MemoryStore {
         Ok(deleted)
     }
 
-    async fn now(&self) -> Result<Timestamp, StoreError> {
-        self.open()?;
-        Ok(self.clock.now())
-    }
-
-    async fn append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
-        self.open()?;
-        Ok(self.audit.lock().expect("not poisoned").append(event))
-    }
-
     /// Pages by position in the log; the cursor is the `at` and `seq` of
     /// the page's last event.
-    async fn audit(
+    fn audit_page(
         &self,
         query: &AuditQuery,
         cursor: Option<&str>,
@@ -620,7 +658,7 @@ impl Store for MemoryStore {
     /// Refuse every later operation with [`StoreError::Closed`] and wake the
     /// waiters, which then fail the same way. The records stay in memory
     /// until the store is dropped.
-    async fn close(&self) {
+    fn close_now(&self) {
         self.closed.store(true, Ordering::SeqCst);
         self.records
             .for_each_shard(|shard| shard.iter().for_each(Entry::wake));

@@ -5,6 +5,7 @@ use super::*;
 use crate::clock::ManualClock;
 use crate::key::Fingerprint;
 use crate::record::{CallInfoRef, OutputJson};
+use crate::store::{ClaimOutcome, StoreExt};
 
 /// The `n`th key, spread as idem's own (SHA-256) keys are: the store
 /// hashes a key by its first 16 hex digits, and keys alike there would

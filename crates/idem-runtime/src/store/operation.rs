@@ -1,0 +1,385 @@
+//! The store contract as data: one [`Operation`] per thing a store does,
+//! one [`Answer`] per kind of reply.
+//!
+//! [`Store::call`] takes an operation and gives its answer; that is the
+//! whole contract a backend implements (with [`Store::describe`], and
+//! [`Store::fast_path`] where it can answer on the caller's thread). The
+//! typed calls the rest of the crate makes — [`StoreExt::claim`],
+//! [`StoreExt::complete`], [`StoreExt::get`], … — are written once, in
+//! `ext.rs`, on top of it, and so are the layers: the `Arc` forward and
+//! the [`Interceptor`](super::intercept::Interceptor) pass the operation
+//! on as a value, as a tower `Service` passes a request.
+//!
+//! A new operation is a variant here (with its [`OpKind`] and, when it
+//! answers something new, an [`Answer`]), its typed call in `ext.rs`, and
+//! an arm in each backend's `call`.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde_json::Value;
+
+#[cfg(doc)]
+use super::StoreExt;
+use super::{
+    poll_wait, scan_open_by_scanning, ClaimOutcome, ClaimRequest, Expected, ScanPage, Store,
+    StoreError, WaitFor,
+};
+use crate::audit::{AuditEvent, AuditPage, AuditQuery};
+use crate::clock::Timestamp;
+use crate::key::IdempotencyKey;
+use crate::record::{Fence, Outcome, Record};
+
+/// Which operation an [`Operation`] is, without its arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum OpKind {
+    /// [`StoreExt::claim`].
+    Claim,
+    /// [`StoreExt::checkpoint`].
+    Checkpoint,
+    /// [`StoreExt::renew`].
+    Renew,
+    /// [`StoreExt::complete`].
+    Complete,
+    /// [`StoreExt::release`].
+    Release,
+    /// [`StoreExt::get`].
+    Get,
+    /// [`StoreExt::replace`].
+    Replace,
+    /// [`StoreExt::append_audit`].
+    AppendAudit,
+    /// [`StoreExt::audit`].
+    Audit,
+    /// [`StoreExt::scan`].
+    Scan,
+    /// [`StoreExt::scan_open`].
+    ScanOpen,
+    /// [`StoreExt::wait`].
+    Wait,
+    /// [`StoreExt::sweep`].
+    Sweep,
+    /// [`StoreExt::now`].
+    Now,
+    /// [`StoreExt::close`].
+    Close,
+}
+
+impl OpKind {
+    /// Every kind, in the order [`Operation`] declares them.
+    pub const ALL: [OpKind; 15] = [
+        OpKind::Claim,
+        OpKind::Checkpoint,
+        OpKind::Renew,
+        OpKind::Complete,
+        OpKind::Release,
+        OpKind::Get,
+        OpKind::Replace,
+        OpKind::AppendAudit,
+        OpKind::Audit,
+        OpKind::Scan,
+        OpKind::ScanOpen,
+        OpKind::Wait,
+        OpKind::Sweep,
+        OpKind::Now,
+        OpKind::Close,
+    ];
+
+    /// The operation's name, which is also its [`StoreExt`] method's
+    /// (`"claim"`, `"append_audit"`).
+    pub fn name(self) -> &'static str {
+        match self {
+            OpKind::Claim => "claim",
+            OpKind::Checkpoint => "checkpoint",
+            OpKind::Renew => "renew",
+            OpKind::Complete => "complete",
+            OpKind::Release => "release",
+            OpKind::Get => "get",
+            OpKind::Replace => "replace",
+            OpKind::AppendAudit => "append_audit",
+            OpKind::Audit => "audit",
+            OpKind::Scan => "scan",
+            OpKind::ScanOpen => "scan_open",
+            OpKind::Wait => "wait",
+            OpKind::Sweep => "sweep",
+            OpKind::Now => "now",
+            OpKind::Close => "close",
+        }
+    }
+
+    /// Whether the operation may change what the store holds (a claim
+    /// that finds a record changes nothing, but may).
+    pub fn writes(self) -> bool {
+        matches!(
+            self,
+            OpKind::Claim
+                | OpKind::Checkpoint
+                | OpKind::Renew
+                | OpKind::Complete
+                | OpKind::Release
+                | OpKind::Replace
+                | OpKind::AppendAudit
+                | OpKind::Sweep
+        )
+    }
+}
+
+impl fmt::Display for OpKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// One store operation with its arguments: what [`Store::call`] answers.
+#[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
+pub enum Operation<'a> {
+    /// [`StoreExt::claim`].
+    Claim(&'a ClaimRequest<'a>),
+    /// [`StoreExt::checkpoint`].
+    Checkpoint {
+        /// The key.
+        key: &'a IdempotencyKey,
+        /// The owner's fence.
+        fence: Fence,
+        /// The step.
+        step: &'a str,
+        /// Its value.
+        value: &'a Value,
+        /// The new lease, from now.
+        lease: Duration,
+    },
+    /// [`StoreExt::renew`].
+    Renew {
+        /// The key.
+        key: &'a IdempotencyKey,
+        /// The owner's fence.
+        fence: Fence,
+        /// The new lease, from now.
+        lease: Duration,
+    },
+    /// [`StoreExt::complete`].
+    Complete {
+        /// The key.
+        key: &'a IdempotencyKey,
+        /// The owner's fence.
+        fence: Fence,
+        /// The outcome.
+        outcome: &'a Outcome,
+        /// How long it is kept.
+        ttl: Duration,
+    },
+    /// [`StoreExt::release`].
+    Release {
+        /// The key.
+        key: &'a IdempotencyKey,
+        /// The owner's fence.
+        fence: Fence,
+    },
+    /// [`StoreExt::get`].
+    Get {
+        /// The key.
+        key: &'a IdempotencyKey,
+    },
+    /// [`StoreExt::replace`].
+    Replace {
+        /// The key.
+        key: &'a IdempotencyKey,
+        /// What the record must be for the swap to happen.
+        expected: Expected,
+        /// The new record (`None`: delete).
+        new: Option<&'a Record>,
+        /// The audit event appended with the swap.
+        audit: Option<&'a AuditEvent>,
+    },
+    /// [`StoreExt::append_audit`].
+    AppendAudit {
+        /// The event.
+        event: &'a AuditEvent,
+    },
+    /// [`StoreExt::audit`].
+    Audit {
+        /// Which events.
+        query: &'a AuditQuery,
+        /// Where the page starts.
+        cursor: Option<&'a str>,
+        /// At most how many.
+        limit: usize,
+    },
+    /// [`StoreExt::scan`].
+    Scan {
+        /// Where the page starts.
+        cursor: Option<&'a str>,
+        /// About how many.
+        limit: usize,
+    },
+    /// [`StoreExt::scan_open`].
+    ScanOpen {
+        /// Where the page starts.
+        cursor: Option<&'a str>,
+        /// At most how many.
+        limit: usize,
+    },
+    /// [`StoreExt::wait`].
+    Wait {
+        /// The key.
+        key: &'a IdempotencyKey,
+        /// The state waited out.
+        until: WaitFor,
+        /// For at most how long.
+        timeout: Duration,
+    },
+    /// [`StoreExt::sweep`].
+    Sweep,
+    /// [`StoreExt::now`].
+    Now,
+    /// [`StoreExt::close`].
+    Close,
+}
+
+impl<'a> Operation<'a> {
+    /// Which method this is.
+    pub fn kind(&self) -> OpKind {
+        match self {
+            Operation::Claim(_) => OpKind::Claim,
+            Operation::Checkpoint { .. } => OpKind::Checkpoint,
+            Operation::Renew { .. } => OpKind::Renew,
+            Operation::Complete { .. } => OpKind::Complete,
+            Operation::Release { .. } => OpKind::Release,
+            Operation::Get { .. } => OpKind::Get,
+            Operation::Replace { .. } => OpKind::Replace,
+            Operation::AppendAudit { .. } => OpKind::AppendAudit,
+            Operation::Audit { .. } => OpKind::Audit,
+            Operation::Scan { .. } => OpKind::Scan,
+            Operation::ScanOpen { .. } => OpKind::ScanOpen,
+            Operation::Wait { .. } => OpKind::Wait,
+            Operation::Sweep => OpKind::Sweep,
+            Operation::Now => OpKind::Now,
+            Operation::Close => OpKind::Close,
+        }
+    }
+
+    /// The key the operation is about, if it is about one.
+    pub fn key(&self) -> Option<&'a IdempotencyKey> {
+        match *self {
+            Operation::Claim(req) => Some(req.key),
+            Operation::Checkpoint { key, .. }
+            | Operation::Renew { key, .. }
+            | Operation::Complete { key, .. }
+            | Operation::Release { key, .. }
+            | Operation::Get { key }
+            | Operation::Replace { key, .. }
+            | Operation::Wait { key, .. } => Some(key),
+            Operation::AppendAudit { event } => Some(&event.key),
+            Operation::Audit { .. } | Operation::Scan { .. } | Operation::ScanOpen { .. } => None,
+            Operation::Sweep | Operation::Now | Operation::Close => None,
+        }
+    }
+
+    /// The fence the operation writes with, for the mutations an owner
+    /// makes (checkpoint, renew, complete, release).
+    pub fn fence(&self) -> Option<Fence> {
+        match *self {
+            Operation::Checkpoint { fence, .. }
+            | Operation::Renew { fence, .. }
+            | Operation::Complete { fence, .. }
+            | Operation::Release { fence, .. } => Some(fence),
+            _ => None,
+        }
+    }
+
+    /// Run the operation on `store`: `store.call(self)`. What a
+    /// [`Hook`](super::intercept::Hook) calls to pass the operation on.
+    pub async fn run<S: Store + ?Sized>(self, store: &S) -> Result<Answer, StoreError> {
+        store.call(self).await
+    }
+
+    /// Answer the operation as a store that has nothing of its own for it
+    /// does: the operations with a default answer it ([`OpKind::Renew`]
+    /// as a checkpoint of the reserved step
+    /// [`LEASE_STEP`](crate::record::LEASE_STEP), [`OpKind::ScanOpen`]
+    /// by scanning the whole store, [`OpKind::Wait`] by polling,
+    /// [`OpKind::Close`] by doing nothing); every other operation is
+    /// refused as [`StoreError::Unavailable`], so that a store that does
+    /// not know an operation makes the executor refuse rather than act on
+    /// a made-up answer.
+    ///
+    /// A store's [`Store::call`] ends its `match` with this: `op =>
+    /// op.by_default(self).await`, which also answers the operations a
+    /// later version of this crate adds (the enum is `#[non_exhaustive]`).
+    pub async fn by_default<S: Store + ?Sized>(self, store: &S) -> Result<Answer, StoreError> {
+        match self {
+            Operation::Renew { key, fence, lease } => {
+                store
+                    .call(Operation::Checkpoint {
+                        key,
+                        fence,
+                        step: crate::record::LEASE_STEP,
+                        value: &Value::Null,
+                        lease,
+                    })
+                    .await
+            }
+            Operation::ScanOpen { cursor, limit } => Ok(Answer::Scan(
+                scan_open_by_scanning(store, cursor, limit).await?,
+            )),
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Ok(Answer::Record(poll_wait(store, key, until, timeout).await?)),
+            Operation::Close => Ok(Answer::Done),
+            other => Err(StoreError::Unavailable {
+                store: store.describe(),
+                cause: format!("the store does not answer `{}`", other.kind()).into(),
+            }),
+        }
+    }
+}
+
+/// What an [`Operation`] answered.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+// A record is as large as the `get` that returns it by value; boxing it
+// here would cost every read through an interceptor an allocation, undone
+// a moment later when the answer becomes the method's return value.
+#[allow(clippy::large_enum_variant)]
+pub enum Answer {
+    /// [`StoreExt::claim`].
+    Claim(ClaimOutcome),
+    /// [`StoreExt::checkpoint`], [`StoreExt::renew`], [`StoreExt::complete`],
+    /// [`StoreExt::release`] and [`StoreExt::close`].
+    Done,
+    /// [`StoreExt::get`], [`StoreExt::wait`] (for a completion or a decision).
+    Record(Option<Record>),
+    /// [`StoreExt::replace`]: the new record's fence.
+    Replaced(Option<Fence>),
+    /// [`StoreExt::append_audit`]: the event's sequence number.
+    Appended(u64),
+    /// [`StoreExt::audit`].
+    Audit(AuditPage),
+    /// [`StoreExt::scan`] and [`StoreExt::scan_open`].
+    Scan(ScanPage),
+    /// [`StoreExt::sweep`]: how many records were deleted.
+    Swept(u64),
+    /// [`StoreExt::now`].
+    Now(Timestamp),
+}
+
+impl Answer {
+    /// What the answer is, in words (`"a claim outcome"`, `"done"`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Answer::Claim(_) => "a claim outcome",
+            Answer::Done => "done",
+            Answer::Record(_) => "a record",
+            Answer::Replaced(_) => "a replacement's fence",
+            Answer::Appended(_) => "an audit sequence number",
+            Answer::Audit(_) => "an audit page",
+            Answer::Scan(_) => "a scan page",
+            Answer::Swept(_) => "a sweep count",
+            Answer::Now(_) => "a time",
+        }
+    }
+}
