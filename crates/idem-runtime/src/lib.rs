@@ -18,6 +18,7 @@ pub mod dispatch;
 pub mod error;
 pub mod executor;
 pub mod key;
+pub mod ledger;
 pub mod operator;
 pub mod provider;
 pub mod record;

@@ -7,9 +7,9 @@
 //! completed with a small JSON output: the generation last given out, and
 //! the effects that still matter — those of the latest arguments (one per
 //! deliberate repeat), and those of earlier arguments not yet settled. It
-//! is created by a claim and changed by a compare-and-swap
-//! ([`StoreExt::replace`]), so every worker on
-//! the store agrees on it, and it outlives restarts.
+//! is kept in the [`ledger`](crate::ledger): created once and changed by a
+//! compare-and-swap, so every worker on the store agrees on it, and it
+//! outlives restarts.
 //!
 //! A call whose effect is in the index claims that effect's key: the
 //! claim then answers from its record, waits for it in flight, shares its
@@ -24,11 +24,10 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::IdemError;
-use crate::key::{CanonicalArgs, IdempotencyKey};
-use crate::record::{
-    CallInfoRef, CorruptRecord, Outcome, OutputJson, Record, RecordState, RESERVED_STEP_PREFIX,
-};
-use crate::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, StoreError, WaitFor};
+use crate::key::IdempotencyKey;
+use crate::ledger::{self, Entry, Ledger};
+use crate::record::{Outcome, Record, RecordState};
+use crate::store::WaitFor;
 
 use super::claim::Claimed;
 use super::key::{CallKey, WindowKeys};
@@ -95,11 +94,11 @@ fn unsettled(record: &Record) -> bool {
     }
 }
 
-/// The index as read: its contents, and the record to swap (`None`: there
+/// The index as read: its contents, and the entry to swap (`None`: there
 /// is no index yet).
 struct Read {
     index: WindowIndex,
-    record: Option<Record>,
+    entry: Option<Entry<WindowIndex>>,
 }
 
 impl CallEnv<'_> {
@@ -135,7 +134,7 @@ impl CallEnv<'_> {
                 return self.claim(call).await;
             }
             let index = self.begin_effect(call, &read.index, latest).await?;
-            if self.write_index(call, read.record, &index).await? {
+            if self.write_index(call, read.entry, &index).await? {
                 call.key = index.effects.last().expect("the new effect").key.clone();
                 return self.claim(call).await;
             }
@@ -199,43 +198,42 @@ impl CallEnv<'_> {
         })
     }
 
-    /// The name the index's record carries as its tool.
-    fn index_tool(&self) -> String {
-        format!("{RESERVED_STEP_PREFIX}window:{}", self.name())
+    /// The window index's book: the record of tool `idem:window:TOOL`
+    /// under the index key of this call's namespace.
+    fn index_book<'a>(&'a self, tool: &'a str, namespace: &'a str) -> Ledger<'a> {
+        Ledger::new(self.store(), tool)
+            .namespace(namespace)
+            .worker(&self.core.config.worker)
+            .lease(self.lease())
+            .clock(&*self.core.clock)
     }
 
     /// Read this call's window index; a store's index in flight (another
     /// call creating it) is waited for.
     async fn read_index(&self, call: &CallKey) -> Result<Read, IdemError> {
         let key = call.index_key();
+        let tool = ledger::names::window_index(self.name());
+        let namespace = self.namespace();
+        let book = self.index_book(&tool, namespace.as_str());
         for _ in 0..ROUNDS {
             let Some(record) = self.lookup(&key).await? else {
                 return Ok(Read {
                     index: WindowIndex::default(),
-                    record: None,
+                    entry: None,
                 });
             };
-            match &record.state {
-                RecordState::Completed {
-                    outcome: Outcome::Success { output },
-                    ..
-                } => {
-                    let index = output.parse().map_err(|e| self.corrupt_index(&key, e))?;
-                    return Ok(Read {
-                        index,
-                        record: Some(record),
-                    });
-                }
-                RecordState::InFlight { .. } => {
-                    self.store()
-                        .wait(&key, WaitFor::Completion, self.lease())
-                        .await
-                        .map_err(|e| self.store_err(e))?;
-                }
-                _ => {
-                    return Err(self.corrupt_index(&key, "it is not a completed index"));
-                }
+            if let RecordState::InFlight { .. } = record.state {
+                self.store()
+                    .wait(&key, WaitFor::Completion, self.lease())
+                    .await
+                    .map_err(|e| self.store_err(e))?;
+                continue;
             }
+            let entry: Entry<WindowIndex> = book.read(record).map_err(|e| self.store_err(e))?;
+            return Ok(Read {
+                index: entry.value.clone(),
+                entry: Some(entry),
+            });
         }
         Err(self.refuse(IdemError::InFlight {
             tool: self.name().to_owned(),
@@ -243,90 +241,25 @@ impl CallEnv<'_> {
         }))
     }
 
-    /// Store `index` in place of `read` (`None`: create it); `false` when
-    /// another call changed the index first (read it again).
+    /// Store `index` in place of the one read (`None`: create it); `false`
+    /// when another call changed the index first (read it again).
     async fn write_index(
         &self,
         call: &CallKey,
-        read: Option<Record>,
+        read: Option<Entry<WindowIndex>>,
         index: &WindowIndex,
     ) -> Result<bool, IdemError> {
-        let key = call.index_key();
-        let output = OutputJson::new(index).expect("an index serializes");
-        let outcome = Outcome::Success { output };
-        let Some(mut record) = read else {
-            return self.create_index(&key, &outcome).await;
-        };
-        let fence = record.fence();
-        let now = self.core.clock.now();
-        record.state = RecordState::Completed {
-            fence,
-            outcome,
-            completed_at: now,
-            expires_at: now.plus(INDEX_TTL),
-        };
-        let expected = Expected {
-            fence,
-            state: ExpectedState::Completed,
-        };
-        match self
-            .store()
-            .replace(&key, expected, Some(&record), None)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(StoreError::StaleFence { .. }) => Ok(false),
-            Err(e) => Err(self.store_err(e)),
-        }
-    }
-
-    /// Create the index with `outcome`: claim its key, then complete it;
-    /// `false` when another call holds or made it first.
-    async fn create_index(
-        &self,
-        key: &IdempotencyKey,
-        outcome: &Outcome,
-    ) -> Result<bool, IdemError> {
-        let tool = self.index_tool();
-        let fingerprint = CanonicalArgs::from_value(&serde_json::json!({ "index": "window" }))
-            .expect("an object")
-            .fingerprint;
+        let tool = ledger::names::window_index(self.name());
         let namespace = self.namespace();
-        let request = ClaimRequest {
-            key,
-            tool: &tool,
-            fingerprint: &fingerprint,
-            check_fingerprint: true,
-            lease: self.lease(),
-            info: CallInfoRef {
-                namespace: Some(namespace.as_str()),
-                ttl: Some(INDEX_TTL),
-                ..CallInfoRef::default()
-            },
-            worker: Some(&self.core.config.worker),
-            durable: true,
-        };
-        let store = self.store();
-        match store.claim(&request).await.map_err(|e| self.store_err(e))? {
-            ClaimOutcome::Acquired { fence, .. } => {
-                store
-                    .complete(key, fence, outcome, INDEX_TTL)
+        let book = self.index_book(&tool, namespace.as_str());
+        let written = match read {
+            Some(entry) => book.swap(&entry, index, INDEX_TTL).await,
+            None => {
+                let made_of = serde_json::json!({ "index": "window" });
+                book.create(&call.index_key(), &made_of, index, INDEX_TTL)
                     .await
-                    .map_err(|e| self.store_err(e))?;
-                Ok(true)
             }
-            ClaimOutcome::InFlight { .. } | ClaimOutcome::Completed(_) => Ok(false),
-            ClaimOutcome::AwaitingApproval(_) | ClaimOutcome::KeyReused { .. } => {
-                Err(self.corrupt_index(key, "its key holds another record"))
-            }
-        }
-    }
-
-    /// The error of an index that cannot be read: nothing runs.
-    fn corrupt_index(&self, key: &IdempotencyKey, reason: impl std::fmt::Display) -> IdemError {
-        self.store_err(StoreError::Corrupt(CorruptRecord {
-            key: key.to_string(),
-            detail: format!("the repeat-window index is unreadable: {reason}"),
-        }))
+        };
+        written.map_err(|e| self.store_err(e))
     }
 }

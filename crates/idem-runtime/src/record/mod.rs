@@ -159,7 +159,7 @@ impl Record {
     /// ([`RESERVED_STEP_PREFIX`], as a repeat window's index
     /// `idem:window:TOOL`). Operators' listings and counts leave it out.
     pub fn is_bookkeeping(&self) -> bool {
-        self.tool.starts_with(RESERVED_STEP_PREFIX)
+        crate::ledger::names::is_reserved(&self.tool)
     }
 
     /// Whether the record is *open*: in flight, awaiting approval (or
