@@ -273,7 +273,7 @@ impl Sessions {
 /// `idem approver revoke NAME`: every session of `name` started until now
 /// (the store's clock) is over, on every instance; returns that instant.
 /// The revocation is kept [`REVOCATION_TTL`].
-pub(crate) async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
+pub async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
     let now = store.now().await?;
     let key = key_of("revoked", name);
     for _ in 0..8 {

@@ -63,7 +63,7 @@ pub(crate) struct Rule {
 
 /// The rules, in the file's order.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Rules {
+pub struct Rules {
     rules: Vec<Rule>,
     /// Everyone with the role approver, sorted: who may decide where a
     /// rule names nobody.
@@ -76,7 +76,7 @@ const MAX_NAMED: usize = 5;
 
 /// A decision the rules are asked about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Act {
+pub enum Act {
     /// An approval (one of `required`).
     Approve,
     /// A denial, which ends the call.
@@ -85,7 +85,7 @@ pub(crate) enum Act {
 
 /// Why the rules refuse a person's decision. Nothing was changed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum RuleRefusal {
+pub enum RuleRefusal {
     /// The rule names who may decide, and not this person.
     #[error("Rule “{rule}” lets only {allowed} decide calls of {tool}{namespace}; {who} is not one of them.")]
     NotListed {
@@ -115,7 +115,7 @@ pub(crate) enum RuleRefusal {
 
 /// What the rules say about one decision that they allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Allowed {
+pub struct Allowed {
     /// The rule that applies (`None`: no rule matches the record).
     pub rule: Option<String>,
     /// Distinct approvals the call needs before it runs.
@@ -196,12 +196,7 @@ impl Rules {
 
     /// Whether `who` (an approver) may make `act` on `record`, and if so,
     /// how many approvals it needs.
-    pub(crate) fn allows(
-        &self,
-        record: &Record,
-        who: &str,
-        act: Act,
-    ) -> Result<Allowed, RuleRefusal> {
+    pub fn allows(&self, record: &Record, who: &str, act: Act) -> Result<Allowed, RuleRefusal> {
         let Some(rule) = self.for_record(record) else {
             return Ok(Allowed {
                 rule: None,

@@ -29,7 +29,7 @@ use idem_runtime::store::{Store, StoreError};
 use idem_runtime::text::visible;
 
 /// The tool the audit events of the inbox's sign-ins carry.
-pub(crate) const INBOX_TOOL: &str = "idem:inbox";
+pub const INBOX_TOOL: &str = "idem:inbox";
 
 /// How long failures are counted before their counts are written.
 pub(super) const WINDOW: Duration = Duration::from_secs(60);
@@ -193,7 +193,7 @@ impl SignIns {
 }
 
 /// The key the audit events of `name`'s sign-ins are under.
-pub(crate) fn name_key(name: &str) -> IdempotencyKey {
+pub fn name_key(name: &str) -> IdempotencyKey {
     super::session::key_of("approver", name)
 }
 

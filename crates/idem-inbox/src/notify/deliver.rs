@@ -196,7 +196,7 @@ impl Delivery<'_> {
                 error: format!("no answer within {}s", ATTEMPT_TIMEOUT.as_secs()),
             },
             Ok(Err(error)) => Attempt::Again {
-                error: crate::serve::view::shown(&error),
+                error: crate::view::shown(&error),
             },
             Ok(Ok((status, _))) if status.is_success() => Attempt::Delivered(status.as_u16()),
             Ok(Ok((status, _)))

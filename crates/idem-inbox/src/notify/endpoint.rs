@@ -21,12 +21,13 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::event::Kind;
-use crate::serve::rules::glob;
+use crate::rules::glob;
 
 /// The body an endpoint is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Format {
+#[non_exhaustive]
+pub enum Format {
     /// idem's own JSON, signed.
     Json,
     /// A Slack incoming webhook's `blocks`, with a link into the inbox.
@@ -35,7 +36,7 @@ pub(crate) enum Format {
 
 impl Format {
     /// `json` or `slack` (clap's parser of `--notify-format`).
-    pub(crate) fn parse(text: &str) -> Result<Format, String> {
+    pub fn parse(text: &str) -> Result<Format, String> {
         match text.trim() {
             "json" => Ok(Format::Json),
             "slack" => Ok(Format::Slack),
@@ -237,7 +238,7 @@ fn origin_of(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority.rsplit('@').next().unwrap_or("");
-    crate::serve::view::shown(&format!("{scheme}://{authority}"))
+    crate::view::shown(&format!("{scheme}://{authority}"))
 }
 
 fn read_file(path: &Path, shown: &str) -> Result<Secret, String> {
