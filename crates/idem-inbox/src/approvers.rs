@@ -28,9 +28,9 @@ use std::path::Path;
 use argon2::password_hash::{Output, PasswordHash, PasswordHasher, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
 use base64::Engine;
+use idem_net::token::TokenDigest;
 use rand::RngCore;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::notify::endpoint::NotifyEntry;
 use super::rules::{RuleEntry, Rules};
@@ -77,8 +77,8 @@ pub struct Approvers {
     rules: Rules,
     /// The webhooks (`[[notify]]`), as written.
     notify: Vec<NotifyEntry>,
-    /// SHA-256 (hex) of each API token → the name it belongs to.
-    by_token: HashMap<String, String>,
+    /// The digest of each API token → the name it belongs to.
+    by_token: HashMap<TokenDigest, String>,
     /// Verified against when a name is unknown, so that a wrong name takes
     /// as long as a wrong password.
     decoy: String,
@@ -117,13 +117,10 @@ impl Approvers {
                 })?;
             }
             for token in &entry.tokens {
-                let hex = token
-                    .strip_prefix("sha256:")
-                    .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-                    .ok_or_else(|| {
-                        format!("approver {name}: a token must be written as sha256:<64 hex digits>; make one with `idem approver token {name}`")
-                    })?;
-                by_token.insert(hex.to_ascii_lowercase(), name.clone());
+                let digest = TokenDigest::parse(token).ok_or_else(|| {
+                    format!("approver {name}: a token must be written as sha256:<64 hex digits>; make one with `idem approver token {name}`")
+                })?;
+                by_token.insert(digest, name.clone());
             }
             if by_name
                 .insert(
@@ -214,8 +211,9 @@ impl Approvers {
 
     /// The identity an API token belongs to.
     pub(super) fn check_token(&self, token: &str) -> Option<Identity> {
-        let hex = hex_sha256(token.trim());
-        self.by_token.get(&hex).and_then(|name| self.identity(name))
+        self.by_token
+            .get(&TokenDigest::of(token.trim()))
+            .and_then(|name| self.identity(name))
     }
 }
 
@@ -282,11 +280,7 @@ pub fn new_token() -> String {
 
 /// How a token is written in the file: `sha256:` and its hex digest.
 pub fn token_entry(token: &str) -> String {
-    format!("sha256:{}", hex_sha256(token))
-}
-
-fn hex_sha256(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
+    TokenDigest::of(token).to_string()
 }
 
 #[cfg(test)]

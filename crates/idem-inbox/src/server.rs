@@ -39,9 +39,9 @@ where
     let addr = options.listen;
     // How it is served is checked first: a refusal opens nothing.
     let tls = match &options.tls {
-        Some(files) => {
-            Some(idem_mcp::tls::server_config(&files.cert, &files.key).map_err(InboxError::Tls)?)
-        }
+        Some(files) => Some(
+            idem_net::server::server_config(&files.cert, &files.key).map_err(InboxError::Tls)?,
+        ),
         None => None,
     };
     if tls.is_none() && !options.allow_plain_http && !addr.ip().is_loopback() {
@@ -145,7 +145,7 @@ where
                 use axum::serve::ListenerExt as _;
                 // `tap_io` so that handlers read the peer's address as
                 // over plain TCP (`ConnectInfo<SocketAddr>`).
-                let listener = idem_mcp::tls::TlsListener::new(listener, config)?.tap_io(|_| {});
+                let listener = idem_net::server::TlsListener::new(listener, config)?.tap_io(|_| {});
                 Box::pin(
                     axum::serve(listener, service)
                         .with_graceful_shutdown(stopping_now)

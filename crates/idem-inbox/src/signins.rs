@@ -32,10 +32,10 @@ use idem_runtime::text::visible;
 pub const INBOX_TOOL: &str = "idem:inbox";
 
 /// How long failures are counted before their counts are written.
-pub(super) const WINDOW: Duration = Duration::from_secs(60);
+pub const WINDOW: Duration = Duration::from_secs(60);
 
 /// How many names-and-addresses a window itemises.
-pub(super) const MAX_ITEMISED: usize = 32;
+pub const MAX_ITEMISED: usize = 32;
 
 /// The failures of the current window.
 #[derive(Debug)]

@@ -21,7 +21,7 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::event::Kind;
-use crate::rules::glob;
+use idem_net::glob::Glob;
 
 /// The body an endpoint is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -126,7 +126,7 @@ pub(crate) struct Endpoint {
     /// What its bodies are signed with (`None`: a Slack endpoint without
     /// one, whose URL is the secret).
     pub secret: Option<Secret>,
-    namespaces: Vec<String>,
+    namespaces: Vec<Glob>,
     events: Vec<Kind>,
     /// The outbox's name for it: the SHA-256 of its URL (hex), so a
     /// delivery record names no URL and another URL is another endpoint.
@@ -157,12 +157,14 @@ impl Endpoint {
         if secret.is_none() && entry.format == Format::Json {
             return Err(format!("notify endpoint {shown}: a JSON webhook is signed, so it needs a secret (secret_file or secret_env; --notify-secret-file or --notify-secret-env)"));
         }
+        let mut namespaces = Vec::new();
         for glob in &entry.namespaces {
             if glob.trim().is_empty() {
                 return Err(format!(
                     "notify endpoint {shown}: an empty namespace pattern"
                 ));
             }
+            namespaces.push(Glob::new(glob).map_err(|e| format!("notify endpoint {shown}: {e}"))?);
         }
         let events = entry
             .events
@@ -178,7 +180,7 @@ impl Endpoint {
             url,
             format: entry.format,
             secret,
-            namespaces: entry.namespaces,
+            namespaces,
             events,
         })
     }
@@ -192,7 +194,7 @@ impl Endpoint {
     pub(crate) fn wants(&self, kind: Kind, namespace: Option<&str>) -> bool {
         self.events.contains(&kind)
             && (self.namespaces.is_empty()
-                || namespace.is_some_and(|ns| self.namespaces.iter().any(|g| glob(g, ns))))
+                || namespace.is_some_and(|ns| self.namespaces.iter().any(|g| g.matches(ns))))
     }
 }
 
