@@ -3,11 +3,9 @@
 //! reading the message. Every refusal happens before anything is written:
 //! whatever the error, nothing changed.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use idem_runtime::catalog::CatalogError;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::KeyError;
 use idem_runtime::operator::OperatorError;
@@ -95,56 +93,10 @@ pub(crate) enum CliError {
     /// `idem key`'s namespace, arguments or source derive no key.
     #[error(transparent)]
     Key(#[from] KeyError),
-    /// A file an option names (`--approvers`, `--tools`) cannot be read.
-    #[error("cannot read {what} {}: {source}", .path.display())]
-    Unreadable {
-        /// What the file is, `the approvers file`.
-        what: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// Why.
-        source: std::io::Error,
-    },
-    /// A webhook of `idem serve --notify` cannot be used as given.
-    #[error("{0}")]
-    Notify(String),
-    /// The approvers file is not valid.
-    #[error("approvers file {}: {problem}", .path.display())]
-    InvalidApprovers {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong in it: which entry, and how to fix it.
-        problem: String,
-    },
-    /// The tool catalog (`idem serve --tools`) is not valid.
-    #[error("tool catalog {}: {source}", .path.display())]
-    InvalidCatalog {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        source: CatalogError,
-    },
-    /// `idem serve` cannot listen on its `--listen` address.
-    #[error("cannot listen on {addr}: {source}")]
-    Listen {
-        /// The address.
-        addr: SocketAddr,
-        /// Why (in use, not this machine's, not allowed).
-        source: std::io::Error,
-    },
-    /// `idem serve --listen` on a non-loopback address without TLS and
-    /// without `--allow-plain-http`.
-    #[error(
-        "--listen {addr}: not a loopback address, so serve HTTPS (--tls-cert FILE --tls-key \
-         FILE), or say --allow-plain-http if a TLS-terminating proxy is in front"
-    )]
-    PlainHttp {
-        /// The address.
-        addr: SocketAddr,
-    },
-    /// `idem serve`'s certificate or key cannot be used.
-    #[error("{0}")]
-    Tls(String),
+    /// `idem serve` cannot start or serve, or an approvers file (`idem
+    /// approve --approvers`) cannot be used: in the inbox's words.
+    #[error(transparent)]
+    Inbox(idem_inbox::InboxError),
     /// `idem approver`'s NAME cannot be written in the approvers file.
     #[error("the approver's name must be printable text, without quotes or backslashes")]
     ApproverName,
@@ -159,7 +111,7 @@ pub(crate) enum CliError {
     },
     /// The password could not be hashed.
     #[error("cannot hash the password: {0}")]
-    HashPassword(argon2::password_hash::Error),
+    HashPassword(idem_inbox::approvers::HashError),
     /// `idem proxy` cannot start from what it was given or started: its
     /// configuration, the upstream server, the address to listen on.
     #[error(transparent)]
@@ -186,7 +138,7 @@ pub(crate) enum CliError {
     },
     /// An approval rule does not let `--by` make this decision.
     #[error("{0}")]
-    Rule(#[from] crate::serve::rules::RuleRefusal),
+    Rule(#[from] idem_inbox::rules::RuleRefusal),
     /// `--by` is not an approver in the `--approvers` file.
     #[error("--by {name}: not an [[approver]] with role = \"approver\" in the approvers file {}, so the approval rules do not let them decide", .path.display())]
     NotAnApprover {
@@ -233,6 +185,22 @@ impl From<idem_mcp::proxy::ProxyError> for CliError {
     }
 }
 
+impl From<idem_inbox::InboxError> for CliError {
+    fn from(error: idem_inbox::InboxError) -> Self {
+        use idem_inbox::InboxError;
+        match error {
+            // The store `idem serve` was given to open: the program's own
+            // error, as every other command reports it.
+            InboxError::Store(e) => match e.downcast::<CliError>() {
+                Ok(e) => *e,
+                Err(e) => CliError::Inbox(InboxError::Store(e)),
+            },
+            InboxError::Io(e) => CliError::Output(e),
+            other => CliError::Inbox(other),
+        }
+    }
+}
+
 impl From<OperatorError> for CliError {
     fn from(error: OperatorError) -> Self {
         CliError::Operator { error, now: None }
@@ -250,19 +218,17 @@ impl CliError {
             | CliError::Needs { .. }
             | CliError::NoKeySource
             | CliError::Key(_)
-            | CliError::Unreadable { .. }
-            | CliError::InvalidApprovers { .. }
-            | CliError::Notify(_)
-            | CliError::InvalidCatalog { .. }
-            | CliError::Listen { .. }
-            | CliError::PlainHttp { .. }
-            | CliError::Tls(_)
             | CliError::ApproverName
             | CliError::PrincipalName
             | CliError::ShortPassword { .. }
             | CliError::HashPassword(_)
             | CliError::Proxy(_)
             | CliError::UpstreamUrl(_) => exit::USAGE,
+            CliError::Inbox(e) => match e {
+                idem_inbox::InboxError::Store(_) | idem_inbox::InboxError::Io(_) => exit::STORE,
+                // What the operator gave: a file, an address, a webhook.
+                _ => exit::USAGE,
+            },
             CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
             CliError::Corrupt(_) => exit::CORRUPT,
             CliError::Rule(_)
@@ -363,18 +329,18 @@ mod tests {
         );
         assert_eq!(code(CliError::NoKeySource), ExitCode::from(2));
         assert_eq!(
-            code(CliError::Listen {
+            code(CliError::Inbox(idem_inbox::InboxError::Listen {
                 addr: "127.0.0.1:8080".parse().unwrap(),
                 source: std::io::ErrorKind::AddrInUse.into(),
-            }),
+            })),
             ExitCode::from(2)
         );
         assert_eq!(
-            code(CliError::Unreadable {
+            code(CliError::Inbox(idem_inbox::InboxError::Unreadable {
                 what: "the tool catalog",
                 path: "tools.json".into(),
                 source: std::io::ErrorKind::NotFound.into(),
-            }),
+            })),
             ExitCode::from(2)
         );
         assert_eq!(

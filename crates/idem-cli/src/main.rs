@@ -4,7 +4,7 @@
 //! command, its JSON output and its exit codes.
 //!
 //! The parts: `cli` (the command line), `commands/` (what each command
-//! does), `render/` (tables, descriptions, colours, the JSON schema),
+//! does; `idem serve` runs the [`idem_inbox`] crate's inbox), `render/` (tables, descriptions, colours, the JSON schema),
 //! `store` (which store, and opening it), `time` (RFC 3339 and relative
 //! times), `error` (messages and exit codes).
 
@@ -12,8 +12,6 @@ mod cli;
 mod commands;
 mod error;
 mod render;
-mod role;
-mod serve;
 mod store;
 mod time;
 

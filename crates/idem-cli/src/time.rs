@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
+use idem_runtime::text::duration::short;
 use idem_runtime::text::parse_duration;
 
 /// What a duration looks like, for messages.
@@ -20,36 +21,12 @@ pub(crate) fn rfc3339(at: Timestamp) -> String {
     at.rfc3339()
 }
 
-/// How long ago `at` was at `now` ("12s ago", "3m ago", "5h ago",
-/// "2d ago"), or how far ahead it is ("in 30s").
-pub(crate) fn relative(now: Timestamp, at: Timestamp) -> String {
-    if at <= now {
-        let ago = at.until(now);
-        if ago < Duration::from_secs(1) {
-            "just now".to_owned()
-        } else {
-            format!("{} ago", span(ago))
-        }
-    } else {
-        format!("in {}", span(now.until(at)))
-    }
-}
+pub(crate) use idem_runtime::text::duration::relative;
 
 /// How long from `since` to `now`, in its largest whole unit (`45s`,
 /// `3m`, `5h`, `2d`): how long an unknown outcome has waited.
 pub(crate) fn age(now: Timestamp, since: Timestamp) -> String {
-    span(since.until(now))
-}
-
-/// A span in its largest whole unit: `45s`, `3m`, `5h`, `2d`.
-fn span(d: Duration) -> String {
-    let s = d.as_secs();
-    match s {
-        0..60 => format!("{s}s"),
-        60..3600 => format!("{}m", s / 60),
-        3600..172_800 => format!("{}h", s / 3600),
-        _ => format!("{}d", s / 86_400),
-    }
+    short(since.until(now))
 }
 
 /// What `--since` names: a span back from the store's time, or a time.

@@ -122,12 +122,8 @@ mod trace;
 
 #[cfg(feature = "http-auth")]
 pub mod auth;
-#[cfg(feature = "http-auth")]
-pub mod https;
 #[cfg(feature = "proxy")]
 pub mod proxy;
-#[cfg(feature = "proxy")]
-pub mod tls;
 
 pub use client::CallToolRequestParamsExt;
 pub use key::{

@@ -36,6 +36,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_postgres::config::{Host, SslMode};
 use tokio_postgres::Config;
 
+use idem_net::roots::{self, RootsError};
+use idem_net::tls_error::{find_rustls, problem_of};
 use idem_runtime::store::url::TLS_CA_FILE_ENV;
 use idem_runtime::store::{BadOption, Cause, StoreError, TlsFailure, TlsProblem};
 
@@ -226,29 +228,27 @@ impl TlsSettings {
 
 /// The CAs of the PEM file `path`, named by `option`.
 fn file_roots(path: &Path, option: &str, name: &str) -> Result<RootCertStore, StoreError> {
-    let certs = CertificateDer::pem_file_iter(path)
-        .and_then(|certs| certs.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| bad_file(path, option, name, e))?;
-    let mut roots = RootCertStore::empty();
-    let (_, refused) = roots.add_parsable_certificates(certs);
-    if roots.is_empty() {
-        return Err(StoreError::InvalidUrl {
+    roots::file_roots(path).map_err(|e| match e {
+        RootsError::Unreadable(e) => bad_file(path, option, name, e),
+        RootsError::NoneUsable { refused } => StoreError::InvalidUrl {
             store: name.to_owned(),
             reason: format!(
                 "the file {} ({option}) holds no usable CA certificate ({refused} refused)",
                 path.display()
             )
             .into(),
-        });
-    }
-    Ok(roots)
+        },
+        other => invalid(
+            name,
+            format!("the file {} ({option}): {other}", path.display()),
+            other,
+        ),
+    })
 }
 
 /// The platform's trusted CAs.
 fn system_roots(name: &str) -> Result<RootCertStore, StoreError> {
-    let found = rustls_native_certs::load_native_certs();
-    let mut roots = RootCertStore::empty();
-    roots.add_parsable_certificates(found.certs);
+    let roots = roots::platform_roots();
     if roots.is_empty() {
         return Err(StoreError::InvalidUrl {
             store: name.to_owned(),
@@ -471,67 +471,6 @@ fn fix(problem: &TlsProblem) -> &'static str {
             "write sslmode=require, or sslmode=verify-full with sslrootcert=PATH to verify the server"
         }
         _ => "the server needs a valid certificate: renew it (verify-ca and verify-full always verify it)",
-    }
-}
-
-/// The rustls error somewhere in `error`'s chain of sources (behind an
-/// `io::Error`, in tokio-postgres's TLS error).
-fn find_rustls<'a>(error: &'a (dyn Error + Send + Sync + 'static)) -> Option<&'a rustls::Error> {
-    let mut next: Option<&'a (dyn Error + 'static)> = Some(error);
-    while let Some(e) = next {
-        if let Some(found) = e.downcast_ref::<rustls::Error>() {
-            return Some(found);
-        }
-        if let Some(io) = e.downcast_ref::<std::io::Error>() {
-            if let Some(found) = io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()) {
-                return Some(found);
-            }
-        }
-        next = e.source();
-    }
-    None
-}
-
-/// What a person can act on in the rustls error `e`, if anything (the
-/// same reading as the Redis store's).
-fn problem_of(e: &rustls::Error) -> Option<TlsProblem> {
-    use rustls::{AlertDescription as Alert, CertificateError as Cert};
-    Some(match e {
-        rustls::Error::InvalidCertificate(cert) => match cert {
-            Cert::UnknownIssuer => TlsProblem::UnknownIssuer,
-            Cert::Expired | Cert::ExpiredContext { .. } => TlsProblem::Expired,
-            Cert::NotValidYet | Cert::NotValidYetContext { .. } => TlsProblem::NotYetValid,
-            Cert::NotValidForName => TlsProblem::WrongName { names: Vec::new() },
-            Cert::NotValidForNameContext { presented, .. } => TlsProblem::WrongName {
-                names: presented.iter().map(|name| bare_name(name)).collect(),
-            },
-            Cert::Revoked => TlsProblem::Revoked,
-            other => TlsProblem::BadCertificate {
-                reason: format!("{other:?}"),
-            },
-        },
-        rustls::Error::AlertReceived(Alert::CertificateRequired) => {
-            TlsProblem::ClientCertificateRequired
-        }
-        rustls::Error::AlertReceived(
-            Alert::BadCertificate
-            | Alert::UnknownCA
-            | Alert::CertificateUnknown
-            | Alert::CertificateExpired
-            | Alert::CertificateRevoked
-            | Alert::UnsupportedCertificate
-            | Alert::AccessDenied,
-        ) => TlsProblem::ClientCertificateRefused,
-        _ => return None,
-    })
-}
-
-/// A name as rustls presents it (`DnsName("db.example.com")`,
-/// `IpAddress(…)`), as a person writes it: what the quotes hold.
-fn bare_name(presented: &str) -> String {
-    match presented.split_once('"') {
-        Some((_, rest)) => rest.split('"').next().unwrap_or(rest).to_owned(),
-        None => presented.to_owned(),
     }
 }
 

@@ -16,7 +16,6 @@
 //! a plain Redis answer?), a TLS handshake that sends nothing for a
 //! `redis://` URL (does a TLS server answer?).
 
-use std::error::Error;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +28,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::options::{Servers, Target, TlsFiles};
+use idem_net::tls_error::{self, find_rustls};
 use idem_runtime::store::url::TLS_CA_FILE_ENV;
 use idem_runtime::store::{Cause, StoreError, TlsFailure, TlsProblem};
 
@@ -133,6 +133,16 @@ fn fix(problem: &TlsProblem) -> &'static str {
     }
 }
 
+/// What a person can act on in the rustls error `e`: what every store
+/// reads in it ([`tls_error::problem_of`]), and a first message that is not
+/// TLS, which redis-rs reports when a `rediss://` URL meets a plain server.
+fn problem_of(e: &rustls::Error) -> Option<TlsProblem> {
+    match e {
+        rustls::Error::InvalidMessage(_) => Some(TlsProblem::ServerNotTls),
+        other => tls_error::problem_of(other),
+    }
+}
+
 /// The host and port of the first server of `servers`.
 fn address(servers: &Servers) -> Option<(String, u16)> {
     let url = match servers {
@@ -180,76 +190,6 @@ async fn answers_tls(host: &str, port: u16) -> bool {
             .get_ref()
             .and_then(|e| e.downcast_ref::<rustls::Error>())
             .is_some_and(|e| matches!(e, rustls::Error::InvalidCertificate(_))),
-    }
-}
-
-/// The rustls error somewhere in `error`'s chain of sources, as redis-rs
-/// wraps it: in an `io::Error`, behind an `Arc`.
-fn find_rustls<'a>(error: &'a (dyn Error + Send + Sync + 'static)) -> Option<&'a rustls::Error> {
-    let mut next: Option<&'a (dyn Error + 'static)> = Some(error);
-    while let Some(e) = next {
-        if let Some(found) = inner_rustls(e) {
-            return Some(found);
-        }
-        next = e.source();
-    }
-    None
-}
-
-/// `e` itself as a rustls error, through an `Arc` or an `io::Error`.
-fn inner_rustls<'a>(e: &'a (dyn Error + 'static)) -> Option<&'a rustls::Error> {
-    if let Some(found) = e.downcast_ref::<rustls::Error>() {
-        return Some(found);
-    }
-    if let Some(io) = e.downcast_ref::<std::io::Error>() {
-        return io.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>());
-    }
-    if let Some(shared) = e.downcast_ref::<Arc<dyn Error + Send + Sync>>() {
-        return inner_rustls(&**shared);
-    }
-    None
-}
-
-/// What a person can act on in the rustls error `e`, if anything.
-fn problem_of(e: &rustls::Error) -> Option<TlsProblem> {
-    use rustls::{AlertDescription as Alert, CertificateError as Cert};
-    Some(match e {
-        rustls::Error::InvalidCertificate(cert) => match cert {
-            Cert::UnknownIssuer => TlsProblem::UnknownIssuer,
-            Cert::Expired | Cert::ExpiredContext { .. } => TlsProblem::Expired,
-            Cert::NotValidYet | Cert::NotValidYetContext { .. } => TlsProblem::NotYetValid,
-            Cert::NotValidForName => TlsProblem::WrongName { names: Vec::new() },
-            Cert::NotValidForNameContext { presented, .. } => TlsProblem::WrongName {
-                names: presented.iter().map(|name| bare_name(name)).collect(),
-            },
-            Cert::Revoked => TlsProblem::Revoked,
-            other => TlsProblem::BadCertificate {
-                reason: format!("{other:?}"),
-            },
-        },
-        rustls::Error::AlertReceived(Alert::CertificateRequired) => {
-            TlsProblem::ClientCertificateRequired
-        }
-        rustls::Error::AlertReceived(
-            Alert::BadCertificate
-            | Alert::UnknownCA
-            | Alert::CertificateUnknown
-            | Alert::CertificateExpired
-            | Alert::CertificateRevoked
-            | Alert::UnsupportedCertificate
-            | Alert::AccessDenied,
-        ) => TlsProblem::ClientCertificateRefused,
-        rustls::Error::InvalidMessage(_) => TlsProblem::ServerNotTls,
-        _ => return None,
-    })
-}
-
-/// A name as rustls presents it (`DnsName("db.example.com")`,
-/// `IpAddress(…)`), as a person writes it: what the quotes hold.
-fn bare_name(presented: &str) -> String {
-    match presented.split_once('"') {
-        Some((_, rest)) => rest.split('"').next().unwrap_or(rest).to_owned(),
-        None => presented.to_owned(),
     }
 }
 

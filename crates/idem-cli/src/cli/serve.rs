@@ -4,10 +4,10 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use axum::http::HeaderName;
 use clap::{Args, Subcommand};
+use http::HeaderName;
+use idem_inbox::{InboxOptions, NotifyFormat, Role, TlsFiles};
 
-use crate::role::Role;
 use crate::time::duration;
 
 /// `idem serve`.
@@ -87,7 +87,7 @@ pub(crate) struct ServeArgs {
     pub notify: Option<String>,
     /// The body --notify is sent: json (signed) or slack.
     #[arg(long, value_name = "FORMAT", default_value = "json", value_parser = notify_format, requires = "notify")]
-    pub notify_format: crate::serve::notify::endpoint::Format,
+    pub notify_format: NotifyFormat,
     /// A file holding the secret --notify's bodies are signed with
     /// (HMAC-SHA256, header Idem-Signature). Never shown.
     #[arg(long, value_name = "FILE", requires = "notify")]
@@ -123,6 +123,46 @@ pub(crate) struct ServeArgs {
         value_parser = duration
     )]
     pub refresh: Duration,
+}
+
+impl ServeArgs {
+    /// The inbox's options, as the flags say them.
+    pub(crate) fn options(&self) -> InboxOptions {
+        let mut options = InboxOptions::new(&self.approvers);
+        options.listen = self.listen;
+        options.tools.clone_from(&self.tools);
+        options.overdue = self.overdue;
+        options
+            .trust_proxy_header
+            .clone_from(&self.trust_proxy_header);
+        options
+            .client_address_header
+            .clone_from(&self.client_address_header);
+        options.secure_cookies = self.secure_cookies;
+        options.tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+            }),
+            _ => None,
+        };
+        options.allow_plain_http = self.allow_plain_http;
+        options.session = self.session;
+        options.session_idle = self.session_idle;
+        options.origin.clone_from(&self.origin);
+        options.notify.clone_from(&self.notify);
+        options.notify_format = self.notify_format;
+        options
+            .notify_secret_file
+            .clone_from(&self.notify_secret_file);
+        options
+            .notify_secret_env
+            .clone_from(&self.notify_secret_env);
+        options.notify_attempts = self.notify_attempts;
+        options.notify_backoff = self.notify_backoff;
+        options.refresh = self.refresh;
+        options
+    }
 }
 
 /// `idem approver`.
@@ -203,6 +243,6 @@ pub(super) fn origin(given: &str) -> Result<String, String> {
 }
 
 /// clap's parser of `idem serve --notify-format`.
-fn notify_format(given: &str) -> Result<crate::serve::notify::endpoint::Format, String> {
-    crate::serve::notify::endpoint::Format::parse(given)
+fn notify_format(given: &str) -> Result<NotifyFormat, String> {
+    NotifyFormat::parse(given)
 }

@@ -13,9 +13,9 @@ use crate::cli::{ApproveArgs, DenyArgs};
 use crate::error::CliError;
 use crate::render::json::RecordJson;
 use crate::render::short_key;
-use crate::role::Role;
-use crate::serve::approvers::Approvers;
-use crate::serve::rules::{Act, Allowed};
+use idem_inbox::approvers::Approvers;
+use idem_inbox::rules::{Act, Allowed};
+use idem_inbox::Role;
 use idem_runtime::text::visible;
 
 /// `idem approve`: record the approval; the next call with the key runs

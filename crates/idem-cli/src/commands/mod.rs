@@ -1,10 +1,12 @@
 //! What each command does, one file per command or pair of commands:
 //! `ls`, `show`, `decide` (approve, deny), `settle` (resolve, delete),
-//! `purge`, `stats`, `log`, `key`, `migrate`, `revoke` (`idem approver
+//! `purge`, `stats`, `log`, `key`, `migrate`, `serve` (the inbox),
+//! `approver` (`idem approver password|token`), `revoke` (`idem approver
 //! revoke`). Each validates its input first,
 //! opens the store only then (`idem key` never does), read-only unless it
 //! changes records, and prints through [`Output`].
 
+mod approver;
 mod decide;
 mod key;
 mod log;
@@ -12,6 +14,7 @@ mod ls;
 mod migrate;
 mod purge;
 mod revoke;
+mod serve;
 mod settle;
 mod show;
 mod stats;
@@ -37,7 +40,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
         // Needs no store.
         Command::Key(args) => key::run(&args, &out),
         Command::Migrate => migrate::run(url, &out).await,
-        Command::Serve(args) => crate::serve::run(url, &args).await,
+        Command::Serve(args) => serve::run(url, &args).await,
         Command::Approver(ApproverArgs {
             command: ApproverCommand::Revoke(args),
         }) => {
@@ -46,7 +49,7 @@ pub(crate) async fn run(cli: Cli) -> Result<(), CliError> {
             operator.store().close().await;
             result
         }
-        Command::Approver(args) => crate::serve::approver(&args),
+        Command::Approver(args) => approver::run(&args),
         Command::Proxy(args) => proxy(url, &args).await,
         Command::Principal(args) => principal(&args),
         command => {

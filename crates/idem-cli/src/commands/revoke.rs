@@ -1,5 +1,5 @@
 //! `idem approver revoke NAME`: end every session of an approver, on
-//! every `idem serve` of the store at once (`serve/session.rs` says how),
+//! every `idem serve` of the store at once (`idem_inbox::session` says how),
 //! and record it in the audit log.
 
 use idem_runtime::audit::AuditEvent;
@@ -11,7 +11,7 @@ use serde::Serialize;
 use super::{required, Output};
 use crate::cli::RevokeArgs;
 use crate::error::CliError;
-use crate::serve::{session, signins};
+use idem_inbox::{session, signins};
 use idem_runtime::store::StoreExt;
 
 /// What `idem approver revoke --json` prints.

@@ -29,7 +29,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::AuthError;
-use crate::https::{tls_config, HttpClient};
+use idem_net::client::{client_config as tls_config, HttpClient};
 
 /// The algorithms a token may be signed with: the issuer's private key,
 /// never a secret it shares (HS*), never none.

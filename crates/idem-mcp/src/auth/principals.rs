@@ -21,9 +21,9 @@ use std::path::Path;
 
 use super::AuthError;
 
+use idem_net::token::TokenDigest;
 use rand::RngCore;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 /// The principals file, read once at start: who may call with which
 /// bearer token.
@@ -41,7 +41,7 @@ use sha2::{Digest, Sha256};
 #[derive(Default)]
 pub struct Principals {
     /// Token digest → principal name.
-    by_digest: HashMap<[u8; 32], String>,
+    by_digest: HashMap<TokenDigest, String>,
 }
 
 #[derive(Deserialize)]
@@ -57,9 +57,6 @@ struct Entry {
     name: String,
     tokens: Vec<String>,
 }
-
-/// The prefix of a token digest in the file.
-const DIGEST_PREFIX: &str = "sha256:";
 
 impl Principals {
     /// Read the file at `path`; an error names the file and what is wrong
@@ -95,17 +92,13 @@ impl Principals {
                 return Err(format!("principal `{}`: a name has no `/`", entry.name));
             }
             for token in &entry.tokens {
-                let digest = token
-                    .strip_prefix(DIGEST_PREFIX)
-                    .and_then(|hex| hex::decode(hex).ok())
-                    .and_then(|bytes| <[u8; 32]>::try_from(bytes).ok())
-                    .ok_or_else(|| {
-                        format!(
-                            "principal `{}`: a token is written `sha256:` and 64 hex digits \
+                let digest = TokenDigest::parse(token).ok_or_else(|| {
+                    format!(
+                        "principal `{}`: a token is written `sha256:` and 64 hex digits \
                              (`idem principal {}` makes one)",
-                            entry.name, entry.name
-                        )
-                    })?;
+                        entry.name, entry.name
+                    )
+                })?;
                 if let Some(other) = by_digest.insert(digest, entry.name.clone()) {
                     return Err(format!(
                         "a token is listed for both `{other}` and `{}`",
@@ -140,8 +133,9 @@ impl Principals {
     /// The principal of a bearer token, if the file lists it (the example
     /// of [`Principals`]).
     pub fn who_token(&self, token: &str) -> Option<&str> {
-        let digest: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        self.by_digest.get(&digest).map(String::as_str)
+        self.by_digest
+            .get(&TokenDigest::of(token))
+            .map(String::as_str)
     }
 }
 
@@ -168,8 +162,8 @@ pub fn new_token() -> (String, String) {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     let token = format!("idem_{}", hex::encode(bytes));
-    let digest = Sha256::digest(token.as_bytes());
-    (token, format!("{DIGEST_PREFIX}{}", hex::encode(digest)))
+    let digest = TokenDigest::of(&token).to_string();
+    (token, digest)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use crate::Approver;
+use idem_net::glob::Glob;
 use idem_runtime::class::ClassKind;
 use rmcp::model::Tool;
 use serde::Deserialize;
@@ -146,6 +147,8 @@ impl Config {
             }
         }
         for (pattern, tool) in &config.tools {
+            Glob::new(pattern)
+                .map_err(|e| format!("{path}: [tools.\"{}\"]: {e}", visible(pattern)))?;
             for (what, value) in [("ttl", &tool.ttl), ("timeout", &tool.timeout)] {
                 if let Some(value) = value {
                     if idem_runtime::text::parse_duration(value).is_none() {
@@ -166,7 +169,7 @@ impl Config {
     /// run by its annotations' guess; refused with the closest name.
     pub(super) fn check(&self, names: &[&str], path: &str) -> Result<(), String> {
         for pattern in self.tools.keys() {
-            let is_glob = pattern.contains(['*', '?']);
+            let is_glob = pattern.contains(['*', '?', '[']);
             let found = if is_glob {
                 names.iter().any(|name| glob(pattern, name))
             } else {
@@ -273,29 +276,10 @@ pub(super) fn infer(tool: &Tool) -> (ClassKind, String) {
     (ClassKind::NonIdempotentWrite, why.into())
 }
 
-/// Whether `name` matches `pattern` (`*` any run, `?` one character).
+/// Whether `name` matches `pattern` ([`Glob`]: `*` any run, `?` one
+/// character); the file's globs are checked when it is parsed.
 pub(super) fn glob(pattern: &str, name: &str) -> bool {
-    let p: Vec<char> = pattern.chars().collect();
-    let n: Vec<char> = name.chars().collect();
-    // Iterative matching with one backtrack point, for `*`.
-    let (mut i, mut j) = (0, 0);
-    let mut star: Option<(usize, usize)> = None;
-    while j < n.len() {
-        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
-            i += 1;
-            j += 1;
-        } else if i < p.len() && p[i] == '*' {
-            star = Some((i, j));
-            i += 1;
-        } else if let Some((si, sj)) = star {
-            i = si + 1;
-            j = sj + 1;
-            star = Some((si, sj + 1));
-        } else {
-            return false;
-        }
-    }
-    p[i..].iter().all(|&c| c == '*')
+    Glob::new(pattern).is_ok_and(|glob| glob.matches(name))
 }
 
 /// The configuration file `--print-config` writes: every upstream tool

@@ -27,8 +27,13 @@ use rmcp::transport::streamable_http_client::{
 };
 use sse_stream::{Sse, SseStream};
 
-pub(super) use crate::https::HttpClient;
-use crate::https::{chain, CA_FILE_ENV};
+use idem_net::client::chain;
+use idem_runtime::store::url::TLS_CA_FILE_ENV as CA_FILE_ENV;
+
+/// The upstream's HTTP client: idem's own ([`idem_net::client`]), as
+/// rmcp's streamable HTTP transport takes one.
+#[derive(Clone, Debug)]
+pub(super) struct HttpClient(idem_net::client::HttpClient);
 
 /// The session header of streamable HTTP.
 const SESSION: &str = "mcp-session-id";
@@ -86,7 +91,7 @@ pub(super) fn check_url(url: &str) -> Result<(), UpstreamUrlError> {
 /// rustls's client configuration for `https://` upstreams: the platform's
 /// roots, and the CAs of `IDEM_TLS_CA_FILE` when it is set.
 pub(super) fn tls_config(url: &str) -> Result<rustls::ClientConfig, UpstreamUrlError> {
-    crate::https::tls_config().map_err(|reason| UpstreamUrlError::Tls {
+    idem_net::client::client_config().map_err(|reason| UpstreamUrlError::Tls {
         url: url.to_owned(),
         reason,
     })
@@ -112,9 +117,15 @@ pub(crate) enum HttpError {
 type Failure = StreamableHttpError<HttpError>;
 
 impl HttpClient {
+    /// A client with no connection yet, for `http://` and `https://`
+    /// (with `tls`).
+    pub(super) fn new(tls: rustls::ClientConfig) -> Self {
+        HttpClient(idem_net::client::HttpClient::new(tls))
+    }
+
     /// Send `request`; the response's head, its body still to read.
     async fn send(&self, request: Request<Full<Bytes>>) -> Result<Response<Incoming>, Failure> {
-        self.request(request).await.map_err(|e| {
+        self.0.request(request).await.map_err(|e| {
             // hyper-util's own test: the connector failed (the TCP
             // connection or the TLS handshake, before any byte of the
             // request), so nothing went out. Otherwise the request may have.

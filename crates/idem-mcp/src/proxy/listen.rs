@@ -53,7 +53,7 @@ impl Listening {
         let bound = listener.local_addr()?;
         let tls = match (&options.tls_cert, &options.tls_key) {
             (Some(cert), Some(key)) => {
-                Some(crate::tls::server_config(cert, key).map_err(ProxyError::Tls)?)
+                Some(idem_net::server::server_config(cert, key).map_err(ProxyError::Tls)?)
             }
             (None, None) => None,
             _ => {

@@ -295,7 +295,7 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
     };
     match tls {
         Some(config) => {
-            let listener = crate::tls::TlsListener::new(listener, config)?;
+            let listener = idem_net::server::TlsListener::new(listener, config)?;
             axum::serve(listener, router)
                 .with_graceful_shutdown(stop)
                 .await?;

@@ -27,12 +27,15 @@
 //! Finding and reading records (list, count, find, show, the audit log) is
 //! in `list.rs`; deciding calls awaiting approval in `approval.rs`;
 //! settling and deleting what idem refused to guess in `resolve.rs`; the
-//! [`Executor`](crate::Executor)'s shortcuts to these in `executor.rs`.
+//! [`Executor`](crate::Executor)'s shortcuts to these in `executor.rs`;
+//! the JSON operators' tools show a record in ([`json`]: `idem show
+//! --json` and the approval inbox's API).
 //! Here: the operator itself, who acts, what refuses an action, and the
 //! fenced write every change goes through.
 
 mod approval;
 mod executor;
+pub mod json;
 mod list;
 mod resolve;
 

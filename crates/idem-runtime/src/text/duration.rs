@@ -1,9 +1,12 @@
 //! Durations in words, the three ways idem's readers see them: short in a
 //! table column ([`short`]: `3m`), exact in a sentence that states a rule
 //! ([`exact`]: "10 minutes"), and roughly how long ago in a sentence about
-//! what happened ([`ago`]: "3 minutes ago").
+//! what happened ([`ago`]: "3 minutes ago"); and a time beside now, as a
+//! table column or the inbox shows it ([`relative`]: "3m ago", "in 30s").
 
 use std::time::Duration;
+
+use crate::clock::Timestamp;
 
 /// `d` in its largest whole unit, as a table column shows it: `45s`,
 /// `3m`, `5h`, `2d` (hours up to two days, so "36h" is not "1d").
@@ -47,6 +50,31 @@ pub fn ago(d: Duration) -> String {
         _ => (secs / 86_400, "day"),
     };
     format!("{} ago", plural(n, unit))
+}
+
+/// How long ago `at` was at `now`, short ("just now", "12s ago", "3m
+/// ago", "2d ago"), or how far ahead it is ("in 30s"): when a lease runs
+/// out, when a call began to wait.
+///
+/// ```
+/// use idem_runtime::clock::Timestamp;
+/// use idem_runtime::text::duration::relative;
+///
+/// let now = Timestamp(600_000);
+/// assert_eq!(relative(now, Timestamp(420_000)), "3m ago");
+/// assert_eq!(relative(now, Timestamp(630_000)), "in 30s");
+/// ```
+pub fn relative(now: Timestamp, at: Timestamp) -> String {
+    if at <= now {
+        let ago = at.until(now);
+        if ago < Duration::from_secs(1) {
+            "just now".to_owned()
+        } else {
+            format!("{} ago", short(ago))
+        }
+    } else {
+        format!("in {}", short(now.until(at)))
+    }
 }
 
 /// "1 minute", "2 minutes".

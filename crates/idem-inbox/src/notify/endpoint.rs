@@ -21,12 +21,13 @@ use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
 use super::event::Kind;
-use crate::serve::rules::glob;
+use idem_net::glob::Glob;
 
 /// The body an endpoint is sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Format {
+#[non_exhaustive]
+pub enum Format {
     /// idem's own JSON, signed.
     Json,
     /// A Slack incoming webhook's `blocks`, with a link into the inbox.
@@ -35,7 +36,7 @@ pub(crate) enum Format {
 
 impl Format {
     /// `json` or `slack` (clap's parser of `--notify-format`).
-    pub(crate) fn parse(text: &str) -> Result<Format, String> {
+    pub fn parse(text: &str) -> Result<Format, String> {
         match text.trim() {
             "json" => Ok(Format::Json),
             "slack" => Ok(Format::Slack),
@@ -125,7 +126,7 @@ pub(crate) struct Endpoint {
     /// What its bodies are signed with (`None`: a Slack endpoint without
     /// one, whose URL is the secret).
     pub secret: Option<Secret>,
-    namespaces: Vec<String>,
+    namespaces: Vec<Glob>,
     events: Vec<Kind>,
     /// The outbox's name for it: the SHA-256 of its URL (hex), so a
     /// delivery record names no URL and another URL is another endpoint.
@@ -156,12 +157,14 @@ impl Endpoint {
         if secret.is_none() && entry.format == Format::Json {
             return Err(format!("notify endpoint {shown}: a JSON webhook is signed, so it needs a secret (secret_file or secret_env; --notify-secret-file or --notify-secret-env)"));
         }
+        let mut namespaces = Vec::new();
         for glob in &entry.namespaces {
             if glob.trim().is_empty() {
                 return Err(format!(
                     "notify endpoint {shown}: an empty namespace pattern"
                 ));
             }
+            namespaces.push(Glob::new(glob).map_err(|e| format!("notify endpoint {shown}: {e}"))?);
         }
         let events = entry
             .events
@@ -177,7 +180,7 @@ impl Endpoint {
             url,
             format: entry.format,
             secret,
-            namespaces: entry.namespaces,
+            namespaces,
             events,
         })
     }
@@ -191,7 +194,7 @@ impl Endpoint {
     pub(crate) fn wants(&self, kind: Kind, namespace: Option<&str>) -> bool {
         self.events.contains(&kind)
             && (self.namespaces.is_empty()
-                || namespace.is_some_and(|ns| self.namespaces.iter().any(|g| glob(g, ns))))
+                || namespace.is_some_and(|ns| self.namespaces.iter().any(|g| g.matches(ns))))
     }
 }
 
@@ -237,7 +240,7 @@ fn origin_of(url: &str) -> String {
     let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
     let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
     let authority = authority.rsplit('@').next().unwrap_or("");
-    crate::serve::view::shown(&format!("{scheme}://{authority}"))
+    crate::view::shown(&format!("{scheme}://{authority}"))
 }
 
 fn read_file(path: &Path, shown: &str) -> Result<Secret, String> {

@@ -28,13 +28,13 @@ use std::path::Path;
 use argon2::password_hash::{Output, PasswordHash, PasswordHasher, SaltString};
 use argon2::{Algorithm, Argon2, Block, Params, Version};
 use base64::Engine;
+use idem_net::token::TokenDigest;
 use rand::RngCore;
 use serde::Deserialize;
-use sha2::{Digest, Sha256};
 
 use super::notify::endpoint::NotifyEntry;
 use super::rules::{RuleEntry, Rules};
-use crate::error::CliError;
+use crate::error::InboxError;
 use crate::role::Role;
 
 /// One entry of the file.
@@ -62,7 +62,7 @@ struct File {
 
 /// A signed-in person or bot, as decisions record them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Identity {
+pub struct Identity {
     /// The name from the approvers file.
     pub name: String,
     /// What they may do.
@@ -71,14 +71,14 @@ pub(crate) struct Identity {
 
 /// The approvers file, read.
 #[derive(Debug)]
-pub(crate) struct Approvers {
+pub struct Approvers {
     by_name: HashMap<String, Entry>,
     /// The approval rules (`[[rule]]`).
     rules: Rules,
     /// The webhooks (`[[notify]]`), as written.
     notify: Vec<NotifyEntry>,
-    /// SHA-256 (hex) of each API token → the name it belongs to.
-    by_token: HashMap<String, String>,
+    /// The digest of each API token → the name it belongs to.
+    by_token: HashMap<TokenDigest, String>,
     /// Verified against when a name is unknown, so that a wrong name takes
     /// as long as a wrong password.
     decoy: String,
@@ -86,13 +86,13 @@ pub(crate) struct Approvers {
 
 impl Approvers {
     /// Read and check the file at `path`.
-    pub(crate) fn load(path: &Path) -> Result<Approvers, CliError> {
-        let text = std::fs::read_to_string(path).map_err(|source| CliError::Unreadable {
+    pub fn load(path: &Path) -> Result<Approvers, InboxError> {
+        let text = std::fs::read_to_string(path).map_err(|source| InboxError::Unreadable {
             what: "the approvers file",
             path: path.to_owned(),
             source,
         })?;
-        Approvers::parse(&text).map_err(|problem| CliError::InvalidApprovers {
+        Approvers::parse(&text).map_err(|problem| InboxError::InvalidApprovers {
             path: path.to_owned(),
             problem,
         })
@@ -117,13 +117,10 @@ impl Approvers {
                 })?;
             }
             for token in &entry.tokens {
-                let hex = token
-                    .strip_prefix("sha256:")
-                    .filter(|h| h.len() == 64 && h.bytes().all(|b| b.is_ascii_hexdigit()))
-                    .ok_or_else(|| {
-                        format!("approver {name}: a token must be written as sha256:<64 hex digits>; make one with `idem approver token {name}`")
-                    })?;
-                by_token.insert(hex.to_ascii_lowercase(), name.clone());
+                let digest = TokenDigest::parse(token).ok_or_else(|| {
+                    format!("approver {name}: a token must be written as sha256:<64 hex digits>; make one with `idem approver token {name}`")
+                })?;
+                by_token.insert(digest, name.clone());
             }
             if by_name
                 .insert(
@@ -159,7 +156,7 @@ impl Approvers {
     }
 
     /// The approval rules.
-    pub(crate) fn rules(&self) -> &Rules {
+    pub fn rules(&self) -> &Rules {
         &self.rules
     }
 
@@ -171,7 +168,7 @@ impl Approvers {
 
     /// The identity `name` has, if listed (for a name a trusted proxy
     /// vouches for, a live session, or `idem approve --by`).
-    pub(crate) fn identity(&self, name: &str) -> Option<Identity> {
+    pub fn identity(&self, name: &str) -> Option<Identity> {
         self.by_name.get(name).map(|e| Identity {
             name: e.name.clone(),
             role: e.role,
@@ -214,8 +211,9 @@ impl Approvers {
 
     /// The identity an API token belongs to.
     pub(super) fn check_token(&self, token: &str) -> Option<Identity> {
-        let hex = hex_sha256(token.trim());
-        self.by_token.get(&hex).and_then(|name| self.identity(name))
+        self.by_token
+            .get(&TokenDigest::of(token.trim()))
+            .and_then(|name| self.identity(name))
     }
 }
 
@@ -252,18 +250,26 @@ fn verify(hash: &PasswordHash<'_>, password: &[u8], scratch: &mut Vec<Block>) ->
     computed.is_ok() && Output::new(&out).is_ok_and(|out| out == expected)
 }
 
-/// An Argon2id PHC string for `password`, with a fresh salt.
-pub(super) fn hash_password(password: &str) -> Result<String, argon2::password_hash::Error> {
+/// An Argon2id PHC string for `password`, with a fresh salt: the
+/// `password` of an approvers-file entry.
+pub fn hash_password(password: &str) -> Result<String, HashError> {
     let mut salt = [0u8; 16];
     rand::rng().fill_bytes(&mut salt);
-    let salt = SaltString::encode_b64(&salt)?;
+    let salt = SaltString::encode_b64(&salt).map_err(HashError)?;
     Argon2::default()
         .hash_password(password.as_bytes(), &salt)
         .map(|h| h.to_string())
+        .map_err(HashError)
 }
 
+/// A password that could not be hashed ([`hash_password`]): Argon2's
+/// reason.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct HashError(argon2::password_hash::Error);
+
 /// A new API token: 32 random bytes, base64url.
-pub(super) fn new_token() -> String {
+pub fn new_token() -> String {
     let mut bytes = [0u8; 32];
     rand::rng().fill_bytes(&mut bytes);
     format!(
@@ -273,12 +279,8 @@ pub(super) fn new_token() -> String {
 }
 
 /// How a token is written in the file: `sha256:` and its hex digest.
-pub(super) fn token_entry(token: &str) -> String {
-    format!("sha256:{}", hex_sha256(token))
-}
-
-fn hex_sha256(text: &str) -> String {
-    hex::encode(Sha256::digest(text.as_bytes()))
+pub fn token_entry(token: &str) -> String {
+    TokenDigest::of(token).to_string()
 }
 
 #[cfg(test)]

@@ -17,7 +17,7 @@ use idem_runtime::text::visible;
 use super::cookies::{random_token, same_token, LOGIN};
 use super::pages::{csrf_refused, html, render, UserView};
 use super::throttle::NotNow;
-use super::App;
+use crate::state::App;
 
 #[derive(Template)]
 #[template(path = "login.html")]
@@ -173,7 +173,7 @@ pub(super) async fn login(
         Ok(cookie) => cookie,
         Err(e) => {
             tracing::warn!(name = %visible(&identity.name), %from, "sign-in not recorded: {e}");
-            return super::store_down(None);
+            return super::pages::store_down(None);
         }
     };
     tracing::info!(name = %visible(&identity.name), %from, "signed in");
@@ -209,7 +209,7 @@ pub(super) async fn logout(
         let name = &user.identity.name;
         if let Err(e) = app.sessions.end(&user.session).await {
             tracing::warn!(name = %visible(name), %from, "sign-out failed: {e}");
-            return super::store_down(None);
+            return super::pages::store_down(None);
         }
         if let Err(e) = app.signins.signed_out(name, &from).await {
             tracing::warn!(name = %visible(name), %from, "a sign-out was not audited: {e}");

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::header::{self, HeaderName};
-use idem_mcp::https::PostClient;
+use idem_net::client::HttpClient;
 use idem_runtime::record::Fence;
 use idem_runtime::store::{Store, StoreError};
 use rand::Rng;
@@ -51,7 +51,7 @@ enum Attempt {
 /// Everything a delivery needs.
 pub(crate) struct Delivery<'a> {
     /// The client.
-    pub client: &'a PostClient,
+    pub client: &'a HttpClient,
     /// The store of the outbox.
     pub store: &'a dyn Store,
     /// Where to.
@@ -196,7 +196,7 @@ impl Delivery<'_> {
                 error: format!("no answer within {}s", ATTEMPT_TIMEOUT.as_secs()),
             },
             Ok(Err(error)) => Attempt::Again {
-                error: crate::serve::view::shown(&error),
+                error: crate::view::shown(&error),
             },
             Ok(Ok((status, _))) if status.is_success() => Attempt::Delivered(status.as_u16()),
             Ok(Ok((status, _)))

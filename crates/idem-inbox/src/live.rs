@@ -18,7 +18,7 @@
 //! caller waiting for it through the store itself (`StoreExt::wait` for a
 //! decision), not through this.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,50 +32,10 @@ use idem_runtime::audit::AuditQuery;
 use idem_runtime::clock::Timestamp;
 use tokio::sync::watch;
 
-use super::listing::{items, InboxFilter};
-use super::App;
+use crate::change::{Change, Changes};
+use crate::listing::{items, InboxFilter};
+use crate::state::App;
 use idem_runtime::store::StoreExt;
-
-/// What changed since the last look, as an `inbox` event's data says.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub(super) struct Change {
-    /// Keys new on the first page.
-    pub added: BTreeSet<String>,
-    /// Keys whose item changed, or that a decision was recorded for.
-    pub changed: BTreeSet<String>,
-    /// Keys no longer on the first page.
-    pub removed: BTreeSet<String>,
-    /// More decisions were recorded than one look reads: some are not
-    /// named, and every page refreshes.
-    pub more: bool,
-}
-
-impl Change {
-    /// The change from the first page `last` to `now` (key → version).
-    fn between(last: &BTreeMap<String, String>, now: &BTreeMap<String, String>) -> Change {
-        let mut change = Change::default();
-        for (key, version) in now {
-            match last.get(key) {
-                None => change.added.insert(key.clone()),
-                Some(v) if v != version => change.changed.insert(key.clone()),
-                Some(_) => false,
-            };
-        }
-        change.removed = last
-            .keys()
-            .filter(|k| !now.contains_key(*k))
-            .cloned()
-            .collect();
-        change
-    }
-
-    fn is_empty(&self) -> bool {
-        self.added.is_empty() && self.changed.is_empty() && self.removed.is_empty() && !self.more
-    }
-}
-
-/// The last change sent, numbered.
-pub(super) type Changes = (u64, Arc<Change>);
 
 /// How many audit events one look reads at most; more since the last look
 /// count as a change of everything (the pages refresh).
@@ -83,7 +43,7 @@ const AUDIT_PAGE: usize = 500;
 
 /// Look at the inbox every `every`, and send `changed` what differs from
 /// the last look.
-pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<Changes>, every: Duration) {
+pub(crate) async fn watch(app: Arc<App>, changed: watch::Sender<Changes>, every: Duration) {
     let mut last: Option<(BTreeMap<String, String>, Timestamp)> = None;
     // How many were looking at the last look (the app holds a receiver).
     let mut looking = 1;
@@ -158,7 +118,7 @@ pub(super) async fn watch(app: Arc<App>, changed: watch::Sender<Changes>, every:
 /// stream ends when the server stops, and when its session ends (on any
 /// instance: it is read again every [`App::recheck`] and before each
 /// event), so that the page's reconnection is refused and says so.
-pub(super) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+pub(crate) async fn events(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
     match app.page_user(&headers).await {
         Ok(Some(_)) => {}
         _ => return StatusCode::UNAUTHORIZED.into_response(),

@@ -30,13 +30,13 @@ use idem_runtime::store::{Store, StoreError};
 use idem_runtime::text::visible;
 
 /// The tool the audit events of the inbox's sign-ins carry.
-pub(crate) const INBOX_TOOL: &str = "idem:inbox";
+pub const INBOX_TOOL: &str = "idem:inbox";
 
 /// How long failures are counted before their counts are written.
-pub(super) const WINDOW: Duration = Duration::from_secs(60);
+pub const WINDOW: Duration = Duration::from_secs(60);
 
 /// How many names-and-addresses a window itemises.
-pub(super) const MAX_ITEMISED: usize = 32;
+pub const MAX_ITEMISED: usize = 32;
 
 /// The failures of the current window.
 #[derive(Debug)]
@@ -194,7 +194,7 @@ impl SignIns {
 }
 
 /// The key the audit events of `name`'s sign-ins are under.
-pub(crate) fn name_key(name: &str) -> IdempotencyKey {
+pub fn name_key(name: &str) -> IdempotencyKey {
     super::session::key_of("approver", name)
 }
 

@@ -6,7 +6,7 @@ use serde::Deserialize;
 /// What a signed-in person may do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub(crate) enum Role {
+pub enum Role {
     /// See and decide.
     Approver,
     /// See only.
@@ -15,7 +15,7 @@ pub(crate) enum Role {
 
 impl Role {
     /// `approver` or `viewer` (clap's parser of `idem approver --role`).
-    pub(crate) fn parse(text: &str) -> Result<Role, String> {
+    pub fn parse(text: &str) -> Result<Role, String> {
         match text.trim() {
             "approver" => Ok(Role::Approver),
             "viewer" => Ok(Role::Viewer),
@@ -24,7 +24,7 @@ impl Role {
     }
 
     /// As written in the file.
-    pub(crate) fn as_str(self) -> &'static str {
+    pub fn as_str(self) -> &'static str {
         match self {
             Role::Approver => "approver",
             Role::Viewer => "viewer",

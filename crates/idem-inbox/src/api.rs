@@ -21,8 +21,8 @@ use super::approvers::Identity;
 use super::decide::{self, Asked, Refused};
 use super::listing::{items, InboxFilter};
 use super::view::{class_meaning, class_of, Item, Seen};
-use super::App;
-use crate::render::json::{AuditEventJson, RecordJson};
+use crate::state::App;
+use idem_runtime::operator::json::{AuditEventJson, RecordJson};
 use idem_runtime::store::StoreExt;
 use idem_runtime::text::json_safe;
 
@@ -182,7 +182,7 @@ pub(super) async fn decide(
                 "too_large",
                 &format!(
                     "The body is larger than {} KiB. Nothing was changed.",
-                    super::MAX_BODY / 1024
+                    crate::state::MAX_BODY / 1024
                 ),
             )
         }

@@ -13,7 +13,7 @@ use sha2::Sha256;
 
 use super::endpoint::{Format, Secret};
 use super::event::{Event, Kind};
-use crate::serve::view::shown;
+use crate::view::shown;
 
 /// The header of the signature.
 pub(crate) const SIGNATURE: &str = "idem-signature";
@@ -85,19 +85,19 @@ fn slack(event: &Event, link: &str) -> Value {
     if let Some(why) = &event.why {
         text.push_str(&format!(
             "\nWhy, in the caller's words: “{}”",
-            mrkdwn(&crate::render::clip(why, ARGS))
+            mrkdwn(&idem_runtime::text::clip(why, ARGS))
         ));
     }
     if let Some(reason) = &event.reason {
         text.push_str(&format!(
             "\n“{}”",
-            mrkdwn(&crate::render::clip(reason, ARGS))
+            mrkdwn(&idem_runtime::text::clip(reason, ARGS))
         ));
     }
     if let Some(args) = &event.args {
         text.push_str(&format!(
             "\nArguments: {}",
-            mrkdwn(&crate::render::clip(args, ARGS))
+            mrkdwn(&idem_runtime::text::clip(args, ARGS))
         ));
     }
     json!({
@@ -150,7 +150,7 @@ mod tests {
             reason: None,
             at: Timestamp(1_700_000_000_000),
             args: Some(args.into()),
-            asked: super::super::event::Asked {
+            asked: crate::notify::event::Asked {
                 call_id: Some("call-7".into()),
                 ..Default::default()
             },

@@ -12,8 +12,8 @@ use axum::response::Response;
 use super::notify::log::{Happened, Totals};
 use super::pages::{self, UserView};
 use super::view::shown;
-use super::App;
 use crate::role::Role;
+use crate::state::App;
 
 /// One line, as shown.
 struct Row {

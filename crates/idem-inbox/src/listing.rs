@@ -9,7 +9,7 @@ use idem_runtime::store::OpenCursor;
 
 use super::decide::{self, Refused};
 use super::view::Item;
-use super::App;
+use crate::state::App;
 use idem_runtime::store::StoreExt;
 
 /// How many items a page of the inbox (and of `GET /api/inbox`) holds.

@@ -20,7 +20,7 @@
 //! * the **absolute lifetime** (`--session`) is the record's expiry, by
 //!   the store's clock, and also checked against its start;
 //! * the **idle lifetime** (`--session-idle`) is checked against the last
-//!   use, written back at most every [`touch_every`](Sessions::touch_every)
+//!   use, written back at most every `Sessions::touch_every`
 //!   (a quarter of the idle lifetime, at most a minute), so a session may
 //!   end up to that much *before* its idle lifetime, never after. The last
 //!   use is the instances' own clocks: skew between them moves it by the
@@ -54,17 +54,17 @@ use super::cookies::{Cookies, SESSION};
 use idem_runtime::store::StoreExt;
 
 /// The tool a session's record carries.
-pub(crate) const SESSION_TOOL: &str = "idem:session";
+pub const SESSION_TOOL: &str = "idem:session";
 
 /// The tool a revocation's record carries.
-pub(crate) const REVOCATION_TOOL: &str = "idem:sessions-revoked";
+pub const REVOCATION_TOOL: &str = "idem:sessions-revoked";
 
 /// How long a revocation is kept: ten years, longer than any session
 /// (`--session` is held to it).
-pub(crate) const REVOCATION_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+pub const REVOCATION_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
 
 /// The most one-time notices kept at once.
-pub(super) const MAX_NOTICES: usize = 10_000;
+pub const MAX_NOTICES: usize = 10_000;
 
 /// How long a claim of a session's or a revocation's key is held while
 /// it is written.
@@ -274,7 +274,7 @@ impl Sessions {
 /// `idem approver revoke NAME`: every session of `name` started until now
 /// (the store's clock) is over, on every instance; returns that instant.
 /// The revocation is kept [`REVOCATION_TTL`].
-pub(crate) async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
+pub async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
     let now = store.now().await?;
     let key = key_of("revoked", name);
     for _ in 0..8 {

@@ -16,10 +16,20 @@ use idem_runtime::record::{
 };
 use serde_json::Value;
 
-use crate::render::json::json_or_string;
-use crate::render::short_key;
-use crate::time::{age, relative, rfc3339};
+use idem_runtime::operator::json::json_or_string;
+use idem_runtime::text::duration::{relative, short};
 use idem_runtime::text::visible;
+
+/// `at` as RFC 3339 in UTC, as the JSON and `idem show` write it.
+fn rfc3339(at: Timestamp) -> String {
+    at.rfc3339()
+}
+
+/// How long from `since` to `now`, in its largest whole unit (`45s`,
+/// `3m`, `5h`, `2d`).
+pub(crate) fn age(now: Timestamp, since: Timestamp) -> String {
+    short(since.until(now))
+}
 
 /// Record text as it may be shown.
 pub(super) fn shown(text: &str) -> String {
@@ -329,7 +339,7 @@ pub(super) fn summary(args: &str) -> String {
 /// `text` escaped on one line for a row: all of it, or its first `max`
 /// characters ending in "…" and saying that they were cut.
 fn cut(text: &str, max: usize) -> String {
-    let cut = crate::render::clip(text, max);
+    let cut = idem_runtime::text::clip(text, max);
     match cut == shown(text) {
         true => cut,
         false => format!("{cut} (cut: open the record for all of it)"),
@@ -601,9 +611,11 @@ impl Detail {
 /// or value can pass for another argument.
 pub(super) fn arguments_in_words(record: &Record) -> String {
     let Some(args) = &record.info.args else {
+        // The first 12 digits, as the program's tables show keys.
+        let fingerprint = record.fingerprint.as_str();
         return format!(
             "the arguments whose fingerprint is {} (the tool keeps them out of the store)",
-            short_key(record.fingerprint.as_str())
+            fingerprint.get(..12).unwrap_or(fingerprint)
         );
     };
     shown(&json_or_string(args).to_string())

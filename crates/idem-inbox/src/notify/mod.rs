@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_mcp::https::PostClient;
+use idem_net::client::{client_config, HttpClient};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::operator::Operator;
 use tokio::sync::watch;
@@ -96,7 +96,7 @@ impl Notifier {
         if settings.endpoints.is_empty() {
             return Ok(None);
         }
-        let client = PostClient::new()?;
+        let client = HttpClient::new(client_config()?);
         let (stop, stopping) = watch::channel(false);
         let (found, looks) = watch::channel(Arc::new(Look {
             events: Vec::new(),
@@ -178,7 +178,7 @@ async fn look(
 /// One endpoint's deliveries.
 struct Worker {
     operator: Operator,
-    client: PostClient,
+    client: HttpClient,
     settings: Arc<Settings>,
     endpoint: usize,
     log: Arc<Log>,

@@ -1,6 +1,6 @@
 //! The HTML pages: sign-in, the inbox, a record's decision page, the
 //! confirmation that restates a decision's effect, and messages. Templates
-//! are in `idem-cli/templates/` (askama: checked when `idem` is compiled,
+//! are in `idem-inbox/templates/` (askama: checked when the crate is compiled,
 //! every value HTML-escaped).
 
 use std::sync::Arc;
@@ -17,8 +17,8 @@ use super::decide::Refused;
 use super::decide::{self, Asked, FormFields};
 use super::listing::{items, InboxFilter, Listed};
 use super::view::{Detail, Item, Trail, Waits};
-use super::{App, User};
 use crate::role::Role;
+use crate::state::{App, NotLetIn, User};
 use idem_runtime::store::StoreExt;
 
 /// Who is signed in, as the page header shows it.
@@ -166,10 +166,47 @@ pub(super) fn message(
     html(status, render(&page), user)
 }
 
+/// The page for a store that cannot be read or written: nothing was
+/// done, and nobody is let in unchecked.
+pub(crate) fn store_down(user: Option<&User>) -> Response {
+    message(
+        StatusCode::SERVICE_UNAVAILABLE,
+        user,
+        "The store cannot be reached",
+        "The inbox could not read or write its store. Nothing was changed; try again in a moment.",
+    )
+}
+
+fn not_listed(name: &str) -> Response {
+    message(
+        StatusCode::FORBIDDEN,
+        None,
+        "Not an approver",
+        &format!(
+            "{} is not in the approvers file, so it may not use the inbox.",
+            super::view::shown(name)
+        ),
+    )
+}
+
+/// The page for a request [`NotLetIn`].
+pub(crate) fn not_let_in(refused: NotLetIn) -> Response {
+    match refused {
+        NotLetIn::StoreDown => store_down(None),
+        NotLetIn::NoProxyName => message(
+            StatusCode::UNAUTHORIZED,
+            None,
+            "Not signed in",
+            "The proxy in front of the inbox did not say who you are.",
+        ),
+        NotLetIn::NotListed(name) => not_listed(&name),
+    }
+}
+
 /// The signed-in user, or the response to send instead (to the sign-in
 /// page).
 pub(super) async fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Response> {
-    match app.page_user(headers).await? {
+    match app.page_user(headers).await.map_err(not_let_in)? {
         Some(user) => Ok(user),
         None => Err(Redirect::to("/login").into_response()),
     }
@@ -230,7 +267,7 @@ pub(super) async fn inbox(
             ..filter
         },
         tools,
-        overdue: crate::time::age(
+        overdue: crate::view::age(
             idem_runtime::clock::Timestamp(0).plus(app.overdue),
             idem_runtime::clock::Timestamp(0),
         ),
@@ -500,7 +537,7 @@ pub(super) async fn not_found() -> Response {
 pub(super) async fn css() -> Response {
     (
         [(header::CONTENT_TYPE, "text/css; charset=utf-8")],
-        include_str!("../../static/inbox.css"),
+        include_str!("../static/inbox.css"),
     )
         .into_response()
 }
@@ -509,7 +546,7 @@ pub(super) async fn css() -> Response {
 pub(super) async fn js() -> Response {
     (
         [(header::CONTENT_TYPE, "text/javascript; charset=utf-8")],
-        include_str!("../../static/inbox.js"),
+        include_str!("../static/inbox.js"),
     )
         .into_response()
 }

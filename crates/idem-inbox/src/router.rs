@@ -1,0 +1,97 @@
+//! The routes, and what every response passes through: posts only from
+//! the inbox's own origin, and the headers that keep pages from being
+//! framed, cached or mixed with another site's scripts.
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::{any, get, post};
+use axum::Router;
+
+use crate::state::{App, MAX_BODY};
+use crate::{api, cookies, deliveries, live, login, pages};
+
+/// The routes.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(pages::inbox))
+        .route("/inbox/rows", get(pages::rows))
+        .route("/login", get(login::login_form).post(login::login))
+        .route("/logout", post(login::logout))
+        .route("/records/{key}", get(pages::record))
+        .route("/records/{key}/version", get(pages::version))
+        .route("/records/{key}/{action}", post(pages::decide))
+        .route("/events", get(live::events))
+        .route("/deliveries", get(deliveries::page))
+        .route("/static/inbox.css", get(pages::css))
+        .route("/static/inbox.js", get(pages::js))
+        .route("/api/inbox", get(api::inbox))
+        .route("/api/records/{key}", get(api::record))
+        .route("/api/records/{key}/{action}", post(api::decide))
+        .route("/api/{*rest}", any(api::not_found))
+        .fallback(pages::not_found)
+        .layer(DefaultBodyLimit::max(MAX_BODY))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            own_origin,
+        ))
+        .layer(axum::middleware::map_response(secure_headers))
+        .with_state(app)
+}
+
+/// Every post must come from the inbox's own pages (or from a program):
+/// see [`cookies::same_origin`].
+async fn own_origin(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if cookies::same_origin(request.method(), request.headers(), app.origin.as_deref()) {
+        return next.run(request).await;
+    }
+    tracing::warn!(
+        path = %request.uri().path(),
+        origin = ?request.headers().get(header::ORIGIN),
+        "refused a post from another origin"
+    );
+    pages::message(
+        StatusCode::FORBIDDEN,
+        None,
+        "Refused",
+        "This form was sent from a page that is not the inbox's own. Nothing was changed.",
+    )
+}
+
+/// Headers on every response: nothing is framed (no clickjacking of the
+/// approve button), no script or style from elsewhere, no referrer to
+/// other sites, no caching of pages that show records.
+async fn secure_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    let set = |headers: &mut HeaderMap, name: HeaderName, value: &'static str| {
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
+    };
+    set(
+        headers,
+        header::CONTENT_SECURITY_POLICY,
+        "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    );
+    set(headers, header::X_FRAME_OPTIONS, "DENY");
+    set(headers, header::X_CONTENT_TYPE_OPTIONS, "nosniff");
+    // Not `no-referrer`: with it, browsers send `Origin: null` on the
+    // inbox's own posts, and those are then refused (`own_origin`).
+    set(headers, header::REFERRER_POLICY, "same-origin");
+    set(headers, header::CACHE_CONTROL, "no-store");
+    if response.status().is_client_error() {
+        // A refusal may come before the body was read (another origin, not
+        // signed in): hyper then drops the connection, so the answer says
+        // so, and the next request does not meet a closed socket.
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}

@@ -1,0 +1,234 @@
+//! Serving: everything the options name checked first, then the store
+//! opened, the listener bound, the background tasks started (the live
+//! pages' look, the sign-in counts, the webhooks), and, on Ctrl-C, the
+//! drain.
+
+use std::future::{Future, IntoFuture};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use idem_runtime::catalog::Catalog;
+use idem_runtime::operator::Operator;
+
+use crate::approvers::Approvers;
+use crate::change::Changes;
+use crate::cookies::Cookies;
+use crate::session::Sessions;
+use crate::signins::{self, SignIns};
+use crate::state::App;
+use crate::throttle::Throttle;
+use crate::{live, notify, router, InboxError, InboxOptions};
+use idem_runtime::store::StoreExt;
+
+/// Serve the inbox on the store `store` opens, until Ctrl-C: then live
+/// streams end, requests under way finish (for up to ten seconds, or until
+/// a second Ctrl-C), a webhook delivery under way finishes its attempt,
+/// and the store is closed.
+///
+/// Everything the options name is checked before `store` is awaited, so
+/// a refusal opens nothing; an error of `store` is returned as
+/// [`InboxError::Store`]. Sign-ins and refusals are logged with
+/// `tracing`; the address served is printed on stderr.
+pub async fn run<E>(
+    options: InboxOptions,
+    store: impl Future<Output = Result<Operator, E>>,
+) -> Result<(), InboxError>
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let addr = options.listen;
+    // How it is served is checked first: a refusal opens nothing.
+    let tls = match &options.tls {
+        Some(files) => Some(
+            idem_net::server::server_config(&files.cert, &files.key).map_err(InboxError::Tls)?,
+        ),
+        None => None,
+    };
+    if tls.is_none() && !options.allow_plain_http && !addr.ip().is_loopback() {
+        return Err(InboxError::PlainHttp { addr });
+    }
+    let approvers = Approvers::load(&options.approvers)?;
+    let endpoints = endpoints(&approvers, &options)?;
+    let catalog = match &options.tools {
+        Some(path) => {
+            let text = std::fs::read_to_string(path).map_err(|source| InboxError::Unreadable {
+                what: "the tool catalog",
+                path: path.clone(),
+                source,
+            })?;
+            let catalog =
+                Catalog::from_json(&text).map_err(|source| InboxError::InvalidCatalog {
+                    path: path.clone(),
+                    source,
+                })?;
+            Some(catalog)
+        }
+        None => None,
+    };
+    let operator = store.await.map_err(|e| InboxError::Store(e.into()))?;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| InboxError::Listen { addr, source })?;
+    let local = listener.local_addr()?;
+    let (changed, changes) = tokio::sync::watch::channel(Changes::default());
+    let (stop, stopping) = tokio::sync::watch::channel(false);
+    let cookies = Cookies {
+        secure: options.secure_cookies || tls.is_some(),
+    };
+    let store = operator.store().clone();
+    let deliveries = Arc::new(notify::log::Log::default());
+    let app = Arc::new(App {
+        operator: operator.clone(),
+        approvers,
+        sessions: Sessions::new(
+            store.clone(),
+            options.session_idle,
+            options.session,
+            cookies,
+        ),
+        signins: SignIns::new(store),
+        cookies,
+        throttle: Arc::new(Throttle::default()),
+        catalog,
+        overdue: options.overdue,
+        proxy_header: options.trust_proxy_header.clone(),
+        address_header: options.client_address_header.clone(),
+        origin: options.origin.clone(),
+        changes,
+        recheck: (options.refresh * 5).clamp(Duration::from_secs(1), Duration::from_secs(5)),
+        stopping,
+        deliveries: deliveries.clone(),
+        endpoints: endpoints.iter().map(|e| e.name.clone()).collect(),
+    });
+    let watcher = tokio::spawn(live::watch(app.clone(), changed, options.refresh));
+    let counts = tokio::spawn({
+        let app = app.clone();
+        async move {
+            let mut tick = tokio::time::interval(signins::WINDOW);
+            loop {
+                tick.tick().await;
+                app.signins.flush(false).await;
+            }
+        }
+    });
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let settings = notify::Settings {
+        endpoints,
+        inbox: options
+            .origin
+            .clone()
+            .unwrap_or_else(|| format!("{scheme}://{local}")),
+        every: options.refresh,
+        overdue: options.overdue,
+        retries: notify::Retries {
+            attempts: options.notify_attempts,
+            backoff: options.notify_backoff,
+        },
+    };
+    let notifier = notify::Notifier::start(operator.clone(), settings, deliveries)
+        .map_err(InboxError::Notify)?;
+    eprintln!(
+        "idem serve: the approval inbox is on {scheme}://{local}/ ({})",
+        operator.store().describe()
+    );
+    let stopping_now = async move {
+        let _ = tokio::signal::ctrl_c().await;
+        eprintln!("idem serve: stopping (Ctrl-C again to stop at once)");
+        // Live streams end, so that their connections can close.
+        let _ = stop.send(true);
+    };
+    let finishing = app.clone();
+    let service = router::router(app).into_make_service_with_connect_info::<SocketAddr>();
+    let serving: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
+        match tls {
+            Some(config) => {
+                use axum::serve::ListenerExt as _;
+                // `tap_io` so that handlers read the peer's address as
+                // over plain TCP (`ConnectInfo<SocketAddr>`).
+                let listener = idem_net::server::TlsListener::new(listener, config)?.tap_io(|_| {});
+                Box::pin(
+                    axum::serve(listener, service)
+                        .with_graceful_shutdown(stopping_now)
+                        .into_future(),
+                )
+            }
+            None => Box::pin(
+                axum::serve(listener, service)
+                    .with_graceful_shutdown(stopping_now)
+                    .into_future(),
+            ),
+        };
+    tokio::pin!(serving);
+    let served = tokio::select! {
+        served = &mut serving => served,
+        // A second Ctrl-C, or requests that do not finish: stop anyway.
+        () = stopped_waiting() => Ok(()),
+    };
+    watcher.abort();
+    counts.abort();
+    finishing.signins.flush(true).await;
+    if let Some(notifier) = notifier {
+        // A delivery under way finishes its attempt and records it: cut
+        // off, it would be sent again by the next instance.
+        notifier.stop(NOTIFY_STOP_WAIT).await;
+    }
+    operator.store().close().await;
+    Ok(served?)
+}
+
+/// How long a stopping server waits for a webhook delivery under way.
+const NOTIFY_STOP_WAIT: Duration = Duration::from_secs(12);
+
+/// The webhooks of the approvers file's `[[notify]]` tables and of
+/// `--notify`, checked, their secrets read.
+fn endpoints(
+    approvers: &Approvers,
+    options: &InboxOptions,
+) -> Result<Vec<notify::endpoint::Endpoint>, InboxError> {
+    use notify::endpoint::{Endpoint, NotifyEntry, SecretSource};
+    let dir = options
+        .approvers
+        .parent()
+        .map(std::path::Path::to_owned)
+        .unwrap_or_default();
+    let invalid = |problem: String| InboxError::InvalidApprovers {
+        path: options.approvers.clone(),
+        problem,
+    };
+    let mut endpoints = Vec::new();
+    for entry in approvers.notify() {
+        endpoints.push(Endpoint::of(entry.clone(), &dir).map_err(invalid)?);
+    }
+    if let Some(url) = &options.notify {
+        let secret = SecretSource {
+            file: options.notify_secret_file.clone(),
+            env: options.notify_secret_env.clone(),
+        };
+        let entry = NotifyEntry::command_line(url, options.notify_format, secret);
+        // A relative --notify-secret-file is read from where idem runs.
+        endpoints.push(Endpoint::of(entry, std::path::Path::new("")).map_err(InboxError::Notify)?);
+    }
+    let mut ids = std::collections::HashSet::new();
+    for endpoint in &endpoints {
+        if !ids.insert(endpoint.id.clone()) {
+            return Err(InboxError::Notify(format!(
+                "notify endpoint {}: its URL is given twice (one endpoint is told once)",
+                endpoint.name
+            )));
+        }
+    }
+    Ok(endpoints)
+}
+
+/// How long a stopping server waits for its requests to finish.
+const STOP_WAIT: Duration = Duration::from_secs(10);
+
+/// Completes on a second Ctrl-C, or [`STOP_WAIT`] after the first.
+async fn stopped_waiting() {
+    let _ = tokio::signal::ctrl_c().await;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = tokio::time::sleep(STOP_WAIT) => {}
+    }
+}

@@ -1,0 +1,174 @@
+//! What every request handler shares ([`App`]), and who a request comes
+//! from ([`User`] on a page, an [`Identity`] on the API). Defined low in
+//! the crate: the handlers (`pages`, `api`, `login`, `live`, `listing`,
+//! `deliveries`) take it as their axum state, and it depends on none of
+//! them; a request that may not go on is told by [`NotLetIn`], which the
+//! pages turn into HTML.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::{header, HeaderMap, HeaderName};
+use idem_runtime::catalog::Catalog;
+use idem_runtime::operator::Operator;
+use idem_runtime::store::StoreError;
+
+use crate::approvers::{Approvers, Identity};
+use crate::change::Changes;
+use crate::cookies::{self, Cookies};
+use crate::notify;
+use crate::session::{Session, Sessions};
+use crate::signins::{self, SignIns};
+use crate::throttle::Throttle;
+
+/// The largest request body read (a form, a JSON decision); a larger one
+/// is refused with 413.
+pub(crate) const MAX_BODY: usize = 256 * 1024;
+
+/// Why a page request is not let in, before any page is made: the pages
+/// say it in HTML ([`crate::pages::not_let_in`]).
+#[derive(Debug)]
+pub(crate) enum NotLetIn {
+    /// The store could not be read or written: nobody is let in unchecked.
+    StoreDown,
+    /// The trusted proxy's header is missing.
+    NoProxyName,
+    /// The trusted proxy named someone the approvers file does not list.
+    NotListed(String),
+}
+
+/// What every request handler shares.
+pub(crate) struct App {
+    pub(crate) operator: Operator,
+    pub(crate) approvers: Approvers,
+    pub(crate) sessions: Sessions,
+    pub(crate) signins: SignIns,
+    pub(crate) cookies: Cookies,
+    pub(crate) throttle: Arc<Throttle>,
+    pub(crate) catalog: Option<Catalog>,
+    pub(crate) overdue: Duration,
+    pub(crate) proxy_header: Option<HeaderName>,
+    /// The header a reverse proxy names the client's address in
+    /// (`--client-address-header`), for the audit log.
+    pub(crate) address_header: Option<HeaderName>,
+    /// The origin posts must come from (`--origin`); `None`: the request's
+    /// own host.
+    pub(crate) origin: Option<String>,
+    /// What the inbox's last look found changed (`live::watch`).
+    pub(crate) changes: tokio::sync::watch::Receiver<Changes>,
+    /// How often an open live stream reads its session again.
+    pub(crate) recheck: Duration,
+    /// Becomes `true` when the server is stopping: live streams end.
+    pub(crate) stopping: tokio::sync::watch::Receiver<bool>,
+    /// The webhooks' delivery log.
+    pub(crate) deliveries: Arc<notify::log::Log>,
+    /// The webhooks' endpoints, by name.
+    pub(crate) endpoints: Vec<String>,
+}
+
+/// Someone signed in on a page: who, their session, and the cookie to set
+/// when the session was just made (a trusted proxy's first request).
+pub(crate) struct User {
+    pub(crate) identity: Identity,
+    pub(crate) session: Session,
+    pub(crate) set_cookie: Option<String>,
+}
+
+impl App {
+    /// The person a page request comes from, from the trusted proxy's
+    /// header or the session cookie; `None`: not signed in. A store that
+    /// cannot be read refuses: nobody is signed in unchecked.
+    pub(crate) async fn page_user(&self, headers: &HeaderMap) -> Result<Option<User>, NotLetIn> {
+        let from_cookie = match self.cookie_session(headers).await {
+            Ok(session) => session,
+            Err(e) => {
+                tracing::warn!("a session could not be read: {e}");
+                return Err(NotLetIn::StoreDown);
+            }
+        };
+        if let Some(name) = &self.proxy_header {
+            let Some(vouched) = headers.get(name).and_then(|v| v.to_str().ok()) else {
+                return Err(NotLetIn::NoProxyName);
+            };
+            let Some(identity) = self.approvers.identity(vouched.trim()) else {
+                return Err(NotLetIn::NotListed(vouched.to_owned()));
+            };
+            return Ok(Some(match from_cookie {
+                Some(session) if session.name == identity.name => User {
+                    identity,
+                    session,
+                    set_cookie: None,
+                },
+                _ => {
+                    let (cookie, session) = match self.sessions.start(&identity.name).await {
+                        Ok(started) => started,
+                        Err(e) => {
+                            tracing::warn!("a session could not be started: {e}");
+                            return Err(NotLetIn::StoreDown);
+                        }
+                    };
+                    User {
+                        identity,
+                        session,
+                        set_cookie: Some(cookie),
+                    }
+                }
+            }));
+        }
+        Ok(from_cookie.and_then(|session| {
+            self.approvers.identity(&session.name).map(|identity| User {
+                identity,
+                session,
+                set_cookie: None,
+            })
+        }))
+    }
+
+    /// The live session the request's cookie names, if any.
+    pub(crate) async fn cookie_session(
+        &self,
+        headers: &HeaderMap,
+    ) -> Result<Option<Session>, StoreError> {
+        match self.cookies.get(headers, cookies::SESSION) {
+            Some(value) => self.sessions.verify(value).await,
+            None => Ok(None),
+        }
+    }
+
+    /// Where a request came from, for the audit log: the peer, and the
+    /// client a trusted proxy names (`--client-address-header`).
+    pub(crate) fn address(&self, peer: SocketAddr, headers: &HeaderMap) -> String {
+        let forwarded = self
+            .address_header
+            .as_ref()
+            .and_then(|name| headers.get(name))
+            .and_then(|v| v.to_str().ok());
+        signins::address(peer, forwarded)
+    }
+
+    /// The bot (or person) an API request comes from: a bearer token, or
+    /// the trusted proxy's header.
+    pub(crate) fn api_user(&self, headers: &HeaderMap) -> Option<Identity> {
+        if let Some(token) = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(bearer)
+        {
+            return self.approvers.check_token(token);
+        }
+        let name = self.proxy_header.as_ref()?;
+        let vouched = headers.get(name)?.to_str().ok()?;
+        self.approvers.identity(vouched.trim())
+    }
+}
+
+/// The token of an `Authorization: Bearer TOKEN` value; the scheme's
+/// name is case-insensitive (RFC 7235).
+fn bearer(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then_some(token.trim())
+        .filter(|t| !t.is_empty())
+}
