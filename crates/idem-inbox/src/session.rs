@@ -43,9 +43,9 @@ use std::time::Duration;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use idem_runtime::clock::{Clock, SystemClock, Timestamp};
-use idem_runtime::key::{CanonicalArgs, IdempotencyKey};
-use idem_runtime::record::{CallInfoRef, CorruptRecord, Outcome, OutputJson, Record, RecordState};
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::ledger::{self, names, Ledger};
+use idem_runtime::store::{Store, StoreError};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
@@ -54,10 +54,10 @@ use super::cookies::{Cookies, SESSION};
 use idem_runtime::store::StoreExt;
 
 /// The tool a session's record carries.
-pub const SESSION_TOOL: &str = "idem:session";
+pub const SESSION_TOOL: &str = names::SESSION;
 
 /// The tool a revocation's record carries.
-pub const REVOCATION_TOOL: &str = "idem:sessions-revoked";
+pub const REVOCATION_TOOL: &str = names::SESSIONS_REVOKED;
 
 /// How long a revocation is kept: ten years, longer than any session
 /// (`--session` is held to it).
@@ -143,16 +143,19 @@ impl Sessions {
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let value = URL_SAFE_NO_PAD.encode(raw);
-        let key = key_of("session", &value);
+        let key = session_key(&value);
         let row = Row {
             name: name.to_owned(),
             started: self.store.now().await?.as_millis(),
             used: SystemClock.now().as_millis(),
         };
-        let output = OutputJson::new(&row).expect("a session serializes");
-        if !create(&*self.store, &key, SESSION_TOOL, output, self.absolute).await? {
+        let book = sessions(&*self.store);
+        if !book
+            .create(&key, &made_of(SESSION_TOOL), &row, self.absolute)
+            .await?
+        {
             // 256 random bits met an existing record.
-            return Err(unreadable(&key, "a new session's key is taken"));
+            return Err(book.corrupt(&key, "a new session's key is taken"));
         }
         let cookie = self.cookies.set(SESSION, &value, self.absolute.as_secs());
         let session = Session {
@@ -169,19 +172,21 @@ impl Sessions {
         if value.is_empty() || value.len() > 128 {
             return Ok(None);
         }
-        let key = key_of("session", value);
-        let Some(record) = self.store.get(&key).await? else {
-            return Ok(None);
+        let key = session_key(value);
+        let book = sessions(&*self.store);
+        let entry = match book.get::<Row>(&key).await {
+            Ok(Some(entry)) => entry,
+            // Anything that does not read as a session is no session.
+            Ok(None) | Err(StoreError::Corrupt(_)) => return Ok(None),
+            Err(e) => return Err(e),
         };
-        let Some(row) = read::<Row>(&record, SESSION_TOOL) else {
-            return Ok(None);
-        };
+        let row = entry.value.clone();
         let now = SystemClock.now();
         let unused = Timestamp(row.used).until(now);
         let lived = Timestamp(row.started).until(now);
         if unused >= self.idle || lived >= self.absolute || self.revoked(&row).await? {
             // Gone for good; a failed delete leaves it to its expiry.
-            let _ = self.delete(&record).await;
+            let _ = book.delete(&entry).await;
             return Ok(None);
         }
         if unused >= self.touch_every() {
@@ -189,12 +194,8 @@ impl Sessions {
                 used: now.as_millis(),
                 ..row.clone()
             };
-            let output = OutputJson::new(&touched).expect("a session serializes");
-            match rewrite(&*self.store, &record, output, None).await {
-                // Another request touched it first.
-                Ok(()) | Err(StoreError::StaleFence { .. }) => {}
-                Err(e) => return Err(e),
-            }
+            // `false`: another request touched it first.
+            book.swap_until(&entry, &touched, None).await?;
         }
         Ok(Some(Session {
             name: row.name,
@@ -205,41 +206,33 @@ impl Sessions {
 
     /// Whether `row`'s session was revoked after it started.
     async fn revoked(&self, row: &Row) -> Result<bool, StoreError> {
-        let key = key_of("revoked", &row.name);
+        let key = revocation_key(&row.name);
         let Some(record) = self.store.get(&key).await? else {
             return Ok(false);
         };
         // A revocation that cannot be read ends the session.
-        Ok(read::<Revocation>(&record, REVOCATION_TOOL)
-            .is_none_or(|r| r.name != row.name || row.started <= r.before))
-    }
-
-    /// Delete a session's record, if it is still as read.
-    async fn delete(&self, record: &Record) -> Result<(), StoreError> {
-        let expected = Expected {
-            fence: record.fence(),
-            state: ExpectedState::Completed,
-        };
-        self.store
-            .replace(&record.key, expected, None, None)
-            .await
-            .map(|_| ())
+        Ok(revocations(&*self.store)
+            .read::<Revocation>(record)
+            .map_or(true, |r| {
+                r.value.name != row.name || row.started <= r.value.before
+            }))
     }
 
     /// End `session` on every instance, wherever its cookie was copied to.
     pub(super) async fn end(&self, session: &Session) -> Result<(), StoreError> {
         self.notices.lock().unwrap().remove(session.key.as_str());
         // A touch may swap the record in between: read it again.
+        let book = sessions(&*self.store);
         for _ in 0..4 {
             let Some(record) = self.store.get(&session.key).await? else {
                 return Ok(());
             };
-            match self.delete(&record).await {
-                Err(StoreError::StaleFence { .. }) => continue,
-                done => return done,
+            let entry = book.read::<serde::de::IgnoredAny>(record)?;
+            if book.delete(&entry).await? {
+                return Ok(());
             }
         }
-        Err(unreadable(&session.key, "the session kept changing"))
+        Err(book.corrupt(&session.key, "the session kept changing"))
     }
 
     /// Keep `text` for the next page of record `key` this session opens
@@ -276,137 +269,61 @@ impl Sessions {
 /// The revocation is kept [`REVOCATION_TTL`].
 pub async fn revoke(store: &dyn Store, name: &str) -> Result<Timestamp, StoreError> {
     let now = store.now().await?;
-    let key = key_of("revoked", name);
-    for _ in 0..8 {
-        let written = match store.get(&key).await? {
-            None => {
-                let output = revocation(name, now);
-                create(store, &key, REVOCATION_TOOL, output, REVOCATION_TTL).await?
-            }
-            Some(record) if record.tool == REVOCATION_TOOL => {
-                // Never earlier than a revocation already written (a clock
-                // that went back would otherwise revive sessions).
-                let earlier = read::<Revocation>(&record, REVOCATION_TOOL).map_or(0, |r| r.before);
-                let before = Timestamp(now.as_millis().max(earlier));
-                let output = revocation(name, before);
-                match rewrite(store, &record, output, Some(REVOCATION_TTL)).await {
-                    Ok(()) => return Ok(before),
-                    Err(StoreError::StaleFence { .. }) => false,
-                    Err(e) => return Err(e),
-                }
-            }
-            Some(_) => return Err(unreadable(&key, "a revocation's key holds another record")),
-        };
-        if written {
-            return Ok(now);
-        }
-    }
-    Err(unreadable(&key, "the revocation kept changing"))
-}
-
-/// A revocation's output.
-fn revocation(name: &str, before: Timestamp) -> OutputJson {
-    OutputJson::new(&Revocation {
+    let key = revocation_key(name);
+    let book = revocations(store);
+    let revocation = |before: Timestamp| Revocation {
         name: name.to_owned(),
         before: before.as_millis(),
-    })
-    .expect("a revocation serializes")
-}
-
-/// Create the completed record `key` of `tool` with `output`, kept `ttl`:
-/// `false` when the key is taken.
-async fn create(
-    store: &dyn Store,
-    key: &IdempotencyKey,
-    tool: &str,
-    output: OutputJson,
-    ttl: Duration,
-) -> Result<bool, StoreError> {
-    let fingerprint = CanonicalArgs::from_value(&serde_json::json!({ "tool": tool }))
-        .expect("an object")
-        .fingerprint;
-    let request = ClaimRequest {
-        key,
-        tool,
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
-        lease: LEASE,
-        info: CallInfoRef {
-            ttl: Some(ttl),
-            ..CallInfoRef::default()
-        },
-        worker: None,
-        durable: true,
     };
-    match store.claim(&request).await? {
-        ClaimOutcome::Acquired { fence, .. } => {
-            store
-                .complete(key, fence, &Outcome::Success { output }, ttl)
-                .await?;
-            Ok(true)
+    for _ in 0..8 {
+        let written = match book.get::<Revocation>(&key).await? {
+            None => {
+                let made_of = made_of(REVOCATION_TOOL);
+                book.create(&key, &made_of, &revocation(now), REVOCATION_TTL)
+                    .await?
+                    .then_some(now)
+            }
+            Some(entry) => {
+                // Never earlier than a revocation already written (a clock
+                // that went back would otherwise revive sessions).
+                let before = Timestamp(now.as_millis().max(entry.value.before));
+                book.swap(&entry, &revocation(before), REVOCATION_TTL)
+                    .await?
+                    .then_some(before)
+            }
+        };
+        if let Some(before) = written {
+            return Ok(before);
         }
-        _ => Ok(false),
     }
+    Err(book.corrupt(&key, "the revocation kept changing"))
 }
 
-/// Swap completed `record` for one with `output`, kept `ttl` from now
-/// (`None`: until the record's own expiry).
-async fn rewrite(
-    store: &dyn Store,
-    record: &Record,
-    output: OutputJson,
-    ttl: Option<Duration>,
-) -> Result<(), StoreError> {
-    let RecordState::Completed {
-        fence,
-        completed_at,
-        expires_at,
-        ..
-    } = record.state
-    else {
-        return Err(unreadable(&record.key, "it is not a completed record"));
-    };
-    let now = SystemClock.now();
-    let mut new = record.clone();
-    new.state = RecordState::Completed {
-        fence,
-        outcome: Outcome::Success { output },
-        completed_at: if ttl.is_some() { now } else { completed_at },
-        expires_at: ttl.map_or(expires_at, |ttl| now.plus(ttl)),
-    };
-    let expected = Expected {
-        fence,
-        state: ExpectedState::Completed,
-    };
-    store
-        .replace(&record.key, expected, Some(&new), None)
-        .await
-        .map(|_| ())
+/// The book of sessions on `store`.
+fn sessions(store: &dyn Store) -> Ledger<'_> {
+    Ledger::new(store, SESSION_TOOL).lease(LEASE)
 }
 
-/// The output of `record` as a `T`, when it is a completed record of
-/// `tool`.
-fn read<T: serde::de::DeserializeOwned>(record: &Record, tool: &str) -> Option<T> {
-    match &record.state {
-        RecordState::Completed {
-            outcome: Outcome::Success { output },
-            ..
-        } if record.tool == tool => output.parse().ok(),
-        _ => None,
-    }
+/// The book of revocations on `store`.
+fn revocations(store: &dyn Store) -> Ledger<'_> {
+    Ledger::new(store, REVOCATION_TOOL).lease(LEASE)
 }
 
-/// The key of the record `what` (`session`, `revoked`; `approver`: the
-/// audit log's key of a name) of `value`.
-pub(super) fn key_of(what: &str, value: &str) -> IdempotencyKey {
-    let digest = Sha256::new()
-        .chain_update(b"idem serve ")
-        .chain_update(what.as_bytes())
-        .chain_update([0])
-        .chain_update(value.as_bytes())
-        .finalize();
-    let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
-    IdempotencyKey::parse(&hex).expect("64 hex digits")
+/// What a session's or a revocation's record is made of (its
+/// fingerprint's arguments).
+fn made_of(tool: &str) -> serde_json::Value {
+    serde_json::json!({ "tool": tool })
+}
+
+/// The key of the session whose cookie is `value`: a hash of it, so the
+/// store holds nothing a cookie could be made from.
+pub(super) fn session_key(value: &str) -> IdempotencyKey {
+    ledger::key(&["idem-inbox-session/v1", value])
+}
+
+/// The key of `name`'s revocation.
+fn revocation_key(name: &str) -> IdempotencyKey {
+    ledger::key(&["idem-inbox-revoked/v1", name])
 }
 
 /// The CSRF token of the session whose cookie is `value`.
@@ -416,13 +333,6 @@ fn csrf_of(value: &str) -> String {
         .chain_update(value.as_bytes())
         .finalize();
     URL_SAFE_NO_PAD.encode(digest)
-}
-
-fn unreadable(key: &IdempotencyKey, detail: &str) -> StoreError {
-    StoreError::Corrupt(CorruptRecord {
-        key: key.to_string(),
-        detail: detail.to_owned(),
-    })
 }
 
 #[cfg(test)]

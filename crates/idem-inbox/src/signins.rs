@@ -30,7 +30,7 @@ use idem_runtime::store::{Store, StoreError};
 use idem_runtime::text::visible;
 
 /// The tool the audit events of the inbox's sign-ins carry.
-pub const INBOX_TOOL: &str = "idem:inbox";
+pub const INBOX_TOOL: &str = idem_runtime::ledger::names::INBOX;
 
 /// How long failures are counted before their counts are written.
 pub const WINDOW: Duration = Duration::from_secs(60);
@@ -195,7 +195,7 @@ impl SignIns {
 
 /// The key the audit events of `name`'s sign-ins are under.
 pub fn name_key(name: &str) -> IdempotencyKey {
-    super::session::key_of("approver", name)
+    idem_runtime::ledger::key(&["idem-inbox-approver/v1", name])
 }
 
 fn fingerprint() -> Fingerprint {

@@ -420,3 +420,100 @@ fn fingerprint(made_of: &Value) -> Fingerprint {
         .expect("a ledger entry is made of a JSON object")
         .fingerprint
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::MemoryStore;
+
+    const HOUR: Duration = Duration::from_secs(3600);
+
+    #[tokio::test]
+    async fn an_entry_is_worked_on_by_one_owner_and_taken_over_only_after_its_lease() {
+        let clock = ManualClock::new(1_000);
+        let store = MemoryStore::with_clock(Arc::new(clock.clone()));
+        let book = Ledger::new(&store, names::NOTIFY).lease(Duration::from_secs(10));
+        let key = key(&["test-delivery/v1", "endpoint", "event"]);
+        let made_of = json!({ "event": "e" });
+
+        let Claim::Owned { fence, takeover } = book.claim(&key, &made_of, HOUR).await.unwrap()
+        else {
+            panic!("the first claim owns the entry");
+        };
+        assert!(!takeover);
+        assert_eq!(
+            book.claim(&key, &made_of, HOUR).await.unwrap(),
+            Claim::Elsewhere
+        );
+        book.renew(&key, fence).await.unwrap();
+
+        clock.advance(Duration::from_secs(11));
+        let Claim::Owned {
+            fence: newer,
+            takeover,
+        } = book.claim(&key, &made_of, HOUR).await.unwrap()
+        else {
+            panic!("a vanished owner's entry is taken over");
+        };
+        assert!(takeover);
+        assert!(matches!(
+            book.renew(&key, fence).await,
+            Err(StoreError::StaleFence { .. })
+        ));
+        book.complete(&key, newer, &success(&1), HOUR)
+            .await
+            .unwrap();
+        assert_eq!(book.claim(&key, &made_of, HOUR).await.unwrap(), Claim::Done);
+    }
+
+    #[tokio::test]
+    async fn another_books_record_under_the_key_is_corrupt_never_read_as_this_one() {
+        let store = MemoryStore::new();
+        let sessions = Ledger::new(&store, names::SESSION);
+        let cursors = Ledger::new(&store, names::NOTIFY_CURSOR);
+        let key = key(&["shared/v1", "k"]);
+        assert!(sessions
+            .create(&key, &json!({ "tool": "s" }), &"dana", HOUR)
+            .await
+            .unwrap());
+        assert!(matches!(
+            cursors.get::<u64>(&key).await,
+            Err(StoreError::Corrupt(_))
+        ));
+        // A value that does not read as the type asked for is corrupt too.
+        assert!(matches!(
+            sessions.get::<u64>(&key).await,
+            Err(StoreError::Corrupt(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_delete_happens_only_while_the_entry_is_as_read() {
+        let store = MemoryStore::new();
+        let book = Ledger::new(&store, names::SESSION);
+        let key = key(&["delete/v1", "k"]);
+        book.create(&key, &json!({}), &1u8, HOUR).await.unwrap();
+        let read = book.get::<u8>(&key).await.unwrap().unwrap();
+        assert!(book.swap_until(&read, &2u8, None).await.unwrap());
+        assert!(
+            !book.delete(&read).await.unwrap(),
+            "a stale read deletes nothing"
+        );
+        let now = book.get::<u8>(&key).await.unwrap().unwrap();
+        assert_eq!(now.value, 2);
+        assert!(book.delete(&now).await.unwrap());
+        assert!(book.get::<u8>(&key).await.unwrap().is_none());
+    }
+
+    #[test]
+    #[should_panic(expected = "must start with `idem:`")]
+    fn a_book_never_takes_a_tools_name() {
+        let store = MemoryStore::new();
+        let _ = Ledger::new(&store, "send_email");
+    }
+}

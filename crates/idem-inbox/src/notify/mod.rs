@@ -235,7 +235,7 @@ impl Worker {
             // most that much of the log (each decision in it found
             // delivered by its claim), and never misses one.
             if through > cursor.at && written.until(look.now) >= CURSOR_EVERY {
-                match outbox::advance(store.as_ref(), cursor.clone(), through, look.now).await {
+                match outbox::advance(store.as_ref(), cursor.clone(), through).await {
                     Ok(moved) => {
                         cursor = moved;
                         written = look.now;

@@ -14,15 +14,12 @@
 use std::time::Duration;
 
 use idem_runtime::clock::Timestamp;
-use idem_runtime::key::{CanonicalArgs, IdempotencyKey};
-use idem_runtime::record::{
-    CallInfoRef, FailureCode, Fence, Outcome, OutputJson, Record, RecordState, StoredFailure,
-    RESERVED_STEP_PREFIX,
-};
-use idem_runtime::store::StoreExt;
-use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
-use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use idem_runtime::key::IdempotencyKey;
+use idem_runtime::ledger::{self, names, Claim, Entry, Ledger};
+use idem_runtime::record::{FailureCode, Fence, Outcome, StoredFailure};
+use idem_runtime::store::{Store, StoreError};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
 
 /// How long a delivery's record is kept: as long as the audit log keeps
 /// the decision it tells of, so no reread of the log sends it twice.
@@ -35,27 +32,27 @@ pub(crate) const LEASE: Duration = Duration::from_secs(60);
 /// The worker name deliveries are claimed under.
 const WORKER: &str = "idem serve (notify)";
 
-fn tool(what: &str) -> String {
-    format!("{RESERVED_STEP_PREFIX}{what}")
+/// The book of deliveries on `store`.
+fn deliveries(store: &dyn Store) -> Ledger<'_> {
+    Ledger::new(store, names::NOTIFY)
+        .worker(WORKER)
+        .lease(LEASE)
 }
 
-/// The key made of `parts`.
-fn key(parts: &[&str]) -> IdempotencyKey {
-    let mut hash = Sha256::new();
-    for part in parts {
-        hash.update((part.len() as u64).to_be_bytes());
-        hash.update(part.as_bytes());
-    }
-    IdempotencyKey::parse(&hex::encode(hash.finalize())).expect("64 hex digits are a key")
+/// The book of cursors on `store`.
+fn cursors(store: &dyn Store) -> Ledger<'_> {
+    Ledger::new(store, names::NOTIFY_CURSOR)
+        .worker(WORKER)
+        .lease(LEASE)
 }
 
 /// The key of delivering event `event` to endpoint `endpoint` (its id).
 pub(crate) fn delivery_key(endpoint: &str, event: &str) -> IdempotencyKey {
-    key(&["idem-notify-delivery/v1", endpoint, event])
+    ledger::key(&["idem-notify-delivery/v1", endpoint, event])
 }
 
 fn cursor_key(endpoint: &str) -> IdempotencyKey {
-    key(&["idem-notify-cursor/v1", endpoint])
+    ledger::key(&["idem-notify-cursor/v1", endpoint])
 }
 
 /// What claiming a delivery found.
@@ -76,34 +73,6 @@ pub(crate) enum Claimed {
     Done,
 }
 
-fn claim_request<'a>(
-    key: &'a IdempotencyKey,
-    tool: &'a str,
-    fingerprint: &'a idem_runtime::key::Fingerprint,
-    ttl: Duration,
-) -> ClaimRequest<'a> {
-    ClaimRequest {
-        key,
-        tool,
-        fingerprint,
-        check_fingerprint: true,
-        lease: LEASE,
-        info: CallInfoRef {
-            ttl: Some(ttl),
-            ..CallInfoRef::EMPTY
-        },
-        worker: Some(WORKER),
-        // A claim forgotten in a crash would be a second delivery.
-        durable: true,
-    }
-}
-
-fn fingerprint(value: Value) -> idem_runtime::key::Fingerprint {
-    CanonicalArgs::from_value(&value)
-        .expect("an object")
-        .fingerprint
-}
-
 /// Claim the delivery of `event` to `endpoint`.
 pub(crate) async fn claim(
     store: &dyn Store,
@@ -111,22 +80,20 @@ pub(crate) async fn claim(
     event: &str,
 ) -> Result<Claimed, StoreError> {
     let key = delivery_key(endpoint, event);
-    let tool = tool("notify");
-    let fingerprint = fingerprint(json!({ "endpoint": endpoint, "event": event }));
-    let request = claim_request(&key, &tool, &fingerprint, DELIVERY_TTL);
-    Ok(match store.claim(&request).await? {
-        ClaimOutcome::Acquired {
-            fence, takeover, ..
-        } => Claimed::Deliver {
-            fence,
-            again: takeover.is_some(),
+    let made_of = json!({ "endpoint": endpoint, "event": event });
+    Ok(
+        match deliveries(store)
+            .claim(&key, &made_of, DELIVERY_TTL)
+            .await?
+        {
+            Claim::Owned { fence, takeover } => Claimed::Deliver {
+                fence,
+                again: takeover,
+            },
+            Claim::Elsewhere => Claimed::Elsewhere,
+            Claim::Done => Claimed::Done,
         },
-        ClaimOutcome::InFlight { .. } => Claimed::Elsewhere,
-        ClaimOutcome::Completed(_) => Claimed::Done,
-        ClaimOutcome::AwaitingApproval(_) | ClaimOutcome::KeyReused { .. } => {
-            return Err(corrupt(&key, "its key holds another record"))
-        }
-    })
+    )
 }
 
 /// Keep the delivery's lease while it is attempted again; `Err(StaleFence)`:
@@ -137,8 +104,8 @@ pub(crate) async fn renew(
     event: &str,
     fence: Fence,
 ) -> Result<(), StoreError> {
-    store
-        .renew(&delivery_key(endpoint, event), fence, LEASE)
+    deliveries(store)
+        .renew(&delivery_key(endpoint, event), fence)
         .await
 }
 
@@ -170,10 +137,9 @@ pub(crate) async fn finish(
     ended: &Ended,
 ) -> Result<(), StoreError> {
     let outcome = match ended {
-        Ended::Delivered { status, attempts } => Outcome::Success {
-            output: OutputJson::new(&json!({ "status": status, "attempts": attempts }))
-                .expect("JSON"),
-        },
+        Ended::Delivered { status, attempts } => {
+            ledger::success(&json!({ "status": status, "attempts": attempts }))
+        }
         Ended::Failed { error, attempts } => Outcome::Failure {
             failure: StoredFailure {
                 code: FailureCode::Permanent,
@@ -182,7 +148,7 @@ pub(crate) async fn finish(
             },
         },
     };
-    store
+    deliveries(store)
         .complete(
             &delivery_key(endpoint, event),
             fence,
@@ -198,11 +164,31 @@ pub(crate) async fn finish(
 pub(crate) struct Cursor {
     /// Where the endpoint stands.
     pub at: Timestamp,
-    record: Record,
+    entry: Entry<At>,
+}
+
+/// What a cursor's record holds.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct At {
+    /// The instant, in ms.
+    at: u64,
+}
+
+impl From<Entry<At>> for Cursor {
+    fn from(entry: Entry<At>) -> Cursor {
+        Cursor {
+            at: Timestamp(entry.value.at),
+            entry,
+        }
+    }
 }
 
 /// The cursor's record is kept this long after its last change.
 const CURSOR_TTL: Duration = Duration::from_secs(10 * 365 * 24 * 60 * 60);
+
+/// How many times a cursor is read again after another instance changed
+/// it first.
+const ROUNDS: usize = 16;
 
 /// `endpoint`'s cursor, made at `now` when it has none (an endpoint is
 /// told of decisions from when it was first configured on).
@@ -212,49 +198,21 @@ pub(crate) async fn cursor(
     now: Timestamp,
 ) -> Result<Cursor, StoreError> {
     let key = cursor_key(endpoint);
+    let book = cursors(store);
     for _ in 0..ROUNDS {
-        if let Some(record) = store.get(&key).await? {
-            return read_cursor(record);
+        if let Some(entry) = book.get::<At>(&key).await? {
+            return Ok(entry.into());
         }
-        let tool = tool("notify:cursor");
-        let fingerprint = fingerprint(json!({ "cursor": endpoint }));
-        let request = claim_request(&key, &tool, &fingerprint, CURSOR_TTL);
-        if let ClaimOutcome::Acquired { fence, .. } = store.claim(&request).await? {
-            let outcome = cursor_outcome(now);
-            store.complete(&key, fence, &outcome, CURSOR_TTL).await?;
-        } else {
+        let made_of = json!({ "cursor": endpoint });
+        let at = At {
+            at: now.as_millis(),
+        };
+        if !book.create(&key, &made_of, &at, CURSOR_TTL).await? {
             // Another instance makes it: read it once it is made.
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
-    Err(corrupt(&key, "the cursor could not be made"))
-}
-
-/// How many times a cursor is read again after another instance changed
-/// it first.
-const ROUNDS: usize = 16;
-
-fn cursor_outcome(at: Timestamp) -> Outcome {
-    Outcome::Success {
-        output: OutputJson::new(&json!({ "at": at.as_millis() })).expect("JSON"),
-    }
-}
-
-fn read_cursor(record: Record) -> Result<Cursor, StoreError> {
-    let at = match &record.state {
-        RecordState::Completed {
-            outcome: Outcome::Success { output },
-            ..
-        } => output.parse::<Value>().ok().and_then(|v| v["at"].as_u64()),
-        _ => None,
-    };
-    match at {
-        Some(at) => Ok(Cursor {
-            at: Timestamp(at),
-            record,
-        }),
-        None => Err(corrupt(&record.key, "it is not a completed cursor")),
-    }
+    Err(book.corrupt(&key, "the cursor could not be made"))
 }
 
 /// Move `cursor` to `at` (never back); when another instance moved it
@@ -264,39 +222,20 @@ pub(crate) async fn advance(
     store: &dyn Store,
     cursor: Cursor,
     at: Timestamp,
-    now: Timestamp,
 ) -> Result<Cursor, StoreError> {
     if at <= cursor.at {
         return Ok(cursor);
     }
-    let key = cursor.record.key.clone();
-    let fence = cursor.record.fence();
-    let mut record = cursor.record;
-    record.state = RecordState::Completed {
-        fence,
-        outcome: cursor_outcome(at),
-        completed_at: now,
-        expires_at: now.plus(CURSOR_TTL),
-    };
-    let expected = Expected {
-        fence,
-        state: ExpectedState::Completed,
-    };
-    match store.replace(&key, expected, Some(&record), None).await {
-        // Read back for its new fence, or for the other instance's change.
-        Ok(_) | Err(StoreError::StaleFence { .. }) => match store.get(&key).await? {
-            Some(record) => read_cursor(record),
-            None => Err(corrupt(&key, "the cursor vanished")),
-        },
-        Err(e) => Err(e),
+    let book = cursors(store);
+    let key = cursor.entry.record().key.clone();
+    let at = At { at: at.as_millis() };
+    // `false`: another instance moved it first. Either way it is read
+    // back, for its new fence or for the other instance's change.
+    book.swap(&cursor.entry, &at, CURSOR_TTL).await?;
+    match book.get::<At>(&key).await? {
+        Some(entry) => Ok(entry.into()),
+        None => Err(book.corrupt(&key, "the cursor vanished")),
     }
-}
-
-fn corrupt(key: &IdempotencyKey, why: &str) -> StoreError {
-    StoreError::Corrupt(idem_runtime::record::CorruptRecord {
-        key: key.to_string(),
-        detail: format!("a notification record is unreadable: {why}"),
-    })
 }
 
 #[cfg(test)]
@@ -354,19 +293,16 @@ mod tests {
         // Read again later: the one made first.
         assert_eq!(cursor(&store, "E", at(9)).await.unwrap().at, at(1));
         let stale = made.clone();
-        let moved = advance(&store, made, at(5), at(6)).await.unwrap();
+        let moved = advance(&store, made, at(5)).await.unwrap();
         assert_eq!(moved.at, at(5));
         assert_eq!(
-            advance(&store, moved.clone(), at(4), at(6))
-                .await
-                .unwrap()
-                .at,
+            advance(&store, moved.clone(), at(4)).await.unwrap().at,
             at(5),
             "never back"
         );
         // Another instance's older copy: its write is refused, and it gets
         // the cursor as it now is.
-        let reread = advance(&store, stale, at(3), at(6)).await.unwrap();
+        let reread = advance(&store, stale, at(3)).await.unwrap();
         assert_eq!(reread.at, at(5));
         assert_eq!(cursor(&store, "E", at(9)).await.unwrap().at, at(5));
     }
