@@ -21,7 +21,7 @@
 //! use idem_runtime::clock::Timestamp;
 //! use idem_runtime::key::{Fingerprint, IdempotencyKey};
 //! use idem_runtime::record::{AuditAction, Status};
-//! use idem_runtime::store::{MemoryStore, Store};
+//! use idem_runtime::store::{MemoryStore, StoreExt};
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! let store = MemoryStore::new();
 //! let key = IdempotencyKey::parse(&"ab".repeat(32)).unwrap();

@@ -197,6 +197,7 @@ pub async fn postgres(test: &str) -> Option<TestStore> {
 /// tests that take the [`TestStore`]):
 ///
 /// ```
+/// use idem_runtime::store::StoreExt;
 /// use idem_testkit::stores::TestStore;
 ///
 /// /// Called as `sqlite::records_survive`, `redis::records_survive`…

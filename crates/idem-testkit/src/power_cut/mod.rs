@@ -29,7 +29,7 @@
 //!
 //! ```no_run
 //! # async fn demo(path: &std::path::Path) {
-//! use idem_runtime::store::Store;
+//! use idem_runtime::store::StoreExt;
 //! use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
 //! use idem_testkit::power_cut::PowerCut;
 //!

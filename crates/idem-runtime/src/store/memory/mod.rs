@@ -60,7 +60,7 @@ const SWEEP_BATCH: usize = 1024;
 /// prefer jemalloc or mimalloc as their global allocator.
 ///
 /// ```
-/// use idem_runtime::store::{MemoryStore, Store};
+/// use idem_runtime::store::{MemoryStore, StoreExt};
 /// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 /// let store = MemoryStore::new();
 /// assert_eq!(store.sweep().await.unwrap(), 0);
