@@ -212,72 +212,12 @@ impl Store for RedisStore {
     }
 
     async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
-        Ok(match op {
-            Operation::Claim(req) => Answer::Claim(self.on_claim(req).await?),
-            Operation::Checkpoint {
-                key,
-                fence,
-                step,
-                value,
-                lease,
-            } => {
-                self.on_checkpoint(key, fence, step, value, lease).await?;
-                Answer::Done
-            }
-            Operation::Renew { key, fence, lease } => {
-                self.on_renew(key, fence, lease).await?;
-                Answer::Done
-            }
-            Operation::Complete {
-                key,
-                fence,
-                outcome,
-                ttl,
-            } => {
-                self.on_complete(key, fence, outcome, ttl).await?;
-                Answer::Done
-            }
-            Operation::Release { key, fence } => {
-                self.on_release(key, fence).await?;
-                Answer::Done
-            }
-            Operation::Get { key } => Answer::Record(self.on_get(key).await?),
-            Operation::Replace {
-                key,
-                expected,
-                new,
-                audit,
-            } => Answer::Replaced(self.on_replace(key, expected, new, audit).await?),
-            Operation::AppendAudit { event } => {
-                Answer::Appended(self.on_append_audit(event).await?)
-            }
-            Operation::Audit {
-                query,
-                cursor,
-                limit,
-            } => Answer::Audit(self.on_audit(query, cursor, limit).await?),
-            Operation::Scan { cursor, limit } => Answer::Scan(self.on_scan(cursor, limit).await?),
-            Operation::ScanOpen { cursor, limit } => {
-                Answer::Scan(self.on_scan_open(cursor, limit).await?)
-            }
-            Operation::Wait {
-                key,
-                until,
-                timeout,
-            } => Answer::Record(self.on_wait(key, until, timeout).await?),
-            Operation::Sweep => Answer::Swept(self.on_sweep().await?),
-            Operation::Now => Answer::Now(self.on_now().await?),
-            Operation::Close => {
-                self.on_close().await;
-                Answer::Done
-            }
-            // An operation a later idem adds, if it has a default.
-            op => return op.by_default(self).await,
-        })
+        idem_runtime::answer_operation!(self, op)
     }
 }
 
-/// The operations [`Store::call`] answers, one method each.
+/// The operations [`Store::call`] answers, one method each
+/// ([`answer_operation!`](idem_runtime::answer_operation)).
 impl RedisStore {
     async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let lease = idem_runtime::store::backend::span_millis(req.lease).to_string();

@@ -383,3 +383,124 @@ impl Answer {
         }
     }
 }
+
+/// Answers an [`Operation`] with a store's own methods, one per operation:
+/// `answer_operation!(self, op)` in a [`Store::call`] calls
+/// `self.on_claim(req)`, `self.on_checkpoint(key, fence, step, value,
+/// lease)`, … — `on_` and the [`StoreExt`] method's name, with its
+/// arguments and result — and wraps the result in its [`Answer`]; an
+/// operation this crate adds later goes to [`Operation::by_default`].
+///
+/// The SQLite, Redis and PostgreSQL stores answer this way. A store that
+/// leaves some operations to the defaults writes its own `match` instead.
+/// A missing `on_` method is a compile error naming it.
+///
+/// ```
+/// use idem_runtime::answer_operation;
+/// use idem_runtime::store::{Answer, Operation, Store, StoreError};
+/// # use idem_runtime::{audit::*, clock::Timestamp, key::IdempotencyKey, record::*, store::*};
+/// # use std::time::Duration;
+///
+/// #[derive(Debug)]
+/// struct MyStore;
+///
+/// #[async_trait::async_trait]
+/// impl Store for MyStore {
+///     fn describe(&self) -> String {
+///         "mine".to_owned()
+///     }
+///     async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
+///         answer_operation!(self, op)
+///     }
+/// }
+///
+/// impl MyStore {
+///     async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+///         // … one method per operation …
+/// #       unimplemented!()
+///     }
+/// #   async fn on_checkpoint(&self, _: &IdempotencyKey, _: Fence, _: &str, _: &serde_json::Value, _: Duration) -> Result<(), StoreError> { unimplemented!() }
+/// #   async fn on_renew(&self, _: &IdempotencyKey, _: Fence, _: Duration) -> Result<(), StoreError> { unimplemented!() }
+/// #   async fn on_complete(&self, _: &IdempotencyKey, _: Fence, _: &Outcome, _: Duration) -> Result<(), StoreError> { unimplemented!() }
+/// #   async fn on_release(&self, _: &IdempotencyKey, _: Fence) -> Result<(), StoreError> { unimplemented!() }
+/// #   async fn on_get(&self, _: &IdempotencyKey) -> Result<Option<Record>, StoreError> { unimplemented!() }
+/// #   async fn on_replace(&self, _: &IdempotencyKey, _: Expected, _: Option<&Record>, _: Option<&AuditEvent>) -> Result<Option<Fence>, StoreError> { unimplemented!() }
+/// #   async fn on_append_audit(&self, _: &AuditEvent) -> Result<u64, StoreError> { unimplemented!() }
+/// #   async fn on_audit(&self, _: &AuditQuery, _: Option<&str>, _: usize) -> Result<AuditPage, StoreError> { unimplemented!() }
+/// #   async fn on_scan(&self, _: Option<&str>, _: usize) -> Result<ScanPage, StoreError> { unimplemented!() }
+/// #   async fn on_scan_open(&self, _: Option<&str>, _: usize) -> Result<ScanPage, StoreError> { unimplemented!() }
+/// #   async fn on_wait(&self, _: &IdempotencyKey, _: WaitFor, _: Duration) -> Result<Option<Record>, StoreError> { unimplemented!() }
+/// #   async fn on_sweep(&self) -> Result<u64, StoreError> { unimplemented!() }
+/// #   async fn on_now(&self) -> Result<Timestamp, StoreError> { unimplemented!() }
+/// #   async fn on_close(&self) {}
+/// }
+/// ```
+#[macro_export]
+macro_rules! answer_operation {
+    ($store:expr, $op:expr) => {{
+        use $crate::store::{Answer, Operation};
+        let store = $store;
+        ::core::result::Result::Ok(match $op {
+            Operation::Claim(req) => Answer::Claim(store.on_claim(req).await?),
+            Operation::Checkpoint {
+                key,
+                fence,
+                step,
+                value,
+                lease,
+            } => {
+                store.on_checkpoint(key, fence, step, value, lease).await?;
+                Answer::Done
+            }
+            Operation::Renew { key, fence, lease } => {
+                store.on_renew(key, fence, lease).await?;
+                Answer::Done
+            }
+            Operation::Complete {
+                key,
+                fence,
+                outcome,
+                ttl,
+            } => {
+                store.on_complete(key, fence, outcome, ttl).await?;
+                Answer::Done
+            }
+            Operation::Release { key, fence } => {
+                store.on_release(key, fence).await?;
+                Answer::Done
+            }
+            Operation::Get { key } => Answer::Record(store.on_get(key).await?),
+            Operation::Replace {
+                key,
+                expected,
+                new,
+                audit,
+            } => Answer::Replaced(store.on_replace(key, expected, new, audit).await?),
+            Operation::AppendAudit { event } => {
+                Answer::Appended(store.on_append_audit(event).await?)
+            }
+            Operation::Audit {
+                query,
+                cursor,
+                limit,
+            } => Answer::Audit(store.on_audit(query, cursor, limit).await?),
+            Operation::Scan { cursor, limit } => Answer::Scan(store.on_scan(cursor, limit).await?),
+            Operation::ScanOpen { cursor, limit } => {
+                Answer::Scan(store.on_scan_open(cursor, limit).await?)
+            }
+            Operation::Wait {
+                key,
+                until,
+                timeout,
+            } => Answer::Record(store.on_wait(key, until, timeout).await?),
+            Operation::Sweep => Answer::Swept(store.on_sweep().await?),
+            Operation::Now => Answer::Now(store.on_now().await?),
+            Operation::Close => {
+                store.on_close().await;
+                Answer::Done
+            }
+            #[allow(unreachable_patterns)]
+            op => return op.by_default(store).await,
+        })
+    }};
+}
