@@ -53,7 +53,10 @@
 //!
 //! # The classes
 //!
-#![doc = include_str!("../../idem-runtime/src/doc/classes.md")]
+// `src/doc/` holds links to the pages this crate shares with idem-runtime
+// and docs/: `cargo package` copies what a link points to, so the published
+// crate (and docs.rs) has them, where a path out of the package would not.
+#![doc = include_str!("doc/classes.md")]
 //!
 //! # Where things are
 //!
