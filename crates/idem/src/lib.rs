@@ -99,6 +99,7 @@
 //! }
 //! # fn main() { assert_eq!(charge_card::SPEC.name, "charge_card"); }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// `#[tool]`: turn a function into a tool. See its documentation for the
 /// options.
