@@ -134,7 +134,7 @@ pub use idem_runtime::retry::RetryPolicy;
 // The modules, for everything else.
 pub use idem_runtime::{
     approval, audit, catalog, class, clock, dispatch, error, executor, key, operator, provider,
-    record, registry, retry,
+    record, registry, retry, text,
 };
 
 pub mod store;
