@@ -18,19 +18,18 @@ use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store};
 
 fn info() -> CallInfo {
-    CallInfo {
-        namespace: Some("tenant-7".into()),
-        call_id: Some("call_8f2Kq".into()),
-        run_id: Some("run-42".into()),
-        step: Some(3),
-        args: Some(r#"{"amount_cents":1999,"to":"zoë@example.com"}"#.into()),
-        ttl: Some(std::time::Duration::from_secs(7 * 24 * 3600)),
-        // What a model may write: quotes, a line break, markup, a
-        // right-to-left override and text beyond ASCII, byte for byte.
-        reason: Reason::new(
-            "The customer wrote \"refund it\";\n<b>zoë</b> \u{202e}asked twice \u{1F4B8}",
-        ),
-    }
+    let mut info = CallInfo::default();
+    info.namespace = Some("tenant-7".into());
+    info.call_id = Some("call_8f2Kq".into());
+    info.run_id = Some("run-42".into());
+    info.step = Some(3);
+    info.args = Some(r#"{"amount_cents":1999,"to":"zoë@example.com"}"#.into());
+    info.ttl = Some(std::time::Duration::from_secs(7 * 24 * 3600));
+    // What a model may write: quotes, a line break, markup, a right-to-left
+    // override and text beyond ASCII, byte for byte.
+    info.reason =
+        Reason::new("The customer wrote \"refund it\";\n<b>zoë</b> \u{202e}asked twice \u{1F4B8}");
+    info
 }
 
 fn expect(fence: Fence, state: ExpectedState) -> Expected {

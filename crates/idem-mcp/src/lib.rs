@@ -106,6 +106,7 @@
 //! `use rmcp::*`) in scope, a bare `#[tool(class = …)]` is rmcp's, which
 //! answers `Unknown field: class`. Write idem's by its path,
 //! `#[idem::tool(class = "…")]`, wherever both are in scope.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod answer;
 mod ask;

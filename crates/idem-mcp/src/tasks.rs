@@ -41,10 +41,7 @@ impl Ticket {
     pub(crate) fn run(&self) -> Result<RunContext, String> {
         let namespace =
             idem_runtime::Namespace::new(self.namespace.clone()).map_err(|e| e.to_string())?;
-        let mut run = RunContext {
-            namespace: Some(namespace),
-            ..RunContext::default()
-        };
+        let mut run = RunContext::default().namespace(namespace);
         if let Some((run_id, step)) = &self.run {
             run.run_id = Some(run_id.clone());
             run.step = *step;

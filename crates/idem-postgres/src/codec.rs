@@ -87,6 +87,16 @@ pub(super) fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Recor
     let audit_text: String = row.get(at + 20);
     let audit: Vec<AuditEntry> =
         serde_json::from_str(&audit_text).map_err(|e| corrupt(format!("audit: {e}")))?;
+    let mut info = CallInfo::default();
+    info.namespace = row.get(at + 14);
+    info.call_id = row.get(at + 15);
+    info.run_id = row.get(at + 16);
+    info.step = row.get::<_, Option<i64>>(at + 17).map(|s| s as u64);
+    info.args = row.get(at + 18);
+    info.ttl = row
+        .get::<_, Option<i64>>(at + 21)
+        .map(|ms| Duration::from_millis(ms.max(0) as u64));
+    info.reason = row.get::<_, Option<String>>(at + 22).and_then(Reason::new);
     Ok(Record {
         key: key.clone(),
         tool: row.get(at + 1),
@@ -94,17 +104,7 @@ pub(super) fn decode(key: &IdempotencyKey, row: &Row, at: usize) -> Result<Recor
         created_at: time(3),
         state,
         steps,
-        info: CallInfo {
-            namespace: row.get(at + 14),
-            call_id: row.get(at + 15),
-            run_id: row.get(at + 16),
-            step: row.get::<_, Option<i64>>(at + 17).map(|s| s as u64),
-            args: row.get(at + 18),
-            ttl: row
-                .get::<_, Option<i64>>(at + 21)
-                .map(|ms| Duration::from_millis(ms.max(0) as u64)),
-            reason: row.get::<_, Option<String>>(at + 22).and_then(Reason::new),
-        },
+        info,
         worker: row.get(at + 19),
         audit,
     })

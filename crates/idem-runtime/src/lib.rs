@@ -3,6 +3,7 @@
 //!
 //! Most users depend on the `idem` facade crate instead, which re-exports
 //! everything here together with the `#[tool]` attribute.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 #[doc(hidden)]
 #[path = "macro_support.rs"]

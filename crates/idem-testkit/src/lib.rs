@@ -49,7 +49,7 @@
 //!
 //! [`process`] is the other driver of the same world, tools and checks:
 //! worker processes killed with SIGKILL mid-call on a durable store,
-//! sharing a ledger in a file (`crates/idem-runtime/tests/executor/kill.rs`).
+//! sharing a ledger in a file (`tests/faults/kill.rs`).
 
 use std::sync::Arc;
 

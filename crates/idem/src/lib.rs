@@ -53,7 +53,10 @@
 //!
 //! # The classes
 //!
-#![doc = include_str!("../../idem-runtime/src/doc/classes.md")]
+// `src/doc/` holds links to the pages this crate shares with idem-runtime
+// and docs/: `cargo package` copies what a link points to, so the published
+// crate (and docs.rs) has them, where a path out of the package would not.
+#![doc = include_str!("doc/classes.md")]
 //!
 //! # Where things are
 //!
@@ -96,6 +99,7 @@
 //! }
 //! # fn main() { assert_eq!(charge_card::SPEC.name, "charge_card"); }
 //! ```
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 /// `#[tool]`: turn a function into a tool. See its documentation for the
 /// options.
@@ -130,7 +134,7 @@ pub use idem_runtime::retry::RetryPolicy;
 // The modules, for everything else.
 pub use idem_runtime::{
     approval, audit, catalog, class, clock, dispatch, error, executor, key, operator, provider,
-    record, registry, retry,
+    record, registry, retry, text,
 };
 
 pub mod store;

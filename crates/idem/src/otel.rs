@@ -1,7 +1,7 @@
 //! OpenTelemetry (feature `otel`): what idem tells about each call, and how
 //! to export it.
 //!
-#![doc = include_str!("../../../docs/telemetry.md")]
+#![doc = include_str!("doc/telemetry.md")]
 
 pub use idem_runtime::executor::{Meter, OTEL_SCOPE};
 

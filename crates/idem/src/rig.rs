@@ -137,6 +137,7 @@ use idem_runtime::{
 /// # Ok::<(), rig_core::tool::ToolContextError>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct IdemRun {
     /// The agent run (1 to 256 bytes, as `docs/keys.md` says).
     pub run_id: String,
@@ -194,6 +195,7 @@ impl ContextValue for IdemRun {
 /// How one call went, published as the call's host-only result metadata
 /// ([`ToolContext::result`]); never sent to the model.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct CallReport {
     /// The tool.
     pub tool: String,

@@ -149,24 +149,22 @@ async fn refused(operator: &Operator, error: OperatorError) -> CliError {
 /// `idem proxy`: the proxy of `idem_mcp`, recording on the store at `url`
 /// (opened only once the upstream has answered).
 async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> {
-    let options = idem_mcp::proxy::ProxyOptions {
-        config: args.config.clone(),
-        print_config: args.print_config,
-        listen: args.listen.clone(),
-        principals: args.principals.clone(),
-        no_auth: args.no_auth,
-        oauth_issuer: args.oauth_issuer.clone(),
-        oauth_resource: args.oauth_resource.clone(),
-        oauth_jwks: args.oauth_jwks.clone(),
-        tls_cert: args.tls_cert.clone(),
-        tls_key: args.tls_key.clone(),
-        allow_plain_http: args.allow_plain_http,
-        upstream: args.upstream.clone(),
-        upstream_token_file: args.upstream_token_file.clone(),
-        upstream_token_env: args.upstream_token_env.clone(),
-        state_secret_file: args.state_secret_file.clone(),
-        command: args.command.clone(),
-    };
+    let mut options = idem_mcp::proxy::ProxyOptions::new(args.command.clone());
+    options.config = args.config.clone();
+    options.print_config = args.print_config;
+    options.listen = args.listen.clone();
+    options.principals = args.principals.clone();
+    options.no_auth = args.no_auth;
+    options.oauth_issuer = args.oauth_issuer.clone();
+    options.oauth_resource = args.oauth_resource.clone();
+    options.oauth_jwks = args.oauth_jwks.clone();
+    options.tls_cert = args.tls_cert.clone();
+    options.tls_key = args.tls_key.clone();
+    options.allow_plain_http = args.allow_plain_http;
+    options.upstream = args.upstream.clone();
+    options.upstream_token_file = args.upstream_token_file.clone();
+    options.upstream_token_env = args.upstream_token_env.clone();
+    options.state_secret_file = args.state_secret_file.clone();
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)

@@ -49,11 +49,9 @@ async fn executor(url: &str, worker: &str, message: &'static str) -> Executor<Ap
 async fn forged_approval(url: &str, call_id: &str) -> String {
     let exec = executor(url, FORGED, FORGED).await;
     let dispatcher = Dispatcher::new(exec.clone(), idem::tools![delete_account]);
-    let run = RunContext {
-        namespace: Some(Namespace::new(FORGED).unwrap()),
-        ..RunContext::default()
-    }
-    .reason(FORGED);
+    let run = RunContext::default()
+        .namespace(Namespace::new(FORGED).unwrap())
+        .reason(FORGED);
     let result = dispatcher
         .dispatch_one(delete_call(call_id, FORGED), &run)
         .await

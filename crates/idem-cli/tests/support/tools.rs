@@ -153,10 +153,7 @@ pub fn delete_call(id: &str, customer: &str) -> ToolCall {
 
 /// Calls of tenant `namespace`.
 pub fn tenant(namespace: &str) -> RunContext {
-    RunContext {
-        namespace: Some(Namespace::new(namespace).unwrap()),
-        ..RunContext::default()
-    }
+    RunContext::default().namespace(Namespace::new(namespace).unwrap())
 }
 
 /// `call` of tenant `namespace` sent (again) through `agent`: assert that

@@ -38,9 +38,10 @@ fn awaiting(args: Option<&str>) -> Record {
             message: "refunds need finance".into(),
         },
         steps: Default::default(),
-        info: CallInfo {
-            args: args.map(str::to_owned),
-            ..CallInfo::default()
+        info: {
+            let mut info = CallInfo::default();
+            info.args = args.map(str::to_owned);
+            info
         },
         worker: None,
         audit: Vec::new(),

@@ -264,10 +264,10 @@ impl<S: Send + Sync + 'static> Tools<S> {
                 name: name.to_owned(),
                 arguments: Arguments::Json(Value::Object(arguments)),
             },
-            run: RunContext {
-                namespace: Some(namespace),
-                reason,
-                ..RunContext::default()
+            run: {
+                let mut run = RunContext::default().namespace(namespace);
+                run.reason = reason;
+                run
             },
             fingerprint,
             principal,

@@ -7,7 +7,21 @@ use idem_runtime::store::StoreError;
 pub use super::http::UpstreamUrlError;
 
 /// How to run the proxy: the `idem proxy` command's options.
+///
+/// It gains an option now and then, so outside this crate it is made with
+/// [`ProxyOptions::new`] (or [`ProxyOptions::default`], for an upstream
+/// reached by URL) and its fields set one by one:
+///
+/// ```
+/// use idem_mcp::proxy::ProxyOptions;
+///
+/// let mut options = ProxyOptions::new(["npx", "-y", "@modelcontextprotocol/server-everything"]);
+/// options.listen = Some("127.0.0.1:8080".into());
+/// options.no_auth = true;
+/// assert_eq!(options.command.len(), 3);
+/// ```
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ProxyOptions {
     /// The configuration file (TOML): a class and key options for each
     /// upstream tool, by name or glob. Where it is silent, the upstream's
@@ -57,6 +71,22 @@ pub struct ProxyOptions {
     pub state_secret_file: Option<PathBuf>,
     /// The upstream MCP server's command and its arguments.
     pub command: Vec<String>,
+}
+
+impl ProxyOptions {
+    /// Start the upstream MCP server with `command` (the program, then its
+    /// arguments) and serve it over stdio; every other option as
+    /// [`ProxyOptions::default`] has it.
+    pub fn new<I, S>(command: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ProxyOptions {
+            command: command.into_iter().map(Into::into).collect(),
+            ..ProxyOptions::default()
+        }
+    }
 }
 
 /// The proxy could not start, or stopped serving. Nothing was called on

@@ -115,7 +115,24 @@ pub enum ApprovalDecision {
 }
 
 /// What a policy is asked about.
+///
+/// The executor makes it; a policy's own tests make one with
+/// [`ApprovalRequest::new`] and the methods beside it (it gains a field now
+/// and then, so it cannot be written as a struct literal outside idem):
+///
+/// ```
+/// use idem_runtime::approval::ApprovalRequest;
+/// use idem_runtime::key::{IdempotencyKey, Namespace};
+///
+/// let key = IdempotencyKey::parse(&"0".repeat(64)).unwrap();
+/// let args = serde_json::json!({"id": 7});
+/// let request = ApprovalRequest::new("delete_account", key, Namespace::default(), args)
+///     .call_id("call_1")
+///     .reason("The customer asked to close the account.");
+/// assert_eq!(request.call_id.as_deref(), Some("call_1"));
+/// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct ApprovalRequest {
     /// The tool.
     pub tool: String,
@@ -131,6 +148,39 @@ pub struct ApprovalRequest {
     /// that asks a person shows it escaped
     /// ([`text::visible`](crate::text::visible)).
     pub reason: Option<crate::record::Reason>,
+}
+
+impl ApprovalRequest {
+    /// A request about a call of `tool` under `key` in `namespace`, with
+    /// these arguments: no call id, no reason.
+    pub fn new(
+        tool: impl Into<String>,
+        key: IdempotencyKey,
+        namespace: Namespace,
+        args: Value,
+    ) -> Self {
+        ApprovalRequest {
+            tool: tool.into(),
+            key,
+            namespace,
+            call_id: None,
+            args,
+            reason: None,
+        }
+    }
+
+    /// The provider's call id.
+    pub fn call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+
+    /// Why the call was made ([`Reason`](crate::record::Reason): cut when
+    /// long; blank text is no reason).
+    pub fn reason(mut self, text: impl Into<String>) -> Self {
+        self.reason = crate::record::Reason::new(text);
+        self
+    }
 }
 
 /// Decides whether an irreversible call may run. Asked at most once per key.

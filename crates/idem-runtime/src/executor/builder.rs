@@ -31,6 +31,7 @@ pub enum InFlightPolicy {
 
 /// Executor-wide defaults; tools override them per tool.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ExecutorConfig {
     /// How long completed records are kept (24 h).
     pub ttl: Duration,

@@ -32,7 +32,12 @@ use super::{ApprovalSource, Executor, Started};
 /// assert_eq!(run.run_id.as_deref(), Some("run-42"));
 /// assert_eq!(run.reason.unwrap().as_str(), "The customer asked to close the account.");
 /// ```
+///
+/// Made with [`RunContext::new`] or [`RunContext::default`] and the
+/// methods below: it gains a field now and then, so it cannot be written as
+/// a struct literal outside idem.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RunContext {
     /// The agent run.
     pub run_id: Option<String>,
@@ -157,6 +162,7 @@ pub struct CallOutput<T> {
 
 /// How a call was carried out.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct CallMeta {
     /// The tool.
     pub tool: &'static str,

@@ -24,6 +24,7 @@ pub(super) struct Metrics {
 
 /// A snapshot of the executor's counters.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+#[non_exhaustive]
 pub struct MetricsSnapshot {
     /// Tool bodies run (each attempt counts).
     pub executions: u64,

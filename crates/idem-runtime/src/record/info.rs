@@ -91,7 +91,21 @@ impl<'de> serde::Deserialize<'de> for Reason {
 
 /// What the first claim of a key recorded about the call: what an operator
 /// needs to find it and judge it.
+///
+/// It gains a field now and then, so outside idem it is made from
+/// [`CallInfo::default`] (or [`CallInfo::EMPTY`]) with its fields set one
+/// by one, as a store's decoder does:
+///
+/// ```
+/// use idem_runtime::record::CallInfo;
+///
+/// let mut info = CallInfo::default();
+/// info.call_id = Some("call_1".into());
+/// info.step = Some(3);
+/// assert!(!info.is_empty());
+/// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
 pub struct CallInfo {
     /// The tenant / principal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
