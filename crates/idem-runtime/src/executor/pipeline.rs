@@ -16,8 +16,8 @@
 //! 6. run the attempts ([`attempts::run`] → [`Ran`]);
 //! 7. record the outcome ([`record::outcome`]).
 //!
-//! Phases 3 to 7 are [`as_owner`]; [`owned`] keeps the lease alive while
-//! they run. A call whose approval is pending waits for a person's
+//! Phases 3 to 7 are [`owned`], which keeps the lease alive while they
+//! run. A call whose approval is pending waits for a person's
 //! decision, as long as it may, then claims again ([`claim_and_wait`]).
 //!
 //! How the futures are built matters as much as what they do: the
@@ -480,7 +480,9 @@ where
     answer::from_record(&call.env, key, record)
 }
 
-/// We own the key: keep the lease alive while phases 3 to 7 run.
+/// Phases 3 to 7, as the key's owner: each takes what the one before it
+/// handed on, so none can run before the one above it has succeeded. The
+/// lease is kept alive while they run.
 ///
 /// A call that is over by the end of its first poll (a tool that answers
 /// at once, on a store that answers on this thread) has no lease to renew:
@@ -499,55 +501,40 @@ where
     R: Borrow<T> + Send + Sync,
 {
     async move {
-        let mut work = std::pin::pin!(as_owner(call, args, fingerprint, owner));
-        if let std::task::Poll::Ready(result) = poll_once(work.as_mut()).await {
+        let env = &call.env;
+        let phases = async {
+            // 3. Settle what the owner inherited: an approval given for
+            //    other arguments, a previous owner that vanished.
+            let owned: Owned<'_> = match takeover::settle(call, args, owner).await {
+                takeover::Settled::Run(owned) => owned,
+                takeover::Settled::Done(result) => return result,
+            };
+            // 4. Obtain an approval (`irreversible` only).
+            let args_json = || serde_json::to_value(args).unwrap_or(Value::Null);
+            let approved = approval::obtain(env, owned, fingerprint, &args_json).await?;
+            // 5. Mark the attempt as started (classes that are never re-run).
+            let started = record::mark_started(env, approved).await?;
+            // 6. Run the attempts.
+            let (result, attempts) =
+                attempts::run(call, args, owner.ctx.clone(), Some(owner)).await;
+            // 7. Record the outcome.
+            let ran = Ran {
+                started,
+                result,
+                attempts,
+            };
+            record::outcome(call, args, ran).await
+        };
+        let mut phases = std::pin::pin!(phases);
+        if let std::task::Poll::Ready(result) = poll_once(phases.as_mut()).await {
             return result;
         }
-        let keep = Box::pin(owner::keep_lease(&call.env, owner));
+        let keep = Box::pin(owner::keep_lease(env, owner));
         tokio::select! {
             biased;
-            result = work => result,
+            result = phases => result,
             never = keep => match never {},
         }
-    }
-}
-
-/// Phases 3 to 7, as the key's owner: each takes what the one before it
-/// handed on, so none can run before the one above it has succeeded.
-#[allow(clippy::manual_async_fn)]
-fn as_owner<'s, S, T, R>(
-    call: &'s Call<'_, S, T, R>,
-    args: &'s T::Args,
-    fingerprint: &'s Fingerprint,
-    owner: &'s Owner<'s>,
-) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's
-where
-    S: Send + Sync + 'static,
-    T: Tool<S>,
-    R: Borrow<T> + Send + Sync,
-{
-    async move {
-        let env = &call.env;
-        // 3. Settle what the owner inherited: an approval given for other
-        //    arguments, a previous owner that vanished.
-        let owned: Owned<'_> = match takeover::settle(call, args, owner).await {
-            takeover::Settled::Run(owned) => owned,
-            takeover::Settled::Done(result) => return result,
-        };
-        // 4. Obtain an approval (`irreversible` only).
-        let args_json = || serde_json::to_value(args).unwrap_or(Value::Null);
-        let approved = approval::obtain(env, owned, fingerprint, &args_json).await?;
-        // 5. Mark the attempt as started (classes that are never re-run).
-        let started = record::mark_started(env, approved).await?;
-        // 6. Run the attempts.
-        let (result, attempts) = attempts::run(call, args, owner.ctx.clone(), Some(owner)).await;
-        // 7. Record the outcome.
-        let ran = Ran {
-            started,
-            result,
-            attempts,
-        };
-        record::outcome(call, args, ran).await
     }
 }
 
