@@ -1,9 +1,10 @@
-//! Phase 5: run the tool body, each attempt under the tool's timeout (a
+//! Phase 6: run the tool body, each attempt under the tool's timeout (a
 //! timeout is an ambiguous error), retrying while the class and the error's
 //! kind allow it and the retry policy has attempts left. A keyed owner
 //! extends its lease (and records the next attempt number) before each
 //! retry, so that the pause does not let another caller take the key over.
 
+use std::borrow::Borrow;
 use std::future::Future;
 use std::task::Poll;
 use std::time::Duration;
@@ -17,56 +18,65 @@ use crate::error::ToolError;
 use crate::retry::may_retry;
 use crate::tool::Tool;
 
-use super::claim::Owner;
-use super::metrics::Metrics;
-use super::{Call, CallEnv, ATTEMPT_STEP};
+use crate::record::ATTEMPT_STEP;
 use crate::store::StoreExt;
 
-impl<S, T, R> Call<'_, S, T, R>
+use super::env::{Call, CallEnv};
+use super::metrics::Metrics;
+use super::owner::Owner;
+
+/// Run attempts until success, a non-retryable error or the limit.
+/// With `owner` (a keyed call), the lease is extended before a retry,
+/// and no retry starts once the lease is lost.
+/// Returns the last result and how many attempts were made.
+// Not an `async fn`: an `async fn`'s future keeps its parameters twice,
+// and the copies, laid out apart, keep the phases' states from sharing
+// space.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn run<'s, S, T, R>(
+    call: &'s Call<'_, S, T, R>,
+    args: &'s T::Args,
+    base: ToolCtx,
+    owner: Option<&'s Owner<'_>>,
+) -> impl Future<Output = (Result<T::Output, ToolError>, u32)> + Send + 's
 where
     S: Send + Sync + 'static,
     T: Tool<S>,
-    R: std::borrow::Borrow<T> + Send + Sync,
+    R: Borrow<T> + Send + Sync,
 {
-    /// Run attempts until success, a non-retryable error or the limit.
-    /// With `owner` (a keyed call), the lease is extended before a retry,
-    /// and no retry starts once the lease is lost.
-    /// Returns the last result and how many attempts were made.
-    // Not an `async fn`: see `owned`.
-    #[allow(clippy::manual_async_fn)]
-    pub(super) fn attempts<'s>(
-        &'s self,
-        args: &'s T::Args,
-        base: ToolCtx,
-        owner: Option<&'s Owner<'_>>,
-    ) -> impl Future<Output = (Result<T::Output, ToolError>, u32)> + Send + 's {
-        async move {
-            let timeout = self.env.timeout();
-            let mut attempt = 1;
-            loop {
-                let ctx = base.clone().with_attempt(attempt);
-                Metrics::bump(&self.env.metrics().executions);
-                let run = || self.tool().call(args.clone(), &ctx, self.state);
-                let result = match within(timeout, run).await {
-                    Ok(result) => result,
-                    Err(_) => Err(ToolError::ambiguous(format!(
-                        "timed out after {timeout:?}; the effect may or may not have happened"
-                    ))),
-                };
-                self.progress.attempted(attempt);
-                let error = match result {
-                    Ok(output) => return (Ok(output), attempt),
-                    Err(error) => error,
-                };
-                // Boxed: most calls never retry, and inline the pause's timer
-                // and the lease's extension would size every call's future.
-                if !Box::pin(self.env.before_retry(attempt, &error, owner)).await {
-                    return (Err(error), attempt);
-                }
-                attempt += 1;
+    async move {
+        let timeout = call.env.timeout();
+        let mut attempt = 1;
+        loop {
+            let ctx = base.clone().with_attempt(attempt);
+            Metrics::bump(&call.env.metrics().executions);
+            let run = || call.tool().call(args.clone(), &ctx, call.state);
+            let result = match within(timeout, run).await {
+                Ok(result) => result,
+                Err(_) => Err(ToolError::ambiguous(format!(
+                    "timed out after {timeout:?}; the effect may or may not have happened"
+                ))),
+            };
+            call.progress.attempted(attempt);
+            let error = match result {
+                Ok(output) => return (Ok(output), attempt),
+                Err(error) => error,
+            };
+            // Boxed: most calls never retry, and inline the pause's timer
+            // and the lease's extension would size every call's future.
+            if !Box::pin(before_retry(&call.env, attempt, &error, owner)).await {
+                return (Err(error), attempt);
             }
+            attempt += 1;
         }
     }
+}
+
+/// The context a tool sees: no key for reads.
+pub(super) fn base_ctx(env: &CallEnv<'_>) -> ToolCtx {
+    ToolCtx::new(env.name(), env.class)
+        .with_namespace(env.namespace())
+        .with_call_id(env.call_id.clone())
 }
 
 /// `run`, cut off `timeout` after it started, as `tokio::time::timeout`
@@ -98,60 +108,61 @@ fn within<F: Future>(
     }
 }
 
-impl CallEnv<'_> {
-    /// Whether attempt `attempt`, which failed with `error`, is followed by
-    /// another, after a pause (over when this returns `true`). A keyed
-    /// owner's lease is extended over the pause and the next attempt
-    /// first; if that fails, no retry.
-    async fn before_retry(
-        &self,
-        attempt: u32,
-        error: &ToolError,
-        owner: Option<&Owner<'_>>,
-    ) -> bool {
-        let Some(pause) = self.retry_pause(attempt, error, owner).await else {
-            return false;
-        };
-        tokio::time::sleep(pause).await;
-        true
-    }
+/// Whether attempt `attempt`, which failed with `error`, is followed by
+/// another, after a pause (over when this returns `true`). A keyed
+/// owner's lease is extended over the pause and the next attempt
+/// first; if that fails, no retry.
+async fn before_retry(
+    env: &CallEnv<'_>,
+    attempt: u32,
+    error: &ToolError,
+    owner: Option<&Owner<'_>>,
+) -> bool {
+    let Some(pause) = retry_pause(env, attempt, error, owner).await else {
+        return false;
+    };
+    tokio::time::sleep(pause).await;
+    true
+}
 
-    /// The pause before the attempt after `attempt`, if there is one.
-    async fn retry_pause(
-        &self,
-        attempt: u32,
-        error: &ToolError,
-        owner: Option<&Owner<'_>>,
-    ) -> Option<Duration> {
-        let retryable = attempt < self.policy.attempts()
-            && !owner.is_some_and(Owner::lost)
-            && may_retry(self.class, error.kind())
-            && !self.policy.retry_after_too_long(error.retry_after());
-        if !retryable {
+/// The pause before the attempt after `attempt`, if there is one.
+async fn retry_pause(
+    env: &CallEnv<'_>,
+    attempt: u32,
+    error: &ToolError,
+    owner: Option<&Owner<'_>>,
+) -> Option<Duration> {
+    let retryable = attempt < env.policy.attempts()
+        && !owner.is_some_and(Owner::lost)
+        && may_retry(env.class, error.kind())
+        && !env
+            .policy
+            .policy()
+            .retry_after_too_long(error.retry_after());
+    if !retryable {
+        return None;
+    }
+    let pause = env.policy.policy().delay(attempt, error.retry_after());
+    if let Some(owner) = owner {
+        // Keep ownership through the pause and the next attempt.
+        let extend = env
+            .store()
+            .checkpoint(
+                &owner.key,
+                owner.fence,
+                ATTEMPT_STEP,
+                &Value::from(attempt + 1),
+                pause.saturating_add(env.lease()),
+            )
+            .await;
+        if let Err(e) = extend {
+            tracing::warn!(error = %e, "could not extend the lease; not retrying");
             return None;
         }
-        let pause = self.policy.delay(attempt, error.retry_after());
-        if let Some(owner) = owner {
-            // Keep ownership through the pause and the next attempt.
-            let extend = self
-                .store()
-                .checkpoint(
-                    &owner.key,
-                    owner.fence,
-                    ATTEMPT_STEP,
-                    &Value::from(attempt + 1),
-                    pause.saturating_add(self.lease()),
-                )
-                .await;
-            if let Err(e) = extend {
-                tracing::warn!(error = %e, "could not extend the lease; not retrying");
-                return None;
-            }
-        }
-        tracing::info!(attempt, kind = %error.kind(), pause_ms = pause.as_millis() as u64, error = %error.message(), "retrying");
-        Metrics::bump(&self.metrics().retries);
-        Some(pause)
     }
+    tracing::info!(attempt, kind = %error.kind(), pause_ms = pause.as_millis() as u64, error = %error.message(), "retrying");
+    Metrics::bump(&env.metrics().retries);
+    Some(pause)
 }
 
 /// Poll `future` once, in the task awaiting this, and say what it gave:

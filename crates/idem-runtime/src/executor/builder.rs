@@ -11,8 +11,9 @@ use crate::record::DEFAULT_TTL;
 use crate::retry::RetryPolicy;
 use crate::store::Store;
 
+use super::env::{Core, Mode};
 use super::metrics::Metrics;
-use super::{flight, Core, Executor, Inner, Mode};
+use super::{flight, Executor, Inner};
 #[cfg(doc)]
 use {super::CallBuilder, crate::error::IdemError};
 

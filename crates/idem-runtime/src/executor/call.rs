@@ -13,7 +13,9 @@ use crate::record::Reason;
 use crate::retry::RetryPolicy;
 use crate::tool::{Tool, ToolDef};
 
-use super::{ApprovalSource, Executor, Started};
+use super::env::ApprovalSource;
+use super::pipeline::Begun;
+use super::Executor;
 
 /// Where calls come from: the agent run and its step (the key source of a
 /// call without a provider call id), the tenant, and why the calls were
@@ -293,8 +295,8 @@ impl<'e, S: Send + Sync + 'static, T: Tool<S>> IntoFuture for CallBuilder<'e, S,
             self.options,
             self.approval,
         ) {
-            Started::Done(result) => CallFuture(Inner::Ready(Some(result))),
-            Started::Running(rest) => {
+            Begun::Done(result) => CallFuture(Inner::Ready(Some(result))),
+            Begun::Running(rest) => {
                 CallFuture(Inner::Running(exec.finish::<T, T>(self.tool, rest)))
             }
         }

@@ -7,7 +7,7 @@ use crate::error::IdemError;
 use crate::key::{self, CanonicalArgs, IdempotencyKey, KeyError, KeyInput, KeySource, Namespace};
 use crate::tool::{KeyMaterial, KeySpec, ToolSpec};
 
-use super::CallEnv;
+use super::env::CallEnv;
 
 /// A call's key and what its claim compares.
 pub(super) struct CallKey {
@@ -77,57 +77,55 @@ impl CallKey {
     }
 }
 
-impl CallEnv<'_> {
-    /// Canonicalize `args` and derive the key; nothing has touched the
-    /// store yet, so an error here means nothing ran.
-    pub(super) fn key<A: serde::Serialize>(
-        &self,
-        args: &A,
-        material: Option<KeyMaterial>,
-    ) -> Result<CallKey, IdemError> {
-        let canonical =
-            CanonicalArgs::from_serialize(args).map_err(|e| IdemError::InvalidArguments {
-                tool: self.name().to_owned(),
-                detail: e.to_string(),
-            })?;
-        self.key_of(canonical, material.as_ref())
-    }
+/// Canonicalize `args` and derive the key; nothing has touched the
+/// store yet, so an error here means nothing ran.
+pub(super) fn derive<A: serde::Serialize>(
+    env: &CallEnv<'_>,
+    args: &A,
+    material: Option<KeyMaterial>,
+) -> Result<CallKey, IdemError> {
+    let canonical =
+        CanonicalArgs::from_serialize(args).map_err(|e| IdemError::InvalidArguments {
+            tool: env.name().to_owned(),
+            detail: e.to_string(),
+        })?;
+    canonical_key(env, canonical, material.as_ref())
+}
 
-    /// The type-independent part of [`CallEnv::key`].
-    fn key_of(
-        &self,
-        args: CanonicalArgs,
-        material: Option<&KeyMaterial>,
-    ) -> Result<CallKey, IdemError> {
-        let namespace = self.namespace();
-        let source = CallKeySource {
-            call_id: self.call_id.as_deref(),
-            run: self.run.run_id.as_deref().map(|run| (run, self.run.step)),
-            window: self.run.repeat_window.map(|w| WindowKeys {
-                version: self.spec.key_version,
-                tool: self.spec.name,
-                // The TTL at most: a record older than that is gone.
-                seconds: w.within.min(self.ttl()).as_secs().max(1),
-                repeat: w.repeat,
-            }),
-            args: &args,
-            namespace: &namespace,
-            clock: &*self.core.clock,
-        };
-        let window = source.window;
-        let (key, check_fingerprint, windowed) = key_for_call(self.spec, material, source)
-            .map_err(|source| IdemError::Key {
-                tool: self.name().to_owned(),
-                source,
-            })?;
-        Ok(CallKey {
-            key,
-            args,
-            check_fingerprint,
-            namespace,
-            window: window.filter(|_| windowed).map(Box::new),
-        })
-    }
+/// The type-independent part of [`derive`].
+fn canonical_key(
+    env: &CallEnv<'_>,
+    args: CanonicalArgs,
+    material: Option<&KeyMaterial>,
+) -> Result<CallKey, IdemError> {
+    let namespace = env.namespace();
+    let source = CallKeySource {
+        call_id: env.call_id.as_deref(),
+        run: env.run.run_id.as_deref().map(|run| (run, env.run.step)),
+        window: env.run.repeat_window.map(|w| WindowKeys {
+            version: env.spec.key_version,
+            tool: env.spec.name,
+            // The TTL at most: a record older than that is gone.
+            seconds: w.within.min(env.ttl()).as_secs().max(1),
+            repeat: w.repeat,
+        }),
+        args: &args,
+        namespace: &namespace,
+        clock: env.clock(),
+    };
+    let window = source.window;
+    let (key, check_fingerprint, windowed) =
+        key_for_call(env.spec, material, source).map_err(|source| IdemError::Key {
+            tool: env.name().to_owned(),
+            source,
+        })?;
+    Ok(CallKey {
+        key,
+        args,
+        check_fingerprint,
+        namespace,
+        window: window.filter(|_| windowed).map(Box::new),
+    })
 }
 
 /// Where one call's key comes from: the tool's key derivation applied to

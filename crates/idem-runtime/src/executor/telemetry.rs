@@ -9,11 +9,15 @@
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 
+use crate::class::ClassKind;
 use crate::error::IdemError;
-use crate::key::IdempotencyKey;
+use crate::key::{IdempotencyKey, Namespace};
 use crate::record::Fence;
+use crate::tool::ToolSpec;
 
-use super::{CallEnv, CallOutput};
+use super::call::CallOutput;
+use super::env::CallEnv;
+use super::metrics::Metrics;
 
 /// The two facts about a call that its phases gather on the way and that
 /// only its end tells: how many attempts of the tool body it made, and
@@ -64,6 +68,39 @@ pub(super) fn span_name(tool: &'static str) -> &'static str {
         .or_insert_with(|| String::leak(format!("{OPERATION} {tool}")))
 }
 
+/// The call's `execute_tool` span, with the fields known at its start (the
+/// OpenTelemetry GenAI names, and idem's own) and those its phases fill in
+/// as they learn them.
+pub(super) fn span(
+    spec: &ToolSpec,
+    class: ClassKind,
+    call_id: Option<&str>,
+    namespace: &Namespace,
+) -> tracing::Span {
+    tracing::info_span!(
+        "execute_tool",
+        // The span's kind is INTERNAL, the default.
+        otel.name = span_name(spec.name),
+        otel.status_code = tracing::field::Empty,
+        otel.status_description = tracing::field::Empty,
+        gen_ai.operation.name = OPERATION,
+        gen_ai.tool.name = spec.name,
+        gen_ai.tool.type = "function",
+        gen_ai.tool.description = spec.description,
+        gen_ai.tool.call.id = call_id,
+        error.type = tracing::field::Empty,
+        idem.class = class.as_str(),
+        idem.namespace = namespace.as_str(),
+        idem.key = tracing::field::Empty,
+        idem.outcome = tracing::field::Empty,
+        idem.refusal = tracing::field::Empty,
+        idem.attempts = tracing::field::Empty,
+        idem.takeover = tracing::field::Empty,
+        idem.fence = tracing::field::Empty,
+        idem.approver = tracing::field::Empty,
+    )
+}
+
 /// What idem decided about a call, as `idem.outcome` names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Ended {
@@ -100,30 +137,33 @@ impl Ended {
     }
 }
 
-impl CallEnv<'_> {
-    /// Tell the span the call's key, when a subscriber records it (the key
-    /// is spelled out only then).
-    pub(super) fn tell_key(&self, key: &IdempotencyKey) {
-        if !self.span.is_disabled() {
-            self.span.record("idem.key", key.as_str());
-        }
+/// Tell the span the call's key, when a subscriber records it (the key
+/// is spelled out only then).
+pub(super) fn tell_key(env: &CallEnv<'_>, key: &IdempotencyKey) {
+    if !env.span.is_disabled() {
+        env.span.record("idem.key", key.as_str());
     }
+}
 
-    /// Tell the span that the call owns its key with `fence` (`takeover`:
-    /// from an owner that vanished) as soon as it does (a call that is then
-    /// cancelled tells it too): with its key when both are known at once,
-    /// in one record.
-    pub(super) fn tell_owner(&self, key: Option<&IdempotencyKey>, fence: Fence, takeover: bool) {
-        if self.span.is_disabled() {
-            return;
-        }
-        tracing::record_all!(
-            self.span,
-            idem.key = key.map(IdempotencyKey::as_str),
-            idem.fence = fence.0,
-            idem.takeover = takeover.then_some(true),
-        );
+/// Tell the span that the call owns its key with `fence` (`takeover`:
+/// from an owner that vanished) as soon as it does (a call that is then
+/// cancelled tells it too): with its key when both are known at once,
+/// in one record.
+pub(super) fn tell_owner(
+    env: &CallEnv<'_>,
+    key: Option<&IdempotencyKey>,
+    fence: Fence,
+    takeover: bool,
+) {
+    if env.span.is_disabled() {
+        return;
     }
+    tracing::record_all!(
+        env.span,
+        idem.key = key.map(IdempotencyKey::as_str),
+        idem.fence = fence.0,
+        idem.takeover = takeover.then_some(true),
+    );
 }
 
 /// How a call ended, in the span's and the instruments' terms.
@@ -197,78 +237,80 @@ pub(super) enum Count {
     StoreError,
 }
 
-impl CallEnv<'_> {
-    /// Add one to a counter (and its instrument, with the call's tool and
-    /// class).
-    pub(super) fn count(&self, what: Count) {
-        let m = self.metrics();
-        let counter = match what {
-            Count::Takeover => &m.takeovers,
-            Count::UnknownOutcome => &m.unknown_outcomes,
-            Count::ApprovalRequested => &m.approvals_requested,
-            Count::ApprovalGranted => &m.approvals_granted,
-            Count::ApprovalDenied => &m.approvals_denied,
-            Count::StoreError => &m.store_errors,
+/// Add one to a counter (and its instrument, with the call's tool and
+/// class).
+pub(super) fn count(env: &CallEnv<'_>, what: Count) {
+    let m = env.metrics();
+    let counter = match what {
+        Count::Takeover => &m.takeovers,
+        Count::UnknownOutcome => &m.unknown_outcomes,
+        Count::ApprovalRequested => &m.approvals_requested,
+        Count::ApprovalGranted => &m.approvals_granted,
+        Count::ApprovalDenied => &m.approvals_denied,
+        Count::StoreError => &m.store_errors,
+    };
+    Metrics::bump(counter);
+    #[cfg(feature = "otel")]
+    {
+        let o = &m.otel;
+        let instrument = match what {
+            Count::Takeover => &o.takeovers,
+            Count::UnknownOutcome => &o.unknown_outcomes,
+            Count::ApprovalRequested => &o.approvals_requested,
+            Count::ApprovalGranted => &o.approvals_granted,
+            Count::ApprovalDenied => &o.approvals_denied,
+            Count::StoreError => &o.store_errors,
         };
-        super::Metrics::bump(counter);
-        #[cfg(feature = "otel")]
-        {
-            let o = &m.otel;
-            let instrument = match what {
-                Count::Takeover => &o.takeovers,
-                Count::UnknownOutcome => &o.unknown_outcomes,
-                Count::ApprovalRequested => &o.approvals_requested,
-                Count::ApprovalGranted => &o.approvals_granted,
-                Count::ApprovalDenied => &o.approvals_denied,
-                Count::StoreError => &o.store_errors,
-            };
-            o.add(instrument, self);
-        }
+        o.add(instrument, env);
     }
+}
 
-    /// Record how the call ended on its span and in the instruments.
-    pub(super) fn end<O>(&self, result: &Result<CallOutput<O>, IdemError>, progress: &Progress) {
-        self.end_keyed(result, progress, None);
-    }
+/// Record how the call ended on its span and in the instruments.
+pub(super) fn end<O>(
+    env: &CallEnv<'_>,
+    result: &Result<CallOutput<O>, IdemError>,
+    progress: &Progress,
+) {
+    end_keyed(env, result, progress, None);
+}
 
-    /// [`end`](Self::end), recording `idem.key` too when the call's key
-    /// was not recorded yet (a call answered without awaiting).
-    pub(super) fn end_keyed<O>(
-        &self,
-        result: &Result<CallOutput<O>, IdemError>,
-        progress: &Progress,
-        key: Option<&IdempotencyKey>,
-    ) {
-        let attempts = progress.attempts.load(Ordering::Relaxed);
-        let joined = progress.joined.load(Ordering::Relaxed);
-        let ending = classify(result, attempts > 0, joined);
-        let span = &self.span;
-        if !span.is_disabled() {
-            // One record for all of them: each record is a walk through
-            // every layer (the OpenTelemetry one locks the span each time).
-            // `None` fields are left out.
-            let failed = ending.error_type.is_some();
-            tracing::record_all!(
-                span,
-                idem.key = key.map(IdempotencyKey::as_str),
-                idem.outcome = ending.outcome.as_str(),
-                idem.attempts = attempts,
-                idem.refusal = ending.refusal,
-                error.type = ending.error_type,
-                otel.status_code = failed.then_some("ERROR"),
-                otel.status_description = result
-                    .as_ref()
-                    .err()
-                    .filter(|_| failed)
-                    .map(tracing::field::display),
-            );
-        }
-        #[cfg(feature = "otel")]
-        self.core
-            .metrics
-            .otel
-            .call_ended(self, &ending, self.started.elapsed());
+/// [`end`], recording `idem.key` too when the call's key
+/// was not recorded yet (a call answered without awaiting).
+pub(super) fn end_keyed<O>(
+    env: &CallEnv<'_>,
+    result: &Result<CallOutput<O>, IdemError>,
+    progress: &Progress,
+    key: Option<&IdempotencyKey>,
+) {
+    let attempts = progress.attempts.load(Ordering::Relaxed);
+    let joined = progress.joined.load(Ordering::Relaxed);
+    let ending = classify(result, attempts > 0, joined);
+    let span = &env.span;
+    if !span.is_disabled() {
+        // One record for all of them: each record is a walk through
+        // every layer (the OpenTelemetry one locks the span each time).
+        // `None` fields are left out.
+        let failed = ending.error_type.is_some();
+        tracing::record_all!(
+            span,
+            idem.key = key.map(IdempotencyKey::as_str),
+            idem.outcome = ending.outcome.as_str(),
+            idem.attempts = attempts,
+            idem.refusal = ending.refusal,
+            error.type = ending.error_type,
+            otel.status_code = failed.then_some("ERROR"),
+            otel.status_description = result
+                .as_ref()
+                .err()
+                .filter(|_| failed)
+                .map(tracing::field::display),
+        );
     }
+    #[cfg(feature = "otel")]
+    env.core
+        .metrics
+        .otel
+        .call_ended(env, &ending, env.started.elapsed());
 }
 
 #[cfg(feature = "otel")]
@@ -285,7 +327,7 @@ mod instruments {
     use opentelemetry::KeyValue;
 
     use super::Ending;
-    use crate::executor::CallEnv;
+    use crate::executor::env::CallEnv;
 
     pub use opentelemetry::metrics::Meter;
 

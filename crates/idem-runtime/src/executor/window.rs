@@ -29,9 +29,10 @@ use crate::ledger::{self, Entry, Ledger};
 use crate::record::{Outcome, Record, RecordState};
 use crate::store::WaitFor;
 
-use super::claim::Claimed;
+use super::claim::{self, Claimed};
+use super::env::{CallEnv, Mode};
+use super::errors;
 use super::key::{CallKey, WindowKeys};
-use super::{CallEnv, Mode};
 use crate::store::StoreExt;
 
 /// How long an index is kept after its last change: long enough that an
@@ -101,165 +102,169 @@ struct Read {
     entry: Option<Entry<WindowIndex>>,
 }
 
-impl CallEnv<'_> {
-    /// Own the key of the effect this call begins, or claim the one it
-    /// repeats (see the module's documentation). `call.key` ends as that
-    /// effect's key.
-    pub(super) async fn claim_windowed(
-        &self,
-        call: &mut CallKey,
-    ) -> Result<Claimed<'static>, IdemError> {
-        let window = *call.window.as_deref().expect("a window key");
-        let fingerprint = call.args.fingerprint.as_str().to_owned();
-        for _ in 0..ROUNDS {
-            let read = self.read_index(call).await?;
-            let latest = read.index.is_latest(&fingerprint);
-            if let Some(effect) = read.index.find(&fingerprint, window.repeat) {
-                call.key = effect.key.clone();
-                if self.mode == Mode::Replay {
-                    return self.claim(call).await;
-                }
-                let repeats = match self.lookup(&call.key).await? {
-                    // Given out and not claimed yet, or its claim lost: the
-                    // one effect of these arguments, still to run.
-                    None => latest,
-                    Some(record) => unsettled(&record) || (latest && self.within(&record, &window)),
-                };
-                if repeats {
-                    return self.claim(call).await;
-                }
-            } else if self.mode == Mode::Replay {
-                // Nothing recorded for these arguments: the replay refuses.
-                call.key = call.window_key(read.index.generation.saturating_add(1));
-                return self.claim(call).await;
+/// Own the key of the effect this call begins, or claim the one it
+/// repeats (see the module's documentation). `call.key` ends as that
+/// effect's key.
+pub(super) async fn claim(
+    env: &CallEnv<'_>,
+    call: &mut CallKey,
+) -> Result<Claimed<'static>, IdemError> {
+    let window = *call.window.as_deref().expect("a window key");
+    let fingerprint = call.args.fingerprint.as_str().to_owned();
+    for _ in 0..ROUNDS {
+        let read = read_index(env, call).await?;
+        let latest = read.index.is_latest(&fingerprint);
+        if let Some(effect) = read.index.find(&fingerprint, window.repeat) {
+            call.key = effect.key.clone();
+            if env.mode == Mode::Replay {
+                return claim::claim(env, call).await;
             }
-            let index = self.begin_effect(call, &read.index, latest).await?;
-            if self.write_index(call, read.entry, &index).await? {
-                call.key = index.effects.last().expect("the new effect").key.clone();
-                return self.claim(call).await;
-            }
-        }
-        Err(self.refuse(IdemError::InFlight {
-            tool: self.name().to_owned(),
-            key: call.key.clone(),
-        }))
-    }
-
-    /// Whether a settled effect's `record` is recent enough to answer an
-    /// identical call: its outcome came less than a window ago.
-    fn within(&self, record: &Record, window: &WindowKeys) -> bool {
-        let RecordState::Completed { completed_at, .. } = &record.state else {
-            return true;
-        };
-        let now = self.core.clock.now().as_millis();
-        now.saturating_sub(completed_at.as_millis()) < window.millis()
-    }
-
-    /// The index with a new effect for this call: the next generation, the
-    /// effects of these arguments kept when they are the latest, and those
-    /// of earlier arguments kept only while unsettled.
-    async fn begin_effect(
-        &self,
-        call: &CallKey,
-        index: &WindowIndex,
-        latest: bool,
-    ) -> Result<WindowIndex, IdemError> {
-        let window = *call.window.as_deref().expect("a window key");
-        let fingerprint = call.args.fingerprint.as_str();
-        let now = self.core.clock.now().as_millis();
-        // Unique and growing even when the index is new again.
-        let generation = index.generation.saturating_add(1).max(now);
-        let mut effects = Vec::with_capacity(index.effects.len() + 1);
-        for effect in &index.effects {
-            let same = effect.fingerprint == fingerprint;
-            if same && effect.repeat == window.repeat {
-                // This call's effect is replaced by the new one.
-                continue;
-            }
-            if same && latest {
-                effects.push(effect.clone());
-                continue;
-            }
-            if let Some(record) = self.lookup(&effect.key).await? {
-                if unsettled(&record) {
-                    effects.push(effect.clone());
-                }
-            }
-        }
-        effects.push(Effect {
-            fingerprint: fingerprint.to_owned(),
-            repeat: window.repeat,
-            generation,
-            key: call.window_key(generation),
-        });
-        Ok(WindowIndex {
-            generation,
-            effects,
-        })
-    }
-
-    /// The window index's book: the record of tool `idem:window:TOOL`
-    /// under the index key of this call's namespace.
-    fn index_book<'a>(&'a self, tool: &'a str, namespace: &'a str) -> Ledger<'a> {
-        Ledger::new(self.store(), tool)
-            .namespace(namespace)
-            .worker(&self.core.config.worker)
-            .lease(self.lease())
-            .clock(&*self.core.clock)
-    }
-
-    /// Read this call's window index; a store's index in flight (another
-    /// call creating it) is waited for.
-    async fn read_index(&self, call: &CallKey) -> Result<Read, IdemError> {
-        let key = call.index_key();
-        let tool = ledger::names::window_index(self.name());
-        let namespace = self.namespace();
-        let book = self.index_book(&tool, namespace.as_str());
-        for _ in 0..ROUNDS {
-            let Some(record) = self.lookup(&key).await? else {
-                return Ok(Read {
-                    index: WindowIndex::default(),
-                    entry: None,
-                });
+            let repeats = match claim::lookup(env, &call.key).await? {
+                // Given out and not claimed yet, or its claim lost: the
+                // one effect of these arguments, still to run.
+                None => latest,
+                Some(record) => unsettled(&record) || (latest && within(env, &record, &window)),
             };
-            if let RecordState::InFlight { .. } = record.state {
-                self.store()
-                    .wait(&key, WaitFor::Completion, self.lease())
-                    .await
-                    .map_err(|e| self.store_err(e))?;
-                continue;
+            if repeats {
+                return claim::claim(env, call).await;
             }
-            let entry: Entry<WindowIndex> = book.read(record).map_err(|e| self.store_err(e))?;
-            return Ok(Read {
-                index: entry.value.clone(),
-                entry: Some(entry),
-            });
+        } else if env.mode == Mode::Replay {
+            // Nothing recorded for these arguments: the replay refuses.
+            call.key = call.window_key(read.index.generation.saturating_add(1));
+            return claim::claim(env, call).await;
         }
-        Err(self.refuse(IdemError::InFlight {
-            tool: self.name().to_owned(),
-            key,
-        }))
+        let index = begin_effect(env, call, &read.index, latest).await?;
+        if write_index(env, call, read.entry, &index).await? {
+            call.key = index.effects.last().expect("the new effect").key.clone();
+            return claim::claim(env, call).await;
+        }
     }
+    Err(errors::refuse(
+        env,
+        IdemError::InFlight {
+            tool: env.name().to_owned(),
+            key: call.key.clone(),
+        },
+    ))
+}
 
-    /// Store `index` in place of the one read (`None`: create it); `false`
-    /// when another call changed the index first (read it again).
-    async fn write_index(
-        &self,
-        call: &CallKey,
-        read: Option<Entry<WindowIndex>>,
-        index: &WindowIndex,
-    ) -> Result<bool, IdemError> {
-        let tool = ledger::names::window_index(self.name());
-        let namespace = self.namespace();
-        let book = self.index_book(&tool, namespace.as_str());
-        let written = match read {
-            Some(entry) => book.swap(&entry, index, INDEX_TTL).await,
-            None => {
-                let made_of = serde_json::json!({ "index": "window" });
-                book.create(&call.index_key(), &made_of, index, INDEX_TTL)
-                    .await
+/// Whether a settled effect's `record` is recent enough to answer an
+/// identical call: its outcome came less than a window ago.
+fn within(env: &CallEnv<'_>, record: &Record, window: &WindowKeys) -> bool {
+    let RecordState::Completed { completed_at, .. } = &record.state else {
+        return true;
+    };
+    let now = env.clock().now().as_millis();
+    now.saturating_sub(completed_at.as_millis()) < window.millis()
+}
+
+/// The index with a new effect for this call: the next generation, the
+/// effects of these arguments kept when they are the latest, and those
+/// of earlier arguments kept only while unsettled.
+async fn begin_effect(
+    env: &CallEnv<'_>,
+    call: &CallKey,
+    index: &WindowIndex,
+    latest: bool,
+) -> Result<WindowIndex, IdemError> {
+    let window = *call.window.as_deref().expect("a window key");
+    let fingerprint = call.args.fingerprint.as_str();
+    let now = env.clock().now().as_millis();
+    // Unique and growing even when the index is new again.
+    let generation = index.generation.saturating_add(1).max(now);
+    let mut effects = Vec::with_capacity(index.effects.len() + 1);
+    for effect in &index.effects {
+        let same = effect.fingerprint == fingerprint;
+        if same && effect.repeat == window.repeat {
+            // This call's effect is replaced by the new one.
+            continue;
+        }
+        if same && latest {
+            effects.push(effect.clone());
+            continue;
+        }
+        if let Some(record) = claim::lookup(env, &effect.key).await? {
+            if unsettled(&record) {
+                effects.push(effect.clone());
             }
-        };
-        written.map_err(|e| self.store_err(e))
+        }
     }
+    effects.push(Effect {
+        fingerprint: fingerprint.to_owned(),
+        repeat: window.repeat,
+        generation,
+        key: call.window_key(generation),
+    });
+    Ok(WindowIndex {
+        generation,
+        effects,
+    })
+}
+
+/// The window index's book: the record of tool `idem:window:TOOL`
+/// under the index key of this call's namespace.
+fn index_book<'a>(env: &'a CallEnv<'_>, tool: &'a str, namespace: &'a str) -> Ledger<'a> {
+    Ledger::new(env.store(), tool)
+        .namespace(namespace)
+        .worker(env.worker())
+        .lease(env.lease())
+        .clock(env.clock())
+}
+
+/// Read this call's window index; a store's index in flight (another
+/// call creating it) is waited for.
+async fn read_index(env: &CallEnv<'_>, call: &CallKey) -> Result<Read, IdemError> {
+    let key = call.index_key();
+    let tool = ledger::names::window_index(env.name());
+    let namespace = env.namespace();
+    let book = index_book(env, &tool, namespace.as_str());
+    for _ in 0..ROUNDS {
+        let Some(record) = claim::lookup(env, &key).await? else {
+            return Ok(Read {
+                index: WindowIndex::default(),
+                entry: None,
+            });
+        };
+        if let RecordState::InFlight { .. } = record.state {
+            env.store()
+                .wait(&key, WaitFor::Completion, env.lease())
+                .await
+                .map_err(|e| errors::store(env, e))?;
+            continue;
+        }
+        let entry: Entry<WindowIndex> = book.read(record).map_err(|e| errors::store(env, e))?;
+        return Ok(Read {
+            index: entry.value.clone(),
+            entry: Some(entry),
+        });
+    }
+    Err(errors::refuse(
+        env,
+        IdemError::InFlight {
+            tool: env.name().to_owned(),
+            key,
+        },
+    ))
+}
+
+/// Store `index` in place of the one read (`None`: create it); `false`
+/// when another call changed the index first (read it again).
+async fn write_index(
+    env: &CallEnv<'_>,
+    call: &CallKey,
+    read: Option<Entry<WindowIndex>>,
+    index: &WindowIndex,
+) -> Result<bool, IdemError> {
+    let tool = ledger::names::window_index(env.name());
+    let namespace = env.namespace();
+    let book = index_book(env, &tool, namespace.as_str());
+    let written = match read {
+        Some(entry) => book.swap(&entry, index, INDEX_TTL).await,
+        None => {
+            let made_of = serde_json::json!({ "index": "window" });
+            book.create(&call.index_key(), &made_of, index, INDEX_TTL)
+                .await
+        }
+    };
+    written.map_err(|e| errors::store(env, e))
 }

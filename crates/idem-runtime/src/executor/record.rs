@@ -1,0 +1,236 @@
+//! Phases 5 and 7: what an owner writes under its key. Before the tool of
+//! a class that is never re-run starts, its attempt is marked as started
+//! ([`mark_started`]); after the attempts, what happened is recorded
+//! ([`outcome`]):
+//!
+//! * success → the output is recorded and returned;
+//! * permanent error → recorded, every duplicate gets it;
+//! * transient error, or ambiguous for a class that may re-run → the key
+//!   is released, a later call may run;
+//! * ambiguous for `non_idempotent_write` / `irreversible` → the reconcile
+//!   hook decides; without an answer the outcome is recorded as unknown.
+
+use std::borrow::Borrow;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::error::{ErrorKind, IdemError, ToolError};
+use crate::record::{FailureCode, Outcome, OutputJson, StoredFailure, ATTEMPT_STEP};
+use crate::store::StoreExt;
+use crate::tool::{Reconciled, Tool};
+
+use super::answer;
+use super::call::CallOutput;
+use super::env::{Call, CallEnv};
+use super::errors;
+use super::owner::{Approved, Owner, Started};
+use super::telemetry::{self, Count};
+
+/// Phase 5, intent before effect: a class that is never re-run marks the
+/// attempt as started before its body runs (see [`ATTEMPT_STEP`]), so
+/// that a takeover can tell "never started" from "outcome unknown".
+pub(super) async fn mark_started<'o>(
+    env: &CallEnv<'_>,
+    Approved(owner): Approved<'o>,
+) -> Result<Started<'o>, IdemError> {
+    if env.class.may_rerun_unknown_outcome() {
+        return Ok(Started(owner));
+    }
+    if owner.lost() {
+        return Err(errors::superseded(env, owner, None));
+    }
+    env.store()
+        .checkpoint(
+            &owner.key,
+            owner.fence,
+            ATTEMPT_STEP,
+            &Value::from(1),
+            env.lease(),
+        )
+        .await
+        .map_err(|e| errors::owner(env, owner, e))?;
+    Ok(Started(owner))
+}
+
+/// What the attempts of phase 6 gave.
+pub(super) struct Ran<'o, O> {
+    pub(super) started: Started<'o>,
+    /// The last attempt's result.
+    pub(super) result: Result<O, ToolError>,
+    /// How many attempts were made.
+    pub(super) attempts: u32,
+}
+
+/// Phase 7: record what the attempts gave, and answer with it.
+pub(super) async fn outcome<S, T, R>(
+    call: &Call<'_, S, T, R>,
+    args: &T::Args,
+    ran: Ran<'_, T::Output>,
+) -> Result<CallOutput<T::Output>, IdemError>
+where
+    T: Tool<S>,
+    R: Borrow<T>,
+{
+    let Started(owner) = ran.started;
+    match ran.result {
+        Ok(output) => succeed(&call.env, owner, output, ran.attempts, false).await,
+        // Boxed: most calls succeed, and inline the reconcile hook's state
+        // would size every call's future.
+        Err(error) => Box::pin(failed(call, args, owner, error, ran.attempts)).await,
+    }
+}
+
+/// What the class decides about a failed owner's key without the tool.
+enum Failed {
+    /// Recorded or released; the call ends with this error.
+    Done(IdemError),
+    /// An ambiguous failure of a class that is never re-run: the reconcile
+    /// hook must say whether the effect happened.
+    Reconcile(ToolError),
+}
+
+/// Phase 7 for a call whose last attempt failed with `error`: record or
+/// release as the class and the error's kind say, asking the reconcile
+/// hook when the failure was ambiguous for a class that is never re-run.
+async fn failed<S, T, R>(
+    call: &Call<'_, S, T, R>,
+    args: &T::Args,
+    owner: &Owner<'_>,
+    error: ToolError,
+    attempts: u32,
+) -> Result<CallOutput<T::Output>, IdemError>
+where
+    T: Tool<S>,
+    R: Borrow<T>,
+{
+    let env = &call.env;
+    let error = match settle_failure(env, owner, error).await? {
+        Failed::Done(e) => return Err(e),
+        Failed::Reconcile(error) => error,
+    };
+    match call.tool().reconcile(args, &owner.ctx, call.state).await {
+        Ok(Reconciled::Applied(output)) => succeed(env, owner, output, attempts, false).await,
+        Ok(Reconciled::NotApplied) => {
+            release(env, owner).await?;
+            Err(errors::tool_failed(env, error, false))
+        }
+        Ok(Reconciled::Unknown) | Err(_) => {
+            let reason = format!("the call failed ambiguously: {}", error.message());
+            Err(unknown(env, owner, reason).await)
+        }
+    }
+}
+
+/// Record `output` and return it.
+pub(super) async fn succeed<O: serde::Serialize>(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    output: O,
+    attempts: u32,
+    deduplicated: bool,
+) -> Result<CallOutput<O>, IdemError> {
+    let text = OutputJson::new(&output).map_err(|e| IdemError::OutputNotSerializable {
+        tool: env.name().to_owned(),
+        detail: e.to_string(),
+    })?;
+    complete(env, owner, Outcome::Success { output: text }).await?;
+    Ok(CallOutput {
+        output,
+        meta: answer::meta(env, Some(owner.key.clone()), deduplicated, attempts),
+    })
+}
+
+/// Record or release the key after a failure, as the class and the
+/// error's kind say; see the module docs.
+async fn settle_failure(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    error: ToolError,
+) -> Result<Failed, IdemError> {
+    match error.kind() {
+        ErrorKind::Permanent => {
+            let failure = StoredFailure {
+                code: FailureCode::Permanent,
+                message: error.message().to_owned(),
+                details: error.details().cloned(),
+            };
+            complete(env, owner, Outcome::Failure { failure }).await?;
+            Ok(Failed::Done(errors::tool_failed(env, error, false)))
+        }
+        ErrorKind::Transient => {
+            release(env, owner).await?;
+            Ok(Failed::Done(errors::tool_failed(env, error, false)))
+        }
+        ErrorKind::Ambiguous if env.class.may_rerun_unknown_outcome() => {
+            release(env, owner).await?;
+            Ok(Failed::Done(errors::tool_failed(env, error, false)))
+        }
+        ErrorKind::Ambiguous => Ok(Failed::Reconcile(error)),
+    }
+}
+
+pub(super) async fn complete(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    outcome: Outcome,
+) -> Result<(), IdemError> {
+    // An unknown outcome is kept until a person settles it: "never
+    // re-run" must not lapse into a second effect with the TTL.
+    let ttl = match outcome {
+        Outcome::Unknown { .. } => Duration::MAX,
+        _ => env.ttl(),
+    };
+    // Without a flight to publish to, the outcome is not needed after
+    // this: a store that completes on this thread takes it.
+    let outcome = match owner.flight {
+        None => match env.store().fast_path() {
+            None => outcome,
+            Some(fast) => match fast.complete_local(&owner.key, owner.fence, outcome, ttl) {
+                Ok(done) => return done.map_err(|e| errors::owner(env, owner, e)),
+                Err(outcome) => outcome,
+            },
+        },
+        Some(_) => outcome,
+    };
+    env.store()
+        .complete(&owner.key, owner.fence, &outcome, ttl)
+        .await
+        .map_err(|e| errors::owner(env, owner, e))?;
+    if let Some(flight) = owner.flight {
+        flight.publish(&outcome);
+    }
+    Ok(())
+}
+
+pub(super) async fn release(env: &CallEnv<'_>, owner: &Owner<'_>) -> Result<(), IdemError> {
+    env.store()
+        .release(&owner.key, owner.fence)
+        .await
+        .map_err(|e| errors::owner(env, owner, e))
+}
+
+/// Record the outcome as unknown (every later duplicate is refused)
+/// and return the refusal.
+pub(super) async fn unknown(env: &CallEnv<'_>, owner: &Owner<'_>, reason: String) -> IdemError {
+    telemetry::count(env, Count::UnknownOutcome);
+    if let Err(e) = complete(
+        env,
+        owner,
+        Outcome::Unknown {
+            reason: reason.clone(),
+        },
+    )
+    .await
+    {
+        return e;
+    }
+    errors::refuse(
+        env,
+        IdemError::OutcomeUnknown {
+            tool: env.name().to_owned(),
+            key: owner.key.clone(),
+            reason,
+        },
+    )
+}
