@@ -5,11 +5,11 @@ use crate::error::{IdemError, ToolError};
 use crate::key::IdempotencyKey;
 use crate::record::{FailureCode, Outcome, OutputJson};
 
-use super::call::{CallMeta, CallOutput};
 use super::claim::Recorded;
 use super::env::CallEnv;
 use super::errors;
 use super::metrics::Metrics;
+use super::output::{CallMeta, CallOutput};
 
 /// How the call was carried out.
 pub(super) fn meta(

@@ -6,6 +6,7 @@
 
 use std::borrow::Borrow;
 use std::marker::PhantomData;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,11 +18,10 @@ use crate::retry::RetryPolicy;
 use crate::store::Store;
 use crate::tool::{Tool, ToolSpec};
 
-use super::builder::{ExecutorConfig, InFlightPolicy};
-use super::call::RunContext;
+use super::config::{ExecutorConfig, InFlightPolicy};
+use super::context::RunContext;
 use super::flight::{FlightGuard, Flights};
 use super::metrics::Metrics;
-use super::telemetry::Progress;
 
 /// Where an irreversible call's approval comes from.
 #[derive(Debug, Clone)]
@@ -91,7 +91,7 @@ impl CallPolicy<'_> {
 /// retried, and the span it is told on. Every phase that can be written
 /// without the tool's type takes this; what a call has done so far is not
 /// here but in the values the phases hand on (the claim's
-/// [`Owner`](super::owner::Owner), the leader's flight) and in its
+/// the owner, the leader's flight) and in its
 /// [`Progress`].
 pub(super) struct CallEnv<'a> {
     pub(super) core: &'a Core,
@@ -198,5 +198,30 @@ impl<S, T: Tool<S>, R: Borrow<T>> Call<'_, S, T, R> {
     /// The tool.
     pub(super) fn tool(&self) -> &T {
         self.tool.borrow()
+    }
+}
+
+/// The two facts about a call that its phases gather on the way and that
+/// only its end tells: how many attempts of the tool body it made, and
+/// whether it answered from another call of its key in flight. Atomics,
+/// because the phases that learn them hold the call by shared reference.
+#[derive(Debug, Default)]
+pub(super) struct Progress {
+    /// Attempts of the tool body this call made (0: it never ran).
+    pub(super) attempts: AtomicU32,
+    /// Set when this call waited for another call of its key in flight
+    /// (in this process or another) and answers from its outcome.
+    pub(super) joined: AtomicBool,
+}
+
+impl Progress {
+    /// The tool body has run `attempts` times.
+    pub(super) fn attempted(&self, attempts: u32) {
+        self.attempts.store(attempts, Ordering::Relaxed);
+    }
+
+    /// The call answers from another call of its key.
+    pub(super) fn joined(&self) {
+        self.joined.store(true, Ordering::Relaxed);
     }
 }

@@ -19,7 +19,7 @@ pub(super) struct Metrics {
     pub(super) approvals_denied: AtomicU64,
     pub(super) approvals_pending: AtomicU64,
     #[cfg(feature = "otel")]
-    pub(super) otel: super::telemetry::Instruments,
+    pub(super) otel: super::instruments::Instruments,
 }
 
 /// A snapshot of the executor's counters.
@@ -56,7 +56,7 @@ pub struct MetricsSnapshot {
 impl Metrics {
     /// Counters at zero, and the instruments that back them.
     #[cfg(feature = "otel")]
-    pub(super) fn new(otel: super::telemetry::Instruments) -> Self {
+    pub(super) fn new(otel: super::instruments::Instruments) -> Self {
         let zero = || AtomicU64::new(0);
         Metrics {
             takeovers: zero(),

@@ -58,11 +58,16 @@ mod builder;
 mod call;
 mod claim;
 mod claimed;
+mod config;
+mod context;
 mod env;
 mod errors;
 mod flight;
+#[cfg(feature = "otel")]
+mod instruments;
 mod key;
 mod metrics;
+mod output;
 mod owner;
 mod pipeline;
 mod record;
@@ -84,12 +89,15 @@ use crate::tool::Tool;
 #[cfg(doc)]
 use crate::tool::ToolSpec;
 
-pub use builder::{ExecutorBuilder, ExecutorConfig, InFlightPolicy, DEFAULT_LEASE};
-pub use call::{CallBuilder, CallFuture, CallMeta, CallOutput, RepeatWindow, RunContext};
+pub use builder::ExecutorBuilder;
+pub use call::{CallBuilder, CallFuture};
 pub use claimed::ClaimedKey;
-pub use metrics::MetricsSnapshot;
+pub use config::{ExecutorConfig, InFlightPolicy, DEFAULT_LEASE};
+pub use context::{RepeatWindow, RunContext};
 #[cfg(feature = "otel")]
-pub use telemetry::{Meter, OTEL_SCOPE};
+pub use instruments::{Meter, OTEL_SCOPE};
+pub use metrics::MetricsSnapshot;
+pub use output::{CallMeta, CallOutput};
 
 use env::{ApprovalSource, Core, Mode};
 
@@ -207,7 +215,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         call_id: Option<String>,
         run: RunContext,
     ) -> Result<CallOutput<T::Output>, IdemError> {
-        let options = call::CallOptions::default();
+        let options = context::CallOptions::default();
         self.execute(tool, args, call_id, run, options, ApprovalSource::Policy)
             .await
     }
@@ -218,7 +226,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         args: T::Args,
         call_id: Option<String>,
         run: RunContext,
-        options: call::CallOptions,
+        options: context::CallOptions,
         approval: ApprovalSource,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         match self.start(tool, args, call_id, run, options, approval) {
@@ -234,7 +242,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         args: T::Args,
         call_id: Option<String>,
         run: RunContext,
-        options: call::CallOptions,
+        options: context::CallOptions,
         approval: ApprovalSource,
     ) -> pipeline::Begun<'_, T::Args, T::Output> {
         let core = &self.inner.core;

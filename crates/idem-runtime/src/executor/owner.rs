@@ -109,17 +109,17 @@ pub(super) async fn keep_lease(env: &CallEnv<'_>, owner: &Owner<'_>) -> Infallib
 
 /// The owner once what it inherited is settled (phase 3): it holds no
 /// approval given for other arguments, and no vanished owner's attempt
-/// is left to reconcile. Made by [`takeover::settle`](super::takeover::settle).
+/// is left to reconcile. Made by the takeover phase (`takeover::settle`).
 #[derive(Clone, Copy)]
 pub(super) struct Owned<'o>(pub(super) &'o Owner<'o>);
 
 /// The owner once approved, where its class needs an approval (phase 4).
-/// Made by [`approval::obtain`](super::approval::obtain).
+/// Made by the approval phase (`approval::obtain`).
 #[derive(Clone, Copy)]
 pub(super) struct Approved<'o>(pub(super) &'o Owner<'o>);
 
 /// The owner once its attempt is marked as started, where its class is
 /// never re-run (phase 5): the tool may run. Made by
-/// [`record::mark_started`](super::record::mark_started).
+/// the started mark (`record::mark_started`).
 #[derive(Clone, Copy)]
 pub(super) struct Started<'o>(pub(super) &'o Owner<'o>);

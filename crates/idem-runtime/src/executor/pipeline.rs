@@ -42,17 +42,19 @@ use crate::tool::Tool;
 use super::answer;
 use super::approval;
 use super::attempts::{self, poll_once};
-use super::call::{CallOptions, CallOutput, RunContext};
 use super::claim::{self, Claimed, Recorded};
 use super::claimed;
+use super::context::{CallOptions, RunContext};
+use super::env::Progress;
 use super::env::{ApprovalSource, Call, CallEnv, CallPolicy, Core, Mode};
 use super::errors;
 use super::flight;
 use super::key::{self, CallKey};
+use super::output::CallOutput;
 use super::owner::{self, Owned, Owner};
 use super::record::{self, Ran};
 use super::takeover;
-use super::telemetry::{self, Progress};
+use super::telemetry;
 use super::window;
 
 #[cfg(doc)]

@@ -21,9 +21,9 @@ use crate::store::StoreExt;
 use crate::tool::{Reconciled, Tool};
 
 use super::answer;
-use super::call::CallOutput;
 use super::env::{Call, CallEnv};
 use super::errors;
+use super::output::CallOutput;
 use super::owner::{Approved, Owner, Started};
 use super::telemetry::{self, Count};
 

@@ -17,9 +17,9 @@ use crate::record::Fence;
 use crate::store::{StoreExt, Takeover};
 use crate::tool::{Reconciled, Tool};
 
-use super::call::CallOutput;
 use super::env::{Call, CallEnv};
 use super::errors;
+use super::output::CallOutput;
 use super::owner::{Owned, Owner};
 use super::record;
 use super::telemetry::{self, Count};

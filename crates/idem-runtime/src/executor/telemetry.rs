@@ -7,42 +7,16 @@
 //! the phases gathered on the way (whether the tool body ran, whether the
 //! call joined another call of its key in flight).
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-
 use crate::class::ClassKind;
 use crate::error::IdemError;
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::Fence;
 use crate::tool::ToolSpec;
+use std::sync::atomic::Ordering;
 
-use super::call::CallOutput;
-use super::env::CallEnv;
+use super::env::{CallEnv, Progress};
 use super::metrics::Metrics;
-
-/// The two facts about a call that its phases gather on the way and that
-/// only its end tells: how many attempts of the tool body it made, and
-/// whether it answered from another call of its key in flight. Atomics,
-/// because the phases that learn them hold the call by shared reference.
-#[derive(Debug, Default)]
-pub(super) struct Progress {
-    /// Attempts of the tool body this call made (0: it never ran).
-    attempts: AtomicU32,
-    /// Set when this call waited for another call of its key in flight
-    /// (in this process or another) and answers from its outcome.
-    joined: AtomicBool,
-}
-
-impl Progress {
-    /// The tool body has run `attempts` times.
-    pub(super) fn attempted(&self, attempts: u32) {
-        self.attempts.store(attempts, Ordering::Relaxed);
-    }
-
-    /// The call answers from another call of its key.
-    pub(super) fn joined(&self) {
-        self.joined.store(true, Ordering::Relaxed);
-    }
-}
+use super::output::CallOutput;
 
 /// The value of `gen_ai.operation.name`, and the first word of the span's
 /// OpenTelemetry name.
@@ -261,7 +235,7 @@ pub(super) fn count(env: &CallEnv<'_>, what: Count) {
             Count::ApprovalDenied => &o.approvals_denied,
             Count::StoreError => &o.store_errors,
         };
-        o.add(instrument, env);
+        o.add(instrument, env.spec.name, env.class);
     }
 }
 
@@ -307,152 +281,13 @@ pub(super) fn end_keyed<O>(
         );
     }
     #[cfg(feature = "otel")]
-    env.core
-        .metrics
-        .otel
-        .call_ended(env, &ending, env.started.elapsed());
-}
-
-#[cfg(feature = "otel")]
-pub use instruments::{Meter, OTEL_SCOPE};
-
-#[cfg(feature = "otel")]
-pub(super) use instruments::Instruments;
-
-#[cfg(feature = "otel")]
-mod instruments {
-    use std::time::Duration;
-
-    use opentelemetry::metrics::{Counter, Histogram};
-    use opentelemetry::KeyValue;
-
-    use super::Ending;
-    use crate::executor::env::CallEnv;
-
-    pub use opentelemetry::metrics::Meter;
-
-    /// The instrumentation scope idem's meter is named for (with the
-    /// crate's version) when it comes from the global meter provider.
-    pub const OTEL_SCOPE: &str = "idem";
-
-    /// The explicit bucket boundaries the GenAI conventions give
-    /// `gen_ai.execute_tool.duration`, in seconds.
-    const DURATION_BUCKETS: [f64; 14] = [
-        0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92,
-    ];
-
-    /// An executor's OpenTelemetry instruments.
-    pub(in crate::executor) struct Instruments {
-        /// Every call, one sample each, by what idem decided
-        /// (`idem.outcome`): its count is the calls' count.
-        duration: Histogram<f64>,
-        pub(in crate::executor) takeovers: Counter<u64>,
-        pub(in crate::executor) unknown_outcomes: Counter<u64>,
-        pub(in crate::executor) approvals_requested: Counter<u64>,
-        pub(in crate::executor) approvals_granted: Counter<u64>,
-        pub(in crate::executor) approvals_denied: Counter<u64>,
-        pub(in crate::executor) store_errors: Counter<u64>,
-    }
-
-    impl std::fmt::Debug for Instruments {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.debug_struct("Instruments").finish_non_exhaustive()
-        }
-    }
-
-    impl Default for Instruments {
-        /// From the global meter provider, as it is when the executor is
-        /// built.
-        fn default() -> Self {
-            let scope = opentelemetry::InstrumentationScope::builder(OTEL_SCOPE)
-                .with_version(env!("CARGO_PKG_VERSION"))
-                .build();
-            Instruments::new(&opentelemetry::global::meter_with_scope(scope))
-        }
-    }
-
-    impl Instruments {
-        pub(in crate::executor) fn new(meter: &Meter) -> Self {
-            let counter = |name: &'static str, description: &'static str| {
-                meter
-                    .u64_counter(name)
-                    .with_unit("{call}")
-                    .with_description(description)
-                    .build()
-            };
-            Instruments {
-                duration: meter
-                    .f64_histogram("gen_ai.execute_tool.duration")
-                    .with_unit("s")
-                    .with_description(
-                        "Duration of tool calls, by what idem decided (idem.outcome): \
-                         executed, deduplicated, joined, refused, unknown, \
-                         awaiting_approval, denied.",
-                    )
-                    .with_boundaries(DURATION_BUCKETS.to_vec())
-                    .build(),
-                takeovers: counter(
-                    "idem.takeovers",
-                    "Calls that took a key over from an owner that vanished.",
-                ),
-                unknown_outcomes: counter(
-                    "idem.unknown_outcomes",
-                    "Calls whose outcome could not be known.",
-                ),
-                approvals_requested: counter(
-                    "idem.approvals.requested",
-                    "Approvals asked of a policy or given with the call.",
-                ),
-                approvals_granted: counter("idem.approvals.granted", "Approvals granted."),
-                approvals_denied: counter("idem.approvals.denied", "Approvals denied."),
-                store_errors: meter
-                    .u64_counter("idem.store.errors")
-                    .with_unit("{error}")
-                    .with_description("Store operations that failed.")
-                    .build(),
-            }
-        }
-
-        /// Add one to `counter`, with the call's tool and class.
-        pub(in crate::executor) fn add(&self, counter: &Counter<u64>, env: &CallEnv<'_>) {
-            counter.add(1, &base(env));
-        }
-
-        /// One record per call: the histogram's sample, whose count by
-        /// `idem.outcome` is what counters would count. Each instrument
-        /// record hashes its attributes and takes a lock in the SDK.
-        pub(super) fn call_ended(&self, env: &CallEnv<'_>, ending: &Ending, elapsed: Duration) {
-            // On the stack, the optional ones last. Every key and value is
-            // a `&'static str`: nothing here allocates.
-            let [tool, class] = base(env);
-            let outcome = KeyValue::new("idem.outcome", ending.outcome.as_str());
-            let mut attributes = [
-                KeyValue::new("gen_ai.operation.name", super::OPERATION),
-                tool,
-                KeyValue::new("gen_ai.tool.type", "function"),
-                class,
-                outcome.clone(),
-                outcome.clone(),
-                outcome,
-            ];
-            let mut n = 5;
-            if let Some(error_type) = ending.error_type {
-                attributes[n] = KeyValue::new("error.type", error_type);
-                n += 1;
-            }
-            if let Some(refusal) = ending.refusal {
-                attributes[n] = KeyValue::new("idem.refusal", refusal);
-                n += 1;
-            }
-            self.duration
-                .record(elapsed.as_secs_f64(), &attributes[..n]);
-        }
-    }
-
-    fn base(env: &CallEnv<'_>) -> [KeyValue; 2] {
-        [
-            KeyValue::new("gen_ai.tool.name", env.spec.name),
-            KeyValue::new("idem.class", env.class.as_str()),
-        ]
-    }
+    env.core.metrics.otel.call_ended(
+        (env.spec.name, env.class),
+        super::instruments::EndAttributes {
+            outcome: ending.outcome.as_str(),
+            error_type: ending.error_type,
+            refusal: ending.refusal,
+        },
+        env.started.elapsed(),
+    );
 }

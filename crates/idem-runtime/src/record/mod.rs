@@ -159,7 +159,7 @@ impl Record {
     /// ([`RESERVED_STEP_PREFIX`], as a repeat window's index
     /// `idem:window:TOOL`). Operators' listings and counts leave it out.
     pub fn is_bookkeeping(&self) -> bool {
-        crate::ledger::names::is_reserved(&self.tool)
+        self.tool.starts_with(RESERVED_STEP_PREFIX)
     }
 
     /// Whether the record is *open*: in flight, awaiting approval (or
