@@ -153,22 +153,9 @@ pub(super) fn take_tls(url: &str, name: &str) -> Result<(String, TlsSettings), S
 
 /// `text` with its `%XX` escapes decoded (a malformed one kept as it is).
 fn decode(text: &str) -> String {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        let hex = tail.get(..2).and_then(|h| std::str::from_utf8(h).ok());
-        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-            Some(decoded) if b == b'%' => {
-                bytes.push(decoded);
-                rest = &tail[2..];
-            }
-            _ => {
-                bytes.push(b);
-                rest = tail;
-            }
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl TlsSettings {
