@@ -202,17 +202,16 @@ impl Endpoint {
 /// An `https://` URL, or `http://` to this machine (loopback): a webhook
 /// carries what waits for approval, so it travels over TLS.
 fn check_url(url: &str) -> Result<(), String> {
+    let no_scheme = "the URL must start with https:// (or http:// to loopback)";
     match destination::check(url) {
         Ok(_) => Ok(()),
         Err(Refused::PlainHttp) => {
             Err("plain http:// only to this machine (loopback); use https://".to_owned())
         }
-        Err(Refused::OtherScheme) => {
-            Err("the URL must start with https:// (or http:// to loopback)".to_owned())
-        }
+        Err(Refused::OtherScheme) => Err(no_scheme.to_owned()),
         // `hooks.example.com/x`, which `http` does not read at all.
         Err(_) if !url.starts_with("https://") && !url.starts_with("http://") => {
-            Err("the URL must start with https:// (or http:// to loopback)".to_owned())
+            Err(no_scheme.to_owned())
         }
         Err(_) => Err("the URL has no host, or has spaces".to_owned()),
     }
