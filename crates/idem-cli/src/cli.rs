@@ -459,10 +459,17 @@ mod tests {
             origin("http://127.0.0.1:8080").unwrap(),
             "http://127.0.0.1:8080"
         );
+        // As a browser's `Origin` says it: no default port.
+        assert_eq!(
+            origin("https://inbox.example.com:443").unwrap(),
+            "https://inbox.example.com"
+        );
         for bad in [
             "inbox.example.com",
             "https://",
             "https://a.example/inbox",
+            "https://a.example?x",
+            "https://user@a.example",
             "ftp://a",
         ] {
             assert!(origin(bad).is_err(), "{bad}");

@@ -14,7 +14,7 @@
 use std::sync::Arc;
 
 use idem_runtime::operator::Operator;
-use idem_runtime::store::url::redact;
+use idem_runtime::store::url::{redact, sqlite_file};
 use idem_runtime::store::Store;
 
 use crate::cli::DEFAULT_STORE;
@@ -61,10 +61,7 @@ pub(crate) fn refuse_missing_file(url: &str) -> Result<(), CliError> {
 
 /// The file a `sqlite:` URL names, as `SqliteStore::connect` reads it.
 fn sqlite_path(url: &str) -> Option<&str> {
-    let rest = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))?;
-    Some(rest.split_once('?').map_or(rest, |(path, _)| path))
+    sqlite_file(url).map(|(path, _)| path)
 }
 
 #[cfg(test)]

@@ -44,6 +44,11 @@ impl Cookies {
 
     /// A `Set-Cookie` value for cookie `base` = `value`, with this
     /// server's attributes; `max_age` in seconds.
+    // Written here rather than by the `cookie` crate (0.18, in the tree
+    // only through the browser tests' fantoccini): it would bring `time`
+    // and six more crates into the inbox's build for these few lines, and
+    // it writes the attributes in an order of its own
+    // (`HttpOnly; SameSite=Strict; Secure; Path=/; Max-Age=60`).
     pub(super) fn set(&self, base: &str, value: &str, max_age: u64) -> String {
         let mut cookie = format!(
             "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age}",

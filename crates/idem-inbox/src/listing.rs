@@ -6,6 +6,7 @@
 use idem_runtime::operator::Filter;
 use idem_runtime::record::Status;
 use idem_runtime::store::OpenCursor;
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::decide::{self, Refused};
 use super::view::Item;
@@ -73,16 +74,15 @@ impl InboxFilter {
     }
 }
 
-/// `text` percent-encoded for a query string.
+/// `text` percent-encoded for a query string: all but RFC 3986's
+/// unreserved characters (letters, digits, `-`, `_`, `.`, `~`).
 fn percent(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
+    const RESERVED: &AsciiSet = &NON_ALPHANUMERIC
+        .remove(b'-')
+        .remove(b'_')
+        .remove(b'.')
+        .remove(b'~');
+    utf8_percent_encode(text, RESERVED).to_string()
 }
 
 /// A page of the inbox.
@@ -141,5 +141,16 @@ pub(super) async fn items(app: &App, filter: &InboxFilter) -> Result<Listed, Ref
             listed.next = cursor;
             return Ok(listed);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::percent;
+
+    #[test]
+    fn query_values_keep_unreserved_characters_and_escape_the_rest() {
+        assert_eq!(percent("a-b_c.d~e"), "a-b_c.d~e");
+        assert_eq!(percent("ns/tool x&y=é"), "ns%2Ftool%20x%26y%3D%C3%A9");
     }
 }

@@ -1,6 +1,7 @@
 //! The network plumbing of idem, written once: the certificate authorities
 //! a TLS client trusts ([`roots`]), what a TLS failure means to a person
-//! ([`tls_error`]), an HTTP client ([`client`], feature `client`), HTTPS
+//! ([`tls_error`]), an HTTP client ([`client`], feature `client`) and
+//! where it may send requests ([`destination`]), HTTPS
 //! for idem's own servers ([`server`], feature `server`), bearer-token
 //! digests ([`token`]) and globs of names ([`glob`]). The stores
 //! (`idem-redis`, `idem-postgres`), the MCP server and proxy (`idem-mcp`)
@@ -26,6 +27,8 @@
 
 #[cfg(feature = "client")]
 pub mod client;
+#[cfg(feature = "client")]
+pub mod destination;
 pub mod glob;
 pub mod roots;
 #[cfg(feature = "server")]

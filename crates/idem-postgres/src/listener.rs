@@ -8,7 +8,7 @@ use crate::connector::RustlsConnector;
 use futures_util::StreamExt;
 use tokio_postgres::{AsyncMessage, Config};
 
-use idem_runtime::store::backend::Waiters;
+use idem_runtime::store::backend::{reconnect_pause, Waiters};
 
 /// The longest a waiter goes without re-reading its record when no
 /// notification arrives.
@@ -29,7 +29,7 @@ pub(super) async fn listen(
     listening: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut listening = Some(listening);
-    let mut pause = Duration::from_millis(100);
+    let mut failures = 0;
     loop {
         if let Ok(Ok((client, mut connection))) =
             tokio::time::timeout(connect_timeout, config.connect(tls.clone())).await
@@ -45,7 +45,7 @@ pub(super) async fn listen(
                             break;
                         }
                         subscribed = true;
-                        pause = Duration::from_millis(100);
+                        failures = 0;
                         if let Some(tx) = listening.take() {
                             let _ = tx.send(());
                         }
@@ -60,7 +60,7 @@ pub(super) async fn listen(
             }
         }
         waiters.wake_all();
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
+        failures += 1;
+        tokio::time::sleep(reconnect_pause(failures)).await;
     }
 }

@@ -8,10 +8,11 @@ use std::time::Duration;
 use crate::connector::RustlsConnector;
 use tokio_postgres::Config;
 
-use crate::tls::{split_query, take_tls, TlsSettings};
+use crate::tls::{take_tls, TlsSettings};
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
 use idem_runtime::store::redact;
+use idem_runtime::store::url::split_query;
 use idem_runtime::store::{BadOption, Cause, StoreError};
 
 /// How to connect a [`PostgresStore`](crate::PostgresStore).

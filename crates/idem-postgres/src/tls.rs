@@ -38,7 +38,7 @@ use tokio_postgres::Config;
 
 use idem_net::roots::{self, RootsError};
 use idem_net::tls_error::{find_rustls, problem_of};
-use idem_runtime::store::url::TLS_CA_FILE_ENV;
+use idem_runtime::store::url::{split_query, TLS_CA_FILE_ENV};
 use idem_runtime::store::{BadOption, Cause, StoreError, TlsFailure, TlsProblem};
 
 /// libpq's `sslmode`.
@@ -153,22 +153,9 @@ pub(super) fn take_tls(url: &str, name: &str) -> Result<(String, TlsSettings), S
 
 /// `text` with its `%XX` escapes decoded (a malformed one kept as it is).
 fn decode(text: &str) -> String {
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        let hex = tail.get(..2).and_then(|h| std::str::from_utf8(h).ok());
-        match hex.and_then(|h| u8::from_str_radix(h, 16).ok()) {
-            Some(decoded) if b == b'%' => {
-                bytes.push(decoded);
-                rest = &tail[2..];
-            }
-            _ => {
-                bytes.push(b);
-                rest = tail;
-            }
-        }
-    }
-    String::from_utf8_lossy(&bytes).into_owned()
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
 }
 
 impl TlsSettings {
@@ -472,16 +459,4 @@ fn fix(problem: &TlsProblem) -> &'static str {
         }
         _ => "the server needs a valid certificate: renew it (verify-ca and verify-full always verify it)",
     }
-}
-
-/// `url` split at the `?` that starts its query, or `None` when it has
-/// none. The query starts after the credentials: a password may hold a
-/// `?` (or `@`, `/`), so the `?` is looked for after the last `@`.
-pub(super) fn split_query(url: &str) -> Option<(&str, &str)> {
-    let after_scheme = url.find("://").map_or(0, |at| at + "://".len());
-    let host_start = url[after_scheme..]
-        .rfind('@')
-        .map_or(after_scheme, |at| after_scheme + at + 1);
-    let at = host_start + url[host_start..].find('?')?;
-    Some((&url[..at], &url[at + 1..]))
 }

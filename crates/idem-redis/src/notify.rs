@@ -10,7 +10,7 @@ use redis::{Client, RedisResult, TlsCertificates};
 
 use crate::options::Servers;
 use crate::tls::client;
-use idem_runtime::store::backend::Waiters;
+use idem_runtime::store::backend::{reconnect_pause, Waiters};
 
 /// The longest a waiter goes without re-reading its record when no
 /// notification arrives.
@@ -55,12 +55,12 @@ async fn subscribe(
     subscribed: tokio::sync::oneshot::Sender<()>,
 ) {
     let mut subscribed = Some(subscribed);
-    let mut pause = Duration::from_millis(100);
+    let mut failures = 0;
     for client in clients.iter().cycle() {
         let connected = tokio::time::timeout(connect_timeout, client.get_async_pubsub()).await;
         if let Ok(Ok(mut pubsub)) = connected {
             if pubsub.subscribe(&channel).await.is_ok() {
-                pause = Duration::from_millis(100);
+                failures = 0;
                 if let Some(tx) = subscribed.take() {
                     let _ = tx.send(());
                 }
@@ -74,7 +74,7 @@ async fn subscribe(
             }
         }
         waiters.wake_all();
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(Duration::from_secs(2));
+        failures += 1;
+        tokio::time::sleep(reconnect_pause(failures)).await;
     }
 }

@@ -251,31 +251,32 @@ pub(super) fn parse(url: &str, name: &str) -> Result<Target, StoreError> {
     })
 }
 
-/// `text`, the value of `option`, with its `%XX` escapes decoded.
+/// `text`, the value of `option`, with its `%XX` escapes decoded. A `%`
+/// not followed by two hex digits is refused: percent-encoding's decoder
+/// would keep it as it is, and a path read otherwise than written is
+/// worse than an error.
 fn percent_decode(text: &str, option: &'static str, name: &str) -> Result<String, StoreError> {
-    let bad = || {
-        StoreError::from(BadOption {
+    let well_formed = text.split('%').skip(1).all(|after| {
+        after
+            .get(..2)
+            .is_some_and(|hex| hex.bytes().all(|b| b.is_ascii_hexdigit()))
+    });
+    let decoded = match well_formed {
+        true => percent_encoding::percent_decode_str(text)
+            .decode_utf8()
+            .ok(),
+        false => None,
+    };
+    decoded.map(|text| text.into_owned()).ok_or_else(|| {
+        BadOption {
             store: name.to_owned(),
             option,
             value: text.to_owned(),
             expected:
                 "a value with well-formed %-escapes (% and two hex digits, decoding to UTF-8)",
-        })
-    };
-    let mut bytes = Vec::with_capacity(text.len());
-    let mut rest = text.as_bytes();
-    while let Some((&b, tail)) = rest.split_first() {
-        rest = tail;
-        if b != b'%' {
-            bytes.push(b);
-            continue;
         }
-        let hex = rest.get(..2).ok_or_else(bad)?;
-        let hex = std::str::from_utf8(hex).map_err(|_| bad())?;
-        bytes.push(u8::from_str_radix(hex, 16).map_err(|_| bad())?);
-        rest = &rest[2..];
-    }
-    String::from_utf8(bytes).map_err(|_| bad())
+        .into()
+    })
 }
 
 #[cfg(test)]
@@ -379,5 +380,17 @@ mod tests {
         assert!(parse_err("redis://a:1,b:2").contains("redis+cluster://"));
         assert!(parse_err("redis://h/?prefix=%zz").contains("%-escape"));
         assert!(parse_err("redis://h/?replicas=all").contains("number of replicas"));
+    }
+
+    #[test]
+    fn option_values_are_percent_decoded_and_bad_escapes_refused() {
+        let target = parse_ok("rediss://h/?prefix=app%2F1&ca=/etc/my%20ca.pem");
+        assert_eq!(target.prefix.as_deref(), Some("app/1"));
+        let ca = target.tls.and_then(|files| files.ca);
+        assert_eq!(ca, Some("/etc/my ca.pem".into()));
+        for bad in ["%4", "%", "a%g1", "%+1", "%ff"] {
+            let err = parse_err(&format!("redis://h/?prefix={bad}"));
+            assert!(err.contains("%-escape"), "{bad}: {err}");
+        }
     }
 }

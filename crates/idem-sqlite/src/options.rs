@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use idem_runtime::audit::DEFAULT_AUDIT_RETENTION;
 use idem_runtime::clock::{Clock, SystemClock};
+use idem_runtime::store::url::sqlite_file;
 use idem_runtime::store::{redact, BadOption, StoreError, UnknownOption};
 
 /// How many bytes of decoded completed records a store keeps unless
@@ -186,13 +187,9 @@ pub(super) fn parse_url(
         store: redact(url),
         reason: format!("{reason}; {URL_FORMS}").into(),
     };
-    let Some(rest) = url
-        .strip_prefix("sqlite://")
-        .or_else(|| url.strip_prefix("sqlite:"))
-    else {
+    let Some((path, query)) = sqlite_file(url) else {
         return Err(invalid("not a SQLite URL"));
     };
-    let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
     if path.is_empty() {
         return Err(invalid("the URL names no file"));
     }

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, Subcommand};
 use http::HeaderName;
 use idem_inbox::{InboxOptions, NotifyFormat, Role, TlsFiles};
+use url::Url;
 
 use crate::time::duration;
 
@@ -226,20 +227,28 @@ fn header_name(given: &str) -> Result<HeaderName, String> {
 }
 
 /// clap's parser of `--origin`: `http://` or `https://`, a host and an
-/// optional port, nothing after, as a browser's `Origin` header says it.
+/// optional port, nothing after, written as a browser's `Origin` header
+/// says it (`url`'s serialization of an origin: the host in lower case and
+/// punycode, no default port), since the inbox compares the two as text.
 pub(super) fn origin(given: &str) -> Result<String, String> {
-    let given = given.trim().trim_end_matches('/');
-    let host = given
-        .strip_prefix("https://")
-        .or_else(|| given.strip_prefix("http://"))
-        .ok_or("expected an origin such as https://inbox.example.com")?;
-    if host.is_empty() || host.contains(['/', '?', '#', '@', ' ']) {
-        return Err(
-            "expected scheme://host[:port] and nothing after, such as https://inbox.example.com"
-                .into(),
-        );
+    let nothing_after =
+        || "expected scheme://host[:port] and nothing after, such as https://inbox.example.com";
+    let url = match Url::parse(given.trim().trim_end_matches('/')) {
+        Ok(url) if matches!(url.scheme(), "http" | "https") => url,
+        Ok(_) | Err(url::ParseError::RelativeUrlWithoutBase) => {
+            return Err("expected an origin such as https://inbox.example.com".into())
+        }
+        Err(_) => return Err(nothing_after().into()),
+    };
+    let origin_only = url.path() == "/"
+        && url.query().is_none()
+        && url.fragment().is_none()
+        && url.username().is_empty()
+        && url.password().is_none();
+    match origin_only {
+        true => Ok(url.origin().ascii_serialization()),
+        false => Err(nothing_after().into()),
     }
-    Ok(given.to_ascii_lowercase())
 }
 
 /// clap's parser of `idem serve --notify-format`.

@@ -8,8 +8,8 @@ use axum::body::Bytes;
 use axum::http::header::{self, HeaderName};
 use idem_net::client::HttpClient;
 use idem_runtime::record::Fence;
+use idem_runtime::retry::RetryPolicy;
 use idem_runtime::store::{Store, StoreError};
-use rand::Rng;
 
 use super::body::{self, SIGNATURE};
 use super::endpoint::Endpoint;
@@ -146,14 +146,13 @@ impl Delivery<'_> {
         Ok(Some(ended))
     }
 
-    /// The wait after failed attempt `attempt`.
+    /// The wait after failed attempt `attempt`: the runtime's retry
+    /// policy's exponential backoff with jitter.
     fn backoff(&self, attempt: u32) -> Duration {
-        let full = self
-            .retries
-            .backoff
-            .saturating_mul(1 << (attempt - 1).min(20))
-            .min(MAX_BACKOFF);
-        full.mul_f64(rand::rng().random_range(0.5..=1.0))
+        RetryPolicy::exponential()
+            .initial_delay(self.retries.backoff)
+            .max_delay(MAX_BACKOFF)
+            .delay(attempt, None)
     }
 
     async fn attempt(&self, body: &Bytes, attempt: u32) -> Attempt {

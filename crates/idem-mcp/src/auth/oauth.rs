@@ -23,6 +23,7 @@
 
 use std::time::{Duration, Instant};
 
+use http::Uri;
 use jsonwebtoken::jwk::JwkSet;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde::Deserialize;
@@ -30,6 +31,7 @@ use serde_json::{json, Value};
 
 use super::AuthError;
 use idem_net::client::{client_config as tls_config, HttpClient};
+use idem_net::destination::{self, Refused};
 
 /// The algorithms a token may be signed with: the issuer's private key,
 /// never a secret it shares (HS*), never none.
@@ -336,15 +338,15 @@ fn metadata_url(resource: &str) -> String {
     well_known(resource, METADATA)
 }
 
-/// A URL's `scheme://authority` and its path.
-fn split_url(url: &str) -> (String, &str) {
-    let (scheme, rest) = url.split_once("://").unwrap_or(("https", url));
-    let (authority, path) = match rest.find(['/', '?', '#']) {
-        Some(at) => rest.split_at(at),
-        None => (rest, ""),
+/// A URL's `scheme://authority` and its path, as `http` reads them (the
+/// URLs were checked by [`secure_url`] first).
+fn split_url(url: &str) -> (String, String) {
+    let uri: Uri = url.parse().unwrap_or_default();
+    let origin = match (uri.scheme_str(), uri.authority()) {
+        (Some(scheme), Some(authority)) => format!("{scheme}://{authority}"),
+        _ => String::new(),
     };
-    let path = path.split(['?', '#']).next().unwrap_or_default();
-    (format!("{scheme}://{authority}"), path)
+    (origin, uri.path().to_owned())
 }
 
 /// RFC 8414 / RFC 9728: `https://host/.well-known/NAME/path`.
@@ -357,19 +359,10 @@ fn well_known(url: &str, name: &str) -> String {
 /// `url` is `https://`, or `http://` to this machine (a test's issuer, an
 /// issuer on the same host).
 fn secure_url(option: &str, url: &str) -> Result<(), String> {
-    let uri: http::Uri = url
-        .parse()
-        .map_err(|e| format!("{option} {url}: not a URL ({e})"))?;
-    let host = uri.host().unwrap_or_default();
-    let loopback = host == "localhost"
-        || host
-            .trim_matches(|c| c == '[' || c == ']')
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    match uri.scheme_str() {
-        Some("https") if !host.is_empty() => Ok(()),
-        Some("http") if loopback => Ok(()),
-        _ => Err(format!(
+    match destination::check(url) {
+        Ok(_) => Ok(()),
+        Err(Refused::NotUrl(e)) => Err(format!("{option} {url}: not a URL ({e})")),
+        Err(_) => Err(format!(
             "{option} {url}: write an https:// URL (plain http:// only to this machine)"
         )),
     }

@@ -30,7 +30,8 @@
 //!
 //! A backend's crate also finds here what every notified store shares
 //! with the others: [`Waiters`] (wake-ups per key, with a safety-net
-//! poll) and [`span_millis`] (a
+//! poll), [`reconnect_pause`] (how long their listener waits to connect
+//! again) and [`span_millis`] (a
 //! lease or TTL as the milliseconds a server can add without overflow).
 
 use std::sync::Arc;
@@ -39,7 +40,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 
 use super::url::{Migration, STORE_ENV};
-pub use super::waiters::Waiters;
+pub use super::waiters::{reconnect_pause, Waiters};
 use super::{redact, MemoryStore, Store, StoreError};
 use crate::store::StoreExt;
 

@@ -2,6 +2,8 @@
 //! [`Store::describe`](super::Store::describe). A leaf: it depends on no
 //! store, so every store and the URL dispatcher can use it.
 
+use super::url::split_query;
+
 /// `url` with any password replaced by `***`, for error messages and
 /// [`Store::describe`](super::Store::describe).
 ///
@@ -43,24 +45,24 @@ pub fn redact(url: &str) -> String {
         }
     }
     // The credentials end at the last `@` before the host: a password may
-    // itself contain `/`, `?` or `@`, so the userinfo is cut off first and
-    // the path and query are looked for only after it.
-    let (prefix, rest) = match url.split_once("://") {
+    // itself contain `/`, `?` or `@`, so the query is looked for only
+    // after it, as PostgreSQL's options look for it.
+    let (base, query) = match url.contains("://") {
+        true => split_query(url),
+        false => url.split_once('?'),
+    }
+    .map_or((url, None), |(base, query)| (base, Some(query)));
+    let mut out = match base.split_once("://") {
         Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((userinfo, after)) => {
+            Some((userinfo, host)) => {
                 let user = userinfo.split(':').next().unwrap_or_default();
                 let hidden = if userinfo.contains(':') { ":***" } else { "" };
-                (format!("{scheme}://{user}{hidden}@"), after)
+                format!("{scheme}://{user}{hidden}@{host}")
             }
-            None => (format!("{scheme}://"), rest),
+            None => base.to_owned(),
         },
-        None => (String::new(), url),
+        None => base.to_owned(),
     };
-    let (base, query) = match rest.split_once('?') {
-        Some((b, q)) => (b, Some(q)),
-        None => (rest, None),
-    };
-    let mut out = prefix + base;
     if let Some(query) = query {
         let params: Vec<String> = query
             .split('&')

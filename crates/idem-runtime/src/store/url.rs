@@ -32,6 +32,53 @@
 
 pub use super::redact::redact;
 
+// Store URLs are cut by hand rather than by the `url` crate, which
+// refuses or rewrites forms idem accepts: `redis+cluster://h1:1,h2:2/`
+// (several hosts: "invalid port number"), `postgres://app:p/w?x@y@db/idem`
+// (a password holding `/`, `?` or `@`: "invalid port number") and
+// `sqlite://idem.db` (a relative file read as the host `idem.db`).
+
+/// `url` cut at the `?` that starts its query: the part before and the
+/// query, or `None` when there is none. The query starts after the
+/// credentials: a password may hold `?` (or `@`, `/`), so the `?` is
+/// looked for after the last `@`. PostgreSQL's options and
+/// [`redact`] read a URL this same way, so what one takes for the query
+/// is what the other hides.
+///
+/// ```
+/// use idem_runtime::store::url::split_query;
+/// assert_eq!(split_query("postgres://app:p?w@db/idem?sslmode=require"),
+///            Some(("postgres://app:p?w@db/idem", "sslmode=require")));
+/// assert_eq!(split_query("postgres://app:p?w@db/idem"), None);
+/// ```
+pub fn split_query(url: &str) -> Option<(&str, &str)> {
+    let after_scheme = url.find("://").map_or(0, |at| at + "://".len());
+    let host_start = url[after_scheme..]
+        .rfind('@')
+        .map_or(after_scheme, |at| after_scheme + at + 1);
+    let at = host_start + url[host_start..].find('?')?;
+    Some((&url[..at], &url[at + 1..]))
+}
+
+/// The file a `sqlite:` URL names and its query (empty when it has
+/// none), or `None` when `url` is not a SQLite URL: `sqlite://idem.db`
+/// (relative to the working directory), `sqlite:///var/lib/idem.db`,
+/// `sqlite:idem.db`.
+///
+/// ```
+/// use idem_runtime::store::url::sqlite_file;
+/// assert_eq!(sqlite_file("sqlite://idem.db"), Some(("idem.db", "")));
+/// assert_eq!(sqlite_file("sqlite:///var/idem.db?synchronous=normal"),
+///            Some(("/var/idem.db", "synchronous=normal")));
+/// assert_eq!(sqlite_file("redis://cache"), None);
+/// ```
+pub fn sqlite_file(url: &str) -> Option<(&str, &str)> {
+    let rest = url
+        .strip_prefix("sqlite://")
+        .or_else(|| url.strip_prefix("sqlite:"))?;
+    Some(rest.split_once('?').unwrap_or((rest, "")))
+}
+
 /// The environment variable the facade's `store::from_env` reads.
 pub const STORE_ENV: &str = "IDEM_STORE";
 

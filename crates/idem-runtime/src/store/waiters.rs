@@ -17,6 +17,29 @@ use super::StoreError;
 use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::Record;
+use crate::retry::RetryPolicy;
+
+/// The pause before a store's notification listener (Redis's
+/// subscription, PostgreSQL's `LISTEN`) connects again, after `failures`
+/// lost or failed connections in a row (from 1): 100 ms doubling to 2 s,
+/// the [retry policy](crate::retry::RetryPolicy)'s exponential backoff
+/// without jitter. Waiters poll meanwhile, so a short pause only spares
+/// the server.
+///
+/// ```
+/// use idem_runtime::store::backend::reconnect_pause;
+/// use std::time::Duration;
+/// assert_eq!(reconnect_pause(1), Duration::from_millis(100));
+/// assert_eq!(reconnect_pause(2), Duration::from_millis(200));
+/// assert_eq!(reconnect_pause(30), Duration::from_secs(2));
+/// ```
+pub fn reconnect_pause(failures: u32) -> Duration {
+    RetryPolicy::exponential()
+        .initial_delay(Duration::from_millis(100))
+        .max_delay(Duration::from_secs(2))
+        .without_jitter()
+        .delay(failures, None)
+}
 
 /// One [`Notify`] per key somebody is waiting on.
 #[derive(Debug)]
