@@ -21,6 +21,10 @@ use super::url::split_query;
 ///            "postgres://app:***@db/idem?password=***&sslmode=disable");
 /// // Passwords may contain `/`, `?` and `@`.
 /// assert_eq!(redact("postgres://app:p/w?x@y@db/idem"), "postgres://app:***@db/idem");
+/// // A secret in the query is hidden even when it holds an `@`.
+/// assert_eq!(redact("postgres://app@db/idem?password=p@ss"), "postgres://app@db/idem?password=***");
+/// assert_eq!(redact("postgres://app@db/idem?sslmode=require&password=p@ss&x=1"),
+///            "postgres://app@db/idem?sslmode=require&password=***&x=1");
 /// assert_eq!(redact("sqlite:///var/lib/idem.db"), "sqlite:///var/lib/idem.db");
 /// // libpq's key=value form, quoted values included, and no scheme at all.
 /// assert_eq!(redact("host=db password=pw user=app"), "host=db password=*** user=app");
@@ -74,6 +78,30 @@ pub fn redact(url: &str) -> String {
         out.push('?');
         out.push_str(&params.join("&"));
     }
+    mask_stray_parameters(&out)
+}
+
+/// `text` with the value of every `?key=value` or `&key=value` that
+/// [`is_secret`] replaced by `***`, wherever it stands: a query whose
+/// value holds an `@` (`?password=p@ss`) is read as part of the
+/// credentials above, and must not show either.
+fn mask_stray_parameters(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(['?', '&']) {
+        out.push_str(&rest[..=at]);
+        rest = &rest[at + 1..];
+        let end = rest.find(['&', '?']).unwrap_or(rest.len());
+        match rest[..end].split_once('=') {
+            Some((key, value)) if is_secret(key, value) => {
+                out.push_str(key);
+                out.push_str("=***");
+                rest = &rest[end..];
+            }
+            _ => {}
+        }
+    }
+    out.push_str(rest);
     out
 }
 
