@@ -258,8 +258,13 @@ fn spawn(args: &[std::ffi::OsString]) -> (Child, String) {
         .spawn()
         .expect("start idem serve");
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    // The line that says where it listens; any log line before it is
+    // passed on.
     let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    while stderr.read_line(&mut line).unwrap() > 0 && !line.contains("://") {
+        eprint!("[idem serve] {line}");
+        line.clear();
+    }
     let scheme = if line.contains("https://") {
         "https"
     } else {
