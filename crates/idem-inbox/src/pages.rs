@@ -111,7 +111,7 @@ struct Shown {
 }
 
 impl Shown {
-    fn of(form: &FormFields) -> Shown {
+    fn of(form: &Asked<String>) -> Shown {
         Shown {
             version: form.version.clone(),
             note: form.note.clone().unwrap_or_default(),
@@ -485,9 +485,9 @@ async fn decide_confirmed(
     action: String,
     form: FormFields,
 ) -> Result<Response, (Refused, Shown)> {
-    let shown = Shown::of(&form);
+    let shown = Shown::of(&form.asked);
     let confirmed = form.confirmed.as_deref() == Some("yes");
-    let checked = Asked::from_form(form).and_then(|asked| {
+    let checked = Asked::from_form(form.asked).and_then(|asked| {
         let decision = asked.decision(&action)?;
         Ok((asked.seen()?, decision))
     });
