@@ -8,6 +8,14 @@
 //! `store` (which store, and opening it), `time` (RFC 3339 and relative
 //! times), `error` (messages and exit codes).
 
+/// Sets each named field of the options `$to` from the field of the same
+/// name of `$from`: a command's flags are named as the options they set.
+macro_rules! copy_fields {
+    ($to:ident <- $from:expr; $($field:ident),* $(,)?) => {
+        $($to.$field.clone_from(&$from.$field);)*
+    };
+}
+
 mod cli;
 mod commands;
 mod error;

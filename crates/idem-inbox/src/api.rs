@@ -10,8 +10,9 @@
 use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use idem_runtime::key::IdempotencyKey;
@@ -49,14 +50,22 @@ fn refused(refused: &Refused) -> Response {
     error(refused.status(), refused.code(), &refused.message())
 }
 
-fn authenticated(app: &App, headers: &HeaderMap) -> Result<Identity, Response> {
-    app.api_user(headers).ok_or_else(|| {
-        error(
-            StatusCode::UNAUTHORIZED,
-            "unauthorized",
-            "Send an API token as `Authorization: Bearer TOKEN` (idem approver token NAME makes one).",
-        )
-    })
+/// The approver an API token names: as an extractor, a request without
+/// a valid token is refused (401) before its handler runs.
+pub(super) struct ApiUser(Identity);
+
+impl FromRequestParts<Arc<App>> for ApiUser {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        app.api_user(&parts.headers).map(ApiUser).ok_or_else(|| {
+            error(
+                StatusCode::UNAUTHORIZED,
+                "unauthorized",
+                "Send an API token as `Authorization: Bearer TOKEN` (idem approver token NAME makes one).",
+            )
+        })
+    }
 }
 
 fn item_json(item: &Item) -> Value {
@@ -83,12 +92,9 @@ fn item_json(item: &Item) -> Value {
 /// the last).
 pub(super) async fn inbox(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Query(filter): Query<InboxFilter>,
+    _: ApiUser,
 ) -> Response {
-    if let Err(response) = authenticated(&app, &headers) {
-        return response;
-    }
     match items(&app, &filter).await {
         Ok(listed) => json(
             StatusCode::OK,
@@ -117,12 +123,9 @@ fn parse_key(given: &str) -> Result<IdempotencyKey, Response> {
 /// trail.
 pub(super) async fn record(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(key): Path<String>,
+    _: ApiUser,
 ) -> Response {
-    if let Err(response) = authenticated(&app, &headers) {
-        return response;
-    }
     let key = match parse_key(&key) {
         Ok(key) => key,
         Err(response) => return response,
@@ -162,14 +165,10 @@ pub(super) async fn record(
 /// `version` (required) and `note`, `reason`, `as`, `output`.
 pub(super) async fn decide(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path((key, action)): Path<(String, String)>,
+    ApiUser(who): ApiUser,
     body: Result<Json<Asked>, JsonRejection>,
 ) -> Response {
-    let who = match authenticated(&app, &headers) {
-        Ok(who) => who,
-        Err(response) => return response,
-    };
     let key = match parse_key(&key) {
         Ok(key) => key,
         Err(response) => return response,

@@ -45,56 +45,39 @@ pub(super) enum Decision {
     },
 }
 
-/// The fields of a decision form (`application/x-www-form-urlencoded`).
+/// The fields of a decision form (`application/x-www-form-urlencoded`):
+/// the token, the confirmation and the decision's fields, with the output
+/// as JSON text.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
+#[serde(default)]
 pub(super) struct FormFields {
     /// The CSRF token.
-    #[serde(default)]
     pub csrf: String,
     /// `yes` once the person confirmed the restated effect.
-    #[serde(default)]
     pub confirmed: Option<String>,
-    /// See [`Asked::version`].
-    #[serde(default)]
-    pub version: String,
-    /// See [`Asked::note`].
-    #[serde(default)]
-    pub note: Option<String>,
-    /// See [`Asked::reason`].
-    #[serde(default)]
-    pub reason: Option<String>,
-    /// See [`Asked::resolution`].
-    #[serde(default, rename = "as")]
-    pub resolution: Option<String>,
-    /// The output as JSON text.
-    #[serde(default)]
-    pub output: Option<String>,
-    /// See [`Asked::ttl`].
-    #[serde(default)]
-    pub ttl: Option<String>,
+    /// The decision's fields, the output as JSON text.
+    #[serde(flatten)]
+    pub asked: Asked<String>,
 }
 
-/// The fields of a decision: a form's, or a JSON body's.
+/// The fields of a decision: a JSON body's, or (`Output` the output's
+/// JSON text) a form's.
 #[derive(Debug, Clone, Default, serde::Deserialize)]
-pub(super) struct Asked {
+#[serde(default)]
+pub(super) struct Asked<Output = Value> {
     /// The version shown ([`Seen::token`]).
-    #[serde(default)]
     pub version: String,
     /// Approve: the note.
-    #[serde(default)]
     pub note: Option<String>,
     /// Deny, resolve: why.
-    #[serde(default)]
     pub reason: Option<String>,
     /// Resolve: `succeeded`, `failed` or `released`.
-    #[serde(default, rename = "as")]
+    #[serde(rename = "as")]
     pub resolution: Option<String>,
     /// Resolve as succeeded: the output.
-    #[serde(default)]
-    pub output: Option<Value>,
+    pub output: Option<Output>,
     /// Resolve as succeeded or failed: how long to keep it (`30d`, `90d`,
     /// `1w`), instead of the tool's TTL. Empty: the tool's.
-    #[serde(default)]
     pub ttl: Option<String>,
 }
 
@@ -273,7 +256,7 @@ impl Asked {
     }
 
     /// The fields of a form, whose output is JSON text: it must parse.
-    pub(super) fn from_form(form: FormFields) -> Result<Asked, Refused> {
+    pub(super) fn from_form(form: Asked<String>) -> Result<Asked, Refused> {
         let output = match form.output.as_deref().map(str::trim) {
             Some(text) if !text.is_empty() && form.resolution.as_deref() == Some("succeeded") => {
                 Some(serde_json::from_str(text).map_err(|e| {

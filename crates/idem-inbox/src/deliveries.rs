@@ -6,11 +6,11 @@ use std::sync::Arc;
 
 use askama::Template;
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 
 use super::notify::log::{Happened, Totals};
-use super::pages::{self, UserView};
+use super::pages::{self, SignedIn, UserView};
 use super::view::shown;
 use crate::role::Role;
 use crate::state::App;
@@ -38,11 +38,7 @@ struct DeliveriesPage {
 }
 
 /// `GET /deliveries`.
-pub(super) async fn page(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
-    let user = match pages::signed_in(&app, &headers).await {
-        Ok(user) => user,
-        Err(response) => return response,
-    };
+pub(super) async fn page(State(app): State<Arc<App>>, SignedIn(user): SignedIn) -> Response {
     if user.identity.role != Role::Approver {
         return pages::message(
             StatusCode::FORBIDDEN,

@@ -6,7 +6,8 @@
 use std::sync::Arc;
 
 use askama::Template;
-use axum::extract::{Path, Query, State};
+use axum::extract::{FromRequestParts, Path, Query, State};
+use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::Form;
@@ -110,7 +111,7 @@ struct Shown {
 }
 
 impl Shown {
-    fn of(form: &FormFields) -> Shown {
+    fn of(form: &Asked<String>) -> Shown {
         Shown {
             version: form.version.clone(),
             note: form.note.clone().unwrap_or_default(),
@@ -212,16 +213,24 @@ pub(super) async fn signed_in(app: &App, headers: &HeaderMap) -> Result<User, Re
     }
 }
 
+/// The signed-in user of a page only they may see: as an extractor,
+/// [`signed_in`], anyone else sent to the sign-in page (or told why not).
+pub(super) struct SignedIn(pub(super) User);
+
+impl FromRequestParts<Arc<App>> for SignedIn {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, app: &Arc<App>) -> Result<Self, Response> {
+        signed_in(app, &parts.headers).await.map(SignedIn)
+    }
+}
+
 /// `GET /`.
 pub(super) async fn inbox(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Query(filter): Query<InboxFilter>,
+    SignedIn(user): SignedIn,
 ) -> Response {
-    let user = match signed_in(&app, &headers).await {
-        Ok(user) => user,
-        Err(response) => return response,
-    };
     let Listed {
         items,
         corrupt,
@@ -311,23 +320,19 @@ fn parse_key(given: &str) -> Option<IdempotencyKey> {
     IdempotencyKey::parse(given.trim()).ok()
 }
 
+/// The page for an address that names no record's key: `why`.
+fn no_such_record(user: &User, why: &str) -> Response {
+    message(StatusCode::NOT_FOUND, Some(user), "No such record", why)
+}
+
 /// `GET /records/{key}`.
 pub(super) async fn record(
     State(app): State<Arc<App>>,
-    headers: HeaderMap,
     Path(key): Path<String>,
+    SignedIn(user): SignedIn,
 ) -> Response {
-    let user = match signed_in(&app, &headers).await {
-        Ok(user) => user,
-        Err(response) => return response,
-    };
     let Some(key) = parse_key(&key) else {
-        return message(
-            StatusCode::NOT_FOUND,
-            Some(&user),
-            "No such record",
-            "That is not a record's key (64 hexadecimal digits).",
-        );
+        return no_such_record(&user, "That is not a record's key (64 hexadecimal digits).");
     };
     // Only the server's own words: nothing of the address is shown.
     let notice = app.sessions.take_notice(&user.session, key.as_str());
@@ -440,12 +445,7 @@ pub(super) async fn decide(
         return csrf_refused(Some(&user));
     }
     let Some(key) = parse_key(&key) else {
-        return message(
-            StatusCode::NOT_FOUND,
-            Some(&user),
-            "No such record",
-            "That is not a record's key. Nothing was changed.",
-        );
+        return no_such_record(&user, "That is not a record's key. Nothing was changed.");
     };
     if !matches!(action.as_str(), "approve" | "deny" | "resolve") {
         return not_found().await;
@@ -485,9 +485,9 @@ async fn decide_confirmed(
     action: String,
     form: FormFields,
 ) -> Result<Response, (Refused, Shown)> {
-    let shown = Shown::of(&form);
+    let shown = Shown::of(&form.asked);
     let confirmed = form.confirmed.as_deref() == Some("yes");
-    let checked = Asked::from_form(form).and_then(|asked| {
+    let checked = Asked::from_form(form.asked).and_then(|asked| {
         let decision = asked.decision(&action)?;
         Ok((asked.seen()?, decision))
     });

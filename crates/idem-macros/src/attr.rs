@@ -249,82 +249,35 @@ fn parse_option(cx: &mut Ctxt, attrs: &mut Attrs, raw: RawOpt) {
     }
     let name = raw.name.clone();
     let value = raw.value;
+    // An option that fills its field of `attrs.options` with what its
+    // parser reads of the value.
+    macro_rules! set_option {
+        ($field:ident, $parser:expr) => {
+            set(
+                cx,
+                &mut attrs.rejected,
+                &mut attrs.options.$field,
+                name,
+                $parser.parse2(value),
+            )
+        };
+    }
     match option.as_str() {
         "class" => {
             let class =
                 class_written_as_ident(cx, &value).map_or_else(|| parse_class.parse2(value), Ok);
             set_class(cx, attrs, name, class);
         }
-        "name" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.name,
-            name,
-            parse_tool_name.parse2(value),
-        ),
-        "description" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.description,
-            name,
-            parse_description.parse2(value),
-        ),
-        "key" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.key,
-            name,
-            parse_key.parse2(value),
-        ),
-        "ttl" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.ttl,
-            name,
-            parse_duration.parse2(value),
-        ),
-        "timeout" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.timeout,
-            name,
-            parse_duration.parse2(value),
-        ),
-        "max_attempts" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.max_attempts,
-            name,
-            parse_positive.parse2(value),
-        ),
-        "reconcile" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.reconcile,
-            name,
-            parse_path("reconcile").parse2(value),
-        ),
-        "key_version" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.key_version,
-            name,
-            parse_positive.parse2(value),
-        ),
-        "store_args" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.store_args,
-            name,
-            parse_bool.parse2(value),
-        ),
-        "crate" => set(
-            cx,
-            &mut attrs.rejected,
-            &mut attrs.options.krate,
-            name,
-            parse_path("crate").parse2(value),
-        ),
+        "name" => set_option!(name, parse_tool_name),
+        "description" => set_option!(description, parse_description),
+        "key" => set_option!(key, parse_key),
+        "ttl" => set_option!(ttl, parse_duration),
+        "timeout" => set_option!(timeout, parse_duration),
+        "max_attempts" => set_option!(max_attempts, parse_positive),
+        "reconcile" => set_option!(reconcile, parse_path("reconcile")),
+        "key_version" => set_option!(key_version, parse_positive),
+        "store_args" => set_option!(store_args, parse_bool),
+        "crate" => set_option!(krate, parse_path("crate")),
         _ => unknown_option(cx, &raw.name, &option),
     }
 }

@@ -81,7 +81,28 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
              WHERE key = $1 AND NOT EXISTS (SELECT 1 FROM {cte})"
         )
     };
-    let notify = "notified AS (SELECT pg_notify('idem_done', key) FROM changed)";
+    // A fenced write: `change` (an UPDATE or a DELETE of key $1's row,
+    // returning its key and the column `answer` names), answered 'ok' with
+    // `answer` (the new fence of a replace) when it matched, and with the
+    // current holder when it matched nothing. With `notify` the key is
+    // sent on channel `idem_done`, to wake its waiters.
+    let fenced = |change: &str, answer: &str, notify: bool| {
+        let (notified, after_notifying) = match notify {
+            true => (
+                ", notified AS (SELECT pg_notify('idem_done', key) FROM changed)",
+                " WHERE (SELECT count(*) FROM notified) >= 0",
+            ),
+            false => ("", ""),
+        };
+        fill(&format!(
+            "WITH changed AS (
+               {change}
+             ){notified}
+             SELECT 'ok', NULL::smallint, {answer}, NULL::bigint, {{now}} FROM changed{after_notifying}
+             UNION ALL {}",
+            stale("changed")
+        ))
+    };
     // The record of key $1 holds fence $2 and is as the `ExpectedState`
     // coded in $3 says (see `expected_state`); an expired record counts as
     // absent.
@@ -163,58 +184,44 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
                     "(r.state <> 0 AND r.expires_at <= excluded.created_at)",
                 ),
         ),
-        checkpoint: fill(&format!(
-            "WITH changed AS (
-               UPDATE idem_records
+        checkpoint: fenced(
+            "UPDATE idem_records
                SET steps = steps || jsonb_build_object($3::text, $4::text),
-                   lease_until = {{now}} + $5
+                   lease_until = {now} + $5
                WHERE key = $1 AND fence = $2 AND state = 0
-               RETURNING key
-             )
-             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
-             UNION ALL {}",
-            stale("changed")
-        )),
-        renew: fill(&format!(
-            "WITH changed AS (
-               UPDATE idem_records
-               SET lease_until = {{now}} + $3
+               RETURNING key",
+            "NULL::bigint",
+            false,
+        ),
+        renew: fenced(
+            "UPDATE idem_records
+               SET lease_until = {now} + $3
                WHERE key = $1 AND fence = $2 AND state = 0
-               RETURNING key
-             )
-             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
-             UNION ALL {}",
-            stale("changed")
-        )),
-        complete: fill(&format!(
-            "WITH changed AS (
-               UPDATE idem_records
-               SET state = 1, outcome = $3, completed_at = {{now}}, expires_at = {{now}} + $4,
+               RETURNING key",
+            "NULL::bigint",
+            false,
+        ),
+        complete: fenced(
+            "UPDATE idem_records
+               SET state = 1, outcome = $3, completed_at = {now}, expires_at = {now} + $4,
                    lease_until = NULL, prev_fence = NULL
                WHERE key = $1 AND fence = $2 AND state = 0
-               RETURNING key
-             ), {notify}
-             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
-             WHERE (SELECT count(*) FROM notified) >= 0
-             UNION ALL {}",
-            stale("changed")
-        )),
-        release: fill(&format!(
-            "WITH changed AS (
-               DELETE FROM idem_records
+               RETURNING key",
+            "NULL::bigint",
+            true,
+        ),
+        release: fenced(
+            "DELETE FROM idem_records
                WHERE key = $1 AND fence = $2 AND state = 0
-               RETURNING key
-             ), {notify}
-             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
-             WHERE (SELECT count(*) FROM notified) >= 0
-             UNION ALL {}",
-            stale("changed")
-        )),
+               RETURNING key",
+            "NULL::bigint",
+            true,
+        ),
         // Every column from the record, under a fresh fence (returned in
         // the third column); waiters are woken as by a completion.
-        replace: fill(&format!(
-            "WITH changed AS (
-               UPDATE idem_records
+        replace: fenced(
+            &format!(
+                "UPDATE idem_records
                SET tool = $4, fingerprint = $5, created_at = $6,
                    fence = nextval('idem_fence'), prev_fence = NULL,
                    state = $7, lease_until = $8, outcome = $9, completed_at = $10,
@@ -223,24 +230,20 @@ pub(super) static SQL: LazyLock<Sql> = LazyLock::new(|| {
                    step = $18, args = $19, worker = $20, audit = $21::text::jsonb,
                    ttl_ms = $22, reason = $23
                WHERE {expected}
-               RETURNING key, fence
-             ), {notify}
-             SELECT 'ok', NULL::smallint, fence, NULL::bigint, {{now}} FROM changed
-             WHERE (SELECT count(*) FROM notified) >= 0
-             UNION ALL {}",
-            stale("changed")
-        )),
-        remove: fill(&format!(
-            "WITH changed AS (
-               DELETE FROM idem_records
+               RETURNING key, fence"
+            ),
+            "fence",
+            true,
+        ),
+        remove: fenced(
+            &format!(
+                "DELETE FROM idem_records
                WHERE {expected}
-               RETURNING key
-             ), {notify}
-             SELECT 'ok', NULL::smallint, NULL::bigint, NULL::bigint, {{now}} FROM changed
-             WHERE (SELECT count(*) FROM notified) >= 0
-             UNION ALL {}",
-            stale("changed")
-        )),
+               RETURNING key"
+            ),
+            "NULL::bigint",
+            true,
+        ),
         get: fill(
             "SELECT {now}, {record} FROM (SELECT 1) AS one
              LEFT JOIN idem_records ON key = $1",

@@ -173,9 +173,10 @@ impl TlsSettings {
     pub(super) fn connector(&self, name: &str) -> Result<RustlsConnector, StoreError> {
         let provider = Arc::new(ring::default_provider());
         let verifier: Arc<dyn ServerCertVerifier> = match (self.mode, &self.roots) {
-            (Mode::Disable | Mode::Prefer | Mode::Require, None) => {
-                Arc::new(AnyCertificate(provider.clone()))
-            }
+            (Mode::Disable | Mode::Prefer | Mode::Require, None) => Arc::new(Lenient {
+                provider: provider.clone(),
+                chain: None,
+            }),
             (mode, roots) => {
                 let roots = match roots {
                     Some(Roots::File(path, option)) => file_roots(path, option, name)?,
@@ -187,7 +188,10 @@ impl TlsSettings {
                         .map_err(|e| invalid(name, format!("no usable CA certificate: {e}"), e))?;
                 match mode {
                     Mode::VerifyFull => webpki,
-                    _ => Arc::new(AnyName(webpki)),
+                    _ => Arc::new(Lenient {
+                        provider: provider.clone(),
+                        chain: Some(webpki),
+                    }),
                 }
             }
         };
@@ -261,24 +265,41 @@ fn invalid(name: &str, message: String, e: impl Error + Send + Sync + 'static) -
     }
 }
 
-/// `prefer` and `require` without a CA file, as libpq: the channel is
-/// encrypted and the handshake's signatures checked, but the certificate
-/// is not verified.
+/// A verifier that lets some certificates through, as libpq does: for
+/// `prefer` and `require` without a CA file (`chain` `None`) the channel
+/// is encrypted and the handshake's signatures checked, but the
+/// certificate is not verified; for `verify-ca` (`chain` the CA's
+/// verifier) the certificate chain is verified, the host name is not.
 #[derive(Debug)]
-struct AnyCertificate(Arc<CryptoProvider>);
+struct Lenient {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
+}
 
-impl ServerCertVerifier for AnyCertificate {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &ServerName<'_>,
+        ocsp_response: &[u8],
+        now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
+        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        // webpki checks the name last, after the chain and the dates.
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+            Err(rustls::Error::InvalidCertificate(
+                NotValidForName | NotValidForNameContext { .. },
+            )) => Ok(ServerCertVerified::assertion()),
+            other => other,
+        }
     }
 
+    // The chain's verifier checks signatures with the same provider's
+    // algorithms, so both cases check them here.
     fn verify_tls12_signature(
         &self,
         message: &[u8],
@@ -289,7 +310,7 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
@@ -303,61 +324,14 @@ impl ServerCertVerifier for AnyCertificate {
             message,
             cert,
             dss,
-            &self.0.signature_verification_algorithms,
+            &self.provider.signature_verification_algorithms,
         )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
-}
-
-/// `verify-ca`: the certificate chain is verified, the host name is not.
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &ServerName<'_>,
-        ocsp_response: &[u8],
-        now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        use rustls::CertificateError::{NotValidForName, NotValidForNameContext};
-        // webpki checks the name last, after the chain and the dates.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
-            Err(rustls::Error::InvalidCertificate(
-                NotValidForName | NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            other => other,
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

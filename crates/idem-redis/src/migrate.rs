@@ -285,7 +285,10 @@ async fn keep_unknown_outcomes(
     if locked.is_none() {
         return Ok(());
     }
-    let script = include_str!("scripts/keep_unknown.lua");
+    let script = concat!(
+        include_str!("scripts/walk.lua"),
+        include_str!("scripts/keep_unknown.lua")
+    );
     walk_slots(conn, |slot, after| {
         let slot = format!("{slot:03x}");
         let mut cmd = redis::cmd("EVAL");

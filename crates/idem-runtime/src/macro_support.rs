@@ -6,6 +6,13 @@
 
 use std::marker::PhantomData;
 
+/// For the impls [`url_backend!`](crate::url_backend) writes.
+pub use async_trait::async_trait;
+
+/// What [`Backend::connect`](crate::store::backend::Backend::connect)
+/// returns, for the impls [`url_backend!`](crate::url_backend) writes.
+pub type Opened = Result<std::sync::Arc<dyn crate::store::Store>, crate::store::StoreError>;
+
 use serde::Serialize;
 use serde_json::{Map, Value};
 

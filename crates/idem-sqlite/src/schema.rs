@@ -84,6 +84,16 @@ pub(super) const AUDIT_SINCE: u32 = 3;
 /// `idem_records_open`).
 pub(super) const OPEN_INDEX_SINCE: u32 = 4;
 
+/// The schema version `idem_meta` records, if any.
+fn stored_version(conn: &Connection) -> rusqlite::Result<Option<i64>> {
+    conn.query_row(
+        "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+        [],
+        |row| row.get(0),
+    )
+    .optional()
+}
+
 /// Create the schema in a fresh file, or check the version of an existing
 /// one and migrate it to [`SCHEMA_VERSION`]; returns the version found
 /// (`None`: created). Never touches a schema newer than [`SCHEMA_VERSION`].
@@ -99,14 +109,7 @@ pub(super) fn migrate(conn: &mut Connection, shared: &Shared) -> Result<Option<u
          );",
     )
     .map_err(sql)?;
-    let found: Option<i64> = tx
-        .query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .optional()
-        .map_err(sql)?;
+    let found = stored_version(&tx).map_err(sql)?;
     match found {
         None => {
             tx.execute_batch(
@@ -200,14 +203,7 @@ pub(super) fn check_read_only(shared: &Shared) -> Result<u32, StoreError> {
             "the database has no idem_meta and idem_records tables".into(),
         ));
     }
-    let found: Option<i64> = conn
-        .query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .optional()
-        .map_err(schema)?;
+    let found = stored_version(&conn).map_err(schema)?;
     let Some(found) = found else {
         return Err(not_idem("idem_meta records no schema version".into()));
     };

@@ -130,16 +130,10 @@ impl ServeArgs {
     /// The inbox's options, as the flags say them.
     pub(crate) fn options(&self) -> InboxOptions {
         let mut options = InboxOptions::new(&self.approvers);
-        options.listen = self.listen;
-        options.tools.clone_from(&self.tools);
-        options.overdue = self.overdue;
-        options
-            .trust_proxy_header
-            .clone_from(&self.trust_proxy_header);
-        options
-            .client_address_header
-            .clone_from(&self.client_address_header);
-        options.secure_cookies = self.secure_cookies;
+        copy_fields!(options <- self;
+            listen, tools, overdue, trust_proxy_header, client_address_header, secure_cookies,
+            allow_plain_http, session, session_idle, origin, notify, notify_format,
+            notify_secret_file, notify_secret_env, notify_attempts, notify_backoff, refresh);
         options.tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),
@@ -147,21 +141,6 @@ impl ServeArgs {
             }),
             _ => None,
         };
-        options.allow_plain_http = self.allow_plain_http;
-        options.session = self.session;
-        options.session_idle = self.session_idle;
-        options.origin.clone_from(&self.origin);
-        options.notify.clone_from(&self.notify);
-        options.notify_format = self.notify_format;
-        options
-            .notify_secret_file
-            .clone_from(&self.notify_secret_file);
-        options
-            .notify_secret_env
-            .clone_from(&self.notify_secret_env);
-        options.notify_attempts = self.notify_attempts;
-        options.notify_backoff = self.notify_backoff;
-        options.refresh = self.refresh;
         options
     }
 }

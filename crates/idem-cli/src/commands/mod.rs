@@ -150,21 +150,10 @@ async fn refused(operator: &Operator, error: OperatorError) -> CliError {
 /// (opened only once the upstream has answered).
 async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> {
     let mut options = idem_mcp::proxy::ProxyOptions::new(args.command.clone());
-    options.config = args.config.clone();
-    options.print_config = args.print_config;
-    options.listen = args.listen.clone();
-    options.principals = args.principals.clone();
-    options.no_auth = args.no_auth;
-    options.oauth_issuer = args.oauth_issuer.clone();
-    options.oauth_resource = args.oauth_resource.clone();
-    options.oauth_jwks = args.oauth_jwks.clone();
-    options.tls_cert = args.tls_cert.clone();
-    options.tls_key = args.tls_key.clone();
-    options.allow_plain_http = args.allow_plain_http;
-    options.upstream = args.upstream.clone();
-    options.upstream_token_file = args.upstream_token_file.clone();
-    options.upstream_token_env = args.upstream_token_env.clone();
-    options.state_secret_file = args.state_secret_file.clone();
+    copy_fields!(options <- args;
+        config, print_config, listen, principals, no_auth, oauth_issuer, oauth_resource,
+        oauth_jwks, tls_cert, tls_key, allow_plain_http, upstream, upstream_token_file,
+        upstream_token_env, state_secret_file);
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)

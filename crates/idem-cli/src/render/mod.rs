@@ -60,16 +60,3 @@ pub(crate) fn summary(record: &Record, now: Timestamp) -> String {
     };
     idem_runtime::text::visible(&line).into_owned()
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn clipped_text_stays_on_one_line() {
-        assert_eq!(clip("short", 10), "short");
-        assert_eq!(clip("a\nb", 10), "a\\nb");
-        assert_eq!(clip("abcdefghijkl", 6), "abcde…");
-        assert_eq!(clip("\x1b[2Jok", 9), "\\u{1b}[2…");
-    }
-}

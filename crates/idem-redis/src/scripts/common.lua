@@ -145,6 +145,16 @@ local function set_worker(given, worker)
   end
 end
 
+-- Keep `member` in the slot's open set `set` (scored by its record's
+-- creation, `created`) while `open`, and out of it once its record settles.
+local function mark_open(set, member, open, created)
+  if open then
+    redis.call('ZADD', set, created, member)
+  else
+    redis.call('ZREM', set, member)
+  end
+end
+
 -- How many keys after a new one a claim looks at to drop lapsed records
 -- from the index: with k, at most about 1/k of the index is lapsed keys.
 local INDEX_PROBES = 4

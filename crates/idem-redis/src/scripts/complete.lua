@@ -10,10 +10,6 @@ local exp = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'state', 'c', 'outcome', ARGV[2], 'done', fmt(now), 'exp', fmt(exp))
 redis.call('HDEL', KEYS[1], 'lease')
 redis.call('PEXPIREAT', KEYS[1], exp)
-if ARGV[6] == '1' then
-  redis.call('ZADD', KEYS[2], h.created, ARGV[5])
-else
-  redis.call('ZREM', KEYS[2], ARGV[5])
-end
+mark_open(KEYS[2], ARGV[5], ARGV[6] == '1', h.created)
 redis.call('PUBLISH', ARGV[4], ARGV[5])
 return {'ok'}

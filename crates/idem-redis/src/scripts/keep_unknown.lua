@@ -8,22 +8,11 @@
 -- Returns the last member looked at, or '' after the slot's last.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local from = '-'
-if ARGV[2] ~= '' then
-  from = '(' .. ARGV[2]
-end
-local batch = tonumber(ARGV[3])
-local members = redis.call('ZRANGEBYLEX', KEYS[1], from, '+', 'LIMIT', 0, batch)
-for _, member in ipairs(members) do
-  local key = ARGV[1] .. member
+return walk_index(function(key)
   local fields = redis.call('HMGET', key, 'state', 'outcome')
   local state, outcome = fields[1], fields[2]
   if state == 'c' and outcome and string.find(outcome, '"status":"unknown"', 1, true) then
     redis.call('PERSIST', key)
     redis.call('HSET', key, 'exp', string.format('%d', now + 4503599627370496))
   end
-end
-if #members < batch then
-  return ''
-end
-return members[#members]
+end)

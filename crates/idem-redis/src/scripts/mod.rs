@@ -68,7 +68,12 @@ impl Scripts {
             replace: Script::new(audited_script!("replace.lua")),
             get: Script::new(script!("get.lua")),
             append_audit: Script::new(audited_script!("append_audit.lua")),
-            index_open: Script::new(open_script!("index_open.lua")),
+            index_open: Script::new(concat!(
+                include_str!("common.lua"),
+                include_str!("open.lua"),
+                include_str!("walk.lua"),
+                include_str!("index_open.lua")
+            )),
             prune_open: Script::new(open_script!("prune_open.lua")),
         }
     }

@@ -63,10 +63,6 @@ if new.state ~= 'f' then
   redis.call('PEXPIREAT', KEYS[1], new.exp)
 end
 redis.call('ZADD', KEYS[3], 0, ARGV[4])
-if ARGV[5] == '1' then
-  redis.call('ZADD', KEYS[4], new.created, ARGV[4])
-else
-  redis.call('ZREM', KEYS[4], ARGV[4])
-end
+mark_open(KEYS[4], ARGV[4], ARGV[5] == '1', new.created)
 redis.call('PUBLISH', ARGV[3], ARGV[4])
 return {'ok', fence, audit_ms}

@@ -59,6 +59,16 @@ impl Writer<'_> {
     }
 }
 
+/// The integer methods of [`Writer`], each widening to `i128` (which holds
+/// every integer but the largest `u128`s).
+macro_rules! integers {
+    ($($m:ident: $t:ty),*) => {$(
+        fn $m(self, v: $t) -> Done {
+            self.integer(v.into())
+        }
+    )*};
+}
+
 impl<'a> ser::Serializer for Writer<'a> {
     type Ok = ();
     type Error = CanonicalError;
@@ -74,33 +84,9 @@ impl<'a> ser::Serializer for Writer<'a> {
         self.out.push_str(if v { "true" } else { "false" });
         Ok(())
     }
-    fn serialize_i8(self, v: i8) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_i16(self, v: i16) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_i32(self, v: i32) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_i64(self, v: i64) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_i128(self, v: i128) -> Done {
-        self.integer(v)
-    }
-    fn serialize_u8(self, v: u8) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_u16(self, v: u16) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_u32(self, v: u32) -> Done {
-        self.integer(v.into())
-    }
-    fn serialize_u64(self, v: u64) -> Done {
-        self.integer(v.into())
-    }
+    integers!(serialize_i8: i8, serialize_i16: i16, serialize_i32: i32, serialize_i64: i64,
+        serialize_i128: i128, serialize_u8: u8, serialize_u16: u16, serialize_u32: u32,
+        serialize_u64: u64);
     fn serialize_u128(self, v: u128) -> Done {
         match i128::try_from(v) {
             Ok(v) => self.integer(v),
@@ -438,27 +424,21 @@ impl<'a> Object<'a> {
     }
 }
 
-impl ser::SerializeStruct for Object<'_> {
-    type Ok = ();
-    type Error = CanonicalError;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, name: &'static str, v: &T) -> Done {
-        self.field(name, v)
-    }
-    fn end(self) -> Done {
-        self.finish()
-    }
+macro_rules! object_impl {
+    ($($tr:ident),*) => {$(
+        impl ser::$tr for Object<'_> {
+            type Ok = ();
+            type Error = CanonicalError;
+            fn serialize_field<T: ?Sized + Serialize>(&mut self, name: &'static str, v: &T) -> Done {
+                self.field(name, v)
+            }
+            fn end(self) -> Done {
+                self.finish()
+            }
+        }
+    )*};
 }
-
-impl ser::SerializeStructVariant for Object<'_> {
-    type Ok = ();
-    type Error = CanonicalError;
-    fn serialize_field<T: ?Sized + Serialize>(&mut self, name: &'static str, v: &T) -> Done {
-        self.field(name, v)
-    }
-    fn end(self) -> Done {
-        self.finish()
-    }
-}
+object_impl!(SerializeStruct, SerializeStructVariant);
 
 impl ser::SerializeMap for Object<'_> {
     type Ok = ();
@@ -501,6 +481,16 @@ macro_rules! key_display {
     )*};
 }
 
+/// The methods of [`KeyWriter`] for what cannot be a key: each refuses
+/// with [`key_error`].
+macro_rules! key_refused {
+    ($($m:ident $(<$g:ident>)? ($($t:ty),*) -> $r:ty),*) => {$(
+        fn $m$(<$g: ?Sized + Serialize>)?(self, $(_: $t),*) -> Result<$r, CanonicalError> {
+            Err(key_error())
+        }
+    )*};
+}
+
 impl ser::Serializer for KeyWriter<'_> {
     type Ok = ();
     type Error = CanonicalError;
@@ -517,82 +507,30 @@ impl ser::Serializer for KeyWriter<'_> {
         serialize_u32: u32, serialize_u64: u64, serialize_u128: u128, serialize_char: char,
         serialize_str: &str);
 
-    fn serialize_f32(self, _: f32) -> Done {
-        Err(key_error())
-    }
-    fn serialize_f64(self, _: f64) -> Done {
-        Err(key_error())
-    }
-    fn serialize_bytes(self, _: &[u8]) -> Done {
-        Err(key_error())
-    }
-    fn serialize_none(self) -> Done {
-        Err(key_error())
-    }
-    fn serialize_some<T: ?Sized + Serialize>(self, _: &T) -> Done {
-        Err(key_error())
-    }
-    fn serialize_unit(self) -> Done {
-        Err(key_error())
-    }
-    fn serialize_unit_struct(self, _: &'static str) -> Done {
-        Err(key_error())
-    }
+    key_refused!(
+        serialize_f32(f32) -> (),
+        serialize_f64(f64) -> (),
+        serialize_bytes(&[u8]) -> (),
+        serialize_none() -> (),
+        serialize_some<T>(&T) -> (),
+        serialize_unit() -> (),
+        serialize_unit_struct(&'static str) -> (),
+        serialize_newtype_variant<T>(&'static str, u32, &'static str, &T) -> (),
+        serialize_seq(Option<usize>) -> Self::SerializeSeq,
+        serialize_tuple(usize) -> Self::SerializeTuple,
+        serialize_tuple_struct(&'static str, usize) -> Self::SerializeTupleStruct,
+        serialize_tuple_variant(&'static str, u32, &'static str, usize) -> Self::SerializeTupleVariant,
+        serialize_map(Option<usize>) -> Self::SerializeMap,
+        serialize_struct(&'static str, usize) -> Self::SerializeStruct,
+        serialize_struct_variant(&'static str, u32, &'static str, usize)
+            -> Self::SerializeStructVariant
+    );
+
     fn serialize_unit_variant(self, _: &'static str, _: u32, variant: &'static str) -> Done {
         self.out.push_str(variant);
         Ok(())
     }
     fn serialize_newtype_struct<T: ?Sized + Serialize>(self, _: &'static str, v: &T) -> Done {
         v.serialize(self)
-    }
-    fn serialize_newtype_variant<T: ?Sized + Serialize>(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: &T,
-    ) -> Done {
-        Err(key_error())
-    }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, CanonicalError> {
-        Err(key_error())
-    }
-    fn serialize_tuple(self, _: usize) -> Result<Self::SerializeTuple, CanonicalError> {
-        Err(key_error())
-    }
-    fn serialize_tuple_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleStruct, CanonicalError> {
-        Err(key_error())
-    }
-    fn serialize_tuple_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeTupleVariant, CanonicalError> {
-        Err(key_error())
-    }
-    fn serialize_map(self, _: Option<usize>) -> Result<Self::SerializeMap, CanonicalError> {
-        Err(key_error())
-    }
-    fn serialize_struct(
-        self,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStruct, CanonicalError> {
-        Err(key_error())
-    }
-    fn serialize_struct_variant(
-        self,
-        _: &'static str,
-        _: u32,
-        _: &'static str,
-        _: usize,
-    ) -> Result<Self::SerializeStructVariant, CanonicalError> {
-        Err(key_error())
     }
 }

@@ -46,34 +46,42 @@ impl CallKey {
     /// The key of the effect of generation `number` for this call's tool
     /// and arguments.
     pub(super) fn window_key(&self, number: u64) -> IdempotencyKey {
-        let window = *self.window.as_deref().expect("a window key");
-        key::derive_key(&KeyInput {
-            version: window.version,
-            namespace: &self.namespace,
-            tool: window.tool,
-            source: KeySource::Window {
+        self.window_derived(
+            |window| KeySource::Window {
                 seconds: window.seconds,
                 number,
                 repeat: window.repeat,
                 args: &self.args,
             },
-        })
-        // Every part was checked when the first window key was derived.
-        .expect("a window key derives as the first did")
+            "a window key derives as the first did",
+        )
     }
 
     /// The key of the window index of this call's tool in its namespace.
     pub(super) fn index_key(&self) -> IdempotencyKey {
+        self.window_derived(
+            |window| KeySource::WindowIndex {
+                seconds: window.seconds,
+            },
+            "an index key derives as the window key did",
+        )
+    }
+
+    /// A key of this call's window, derived from `source`.
+    fn window_derived<'a>(
+        &'a self,
+        source: impl FnOnce(WindowKeys) -> KeySource<'a>,
+        derives: &str,
+    ) -> IdempotencyKey {
         let window = *self.window.as_deref().expect("a window key");
         key::derive_key(&KeyInput {
             version: window.version,
             namespace: &self.namespace,
             tool: window.tool,
-            source: KeySource::WindowIndex {
-                seconds: window.seconds,
-            },
+            source: source(window),
         })
-        .expect("an index key derives as the window key did")
+        // Every part was checked when the first window key was derived.
+        .expect(derives)
     }
 }
 

@@ -216,20 +216,7 @@ impl<S: Send + Sync + 'static> Executor<S> {
         run: RunContext,
     ) -> Result<CallOutput<T::Output>, IdemError> {
         let options = context::CallOptions::default();
-        self.execute(tool, args, call_id, run, options, ApprovalSource::Policy)
-            .await
-    }
-
-    async fn execute<T: Tool<S>>(
-        &self,
-        tool: &T,
-        args: T::Args,
-        call_id: Option<String>,
-        run: RunContext,
-        options: context::CallOptions,
-        approval: ApprovalSource,
-    ) -> Result<CallOutput<T::Output>, IdemError> {
-        match self.start(tool, args, call_id, run, options, approval) {
+        match self.start(tool, args, call_id, run, options, ApprovalSource::Policy) {
             pipeline::Begun::Done(result) => result,
             pipeline::Begun::Running(rest) => self.finish::<T, _>(tool, rest).await,
         }

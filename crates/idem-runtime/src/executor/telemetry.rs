@@ -211,31 +211,30 @@ pub(super) enum Count {
     StoreError,
 }
 
+/// The field of `$of` (the counters, or their instruments) that counts
+/// `$what`: the two are named alike.
+macro_rules! counted_in {
+    ($of:expr, $what:expr) => {
+        match $what {
+            Count::Takeover => &$of.takeovers,
+            Count::UnknownOutcome => &$of.unknown_outcomes,
+            Count::ApprovalRequested => &$of.approvals_requested,
+            Count::ApprovalGranted => &$of.approvals_granted,
+            Count::ApprovalDenied => &$of.approvals_denied,
+            Count::StoreError => &$of.store_errors,
+        }
+    };
+}
+
 /// Add one to a counter (and its instrument, with the call's tool and
 /// class).
 pub(super) fn count(env: &CallEnv<'_>, what: Count) {
     let m = env.metrics();
-    let counter = match what {
-        Count::Takeover => &m.takeovers,
-        Count::UnknownOutcome => &m.unknown_outcomes,
-        Count::ApprovalRequested => &m.approvals_requested,
-        Count::ApprovalGranted => &m.approvals_granted,
-        Count::ApprovalDenied => &m.approvals_denied,
-        Count::StoreError => &m.store_errors,
-    };
-    Metrics::bump(counter);
+    Metrics::bump(counted_in!(m, what));
     #[cfg(feature = "otel")]
     {
         let o = &m.otel;
-        let instrument = match what {
-            Count::Takeover => &o.takeovers,
-            Count::UnknownOutcome => &o.unknown_outcomes,
-            Count::ApprovalRequested => &o.approvals_requested,
-            Count::ApprovalGranted => &o.approvals_granted,
-            Count::ApprovalDenied => &o.approvals_denied,
-            Count::StoreError => &o.store_errors,
-        };
-        o.add(instrument, env.spec.name, env.class);
+        o.add(counted_in!(o, what), env.spec.name, env.class);
     }
 }
 

@@ -145,46 +145,24 @@ impl Operator {
         cursor: Option<&str>,
         limit: usize,
     ) -> Result<Page, OperatorError> {
-        if filter.open_only() {
-            return self.list_open(filter, cursor, limit).await;
-        }
+        let open_only = filter.open_only();
+        let limit = if open_only { limit.max(1) } else { limit };
         let mut cursor = cursor.map(str::to_owned);
         let mut records = Vec::new();
         let mut corrupt = Vec::new();
         loop {
-            let page = self.store.scan(cursor.as_deref(), SCAN_PAGE).await?;
-            records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
-            corrupt.extend(page.corrupt);
-            cursor = page.cursor;
-            if cursor.is_none() || records.len() >= limit {
-                return Ok(Page {
-                    records,
-                    cursor,
-                    corrupt,
-                });
-            }
-        }
-    }
-
-    /// [`Operator::list`] for an [open-only](Filter::open_only) filter.
-    async fn list_open(
-        &self,
-        filter: &Filter,
-        cursor: Option<&str>,
-        limit: usize,
-    ) -> Result<Page, OperatorError> {
-        let limit = limit.max(1);
-        let mut cursor = cursor.map(str::to_owned);
-        let mut records = Vec::new();
-        let mut corrupt = Vec::new();
-        loop {
-            let want = (limit - records.len()).min(SCAN_PAGE);
-            let page = self.store.scan_open(cursor.as_deref(), want).await?;
-            // Newest first: once a record is older than `since`, so is
-            // every one after it.
-            let past_since = filter
-                .since
-                .is_some_and(|since| page.records.last().is_some_and(|r| r.created_at < since));
+            let page = if open_only {
+                let want = (limit - records.len()).min(SCAN_PAGE);
+                self.store.scan_open(cursor.as_deref(), want).await?
+            } else {
+                self.store.scan(cursor.as_deref(), SCAN_PAGE).await?
+            };
+            // Open records come newest first: once a record is older than
+            // `since`, so is every one after it.
+            let past_since = open_only
+                && filter
+                    .since
+                    .is_some_and(|since| page.records.last().is_some_and(|r| r.created_at < since));
             records.extend(page.records.into_iter().filter(|r| filter.matches(r)));
             corrupt.extend(page.corrupt);
             cursor = page.cursor.filter(|_| !past_since);

@@ -65,11 +65,7 @@ impl Provider for Anthropic {
     /// `{"name", "description", "input_schema"}`.
     fn tools<S: 'static>(registry: &Registry<S>) -> Value {
         super::definitions(registry, |spec, schema| {
-            json!({
-                "name": spec.name,
-                "description": spec.description,
-                "input_schema": schema,
-            })
+            Value::Object(super::described(spec, "input_schema", schema))
         })
     }
 

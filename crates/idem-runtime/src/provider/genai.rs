@@ -114,11 +114,7 @@ impl Provider for Genai {
     /// ```
     fn tools<S: 'static>(registry: &Registry<S>) -> Value {
         super::definitions(registry, |spec, schema| {
-            json!({
-                "name": spec.name,
-                "description": spec.description,
-                "schema": schema,
-            })
+            Value::Object(super::described(spec, "schema", schema))
         })
     }
 

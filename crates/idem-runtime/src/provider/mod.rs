@@ -57,7 +57,7 @@
 //! # Ok::<(), idem_runtime::dispatch::DispatchError>(())
 //! ```
 
-use serde_json::Value;
+use serde_json::{json, Map, Value};
 
 use crate::dispatch::call::{DispatchError, ToolCall, ToolResult};
 use crate::registry::Registry;
@@ -125,6 +125,16 @@ pub trait Provider {
     /// The answer to every call of one message, `results` in call order:
     /// what to append to the conversation.
     fn reply(results: &[ToolResult]) -> Self::Reply;
+}
+
+/// A tool as most providers define one: `{"name", "description"}` and
+/// its input schema under `schema_field`.
+fn described(spec: &ToolSpec, schema_field: &str, schema: Value) -> Map<String, Value> {
+    let mut tool = Map::new();
+    tool.insert("name".into(), json!(spec.name));
+    tool.insert("description".into(), json!(spec.description));
+    tool.insert(schema_field.into(), schema);
+    tool
 }
 
 /// One definition per tool of `registry`, in registration order: `shape`

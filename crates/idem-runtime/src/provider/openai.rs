@@ -104,9 +104,5 @@ impl Provider for OpenAi {
 /// What both OpenAI APIs say of a function: its name, description and
 /// parameters.
 pub(super) fn function(spec: &ToolSpec, schema: Value) -> Map<String, Value> {
-    let mut function = Map::new();
-    function.insert("name".into(), json!(spec.name));
-    function.insert("description".into(), json!(spec.description));
-    function.insert("parameters".into(), schema);
-    function
+    super::described(spec, "parameters", schema)
 }

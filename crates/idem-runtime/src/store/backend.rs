@@ -279,6 +279,86 @@ impl Backend for Memory {
     }
 }
 
+/// Declares the [`Backend`] of a store type that opens by URL, as the
+/// SQLite, Redis and PostgreSQL stores do: a unit struct (with the
+/// attributes and docs written before `struct`) whose
+/// [`connect`](Backend::connect) and
+/// [`connect_read_only`](Backend::connect_read_only) are the store
+/// type's functions of those names (`async fn(&str) -> Result<Self,
+/// StoreError>`), and whose [`connect_found`](Backend::connect_found)
+/// reports the store's `schema_found()`.
+///
+/// ```text
+/// idem_runtime::url_backend! {
+///     /// The SQLite backend.
+///     pub struct Sqlite for SqliteStore {
+///         name: "sqlite",
+///         url_schemes: &["sqlite"],
+///         url_example: "sqlite://PATH",
+///         schema_version: SCHEMA_VERSION,
+///     }
+/// }
+/// ```
+#[macro_export]
+macro_rules! url_backend {
+    (
+        $(#[$attr:meta])*
+        $vis:vis struct $backend:ident for $store:ty {
+            name: $name:expr,
+            url_schemes: $schemes:expr,
+            url_example: $example:expr,
+            schema_version: $version:expr $(,)?
+        }
+    ) => {
+        $(#[$attr])*
+        #[derive(Debug, Clone, Copy)]
+        $vis struct $backend;
+
+        #[$crate::__macro_support::async_trait]
+        impl $crate::store::backend::Backend for $backend {
+            fn name(&self) -> &'static str {
+                $name
+            }
+
+            fn url_schemes(&self) -> &'static [&'static str] {
+                $schemes
+            }
+
+            fn url_example(&self) -> &'static str {
+                $example
+            }
+
+            fn schema_version(&self) -> ::core::option::Option<u32> {
+                ::core::option::Option::Some($version)
+            }
+
+            async fn connect(&self, url: &str) -> $crate::__macro_support::Opened {
+                ::core::result::Result::Ok(::std::sync::Arc::new(<$store>::connect(url).await?))
+            }
+
+            async fn connect_read_only(&self, url: &str) -> $crate::__macro_support::Opened {
+                let store = <$store>::connect_read_only(url).await?;
+                ::core::result::Result::Ok(::std::sync::Arc::new(store))
+            }
+
+            async fn connect_found(
+                &self,
+                url: &str,
+            ) -> ::core::result::Result<
+                (
+                    ::std::sync::Arc<dyn $crate::store::Store>,
+                    ::core::option::Option<u32>,
+                ),
+                $crate::store::StoreError,
+            > {
+                let store = <$store>::connect(url).await?;
+                let found = store.schema_found();
+                ::core::result::Result::Ok((::std::sync::Arc::new(store), found))
+            }
+        }
+    };
+}
+
 /// The longest lease or TTL the remote stores write, in milliseconds:
 /// 2^52 ms, about 142,000 years. Longer spans are cut to it, so that the
 /// server's `now + span` stays an exact integer (Redis scripts compute in

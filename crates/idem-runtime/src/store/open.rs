@@ -23,6 +23,13 @@ pub struct OpenCursor {
 }
 
 impl OpenCursor {
+    /// The cursor a page of open records ends with: the one after its
+    /// `last` record when `more` records follow, else none.
+    pub(crate) fn ending(last: Option<&Record>, more: bool) -> Option<String> {
+        last.filter(|_| more)
+            .map(|r| OpenCursor::after(r).to_string())
+    }
+
     /// The cursor after `record`.
     pub fn after(record: &Record) -> OpenCursor {
         OpenCursor {
@@ -105,10 +112,7 @@ pub async fn scan_open_by_scanning<S: Store + ?Sized>(
     let more = open.len() > limit;
     open.truncate(limit);
     Ok(ScanPage {
-        cursor: open
-            .last()
-            .filter(|_| more)
-            .map(|r| OpenCursor::after(r).to_string()),
+        cursor: OpenCursor::ending(open.last(), more),
         records: open,
         corrupt,
     })

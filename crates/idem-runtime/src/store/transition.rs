@@ -66,9 +66,16 @@ pub fn claim(
             claim: ClaimOutcome::Completed(record),
             write: None,
         },
-        RecordState::AwaitingApproval { .. } => {
-            // Approved: this claim owns the key and runs the call under the
-            // recorded approval. Nothing ran before, so no takeover.
+        // Approved: this claim owns the key and runs the call under the
+        // recorded approval; nothing ran before, so no takeover. In flight
+        // (its lease ran out): this claim takes the key over.
+        RecordState::AwaitingApproval { .. } | RecordState::InFlight { .. } => {
+            let takeover = match record.state {
+                RecordState::InFlight {
+                    fence: previous, ..
+                } => Some(Takeover { previous }),
+                _ => None,
+            };
             let fence = fresh();
             let lease_until = now.plus(req.lease);
             let mut record = Arc::unwrap_or_clone(record);
@@ -79,25 +86,7 @@ pub fn claim(
                     fence,
                     lease_until,
                     steps: record.steps.clone(),
-                    takeover: None,
-                },
-                write: Some(record),
-            }
-        }
-        RecordState::InFlight {
-            fence: previous, ..
-        } => {
-            let fence = fresh();
-            let lease_until = now.plus(req.lease);
-            let mut record = Arc::unwrap_or_clone(record);
-            record.state = RecordState::InFlight { fence, lease_until };
-            record.worker = req.worker.map(str::to_owned);
-            ClaimDecision {
-                claim: ClaimOutcome::Acquired {
-                    fence,
-                    lease_until,
-                    steps: record.steps.clone(),
-                    takeover: Some(Takeover { previous }),
+                    takeover,
                 },
                 write: Some(record),
             }

@@ -81,6 +81,7 @@ mod tests {
         assert_eq!(clip("short", 10), "short");
         assert_eq!(clip("a\nb", 10), "a\\nb");
         assert_eq!(clip("abcdefghijkl", 6), "abcde…");
+        assert_eq!(clip("\x1b[2Jok", 9), "\\u{1b}[2…");
     }
 
     #[test]

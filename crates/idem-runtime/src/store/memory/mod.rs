@@ -585,10 +585,7 @@ impl MemoryStore {
         }
         open.sort_unstable_by(newest_first);
         Ok(ScanPage {
-            cursor: open
-                .last()
-                .filter(|_| more)
-                .map(|r| OpenCursor::after(r).to_string()),
+            cursor: OpenCursor::ending(open.last().map(Arc::as_ref), more),
             records: open.into_iter().map(Arc::unwrap_or_clone).collect(),
             corrupt: Vec::new(),
         })
