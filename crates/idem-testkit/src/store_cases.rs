@@ -87,6 +87,23 @@ pub async fn approve<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: 
         .unwrap();
 }
 
+/// Assert that a waiter on `store` is woken by a notification: the median
+/// of 10 [`wake_up_latencies`] is under 50 ms (the waiters' polling
+/// back-off had reached 160 ms: anything well below that was a
+/// notification). Prints the median and the maximum, for `name`.
+///
+/// # Panics
+///
+/// When the median is not under 50 ms.
+pub async fn assert_woken_by_notification<S: Store>(name: &str, store: Arc<S>) {
+    let latencies = wake_up_latencies(store.clone(), store, 10).await;
+    eprintln!(
+        "{name} wake-up latency over 10 waits: median {:?}, max {:?}",
+        latencies[5], latencies[9]
+    );
+    assert!(latencies[5] < Duration::from_millis(50), "{latencies:?}");
+}
+
 /// Times from `complete` returning on `writer` to `wait` returning on
 /// `waiter`, sorted, over `rounds` calls. Each waiter waits 200 ms first,
 /// so its polling back-off has grown to 160 ms: a wake-up much faster than

@@ -6,11 +6,12 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
-use idem_redis::RedisStore;
+use idem_redis::{RedisOptions, RedisStore};
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Record, RecordState};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Expected, ExpectedState};
+use idem_testkit::servers::ServerClockHarness;
 use idem_testkit::{skip, RedisServer};
 
 /// The server of this test binary, started on first use.
@@ -22,6 +23,39 @@ pub(crate) async fn server_url(test: &str) -> Option<String> {
         SERVER.as_ref().map(RedisServer::url)
     })
     .await
+}
+
+/// The audit retention of the conformance suites: short enough for the
+/// retention case to wait out, longer than any other case takes (their
+/// sweeps trim every slot's audit stream).
+pub(crate) const AUDIT_RETENTION: Duration = Duration::from_secs(4);
+
+/// The conformance harness of the store at `url`, opened and reopened with
+/// `options` and [`AUDIT_RETENTION`]: completed records expire through
+/// their key TTL.
+pub(crate) async fn conformance_harness(
+    url: String,
+    options: RedisOptions,
+) -> ServerClockHarness<RedisStore> {
+    let options = options.audit_retention(AUDIT_RETENTION);
+    let store = RedisStore::connect_with(&url, options.clone())
+        .await
+        .unwrap();
+    ServerClockHarness::new(store)
+        .expiring_natively()
+        .with_audit_retention(AUDIT_RETENTION)
+        .reopening(move || {
+            let (url, options) = (url.clone(), options.clone());
+            async move { RedisStore::connect_with(&url, options).await.unwrap() }
+        })
+}
+
+/// The options of the cluster suites: the default but a longer response
+/// timeout. The suite's 10,000 claims of one key queue on the connection
+/// to one node, and with every case running at once in a debug build, the
+/// last of them wait longer than the default 5 s on a small machine.
+pub(crate) fn cluster_options() -> RedisOptions {
+    RedisOptions::default().response_timeout(Duration::from_secs(30))
 }
 
 /// A server of the test's own (to count only its commands or clients, or to

@@ -5,10 +5,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_conformance::random_key;
 use idem_runtime::store::StoreExt;
 use idem_sqlite::SqliteStore;
-use idem_testkit::claims::{claim_from_processes, run_child};
+use idem_testkit::claims::{assert_one_owner_across_processes, run_child};
 use idem_testkit::store_cases::wake_up_latencies;
 use idem_testkit::TempDir;
 
@@ -26,15 +25,7 @@ async fn several_processes_claiming_one_key_in_one_file_have_one_owner() {
     // Create the file first so the children race on claims, not on setup.
     SqliteStore::open(&path).await.unwrap().close().await;
     let url = format!("sqlite://{}", path.display());
-    let key = random_key();
-    let report = tokio::task::spawn_blocking(move || {
-        claim_from_processes("processes::multi_process_child", &url, &key, 4, 200)
-    })
-    .await
-    .unwrap();
-    assert_eq!(report.runs, 1, "more than one process ran the tool");
-    assert_eq!(report.finished, 800);
-    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+    assert_one_owner_across_processes("processes::multi_process_child", url, 200).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
