@@ -39,6 +39,19 @@ pub fn sent(id: &str) -> Outcome {
     }
 }
 
+/// Claim a fresh `key` and complete it with `outcome`, kept for `ttl`;
+/// the owner's fence.
+pub async fn completed<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    outcome: &Outcome,
+    ttl: Duration,
+) -> Fence {
+    let fence = acquire(store, key).await;
+    store.complete(key, fence, outcome, ttl).await.unwrap();
+    fence
+}
+
 /// Claim a fresh `key` and return the owner's fence.
 pub async fn acquire<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Fence {
     let f = fingerprint();

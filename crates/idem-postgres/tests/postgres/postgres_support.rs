@@ -79,6 +79,27 @@ pub(crate) async fn fresh_database(url: &str) -> String {
     url.replace("/postgres", &format!("/{name}"))
 }
 
+/// What most tests start with: a store of a database, and a plain client
+/// for looking at what the store wrote.
+pub(crate) type Opened = (PostgresStore, tokio_postgres::Client);
+
+/// [`Opened`] on the shared server's database, or `None` after a loud skip.
+pub(crate) async fn open_shared(test: &str) -> Option<Opened> {
+    Some(opened(server_url(test).await?).await)
+}
+
+/// [`Opened`] on a [`fresh_database`] of the test's own, or `None` after a
+/// loud skip.
+pub(crate) async fn open_own(test: &str) -> Option<Opened> {
+    Some(opened(own_database(test).await?).await)
+}
+
+async fn opened(url: String) -> Opened {
+    let store = PostgresStore::connect(&url).await.unwrap();
+    let raw = connect_raw(&url).await;
+    (store, raw)
+}
+
 /// A plain client of `url`, for looking at what the store wrote.
 pub(crate) async fn connect_raw(url: &str) -> tokio_postgres::Client {
     let (client, connection) = tokio_postgres::connect(url, tokio_postgres::NoTls)

@@ -9,7 +9,7 @@ use idem_conformance::random_key;
 use idem_redis::RedisStore;
 use idem_runtime::store::StoreError;
 use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::{acquire, every_write_is_refused_read_only, sent};
+use idem_testkit::store_cases::{acquire, completed, every_write_is_refused_read_only, sent};
 
 /// A misspelt URL option is refused by name, before anything connects.
 #[tokio::test]
@@ -67,10 +67,7 @@ async fn a_store_connected_read_only_writes_nothing() {
         "the first store writes the layout"
     );
     let (done, running) = (random_key(), random_key());
-    let fence = acquire(&live, &done).await;
-    live.complete(&done, fence, &sent("m-1"), Duration::from_secs(3600))
-        .await
-        .unwrap();
+    completed(&live, &done, &sent("m-1"), Duration::from_secs(3600)).await;
     let running_fence = acquire(&live, &running).await;
 
     let writes = writes_applied(&mut raw).await;

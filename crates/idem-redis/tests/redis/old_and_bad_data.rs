@@ -12,7 +12,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, Status};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store, StoreError};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 use serde_json::json;
 
 /// Data written by idem 0.1 (schema version 1: hashes without call details,
@@ -271,11 +271,7 @@ async fn hash_with_a_missing_field_is_corrupt_and_left_untouched() {
     let store = RedisStore::connect(&url).await.unwrap();
     let mut raw = raw(&url).await;
     let key = random_key();
-    let fence = acquire(&store, &key).await;
-    store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    let fence = completed(&store, &key, &sent("m-1"), Duration::from_secs(600)).await;
     let redis_key = store.record_key(&key);
     let _: i64 = redis::cmd("HDEL")
         .arg(&redis_key)
@@ -333,11 +329,7 @@ async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() 
         .unwrap();
     let keys = [random_key(), random_key(), random_key()];
     for key in &keys {
-        let fence = acquire(&store, key).await;
-        store
-            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
-            .await
-            .unwrap();
+        completed(&store, key, &sent("m"), Duration::from_secs(3600)).await;
     }
     let mut raw = raw(&url).await;
     let _: () = redis::cmd("HSET")

@@ -10,7 +10,7 @@ use idem_redis::RedisStore;
 use idem_runtime::record::Outcome;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -140,14 +140,8 @@ async fn unknown_outcomes_stored_with_a_key_ttl_are_kept_once_this_build_connect
         reason: "the owner vanished".into(),
     };
     // As idem 0.2 stored them: with a retention.
-    let fence = acquire(&old, &unknown).await;
-    old.complete(&unknown, fence, &outcome, Duration::from_secs(2))
-        .await
-        .unwrap();
-    let fence = acquire(&old, &done).await;
-    old.complete(&done, fence, &sent("m"), Duration::from_secs(2))
-        .await
-        .unwrap();
+    completed(&old, &unknown, &outcome, Duration::from_secs(2)).await;
+    completed(&old, &done, &sent("m"), Duration::from_secs(2)).await;
     let mut raw = raw(&url).await;
     // The store predates the fix.
     let _: () = redis::cmd("DEL")

@@ -9,7 +9,7 @@ use idem_conformance::random_key;
 use idem_redis::RedisStore;
 use idem_runtime::store::ClaimOutcome;
 use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 
 /// A replayed run asks for calls that are already recorded: answering them
 /// runs the claim script, which must take its read-only branch.
@@ -22,11 +22,7 @@ async fn a_duplicate_of_a_completed_call_writes_nothing() {
     let mut raw = raw(&url).await;
     let store = RedisStore::connect(&url).await.unwrap();
     let (key, f) = (random_key(), fingerprint());
-    let fence = acquire(&store, &key).await;
-    store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    completed(&store, &key, &sent("m-1"), Duration::from_secs(600)).await;
     let before = writes_applied(&mut raw).await;
     for _ in 0..100 {
         let dup = store.claim(&request(&key, &f)).await.unwrap();

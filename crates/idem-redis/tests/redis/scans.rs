@@ -11,7 +11,7 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Record;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 
 /// Scans page through the slots' indexes: records of other prefixes are
 /// not read, every record comes once in key order, records that lapsed are
@@ -36,11 +36,7 @@ async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
     let slot = random_key().as_str()[..3].to_owned();
     let low = IdempotencyKey::parse(&format!("{slot}{}", "0".repeat(61))).unwrap();
     let high = IdempotencyKey::parse(&format!("{slot}{}", "1".repeat(61))).unwrap();
-    let fence = acquire(&store, &high).await;
-    store
-        .complete(&high, fence, &sent("m-0"), Duration::from_millis(50))
-        .await
-        .unwrap();
+    completed(&store, &high, &sent("m-0"), Duration::from_millis(50)).await;
     let mut keys = Vec::new();
     for i in 0..30 {
         let key = random_key();
@@ -139,10 +135,7 @@ async fn two_prefixes_on_one_server_do_not_see_each_others_records() {
         .unwrap();
     let key = random_key();
     let f = fingerprint();
-    let fence = acquire(&app1, &key).await;
-    app1.complete(&key, fence, &sent("app1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    completed(&app1, &key, &sent("app1"), Duration::from_secs(600)).await;
 
     assert!(
         app2.get(&key).await.unwrap().is_none(),

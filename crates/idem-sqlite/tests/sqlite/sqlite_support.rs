@@ -12,16 +12,11 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
-use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::acquire;
+use idem_testkit::store_cases::completed;
 
 /// Claim and complete `key` with `outcome`.
 pub(crate) async fn record(store: &SqliteStore, key: &IdempotencyKey, outcome: &Outcome) {
-    let fence = acquire(store, key).await;
-    store
-        .complete(key, fence, outcome, Duration::from_secs(3600))
-        .await
-        .unwrap();
+    completed(store, key, outcome, Duration::from_secs(3600)).await;
 }
 
 /// Run `sql` on the file at `path` from a connection of its own.
