@@ -4,23 +4,16 @@
 #![allow(dead_code)] // each test file uses its own subset
 
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem_conformance::random_key;
 use idem_postgres::{PostgresOptions, PostgresStore};
 use idem_testkit::servers::ServerClockHarness;
-use idem_testkit::PostgresServer;
 
-/// The server of this test binary, started on first use.
-pub(crate) static SERVER: LazyLock<Option<PostgresServer>> = LazyLock::new(PostgresServer::start);
-
-/// The URL of [`SERVER`], or `None` after a loud skip.
+/// The URL of the server of this test binary (the kit's, started on first
+/// use), or `None` after a loud skip.
 pub(crate) async fn server_url(test: &str) -> Option<String> {
-    idem_testkit::store_cases::server_url(test, "PostgreSQL", || {
-        SERVER.as_ref().map(PostgresServer::url)
-    })
-    .await
+    Some(idem_testkit::stores::postgres(test).await?.url().to_owned())
 }
 
 /// Numbers each conformance case's schema.

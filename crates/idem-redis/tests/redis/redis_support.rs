@@ -3,7 +3,6 @@
 //! test's own, and a plain connection to look at what the store wrote.
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
 use idem_redis::{RedisOptions, RedisStore};
@@ -14,15 +13,20 @@ use idem_runtime::store::{Expected, ExpectedState};
 use idem_testkit::servers::ServerClockHarness;
 use idem_testkit::{skip, RedisServer};
 
-/// The server of this test binary, started on first use.
-pub(crate) static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
-
-/// The URL of [`SERVER`], or `None` after a loud skip.
+/// The URL of the server of this test binary (the kit's, started on first
+/// use), or `None` after a loud skip.
 pub(crate) async fn server_url(test: &str) -> Option<String> {
-    idem_testkit::store_cases::server_url(test, "redis-server", || {
-        SERVER.as_ref().map(RedisServer::url)
-    })
-    .await
+    Some(idem_testkit::stores::redis(test).await?.url().to_owned())
+}
+
+/// A store of the server of this test binary and a plain connection to
+/// it, for looking at what the store wrote; or `None` after a loud skip.
+pub(crate) async fn open_shared(
+    test: &str,
+) -> Option<(RedisStore, redis::aio::MultiplexedConnection)> {
+    let url = server_url(test).await?;
+    let store = RedisStore::connect(&url).await.unwrap();
+    Some((store, raw(&url).await))
 }
 
 /// The audit retention of the conformance suites: short enough for the

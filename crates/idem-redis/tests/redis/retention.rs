@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::redis_support::{park, raw, server_url};
+use crate::redis_support::{open_shared, park, raw, server_url};
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
 use idem_runtime::record::Outcome;
@@ -15,11 +15,9 @@ use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
-    let Some(url) = server_url("redis retention").await else {
+    let Some((store, mut raw)) = open_shared("redis retention").await else {
         return;
     };
-    let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = raw(&url).await;
     let key = random_key();
     let fence = acquire(&store, &key).await;
     let redis_key = store.record_key(&key);
@@ -58,11 +56,9 @@ async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
 /// in flight again, without a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_request_lapses_by_its_key_ttl_until_an_approved_claim_owns_it() {
-    let Some(url) = server_url("redis approval retention").await else {
+    let Some((store, mut raw)) = open_shared("redis approval retention").await else {
         return;
     };
-    let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = raw(&url).await;
     let (key, f) = (random_key(), fingerprint());
     let fence = acquire(&store, &key).await;
     let parked = park(&store, &key, fence, Duration::from_secs(600)).await;

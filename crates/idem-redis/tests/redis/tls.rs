@@ -62,6 +62,13 @@ async fn refused(url: &str) -> (TlsFailure, String) {
     refusal(url, RedisStore::connect_with(url, quick()).await)
 }
 
+/// [`refused`], in a message of one line.
+async fn refused_in_one_line(url: &str) -> (TlsFailure, String) {
+    let (failure, message) = refused(url).await;
+    assert!(!message.contains('\n'), "{message}");
+    (failure, message)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_ca_is_not_trusted_is_refused_naming_the_ca_option() {
     let Some(url) = tls_url("redis tls unknown CA").await else {
@@ -165,13 +172,11 @@ async fn a_url_that_disagrees_with_the_server_about_tls_says_so_in_one_line() {
     };
     // redis:// to the TLS-only server.
     let to_tls = with_password(&tls, "redis://:hunter2@");
-    let refused_plain = refused(&to_tls).await;
     assert_refused_for(
-        &refused_plain,
+        &refused_in_one_line(&to_tls).await,
         TlsProblem::ServerRequiresTls,
         &["accepts TLS connections only", "write rediss://"],
     );
-    assert!(!refused_plain.1.contains('\n'), "{}", refused_plain.1);
 
     // rediss:// to a plain server.
     let to_plain = format!(
@@ -179,13 +184,11 @@ async fn a_url_that_disagrees_with_the_server_about_tls_says_so_in_one_line() {
         plain.replace("redis://", "rediss://:hunter2@"),
         CERTS.ca.display()
     );
-    let refused_tls = refused(&to_plain).await;
     assert_refused_for(
-        &refused_tls,
+        &refused_in_one_line(&to_plain).await,
         TlsProblem::ServerNotTls,
         &["does not speak TLS", "write redis://"],
     );
-    assert!(!refused_tls.1.contains('\n'), "{}", refused_tls.1);
 }
 
 #[tokio::test]
