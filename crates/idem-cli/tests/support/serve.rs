@@ -302,6 +302,17 @@ impl Reply {
         assert!(self.body.contains(text), "not “{text}”: {}", self.body);
     }
 
+    /// Assert that the reply has `status` and is an API error whose message
+    /// says `text`.
+    pub fn error_says(&self, status: u16, text: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        let message = self.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error message: {}", self.body))
+            .to_owned();
+        assert!(message.contains(text), "not “{text}”: {}", self.body);
+    }
+
     /// The body as JSON.
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
@@ -559,6 +570,14 @@ pub struct Scene {
 impl Scene {
     pub async fn new(url: &str, wait: Duration) -> Scene {
         Scene::with_args(url, wait, &[]).await
+    }
+
+    /// A scene on a fresh SQLite store whose callers do not wait: the
+    /// file's guard, its URL and the scene.
+    pub async fn on_sqlite() -> (TempDir, String, Scene) {
+        let (dir, url) = super::sqlite();
+        let scene = Scene::new(&url, Duration::ZERO).await;
+        (dir, url, scene)
     }
 
     /// [`Scene::new`] with `extra` arguments to `idem serve`.
