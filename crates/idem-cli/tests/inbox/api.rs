@@ -288,23 +288,13 @@ async fn the_pages_need_a_session_and_its_csrf_token_to_decide() {
     assert!(login.header("x-frame-options") == ["DENY"]);
     assert!(login.header("content-security-policy")[0].contains("frame-ancestors 'none'"));
     let csrf = hidden(&login.body, "csrf").unwrap();
-    let wrong = browser
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", "guess")],
-        )
-        .await;
+    let wrong = browser.log_in(&serve, &csrf, (DANA.0, "guess")).await;
     assert_eq!(wrong.status, 401, "{}", wrong.body);
     assert!(wrong.body.contains("Wrong name or password."));
     assert!(!browser.cookies.contains_key("idem_session"));
     let csrf = hidden(&wrong.body, "csrf").unwrap();
     let started = std::time::Instant::now();
-    let signed_in = browser
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", DANA.1)],
-        )
-        .await;
+    let signed_in = browser.log_in(&serve, &csrf, DANA).await;
     assert_eq!(signed_in.status, 303, "{}", signed_in.body);
     assert!(
         started.elapsed() >= Duration::from_millis(90),
@@ -388,12 +378,7 @@ async fn the_pages_need_a_session_and_its_csrf_token_to_decide() {
     let mut viewer = Http::default();
     let login = viewer.get(&serve.url("/login")).await;
     let csrf_v = hidden(&login.body, "csrf").unwrap();
-    let in_v = viewer
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf_v), ("name", VIC.0), ("password", VIC.1)],
-        )
-        .await;
+    let in_v = viewer.log_in(&serve, &csrf_v, VIC).await;
     assert_eq!(in_v.status, 303, "{}", in_v.body);
     let page_v = viewer.get(&serve.url(&format!("/records/{key}"))).await;
     assert!(page_v.body.contains("signed in as a viewer"));

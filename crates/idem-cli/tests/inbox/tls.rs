@@ -76,12 +76,7 @@ async fn the_inbox_is_served_over_https_and_its_cookies_are_secure() {
         assert!(cookie.contains("; Secure"), "{cookie}");
         assert!(cookie.starts_with("__Host-idem_login="), "{cookie}");
     }
-    let done = http
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", DANA.1)],
-        )
-        .await;
+    let done = http.log_in(&serve, &csrf, DANA).await;
     assert_eq!(done.status, 303, "{}", done.body);
     let session = done.header("set-cookie");
     assert!(

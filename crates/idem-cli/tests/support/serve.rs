@@ -513,16 +513,21 @@ pub fn hidden(html: &str, name: &str) -> Option<String> {
 pub async fn sign_in(http: &mut Http, serve: &Serve, who: (&str, &str)) {
     let login = http.get(&serve.url("/login")).await;
     let csrf = hidden(&login.body, "csrf").expect("the sign-in form has a CSRF token");
-    let done = http
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", who.0), ("password", who.1)],
-        )
-        .await;
+    let done = http.log_in(serve, &csrf, who).await;
     assert_eq!(done.status, 303, "sign in as {}: {}", who.0, done.body);
 }
 
 impl Http {
+    /// Post the sign-in form of `serve` as `who` (name and password), with
+    /// the form's `csrf` token: the reply.
+    pub async fn log_in(&mut self, serve: &Serve, csrf: &str, who: (&str, &str)) -> Reply {
+        self.form(
+            &serve.url("/login"),
+            &[("csrf", csrf), ("name", who.0), ("password", who.1)],
+        )
+        .await
+    }
+
     /// The approver bot's API call to `path`: GET without a body, POST
     /// with one.
     pub async fn bot(&mut self, serve: &Serve, path: &str, body: Option<&Value>) -> Reply {
