@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::redis_support::{open_shared, raw, scan_all, server_url};
+use crate::redis_support::{open_shared, raw, scan_all, server_url, set};
 use idem_conformance::random_key;
 use idem_redis::RedisOptions;
 use idem_redis::RedisStore;
@@ -252,12 +252,7 @@ async fn data_from_a_newer_idem_is_refused() {
     };
     let prefix = format!("idem-test-{}", &random_key().as_str()[..8]);
     let mut raw = raw(&url).await;
-    let _: () = redis::cmd("SET")
-        .arg(format!("{prefix}:schema"))
-        .arg(99)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set(&mut raw, format!("{prefix}:schema"), 99).await;
     assert_schema_too_new(
         RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix)).await,
         99,

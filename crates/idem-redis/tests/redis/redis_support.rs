@@ -99,6 +99,34 @@ pub(crate) async fn writes_applied(raw: &mut redis::aio::MultiplexedConnection) 
         .unwrap()
 }
 
+/// `SET key value` through the plain connection `raw`.
+pub(crate) async fn set(
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: impl redis::ToRedisArgs,
+    value: impl redis::ToRedisArgs,
+) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+/// Run `action`, then assert that the server applied no write meanwhile
+/// ([`writes_applied`]); `why` says what it would have been. What
+/// `action` returned.
+pub(crate) async fn writes_nothing<T>(
+    raw: &mut redis::aio::MultiplexedConnection,
+    why: &str,
+    action: impl std::future::Future<Output = T>,
+) -> T {
+    let before = writes_applied(raw).await;
+    let done = action.await;
+    assert_eq!(writes_applied(raw).await, before, "{why}");
+    done
+}
+
 /// Park the in-flight call `key` owned by `fence` as awaiting approval for
 /// `ttl`; returns the record's new fence.
 pub(crate) async fn park(
