@@ -47,9 +47,7 @@ async fn completed(store: &SqliteStore, key: &IdempotencyKey, ttl: Duration) {
 /// over several transactions, and leaves live and in-flight records.
 #[tokio::test]
 async fn a_sweep_deletes_every_expired_record_over_several_batches_and_nothing_else() {
-    let bytes: [u8; 8] = rand::random();
-    let dir = std::env::temp_dir().join(format!("idem-sweep-{}", hex(&bytes)));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("idem-sweep");
     let path = dir.join("idem.db");
     let clock = ManualClock::new(1_000_000);
     let options = SqliteOptions::default()
@@ -97,9 +95,7 @@ async fn a_sweep_deletes_every_expired_record_over_several_batches_and_nothing_e
 /// unknown name fails the opening, creating nothing.
 #[tokio::test]
 async fn the_store_opens_its_connections_through_the_vfs_named_in_its_options() {
-    let bytes: [u8; 8] = rand::random();
-    let dir = std::env::temp_dir().join(format!("idem-vfs-{}", hex(&bytes)));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("idem-vfs");
 
     let path = dir.join("unknown.db");
     let err = SqliteStore::open_with(&path, SqliteOptions::default().vfs("no-such-vfs"))
@@ -131,9 +127,14 @@ async fn the_store_opens_its_connections_through_the_vfs_named_in_its_options() 
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-/// Lowercase hex of `bytes`, for directory names.
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A new directory `PREFIX-RANDOM` in the system's temporary directory
+/// (each test removes its own).
+fn fresh_dir(prefix: &str) -> std::path::PathBuf {
+    let bytes: [u8; 8] = rand::random();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    let dir = std::env::temp_dir().join(format!("{prefix}-{hex}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// The open scan's statements walk the index of open records, in its
@@ -143,9 +144,7 @@ fn hex(bytes: &[u8]) -> String {
 async fn the_open_scan_reads_the_index_of_open_records_from_its_cursor() {
     use crate::reader::{SCAN_OPEN_AFTER, SCAN_OPEN_FIRST};
 
-    let bytes: [u8; 8] = rand::random();
-    let dir = std::env::temp_dir().join(format!("idem-open-{}", hex(&bytes)));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = fresh_dir("idem-open");
     let path = dir.join("idem.db");
     let options = SqliteOptions::default().synchronous(Synchronous::Normal);
     let store = SqliteStore::open_with(&path, options).await.unwrap();

@@ -19,6 +19,28 @@ pub struct ProcessesReport {
     pub outcomes: Vec<idem_runtime::record::Outcome>,
 }
 
+/// Claim a fresh key in the store at `url` from 4 processes of
+/// `tasks_each` tasks ([`claim_from_processes`], the children running the
+/// ignored test that [`multi_process_child!`](crate::multi_process_child)
+/// declares in the binary's module `processes`), off the async runtime, and
+/// assert that exactly one task ran the tool, every task finished, and all
+/// saw one outcome.
+///
+/// # Panics
+///
+/// When they did not, or as [`claim_from_processes`] does.
+pub async fn assert_one_owner_across_processes(url: String, tasks_each: usize) {
+    let key = idem_conformance::random_key();
+    let report = tokio::task::spawn_blocking(move || {
+        claim_from_processes("processes::multi_process_child", &url, &key, 4, tasks_each)
+    })
+    .await
+    .unwrap();
+    assert_eq!(report.runs, 1, "more than one process ran the tool");
+    assert_eq!(report.finished, 4 * tasks_each);
+    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+}
+
 /// Start `processes` copies of the current test binary, each running only
 /// the (ignored) test `entry` — which must call [`run_child`] — so that
 /// every copy has `tasks` tasks claim `key` in the store at `url` at the
@@ -83,6 +105,21 @@ pub fn claim_from_processes(
         }
     }
     report
+}
+
+/// The `entry` test of [`claim_from_processes`] for a test binary whose
+/// module `processes` calls it: the ignored test
+/// `processes::multi_process_child`, which runs [`run_child`].
+#[macro_export]
+macro_rules! multi_process_child {
+    () => {
+        // The entry point of the child processes of the multi-process tests.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        #[ignore = "entry point of the child processes started by the multi-process tests"]
+        async fn multi_process_child() {
+            $crate::claims::run_child().await;
+        }
+    };
 }
 
 /// The body of the `entry` test of [`claim_from_processes`]: in a child,

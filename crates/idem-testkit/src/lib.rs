@@ -5,6 +5,8 @@
 //!   of a test whose server is missing, and the harness and multi-process
 //!   helpers of the store tests;
 //! - [`stores`] and [`on_every_store!`]: one test run on every store;
+//! - [`tls_cases`]: the TLS refusals and CA files of the Redis and
+//!   PostgreSQL stores' tests;
 //! - [`power_cut`] (feature `sqlite`): a SQLite VFS that counts fsyncs
 //!   and, when the power is cut, leaves of the files what was synced;
 //! - the deterministic fault simulation below, which `examples/chaos.rs`
@@ -69,6 +71,7 @@ mod schedule;
 pub mod servers;
 pub mod store_cases;
 pub mod stores;
+pub mod tls_cases;
 mod tools;
 mod volatile;
 mod world;

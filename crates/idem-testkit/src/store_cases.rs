@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use idem_runtime::key::{Fingerprint, IdempotencyKey};
-use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, APPROVAL_STEP};
+use idem_runtime::record::{Fence, Outcome, OutputJson, Record, RecordState, APPROVAL_STEP};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{
     ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError, WaitFor,
@@ -39,6 +39,77 @@ pub fn sent(id: &str) -> Outcome {
     }
 }
 
+/// Claim a fresh `key` and complete it with `outcome`, kept for `ttl`;
+/// the owner's fence.
+pub async fn completed<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    outcome: &Outcome,
+    ttl: Duration,
+) -> Fence {
+    let fence = acquire(store, key).await;
+    store.complete(key, fence, outcome, ttl).await.unwrap();
+    fence
+}
+
+/// Assert that one page of a scan of `store` lists `keys` but the middle
+/// one, which it reports corrupt beside them.
+///
+/// # Panics
+///
+/// When it does not.
+pub async fn assert_the_middle_one_is_corrupt<S: Store + ?Sized>(
+    store: &S,
+    keys: &[IdempotencyKey; 3],
+) {
+    let page = store.scan(None, 100).await.unwrap();
+    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
+    listed.sort();
+    let mut good = vec![keys[0].clone(), keys[2].clone()];
+    good.sort();
+    assert_eq!(listed, good);
+    assert_eq!(page.corrupt.len(), 1);
+    assert_eq!(page.corrupt[0].key, keys[1].as_str());
+}
+
+/// Assert that `opened` (opening a store) was refused for a schema version
+/// `found` newer than the `supported` one.
+///
+/// # Panics
+///
+/// When it was not.
+pub fn assert_schema_too_new<S: std::fmt::Debug>(
+    opened: Result<S, StoreError>,
+    found: u32,
+    supported: u32,
+) {
+    match opened {
+        Err(StoreError::SchemaTooNew {
+            found: f,
+            supported: s,
+            ..
+        }) => assert_eq!((f, s), (found, supported)),
+        other => panic!("expected SchemaTooNew, got {other:?}"),
+    }
+}
+
+/// The schema version the SQLite store file at `path` records.
+///
+/// # Panics
+///
+/// When the file cannot be read or records none.
+#[cfg(feature = "sqlite")]
+pub fn sqlite_schema_version(path: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(path)
+        .unwrap()
+        .query_row(
+            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
+            [],
+            |row| row.get(0),
+        )
+        .unwrap()
+}
+
 /// Claim a fresh `key` and return the owner's fence.
 pub async fn acquire<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Fence {
     let f = fingerprint();
@@ -60,14 +131,8 @@ pub async fn park<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: Fen
         expires_at: now.plus(Duration::from_secs(3600)),
         message: "ask a person".into(),
     };
-    let expected = Expected {
-        fence,
-        state: ExpectedState::InFlight,
-    };
-    store
-        .replace(key, expected, Some(&record), None)
+    replace(store, key, fence, ExpectedState::InFlight, &record)
         .await
-        .unwrap()
         .expect("a fence for the parked record")
 }
 
@@ -77,14 +142,40 @@ pub async fn approve<S: Store + ?Sized>(store: &S, key: &IdempotencyKey, fence: 
     record
         .steps
         .insert(APPROVAL_STEP.into(), json!({ "by": "ada" }));
-    let expected = Expected {
-        fence,
-        state: ExpectedState::AwaitingApproval,
-    };
+    replace(store, key, fence, ExpectedState::AwaitingApproval, &record).await;
+}
+
+/// Replace `key`'s record, expected in `state` under `fence`, with
+/// `record`; the new record's fence, if it has one.
+async fn replace<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    fence: Fence,
+    state: ExpectedState,
+    record: &Record,
+) -> Option<Fence> {
     store
-        .replace(key, expected, Some(&record), None)
+        .replace(key, Expected { fence, state }, Some(record), None)
         .await
-        .unwrap();
+        .unwrap()
+}
+
+/// Assert that a waiter on `store` is woken by a notification: the median
+/// of 10 [`wake_up_latencies`] is under 50 ms (the waiters' polling
+/// back-off had reached 160 ms: anything well below that was a
+/// notification). Prints the median and the maximum, for `name`.
+///
+/// # Panics
+///
+/// When the median is not under 50 ms.
+pub async fn assert_woken_by_notification<S: Store>(name: &str, store: S) {
+    let store = Arc::new(store);
+    let latencies = wake_up_latencies(store.clone(), store, 10).await;
+    eprintln!(
+        "{name} wake-up latency over 10 waits: median {:?}, max {:?}",
+        latencies[5], latencies[9]
+    );
+    assert!(latencies[5] < Duration::from_millis(50), "{latencies:?}");
 }
 
 /// Times from `complete` returning on `writer` to `wait` returning on

@@ -104,6 +104,29 @@ async fn naive_first(naive: &Naive, source: Source, i: u64) {
     };
 }
 
+/// The time `iters` first calls `first(what, j)` take, into a `what` that
+/// `fresh` makes anew every `FRESH_EVERY` calls (made and dropped outside
+/// the timing).
+async fn time_fresh<W>(
+    iters: u64,
+    fresh: impl Fn() -> W,
+    first: impl AsyncFn(&W, u64),
+) -> Duration {
+    let mut took = Duration::ZERO;
+    let mut i = 0;
+    while i < iters {
+        let what = fresh();
+        let n = FRESH_EVERY.min(iters - i);
+        let start = Instant::now();
+        for j in i..i + n {
+            first(&what, j).await;
+        }
+        took += start.elapsed();
+        i += n;
+    }
+    took
+}
+
 /// A long-lived executor or naive wrapper, `grown_start()` keys in.
 struct Grown<W> {
     what: W,
@@ -130,14 +153,14 @@ impl<W> Grown<W> {
     }
 
     /// Time `iters` first calls made by `call` on the next keys.
-    fn time<'a, F: std::future::Future<Output = ()> + 'a>(
-        &'a mut self,
+    fn time(
+        &mut self,
         rt: &tokio::runtime::Runtime,
         iters: u64,
-        call: impl Fn(&'a W, u64) -> F,
+        call: impl AsyncFn(&W, u64),
     ) -> std::time::Duration {
         let Grown { what, len, next } = self;
-        let what: &'a W = what;
+        let what: &W = what;
         let first = *next;
         let start = Instant::now();
         rt.block_on(async {
@@ -153,6 +176,27 @@ impl<W> Grown<W> {
 }
 
 impl<W> Grown<W> {
+    /// Time `iters` first calls made by `call` on the next keys of the
+    /// store in `slot`, made anew with `make` when they would take it past
+    /// `GROWN_MAX` ([`Grown::room_for`]).
+    fn time_in(
+        slot: &RefCell<Option<Grown<W>>>,
+        rt: &tokio::runtime::Runtime,
+        iters: u64,
+        make: impl FnOnce() -> Grown<W>,
+        call: impl AsyncFn(&W, u64),
+    ) -> std::time::Duration {
+        Grown::room_for(&mut slot.borrow_mut(), iters, make).time(rt, iters, call)
+    }
+
+    /// `what` filled by `call` with `grown_start()` keys, then
+    /// [`Grown::filled`].
+    fn filled_by(rt: &tokio::runtime::Runtime, what: W, call: impl AsyncFn(&W, u64)) -> Self {
+        let mut grown = Grown::empty(what);
+        grown.time(rt, grown_start() as u64, call);
+        grown.filled()
+    }
+
     /// `what`, empty, its next keys far from the ones measured: fill it
     /// with [`Grown::time`], then measure from [`Grown::filled`].
     fn empty(what: W) -> Self {
@@ -172,21 +216,17 @@ impl<W> Grown<W> {
 
 impl Grown<Exec> {
     fn exec(rt: &tokio::runtime::Runtime) -> Self {
-        let mut grown = Grown::empty(new_exec());
-        grown.time(rt, grown_start() as u64, |exec, i| {
-            idem_first(exec, Source::Step, i)
-        });
-        grown.filled()
+        Grown::filled_by(rt, new_exec(), async |exec, i| {
+            idem_first(exec, Source::Step, i).await
+        })
     }
 }
 
 impl Grown<Naive> {
     fn naive(rt: &tokio::runtime::Runtime) -> Self {
-        let mut grown = Grown::empty(Naive::default());
-        grown.time(rt, grown_start() as u64, |naive, i| {
-            naive_first(naive, Source::Step, i)
-        });
-        grown.filled()
+        Grown::filled_by(rt, Naive::default(), async |naive, i| {
+            naive_first(naive, Source::Step, i).await
+        })
     }
 }
 
@@ -224,37 +264,17 @@ fn overhead(c: &mut Criterion) {
     // and dropped outside the timing).
     for (name, source) in [("", Source::Step), ("_call_id", Source::CallId)] {
         g.bench_function(format!("naive_first_fresh{name}"), |b| {
-            b.to_async(&rt).iter_custom(|iters| async move {
-                let mut took = Duration::ZERO;
-                let mut i = 0;
-                while i < iters {
-                    let naive = Naive::default();
-                    let n = FRESH_EVERY.min(iters - i);
-                    let start = Instant::now();
-                    for j in i..i + n {
-                        naive_first(&naive, source, j).await;
-                    }
-                    took += start.elapsed();
-                    i += n;
-                }
-                took
+            b.to_async(&rt).iter_custom(|iters| {
+                time_fresh(iters, Naive::default, async |naive, j| {
+                    naive_first(naive, source, j).await
+                })
             })
         });
         g.bench_function(format!("idem_first_fresh{name}"), |b| {
-            b.to_async(&rt).iter_custom(|iters| async move {
-                let mut took = Duration::ZERO;
-                let mut i = 0;
-                while i < iters {
-                    let exec = new_exec();
-                    let n = FRESH_EVERY.min(iters - i);
-                    let start = Instant::now();
-                    for j in i..i + n {
-                        idem_first(&exec, source, j).await;
-                    }
-                    took += start.elapsed();
-                    i += n;
-                }
-                took
+            b.to_async(&rt).iter_custom(|iters| {
+                time_fresh(iters, new_exec, async |exec, j| {
+                    idem_first(exec, source, j).await
+                })
             })
         });
     }
@@ -267,22 +287,18 @@ fn overhead(c: &mut Criterion) {
     for (name, source) in [("", Source::Step), ("_call_id", Source::CallId)] {
         g.bench_function(format!("naive_first_grown{name}"), |b| {
             b.iter_custom(|iters| {
-                let mut slot = naive_grown.borrow_mut();
-                Grown::room_for(&mut slot, iters, || Grown::naive(&rt)).time(
-                    &rt,
-                    iters,
-                    |naive, i| naive_first(naive, source, i),
-                )
+                let make = || Grown::naive(&rt);
+                Grown::time_in(&naive_grown, &rt, iters, make, async |naive, i| {
+                    naive_first(naive, source, i).await
+                })
             })
         });
         g.bench_function(format!("idem_first_grown{name}"), |b| {
             b.iter_custom(|iters| {
-                let mut slot = idem_grown.borrow_mut();
-                Grown::room_for(&mut slot, iters, || Grown::exec(&rt)).time(
-                    &rt,
-                    iters,
-                    |exec, i| idem_first(exec, source, i),
-                )
+                let make = || Grown::exec(&rt);
+                Grown::time_in(&idem_grown, &rt, iters, make, async |exec, i| {
+                    idem_first(exec, source, i).await
+                })
             })
         });
     }

@@ -22,26 +22,60 @@ use crate::support::tools::{
     delete_account, delete_call, dispatcher, executor, ns, still_waits, tenant, App, DeleteAccount,
     ASK,
 };
-use crate::support::{listed, unique, Idem};
+use crate::support::{listed, operator, unique, Idem};
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
-        callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
-        a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
-        idem_approve_with_the_approvers_file_holds_its_two_person_rule,
-    ],
-}
+crate::support::on_every_store_url![
+    a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once,
+    callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli,
+    a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate,
+    idem_approve_with_the_approvers_file_holds_its_two_person_rule,
+];
 
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(30);
 
+/// bob's decisions on `key` once it is decided: `idem approve`, `idem deny`
+/// with the reason of `deny_and_resolve`, and `idem resolve` with its
+/// settlement, each refused (exit 1) saying what `says` holds in turn.
+async fn later_decisions_by_bob_are_refused(
+    idem: &Idem,
+    key: &str,
+    deny_and_resolve: (&str, &[&str]),
+    says: [&str; 3],
+) {
+    let (reason, settlement) = deny_and_resolve;
+    let mut resolve = vec!["resolve", key];
+    resolve.extend_from_slice(settlement);
+    resolve.extend(["--by", "bob", "--reason", "r"]);
+    let decisions = [
+        vec!["approve", key, "--by", "bob"],
+        vec!["deny", key, "--by", "bob", "--reason", reason],
+        resolve,
+    ];
+    for (args, said) in decisions.iter().zip(says) {
+        idem.run(args).await.fails(1, said);
+    }
+}
+
+/// An agent whose call `call_id` (deleting eve's account) waits for a
+/// person's decision, in the background; and the key it waits under, once
+/// `idem ls` lists it.
+async fn waiting_for_a_person(
+    url: &str,
+    idem: &Idem,
+    app: &App,
+    namespace: &str,
+    call_id: &str,
+) -> (tokio::task::JoinHandle<idem::ToolResult>, String) {
+    let waiting = dispatcher(url, app, PATIENCE).await;
+    let call = delete_call(call_id, "eve");
+    let context = tenant(namespace);
+    let agent = tokio::spawn(async move { waiting.dispatch_one(call, &context).await });
+    (agent, listed(idem, namespace, "awaiting_approval").await)
+}
+
 async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let agent = dispatcher(url, &app, Duration::ZERO).await;
     let call = delete_call(&unique("call"), "mallory");
 
@@ -54,17 +88,7 @@ async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url
     let key = key.as_str().to_owned();
     assert_eq!(app.deletions(), 0);
 
-    let page = idem
-        .run(&[
-            "ls",
-            "--state",
-            "awaiting-approval",
-            "--namespace",
-            &namespace,
-            "--json",
-        ])
-        .await
-        .json();
+    let page = idem.ls_json("awaiting-approval", &namespace).await;
     assert_eq!(page["total"], 1);
     assert_eq!(page["records"][0]["key"], key.as_str());
     assert_eq!(page["records"][0]["approval"]["message"], ASK);
@@ -91,15 +115,12 @@ async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url
     assert_eq!(app.deletions(), 0, "approving runs nothing by itself");
 
     // A second decision is refused and changes nothing.
-    idem.run(&["approve", &key, "--by", "bob"])
-        .await
-        .fails(1, "already approved (by ada)");
-    idem.run(&["deny", &key, "--by", "bob", "--reason", "no"])
-        .await
-        .fails(1, "already approved");
-    idem.run(&["resolve", &key, "--release", "--by", "bob", "--reason", "r"])
-        .await
-        .fails(1, "approve or deny it instead");
+    let refused = [
+        "already approved (by ada)",
+        "already approved",
+        "approve or deny it instead",
+    ];
+    later_decisions_by_bob_are_refused(&idem, &key, ("no", &["--release"][..]), refused).await;
     let shown = idem.run(&["show", &key, "--json"]).await.json();
     assert_eq!(shown["status"], "approved");
     assert_eq!(shown["approval"]["approved_by"], "ada");
@@ -122,17 +143,11 @@ async fn a_pending_approval_approved_from_the_cli_runs_the_tool_exactly_once(url
 }
 
 async fn callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_cli(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let call_id = unique("call");
 
     // An agent whose calls wait for a person's decision.
-    let waiting = dispatcher(url, &app, PATIENCE).await;
-    let call = delete_call(&call_id, "eve");
-    let context = tenant(&namespace);
-    let agent = tokio::spawn(async move { waiting.dispatch_one(call, &context).await });
-    let key = listed(&idem, &namespace, "awaiting_approval").await;
+    let (agent, key) = waiting_for_a_person(url, &idem, &app, &namespace, &call_id).await;
 
     // A typed caller of the same call joins, and waits too.
     let exec = executor(url, &app, Duration::ZERO).await;
@@ -178,17 +193,11 @@ async fn callers_waiting_for_approval_run_the_tool_once_when_approved_from_the_c
 }
 
 async fn a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplicate(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let call_id = unique("call");
     let reason = "accounts are closed by support, not by agents";
 
-    let waiting = dispatcher(url, &app, PATIENCE).await;
-    let call = delete_call(&call_id, "eve");
-    let context = tenant(&namespace);
-    let agent = tokio::spawn(async move { waiting.dispatch_one(call, &context).await });
-    let key = listed(&idem, &namespace, "awaiting_approval").await;
+    let (agent, key) = waiting_for_a_person(url, &idem, &app, &namespace, &call_id).await;
 
     let out = idem
         .run(&["deny", &key[..12], "--by", "ada", "--reason", reason])
@@ -232,24 +241,13 @@ async fn a_denial_from_the_cli_reaches_the_waiting_caller_and_every_later_duplic
     assert_eq!(app.deletions(), 0);
 
     // Decided is decided.
-    idem.run(&["approve", &key, "--by", "bob"])
-        .await
-        .fails(1, "not awaiting approval (it is failed)");
-    idem.run(&["deny", &key, "--by", "bob", "--reason", "again"])
-        .await
-        .fails(1, "not awaiting approval");
-    idem.run(&[
-        "resolve",
-        &key,
-        "--succeeded",
-        "{}",
-        "--by",
-        "bob",
-        "--reason",
-        "r",
-    ])
-    .await
-    .fails(1, "already failed");
+    let refused = [
+        "not awaiting approval (it is failed)",
+        "not awaiting approval",
+        "already failed",
+    ];
+    let settlement = ("again", &["--succeeded", "{}"][..]);
+    later_decisions_by_bob_are_refused(&idem, &key, settlement, refused).await;
 
     let shown = idem.run(&["show", &key, "--json"]).await.json();
     assert_eq!(shown["status"], "failed");
@@ -345,11 +343,7 @@ async fn idem_approve_with_the_approvers_file_holds_its_two_person_rule(url: &st
     assert_eq!(so_far[0]["by"], "bob");
     crate::support::schema::check(&shown, "record");
     let text = idem.run(&["show", &key]).await;
-    assert!(
-        text.ok().contains("Approvals:    1 so far (by bob)\n"),
-        "{}",
-        text.stdout
-    );
+    text.says("Approvals:    1 so far (by bob)\n");
     still_waits(&agent, &call, &namespace).await;
     assert_eq!(app.deletions(), 0);
 

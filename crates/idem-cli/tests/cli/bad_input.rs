@@ -14,22 +14,16 @@ use std::time::Duration;
 use idem::key::{derive_key, KeyInput, KeySource};
 use idem::prelude::*;
 
-use crate::stores_support::{ada, key_from_transcript, timed_out_charge};
-use crate::support::tools::{charge_card, delete_call, dispatcher, executor, ns, tenant, App};
-use crate::support::{claim_directly, unique, Idem};
+use crate::stores_support::key_from_transcript;
+use crate::support::tools::{
+    ada, charge_card, delete_call, dispatcher, executor, ns, tenant, timed_out_charge,
+};
+use crate::support::{claim_directly, operator, unique};
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        bad_input_is_one_line_a_nonzero_exit_and_changes_nothing,
-    ],
-}
+crate::support::on_every_store_url![bad_input_is_one_line_a_nonzero_exit_and_changes_nothing];
 
 async fn bad_input_is_one_line_a_nonzero_exit_and_changes_nothing(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let exec = executor(url, &app, Duration::ZERO).await;
     let agent = dispatcher(url, &app, Duration::ZERO).await;
 

@@ -6,10 +6,11 @@
 
 use std::time::Duration;
 
-use crate::support::tools::{charge_card, executor, App, Charge};
+use crate::support::tools::{charge_card, charge_key, executor, App, Charge};
 use crate::support::{run, run_in, schema, Idem};
-use idem::key::{derive_key, KeyInput, KeySource, Namespace};
+
 use idem::prelude::*;
+use idem_testkit::store_cases::sqlite_schema_version;
 use serde_json::Value;
 
 /// The test vectors of `docs/keys.md`.
@@ -212,15 +213,11 @@ async fn a_store_written_by_a_newer_idem_is_refused_and_left_alone() {
     idem.run(&["resolve", "abcd", "--release", "--by", "a", "--reason", "r"])
         .await
         .fails(5, "upgrade idem");
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(version, 99, "the newer store was not touched");
+    assert_eq!(
+        sqlite_schema_version(&path),
+        99,
+        "the newer store was not touched"
+    );
 }
 
 #[tokio::test]
@@ -239,13 +236,7 @@ async fn colour_only_on_request_and_never_in_json() {
     .await
     .unwrap();
     exec.store().close().await;
-    let key = derive_key(&KeyInput {
-        version: 1,
-        namespace: &Namespace::default(),
-        tool: "charge_card",
-        source: KeySource::CallId("call_1"),
-    })
-    .unwrap();
+    let key = charge_key("call_1");
 
     const ESC: char = '\u{1b}';
     let store = ["--store", url.as_str()];

@@ -8,13 +8,14 @@
 
 use std::time::Duration;
 
-use crate::support::tools::{delete_account, delete_call, App};
+use crate::support::tools::{charge_key, delete_account, delete_call, App};
 use crate::support::Idem;
 use idem::approval::{ApprovalDecision, Callback};
 use idem::key::{derive_key, Fingerprint, KeyInput, KeySource, Namespace};
 use idem::prelude::*;
 use idem::record::{CallInfoRef, Outcome};
 use idem::store::{ClaimOutcome, ClaimRequest};
+use idem_testkit::store_cases::request;
 use serde_json::{json, Value};
 
 /// Clear the screen, move up, erase the line, return to its start, set the
@@ -266,23 +267,13 @@ async fn a_refusal_quoting_a_forged_worker_shows_it_escaped() {
     let (_dir, url) = crate::support::sqlite();
     // A call in flight under a live lease held by a worker named FORGED.
     let store = idem::store::connect(&url).await.unwrap();
-    let key = derive_key(&KeyInput {
-        version: 1,
-        namespace: &Namespace::default(),
-        tool: "charge_card",
-        source: KeySource::CallId("call_live"),
-    })
-    .unwrap();
+    let key = charge_key("call_live");
     let fingerprint = Fingerprint::new("b".repeat(64));
     let claim = ClaimRequest {
-        key: &key,
         tool: "charge_card",
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
         lease: Duration::from_secs(600),
-        info: CallInfoRef::EMPTY,
         worker: Some(FORGED),
-        durable: true,
+        ..request(&key, &fingerprint)
     };
     assert!(matches!(
         store.claim(&claim).await.unwrap(),

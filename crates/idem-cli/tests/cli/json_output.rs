@@ -13,24 +13,17 @@ use std::time::Duration;
 use idem::prelude::*;
 use serde_json::Value;
 
-use crate::stores_support::{ada, key_from_transcript, timed_out_charge};
+use crate::stores_support::{key_from_transcript, resolve_by_ada};
 use crate::support::tools::{
-    charge_card, delete_call, dispatcher, executor, ns, save_card, tenant, App, SaveCard,
+    ada, charge_card, delete_call, dispatcher, executor, ns, save_card, tenant, timed_out_charge,
+    SaveCard,
 };
-use crate::support::{claim_directly, schema, unique, Idem};
+use crate::support::{claim_directly, operator, schema, unique};
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        json_output_matches_the_documented_schema,
-    ],
-}
+crate::support::on_every_store_url![json_output_matches_the_documented_schema];
 
 async fn json_output_matches_the_documented_schema(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let exec = executor(url, &app, Duration::ZERO).await;
     let agent = dispatcher(url, &app, Duration::ZERO).await;
 
@@ -154,13 +147,7 @@ async fn json_output_matches_the_documented_schema(url: &str) {
         "{}",
         secret_text.stdout
     );
-    assert!(
-        secret_text
-            .ok()
-            .contains(&format!("not stored; fingerprint {fingerprint}")),
-        "{}",
-        secret_text.stdout
-    );
+    secret_text.says(&format!("not stored; fingerprint {fingerprint}"));
 
     // Limits cut the list, newest first, and say how many matched.
     let cut = idem
@@ -171,37 +158,27 @@ async fn json_output_matches_the_documented_schema(url: &str) {
     assert_eq!(cut["total"], 7);
     assert_eq!(cut["records"].as_array().unwrap().len(), 2);
     assert_eq!(cut["records"][0], page["records"][0]);
-    let recent = idem
-        .run(&["ls", "--namespace", &namespace, "--since", "10m", "--json"])
-        .await
-        .json();
-    assert_eq!(recent["total"], 7);
-    let future = idem
-        .run(&[
-            "ls",
-            "--namespace",
-            &namespace,
-            "--since",
-            "2999-01-01T00:00:00Z",
-            "--json",
-        ])
-        .await
-        .json();
-    assert_eq!(future["total"], 0);
-    let tool = idem
-        .run(&[
-            "ls",
-            "--namespace",
-            &namespace,
-            "--tool",
-            "delete_account",
-            "--state",
-            "approved,awaiting_approval",
-            "--json",
-        ])
-        .await
-        .json();
-    assert_eq!(tool["total"], 2);
+    // Each filter, and how many of the namespace's records it lists.
+    let filters: [(&[&str], u64); 3] = [
+        (&["--since", "10m"], 7),
+        (&["--since", "2999-01-01T00:00:00Z"], 0),
+        (
+            &[
+                "--tool",
+                "delete_account",
+                "--state",
+                "approved,awaiting_approval",
+            ],
+            2,
+        ),
+    ];
+    for (filter, total) in filters {
+        let mut args = vec!["ls", "--namespace", &namespace];
+        args.extend_from_slice(filter);
+        args.push("--json");
+        let listed = idem.run(&args).await.json();
+        assert_eq!(listed["total"], total, "{filter:?}");
+    }
 
     // The other commands' JSON.
     let stats = idem.run(&["stats", "--json"]).await.json();
@@ -234,18 +211,8 @@ async fn json_output_matches_the_documented_schema(url: &str) {
     assert_eq!(derived["key"], unknown_key.as_str());
     let unknown_json = idem.run(&["show", &unknown_key, "--json"]).await.json();
     assert_eq!(derived["fingerprint"], unknown_json["fingerprint"]);
-    let resolved_json = idem
-        .run(&[
-            "resolve",
-            &unknown_key,
-            "--succeeded",
-            r#""ch_1""#,
-            "--by",
-            "ada",
-            "--reason",
-            "seen",
-            "--json",
-        ])
+    let settlement = ["--succeeded", r#""ch_1""#, "--json"];
+    let resolved_json = resolve_by_ada(&idem, &unknown_key, &settlement, "seen")
         .await
         .json();
     schema::check(&resolved_json, "record");

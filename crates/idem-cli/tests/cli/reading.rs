@@ -13,8 +13,7 @@ use std::time::Duration;
 
 use idem::key::IdempotencyKey;
 use idem::prelude::*;
-use idem::record::CallInfoRef;
-use idem::store::ClaimRequest;
+use idem_testkit::store_cases::{completed, sqlite_schema_version};
 use serde_json::{json, Value};
 
 use crate::support::{unique, Idem};
@@ -85,14 +84,7 @@ async fn reading_an_older_sqlite_store_does_not_migrate_it_and_idem_migrate_does
         fp = "f".repeat(64),
     ))
     .unwrap();
-    let version = || -> i64 {
-        conn.query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap()
-    };
+    let version = || sqlite_schema_version(&path);
     let before = file_bytes(&path);
     let idem = Idem::new(&format!("sqlite://{}", path.display()));
     let listed = idem.run(&["ls", "--json"]).await.json();
@@ -173,29 +165,10 @@ async fn a_corrupt_record_is_named_loudly_and_the_rest_are_listed() {
     let (good, bad) = ("ab".repeat(32), "cd".repeat(32));
     for key in [&good, &bad] {
         let key = IdempotencyKey::parse(key).unwrap();
-        let f = idem_runtime::key::Fingerprint::new("f".repeat(64));
-        let req = ClaimRequest {
-            key: &key,
-            tool: "send_email",
-            fingerprint: &f,
-            check_fingerprint: true,
-            lease: Duration::from_secs(30),
-            info: CallInfoRef::EMPTY,
-            worker: None,
-            durable: true,
-        };
-        let idem_runtime::store::ClaimOutcome::Acquired { fence, .. } =
-            store.claim(&req).await.unwrap()
-        else {
-            panic!("a fresh key")
-        };
         let done = idem_runtime::record::Outcome::Success {
             output: idem_runtime::record::OutputJson::from_value(&json!({ "id": 1 })),
         };
-        store
-            .complete(&key, fence, &done, Duration::from_secs(3600))
-            .await
-            .unwrap();
+        completed(&store, &key, &done, Duration::from_secs(3600)).await;
     }
     store.close().await;
     rusqlite::Connection::open(&path)

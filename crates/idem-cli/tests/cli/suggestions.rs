@@ -9,9 +9,11 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::support::tools::{charge_card, delete_call, dispatcher, executor, App, Charge};
+use crate::support::tools::{
+    charge_card, charge_key, delete_call, dispatcher, executor, App, Charge,
+};
 use crate::support::Idem;
-use idem::key::{derive_key, Fingerprint, KeyInput, KeySource, Namespace};
+use idem::key::Fingerprint;
 use idem::prelude::*;
 use idem::provider::{OpenAi, Provider};
 use idem::record::CallInfoRef;
@@ -74,13 +76,7 @@ async fn set_up(situation: Situation) -> (TempDir, Idem, Vec<String>) {
         }
         Situation::LeaseRanOut => {
             let store = idem::store::connect(&url).await.unwrap();
-            let key = derive_key(&KeyInput {
-                version: 1,
-                namespace: &Namespace::default(),
-                tool: "charge_card",
-                source: KeySource::CallId("call_vanished"),
-            })
-            .unwrap();
+            let key = charge_key("call_vanished");
             let claimed = store
                 .claim(&ClaimRequest {
                     key: &key,

@@ -14,42 +14,27 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::stores_support::{ada, key_from_transcript, timed_out_charge};
-use crate::support::tools::{charge_card, executor, ns, App, Charged};
-use crate::support::{claim_directly, schema, unique, Idem};
+use crate::stores_support::{resolve_by_ada, unknown_charge};
+use crate::support::tools::{executor, retry_charge, Charged};
+use crate::support::{claim_directly, operator, schema, unique};
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
-        unknown_outcomes_resolved_as_failed_or_released,
-        an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
-        idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
-    ],
-}
+crate::support::on_every_store_url![
+    a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution,
+    unknown_outcomes_resolved_as_failed_or_released,
+    an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
+    idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
+];
 
 /// `idem log` keeps what `resolve --release` and `delete` did (who, when,
 /// why, state before and after) after the records are gone, by full key
 /// or prefix, as a table and as the documented JSON.
 async fn idem_log_shows_a_release_and_a_delete_after_their_records_are_gone(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let exec = executor(url, &app, Duration::ZERO).await;
-    let call_id = timed_out_charge(&exec, &app, &namespace).await;
-    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
-    idem.run(&[
-        "resolve",
-        &key,
-        "--release",
-        "--by",
-        "ada",
-        "--reason",
-        "the bank never saw it",
-    ])
-    .await
-    .ok();
+    let (call_id, key) = unknown_charge(&exec, &app, &namespace).await;
+    resolve_by_ada(&idem, &key, &["--release"], "the bank never saw it")
+        .await
+        .ok();
     idem.run(&["show", &key]).await.fails(3, "no record");
 
     let log = idem.run(&["log", &key[..10], "--json"]).await.json();
@@ -65,11 +50,7 @@ async fn idem_log_shows_a_release_and_a_delete_after_their_records_are_gone(url:
     assert_eq!(event["namespace"], namespace.as_str());
 
     // The retry runs again (the release allowed it) and is deleted.
-    exec.call(charge_card, ada())
-        .call_id(&call_id)
-        .namespace(ns(&namespace))
-        .await
-        .unwrap();
+    retry_charge(&exec, &call_id, &namespace).await.unwrap();
     idem.run(&["delete", &key, "--by", "bo", "--reason", "test charge"])
         .await
         .ok();
@@ -98,12 +79,9 @@ async fn idem_log_shows_a_release_and_a_delete_after_their_records_are_gone(url:
 async fn an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for(
     url: &str,
 ) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let exec = executor(url, &app, Duration::ZERO).await;
-    let call_id = timed_out_charge(&exec, &app, &namespace).await;
-    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
+    let (_, key) = unknown_charge(&exec, &app, &namespace).await;
 
     let shown = idem.run(&["show", &key[..12]]).await;
     let shown = shown.ok();
@@ -115,11 +93,7 @@ async fn an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl
     let listed = idem
         .run(&["ls", "--state", "unknown", "--namespace", &namespace])
         .await;
-    assert!(
-        listed.ok().contains("waiting for a person for"),
-        "{}",
-        listed.stdout
-    );
+    listed.says("waiting for a person for");
     let stats = idem.run(&["stats", "--json"]).await.json();
     schema::check(&stats, "stats");
     assert!(
@@ -128,38 +102,23 @@ async fn an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl
     );
     assert!(stats["unknown_by_age"]["oldest"].is_string(), "{stats}");
 
-    let refused = idem
-        .run(&[
-            "resolve",
-            &key[..12],
-            "--failed",
-            "not charged",
-            "--ttl",
-            "soon",
-            "--by",
-            "ada",
-            "--reason",
-            "checked",
-        ])
-        .await;
+    let refused = resolve_by_ada(
+        &idem,
+        &key[..12],
+        &["--failed", "not charged", "--ttl", "soon"],
+        "checked",
+    )
+    .await;
     refused.bad_value("--ttl", "'soon'");
     refused.bad_value("--ttl", "expected a duration such as 90s, 15m, 2h");
-    let resolved = idem
-        .run(&[
-            "resolve",
-            &key[..12],
-            "--failed",
-            "not charged",
-            "--ttl",
-            "2h",
-            "--by",
-            "ada",
-            "--reason",
-            "the dashboard shows no charge",
-            "--json",
-        ])
-        .await
-        .json();
+    let resolved = resolve_by_ada(
+        &idem,
+        &key[..12],
+        &["--failed", "not charged", "--ttl", "2h", "--json"],
+        "the dashboard shows no charge",
+    )
+    .await
+    .json();
     assert_eq!(resolved["status"], "failed");
     let at = |field: &str| idem_cli_time(resolved[field].as_str().unwrap());
     let kept = at("expires_at") - at("completed_at");
@@ -177,27 +136,13 @@ fn idem_cli_time(text: &str) -> i64 {
 async fn a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets_the_resolution(
     url: &str,
 ) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let exec = executor(url, &app, Duration::ZERO).await;
 
-    let call_id = timed_out_charge(&exec, &app, &namespace).await;
-    assert_eq!(app.charges(), 1);
-
     // The operator finds it: by state, and from the transcript's call id.
-    let key = key_from_transcript("charge_card", &call_id, &namespace).await;
-    let page = idem
-        .run(&[
-            "ls",
-            "--state",
-            "unknown",
-            "--namespace",
-            &namespace,
-            "--json",
-        ])
-        .await
-        .json();
+    let (call_id, key) = unknown_charge(&exec, &app, &namespace).await;
+    assert_eq!(app.charges(), 1);
+    let page = idem.ls_json("unknown", &namespace).await;
     assert_eq!(page["total"], 1);
     let record = &page["records"][0];
     assert_eq!(record["key"], key.as_str());
@@ -224,28 +169,18 @@ async fn a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets
     );
 
     // It is settled from the command line, by a key prefix.
-    let out = idem
-        .run(&[
-            "resolve",
-            &key[..12],
-            "--succeeded",
-            r#"{"charge_id": "ch_from_the_dashboard"}"#,
-            "--by",
-            "ada",
-            "--reason",
-            "the payment dashboard shows the charge",
-        ])
-        .await;
+    let out = resolve_by_ada(
+        &idem,
+        &key[..12],
+        &["--succeeded", r#"{"charge_id": "ch_from_the_dashboard"}"#],
+        "the payment dashboard shows the charge",
+    )
+    .await;
     assert!(out.ok().starts_with("resolved "), "{}", out.stdout);
 
     // The model's retry gets the resolved output; the card is not charged
     // again.
-    let again = exec
-        .call(charge_card, ada())
-        .call_id(&call_id)
-        .namespace(ns(&namespace))
-        .await
-        .unwrap();
+    let again = retry_charge(&exec, &call_id, &namespace).await.unwrap();
     assert!(again.meta.deduplicated);
     assert_eq!(
         again.output,
@@ -273,32 +208,16 @@ async fn a_timed_out_charge_is_listed_as_unknown_resolved_and_the_duplicate_gets
 }
 
 async fn unknown_outcomes_resolved_as_failed_or_released(url: &str) {
-    let idem = Idem::new(url);
-    let namespace = unique("tenant");
-    let app = App::default();
+    let (idem, namespace, app) = operator(url);
     let exec = executor(url, &app, Duration::ZERO).await;
 
     // Resolved as failed: the retry gets the failure and nothing runs.
-    let failed = timed_out_charge(&exec, &app, &namespace).await;
-    let key = key_from_transcript("charge_card", &failed, &namespace).await;
-    idem.run(&[
-        "resolve",
-        &key,
-        "--failed",
-        "card declined (seen at the bank)",
-        "--by",
-        "ada",
-        "--reason",
-        "bank statement",
-    ])
-    .await
-    .ok();
-    let err = exec
-        .call(charge_card, ada())
-        .call_id(&failed)
-        .namespace(ns(&namespace))
+    let (failed, key) = unknown_charge(&exec, &app, &namespace).await;
+    let settlement = ["--failed", "card declined (seen at the bank)"];
+    resolve_by_ada(&idem, &key, &settlement, "bank statement")
         .await
-        .unwrap_err();
+        .ok();
+    let err = retry_charge(&exec, &failed, &namespace).await.unwrap_err();
     assert!(err.is_deduplicated(), "{err}");
     assert!(
         err.to_string().contains("card declined (seen at the bank)"),
@@ -307,27 +226,11 @@ async fn unknown_outcomes_resolved_as_failed_or_released(url: &str) {
     assert_eq!(app.charges(), 1);
 
     // Released: the record is gone and the retry charges the card.
-    let released = timed_out_charge(&exec, &app, &namespace).await;
-    let key = key_from_transcript("charge_card", &released, &namespace).await;
-    let out = idem
-        .run(&[
-            "resolve",
-            &key[..10],
-            "--release",
-            "--by",
-            "ada",
-            "--reason",
-            "the bank never saw it",
-        ])
-        .await;
+    let (released, key) = unknown_charge(&exec, &app, &namespace).await;
+    let out = resolve_by_ada(&idem, &key[..10], &["--release"], "the bank never saw it").await;
     assert!(out.ok().starts_with("released "), "{}", out.stdout);
     idem.run(&["show", &key]).await.fails(3, "no record");
-    let again = exec
-        .call(charge_card, ada())
-        .call_id(&released)
-        .namespace(ns(&namespace))
-        .await
-        .unwrap();
+    let again = retry_charge(&exec, &released, &namespace).await.unwrap();
     assert!(!again.meta.deduplicated);
     assert_eq!(app.charges(), 3);
 
@@ -347,25 +250,15 @@ async fn unknown_outcomes_resolved_as_failed_or_released(url: &str) {
     assert_eq!(shown["status"], "in_flight");
     assert_eq!(shown["lease"]["expired"], true);
     let described = idem.run(&["show", key.as_str()]).await;
-    assert!(
-        described.ok().contains("the owner vanished"),
-        "{}",
-        described.stdout
-    );
-    let resolved = idem
-        .run(&[
-            "resolve",
-            key.as_str(),
-            "--failed",
-            "the worker died before charging",
-            "--by",
-            "ada",
-            "--reason",
-            "no charge at the bank",
-            "--json",
-        ])
-        .await
-        .json();
+    described.says("the owner vanished");
+    let resolved = resolve_by_ada(
+        &idem,
+        key.as_str(),
+        &["--failed", "the worker died before charging", "--json"],
+        "no charge at the bank",
+    )
+    .await
+    .json();
     assert_eq!(resolved["status"], "failed");
     assert_eq!(resolved["outcome"]["code"], "permanent");
     assert_eq!(resolved["audit"][0]["action"], "resolved_failed");

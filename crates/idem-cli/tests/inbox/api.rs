@@ -7,26 +7,21 @@
 
 use std::time::Duration;
 
-use idem::prelude::*;
 use serde_json::{json, Value};
 
 use crate::support::serve::{catalog, hidden, listed, wait_on, Http, Scene, Serve, DANA, VIC};
 use crate::support::tools::{
-    charge_card, delete_call, dispatcher, executor, ns, tenant, App, Charge, Charged,
+    delete_call, dispatcher, executor, tenant, the_duplicate_gets, timed_out_charge, App,
 };
 use crate::support::{schema, unique};
 
 /// How long a waiting caller waits for a person.
 const PATIENCE: Duration = Duration::from_secs(60);
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        an_approval_through_the_api_runs_the_waiting_call_exactly_once,
-        a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller,
-    ],
-}
+crate::support::on_every_store_url![
+    an_approval_through_the_api_runs_the_waiting_call_exactly_once,
+    a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller,
+];
 
 /// A bot approves a call an agent is waiting on: the agent's tool runs
 /// once, the audit names the bot and its note, a repeat runs nothing.
@@ -107,17 +102,9 @@ async fn an_approval_through_the_api_runs_the_waiting_call_exactly_once(url: &st
             Some(&json!({"version": item["version"]})),
         )
         .await;
-    assert_eq!(twice.status, 409, "{}", twice.body);
     schema::check(&twice.json()["error"], "api_error");
     assert_eq!(twice.json()["error"]["code"], "changed");
-    assert!(
-        twice.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("it is now succeeded"),
-        "{}",
-        twice.body
-    );
+    twice.error_says(409, "it is now succeeded");
 }
 
 /// A denial without a reason is refused and changes nothing; with one,
@@ -141,11 +128,7 @@ async fn a_denial_through_the_api_needs_a_reason_and_reaches_the_waiting_caller(
         json!({"version": item["version"], "reason": "  "}),
     ] {
         let refused = http.api("POST", &deny, &serve.token, Some(&body)).await;
-        assert_eq!(refused.status, 422, "{}", refused.body);
-        assert!(refused.json()["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("needs a reason"));
+        refused.error_says(422, "needs a reason");
     }
     // Nothing changed: the same version is still waiting.
     assert_eq!(
@@ -179,21 +162,7 @@ async fn an_unknown_charge_resolved_through_the_api_answers_its_duplicate() {
     let serve = Serve::start(&url, Some(&catalog()), &[]);
     let mut http = Http::default();
     let namespace = unique("tenant");
-    let call_id = unique("call");
-    let charge = || Charge {
-        customer: "ada".into(),
-        cents: 4900,
-    };
-    app.payments
-        .hang_next
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    let error = exec
-        .call(charge_card, charge())
-        .call_id(&call_id)
-        .namespace(ns(&namespace))
-        .await
-        .unwrap_err();
-    assert!(matches!(error, IdemError::OutcomeUnknown { .. }), "{error}");
+    let call_id = timed_out_charge(&exec, &app, &namespace).await;
 
     let item = listed(&mut http, &serve, &namespace).await;
     assert_eq!(item["waits_for"], "unknown");
@@ -221,28 +190,14 @@ async fn an_unknown_charge_resolved_through_the_api_answers_its_duplicate() {
     assert_eq!(resolved.status, 200, "{}", resolved.body);
     assert_eq!(resolved.json()["record"]["status"], "succeeded");
 
-    let duplicate = exec
-        .call(charge_card, charge())
-        .call_id(&call_id)
-        .namespace(ns(&namespace))
-        .await
-        .expect("the duplicate gets the resolution");
-    assert_eq!(
-        duplicate.output,
-        Charged {
-            charge_id: "ch_from_dashboard".into()
-        }
-    );
-    assert!(duplicate.meta.deduplicated);
-    assert_eq!(app.charges(), 1, "charged once");
+    the_duplicate_gets("ch_from_dashboard", &exec, &app, &call_id, &namespace).await;
 }
 
 /// No token, a viewer's token, a form instead of JSON, a key that is not
 /// one: refused with what is wrong, and nothing changes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_refuses_strangers_viewers_and_malformed_requests() {
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, _, mut scene) = Scene::on_sqlite().await;
     let item = scene.asked("eve").await;
     let Scene {
         app,
@@ -294,11 +249,7 @@ async fn the_api_refuses_strangers_viewers_and_malformed_requests() {
     let no_version = http
         .api("POST", &approve, &serve.token, Some(&json!({})))
         .await;
-    assert_eq!(no_version.status, 422);
-    assert!(no_version.json()["error"]["message"]
-        .as_str()
-        .unwrap()
-        .contains("version"));
+    no_version.error_says(422, "version");
     let bad_key = http
         .bot(&serve, "/api/records/abc/approve", Some(&body))
         .await;
@@ -316,8 +267,7 @@ async fn the_api_refuses_strangers_viewers_and_malformed_requests() {
 /// frames and caches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_pages_need_a_session_and_its_csrf_token_to_decide() {
-    let (dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (dir, _, mut scene) = Scene::on_sqlite().await;
     let item = scene.asked("eve").await;
     let Scene {
         app,
@@ -338,23 +288,13 @@ async fn the_pages_need_a_session_and_its_csrf_token_to_decide() {
     assert!(login.header("x-frame-options") == ["DENY"]);
     assert!(login.header("content-security-policy")[0].contains("frame-ancestors 'none'"));
     let csrf = hidden(&login.body, "csrf").unwrap();
-    let wrong = browser
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", "guess")],
-        )
-        .await;
+    let wrong = browser.log_in(&serve, &csrf, (DANA.0, "guess")).await;
     assert_eq!(wrong.status, 401, "{}", wrong.body);
     assert!(wrong.body.contains("Wrong name or password."));
     assert!(!browser.cookies.contains_key("idem_session"));
     let csrf = hidden(&wrong.body, "csrf").unwrap();
     let started = std::time::Instant::now();
-    let signed_in = browser
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", DANA.1)],
-        )
-        .await;
+    let signed_in = browser.log_in(&serve, &csrf, DANA).await;
     assert_eq!(signed_in.status, 303, "{}", signed_in.body);
     assert!(
         started.elapsed() >= Duration::from_millis(90),
@@ -438,12 +378,7 @@ async fn the_pages_need_a_session_and_its_csrf_token_to_decide() {
     let mut viewer = Http::default();
     let login = viewer.get(&serve.url("/login")).await;
     let csrf_v = hidden(&login.body, "csrf").unwrap();
-    let in_v = viewer
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf_v), ("name", VIC.0), ("password", VIC.1)],
-        )
-        .await;
+    let in_v = viewer.log_in(&serve, &csrf_v, VIC).await;
     assert_eq!(in_v.status, 303, "{}", in_v.body);
     let page_v = viewer.get(&serve.url(&format!("/records/{key}"))).await;
     assert!(page_v.body.contains("signed in as a viewer"));
@@ -599,8 +534,7 @@ async fn a_trusted_proxy_header_names_the_approver() {
 /// its record is gone, and its page and the API still show the audit trail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_vanished_workers_call_released_keeps_its_audit_trail() {
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, url, mut scene) = Scene::on_sqlite().await;
     let call_id = unique("call");
     let key = crate::support::claim_directly(
         &url,

@@ -11,14 +11,13 @@
 use std::path::Path;
 use std::time::Duration;
 
-use idem::prelude::*;
 use serde_json::json;
 
 use crate::support::browser::Browser;
 use idem_testkit::servers::TestCertificates;
 
 use crate::support::serve::{wait_on, wait_on_in, Http, Scene, DANA, VIC};
-use crate::support::tools::{charge_card, delete_call, executor, ns, tenant, Charge, Charged};
+use crate::support::tools::{delete_call, executor, tenant, the_duplicate_gets, timed_out_charge};
 use crate::support::unique;
 
 /// How long a page may take to show what a test waits for.
@@ -318,29 +317,9 @@ async fn an_unknown_charge_resolved_on_the_page_answers_its_duplicate() {
     else {
         return;
     };
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, url, mut scene) = Scene::on_sqlite().await;
     let exec = executor(&url, &scene.app, Duration::ZERO).await;
-    let call_id = unique("call");
-    let charge = || Charge {
-        customer: "ada".into(),
-        cents: 4900,
-    };
-    scene
-        .app
-        .payments
-        .hang_next
-        .store(true, std::sync::atomic::Ordering::SeqCst);
-    let unknown = exec
-        .call(charge_card, charge())
-        .call_id(&call_id)
-        .namespace(ns(&scene.namespace))
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(unknown, IdemError::OutcomeUnknown { .. }),
-        "{unknown}"
-    );
+    let call_id = timed_out_charge(&exec, &scene.app, &scene.namespace).await;
     let key = scene.listed().await["key"].as_str().unwrap().to_owned();
 
     sign_in(&browser, &scene, DANA).await;
@@ -372,19 +351,14 @@ async fn an_unknown_charge_resolved_on_the_page_answers_its_duplicate() {
     browser.click("#confirm-button").await;
     wait_text(&browser, "#notice", "Done: resolved as succeeded.").await;
 
-    let duplicate = exec
-        .call(charge_card, charge())
-        .call_id(&call_id)
-        .namespace(ns(&scene.namespace))
-        .await
-        .expect("the duplicate gets the resolution");
-    assert_eq!(
-        duplicate.output,
-        Charged {
-            charge_id: "ch_from_dashboard".into()
-        }
-    );
-    assert_eq!(scene.app.charges(), 1, "charged once");
+    the_duplicate_gets(
+        "ch_from_dashboard",
+        &exec,
+        &scene.app,
+        &call_id,
+        &scene.namespace,
+    )
+    .await;
 }
 
 /// What must be refused, and change nothing: a wrong password, a viewer
@@ -397,8 +371,7 @@ async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
     else {
         return;
     };
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, _, mut scene) = Scene::on_sqlite().await;
     let item = scene.asked("eve").await;
     let key = item["key"].as_str().unwrap().to_owned();
     let version = item["version"].as_str().unwrap().to_owned();

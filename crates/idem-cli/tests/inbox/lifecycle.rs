@@ -39,8 +39,7 @@ pub(crate) async fn open_stream(base: &str, cookie: &str) -> (tokio::net::TcpStr
 /// as it does with nothing open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ctrl_c_stops_the_server_while_a_live_stream_is_open() {
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, _, mut scene) = Scene::on_sqlite().await;
     let mut http = Http::default();
     sign_in(&mut http, &scene.serve, DANA).await;
     let cookie = format!("idem_session={}", http.cookies["idem_session"]);
@@ -67,8 +66,7 @@ async fn a_page_signed_out_on_another_instance_says_so() {
     else {
         return;
     };
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, _, mut scene) = Scene::on_sqlite().await;
     let mut http = Http::default();
     sign_in(&mut http, &scene.serve, DANA).await;
     let cookie = format!("idem_session={}", http.cookies["idem_session"]);

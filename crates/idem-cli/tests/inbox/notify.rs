@@ -20,14 +20,10 @@ use crate::support::serve::{catalog, listed, sign_in, Http, Serve, DANA, VIC};
 use crate::support::tools::{delete_call, dispatcher, tenant, App};
 use crate::support::{unique, Idem};
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        webhooks_are_delivered_once_per_event_and_endpoint_across_a_restart,
-        two_instances_on_one_store_deliver_each_event_once,
-    ],
-}
+crate::support::on_every_store_url![
+    webhooks_are_delivered_once_per_event_and_endpoint_across_a_restart,
+    two_instances_on_one_store_deliver_each_event_once,
+];
 
 /// The secret the JSON endpoint's bodies are signed with.
 const SECRET: &str = "test webhook secret, 32 bytes ok";

@@ -37,8 +37,7 @@ async fn api_pages(scene: &mut Scene, query: &str) -> Vec<Vec<Value>> {
 /// stream's next event.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_inbox_pages_newest_first_and_its_stream_names_what_arrived() {
-    let (_dir, url) = crate::support::sqlite();
-    let mut scene = Scene::new(&url, Duration::ZERO).await;
+    let (_dir, _, mut scene) = Scene::on_sqlite().await;
     let namespace = scene.namespace.clone();
     for i in 0..120 {
         let call = delete_call(&format!("page-{i:03}"), &format!("customer-{i}"));

@@ -18,14 +18,10 @@ use crate::support::serve::{
 use crate::support::tools::{delete_call, dispatcher, tenant, App};
 use crate::support::{unique, Idem};
 
-idem_testkit::on_every_store! {
-    stores: [sqlite, redis, postgres],
-    run: |scenario, store| scenario(store.url()).await,
-    tests: [
-        a_session_is_shared_by_two_instances_and_ends_on_both_at_once,
-        a_two_person_rule_holds_across_two_instances,
-    ],
-}
+crate::support::on_every_store_url![
+    a_session_is_shared_by_two_instances_and_ends_on_both_at_once,
+    a_two_person_rule_holds_across_two_instances,
+];
 
 /// The password of the approver each test adds under a name of its own
 /// (the server stores are shared by the binary's tests, and a revocation
@@ -143,13 +139,7 @@ async fn a_session_is_shared_by_two_instances_and_ends_on_both_at_once(url: &str
             "laptop lost",
         ])
         .await;
-    assert!(
-        revoked
-            .ok()
-            .contains(&format!("ended every session of {dana}")),
-        "{}",
-        revoked.stdout
-    );
+    revoked.says(&format!("ended every session of {dana}"));
     for serve in [&a, &b] {
         for http in [&mut on_a, &mut on_b] {
             assert!(

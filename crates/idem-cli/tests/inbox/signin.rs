@@ -84,12 +84,7 @@ async fn a_flood_of_made_up_names_stays_bounded_and_lets_dana_in() {
     let mut dana = Http::default();
     let csrf_dana = form_token(&mut dana, &serve).await;
     let started = Instant::now();
-    let signed_in = dana
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf_dana), ("name", DANA.0), ("password", DANA.1)],
-        )
-        .await;
+    let signed_in = dana.log_in(&serve, &csrf_dana, DANA).await;
     let dana_took = started.elapsed();
     assert_eq!(signed_in.status, 303, "{}", signed_in.body);
     let mut statuses = std::collections::BTreeMap::new();
@@ -152,12 +147,7 @@ async fn guesses_from_many_addresses_slow_the_name_but_never_lock_dana_out() {
     let mut dana = Http::from_address(IpAddr::from([127, 0, 0, 2]));
     let csrf = form_token(&mut dana, &serve).await;
     let started = Instant::now();
-    let signed_in = dana
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", DANA.1)],
-        )
-        .await;
+    let signed_in = dana.log_in(&serve, &csrf, DANA).await;
     assert_eq!(
         signed_in.status, 303,
         "the right password gets in: {}",
@@ -171,12 +161,7 @@ async fn guesses_from_many_addresses_slow_the_name_but_never_lock_dana_out() {
     let mut vic = Http::default();
     let csrf = form_token(&mut vic, &serve).await;
     let started = Instant::now();
-    let vic_in = vic
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", VIC.0), ("password", VIC.1)],
-        )
-        .await;
+    let vic_in = vic.log_in(&serve, &csrf, VIC).await;
     assert_eq!(vic_in.status, 303);
     assert!(started.elapsed() < Duration::from_secs(1));
 }

@@ -12,6 +12,21 @@ use crate::support::serve::{hidden, Http, Serve, DANA};
 use crate::support::tools::{dispatcher, App};
 use crate::support::IDEM;
 
+/// What `idem serve --listen 127.0.0.1:0 --tls-cert CERT --tls-key KEY`
+/// says when it refuses to start, as a usage error.
+fn refused_with_tls(cert: &std::path::Path, key: &std::path::Path) -> String {
+    let (code, said) = refused(&[
+        "--listen",
+        "127.0.0.1:0",
+        "--tls-cert",
+        cert.to_str().unwrap(),
+        "--tls-key",
+        key.to_str().unwrap(),
+    ]);
+    assert_eq!(code, Some(2), "{said}");
+    said
+}
+
 /// `idem serve ARGS` that is expected to stop before it serves: its exit
 /// code and what it said.
 fn refused(args: &[&str]) -> (Option<i32>, String) {
@@ -61,12 +76,7 @@ async fn the_inbox_is_served_over_https_and_its_cookies_are_secure() {
         assert!(cookie.contains("; Secure"), "{cookie}");
         assert!(cookie.starts_with("__Host-idem_login="), "{cookie}");
     }
-    let done = http
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", DANA.0), ("password", DANA.1)],
-        )
-        .await;
+    let done = http.log_in(&serve, &csrf, DANA).await;
     assert_eq!(done.status, 303, "{}", done.body);
     let session = done.header("set-cookie");
     assert!(
@@ -130,29 +140,13 @@ fn plain_http_off_loopback_and_bad_key_files_are_refused_before_serving() {
     // A key file that holds a certificate: the message names the option
     // and the file, and shows none of its content.
     let certs = TestCertificates::new();
-    let (code, said) = refused(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        certs.server.cert.to_str().unwrap(),
-        "--tls-key",
-        certs.ca.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(2), "{said}");
+    let said = refused_with_tls(&certs.server.cert, &certs.ca);
     assert!(said.contains("--tls-key"), "{said}");
     assert!(said.contains(certs.ca.to_str().unwrap()), "{said}");
     assert!(!said.contains("BEGIN"), "no PEM content: {said}");
 
     // A certificate and a key that do not go together.
-    let (code, said) = refused(&[
-        "--listen",
-        "127.0.0.1:0",
-        "--tls-cert",
-        certs.server.cert.to_str().unwrap(),
-        "--tls-key",
-        certs.client.key.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(2), "{said}");
+    let said = refused_with_tls(&certs.server.cert, &certs.client.key);
     assert!(said.contains("do not go together"), "{said}");
 
     // --tls-cert without --tls-key is a usage error.

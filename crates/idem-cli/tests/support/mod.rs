@@ -43,6 +43,13 @@ impl Idem {
         }
     }
 
+    /// The page `idem ls --state STATE --namespace NS --json` prints.
+    pub async fn ls_json(&self, state: &str, namespace: &str) -> Value {
+        self.run(&["ls", "--state", state, "--namespace", namespace, "--json"])
+            .await
+            .json()
+    }
+
     /// `idem --store URL ARGS…`, with no colour or store from the
     /// environment.
     pub async fn run(&self, args: &[&str]) -> Run {
@@ -97,6 +104,11 @@ impl Run {
             self.command, self.code, self.stdout, self.stderr
         );
         &self.stdout
+    }
+
+    /// Succeeded, printing `text` among what it printed.
+    pub fn says(&self, text: &str) {
+        assert!(self.ok().contains(text), "no {text:?} in: {}", self.stdout);
     }
 
     /// Succeeded, printing JSON: the JSON.
@@ -177,6 +189,30 @@ pub fn unique(prefix: &str) -> String {
     )
 }
 
+/// Run each scenario (an `async fn(url: &str)`) on a SQLite file and on
+/// the kit's Redis and PostgreSQL servers, as `sqlite::name`,
+/// `redis::name` and `postgres::name`
+/// ([`idem_testkit::on_every_store!`]).
+#[allow(unused_macros)]
+macro_rules! on_every_store_url {
+    ($($test:ident),+ $(,)?) => {
+        idem_testkit::on_every_store! {
+            stores: [sqlite, redis, postgres],
+            run: |scenario, store| scenario(store.url()).await,
+            tests: [$($test),+],
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_every_store_url;
+
+/// What a scenario on one store starts with: the `idem` program on the
+/// store at `url`, a namespace of its own (`tenant-…`: the server stores
+/// are shared by the binary's tests) and the app its tools act on.
+pub fn operator(url: &str) -> (Idem, String, tools::App) {
+    (Idem::new(url), unique("tenant"), tools::App::default())
+}
+
 /// A fresh SQLite store file (the directory goes with the guard).
 pub fn sqlite() -> (TempDir, String) {
     let dir = TempDir::new("idem-cli").unwrap();
@@ -189,10 +225,7 @@ pub fn sqlite() -> (TempDir, String) {
 pub async fn listed(idem: &Idem, namespace: &str, state: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
-        let page = idem
-            .run(&["ls", "--state", state, "--namespace", namespace, "--json"])
-            .await
-            .json();
+        let page = idem.ls_json(state, namespace).await;
         if let Some(record) = page["records"].as_array().and_then(|r| r.first()) {
             return record["key"].as_str().unwrap().to_owned();
         }

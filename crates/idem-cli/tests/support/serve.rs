@@ -307,6 +307,17 @@ impl Reply {
         assert!(self.body.contains(text), "not “{text}”: {}", self.body);
     }
 
+    /// Assert that the reply has `status` and is an API error whose message
+    /// says `text`.
+    pub fn error_says(&self, status: u16, text: &str) {
+        assert_eq!(self.status, status, "{}", self.body);
+        let message = self.json()["error"]["message"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no error message: {}", self.body))
+            .to_owned();
+        assert!(message.contains(text), "not “{text}”: {}", self.body);
+    }
+
     /// The body as JSON.
     pub fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body))
@@ -507,16 +518,21 @@ pub fn hidden(html: &str, name: &str) -> Option<String> {
 pub async fn sign_in(http: &mut Http, serve: &Serve, who: (&str, &str)) {
     let login = http.get(&serve.url("/login")).await;
     let csrf = hidden(&login.body, "csrf").expect("the sign-in form has a CSRF token");
-    let done = http
-        .form(
-            &serve.url("/login"),
-            &[("csrf", &csrf), ("name", who.0), ("password", who.1)],
-        )
-        .await;
+    let done = http.log_in(serve, &csrf, who).await;
     assert_eq!(done.status, 303, "sign in as {}: {}", who.0, done.body);
 }
 
 impl Http {
+    /// Post the sign-in form of `serve` as `who` (name and password), with
+    /// the form's `csrf` token: the reply.
+    pub async fn log_in(&mut self, serve: &Serve, csrf: &str, who: (&str, &str)) -> Reply {
+        self.form(
+            &serve.url("/login"),
+            &[("csrf", csrf), ("name", who.0), ("password", who.1)],
+        )
+        .await
+    }
+
     /// The approver bot's API call to `path`: GET without a body, POST
     /// with one.
     pub async fn bot(&mut self, serve: &Serve, path: &str, body: Option<&Value>) -> Reply {
@@ -564,6 +580,14 @@ pub struct Scene {
 impl Scene {
     pub async fn new(url: &str, wait: Duration) -> Scene {
         Scene::with_args(url, wait, &[]).await
+    }
+
+    /// A scene on a fresh SQLite store whose callers do not wait: the
+    /// file's guard, its URL and the scene.
+    pub async fn on_sqlite() -> (TempDir, String, Scene) {
+        let (dir, url) = super::sqlite();
+        let scene = Scene::new(&url, Duration::ZERO).await;
+        (dir, url, scene)
     }
 
     /// [`Scene::new`] with `extra` arguments to `idem serve`.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use idem::approval::{ApprovalDecision, Callback};
 use idem::dispatch::{Arguments, ToolCall};
 use idem::prelude::*;
+use idem::CallOutput;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -83,6 +84,81 @@ pub async fn charge_card(
     Ok(Charged {
         charge_id: format!("ch_{n}_{}_{}", args.customer, args.cents),
     })
+}
+
+/// The key of `charge_card`'s call `call_id` in the default namespace.
+pub fn charge_key(call_id: &str) -> IdempotencyKey {
+    idem::key::derive_key(&idem::key::KeyInput {
+        version: 1,
+        namespace: &Namespace::default(),
+        tool: "charge_card",
+        source: idem::key::KeySource::CallId(call_id),
+    })
+    .unwrap()
+}
+
+/// The charge of the scenarios: ada, 49 dollars.
+pub fn ada() -> Charge {
+    Charge {
+        customer: "ada".into(),
+        cents: 4900,
+    }
+}
+
+/// A charge that is made but whose response never arrives: recorded as
+/// unknown. Returns the call id.
+pub async fn timed_out_charge(exec: &Executor<App>, app: &App, namespace: &str) -> String {
+    let call_id = super::unique("call");
+    app.payments
+        .hang_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let err = exec
+        .call(charge_card, ada())
+        .call_id(&call_id)
+        .namespace(ns(namespace))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, IdemError::OutcomeUnknown { .. }),
+        "a timed-out non-idempotent write is unknown, not {err}"
+    );
+    call_id
+}
+
+/// The model's retry of the unknown charge `call_id` in `namespace`,
+/// once a person resolved it as succeeded with `charge_id`: it gets that
+/// output, deduplicated, and the card was charged once.
+pub async fn the_duplicate_gets(
+    charge_id: &str,
+    exec: &Executor<App>,
+    app: &App,
+    call_id: &str,
+    namespace: &str,
+) {
+    let duplicate = retry_charge(exec, call_id, namespace)
+        .await
+        .expect("the duplicate gets the resolution");
+    assert_eq!(
+        duplicate.output,
+        Charged {
+            charge_id: charge_id.into()
+        }
+    );
+    assert!(duplicate.meta.deduplicated);
+    assert_eq!(app.charges(), 1, "charged once");
+}
+
+/// The model's retry of the charge `call_id` in `namespace`: the same
+/// arguments under the same call id.
+pub async fn retry_charge(
+    exec: &Executor<App>,
+    call_id: &str,
+    namespace: &str,
+) -> Result<CallOutput<Charged>, IdemError> {
+    exec.call(charge_card, ada())
+        .call_id(call_id)
+        .namespace(ns(namespace))
+        .await
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]

@@ -3,26 +3,20 @@
 
 use std::time::Duration;
 
-use crate::postgres_support::{connect_raw, own_database, server_url};
+use crate::postgres_support::{connect_raw, open_shared, own_database};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
 use idem_runtime::store::StoreError;
 use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{completed, fingerprint, request, sent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_outcome_is_reported_and_left_untouched() {
-    let Some(url) = server_url("postgres corrupt record").await else {
+    let Some((store, raw)) = open_shared("postgres corrupt record").await else {
         return;
     };
-    let store = PostgresStore::connect(&url).await.unwrap();
-    let raw = connect_raw(&url).await;
     let key = random_key();
-    let fence = acquire(&store, &key).await;
-    store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    completed(&store, &key, &sent("m-1"), Duration::from_secs(600)).await;
     raw.execute(
         "UPDATE idem_records SET outcome = '{not json' WHERE key = $1",
         &[&key.as_str()],
@@ -54,11 +48,7 @@ async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
     let store = PostgresStore::connect(&url).await.unwrap();
     let keys = [random_key(), random_key(), random_key()];
     for key in &keys {
-        let fence = acquire(&store, key).await;
-        store
-            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
-            .await
-            .unwrap();
+        completed(&store, key, &sent("m"), Duration::from_secs(3600)).await;
     }
     let raw = connect_raw(&url).await;
     raw.execute(

@@ -8,9 +8,8 @@
 
 use std::time::Duration;
 
-use crate::postgres_support::{connect_raw, own_database};
+use crate::postgres_support::open_own;
 use idem_conformance::random_key;
-use idem_postgres::PostgresStore;
 use idem_runtime::store::ClaimOutcome;
 use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{fingerprint, request, sent};
@@ -28,11 +27,9 @@ async fn settings(raw: &tokio_postgres::Client) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_a_claim_that_need_not_be_durable_skips_the_wal_flush() {
-    let Some(url) = own_database("postgres durability").await else {
+    let Some((store, raw)) = open_own("postgres durability").await else {
         return;
     };
-    let store = PostgresStore::connect(&url).await.unwrap();
-    let raw = connect_raw(&url).await;
     raw.batch_execute(
         "CREATE TABLE seen (n serial PRIMARY KEY, op text, setting text);
          CREATE FUNCTION note_setting() RETURNS trigger LANGUAGE plpgsql AS $$

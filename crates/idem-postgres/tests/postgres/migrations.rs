@@ -10,7 +10,7 @@ use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
-use idem_testkit::store_cases::{fingerprint, request, sent};
+use idem_testkit::store_cases::{assert_schema_too_new, fingerprint, request, sent};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,12 +24,11 @@ async fn schema_from_a_newer_idem_is_refused() {
         .batch_execute("UPDATE idem_meta SET value = 7 WHERE name = 'schema_version'")
         .await
         .unwrap();
-    match PostgresStore::connect(&url).await {
-        Err(StoreError::SchemaTooNew {
-            found, supported, ..
-        }) => assert_eq!((found, supported), (7, idem_postgres::SCHEMA_VERSION)),
-        other => panic!("expected SchemaTooNew, got {other:?}"),
-    }
+    assert_schema_too_new(
+        PostgresStore::connect(&url).await,
+        7,
+        idem_postgres::SCHEMA_VERSION,
+    );
 }
 
 /// A database set up by idem 0.1 (schema version 1, exactly as 0.1

@@ -3,8 +3,7 @@
 
 use std::time::Instant;
 
-use crate::postgres_support::{connect_raw, own_database};
-use idem_postgres::PostgresStore;
+use crate::postgres_support::open_own;
 use idem_runtime::store::StoreExt;
 
 /// Records in the table (`IDEM_OPEN_INDEX_ROWS`, default 200,000), one in
@@ -33,11 +32,9 @@ async fn plan(client: &tokio_postgres::Client, execute: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_open_scan_walks_the_index_of_open_records_from_its_cursor() {
-    let Some(url) = own_database("postgres open index").await else {
+    let Some((store, raw)) = open_own("postgres open index").await else {
         return;
     };
-    let store = PostgresStore::connect(&url).await.unwrap();
-    let raw = connect_raw(&url).await;
     let valid: bool = raw
         .query_one(
             "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass('idem_records_open')",

@@ -9,7 +9,7 @@ use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
 use idem_runtime::store::StoreError;
 use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::{acquire, every_write_is_refused_read_only, sent};
+use idem_testkit::store_cases::{acquire, completed, every_write_is_refused_read_only, sent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_without_idem_connected_read_only_is_refused_and_nothing_is_created() {
@@ -48,10 +48,7 @@ async fn a_store_connected_read_only_reads_and_refuses_every_write() {
     let live = PostgresStore::connect(&url).await.unwrap();
     assert_eq!(live.schema_found(), None);
     let (done, running) = (random_key(), random_key());
-    let fence = acquire(&live, &done).await;
-    live.complete(&done, fence, &sent("m-1"), Duration::from_secs(3600))
-        .await
-        .unwrap();
+    completed(&live, &done, &sent("m-1"), Duration::from_secs(3600)).await;
     let running_fence = acquire(&live, &running).await;
 
     let reader = PostgresStore::connect_read_only(&url).await.unwrap();

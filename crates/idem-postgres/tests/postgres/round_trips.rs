@@ -9,7 +9,7 @@ use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
 use idem_runtime::store::ClaimOutcome;
 use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::{acquire, fingerprint, park, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, park, request, sent};
 use idem_testkit::{skip, PostgresServer};
 
 /// Statements executed in this database while `op` ran, from
@@ -100,11 +100,7 @@ async fn a_duplicate_of_a_completed_call_writes_no_wal_and_draws_no_fence() {
     let raw = connect_raw(&url).await;
     let store = PostgresStore::connect(&url).await.unwrap();
     let (done, waiting, f) = (random_key(), random_key(), fingerprint());
-    let fence = acquire(&store, &done).await;
-    store
-        .complete(&done, fence, &sent("m-1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    completed(&store, &done, &sent("m-1"), Duration::from_secs(600)).await;
     park(&store, &waiting, acquire(&store, &waiting).await).await;
 
     for (what, key) in [("completed", &done), ("awaiting approval", &waiting)] {

@@ -9,7 +9,7 @@ use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 
 /// Two applications share one database, each in a schema of its own named
 /// in the URL: idem creates the schemas, and neither sees the other's
@@ -29,14 +29,8 @@ async fn stores_in_two_schemas_of_one_database_do_not_see_each_other() {
             .unwrap(),
     );
     let (key, lapsing, f) = (random_key(), random_key(), fingerprint());
-    let fence = acquire(&app1, &key).await;
-    app1.complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
-        .await
-        .unwrap();
-    let fence = acquire(&app1, &lapsing).await;
-    app1.complete(&lapsing, fence, &sent("m-2"), Duration::from_millis(1))
-        .await
-        .unwrap();
+    completed(&app1, &key, &sent("m-1"), Duration::from_secs(600)).await;
+    completed(&app1, &lapsing, &sent("m-2"), Duration::from_millis(1)).await;
     // The same key is free in the other schema, with a fence from a
     // sequence of its own (app1 drew 1 and 2 from its own).
     assert_eq!(acquire(&app2, &key).await, idem_runtime::record::Fence(1));

@@ -4,12 +4,12 @@
 
 use std::time::Duration;
 
-use crate::redis_support::{own_server, raw, writes_applied};
+use crate::redis_support::{own_server, raw, set, writes_nothing};
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
 use idem_runtime::store::StoreError;
 use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::{acquire, every_write_is_refused_read_only, sent};
+use idem_testkit::store_cases::{acquire, completed, every_write_is_refused_read_only, sent};
 
 /// A misspelt URL option is refused by name, before anything connects.
 #[tokio::test]
@@ -38,27 +38,19 @@ async fn a_store_connected_read_only_writes_nothing() {
     };
     let url = server.url();
     let mut raw = raw(&url).await;
-    let _: () = redis::cmd("SET")
-        .arg("other-app:session")
-        .arg("x")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    set(&mut raw, "other-app:session", "x").await;
 
-    let writes = writes_applied(&mut raw).await;
-    for prefix in ["idem", "other-app"] {
-        match RedisStore::connect_read_only(&format!("{url}?prefix={prefix}")).await {
-            Err(e @ StoreError::NotAnIdemStore { .. }) => {
-                assert!(e.to_string().contains("is not an idem store"), "{e}")
+    writes_nothing(&mut raw, "nothing was written", async {
+        for prefix in ["idem", "other-app"] {
+            match RedisStore::connect_read_only(&format!("{url}?prefix={prefix}")).await {
+                Err(e @ StoreError::NotAnIdemStore { .. }) => {
+                    assert!(e.to_string().contains("is not an idem store"), "{e}")
+                }
+                other => panic!("prefix {prefix}: expected NotAnIdemStore, got {other:?}"),
             }
-            other => panic!("prefix {prefix}: expected NotAnIdemStore, got {other:?}"),
         }
-    }
-    assert_eq!(
-        writes_applied(&mut raw).await,
-        writes,
-        "nothing was written"
-    );
+    })
+    .await;
 
     let live = RedisStore::connect(&url).await.unwrap();
     assert_eq!(
@@ -67,49 +59,35 @@ async fn a_store_connected_read_only_writes_nothing() {
         "the first store writes the layout"
     );
     let (done, running) = (random_key(), random_key());
-    let fence = acquire(&live, &done).await;
-    live.complete(&done, fence, &sent("m-1"), Duration::from_secs(3600))
-        .await
-        .unwrap();
+    completed(&live, &done, &sent("m-1"), Duration::from_secs(3600)).await;
     let running_fence = acquire(&live, &running).await;
 
-    let writes = writes_applied(&mut raw).await;
-    let reader = crate::redis_support::BACKENDS
-        .connect_read_only(&url)
-        .await
-        .unwrap();
-    assert_eq!(reader.scan(None, 100).await.unwrap().records.len(), 2);
-    assert_eq!(
-        reader.get(&done).await.unwrap().unwrap().outcome(),
-        Some(&sent("m-1"))
-    );
-    every_write_is_refused_read_only(&*reader, &running, running_fence).await;
-    reader.close().await;
-    assert_eq!(
-        writes_applied(&mut raw).await,
-        writes,
-        "nothing was written"
-    );
+    writes_nothing(&mut raw, "nothing was written", async {
+        let reader = crate::redis_support::BACKENDS
+            .connect_read_only(&url)
+            .await
+            .unwrap();
+        assert_eq!(reader.scan(None, 100).await.unwrap().records.len(), 2);
+        assert_eq!(
+            reader.get(&done).await.unwrap().unwrap().outcome(),
+            Some(&sent("m-1"))
+        );
+        every_write_is_refused_read_only(&*reader, &running, running_fence).await;
+        reader.close().await;
+    })
+    .await;
 
     // Layout version 1, under a prefix of its own.
-    let _: () = redis::cmd("SET")
-        .arg("old:schema")
-        .arg("1")
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    let writes = writes_applied(&mut raw).await;
-    match RedisStore::connect_read_only(&format!("{url}?prefix=old")).await {
-        Err(e @ StoreError::SchemaTooOld { found: 1, .. }) => {
-            assert!(e.to_string().contains("idem migrate"), "{e}")
+    set(&mut raw, "old:schema", "1").await;
+    writes_nothing(&mut raw, "nothing was migrated", async {
+        match RedisStore::connect_read_only(&format!("{url}?prefix=old")).await {
+            Err(e @ StoreError::SchemaTooOld { found: 1, .. }) => {
+                assert!(e.to_string().contains("idem migrate"), "{e}")
+            }
+            other => panic!("expected SchemaTooOld, got {other:?}"),
         }
-        other => panic!("expected SchemaTooOld, got {other:?}"),
-    }
-    assert_eq!(
-        writes_applied(&mut raw).await,
-        writes,
-        "nothing was migrated"
-    );
+    })
+    .await;
     let migration = crate::redis_support::BACKENDS
         .migrate(&format!("{url}?prefix=old"))
         .await

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use crate::redis_support::{raw, scan_all, server_url};
+use crate::redis_support::{open_shared, raw, scan_all, server_url, set};
 use idem_conformance::random_key;
 use idem_redis::RedisOptions;
 use idem_redis::RedisStore;
@@ -12,7 +12,10 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Outcome, OutputJson, RecordState, Status};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store, StoreError};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{
+    acquire, assert_schema_too_new, assert_the_middle_one_is_corrupt, completed, fingerprint,
+    request, sent,
+};
 use serde_json::json;
 
 /// Data written by idem 0.1 (schema version 1: hashes without call details,
@@ -249,33 +252,21 @@ async fn data_from_a_newer_idem_is_refused() {
     };
     let prefix = format!("idem-test-{}", &random_key().as_str()[..8]);
     let mut raw = raw(&url).await;
-    let _: () = redis::cmd("SET")
-        .arg(format!("{prefix}:schema"))
-        .arg(99)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
-    match RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix)).await {
-        Err(StoreError::SchemaTooNew {
-            found, supported, ..
-        }) => assert_eq!((found, supported), (99, idem_redis::SCHEMA_VERSION)),
-        other => panic!("expected SchemaTooNew, got {other:?}"),
-    }
+    set(&mut raw, format!("{prefix}:schema"), 99).await;
+    assert_schema_too_new(
+        RedisStore::connect_with(&url, RedisOptions::default().prefix(&prefix)).await,
+        99,
+        idem_redis::SCHEMA_VERSION,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hash_with_a_missing_field_is_corrupt_and_left_untouched() {
-    let Some(url) = server_url("redis corrupt record").await else {
+    let Some((store, mut raw)) = open_shared("redis corrupt record").await else {
         return;
     };
-    let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = raw(&url).await;
     let key = random_key();
-    let fence = acquire(&store, &key).await;
-    store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    let fence = completed(&store, &key, &sent("m-1"), Duration::from_secs(600)).await;
     let redis_key = store.record_key(&key);
     let _: i64 = redis::cmd("HDEL")
         .arg(&redis_key)
@@ -333,11 +324,7 @@ async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() 
         .unwrap();
     let keys = [random_key(), random_key(), random_key()];
     for key in &keys {
-        let fence = acquire(&store, key).await;
-        store
-            .complete(key, fence, &sent("m"), Duration::from_secs(3600))
-            .await
-            .unwrap();
+        completed(&store, key, &sent("m"), Duration::from_secs(3600)).await;
     }
     let mut raw = raw(&url).await;
     let _: () = redis::cmd("HSET")
@@ -347,14 +334,7 @@ async fn one_corrupt_hash_does_not_fail_a_scan_it_is_reported_beside_the_rest() 
         .query_async(&mut raw)
         .await
         .unwrap();
-    let page = store.scan(None, 100).await.unwrap();
-    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
-    listed.sort();
-    let mut good = vec![keys[0].clone(), keys[2].clone()];
-    good.sort();
-    assert_eq!(listed, good);
-    assert_eq!(page.corrupt.len(), 1);
-    assert_eq!(page.corrupt[0].key, keys[1].as_str());
+    assert_the_middle_one_is_corrupt(&store, &keys).await;
     store.close().await;
 }
 

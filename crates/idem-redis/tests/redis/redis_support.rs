@@ -3,25 +3,63 @@
 //! test's own, and a plain connection to look at what the store wrote.
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use idem_redis::RedisStore;
+use idem_redis::{RedisOptions, RedisStore};
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Fence, Record, RecordState};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Expected, ExpectedState};
+use idem_testkit::servers::ServerClockHarness;
 use idem_testkit::{skip, RedisServer};
 
-/// The server of this test binary, started on first use.
-pub(crate) static SERVER: LazyLock<Option<RedisServer>> = LazyLock::new(RedisServer::start);
-
-/// The URL of [`SERVER`], or `None` after a loud skip.
+/// The URL of the server of this test binary (the kit's, started on first
+/// use), or `None` after a loud skip.
 pub(crate) async fn server_url(test: &str) -> Option<String> {
-    idem_testkit::store_cases::server_url(test, "redis-server", || {
-        SERVER.as_ref().map(RedisServer::url)
-    })
-    .await
+    Some(idem_testkit::stores::redis(test).await?.url().to_owned())
+}
+
+/// A store of the server of this test binary and a plain connection to
+/// it, for looking at what the store wrote; or `None` after a loud skip.
+pub(crate) async fn open_shared(
+    test: &str,
+) -> Option<(RedisStore, redis::aio::MultiplexedConnection)> {
+    let url = server_url(test).await?;
+    let store = RedisStore::connect(&url).await.unwrap();
+    Some((store, raw(&url).await))
+}
+
+/// The audit retention of the conformance suites: short enough for the
+/// retention case to wait out, longer than any other case takes (their
+/// sweeps trim every slot's audit stream).
+pub(crate) const AUDIT_RETENTION: Duration = Duration::from_secs(4);
+
+/// The conformance harness of the store at `url`, opened and reopened with
+/// `options` and [`AUDIT_RETENTION`]: completed records expire through
+/// their key TTL.
+pub(crate) async fn conformance_harness(
+    url: String,
+    options: RedisOptions,
+) -> ServerClockHarness<RedisStore> {
+    let options = options.audit_retention(AUDIT_RETENTION);
+    let store = RedisStore::connect_with(&url, options.clone())
+        .await
+        .unwrap();
+    ServerClockHarness::new(store)
+        .expiring_natively()
+        .with_audit_retention(AUDIT_RETENTION)
+        .reopening(move || {
+            let (url, options) = (url.clone(), options.clone());
+            async move { RedisStore::connect_with(&url, options).await.unwrap() }
+        })
+}
+
+/// The options of the cluster suites: the default but a longer response
+/// timeout. The suite's 10,000 claims of one key queue on the connection
+/// to one node, and with every case running at once in a debug build, the
+/// last of them wait longer than the default 5 s on a small machine.
+pub(crate) fn cluster_options() -> RedisOptions {
+    RedisOptions::default().response_timeout(Duration::from_secs(30))
 }
 
 /// A server of the test's own (to count only its commands or clients, or to
@@ -59,6 +97,34 @@ pub(crate) async fn writes_applied(raw: &mut redis::aio::MultiplexedConnection) 
         .trim()
         .parse()
         .unwrap()
+}
+
+/// `SET key value` through the plain connection `raw`.
+pub(crate) async fn set(
+    raw: &mut redis::aio::MultiplexedConnection,
+    key: impl redis::ToRedisArgs,
+    value: impl redis::ToRedisArgs,
+) {
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(value)
+        .query_async(raw)
+        .await
+        .unwrap();
+}
+
+/// Run `action`, then assert that the server applied no write meanwhile
+/// ([`writes_applied`]); `why` says what it would have been. What
+/// `action` returned.
+pub(crate) async fn writes_nothing<T>(
+    raw: &mut redis::aio::MultiplexedConnection,
+    why: &str,
+    action: impl std::future::Future<Output = T>,
+) -> T {
+    let before = writes_applied(raw).await;
+    let done = action.await;
+    assert_eq!(writes_applied(raw).await, before, "{why}");
+    done
 }
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval for

@@ -4,22 +4,20 @@
 
 use std::time::Duration;
 
-use crate::redis_support::{park, raw, server_url};
+use crate::redis_support::{open_shared, park, raw, server_url};
 use idem_conformance::random_key;
 use idem_redis::RedisStore;
 use idem_runtime::record::Outcome;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
-    let Some(url) = server_url("redis retention").await else {
+    let Some((store, mut raw)) = open_shared("redis retention").await else {
         return;
     };
-    let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = raw(&url).await;
     let key = random_key();
     let fence = acquire(&store, &key).await;
     let redis_key = store.record_key(&key);
@@ -58,11 +56,9 @@ async fn retention_is_the_key_ttl_and_the_lease_is_a_field() {
 /// in flight again, without a TTL.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_request_lapses_by_its_key_ttl_until_an_approved_claim_owns_it() {
-    let Some(url) = server_url("redis approval retention").await else {
+    let Some((store, mut raw)) = open_shared("redis approval retention").await else {
         return;
     };
-    let store = RedisStore::connect(&url).await.unwrap();
-    let mut raw = raw(&url).await;
     let (key, f) = (random_key(), fingerprint());
     let fence = acquire(&store, &key).await;
     let parked = park(&store, &key, fence, Duration::from_secs(600)).await;
@@ -140,14 +136,8 @@ async fn unknown_outcomes_stored_with_a_key_ttl_are_kept_once_this_build_connect
         reason: "the owner vanished".into(),
     };
     // As idem 0.2 stored them: with a retention.
-    let fence = acquire(&old, &unknown).await;
-    old.complete(&unknown, fence, &outcome, Duration::from_secs(2))
-        .await
-        .unwrap();
-    let fence = acquire(&old, &done).await;
-    old.complete(&done, fence, &sent("m"), Duration::from_secs(2))
-        .await
-        .unwrap();
+    completed(&old, &unknown, &outcome, Duration::from_secs(2)).await;
+    completed(&old, &done, &sent("m"), Duration::from_secs(2)).await;
     let mut raw = raw(&url).await;
     // The store predates the fix.
     let _: () = redis::cmd("DEL")

@@ -11,7 +11,27 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Record;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
+
+/// Every member of the sorted set `index`.
+async fn zrange(raw: &mut redis::aio::MultiplexedConnection, index: &str) -> Vec<String> {
+    redis::cmd("ZRANGE")
+        .arg(index)
+        .arg(0)
+        .arg(-1)
+        .query_async(raw)
+        .await
+        .unwrap()
+}
+
+/// The keys of every record of `store`, scanned in pages of `page`.
+async fn scanned_keys(store: &RedisStore, page: usize) -> Vec<IdempotencyKey> {
+    scan_all(store, page)
+        .await
+        .into_iter()
+        .map(|r| r.key)
+        .collect()
+}
 
 /// Scans page through the slots' indexes: records of other prefixes are
 /// not read, every record comes once in key order, records that lapsed are
@@ -36,11 +56,7 @@ async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
     let slot = random_key().as_str()[..3].to_owned();
     let low = IdempotencyKey::parse(&format!("{slot}{}", "0".repeat(61))).unwrap();
     let high = IdempotencyKey::parse(&format!("{slot}{}", "1".repeat(61))).unwrap();
-    let fence = acquire(&store, &high).await;
-    store
-        .complete(&high, fence, &sent("m-0"), Duration::from_millis(50))
-        .await
-        .unwrap();
+    completed(&store, &high, &sent("m-0"), Duration::from_millis(50)).await;
     let mut keys = Vec::new();
     for i in 0..30 {
         let key = random_key();
@@ -56,22 +72,11 @@ async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
     keys.sort();
     tokio::time::sleep(Duration::from_millis(100)).await;
     let index = format!("{prefix}:{{{slot}}}:keys");
-    let indexed: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&index)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let indexed = zrange(&mut raw, &index).await;
     assert!(indexed.contains(&high.as_str().to_owned()), "{indexed:?}");
 
     for page in [1, 4, 1000] {
-        let found: Vec<IdempotencyKey> = scan_all(&store, page)
-            .await
-            .into_iter()
-            .map(|r| r.key)
-            .collect();
-        assert_eq!(found, keys, "page size {page}");
+        assert_eq!(scanned_keys(&store, page).await, keys, "page size {page}");
     }
     // RESP3 answers HGETALL with a map, not a list.
     let resp3 = RedisStore::connect_with(
@@ -80,22 +85,11 @@ async fn scans_read_each_record_once_in_key_order_from_the_indexes() {
     )
     .await
     .unwrap();
-    let found: Vec<IdempotencyKey> = scan_all(&resp3, 7)
-        .await
-        .into_iter()
-        .map(|r| r.key)
-        .collect();
-    assert_eq!(found, keys, "over RESP3");
+    assert_eq!(scanned_keys(&resp3, 7).await, keys, "over RESP3");
 
     // A claim next to the lapsed key drops it from the index.
     acquire(&store, &low).await;
-    let indexed: Vec<String> = redis::cmd("ZRANGE")
-        .arg(&index)
-        .arg(0)
-        .arg(-1)
-        .query_async(&mut raw)
-        .await
-        .unwrap();
+    let indexed = zrange(&mut raw, &index).await;
     assert!(indexed.contains(&low.as_str().to_owned()), "{indexed:?}");
     assert!(!indexed.contains(&high.as_str().to_owned()), "{indexed:?}");
 
@@ -139,10 +133,7 @@ async fn two_prefixes_on_one_server_do_not_see_each_others_records() {
         .unwrap();
     let key = random_key();
     let f = fingerprint();
-    let fence = acquire(&app1, &key).await;
-    app1.complete(&key, fence, &sent("app1"), Duration::from_secs(600))
-        .await
-        .unwrap();
+    completed(&app1, &key, &sent("app1"), Duration::from_secs(600)).await;
 
     assert!(
         app2.get(&key).await.unwrap().is_none(),

@@ -9,12 +9,14 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use crate::redis_support::server_url;
-use idem_conformance::random_key;
 use idem_redis::{RedisOptions, RedisStore};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{StoreError, TlsFailure, TlsProblem};
 use idem_testkit::servers::{RedisServer, TestCertificates};
-use idem_testkit::store_cases::{acquire, sent};
+use idem_testkit::tls_cases::{
+    a_call_goes_through, assert_a_ca_file_from_the_environment_is_trusted, assert_refused_for,
+    child_url, refusal,
+};
 
 /// The certificates of every TLS test of this binary.
 pub(crate) static CERTS: LazyLock<TestCertificates> = LazyLock::new(TestCertificates::new);
@@ -40,6 +42,16 @@ async fn server_url_of(test: &str, url: fn() -> Option<String>) -> Option<String
     idem_testkit::store_cases::server_url(test, "redis-server", url).await
 }
 
+/// `url` without its query, its scheme and user replaced by
+/// `scheme_and_user` (`rediss://:hunter2@`: a password no message may
+/// show).
+fn with_password(url: &str, scheme_and_user: &str) -> String {
+    url.split('?')
+        .next()
+        .unwrap()
+        .replace("rediss://", scheme_and_user)
+}
+
 /// Short, for the failures: each is one connect.
 fn quick() -> RedisOptions {
     RedisOptions::default().connection_timeout(Duration::from_millis(500))
@@ -47,18 +59,14 @@ fn quick() -> RedisOptions {
 
 /// The TLS failure of connecting to `url`.
 async fn refused(url: &str) -> (TlsFailure, String) {
-    match RedisStore::connect_with(url, quick()).await {
-        Err(e @ StoreError::Tls(_)) => {
-            let message = e.to_string();
-            let StoreError::Tls(failure) = e else {
-                unreachable!()
-            };
-            assert!(!message.contains("hunter2"), "password leaked: {message}");
-            println!("{message}");
-            (*failure, message)
-        }
-        other => panic!("{url}: expected a TLS failure, got {other:?}"),
-    }
+    refusal(url, RedisStore::connect_with(url, quick()).await)
+}
+
+/// [`refused`], in a message of one line.
+async fn refused_in_one_line(url: &str) -> (TlsFailure, String) {
+    let (failure, message) = refused(url).await;
+    assert!(!message.contains('\n'), "{message}");
+    (failure, message)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -66,23 +74,22 @@ async fn a_server_whose_ca_is_not_trusted_is_refused_naming_the_ca_option() {
     let Some(url) = tls_url("redis tls unknown CA").await else {
         return;
     };
-    let base = url
-        .split('?')
-        .next()
-        .unwrap()
-        .replace("rediss://", "rediss://:hunter2@");
+    let base = with_password(&url, "rediss://:hunter2@");
     let other = format!("{base}?ca={}", CERTS.other_ca.display());
     // The wrong CA named, and none (the platform's roots, which do not
     // hold the test's CA).
     for url in [other, base] {
-        let (failure, message) = refused(&url).await;
-        assert_eq!(failure.problem, TlsProblem::UnknownIssuer, "{message}");
-        assert_eq!(failure.host, "127.0.0.1");
-        assert!(
-            message.contains("the certificate of 127.0.0.1 is signed by a certificate authority that is not trusted")
-                && message.contains("?ca=PATH (or IDEM_TLS_CA_FILE)"),
-            "{message}"
+        let refused = refused(&url).await;
+        assert_refused_for(
+            &refused,
+            TlsProblem::UnknownIssuer,
+            &[
+                "the certificate of 127.0.0.1 is signed by a certificate authority that is not trusted",
+                "?ca=PATH (or IDEM_TLS_CA_FILE)",
+            ],
         );
+        let (failure, _) = refused;
+        assert_eq!(failure.host, "127.0.0.1");
         assert!(std::error::Error::source(&StoreError::from(failure)).is_some());
     }
 }
@@ -105,11 +112,10 @@ async fn an_expired_certificate_and_one_for_another_name_are_refused() {
             .unwrap();
     let url = |s: &RedisServer| format!("{}?ca={}", s.url(), CERTS.ca.display());
 
-    let (failure, message) = refused(&url(&expired)).await;
-    assert_eq!(failure.problem, TlsProblem::Expired, "{message}");
-    assert!(
-        message.contains("the certificate of 127.0.0.1 has expired"),
-        "{message}"
+    assert_refused_for(
+        &refused(&url(&expired)).await,
+        TlsProblem::Expired,
+        &["the certificate of 127.0.0.1 has expired"],
     );
 
     let (failure, message) = refused(&url(&wrong_name)).await;
@@ -152,16 +158,7 @@ async fn mutual_tls_takes_a_client_certificate_and_refuses_a_client_without() {
         CERTS.client.key.display()
     );
     let store = RedisStore::connect_with(&with_cert, quick()).await.unwrap();
-    let key = random_key();
-    let fence = acquire(&store, &key).await;
-    store
-        .complete(&key, fence, &sent("m-1"), Duration::from_secs(60))
-        .await
-        .unwrap();
-    assert_eq!(
-        store.get(&key).await.unwrap().unwrap().outcome(),
-        Some(&sent("m-1"))
-    );
+    a_call_goes_through(&store).await;
     store.close().await;
 }
 
@@ -174,18 +171,12 @@ async fn a_url_that_disagrees_with_the_server_about_tls_says_so_in_one_line() {
         return;
     };
     // redis:// to the TLS-only server.
-    let to_tls = tls
-        .split('?')
-        .next()
-        .unwrap()
-        .replace("rediss://", "redis://:hunter2@");
-    let (failure, message) = refused(&to_tls).await;
-    assert_eq!(failure.problem, TlsProblem::ServerRequiresTls, "{message}");
-    assert!(
-        message.contains("accepts TLS connections only") && message.contains("write rediss://"),
-        "{message}"
+    let to_tls = with_password(&tls, "redis://:hunter2@");
+    assert_refused_for(
+        &refused_in_one_line(&to_tls).await,
+        TlsProblem::ServerRequiresTls,
+        &["accepts TLS connections only", "write rediss://"],
     );
-    assert!(!message.contains('\n'), "{message}");
 
     // rediss:// to a plain server.
     let to_plain = format!(
@@ -193,13 +184,11 @@ async fn a_url_that_disagrees_with_the_server_about_tls_says_so_in_one_line() {
         plain.replace("redis://", "rediss://:hunter2@"),
         CERTS.ca.display()
     );
-    let (failure, message) = refused(&to_plain).await;
-    assert_eq!(failure.problem, TlsProblem::ServerNotTls, "{message}");
-    assert!(
-        message.contains("does not speak TLS") && message.contains("write redis://"),
-        "{message}"
+    assert_refused_for(
+        &refused_in_one_line(&to_plain).await,
+        TlsProblem::ServerNotTls,
+        &["does not speak TLS", "write redis://"],
     );
-    assert!(!message.contains('\n'), "{message}");
 }
 
 #[tokio::test]
@@ -215,19 +204,13 @@ async fn a_tls_file_that_cannot_be_read_is_refused_before_connecting() {
     );
 }
 
-/// The server's URL the child of
-/// [`a_ca_file_named_by_the_environment_is_trusted`] connects to.
-const CHILD_URL: &str = "IDEM_TEST_TLS_URL";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "entry point of the child process of a_ca_file_named_by_the_environment_is_trusted"]
 async fn ca_file_from_the_environment_child() {
-    let url = std::env::var(CHILD_URL).expect("started by the parent test");
-    let store = RedisStore::connect_with(&url, quick())
+    let store = RedisStore::connect_with(&child_url(), quick())
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let key = random_key();
-    acquire(&store, &key).await;
+    a_call_goes_through(&store).await;
     store.close().await;
 }
 
@@ -239,27 +222,9 @@ async fn a_ca_file_named_by_the_environment_is_trusted() {
     let Some(url) = tls_url("redis IDEM_TLS_CA_FILE").await else {
         return;
     };
-    let without_ca = url.split('?').next().unwrap().to_owned();
-    let child = |ca: &std::path::Path| {
-        std::process::Command::new(std::env::current_exe().expect("the test binary"))
-            .args([
-                "--ignored",
-                "--exact",
-                "tls::ca_file_from_the_environment_child",
-            ])
-            .env(idem_runtime::store::url::TLS_CA_FILE_ENV, ca)
-            .env(CHILD_URL, &without_ca)
-            .output()
-            .expect("run the child")
-    };
-    let trusted = child(&CERTS.ca);
-    assert!(
-        trusted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&trusted.stdout)
+    assert_a_ca_file_from_the_environment_is_trusted(
+        "tls::ca_file_from_the_environment_child",
+        url.split('?').next().unwrap(),
+        &CERTS,
     );
-    let other = child(&CERTS.other_ca);
-    let out = String::from_utf8_lossy(&other.stdout);
-    assert!(!other.status.success(), "trusted another CA: {out}");
-    assert!(out.contains("not trusted"), "{out}");
 }

@@ -8,23 +8,15 @@
 //! cost CI 20 s more.
 
 use std::sync::LazyLock;
-use std::time::Duration;
 
-use crate::tls::CERTS;
-use idem_redis::{RedisOptions, RedisStore};
+use idem_redis::RedisStore;
 use idem_testkit::servers::{RedisCluster, ServerClockHarness};
+
+use crate::redis_support::{cluster_options, conformance_harness};
+use crate::tls::CERTS;
 
 static CLUSTER: LazyLock<Option<RedisCluster>> =
     LazyLock::new(|| RedisCluster::start_tls(&CERTS.server, &CERTS.ca));
-
-/// As the plain cluster suite's (`cluster_conformance`).
-fn options() -> RedisOptions {
-    RedisOptions::default()
-        .response_timeout(Duration::from_secs(30))
-        .audit_retention(AUDIT_RETENTION)
-}
-
-const AUDIT_RETENTION: Duration = Duration::from_secs(4);
 
 async fn harness() -> Option<ServerClockHarness<RedisStore>> {
     let url =
@@ -34,16 +26,7 @@ async fn harness() -> Option<ServerClockHarness<RedisStore>> {
                 .map(|c| format!("{}?ca={}", c.url(), CERTS.ca.display()))
         })
         .await?;
-    let store = RedisStore::connect_with(&url, options()).await.unwrap();
-    Some(
-        ServerClockHarness::new(store)
-            .expiring_natively()
-            .with_audit_retention(AUDIT_RETENTION)
-            .reopening(move || {
-                let url = url.clone();
-                async move { RedisStore::connect_with(&url, options()).await.unwrap() }
-            }),
-    )
+    Some(conformance_harness(url, cluster_options()).await)
 }
 
 idem_conformance::store_conformance_tests!(@cases harness;

@@ -4,21 +4,18 @@
 
 use std::time::Duration;
 
-use crate::sqlite_support::{record, sqlite};
+use crate::sqlite_support::{fresh_file, fresh_store, record, sqlite};
 use idem_conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, FastPath, StoreError};
 use idem_sqlite::{SqliteOptions, SqliteStore};
-use idem_testkit::store_cases::{fingerprint, request, sent};
-use idem_testkit::TempDir;
+use idem_testkit::store_cases::{assert_the_middle_one_is_corrupt, fingerprint, request, sent};
 use serde_json::json;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn corrupt_row_is_reported_and_left_untouched() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let (_dir, path, store) = fresh_store().await;
     let key = random_key();
     record(&store, &key, &sent("m-1")).await;
     sqlite(
@@ -62,9 +59,7 @@ async fn corrupt_row_is_reported_and_left_untouched() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let (_dir, path, store) = fresh_store().await;
     let keys = [random_key(), random_key(), random_key()];
     for key in &keys {
         record(&store, key, &sent("m")).await;
@@ -76,20 +71,12 @@ async fn one_corrupt_row_does_not_fail_a_scan_it_is_reported_beside_the_rest() {
             keys[1].as_str()
         ),
     );
-    let page = store.scan(None, 100).await.unwrap();
-    let mut listed: Vec<_> = page.records.iter().map(|r| r.key.clone()).collect();
-    listed.sort();
-    let mut good = vec![keys[0].clone(), keys[2].clone()];
-    good.sort();
-    assert_eq!(listed, good);
-    assert_eq!(page.corrupt.len(), 1);
-    assert_eq!(page.corrupt[0].key, keys[1].as_str());
+    assert_the_middle_one_is_corrupt(&store, &keys).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn full_database_fails_closed_with_full() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let options = SqliteOptions::default().max_size(64 * 1024);
     let store = SqliteStore::open_with(&path, options).await.unwrap();
     let f = fingerprint();

@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sqlite_support::{record, sqlite, store_with_clock, WriteLock};
+use crate::sqlite_support::{
+    fresh_file, fresh_store, fresh_store_with_clock, record, sqlite, WriteLock,
+};
 use idem_conformance::random_key;
-use idem_runtime::clock::ManualClock;
 use idem_runtime::key::Fingerprint;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, FastPath, LocalClaim, StoreError};
@@ -23,8 +24,7 @@ use idem_testkit::TempDir;
 /// again, corrupts it) is what the next read sees.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_is_answered_on_the_callers_thread_from_what_another_connection_wrote() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let reader = SqliteStore::open(&path).await.unwrap();
     let writer = SqliteStore::open(&path).await.unwrap();
     let key = random_key();
@@ -78,21 +78,14 @@ async fn a_duplicate_is_answered_on_the_callers_thread_from_what_another_connect
 /// (absent, expired, lease lapsed, approved) or waits (in flight).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_local_answers_as_claim_does_or_not_at_all() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    let clock = ManualClock::new(1_000_000);
-    let store = store_with_clock(&path, &clock).await;
+    let (_dir, _, clock, store) = fresh_store_with_clock().await;
     let (f, other) = (fingerprint(), Fingerprint::new("e".repeat(64)));
     let [completed, expired, lapsed, awaiting, approved, in_flight, absent] =
         std::array::from_fn(|_| random_key());
 
     record(&store, &completed, &sent("m-1")).await;
-    let fence = acquire(&store, &expired).await;
-    let second = Duration::from_secs(1);
-    store
-        .complete(&expired, fence, &sent("m-2"), second)
-        .await
-        .unwrap();
+    idem_testkit::store_cases::completed(&store, &expired, &sent("m-2"), Duration::from_secs(1))
+        .await;
     acquire(&store, &lapsed).await;
     park(&store, &awaiting, acquire(&store, &awaiting).await).await;
     let fence = park(&store, &approved, acquire(&store, &approved).await).await;
@@ -143,8 +136,7 @@ async fn a_closed_store_refuses_a_claim_on_the_callers_thread() {
 /// busy timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_duplicate_is_answered_while_another_process_holds_the_write_lock() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let options = SqliteOptions::default().busy_timeout(Duration::from_secs(3600));
     let store = SqliteStore::open_with(&path, options).await.unwrap();
     let key = random_key();
@@ -167,9 +159,7 @@ async fn a_duplicate_is_answered_while_another_process_holds_the_write_lock() {
 /// truncate it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_on_the_callers_thread_leave_no_snapshot_open() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let (_dir, path, store) = fresh_store().await;
     let f = fingerprint();
     for _ in 0..10 {
         let key = random_key();

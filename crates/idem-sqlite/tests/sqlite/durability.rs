@@ -6,23 +6,19 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::sqlite_support::{record, sqlite, store_with_clock};
+use crate::sqlite_support::{
+    file_with_a_record, fresh_file, fresh_store, fresh_store_with_clock, record, sqlite,
+};
 use idem_conformance::random_key;
-use idem_runtime::clock::ManualClock;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_sqlite::SqliteStore;
-use idem_testkit::store_cases::{acquire, fingerprint, request, sent};
-use idem_testkit::TempDir;
+use idem_testkit::store_cases::{acquire, completed, fingerprint, request, sent};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn completed_record_survives_a_restart_of_the_store() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
     let key = random_key();
-    let store = SqliteStore::open(&path).await.unwrap();
-    record(&store, &key, &sent("m-1")).await;
-    store.close().await;
+    let (_dir, path) = file_with_a_record(&key, &sent("m-1")).await;
 
     let reopened = SqliteStore::open(&path).await.unwrap();
     let f = fingerprint();
@@ -34,9 +30,7 @@ async fn completed_record_survives_a_restart_of_the_store() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_of_a_completed_call_writes_nothing() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    let store = SqliteStore::open(&path).await.unwrap();
+    let (_dir, path, store) = fresh_store().await;
     let key = random_key();
     record(&store, &key, &sent("m-1")).await;
     let wal = path.with_extension("db-wal");
@@ -63,8 +57,7 @@ async fn duplicate_of_a_completed_call_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fences_are_not_handed_out_again_after_a_restart() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let key = random_key();
     let store = SqliteStore::open(&path).await.unwrap();
     let first = acquire(&store, &key).await;
@@ -89,17 +82,9 @@ async fn fences_are_not_handed_out_again_after_a_restart() {
 /// batches) still deletes every expired record and nothing else.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sweep_paced_by_the_checkpointer_deletes_every_expired_record() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    let clock = ManualClock::new(1_000_000);
-    let store = store_with_clock(&path, &clock).await;
+    let (_dir, path, clock, store) = fresh_store_with_clock().await;
     let (expired, live) = (random_key(), random_key());
-    let fence = acquire(&store, &expired).await;
-    let second = Duration::from_secs(1);
-    store
-        .complete(&expired, fence, &sent("m-1"), second)
-        .await
-        .unwrap();
+    completed(&store, &expired, &sent("m-1"), Duration::from_secs(1)).await;
     record(&store, &live, &sent("m-2")).await;
     // 5,000 copies of the expired record under random keys.
     sqlite(

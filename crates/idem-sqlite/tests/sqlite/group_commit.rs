@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::sqlite_support::WriteLock;
+use crate::sqlite_support::{fresh_file, WriteLock};
 use idem_conformance::random_key;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
@@ -51,8 +51,7 @@ async fn a_request_failing_inside_a_group_commit_fails_alone() {
     // completion lands in the same transaction. The big one must fail with
     // Full and change nothing; the completion must still be recorded (or
     // the call's outcome is lost although the store had room for it).
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let options = SqliteOptions::default().max_size(64 * 1024);
     let store = Arc::new(SqliteStore::open_with(&path, options).await.unwrap());
     let (small, big) = (random_key(), random_key());
@@ -109,8 +108,7 @@ async fn a_request_failing_inside_a_group_commit_fails_alone() {
 async fn a_lease_runs_from_when_the_claim_is_written_not_from_when_it_was_queued() {
     // Another process holds the file for a while; the lease granted once the
     // writer gets the lock must still be the full lease from then on.
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
     let key = random_key();
     let lock = WriteLock::take(&path);
@@ -141,8 +139,7 @@ async fn a_lease_runs_from_when_the_claim_is_written_not_from_when_it_was_queued
 async fn claims_of_one_key_in_one_group_commit_have_one_owner() {
     // Both claims read "absent" on their way to the writer and meet in one
     // transaction: the second must be decided against the first one's write.
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
     let key = random_key();
     let lock = WriteLock::take(&path);

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::sqlite_support::{schema_version, snapshot, sqlite};
+use crate::sqlite_support::{snapshot, sqlite};
 use idem_conformance::random_key;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
@@ -15,7 +15,7 @@ use idem_runtime::record::{
 use idem_runtime::store::ScanPage;
 use idem_runtime::store::StoreExt;
 use idem_sqlite::SqliteStore;
-use idem_testkit::store_cases::fingerprint;
+use idem_testkit::store_cases::{fingerprint, sqlite_schema_version};
 use idem_testkit::TempDir;
 
 /// Far in the future, in milliseconds.
@@ -167,7 +167,7 @@ async fn a_version_3_file_lists_its_open_records_read_only_and_once_migrated() {
     }
     reader.close().await;
     assert_eq!(snapshot(&path), before, "the file was written");
-    assert_eq!(schema_version(&path), 3);
+    assert_eq!(sqlite_schema_version(&path), 3);
 
     // Opened to write: migrated, its open records indexed.
     let store = SqliteStore::open(&path).await.unwrap();
@@ -180,7 +180,7 @@ async fn a_version_3_file_lists_its_open_records_read_only_and_once_migrated() {
     }
     store.close().await;
     assert_eq!(
-        schema_version(&path),
+        sqlite_schema_version(&path),
         i64::from(idem_sqlite::SCHEMA_VERSION)
     );
     let conn = rusqlite::Connection::open(&path).unwrap();

@@ -4,13 +4,15 @@
 
 use std::sync::Arc;
 
-use crate::sqlite_support::{record, sqlite};
+use crate::sqlite_support::{file_at_schema_version, fresh_file, record, sqlite};
 use idem_conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError};
 use idem_sqlite::SqliteStore;
-use idem_testkit::store_cases::{driver_error, fingerprint, request, sent};
+use idem_testkit::store_cases::{
+    assert_schema_too_new, driver_error, fingerprint, request, sent, sqlite_schema_version,
+};
 use idem_testkit::TempDir;
 use serde_json::json;
 
@@ -18,8 +20,7 @@ use serde_json::json;
 /// do; `store::connect` only picks it by the scheme.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_store_reads_its_own_url() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let url = format!("sqlite://{}?synchronous=normal", path.display());
     let store = SqliteStore::connect(&url).await.unwrap();
     assert_eq!(store.describe(), format!("sqlite:{}", path.display()));
@@ -63,19 +64,12 @@ async fn the_store_reads_its_own_url() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schema_from_a_newer_idem_is_refused() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    SqliteStore::open(&path).await.unwrap().close().await;
-    sqlite(
-        &path,
-        "UPDATE idem_meta SET value = 99 WHERE name = 'schema_version'",
+    let (_dir, path) = file_at_schema_version(99).await;
+    assert_schema_too_new(
+        SqliteStore::open(&path).await,
+        99,
+        idem_sqlite::SCHEMA_VERSION,
     );
-    match SqliteStore::open(&path).await {
-        Err(StoreError::SchemaTooNew {
-            found, supported, ..
-        }) => assert_eq!((found, supported), (99, idem_sqlite::SCHEMA_VERSION)),
-        other => panic!("expected SchemaTooNew, got {other:?}"),
-    }
 }
 
 /// A file written by idem 0.1 (schema version 1, exactly as 0.1 created
@@ -134,15 +128,10 @@ async fn a_file_written_by_schema_version_1_is_migrated_and_reads() {
     let trail = operator.audit(&query, None, 10).await.unwrap();
     assert_eq!(trail.events.len(), 1, "the resolution's event: {trail:?}");
     store.close().await;
-    let version: i64 = rusqlite::Connection::open(&path)
-        .unwrap()
-        .query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap();
-    assert_eq!(version, i64::from(idem_sqlite::SCHEMA_VERSION));
+    assert_eq!(
+        sqlite_schema_version(&path),
+        i64::from(idem_sqlite::SCHEMA_VERSION)
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,22 +2,17 @@
 //! all of them at once, and waiters woken at once in process and within
 //! the poll across processes.
 
+use crate::sqlite_support::fresh_file;
 use std::sync::Arc;
 use std::time::Duration;
 
-use idem_conformance::random_key;
 use idem_runtime::store::StoreExt;
 use idem_sqlite::SqliteStore;
-use idem_testkit::claims::{claim_from_processes, run_child};
+use idem_testkit::claims::assert_one_owner_across_processes;
 use idem_testkit::store_cases::wake_up_latencies;
 use idem_testkit::TempDir;
 
-// The entry point of the child processes of the multi-process tests.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "entry point of the child processes started by the multi-process tests"]
-async fn multi_process_child() {
-    run_child().await;
-}
+idem_testkit::multi_process_child!();
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn several_processes_claiming_one_key_in_one_file_have_one_owner() {
@@ -26,21 +21,12 @@ async fn several_processes_claiming_one_key_in_one_file_have_one_owner() {
     // Create the file first so the children race on claims, not on setup.
     SqliteStore::open(&path).await.unwrap().close().await;
     let url = format!("sqlite://{}", path.display());
-    let key = random_key();
-    let report = tokio::task::spawn_blocking(move || {
-        claim_from_processes("processes::multi_process_child", &url, &key, 4, 200)
-    })
-    .await
-    .unwrap();
-    assert_eq!(report.runs, 1, "more than one process ran the tool");
-    assert_eq!(report.finished, 800);
-    assert_eq!(report.outcomes.len(), 1, "claimants saw different outcomes");
+    assert_one_owner_across_processes(url, 200).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waiters_are_woken_at_once_in_process_and_within_the_poll_across_processes() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let one = Arc::new(SqliteStore::open(&path).await.unwrap());
     // A second store on the same file stands for another process: the
     // first one's writer cannot notify it.

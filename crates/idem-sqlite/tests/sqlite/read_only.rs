@@ -7,13 +7,15 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::sqlite_support::{record, schema_version, snapshot, sqlite};
+use crate::sqlite_support::{
+    file_at_schema_version, file_with_a_record, fresh_file, record, snapshot, sqlite,
+};
 use idem_conformance::random_key;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{ClaimOutcome, StoreError};
 use idem_sqlite::SqliteStore;
 use idem_testkit::store_cases::{
-    acquire, every_write_is_refused_read_only, fingerprint, request, sent,
+    acquire, every_write_is_refused_read_only, fingerprint, request, sent, sqlite_schema_version,
 };
 use idem_testkit::TempDir;
 
@@ -28,12 +30,8 @@ fn chattr(change: &str, path: &Path) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn read_only_file_is_refused_before_anything_runs() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
     let key = random_key();
-    let store = SqliteStore::open(&path).await.unwrap();
-    record(&store, &key, &sent("m-1")).await;
-    store.close().await;
+    let (_dir, path) = file_with_a_record(&key, &sent("m-1")).await;
 
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o444)).unwrap();
     // Root ignores permission bits; an immutable file stops root too.
@@ -120,8 +118,7 @@ async fn a_missing_file_opened_read_only_is_refused_and_not_created() {
 /// refuses every write, and the worker carries on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_read_only_beside_a_live_store_sees_its_commits_and_writes_nothing() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
+    let (_dir, path) = fresh_file();
     let live = SqliteStore::open(&path).await.unwrap();
     let (done, running) = (random_key(), random_key());
     record(&live, &done, &sent("m-1")).await;
@@ -165,7 +162,7 @@ async fn a_store_read_only_beside_a_live_store_sees_its_commits_and_writes_nothi
     reader.close().await;
     assert_eq!(snapshot(&path)[0], before);
     assert_eq!(
-        schema_version(&path),
+        sqlite_schema_version(&path),
         i64::from(idem_sqlite::SCHEMA_VERSION)
     );
     // And the worker opens it again as usual.
@@ -202,18 +199,12 @@ async fn a_version_1_file_reads_read_only_and_stays_version_1() {
         before,
         "the file was not migrated or written"
     );
-    assert_eq!(schema_version(&path), 1);
+    assert_eq!(sqlite_schema_version(&path), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn schemas_read_only_cannot_read_are_refused_naming_what_to_do() {
-    let dir = TempDir::new("idem-sqlite").unwrap();
-    let path = dir.path().join("idem.db");
-    SqliteStore::open(&path).await.unwrap().close().await;
-    sqlite(
-        &path,
-        "UPDATE idem_meta SET value = 9 WHERE name = 'schema_version'",
-    );
+    let (_dir, path) = file_at_schema_version(9).await;
     match SqliteStore::open_read_only(&path).await {
         Err(StoreError::SchemaTooNew { found: 9, .. }) => {}
         other => panic!("expected SchemaTooNew, got {other:?}"),

@@ -3,25 +3,69 @@
 //! beside it, and another process's write lock.
 #![allow(dead_code)] // each test file uses its own subset
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use idem_runtime::clock::ManualClock;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::Outcome;
+use idem_runtime::store::StoreExt;
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
-use idem_runtime::store::StoreExt;
-use idem_testkit::store_cases::acquire;
+use idem_testkit::store_cases::completed;
+use idem_testkit::TempDir;
+
+/// A fresh store file, `idem.db` in a temporary directory of its own
+/// (deleted with the guard).
+pub(crate) fn fresh_file() -> (TempDir, PathBuf) {
+    let dir = TempDir::new("idem-sqlite").unwrap();
+    let path = dir.path().join("idem.db");
+    (dir, path)
+}
+
+/// A [`fresh_file`] whose store records schema version `version`.
+pub(crate) async fn file_at_schema_version(version: i64) -> (TempDir, PathBuf) {
+    let (dir, path) = fresh_file();
+    SqliteStore::open(&path).await.unwrap().close().await;
+    sqlite(
+        &path,
+        &format!("UPDATE idem_meta SET value = {version} WHERE name = 'schema_version'"),
+    );
+    (dir, path)
+}
+
+/// A [`fresh_file`] whose store holds one record, `key` completed with
+/// `outcome`, and is closed.
+pub(crate) async fn file_with_a_record(
+    key: &IdempotencyKey,
+    outcome: &Outcome,
+) -> (TempDir, PathBuf) {
+    let (dir, path, store) = fresh_store().await;
+    record(&store, key, outcome).await;
+    store.close().await;
+    (dir, path)
+}
+
+/// A store on a [`fresh_file`] reading `ManualClock::new(1_000_000)`: the
+/// guard, the file, the clock and the store.
+pub(crate) async fn fresh_store_with_clock() -> (TempDir, PathBuf, ManualClock, SqliteStore) {
+    let (dir, path) = fresh_file();
+    let clock = ManualClock::new(1_000_000);
+    let store = store_with_clock(&path, &clock).await;
+    (dir, path, clock, store)
+}
+
+/// A store on a [`fresh_file`]: the guard, the file and the store.
+pub(crate) async fn fresh_store() -> (TempDir, PathBuf, SqliteStore) {
+    let (dir, path) = fresh_file();
+    let store = SqliteStore::open(&path).await.unwrap();
+    (dir, path, store)
+}
 
 /// Claim and complete `key` with `outcome`.
 pub(crate) async fn record(store: &SqliteStore, key: &IdempotencyKey, outcome: &Outcome) {
-    let fence = acquire(store, key).await;
-    store
-        .complete(key, fence, outcome, Duration::from_secs(3600))
-        .await
-        .unwrap();
+    completed(store, key, outcome, Duration::from_secs(3600)).await;
 }
 
 /// Run `sql` on the file at `path` from a connection of its own.
@@ -64,18 +108,6 @@ pub(crate) fn snapshot(path: &Path) -> [Option<Vec<u8>>; 3] {
         std::fs::read(name).ok()
     };
     [std::fs::read(path).ok(), with("-wal"), with("-shm")]
-}
-
-/// The schema version the file at `path` records.
-pub(crate) fn schema_version(path: &Path) -> i64 {
-    rusqlite::Connection::open(path)
-        .unwrap()
-        .query_row(
-            "SELECT value FROM idem_meta WHERE name = 'schema_version'",
-            [],
-            |row| row.get(0),
-        )
-        .unwrap()
 }
 
 /// A table of this one backend, as a program's table holds it: what

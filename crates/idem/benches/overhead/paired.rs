@@ -73,12 +73,12 @@ pub fn paired(rt: &tokio::runtime::Runtime) {
             let n = Grown::room_for(&mut naive, FRESH_EVERY, || Grown::naive(rt)).time(
                 rt,
                 FRESH_EVERY,
-                |naive, i| naive_first(naive, Source::Step, i),
+                async |naive, i| naive_first(naive, Source::Step, i).await,
             );
             let d = Grown::room_for(&mut idem, FRESH_EVERY, || Grown::exec(rt)).time(
                 rt,
                 FRESH_EVERY,
-                |exec, i| idem_first(exec, Source::Step, i),
+                async |exec, i| idem_first(exec, Source::Step, i).await,
             );
             rounds_of.push(n, d);
         }

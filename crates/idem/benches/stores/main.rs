@@ -105,36 +105,47 @@ fn main() {
             micros(naive.0),
             micros(naive.1)
         );
-        let mut reports = Vec::new();
-        for name in ALL_STORES {
-            if config.stores.iter().any(|s| s == name) {
-                if let Some(report) = measure(name, &config).await {
-                    reports.push(report);
-                    // So far, in case a later store fails.
-                    eprintln!("{name} done");
-                    print_tables(&config, naive, &reports);
-                }
-            }
-        }
-        let mut inbox = Vec::new();
-        for name in ALL_STORES {
-            if config.inbox_stores.iter().any(|s| s == name) {
-                if let Some(report) = measure_inbox(name).await {
-                    inbox.push(report);
-                    eprintln!("{name} inbox done");
-                    print_inbox_table(&inbox);
-                }
-            }
-        }
-        let mut by_class = Vec::new();
-        for name in ALL_STORES {
-            if config.class_stores.iter().any(|s| s == name) {
-                if let Some(report) = measure_classes(name, &config).await {
-                    by_class.push(report);
-                    eprintln!("{name} by class done");
-                    print_class_tables(&by_class);
-                }
-            }
-        }
+        each_store(
+            &config.stores,
+            "",
+            async |name| measure(name, &config).await,
+            |reports| print_tables(&config, naive, reports),
+        )
+        .await;
+        each_store(
+            &config.inbox_stores,
+            " inbox",
+            async |name| measure_inbox(name).await,
+            print_inbox_table,
+        )
+        .await;
+        each_store(
+            &config.class_stores,
+            " by class",
+            async |name| measure_classes(name, &config).await,
+            print_class_tables,
+        )
+        .await;
     });
+}
+
+/// Measure each store of `selected` in turn, in the order of
+/// [`ALL_STORES`], printing the tables of the reports so far after each (in
+/// case a later store fails); a store `measure` skips has no report.
+async fn each_store<R>(
+    selected: &[String],
+    what: &str,
+    measure: impl AsyncFn(&'static str) -> Option<R>,
+    print: impl Fn(&[R]),
+) {
+    let mut reports = Vec::new();
+    for name in ALL_STORES {
+        if selected.iter().any(|s| s == name) {
+            if let Some(report) = measure(name).await {
+                reports.push(report);
+                eprintln!("{name}{what} done");
+                print(&reports);
+            }
+        }
+    }
 }

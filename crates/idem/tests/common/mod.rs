@@ -169,6 +169,25 @@ pub struct EmailSent {
     pub message_id: String,
 }
 
+/// `send_email` of `email()` as call `call_id`, then the model's repeat of
+/// it: the first call's output.
+pub async fn send_twice(
+    exec: &Executor<App>,
+    call_id: &str,
+    email: impl Fn() -> SendEmail,
+) -> idem::CallOutput<EmailSent> {
+    let first = exec
+        .call(send_email, email())
+        .call_id(call_id)
+        .await
+        .unwrap();
+    exec.call(send_email, email())
+        .call_id(call_id)
+        .await
+        .unwrap();
+    first
+}
+
 /// Send an email to a customer.
 #[tool(class = "idempotent_write", timeout = "2s", max_attempts = 3)]
 pub async fn send_email(
@@ -250,6 +269,37 @@ pub struct DeleteAccount {
 #[tool(class = "irreversible")]
 pub async fn delete_account(args: DeleteAccount) -> Result<String, ToolError> {
     Ok(format!("deleted {}", args.account))
+}
+
+/// `lookup_customer` of ada: a read, with no key.
+pub async fn look_up_ada(exec: &Executor<App>) {
+    exec.call(
+        lookup_customer,
+        Lookup {
+            email: "ada@example.com".into(),
+        },
+    )
+    .await
+    .unwrap();
+}
+
+/// `delete_account` of `acct_1` as call `call_id`, approved by `by` with
+/// the call: its output.
+pub async fn delete_approved_by(
+    exec: &Executor<App>,
+    by: &str,
+    call_id: &str,
+) -> idem::CallOutput<String> {
+    exec.call_approved(
+        delete_account,
+        DeleteAccount {
+            account: "acct_1".into(),
+        },
+        Approval::granted_by(by),
+    )
+    .call_id(call_id)
+    .await
+    .unwrap()
 }
 
 /// Every tool above, for dispatch.

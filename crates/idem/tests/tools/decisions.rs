@@ -163,6 +163,23 @@ fn setup(world: &World, ttl: u32, approval_ttl: u32) -> Setup {
     }
 }
 
+impl Setup {
+    /// The model asks for a refund of `cents` of charge `ch_42`, in call
+    /// `id`.
+    async fn refund(&self, id: &str, cents: u64) -> ToolResult {
+        self.dispatcher
+            .dispatch_one(refund_call(id, cents), &self.run)
+            .await
+    }
+
+    /// The model asks for a slow ticket, in call `id`.
+    async fn ticket(&self, id: &str) -> ToolResult {
+        self.dispatcher
+            .dispatch_one(ticket_call(id), &self.run)
+            .await
+    }
+}
+
 fn rand_id() -> u64 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::SystemTime::now())
@@ -212,18 +229,12 @@ fn pending_key(result: &ToolResult) -> IdempotencyKey {
 /// then run once, and the record still says what ran.
 async fn an_approval_runs_only_the_arguments_it_was_given_for(world: World) {
     let s = setup(&world, 10, 10);
-    let first = s
-        .dispatcher
-        .dispatch_one(refund_call("c1", 1999), &s.run)
-        .await;
+    let first = s.refund("c1", 1999).await;
     let key = pending_key(&first);
 
     // While the request awaits a decision, other arguments are not queued
     // in its place.
-    let other = s
-        .dispatcher
-        .dispatch_one(refund_call("c2", 999_999), &s.run)
-        .await;
+    let other = s.refund("c2", 999_999).await;
     assert_eq!(code(&other), "key_awaits_other_arguments");
     let message = told(&other);
     assert!(message.contains("awaits a person's approval"), "{message}");
@@ -236,10 +247,7 @@ async fn an_approval_runs_only_the_arguments_it_was_given_for(world: World) {
     let approval = record.approval().expect("approved");
     assert_eq!(approval.fingerprint.as_ref(), Some(&record.fingerprint));
 
-    let forged = s
-        .dispatcher
-        .dispatch_one(refund_call("c3", 999_999), &s.run)
-        .await;
+    let forged = s.refund("c3", 999_999).await;
     assert_eq!(code(&forged), "key_awaits_other_arguments");
     let message = told(&forged);
     assert!(
@@ -248,17 +256,11 @@ async fn an_approval_runs_only_the_arguments_it_was_given_for(world: World) {
     );
     assert!(s.bank.refunds.lock().unwrap().is_empty(), "nothing ran");
 
-    let approved = s
-        .dispatcher
-        .dispatch_one(refund_call("c4", 1999), &s.run)
-        .await;
+    let approved = s.refund("c4", 1999).await;
     assert_eq!(approved.content(), json!("re_1 for 1999 cents"));
     // Once it ran, the natural key is find-or-create: other wording gets
     // what the approved call recorded, and nothing runs.
-    let later = s
-        .dispatcher
-        .dispatch_one(refund_call("c5", 999_999), &s.run)
-        .await;
+    let later = s.refund("c5", 999_999).await;
     assert!(later.deduplicated());
     assert_eq!(later.content(), json!("re_1 for 1999 cents"));
     assert_eq!(
@@ -279,10 +281,7 @@ async fn an_approval_runs_only_the_arguments_it_was_given_for(world: World) {
 /// and hands the key back; the approved call, called again, runs once.
 async fn a_natural_key_taking_over_an_approved_call_does_not_run_its_own_arguments(world: World) {
     let s = setup(&world, 10, 10);
-    let first = s
-        .dispatcher
-        .dispatch_one(refund_call("c1", 1999), &s.run)
-        .await;
+    let first = s.refund("c1", 1999).await;
     let key = pending_key(&first);
     s.exec
         .approve(&key, Approval::granted_by("finance-lead"))
@@ -309,17 +308,11 @@ async fn a_natural_key_taking_over_an_approved_call_does_not_run_its_own_argumen
     assert!(matches!(claimed, ClaimOutcome::Acquired { .. }));
     world.advance(lease * 2).await;
 
-    let other = s
-        .dispatcher
-        .dispatch_one(refund_call("c2", 999_999), &s.run)
-        .await;
+    let other = s.refund("c2", 999_999).await;
     assert_eq!(code(&other), "key_awaits_other_arguments");
     assert!(s.bank.refunds.lock().unwrap().is_empty(), "nothing ran");
 
-    let approved = s
-        .dispatcher
-        .dispatch_one(refund_call("c3", 1999), &s.run)
-        .await;
+    let approved = s.refund("c3", 1999).await;
     assert_eq!(approved.content(), json!("re_1 for 1999 cents"));
     assert_eq!(
         *s.bank.refunds.lock().unwrap(),
@@ -333,13 +326,13 @@ async fn a_natural_key_taking_over_an_approved_call_does_not_run_its_own_argumen
 /// sees it.
 async fn an_unknown_outcome_is_refused_long_after_every_ttl_and_sweep(world: World) {
     let s = setup(&world, 1, 1);
-    let first = s.dispatcher.dispatch_one(ticket_call("t1"), &s.run).await;
+    let first = s.ticket("t1").await;
     assert_eq!(code(&first), "outcome_unknown");
     assert_eq!(s.bank.tickets.load(Ordering::SeqCst), 1);
 
     world.pass(4).await;
 
-    let again = s.dispatcher.dispatch_one(ticket_call("t1"), &s.run).await;
+    let again = s.ticket("t1").await;
     assert_eq!(code(&again), "outcome_unknown", "{:?}", again.content());
     assert_eq!(s.bank.tickets.load(Ordering::SeqCst), 1, "never re-run");
     let filter = Filter {
@@ -357,7 +350,7 @@ async fn an_unknown_outcome_is_refused_long_after_every_ttl_and_sweep(world: Wor
 /// nothing runs. An explicit TTL is honoured as given.
 async fn a_resolution_is_kept_for_the_tools_ttl_not_the_operators_default(world: World) {
     let s = setup(&world, 5, 5);
-    let first = s.dispatcher.dispatch_one(ticket_call("t1"), &s.run).await;
+    let first = s.ticket("t1").await;
     assert_eq!(code(&first), "outcome_unknown");
     let key = match &first.result {
         Err(IdemError::OutcomeUnknown { key, .. }) => key.clone(),
@@ -376,14 +369,14 @@ async fn a_resolution_is_kept_for_the_tools_ttl_not_the_operators_default(world:
     assert_eq!(resolved.info.ttl, Some(world.tick * 5));
 
     world.pass(3).await;
-    let again = s.dispatcher.dispatch_one(ticket_call("t1"), &s.run).await;
+    let again = s.ticket("t1").await;
     assert!(again.deduplicated(), "{:?}", again.content());
     assert_eq!(again.content(), json!(7));
     assert_eq!(s.bank.tickets.load(Ordering::SeqCst), 1);
 
     // An explicit, shorter TTL is a decision to let the call run again
     // after it.
-    let second = s.dispatcher.dispatch_one(ticket_call("t2"), &s.run).await;
+    let second = s.ticket("t2").await;
     let key = match &second.result {
         Err(IdemError::OutcomeUnknown { key, .. }) => key.clone(),
         other => panic!("{other:?}"),
@@ -410,10 +403,7 @@ async fn a_granted_approval_outlives_the_approval_ttl(world: World) {
     // one: on a server's clock a busy machine can take that fraction
     // between the two steps, and the approval then finds nothing.
     let s = setup(&world, 10, 2);
-    let first = s
-        .dispatcher
-        .dispatch_one(refund_call("c1", 1999), &s.run)
-        .await;
+    let first = s.refund("c1", 1999).await;
     let key = pending_key(&first);
     world.pass(1).await;
     s.exec
@@ -424,10 +414,7 @@ async fn a_granted_approval_outlives_the_approval_ttl(world: World) {
 
     let record = s.exec.operator().show(&key).await.unwrap();
     assert_eq!(record.status(), Status::Approved);
-    let resumed = s
-        .dispatcher
-        .dispatch_one(refund_call("c2", 1999), &s.run)
-        .await;
+    let resumed = s.refund("c2", 1999).await;
     assert_eq!(resumed.content(), json!("re_1 for 1999 cents"));
     assert_eq!(s.bank.refunds.lock().unwrap().len(), 1);
 }
@@ -446,10 +433,7 @@ async fn every_decision_leaves_a_trace_that_outlives_its_record(world: World) {
     let s = setup(&world, 1, 1);
     let operator = s.exec.operator();
 
-    let first = s
-        .dispatcher
-        .dispatch_one(refund_call("c1", 1999), &s.run)
-        .await;
+    let first = s.refund("c1", 1999).await;
     let refund_key = pending_key(&first);
     operator
         .approve(
@@ -458,13 +442,10 @@ async fn every_decision_leaves_a_trace_that_outlives_its_record(world: World) {
         )
         .await
         .unwrap();
-    let ran = s
-        .dispatcher
-        .dispatch_one(refund_call("c2", 1999), &s.run)
-        .await;
+    let ran = s.refund("c2", 1999).await;
     assert!(!ran.is_error(), "{:?}", ran.content());
 
-    let ticket = s.dispatcher.dispatch_one(ticket_call("t1"), &s.run).await;
+    let ticket = s.ticket("t1").await;
     let ticket_key = match &ticket.result {
         Err(IdemError::OutcomeUnknown { key, .. }) => key.clone(),
         other => panic!("{other:?}"),

@@ -73,23 +73,8 @@ fn each_call_has_a_span_with_its_facts_and_the_counters_add_up() {
 
     let key = tracing::subscriber::with_default(spans.clone(), || {
         rt.block_on(async {
-            let first = exec
-                .call(send_email, email())
-                .call_id("call_1")
-                .await
-                .unwrap();
-            exec.call(send_email, email())
-                .call_id("call_1")
-                .await
-                .unwrap();
-            exec.call(
-                lookup_customer,
-                Lookup {
-                    email: "ada@example.com".into(),
-                },
-            )
-            .await
-            .unwrap();
+            let first = send_twice(&exec, "call_1", email).await;
+            look_up_ada(&exec).await;
             let other = SendEmail {
                 to: "bob@example.com".into(),
                 ..email()
@@ -98,16 +83,7 @@ fn each_call_has_a_span_with_its_facts_and_the_counters_add_up() {
                 .call_id("call_1")
                 .await
                 .unwrap_err();
-            exec.call_approved(
-                delete_account,
-                DeleteAccount {
-                    account: "acct_1".into(),
-                },
-                Approval::granted_by("ops"),
-            )
-            .call_id("call_2")
-            .await
-            .unwrap();
+            delete_approved_by(&exec, "ops", "call_2").await;
             first.meta.key.unwrap()
         })
     });

@@ -8,8 +8,9 @@ use std::time::Duration;
 use idem::key::Fingerprint;
 use idem::record::{Outcome, OutputJson};
 use idem::store::StoreExt;
-use idem::store::{connect, ClaimOutcome, ClaimRequest, Store, StoreError};
+use idem::store::{connect, ClaimOutcome, Store, StoreError};
 use idem_conformance::random_key;
+use idem_testkit::store_cases::request;
 use idem_testkit::{skip, PostgresServer, RedisServer, TempDir};
 use serde_json::json;
 
@@ -18,16 +19,7 @@ use serde_json::json;
 async fn first_call_then_duplicate(store: Arc<dyn Store>) {
     let key = random_key();
     let f = Fingerprint::new("a".repeat(64));
-    let req = ClaimRequest {
-        key: &key,
-        tool: "send_email",
-        fingerprint: &f,
-        check_fingerprint: true,
-        lease: Duration::from_secs(30),
-        info: idem::record::CallInfoRef::EMPTY,
-        worker: None,
-        durable: true,
-    };
+    let req = request(&key, &f);
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("fresh key not acquired on {}", store.describe());
     };

@@ -26,19 +26,25 @@ fn digest() -> Fingerprint {
     Fingerprint::new("ab".repeat(32))
 }
 
-/// Claim `key` and complete it with `ttl`.
-async fn record(store: &MemoryStore, key: &IdempotencyKey, ttl: Duration) {
-    let fingerprint = digest();
-    let req = ClaimRequest {
+/// A claim of `key` by tool `t`, durable, with a lease of 60 s and no
+/// call info or worker: what most cases claim.
+fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
+    ClaimRequest {
         key,
         tool: "t",
-        fingerprint: &fingerprint,
+        fingerprint,
         check_fingerprint: true,
         lease: Duration::from_secs(60),
         info: CallInfoRef::EMPTY,
         worker: None,
         durable: true,
-    };
+    }
+}
+
+/// Claim `key` and complete it with `ttl`.
+async fn record(store: &MemoryStore, key: &IdempotencyKey, ttl: Duration) {
+    let fingerprint = digest();
+    let req = request(key, &fingerprint);
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("expected to acquire {key:?}");
     };
@@ -65,14 +71,8 @@ async fn sweep_removes_the_expired_and_only_them_once() {
     let fingerprint = Fingerprint::new("f");
     let in_flight = key(99_999);
     let req = ClaimRequest {
-        key: &in_flight,
-        tool: "t",
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
         lease: Duration::from_millis(1),
-        info: CallInfoRef::EMPTY,
-        worker: None,
-        durable: true,
+        ..request(&in_flight, &fingerprint)
     };
     store.claim(&req).await.unwrap();
     assert_eq!(indexed(&store), 10_010);
@@ -179,14 +179,8 @@ async fn a_sweep_spares_live_and_in_flight_records_that_share_an_expired_ones_bi
     record(&store, &live, Duration::from_secs(3_600)).await;
     let fingerprint = digest();
     let req = ClaimRequest {
-        key: &in_flight,
-        tool: "t",
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
         lease: Duration::from_millis(1),
-        info: CallInfoRef::EMPTY,
-        worker: None,
-        durable: true,
+        ..request(&in_flight, &fingerprint)
     };
     store.claim(&req).await.unwrap();
     clock.advance(Duration::from_secs(5));
@@ -212,16 +206,7 @@ async fn a_duplicate_of_a_completed_call_is_answered_with_its_outcome_alone() {
     record(&store, &k, Duration::from_secs(60)).await;
     assert!(is_lean(&store, &k));
     let fingerprint = digest();
-    let req = ClaimRequest {
-        key: &k,
-        tool: "t",
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(60),
-        info: CallInfoRef::EMPTY,
-        worker: None,
-        durable: true,
-    };
+    let req = request(&k, &fingerprint);
     let stored = store.get(&k).await.unwrap().expect("recorded");
     let local = store.claim_local(&req).unwrap().unwrap();
     assert_eq!(
@@ -252,18 +237,13 @@ async fn round_trip(
     fingerprint: &Fingerprint,
 ) {
     let req = ClaimRequest {
-        key,
-        tool: "t",
-        fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(60),
         info: CallInfoRef {
             namespace: Some("default"),
             args: Some(args),
             ..CallInfoRef::EMPTY
         },
         worker: Some("host:1"),
-        durable: true,
+        ..request(key, fingerprint)
     };
     let now = store.clock.now();
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
@@ -303,16 +283,7 @@ async fn a_step_makes_a_compact_record_whole_and_a_stale_fence_is_refused_alike(
     let (store, _clock) = store();
     let k = key(4);
     let fingerprint = Fingerprint::new("ab".repeat(32));
-    let req = ClaimRequest {
-        key: &k,
-        tool: "t",
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(60),
-        info: CallInfoRef::EMPTY,
-        worker: None,
-        durable: true,
-    };
+    let req = request(&k, &fingerprint);
     let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
         panic!("acquired");
     };

@@ -219,15 +219,7 @@ async fn each_decision_is_an_execute_tool_span_with_its_attributes() {
         .build();
 
     // First call, then the model's repeat.
-    let first = exec
-        .call(send_email, email())
-        .call_id("call_first")
-        .await
-        .unwrap();
-    exec.call(send_email, email())
-        .call_id("call_first")
-        .await
-        .unwrap();
+    let first = send_twice(&exec, "call_first", email).await;
     let key = first.meta.key.unwrap();
 
     // A retried idempotent write.
@@ -257,16 +249,7 @@ async fn each_decision_is_an_execute_tool_span_with_its_attributes() {
     assert_eq!(unknown.code(), ErrorCode::OutcomeUnknown);
 
     // An approval given with the call.
-    exec.call_approved(
-        delete_account,
-        DeleteAccount {
-            account: "acct_1".into(),
-        },
-        Approval::granted_by("ops@example.com"),
-    )
-    .call_id("call_delete")
-    .await
-    .unwrap();
+    delete_approved_by(&exec, "ops@example.com", "call_delete").await;
 
     // A denial, through the dispatcher and its executor's policy.
     let denying = t
@@ -286,14 +269,7 @@ async fn each_decision_is_an_execute_tool_span_with_its_attributes() {
     assert!(results[0].is_error());
 
     // A read: no key.
-    exec.call(
-        lookup_customer,
-        Lookup {
-            email: "ada@example.com".into(),
-        },
-    )
-    .await
-    .unwrap();
+    look_up_ada(&exec).await;
 
     let spans = t.tool_spans();
     assert_eq!(spans.len(), 7, "one span per call: {spans:#?}");
