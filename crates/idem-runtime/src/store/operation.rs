@@ -396,44 +396,75 @@ impl Answer {
 /// A missing `on_` method is a compile error naming it.
 ///
 /// ```
-/// use idem_runtime::answer_operation;
-/// use idem_runtime::store::{Answer, Operation, Store, StoreError};
-/// # use idem_runtime::{audit::*, clock::Timestamp, key::IdempotencyKey, record::*, store::*};
-/// # use std::time::Duration;
+/// use std::sync::atomic::{AtomicU64, Ordering};
+/// use std::time::Duration;
 ///
-/// #[derive(Debug)]
-/// struct MyStore;
+/// use idem_runtime::answer_operation;
+/// use idem_runtime::audit::{AuditEvent, AuditPage, AuditQuery};
+/// use idem_runtime::clock::Timestamp;
+/// use idem_runtime::key::{Fingerprint, IdempotencyKey};
+/// use idem_runtime::record::{CallInfoRef, Fence, Outcome, OutputJson, Record};
+/// use idem_runtime::store::*;
+///
+/// /// The memory store, counting the completions it records.
+/// #[derive(Debug, Default)]
+/// struct Counting(MemoryStore, AtomicU64);
 ///
 /// #[async_trait::async_trait]
-/// impl Store for MyStore {
+/// impl Store for Counting {
 ///     fn describe(&self) -> String {
-///         "mine".to_owned()
+///         "counting".to_owned()
 ///     }
 ///     async fn call(&self, op: Operation<'_>) -> Result<Answer, StoreError> {
 ///         answer_operation!(self, op)
 ///     }
 /// }
 ///
-/// impl MyStore {
-///     async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
-///         // … one method per operation …
-/// #       unimplemented!()
+/// impl Counting {
+///     async fn on_complete(&self, key: &IdempotencyKey, fence: Fence, outcome: &Outcome, ttl: Duration) -> Result<(), StoreError> {
+///         self.0.complete(key, fence, outcome, ttl).await?;
+///         self.1.fetch_add(1, Ordering::Relaxed);
+///         Ok(())
 ///     }
-/// #   async fn on_checkpoint(&self, _: &IdempotencyKey, _: Fence, _: &str, _: &serde_json::Value, _: Duration) -> Result<(), StoreError> { unimplemented!() }
-/// #   async fn on_renew(&self, _: &IdempotencyKey, _: Fence, _: Duration) -> Result<(), StoreError> { unimplemented!() }
-/// #   async fn on_complete(&self, _: &IdempotencyKey, _: Fence, _: &Outcome, _: Duration) -> Result<(), StoreError> { unimplemented!() }
-/// #   async fn on_release(&self, _: &IdempotencyKey, _: Fence) -> Result<(), StoreError> { unimplemented!() }
-/// #   async fn on_get(&self, _: &IdempotencyKey) -> Result<Option<Record>, StoreError> { unimplemented!() }
-/// #   async fn on_replace(&self, _: &IdempotencyKey, _: Expected, _: Option<&Record>, _: Option<&AuditEvent>) -> Result<Option<Fence>, StoreError> { unimplemented!() }
-/// #   async fn on_append_audit(&self, _: &AuditEvent) -> Result<u64, StoreError> { unimplemented!() }
-/// #   async fn on_audit(&self, _: &AuditQuery, _: Option<&str>, _: usize) -> Result<AuditPage, StoreError> { unimplemented!() }
-/// #   async fn on_scan(&self, _: Option<&str>, _: usize) -> Result<ScanPage, StoreError> { unimplemented!() }
-/// #   async fn on_scan_open(&self, _: Option<&str>, _: usize) -> Result<ScanPage, StoreError> { unimplemented!() }
-/// #   async fn on_wait(&self, _: &IdempotencyKey, _: WaitFor, _: Duration) -> Result<Option<Record>, StoreError> { unimplemented!() }
-/// #   async fn on_sweep(&self) -> Result<u64, StoreError> { unimplemented!() }
-/// #   async fn on_now(&self) -> Result<Timestamp, StoreError> { unimplemented!() }
-/// #   async fn on_close(&self) {}
+///     // The others as the memory store answers them.
+///     async fn on_claim(&self, req: &ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> { self.0.claim(req).await }
+///     async fn on_checkpoint(&self, key: &IdempotencyKey, fence: Fence, step: &str, value: &serde_json::Value, lease: Duration) -> Result<(), StoreError> { self.0.checkpoint(key, fence, step, value, lease).await }
+///     async fn on_renew(&self, key: &IdempotencyKey, fence: Fence, lease: Duration) -> Result<(), StoreError> { self.0.renew(key, fence, lease).await }
+///     async fn on_release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> { self.0.release(key, fence).await }
+///     async fn on_get(&self, key: &IdempotencyKey) -> Result<Option<Record>, StoreError> { self.0.get(key).await }
+///     async fn on_replace(&self, key: &IdempotencyKey, expected: Expected, new: Option<&Record>, audit: Option<&AuditEvent>) -> Result<Option<Fence>, StoreError> { self.0.replace(key, expected, new, audit).await }
+///     async fn on_append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> { self.0.append_audit(event).await }
+///     async fn on_audit(&self, query: &AuditQuery, cursor: Option<&str>, limit: usize) -> Result<AuditPage, StoreError> { self.0.audit(query, cursor, limit).await }
+///     async fn on_scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> { self.0.scan(cursor, limit).await }
+///     async fn on_scan_open(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> { self.0.scan_open(cursor, limit).await }
+///     async fn on_wait(&self, key: &IdempotencyKey, until: WaitFor, timeout: Duration) -> Result<Option<Record>, StoreError> { self.0.wait(key, until, timeout).await }
+///     async fn on_sweep(&self) -> Result<u64, StoreError> { self.0.sweep().await }
+///     async fn on_now(&self) -> Result<Timestamp, StoreError> { self.0.now().await }
+///     async fn on_close(&self) { self.0.close().await }
 /// }
+///
+/// # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+/// let store = Counting::default();
+/// let key = IdempotencyKey::parse(&"ab".repeat(32)).unwrap();
+/// let fingerprint = Fingerprint::new("cd".repeat(32));
+/// let req = ClaimRequest {
+///     key: &key,
+///     tool: "send_email",
+///     fingerprint: &fingerprint,
+///     check_fingerprint: true,
+///     lease: Duration::from_secs(10),
+///     info: CallInfoRef::EMPTY,
+///     worker: None,
+///     durable: true,
+/// };
+/// let ClaimOutcome::Acquired { fence, .. } = store.claim(&req).await.unwrap() else {
+///     panic!("a first claim owns the key");
+/// };
+/// let sent = Outcome::Success { output: OutputJson::new(&"sent").unwrap() };
+/// store.complete(&key, fence, &sent, Duration::from_secs(60)).await.unwrap();
+/// assert_eq!(store.1.load(Ordering::Relaxed), 1);
+/// assert!(matches!(store.claim(&req).await.unwrap(), ClaimOutcome::Completed(_)));
+/// # });
 /// ```
 #[macro_export]
 macro_rules! answer_operation {
