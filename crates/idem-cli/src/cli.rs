@@ -190,6 +190,11 @@ pub(crate) struct ProxyArgs {
     /// others sealed; by default each process makes its own.
     #[arg(long, value_name = "FILE")]
     pub state_secret_file: Option<std::path::PathBuf>,
+    /// On SIGTERM or SIGINT, stop taking calls and give those under way
+    /// this long to finish and be recorded (90s, 2m); then, or on a second
+    /// signal, stop anyway, naming on stderr each call left in flight.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub shutdown_grace: std::time::Duration,
     /// The upstream MCP server's command and its arguments, after `--`.
     #[arg(
         last = true,

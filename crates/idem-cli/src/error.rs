@@ -221,9 +221,11 @@ impl CliError {
             | CliError::ApproverName
             | CliError::PrincipalName
             | CliError::ShortPassword { .. }
-            | CliError::HashPassword(_)
-            | CliError::Proxy(_)
-            | CliError::UpstreamUrl(_) => exit::USAGE,
+            | CliError::HashPassword(_) => exit::USAGE,
+            // Stopped with calls left under way: not the command line's
+            // fault.
+            CliError::Proxy(idem_mcp::proxy::ProxyError::Stopped { .. }) => exit::REFUSED,
+            CliError::Proxy(_) | CliError::UpstreamUrl(_) => exit::USAGE,
             CliError::Inbox(e) => match e {
                 idem_inbox::InboxError::Store(_) | idem_inbox::InboxError::Io(_) => exit::STORE,
                 // What the operator gave: a file, an address, a webhook.

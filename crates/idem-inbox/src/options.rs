@@ -75,6 +75,10 @@ pub struct InboxOptions {
     /// How often the inbox looks for new items, for pages that stay open
     /// (1 second).
     pub refresh: Duration,
+    /// Once told to stop (SIGTERM, SIGINT), how long the requests under way
+    /// may take to finish before the inbox stops anyway and names them
+    /// (30 seconds).
+    pub shutdown_grace: Duration,
 }
 
 /// The PEM files of an HTTPS inbox.
@@ -112,6 +116,7 @@ impl InboxOptions {
             notify_attempts: 8,
             notify_backoff: Duration::from_secs(1),
             refresh: Duration::from_secs(1),
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 }

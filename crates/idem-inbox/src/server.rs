@@ -1,7 +1,7 @@
 //! Serving: everything the options name checked first, then the store
 //! opened, the listener bound, the background tasks started (the live
-//! pages' look, the sign-in counts, the webhooks), and, on Ctrl-C, the
-//! drain.
+//! pages' look, the sign-in counts, the webhooks), and, on SIGTERM or
+//! SIGINT, the drain.
 
 use std::future::{Future, IntoFuture};
 use std::net::SocketAddr;
@@ -19,12 +19,15 @@ use crate::signins::{self, SignIns};
 use crate::state::App;
 use crate::throttle::Throttle;
 use crate::{live, notify, router, InboxError, InboxOptions};
+use idem_net::stop::{drain, Drained, Requests, StopSignals};
 use idem_runtime::store::StoreExt;
 
-/// Serve the inbox on the store `store` opens, until Ctrl-C: then live
-/// streams end, requests under way finish (for up to ten seconds, or until
-/// a second Ctrl-C), a webhook delivery under way finishes its attempt,
-/// and the store is closed.
+/// Serve the inbox on the store `store` opens, until SIGTERM or SIGINT
+/// (Ctrl-C): then it accepts no new connection, live streams end,
+/// requests under way finish (for up to
+/// [`shutdown_grace`](InboxOptions::shutdown_grace), or until a second
+/// signal; those left are named on stderr), a webhook delivery under way
+/// finishes its attempt, and the store is closed.
 ///
 /// Everything the options name is checked before `store` is awaited, so
 /// a refusal opens nothing; an error of `store` is returned as
@@ -132,38 +135,69 @@ where
         "idem serve: the approval inbox is on {scheme}://{local}/ ({})",
         operator.store().describe()
     );
-    let stopping_now = async move {
-        let _ = tokio::signal::ctrl_c().await;
-        eprintln!("idem serve: stopping (Ctrl-C again to stop at once)");
-        // Live streams end, so that their connections can close.
-        let _ = stop.send(true);
+    // Listened for from here: a signal before this line ends the process.
+    let mut signals = StopSignals::listen()?;
+    let (stop_accepting, stopped_accepting) = tokio::sync::oneshot::channel::<()>();
+    let stopped_accepting = async move {
+        let _ = stopped_accepting.await;
     };
     let finishing = app.clone();
-    let service = router::router(app).into_make_service_with_connect_info::<SocketAddr>();
-    let serving: std::pin::Pin<Box<dyn std::future::Future<Output = std::io::Result<()>> + Send>> =
-        match tls {
-            Some(config) => {
-                use axum::serve::ListenerExt as _;
-                // `tap_io` so that handlers read the peer's address as
-                // over plain TCP (`ConnectInfo<SocketAddr>`).
-                let listener = idem_net::server::TlsListener::new(listener, config)?.tap_io(|_| {});
-                Box::pin(
-                    axum::serve(listener, service)
-                        .with_graceful_shutdown(stopping_now)
-                        .into_future(),
-                )
-            }
-            None => Box::pin(
+    // A page's live stream lasts as long as the page: not waited for (it
+    // ends when the server stops).
+    let requests = Requests::default();
+    let router = requests.track(router::router(app), |request| {
+        request.uri().path() != "/events"
+    });
+    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    // On a task of its own: it goes on accepting until told to stop, and
+    // then closing connections, while the drain is waited for.
+    let mut serving = match tls {
+        Some(config) => {
+            use axum::serve::ListenerExt as _;
+            // `tap_io` so that handlers read the peer's address as over
+            // plain TCP (`ConnectInfo<SocketAddr>`).
+            let listener = idem_net::server::TlsListener::new(listener, config)?.tap_io(|_| {});
+            tokio::spawn(
                 axum::serve(listener, service)
-                    .with_graceful_shutdown(stopping_now)
+                    .with_graceful_shutdown(stopped_accepting)
                     .into_future(),
-            ),
-        };
-    tokio::pin!(serving);
+            )
+        }
+        None => tokio::spawn(
+            axum::serve(listener, service)
+                .with_graceful_shutdown(stopped_accepting)
+                .into_future(),
+        ),
+    };
     let served = tokio::select! {
-        served = &mut serving => served,
-        // A second Ctrl-C, or requests that do not finish: stop anyway.
-        () = stopped_waiting() => Ok(()),
+        served = &mut serving => served.map_err(std::io::Error::other)?,
+        signal = signals.next() => {
+            let under_way = requests.list().len();
+            eprintln!(
+                "idem serve: {signal}: stopping: no new connections; waiting up to {}s for \
+                 {under_way} request(s) under way (a second signal stops at once)",
+                options.shutdown_grace.as_secs_f64()
+            );
+            // No new connection; live streams end, so that their
+            // connections can close.
+            let _ = stop_accepting.send(());
+            let _ = stop.send(true);
+            let finished = async {
+                requests.finished().await;
+                let _ = (&mut serving).await;
+            };
+            match drain(&mut signals, options.shutdown_grace, finished).await {
+                Drained::Finished => eprintln!("idem serve: stopped: every request finished"),
+                Drained::GraceRanOut | Drained::Signalled(_) => {
+                    serving.abort();
+                    eprintln!(
+                        "idem serve: stopped with requests still under way: {}",
+                        left(&requests)
+                    );
+                }
+            }
+            Ok(())
+        }
     };
     watcher.abort();
     counts.abort();
@@ -221,14 +255,15 @@ fn endpoints(
     Ok(endpoints)
 }
 
-/// How long a stopping server waits for its requests to finish.
-const STOP_WAIT: Duration = Duration::from_secs(10);
-
-/// Completes on a second Ctrl-C, or [`STOP_WAIT`] after the first.
-async fn stopped_waiting() {
-    let _ = tokio::signal::ctrl_c().await;
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        () = tokio::time::sleep(STOP_WAIT) => {}
+/// The requests under way, for a person: `GET /api/inbox, POST /login`
+/// (or `none`, when what was left is a connection closing).
+fn left(requests: &Requests) -> String {
+    let left = requests.list();
+    if left.is_empty() {
+        return "none (connections still closing)".to_owned();
     }
+    left.iter()
+        .map(|what| idem_runtime::text::visible(what).into_owned())
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -112,6 +112,7 @@ mod answer;
 mod ask;
 mod call;
 mod client;
+mod flight;
 mod key;
 mod meta;
 mod policy;
@@ -127,6 +128,7 @@ pub mod auth;
 pub mod proxy;
 
 pub use client::CallToolRequestParamsExt;
+pub use flight::{CallInFlight, CallsInFlight};
 pub use key::{
     CLAUDE_CODE_TOOL_USE_META, CLIENT_FIELDS, CODEX_TURN_META, IDEMPOTENCY_KEY_HEADER,
     IDEMPOTENCY_KEY_META, RUN_ID_META, STEP_META, VSCODE_CONVERSATION_META, VSCODE_REQUEST_META,

@@ -249,6 +249,13 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         &self.tools.dispatcher
     }
 
+    /// The calls under way on this server and its clones, and the switch
+    /// that has it refuse new ones: what a server that stops by draining
+    /// waits for ([`CallsInFlight`](crate::CallsInFlight)).
+    pub fn calls_in_flight(&self) -> crate::CallsInFlight {
+        self.tools.in_flight.clone()
+    }
+
     /// The tools' definitions, in registration order.
     pub fn tools(&self) -> &[Tool] {
         &self.tools.definitions

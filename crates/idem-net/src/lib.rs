@@ -2,7 +2,8 @@
 //! a TLS client trusts ([`roots`]), what a TLS failure means to a person
 //! ([`tls_error`]), an HTTP client ([`client`], feature `client`) and
 //! where it may send requests ([`destination`]), HTTPS
-//! for idem's own servers ([`server`], feature `server`), bearer-token
+//! for idem's own servers and how they stop ([`server`], [`stop`], feature
+//! `server`), bearer-token
 //! digests ([`token`]) and globs of names ([`glob`]). The stores
 //! (`idem-redis`, `idem-postgres`), the MCP server and proxy (`idem-mcp`)
 //! and the approval inbox (`idem-inbox`) all use these, so that a fix to
@@ -33,5 +34,7 @@ pub mod glob;
 pub mod roots;
 #[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "server")]
+pub mod stop;
 pub mod tls_error;
 pub mod token;

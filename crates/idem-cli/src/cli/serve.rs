@@ -124,6 +124,12 @@ pub(crate) struct ServeArgs {
         value_parser = duration
     )]
     pub refresh: Duration,
+    /// On SIGTERM or SIGINT, stop accepting connections, end the pages'
+    /// live streams, and give the requests under way this long to finish
+    /// (90s, 2m); then, or on a second signal, stop anyway, naming on
+    /// stderr the requests left.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
+    pub shutdown_grace: Duration,
 }
 
 impl ServeArgs {
@@ -133,7 +139,8 @@ impl ServeArgs {
         copy_fields!(options <- self;
             listen, tools, overdue, trust_proxy_header, client_address_header, secure_cookies,
             allow_plain_http, session, session_idle, origin, notify, notify_format,
-            notify_secret_file, notify_secret_env, notify_attempts, notify_backoff, refresh);
+            notify_secret_file, notify_secret_env, notify_attempts, notify_backoff, refresh,
+            shutdown_grace);
         options.tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),

@@ -154,6 +154,7 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
         config, print_config, listen, principals, no_auth, oauth_issuer, oauth_resource,
         oauth_jwks, tls_cert, tls_key, allow_plain_http, upstream, upstream_token_file,
         upstream_token_env, state_secret_file);
+    options.shutdown_grace = Some(args.shutdown_grace);
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)

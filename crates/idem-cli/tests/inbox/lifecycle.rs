@@ -1,5 +1,6 @@
-//! Stopping and restarting `idem serve` with inbox pages open: Ctrl-C
-//! ends the live streams and the process; a restart signs nobody out
+//! Stopping and restarting `idem serve` with inbox pages open: SIGINT
+//! (Ctrl-C) or SIGTERM ends the live streams and the process, a request
+//! under way is waited for within the grace and named if left; a restart signs nobody out
 //! (sessions are in the store); and a page whose session is ended on
 //! another instance says that its person was signed out.
 
@@ -35,25 +36,85 @@ pub(crate) async fn open_stream(base: &str, cookie: &str) -> (tokio::net::TcpStr
 }
 
 /// A signed-in page's live stream is open when the operator presses
-/// Ctrl-C: the stream ends, and the server exits within a few seconds,
+/// Ctrl-C (SIGINT), or when systemd, Docker or Kubernetes stop the service
+/// (SIGTERM): the stream ends, and the server exits within a few seconds,
 /// as it does with nothing open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ctrl_c_stops_the_server_while_a_live_stream_is_open() {
-    let (_dir, _, mut scene) = Scene::on_sqlite().await;
-    let mut http = Http::default();
-    sign_in(&mut http, &scene.serve, DANA).await;
-    let cookie = format!("idem_session={}", http.cookies["idem_session"]);
-    let (mut stream, status) = open_stream(&scene.serve.base, &cookie).await;
-    assert!(status.contains(" 200 "), "{status}");
+async fn a_stop_signal_stops_the_server_while_a_live_stream_is_open() {
+    for signal in ["INT", "TERM"] {
+        let (_dir, _, mut scene) = Scene::on_sqlite().await;
+        let mut http = Http::default();
+        sign_in(&mut http, &scene.serve, DANA).await;
+        let cookie = format!("idem_session={}", http.cookies["idem_session"]);
+        let (mut stream, status) = open_stream(&scene.serve.base, &cookie).await;
+        assert!(status.contains(" 200 "), "{status}");
 
-    scene.serve.interrupt();
-    let exited = tokio::task::block_in_place(|| scene.serve.exited_within(Duration::from_secs(5)));
-    let exited = exited.expect("idem serve exits within 5 s of Ctrl-C with a stream open");
-    assert!(exited.success(), "{exited}");
-    // The stream was ended, not left hanging.
-    let mut rest = Vec::new();
-    let ended = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await;
-    assert!(ended.is_ok(), "the stream ends with the server");
+        scene.serve.signal(signal);
+        let exited =
+            tokio::task::block_in_place(|| scene.serve.exited_within(Duration::from_secs(5)));
+        let exited = exited.unwrap_or_else(|| {
+            panic!("idem serve exits within 5 s of SIG{signal} with a stream open")
+        });
+        assert!(exited.success(), "SIG{signal}: {exited}");
+        // The stream was ended, not left hanging.
+        let mut rest = Vec::new();
+        let ended =
+            tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await;
+        assert!(ended.is_ok(), "the stream ends with the server");
+        let said = scene.serve.said();
+        assert!(
+            said.contains(&format!("SIG{signal}: stopping"))
+                && said.contains("every request finished"),
+            "{said}"
+        );
+    }
+}
+
+/// A request still under way when SIGTERM comes (a client sending its
+/// body slowly): the server accepts no new connection, waits for it for
+/// `--shutdown-grace`, then stops and names it; a second SIGTERM stops it
+/// at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_left_under_way_is_named_when_the_grace_runs_out() {
+    let (_dir, url) = crate::support::sqlite();
+    for (grace, twice) in [("1s", false), ("60s", true)] {
+        let mut scene = Scene::with_args(&url, Duration::ZERO, &["--shutdown-grace", grace]).await;
+        let address = scene.serve.base.trim_start_matches("http://").to_owned();
+        // Its headers sent, its body never: under way until the server
+        // gives up on it.
+        let mut slow = tokio::net::TcpStream::connect(&address).await.unwrap();
+        let head = format!(
+            "POST /login HTTP/1.1\r\nHost: {address}\r\nContent-Type: \
+             application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nname="
+        );
+        slow.write_all(head.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let started = std::time::Instant::now();
+        scene.serve.signal("TERM");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let refused = tokio::net::TcpStream::connect(&address).await;
+        assert!(refused.is_err(), "no new connection once stopping");
+        if twice {
+            scene.serve.signal("TERM");
+        }
+        let exited =
+            tokio::task::block_in_place(|| scene.serve.exited_within(Duration::from_secs(10)));
+        let took = started.elapsed();
+        assert!(exited.is_some(), "idem serve stops within 10 s");
+        assert!(
+            took < Duration::from_secs(3),
+            "stopped once the grace ran out, or at the second signal: {took:?}"
+        );
+        if !twice {
+            assert!(took >= Duration::from_secs(1), "waited the grace: {took:?}");
+        }
+        let said = scene.serve.said();
+        assert!(
+            said.contains("stopped with requests still under way: POST /login"),
+            "{said}"
+        );
+        drop(slow);
+    }
 }
 
 /// After a restart the session still opens its stream (it is in the

@@ -24,6 +24,7 @@ from proxy_http import (  # noqa: F401
     two_instances,
     upstream_over_http,
 )
+from proxy_stop import drained_on_sigterm, grace_runs_out, second_signal  # noqa: F401
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -377,11 +378,15 @@ CASES = {
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
     "https_listen": https_listen,
+    "drained_on_sigterm": drained_on_sigterm,
+    "grace_runs_out": grace_runs_out,
+    "second_signal": second_signal,
 }
 
 
-# Cases run by a test that starts the server they need.
-NEED_A_STORE_SERVER = {"two_instances"}
+# Cases run by a test of their own: that starts the server they need, or
+# that stops the proxy.
+OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal"}
 
 
 async def main() -> None:
@@ -389,7 +394,7 @@ async def main() -> None:
     # alone; by default every case but those that need a store server,
     # which their own tests run.
     chosen = sys.argv[1:] or os.environ.get("IDEM_PROXY_CASES", "").split()
-    for name in chosen or [c for c in CASES if c not in NEED_A_STORE_SERVER]:
+    for name in chosen or [c for c in CASES if c not in OWN_TEST]:
         await CASES[name]()
     say("\n## upstream effects, directly and through `idem proxy`\n")
     say("| scenario | counted | directly | through idem proxy |")

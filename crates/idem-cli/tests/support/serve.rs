@@ -44,7 +44,12 @@ pub struct Serve {
     args: Vec<std::ffi::OsString>,
     /// The approvers file's directory, shared with [`Serve::another`].
     _dir: std::sync::Arc<TempDir>,
+    /// What it said on stderr after the line with its address.
+    said: Said,
 }
+
+/// A server's stderr, kept as it comes.
+type Said = std::sync::Arc<std::sync::Mutex<String>>;
 
 /// `idem approver ARGS` with `stdin`: the entry it printed, and stderr.
 fn approver(args: &[&str], stdin: &str) -> (String, String) {
@@ -147,10 +152,11 @@ impl Serve {
         }
         command.args(extra);
         let args: Vec<std::ffi::OsString> = command.get_args().map(|a| a.to_owned()).collect();
-        let (child, base) = spawn(&args);
+        let (child, base, said) = spawn(&args);
         Serve {
             child,
             base,
+            said,
             token,
             viewer_token,
             tokens,
@@ -164,10 +170,11 @@ impl Serve {
     /// approvers file), on a port of its own: two instances behind one
     /// load balancer.
     pub fn another(&self) -> Serve {
-        let (child, base) = spawn(&self.args);
+        let (child, base, said) = spawn(&self.args);
         Serve {
             child,
             base,
+            said,
             token: self.token.clone(),
             viewer_token: self.viewer_token.clone(),
             tokens: self.tokens.clone(),
@@ -189,11 +196,21 @@ impl Serve {
 
     /// Send the server SIGINT, as Ctrl-C in its terminal would.
     pub fn interrupt(&self) {
+        self.signal("INT");
+    }
+
+    /// Send the server the signal `name` (`TERM`, `INT`).
+    pub fn signal(&self, name: &str) {
         let sent = Command::new("kill")
-            .args(["-INT", &self.pid().to_string()])
+            .args([&format!("-{name}"), &self.pid().to_string()])
             .status()
             .unwrap();
         assert!(sent.success());
+    }
+
+    /// What the server said on stderr since it said where it listens.
+    pub fn said(&self) -> String {
+        self.said.lock().unwrap().clone()
     }
 
     /// How the server exited, if it did within `limit`.
@@ -239,14 +256,16 @@ impl Serve {
                 _ => a.clone(),
             })
             .collect();
-        let (child, base) = spawn(&args);
+        let (child, base, said) = spawn(&args);
         assert_eq!(base, self.base, "restarted on the same port");
         self.child = child;
+        self.said = said;
     }
 }
 
-/// `idem ARGS` as a server: the child and where it listens.
-fn spawn(args: &[std::ffi::OsString]) -> (Child, String) {
+/// `idem ARGS` as a server: the child, where it listens, and what it says
+/// on stderr from then on.
+fn spawn(args: &[std::ffi::OsString]) -> (Child, String, Said) {
     let mut command = Command::new(IDEM);
     command.args(args);
     for var in ["IDEM_STORE", "IDEM_APPROVERS"] {
@@ -277,12 +296,17 @@ fn spawn(args: &[std::ffi::OsString]) -> (Child, String) {
         .map(|addr| format!("{scheme}://{addr}"))
         .unwrap_or_else(|| panic!("idem serve did not say where it listens: {line:?}"));
     // Keep draining stderr so the server never blocks on it.
+    let said = Said::default();
+    let kept = said.clone();
     std::thread::spawn(move || {
         for line in stderr.lines().map_while(Result::ok) {
             eprintln!("[idem serve] {line}");
+            let mut kept = kept.lock().unwrap();
+            kept.push_str(&line);
+            kept.push('\n');
         }
     });
-    (child, base)
+    (child, base, said)
 }
 
 impl Drop for Serve {

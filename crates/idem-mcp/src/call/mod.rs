@@ -27,6 +27,7 @@ use chat::Asked;
 
 use super::answer::{self, Hints};
 use super::ask::States;
+use super::flight::{self, CallsInFlight};
 use super::key::{self, Keying};
 use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
@@ -77,6 +78,8 @@ pub(crate) struct Tools<S> {
     /// How long a keyed call runs before a client that takes tasks gets
     /// one (`McpServer::tasks_after`).
     pub(crate) tasks_after: Option<std::time::Duration>,
+    /// The calls under way, shared by every clone.
+    pub(crate) in_flight: CallsInFlight,
 }
 
 impl<S> Clone for Tools<S> {
@@ -94,6 +97,7 @@ impl<S> Clone for Tools<S> {
             repeat: self.repeat.clone(),
             by_name: self.by_name.clone(),
             tasks_after: self.tasks_after,
+            in_flight: self.in_flight.clone(),
         }
     }
 }
@@ -128,6 +132,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             repeat: Vec::new(),
             by_name: HashMap::new(),
             tasks_after: Some(DEFAULT_TASKS_AFTER),
+            in_flight: CallsInFlight::default(),
         };
         tools.define();
         tools
@@ -175,9 +180,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
         request: Request<'_>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        let entry = self.in_flight.enter(request.name)?;
         let span = trace::call_span(request.name, context, request.meta);
-        let response = self
-            .call_in_span(request, context)
+        let response = flight::counted(entry, self.call_in_span(request, context))
             .instrument(span.clone())
             .await;
         trace::record_response(&span, &response);
@@ -457,7 +462,10 @@ impl<S: Send + Sync + 'static> Tools<S> {
             .meta
             .get_progress_token()
             .map(|token| (token, context.peer.clone()));
+        // Counted until the dispatch ends, after the request if need be.
+        let entry = flight::keyed(&call, &run);
         let call = async move {
+            let _entry = entry;
             let dispatched = dispatcher.dispatch_one(call, &run);
             match claimed {
                 Some(claimed) => claimed.scope(dispatched).await,

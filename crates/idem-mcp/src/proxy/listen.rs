@@ -1,11 +1,20 @@
 //! The proxy's HTTP side (`idem proxy --listen`): the socket it listens
 //! on, over TLS when asked, and who may call (bearer tokens of
 //! `--principals`, OAuth access tokens of `--oauth-issuer`, each caller in
-//! a namespace of their own), with the module `crate::auth`.
+//! a namespace of their own), with the module `crate::auth`; and serving
+//! there until stopped.
 
+use std::future::IntoFuture;
 use std::sync::Arc;
+use std::time::Duration;
+
+use idem_net::stop::Requests;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
 use super::options::{ProxyError, ProxyOptions};
+use super::stop::Stopping;
+use super::Proxy;
 use crate::auth::{AuthError, Authenticator, OAuthOptions, Principals};
 
 /// The proxy's HTTP side, settled before the upstream starts: the socket
@@ -99,3 +108,117 @@ fn config(error: AuthError) -> ProxyError {
         other => ProxyError::Config(other.to_string()),
     }
 }
+
+impl Listening {
+    /// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until a
+    /// signal stops it: then it refuses new calls, and waits (within the
+    /// grace) for the calls under way and for their answers to be sent,
+    /// before it stops accepting connections and ends the sessions' event
+    /// streams.
+    pub(super) async fn serve(
+        self,
+        proxy: Proxy,
+        name: &str,
+        mut stopping: Stopping,
+    ) -> Result<(), ProxyError> {
+        let Listening {
+            listener,
+            auth,
+            tls,
+        } = self;
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let address = listener.local_addr()?;
+        let port = address.port();
+        let config = if address.ip().is_loopback() {
+            // Only requests that name this server's own host and port, and
+            // pages of its own origin: a page on another site cannot reach
+            // it through DNS rebinding, nor a page of another local port.
+            StreamableHttpServerConfig::default()
+                .with_allowed_hosts([address.to_string(), format!("localhost:{port}")])
+                .with_allowed_origins([
+                    format!("{scheme}://{address}"),
+                    format!("{scheme}://localhost:{port}"),
+                ])
+        } else {
+            // Reached by names the proxy cannot know (behind a balancer);
+            // every request carries a token, which a rebinding page has not.
+            StreamableHttpServerConfig::default()
+                .disable_allowed_hosts()
+                .enforce_origin_validation()
+        };
+        // Cancelled once the calls are done: the sessions' streams end.
+        let sessions = tokio_util::sync::CancellationToken::new();
+        let config = config.with_cancellation_token(sessions.clone());
+        let service = StreamableHttpService::new(
+            move || Ok(proxy.clone()),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        // rmcp refuses a foreign Origin or Host, an unknown session, before
+        // it reads the body: those answers close the connection, and say so.
+        let mut router = axum::Router::new().nest_service("/mcp", service).layer(
+            axum::middleware::map_response(|response: axum::response::Response| async move {
+                if response.status().is_client_error() {
+                    crate::auth::close_unread(response)
+                } else {
+                    response
+                }
+            }),
+        );
+        if let Some(auth) = auth {
+            // The metadata's routes after the layer: anyone may read where
+            // to sign in (RFC 9728).
+            router = router.layer(auth.layer()).merge(auth.metadata_router());
+        }
+        // A call's answer is sent on its POST's response: waited for. A
+        // session's GET stream lasts as long as the session: not.
+        let requests = Requests::default();
+        let router = requests.track(router, |request| request.method() != http::Method::GET);
+        // The line a supervisor (and the tests) wait for, with the port
+        // chosen. The name is the upstream's own text: shown escaped.
+        let name = idem_runtime::text::visible(name);
+        eprintln!("idem proxy: serving {name} on {scheme}://{address}/mcp");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let stopped = async move {
+            let _ = stopped.await;
+        };
+        // On a task of its own: it goes on accepting until told to stop,
+        // and then closing connections, while the drain is waited for.
+        let mut serving = match tls {
+            Some(config) => {
+                let listener = idem_net::server::TlsListener::new(listener, config)?;
+                tokio::spawn(
+                    axum::serve(listener, router)
+                        .with_graceful_shutdown(stopped)
+                        .into_future(),
+                )
+            }
+            None => tokio::spawn(
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stopped)
+                    .into_future(),
+            ),
+        };
+        let signal = tokio::select! {
+            served = &mut serving => return Ok(served.map_err(std::io::Error::other)??),
+            signal = stopping.signals.next() => signal,
+        };
+        // Connections are still accepted while the calls under way end: a
+        // client finishing one may need another request (the SDKs list
+        // the tools to check a structured result). New calls are refused.
+        let drained = stopping.drain(signal, requests.finished()).await;
+        if drained.is_err() {
+            serving.abort();
+            return drained;
+        }
+        // No new connection from here on; the sessions' streams end, and
+        // the connections close once their last bytes are out.
+        let _ = stop.send(());
+        sessions.cancel();
+        let _ = tokio::time::timeout(CLOSING, serving).await;
+        Ok(())
+    }
+}
+
+/// How long the connections have to close once every answer was sent.
+const CLOSING: Duration = Duration::from_secs(2);

@@ -17,7 +17,9 @@
 //!   has gone, and the mapping of what can go wrong to idem's error kinds.
 //! * `http`: the HTTP client rmcp's streamable HTTP transport runs on
 //!   (hyper's, plain HTTP), which tells a request never sent from one sent.
-//! * `listen`: the HTTP side (`--listen`): the socket, TLS, who calls.
+//! * `listen`: the HTTP side (`--listen`): the socket, TLS, who calls,
+//!   the routes.
+//! * `stop`: stopping by draining (SIGTERM, SIGINT, `--shutdown-grace`).
 //! * here: the server the client sees. Tool calls go through idem; the
 //!   upstream's result is recorded whole and answered as it came (with
 //!   idem's `_meta`); resources, prompts, completions and the upstream's
@@ -32,6 +34,7 @@ mod config;
 mod http;
 mod listen;
 mod options;
+mod stop;
 mod tool;
 mod upstream;
 
@@ -52,14 +55,13 @@ use rmcp::model::{
     SetLevelRequestParams, Tool,
 };
 use rmcp::service::{NotificationContext, RequestContext, ServiceError};
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
+use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use config::Config;
 use listen::Listening;
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
+pub use stop::DEFAULT_SHUTDOWN_GRACE;
 // Where they were before `crate::auth` served other servers too.
 pub use crate::auth::{new_token, Principals};
 use idem_runtime::store::StoreExt;
@@ -67,7 +69,8 @@ use tool::UpstreamTool;
 use upstream::{Source, Upstream};
 
 /// Run the proxy as `options` say until its client goes away (stdio) or
-/// it is interrupted (HTTP). `store` opens the store that records the
+/// a signal stops it (SIGTERM, SIGINT): then it drains, as the module
+/// `stop` says. `store` opens the store that records the
 /// calls, once the upstream has answered: a proxy that cannot start opens
 /// none.
 pub async fn run<F, Fut>(options: &ProxyOptions, store: F) -> Result<(), ProxyError>
@@ -188,20 +191,20 @@ where
         // Each principal's calls in a namespace of their own.
         server = server.principal_from_auth();
     }
+    let grace = args.shutdown_grace.unwrap_or(DEFAULT_SHUTDOWN_GRACE);
+    let stopping = stop::Stopping::new(server.calls_in_flight(), grace)?;
     let proxy = Proxy::new(server, upstream.clone(), tools);
-    match listening {
-        Some(listening) => serve_http(proxy, listening, &name).await?,
-        None => {
-            let service = proxy
-                .serve(crate::stdio())
-                .await
-                .map_err(|e| ProxyError::Client(e.to_string()))?;
-            let _ = service.waiting().await;
-        }
+    let served = match listening {
+        Some(listening) => listening.serve(proxy, &name, stopping).await,
+        // Stopped at once, calls left under way: no wait for the upstream
+        // nor the store to close.
+        None => stop::serve_stdio(proxy, stopping).await,
+    };
+    if !matches!(served, Err(ProxyError::Stopped { .. })) {
+        upstream.stop().await;
+        executor.store().close().await;
     }
-    upstream.stop().await;
-    executor.store().close().await;
-    Ok(())
+    served
 }
 
 /// The bearer token for the upstream, from `--upstream-token-file` or
@@ -232,81 +235,6 @@ fn upstream_token(options: &ProxyOptions) -> Result<Option<String>, ProxyError> 
         )));
     }
     Ok(Some(token.to_owned()))
-}
-
-/// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until
-/// interrupted (Ctrl-C).
-async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<(), ProxyError> {
-    let Listening {
-        listener,
-        auth,
-        tls,
-    } = listening;
-    let scheme = if tls.is_some() { "https" } else { "http" };
-    let address = listener.local_addr()?;
-    let port = address.port();
-    let config = if address.ip().is_loopback() {
-        // Only requests that name this server's own host and port, and
-        // pages of its own origin: a page on another site cannot reach it
-        // through DNS rebinding, nor a page of another local port.
-        StreamableHttpServerConfig::default()
-            .with_allowed_hosts([address.to_string(), format!("localhost:{port}")])
-            .with_allowed_origins([
-                format!("{scheme}://{address}"),
-                format!("{scheme}://localhost:{port}"),
-            ])
-    } else {
-        // Reached by names the proxy cannot know (behind a balancer);
-        // every request carries a token, which a rebinding page has not.
-        StreamableHttpServerConfig::default()
-            .disable_allowed_hosts()
-            .enforce_origin_validation()
-    };
-    let service = StreamableHttpService::new(
-        move || Ok(proxy.clone()),
-        Arc::new(LocalSessionManager::default()),
-        config,
-    );
-    // rmcp refuses a foreign Origin or Host, an unknown session, before it
-    // reads the body: those answers close the connection, and say so.
-    let mut router =
-        axum::Router::new()
-            .nest_service("/mcp", service)
-            .layer(axum::middleware::map_response(
-                |response: axum::response::Response| async move {
-                    if response.status().is_client_error() {
-                        crate::auth::close_unread(response)
-                    } else {
-                        response
-                    }
-                },
-            ));
-    if let Some(auth) = auth {
-        // The metadata's routes after the layer: anyone may read where to
-        // sign in (RFC 9728).
-        router = router.layer(auth.layer()).merge(auth.metadata_router());
-    }
-    // The line a supervisor (and the tests) wait for, with the port chosen.
-    // The name is the upstream's own text: shown escaped.
-    let name = idem_runtime::text::visible(name);
-    eprintln!("idem proxy: serving {name} on {scheme}://{address}/mcp");
-    let stop = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    match tls {
-        Some(config) => {
-            let listener = idem_net::server::TlsListener::new(listener, config)?;
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await?;
-        }
-        None => {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await?;
-        }
-    }
-    Ok(())
 }
 
 /// The server the proxy's client talks to.

@@ -1,6 +1,7 @@
 //! What `idem proxy` is told, and how it fails before it serves.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use idem_runtime::store::StoreError;
 
@@ -69,6 +70,10 @@ pub struct ProxyOptions {
     /// that each reads what the others sealed. By default each process
     /// makes its own.
     pub state_secret_file: Option<PathBuf>,
+    /// Once told to stop (SIGTERM, SIGINT), how long the calls under way
+    /// may take to finish and be recorded before the proxy stops anyway
+    /// and names them; `None`: [`DEFAULT_SHUTDOWN_GRACE`](super::DEFAULT_SHUTDOWN_GRACE).
+    pub shutdown_grace: Option<Duration>,
     /// The upstream MCP server's command and its arguments.
     pub command: Vec<String>,
 }
@@ -155,6 +160,24 @@ pub enum ProxyError {
     /// Serving failed.
     #[error("serving failed: {0}")]
     Io(#[from] std::io::Error),
+    /// Told to stop, the proxy stopped before every call under way had
+    /// finished: the grace ran out, or a second signal came. Each call
+    /// left is in flight in the store until its lease runs out; a retry
+    /// with its key then finds how it ended, or that its outcome is
+    /// unknown (`idem ls` lists it).
+    #[error(
+        "stopped with {} call{} still under way ({why}): {}; each stays in flight until its \
+         lease runs out (`idem ls` lists it)",
+        calls.len(),
+        if calls.len() == 1 { "" } else { "s" },
+        super::stop::named(calls)
+    )]
+    Stopped {
+        /// Why it did not wait longer.
+        why: String,
+        /// The calls left.
+        calls: Vec<crate::CallInFlight>,
+    },
 }
 
 /// The words of [`ProxyError::Unauthenticated`].

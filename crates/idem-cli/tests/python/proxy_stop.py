@@ -1,0 +1,168 @@
+"""`idem proxy --listen` stopped by SIGTERM while calls are under way,
+driven by the official Python MCP SDK (and, where the proxy is stopped
+before it answers, by MCP over HTTP by hand): the calls under way finish,
+are answered and recorded; a grace shorter than the calls, or a second
+signal, stops it at once, naming each call left. The upstream is
+`slow_upstream.py` over stdio, holding every call while its hold file
+exists; its journal counts the effects. Run by `proxy_clients.py`.
+"""
+
+from proxy_support import *  # noqa: F401,F403
+
+
+class Stoppable:
+    """`idem proxy --listen … -- python slow_upstream.py` in `here`, its
+    calls held while `hold` exists."""
+
+    def __init__(self, here: Place, *flags: str) -> None:
+        self.here = here
+        self.journal, self.hold = here.dir / "journal", here.dir / "hold"
+        config = here.dir / "proxy.toml"
+        config.write_text(CRASH_CONFIG.format(cls="non_idempotent_write"))
+        env = {
+            **os.environ,
+            "IDEM_STORE": here.store,
+            "SLOW_UPSTREAM_JOURNAL": str(self.journal),
+            "SLOW_UPSTREAM_HOLD": str(self.hold),
+            "SLOW_UPSTREAM_PID": str(here.dir / "pid"),
+        }
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--no-auth", "--config", str(config), *flags,
+                   "--", sys.executable, str(HERE / "slow_upstream.py")]
+        self.hold.touch()
+        self.process, self.url = serving(command, env)
+        self.port = int(re.search(r":(\d+)/mcp", self.url).group(1))
+
+    def lines(self, prefix: str) -> list[str]:
+        if not self.journal.exists():
+            return []
+        return [line for line in self.journal.read_text().splitlines() if line.startswith(prefix)]
+
+    async def started(self, n: int) -> None:
+        """Until `n` calls have started upstream (at most 30 seconds)."""
+        for _ in range(600):
+            if len(self.lines("start")) >= n:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{n} calls did not start: {self.lines('')}")
+
+    def ended(self, timeout: float) -> tuple[int, str, float]:
+        """Wait for the proxy to exit: its code, the rest of its stderr, and
+        how long it took."""
+        began = time.monotonic()
+        code = self.process.wait(timeout=timeout)
+        return code, self.process.stderr.read(), time.monotonic() - began
+
+
+    def close(self) -> None:
+        self.hold.unlink(missing_ok=True)
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=20)
+
+
+def call(n: int, key: str) -> dict:
+    return {"jsonrpc": "2.0", "id": 100 + n, "method": "tools/call",
+            "params": {"name": "append", "arguments": {"line": f"l{n}"}, "_meta": {"io.idem/idempotencyKey": key}}}
+
+
+async def by_hand(proxy: Stoppable, keys: list[str]) -> list:
+    """`keys`' calls sent by hand on one session, left waiting: their tasks."""
+    import httpx2
+
+    http = httpx2.AsyncClient(timeout=60)
+    _, session = await rpc(http, proxy.url, INITIALIZE)
+    await rpc(http, proxy.url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    return [asyncio.create_task(rpc(http, proxy.url, call(n, key), session)) for n, key in enumerate(keys)]
+
+
+async def another_call(proxy: Stoppable) -> dict:
+    """A call sent by hand on a session of its own: the answer."""
+    import httpx2
+
+    async with httpx2.AsyncClient(timeout=30) as http:
+        _, session = await rpc(http, proxy.url, INITIALIZE)
+        await rpc(http, proxy.url, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+        answer, _ = await rpc(http, proxy.url, call(9, "while-stopping"), session)
+        return answer
+
+
+async def drained_on_sigterm() -> None:
+    say("\n## `idem proxy --listen`: SIGTERM with three calls under way")
+    with place() as here:
+        proxy = Stoppable(here)
+        try:
+            async with Client(proxy.url) as client:
+                calls = [
+                    asyncio.create_task(client.call_tool("append", {"line": f"l{n}"}, meta={"io.idem/idempotencyKey": f"drain-{n}"}))
+                    for n in range(3)
+                ]
+                await proxy.started(3)
+                proxy.process.send_signal(signal.SIGTERM)
+                said = proxy.process.stderr.readline()
+                say(f"on SIGTERM: {said.strip()}")
+                check("SIGTERM: stopping" in said and "3 calls under way" in said, said)
+                refused = await another_call(proxy)
+                say(f"a new call while stopping -> {json.dumps(refused)[:200]}")
+                check(refused.get("error", {}).get("data", {}).get("code") == "server_stopping", "a new call is refused")
+                await asyncio.sleep(0.5)
+                check(proxy.process.poll() is None, "it waits for the calls under way")
+                proxy.hold.unlink()
+                results = await asyncio.gather(*calls)
+            code, stderr, _ = proxy.ended(30)
+            say(f"exit code {code}; stderr: {stderr.strip()!r}")
+            answered = [reads(r) for r in results]
+            say(f"the three calls -> {answered}")
+            check(all(not r.is_error for r in results), f"every call answered with its result: {answered}")
+            check(code == 0, f"exit code 0 once every call finished: {code}")
+            check("every call under way finished" in stderr, stderr)
+            check(len(proxy.lines("start")) == 3, f"three effects, the refused call not one: {proxy.lines('')}")
+            check(len(proxy.lines("done")) == 3, f"each finished: {proxy.lines('')}")
+            records = json.loads(here.idem("--json", "ls"))["records"]
+            states = sorted(r["status"] for r in records)
+            say(f"records: {states}")
+            check(states == ["succeeded"] * 3, f"each call recorded as succeeded: {states}")
+        finally:
+            proxy.close()
+    TABLE.append(("SIGTERM with three calls under way", "runs upstream, finished", "-", "3"))
+
+
+async def grace_runs_out() -> None:
+    say("\n## `idem proxy --listen --shutdown-grace 1s`: SIGTERM, calls longer than the grace")
+    with place() as here:
+        proxy = Stoppable(here, "--shutdown-grace", "1s")
+        try:
+            calls = await by_hand(proxy, ["grace-a", "grace-b"])
+            await proxy.started(2)
+            proxy.process.send_signal(signal.SIGTERM)
+            code, stderr, took = proxy.ended(20)
+            say(f"exit code {code} after {took:.1f}s; stderr: {stderr.strip()[:400]!r}")
+            check(code == 1, f"exit code 1: calls were left: {code}")
+            check(took < 5, f"stopped once the grace ran out: {took:.1f}s")
+            check("stopped with 2 calls still under way (the 1s grace ran out)" in stderr, stderr)
+            check("`append` (key grace-a)" in stderr and "`append` (key grace-b)" in stderr, f"each call named: {stderr}")
+            for task in calls:
+                task.cancel()
+        finally:
+            proxy.close()
+
+
+async def second_signal() -> None:
+    say("\n## `idem proxy --listen`: a second SIGTERM stops at once")
+    with place() as here:
+        proxy = Stoppable(here, "--shutdown-grace", "60s")
+        try:
+            calls = await by_hand(proxy, ["twice-a"])
+            await proxy.started(1)
+            proxy.process.send_signal(signal.SIGTERM)
+            said = proxy.process.stderr.readline()
+            check("stopping" in said, said)
+            proxy.process.send_signal(signal.SIGTERM)
+            code, stderr, took = proxy.ended(20)
+            say(f"exit code {code} after {took:.1f}s; stderr: {stderr.strip()[:400]!r}")
+            check(took < 3, f"at once: {took:.1f}s")
+            check(code == 1 and "(a second SIGTERM)" in stderr and "key twice-a" in stderr, stderr)
+            for task in calls:
+                task.cancel()
+        finally:
+            proxy.close()
+
