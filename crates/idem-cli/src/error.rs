@@ -127,6 +127,14 @@ pub(crate) enum CliError {
         /// The file.
         path: String,
     },
+    /// `idem migrate` on a SQLite file whose directory does not exist.
+    #[error("cannot create the idem store at {url}: the directory {dir} does not exist (create it first, or name another file)")]
+    NoSqliteDirectory {
+        /// The store's URL, password hidden.
+        url: String,
+        /// The directory.
+        dir: String,
+    },
     /// An operator action was refused.
     #[error("{}", operator_message(.error, *.now))]
     Operator {
@@ -231,7 +239,10 @@ impl CliError {
                 // What the operator gave: a file, an address, a webhook.
                 _ => exit::USAGE,
             },
-            CliError::Store(_) | CliError::NoSqliteFile { .. } | CliError::Output(_) => exit::STORE,
+            CliError::Store(_)
+            | CliError::NoSqliteFile { .. }
+            | CliError::NoSqliteDirectory { .. }
+            | CliError::Output(_) => exit::STORE,
             CliError::Corrupt(_) => exit::CORRUPT,
             CliError::Rule(_)
             | CliError::NotAnApprover { .. }

@@ -59,6 +59,27 @@ pub(crate) fn refuse_missing_file(url: &str) -> Result<(), CliError> {
     Ok(())
 }
 
+/// A SQLite URL naming a file in a directory that does not exist is
+/// refused: `idem migrate` creates the file, not the directories above it
+/// (a mistyped path should be seen, not made).
+pub(crate) fn refuse_missing_directory(url: &str) -> Result<(), CliError> {
+    let Some(path) = sqlite_path(url).filter(|p| !p.is_empty()) else {
+        return Ok(());
+    };
+    let path = std::path::Path::new(path);
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => std::path::Path::new("."),
+    };
+    if !path.exists() && !dir.is_dir() {
+        return Err(CliError::NoSqliteDirectory {
+            url: redact(url),
+            dir: dir.display().to_string(),
+        });
+    }
+    Ok(())
+}
+
 /// The file a `sqlite:` URL names, as `SqliteStore::connect` reads it.
 fn sqlite_path(url: &str) -> Option<&str> {
     sqlite_file(url).map(|(path, _)| path)

@@ -22,9 +22,10 @@ struct MigrationJson<'a> {
 }
 
 /// `idem migrate`: migrate the store at `url`, saying from which version to
-/// which. A SQLite file that does not exist is refused, not created.
+/// which. A SQLite file that does not exist is created (the command that
+/// makes a new team's first store), in a directory that must exist.
 pub(super) async fn run(url: &str, out: &Output) -> Result<(), CliError> {
-    store::refuse_missing_file(url)?;
+    store::refuse_missing_directory(url)?;
     let migration = idem::store::migrate(url).await?;
     if out.json {
         return out.json(&MigrationJson {

@@ -112,6 +112,34 @@ async fn reading_an_older_sqlite_store_does_not_migrate_it_and_idem_migrate_does
     assert_eq!(listed["records"][0]["key"], key.as_str());
 }
 
+/// A SQLite file that does not exist yet: reading commands refuse it and
+/// create nothing; `idem migrate` creates it (a new team's first store),
+/// which then lists as empty; in a directory that does not exist it is
+/// refused, and no directory is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_migrate_creates_a_sqlite_store_whose_file_does_not_exist_yet() {
+    let dir = idem_testkit::TempDir::new("idem-cli").unwrap();
+    let path = dir.path().join("new.db");
+    let idem = Idem::new(&format!("sqlite://{}", path.display()));
+    idem.run(&["ls"]).await.fails(5, "does not exist");
+    assert!(!path.exists(), "a read creates nothing");
+    let said = idem.run(&["migrate"]).await.ok().to_owned();
+    assert!(said.contains("created the schema"), "{said}");
+    assert!(path.is_file(), "the file was created");
+    let listed = idem.run(&["ls", "--json"]).await.json();
+    assert_eq!(listed["total"], 0);
+
+    let nowhere = dir.path().join("no-such-dir").join("idem.db");
+    let idem = Idem::new(&format!("sqlite://{}", nowhere.display()));
+    let said = idem
+        .run(&["migrate"])
+        .await
+        .fails(5, "does not exist")
+        .to_owned();
+    assert!(said.contains("the directory"), "{said}");
+    assert!(!nowhere.parent().unwrap().exists(), "no directory is made");
+}
+
 /// A PostgreSQL schema or Redis prefix no idem store ever used reads as
 /// not an idem store, every time (the read created nothing); `idem
 /// migrate` creates the store, which then lists as empty.

@@ -24,7 +24,7 @@ from proxy_http import (  # noqa: F401
     two_instances,
     upstream_over_http,
 )
-from proxy_stop import drained_on_sigterm, grace_runs_out, second_signal  # noqa: F401
+from proxy_stop import drained_on_sigterm, grace_runs_out, second_signal, session_deleted  # noqa: F401
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -381,6 +381,7 @@ CASES = {
     "drained_on_sigterm": drained_on_sigterm,
     "grace_runs_out": grace_runs_out,
     "second_signal": second_signal,
+    "session_deleted": session_deleted,
 }
 
 

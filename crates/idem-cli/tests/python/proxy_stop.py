@@ -166,3 +166,24 @@ async def second_signal() -> None:
         finally:
             proxy.close()
 
+
+async def session_deleted() -> None:
+    say("\n## `idem proxy --listen`: a session ended with DELETE")
+    import httpx2
+
+    with place() as here:
+        proxy = Stoppable(here)
+        proxy.hold.unlink()
+        try:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                _, session = await rpc(http, proxy.url, INITIALIZE)
+                check(session is not None, "a session")
+                ended = await http.delete(proxy.url, headers={**ACCEPT, "mcp-session-id": session})
+                say(f"DELETE -> {ended.status_code}")
+                check(ended.status_code in (200, 204), f"200 or 204, as MCP's clients expect: {ended.status_code}")
+                after = await http.post(proxy.url, json=call(0, "after-delete"), headers={**ACCEPT, "mcp-session-id": session})
+                say(f"a call on the ended session -> {after.status_code}")
+                check(after.status_code == 404, f"the session is gone: {after.status_code}")
+            check(proxy.lines("start") == [], "nothing ran")
+        finally:
+            proxy.close()

@@ -165,6 +165,19 @@ impl Listening {
                 }
             }),
         );
+        // rmcp answers a session's DELETE with 202; MCP's clients read
+        // anything but 200 or 204 as a failure (the Python SDK logs
+        // "Session termination failed: 202" on every exit).
+        router = router.layer(axum::middleware::from_fn(
+            |request: axum::extract::Request, next: axum::middleware::Next| async move {
+                let delete = request.method() == http::Method::DELETE;
+                let mut response = next.run(request).await;
+                if delete && response.status() == http::StatusCode::ACCEPTED {
+                    *response.status_mut() = http::StatusCode::NO_CONTENT;
+                }
+                response
+            },
+        ));
         if let Some(auth) = auth {
             // The metadata's routes after the layer: anyone may read where
             // to sign in (RFC 9728).
