@@ -195,6 +195,9 @@ pub(crate) struct ProxyArgs {
     /// signal, stop anyway, naming on stderr each call left in flight.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub shutdown_grace: std::time::Duration,
+    /// What to log on stderr, and how.
+    #[command(flatten)]
+    pub logs: crate::logs::LogArgs,
     /// The upstream MCP server's command and its arguments, after `--`.
     #[arg(
         last = true,

@@ -5,7 +5,8 @@
 //!
 //! The parts: `cli` (the command line), `commands/` (what each command
 //! does; `idem serve` runs the [`idem_inbox`] crate's inbox), `render/` (tables, descriptions, colours, the JSON schema),
-//! `store` (which store, and opening it), `time` (RFC 3339 and relative
+//! `logs` (what `idem proxy` and `idem serve` log, and how), `store`
+//! (which store, and opening it), `time` (RFC 3339 and relative
 //! times), `error` (messages and exit codes).
 
 /// Sets each named field of the options `$to` from the field of the same
@@ -19,6 +20,7 @@ macro_rules! copy_fields {
 mod cli;
 mod commands;
 mod error;
+mod logs;
 mod render;
 mod store;
 mod time;

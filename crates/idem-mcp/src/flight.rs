@@ -20,9 +20,15 @@ tokio::task_local! {
     static IN_FLIGHT: Arc<Entry>;
 }
 
-/// Serve a `tools/call` in `call`, counted as `entry` ([`keyed`] finds it).
-pub(crate) async fn counted<F: std::future::Future>(entry: Arc<Entry>, call: F) -> F::Output {
-    IN_FLIGHT.scope(entry, call).await
+/// Serve a `tools/call` in `call`, counted as `entry` ([`keyed`] finds it),
+/// and write its access line.
+pub(crate) async fn counted<F>(entry: Arc<Entry>, call: F) -> F::Output
+where
+    F: std::future::Future<Output = Result<rmcp::model::CallToolResponse, ErrorData>>,
+{
+    let response = IN_FLIGHT.scope(entry.clone(), call).await;
+    crate::call::access::log(&entry, &response);
+    response
 }
 
 /// The entry of the `tools/call` being served, now that its call is keyed:
@@ -73,6 +79,19 @@ pub struct CallInFlight {
     pub key: String,
     /// When it came.
     pub since: Instant,
+    /// Who calls (the principal, over HTTP with authentication) and the
+    /// tool's class, for its access line.
+    pub(crate) caller: Caller,
+}
+
+/// Who calls, and the tool's class: what a call's access line says of it
+/// beside its tool and key.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Caller {
+    /// The principal, when the server knows who calls.
+    pub(crate) principal: Option<String>,
+    /// The tool's class (`non_idempotent_write`), `-` when unknown.
+    pub(crate) class: String,
 }
 
 impl CallsInFlight {
@@ -124,12 +143,13 @@ impl CallsInFlight {
     /// Count a call of `tool` from now until the returned entry (and every
     /// clone of it) is dropped; once the server stops taking calls, the
     /// call's refusal ([`stopping`]).
-    pub(crate) fn enter(&self, tool: &str) -> Result<Arc<Entry>, ErrorData> {
+    pub(crate) fn enter(&self, tool: &str, caller: Caller) -> Result<Arc<Entry>, ErrorData> {
         let id = self.inner.next.fetch_add(1, Ordering::Relaxed);
         let call = CallInFlight {
             tool: tool.to_owned(),
             key: "-".to_owned(),
             since: Instant::now(),
+            caller,
         };
         self.calls().insert(id, call);
         let entry = Arc::new(Entry {
@@ -157,6 +177,20 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
+    /// The call, as it is now.
+    pub(crate) fn call(&self) -> CallInFlight {
+        self.calls
+            .calls()
+            .get(&self.id)
+            .cloned()
+            .unwrap_or_else(|| CallInFlight {
+                tool: String::new(),
+                key: "-".to_owned(),
+                since: Instant::now(),
+                caller: Caller::default(),
+            })
+    }
+
     /// What the call is keyed by, once it is known.
     pub(crate) fn keyed(&self, key: String) {
         if let Some(call) = self.calls.calls().get_mut(&self.id) {
@@ -212,14 +246,17 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn a_drain_waits_for_every_entry_and_then_refuses_new_calls() {
         let calls = CallsInFlight::default();
-        let first = calls.enter("append").unwrap();
+        let first = calls.enter("append", Caller::default()).unwrap();
         first.keyed("k-1".to_owned());
-        let second = calls.enter("append").unwrap();
+        let second = calls.enter("append", Caller::default()).unwrap();
         let held = first.clone();
         drop(first);
         assert_eq!(calls.len(), 2, "a clone keeps the call counted");
         calls.stop_taking();
-        assert!(calls.enter("append").is_err(), "refused once stopping");
+        assert!(
+            calls.enter("append", Caller::default()).is_err(),
+            "refused once stopping"
+        );
         assert_eq!(calls.len(), 2, "a refused call is not left counted");
         assert_eq!(calls.list()[0].key, "k-1");
         assert!(!calls.finished_within(Duration::from_millis(20)).await);

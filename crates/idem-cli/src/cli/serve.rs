@@ -130,6 +130,9 @@ pub(crate) struct ServeArgs {
     /// stderr the requests left.
     #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = duration)]
     pub shutdown_grace: Duration,
+    /// What to log on stderr, and how.
+    #[command(flatten)]
+    pub logs: crate::logs::LogArgs,
 }
 
 impl ServeArgs {

@@ -155,6 +155,8 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
         oauth_jwks, tls_cert, tls_key, allow_plain_http, upstream, upstream_token_file,
         upstream_token_env, state_secret_file);
     options.shutdown_grace = Some(args.shutdown_grace);
+    // Over stdio too: stdout is the protocol's, the logs go to stderr.
+    args.logs.init();
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)

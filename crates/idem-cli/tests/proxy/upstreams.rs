@@ -180,7 +180,7 @@ fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
 /// `idem proxy --listen` stopped by SIGTERM with three calls under way:
 /// each finishes, is answered and recorded, and the proxy exits 0; with a
 /// grace shorter than the calls, or on a second SIGTERM, it stops at once
-/// and names each call left (`tests/python/proxy_stop.py`).
+/// and names each call left (`tests/python/proxy_ops.py`).
 #[test]
 fn sigterm_drains_the_calls_under_way_and_names_those_left() {
     python_cases(
@@ -188,6 +188,20 @@ fn sigterm_drains_the_calls_under_way_and_names_those_left() {
         Some("drained_on_sigterm grace_runs_out second_signal"),
         &[],
         "proxy-stop-transcript.md",
+    );
+}
+
+/// What an operator reads from `idem proxy --listen`: one access line per
+/// call in the JSON log (principal, tool, key, class, outcome,
+/// deduplicated, ms; never the bearer token), and a session's `DELETE`
+/// answered 204 (`tests/python/proxy_ops.py`).
+#[test]
+fn each_call_writes_one_access_line_and_a_session_ends_with_204() {
+    python_cases(
+        "each_call_writes_one_access_line_and_a_session_ends_with_204",
+        Some("access_logged session_deleted"),
+        &[],
+        "proxy-ops-transcript.md",
     );
 }
 

@@ -24,7 +24,7 @@ from proxy_http import (  # noqa: F401
     two_instances,
     upstream_over_http,
 )
-from proxy_stop import drained_on_sigterm, grace_runs_out, second_signal, session_deleted  # noqa: F401
+from proxy_ops import access_logged, drained_on_sigterm, grace_runs_out, second_signal, session_deleted  # noqa: F401
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -382,12 +382,13 @@ CASES = {
     "grace_runs_out": grace_runs_out,
     "second_signal": second_signal,
     "session_deleted": session_deleted,
+    "access_logged": access_logged,
 }
 
 
 # Cases run by a test of their own: that starts the server they need, or
 # that stops the proxy.
-OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal"}
+OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged"}
 
 
 async def main() -> None:

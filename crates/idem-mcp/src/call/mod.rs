@@ -20,6 +20,7 @@ use rmcp::{ErrorData, RoleServer};
 use serde_json::{json, Value};
 use tracing::Instrument as _;
 
+pub(crate) mod access;
 mod chat;
 mod task;
 
@@ -27,7 +28,6 @@ use chat::Asked;
 
 use super::answer::{self, Hints};
 use super::ask::States;
-use super::flight::{self, CallsInFlight};
 use super::key::{self, Keying};
 use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
@@ -79,7 +79,7 @@ pub(crate) struct Tools<S> {
     /// one (`McpServer::tasks_after`).
     pub(crate) tasks_after: Option<std::time::Duration>,
     /// The calls under way, shared by every clone.
-    pub(crate) in_flight: CallsInFlight,
+    pub(crate) in_flight: super::flight::CallsInFlight,
 }
 
 impl<S> Clone for Tools<S> {
@@ -132,7 +132,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             repeat: Vec::new(),
             by_name: HashMap::new(),
             tasks_after: Some(DEFAULT_TASKS_AFTER),
-            in_flight: CallsInFlight::default(),
+            in_flight: Default::default(),
         };
         tools.define();
         tools
@@ -180,9 +180,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
         request: Request<'_>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let entry = self.in_flight.enter(request.name)?;
+        let entry = self.enter(request.name, context)?;
         let span = trace::call_span(request.name, context, request.meta);
-        let response = flight::counted(entry, self.call_in_span(request, context))
+        let response = super::flight::counted(entry, self.call_in_span(request, context))
             .instrument(span.clone())
             .await;
         trace::record_response(&span, &response);
@@ -463,7 +463,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             .get_progress_token()
             .map(|token| (token, context.peer.clone()));
         // Counted until the dispatch ends, after the request if need be.
-        let entry = flight::keyed(&call, &run);
+        let entry = super::flight::keyed(&call, &run);
         let call = async move {
             let _entry = entry;
             let dispatched = dispatcher.dispatch_one(call, &run);

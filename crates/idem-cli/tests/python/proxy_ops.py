@@ -1,20 +1,22 @@
-"""`idem proxy --listen` stopped by SIGTERM while calls are under way,
-driven by the official Python MCP SDK (and, where the proxy is stopped
-before it answers, by MCP over HTTP by hand): the calls under way finish,
-are answered and recorded; a grace shorter than the calls, or a second
-signal, stops it at once, naming each call left. The upstream is
+"""What an operator runs `idem proxy --listen` by, driven by the official
+Python MCP SDK (and, where the proxy is stopped before it answers, by MCP
+over HTTP by hand): stopped by SIGTERM while calls are under way, the calls
+finish, are answered and recorded; a grace shorter than the calls, or a
+second signal, stops it at once, naming each call left. A session ends with
+DELETE. Each call writes one access line to the log. The upstream is
 `slow_upstream.py` over stdio, holding every call while its hold file
 exists; its journal counts the effects. Run by `proxy_clients.py`.
 """
 
 from proxy_support import *  # noqa: F401,F403
+from mcp.client.streamable_http import streamable_http_client
 
 
 class Stoppable:
     """`idem proxy --listen … -- python slow_upstream.py` in `here`, its
     calls held while `hold` exists."""
 
-    def __init__(self, here: Place, *flags: str) -> None:
+    def __init__(self, here: Place, *flags: str, auth: tuple[str, ...] = ("--no-auth",)) -> None:
         self.here = here
         self.journal, self.hold = here.dir / "journal", here.dir / "hold"
         config = here.dir / "proxy.toml"
@@ -26,11 +28,19 @@ class Stoppable:
             "SLOW_UPSTREAM_HOLD": str(self.hold),
             "SLOW_UPSTREAM_PID": str(here.dir / "pid"),
         }
-        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--no-auth", "--config", str(config), *flags,
+        command = [IDEM, "proxy", "--listen", "127.0.0.1:0", *auth, "--config", str(config), *flags,
                    "--", sys.executable, str(HERE / "slow_upstream.py")]
         self.hold.touch()
         self.process, self.url = serving(command, env)
         self.port = int(re.search(r":(\d+)/mcp", self.url).group(1))
+
+    def said(self, words: str) -> str:
+        """The proxy's next line of stderr with `words` in it (log lines
+        before it skipped)."""
+        for line in self.process.stderr:
+            if words in line:
+                return line
+        raise AssertionError(f"the proxy never said {words!r}")
 
     def lines(self, prefix: str) -> list[str]:
         if not self.journal.exists():
@@ -92,13 +102,17 @@ async def drained_on_sigterm() -> None:
         proxy = Stoppable(here)
         try:
             async with Client(proxy.url) as client:
+                # As an agent does before it calls: the SDK checks each
+                # structured result against the listed tools (and would
+                # list them after the answer, when the proxy may be gone).
+                await client.list_tools()
                 calls = [
                     asyncio.create_task(client.call_tool("append", {"line": f"l{n}"}, meta={"io.idem/idempotencyKey": f"drain-{n}"}))
                     for n in range(3)
                 ]
                 await proxy.started(3)
                 proxy.process.send_signal(signal.SIGTERM)
-                said = proxy.process.stderr.readline()
+                said = proxy.said("stopping")
                 say(f"on SIGTERM: {said.strip()}")
                 check("SIGTERM: stopping" in said and "3 calls under way" in said, said)
                 refused = await another_call(proxy)
@@ -154,8 +168,7 @@ async def second_signal() -> None:
             calls = await by_hand(proxy, ["twice-a"])
             await proxy.started(1)
             proxy.process.send_signal(signal.SIGTERM)
-            said = proxy.process.stderr.readline()
-            check("stopping" in said, said)
+            proxy.said("stopping")
             proxy.process.send_signal(signal.SIGTERM)
             code, stderr, took = proxy.ended(20)
             say(f"exit code {code} after {took:.1f}s; stderr: {stderr.strip()[:400]!r}")
@@ -187,3 +200,39 @@ async def session_deleted() -> None:
             check(proxy.lines("start") == [], "nothing ran")
         finally:
             proxy.close()
+
+
+async def access_logged() -> None:
+    say("\n## `idem proxy --listen --log-format json`: one access line per call")
+    import httpx2
+
+    with place() as here:
+        made = subprocess.run([IDEM, "principal", "alice"], capture_output=True, text=True, check=True)
+        token = made.stderr.strip().splitlines()[-1]
+        principals = here.dir / "principals.toml"
+        principals.write_text(made.stdout)
+        proxy = Stoppable(here, "--log-format", "json", auth=("--principals", str(principals)))
+        proxy.hold.unlink()
+        try:
+            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=30)
+            async with http, Client(streamable_http_client(proxy.url, http_client=http)) as client:
+                meta = {"io.idem/idempotencyKey": "logged-1"}
+                first = await client.call_tool("append", {"line": "x"}, meta=meta)
+                again = await client.call_tool("append", {"line": "x"}, meta=meta)
+            proxy.process.send_signal(signal.SIGTERM)
+            code, stderr, _ = proxy.ended(30)
+        finally:
+            proxy.close()
+        lines = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        access = [line for line in lines if line.get("target") == "idem::access"]
+        say(f"access lines: {json.dumps(access)}")
+        check(code == 0, f"stopped cleanly: {code} {stderr[-300:]}")
+        check(len(access) == 2, f"one line per call: {access}")
+        key = first.meta["io.idem/key"]
+        for line, deduplicated in zip(access, [False, True]):
+            check(line["principal"] == "alice" and line["tool"] == "append", f"who and what: {line}")
+            check(line["key"] == key and line["class"] == "non_idempotent_write", f"the record's key, the class: {line}")
+            check(line["outcome"] == "ok" and line["deduplicated"] is deduplicated, f"how it ended: {line}")
+            check(isinstance(line["ms"], int) and line["level"] == "INFO", f"how long: {line}")
+        check(not again.is_error and len(proxy.lines("start")) == 1, "the repeat answered from the record")
+        check(token not in stderr, "the bearer token is never logged")
