@@ -19,6 +19,7 @@ use crate::signins::{self, SignIns};
 use crate::state::App;
 use crate::throttle::Throttle;
 use crate::{live, notify, router, InboxError, InboxOptions};
+use idem_net::health::Health;
 use idem_net::stop::{drain, Drained, Requests, StopSignals};
 use idem_runtime::store::StoreExt;
 
@@ -144,10 +145,10 @@ where
     let finishing = app.clone();
     // A page's live stream lasts as long as the page: not waited for (it
     // ends when the server stops).
+    let health = health(&operator);
     let requests = Requests::default();
-    let router = requests.track(router::router(app), |request| {
-        request.uri().path() != "/events"
-    });
+    let router = router::router(app).merge(health.router());
+    let router = requests.track(router, |request| request.uri().path() != "/events");
     let service = router.into_make_service_with_connect_info::<SocketAddr>();
     // On a task of its own: it goes on accepting until told to stop, and
     // then closing connections, while the drain is waited for.
@@ -180,6 +181,7 @@ where
             );
             // No new connection; live streams end, so that their
             // connections can close.
+            health.stopping();
             let _ = stop_accepting.send(());
             let _ = stop.send(true);
             let finished = async {
@@ -253,6 +255,20 @@ fn endpoints(
         }
     }
     Ok(endpoints)
+}
+
+/// `/readyz`'s check: the store answers.
+fn health(operator: &Operator) -> Health {
+    let store = operator.store().clone();
+    Health::default().check("store", move || {
+        let store = store.clone();
+        async move {
+            store.now().await.map(|_| ()).map_err(|e| {
+                tracing::warn!("readiness: the store does not answer: {e}");
+                "not answering"
+            })
+        }
+    })
 }
 
 /// The requests under way, for a person: `GET /api/inbox, POST /login`

@@ -2,8 +2,8 @@
 //! a TLS client trusts ([`roots`]), what a TLS failure means to a person
 //! ([`tls_error`]), an HTTP client ([`client`], feature `client`) and
 //! where it may send requests ([`destination`]), HTTPS
-//! for idem's own servers and how they stop ([`server`], [`stop`], feature
-//! `server`), bearer-token
+//! for idem's own servers, how they stop and their probes ([`server`],
+//! [`stop`], [`health`], feature `server`), bearer-token
 //! digests ([`token`]) and globs of names ([`glob`]). The stores
 //! (`idem-redis`, `idem-postgres`), the MCP server and proxy (`idem-mcp`)
 //! and the approval inbox (`idem-inbox`) all use these, so that a fix to
@@ -31,6 +31,8 @@ pub mod client;
 #[cfg(feature = "client")]
 pub mod destination;
 pub mod glob;
+#[cfg(feature = "server")]
+pub mod health;
 pub mod roots;
 #[cfg(feature = "server")]
 pub mod server;

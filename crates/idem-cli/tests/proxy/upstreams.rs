@@ -205,6 +205,21 @@ fn each_call_writes_one_access_line_and_a_session_ends_with_204() {
     );
 }
 
+/// `/healthz` and `/readyz` of `idem proxy --listen` (in front of
+/// server-everything over HTTP) and of `idem serve`, both on a Redis
+/// server: ready; the Redis server stopped, each names the store (and
+/// only it) with 503 while `/healthz` stays 200; back, ready; the upstream
+/// killed, the proxy names it; restarted, ready (`tests/python/proxy_ops.py`).
+#[test]
+fn readyz_names_the_store_or_the_upstream_that_is_down() {
+    python_cases(
+        "readyz_names_the_store_or_the_upstream_that_is_down",
+        Some("health_and_readiness"),
+        &[],
+        "proxy-health-transcript.md",
+    );
+}
+
 /// `idem proxy` with `args`: its exit code and stderr.
 fn refused(args: &[&str]) -> (Option<i32>, String) {
     let dir = idem_testkit::TempDir::new("idem-proxy-refused").unwrap();

@@ -24,7 +24,14 @@ from proxy_http import (  # noqa: F401
     two_instances,
     upstream_over_http,
 )
-from proxy_ops import access_logged, drained_on_sigterm, grace_runs_out, second_signal, session_deleted  # noqa: F401
+from proxy_ops import (  # noqa: F401
+    access_logged,
+    drained_on_sigterm,
+    grace_runs_out,
+    health_and_readiness,
+    second_signal,
+    session_deleted,
+)
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -383,12 +390,14 @@ CASES = {
     "second_signal": second_signal,
     "session_deleted": session_deleted,
     "access_logged": access_logged,
+    "health_and_readiness": health_and_readiness,
 }
 
 
 # Cases run by a test of their own: that starts the server they need, or
 # that stops the proxy.
-OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged"}
+OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged",
+            "health_and_readiness"}
 
 
 async def main() -> None:

@@ -236,3 +236,103 @@ async def access_logged() -> None:
             check(isinstance(line["ms"], int) and line["level"] == "INFO", f"how long: {line}")
         check(not again.is_error and len(proxy.lines("start")) == 1, "the repeat answered from the record")
         check(token not in stderr, "the bearer token is never logged")
+
+
+class Redis:
+    """A redis-server on a free loopback port, which it keeps when started
+    again: the store the probes find down and back."""
+
+    def __init__(self, dir: Path) -> None:
+        self.port, self.dir = free_port(), dir
+        self.url = f"redis://127.0.0.1:{self.port}"
+        self.server: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        command = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                   "--dir", str(self.dir)]
+        self.server = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(200):
+            with socket.socket() as probe:
+                if probe.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise AssertionError("redis-server did not start")
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+            self.server.wait(timeout=20)
+
+
+async def probed(http, base: str, path: str, want: int, seconds: float = 15) -> dict:
+    """GET `base+path` until it answers `want` (at most `seconds`): its
+    JSON body."""
+    began = time.monotonic()
+    while True:
+        answer = await http.get(base + path)
+        if answer.status_code == want or time.monotonic() - began > seconds:
+            break
+        await asyncio.sleep(0.2)
+    say(f"GET {path} -> {answer.status_code} {answer.text}")
+    check(answer.status_code == want, f"{path}: {want}, not {answer.status_code} {answer.text}")
+    check(answer.headers["content-type"] == "application/json", f"JSON: {answer.headers}")
+    check("127.0.0.1" not in answer.text and "redis" not in answer.text, f"no host, no URL: {answer.text}")
+    return answer.json()
+
+
+async def health_and_readiness() -> None:
+    say("\n## `/healthz` and `/readyz` of `idem proxy --listen` and `idem serve`, the store and the upstream stopped")
+    if shutil.which("redis-server") is None:
+        say("redis-server is not installed: skipped")
+        return
+    import httpx2
+
+    with place() as here, everything_over_http() as upstream:
+        redis = Redis(here.dir)
+        redis.start()
+        made = subprocess.run([IDEM, "approver", "token", "bot"], capture_output=True, text=True, check=True)
+        approvers = here.dir / "approvers.toml"
+        approvers.write_text(made.stdout)
+        env = {**os.environ, "IDEM_STORE": redis.url}
+        proxy, url = serving([IDEM, "proxy", "--listen", "127.0.0.1:0", "--no-auth", "--upstream", upstream.url], env)
+        serve = [IDEM, "serve", "--listen", "127.0.0.1:0", "--approvers", str(approvers)]
+        inbox, inbox_base = serving(serve, env, r"inbox is on (http://[^/ ]+)/")
+        base = url.removesuffix("/mcp")
+        try:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                for where in (base, inbox_base):
+                    check((await probed(http, where, "/healthz", 200))["status"] == "alive", "alive")
+                    check((await probed(http, where, "/readyz", 200))["status"] == "ready", "ready")
+                    head = await http.head(where + "/readyz")
+                    check(head.status_code == 200 and head.content == b"", f"HEAD: {head.status_code}")
+                    post = await http.post(where + "/readyz")
+                    check(post.status_code == 405, f"GET and HEAD only: {post.status_code}")
+                ready = await probed(http, base, "/readyz", 200)
+                check(ready["checks"] == {"store": "ok", "upstream": "ok"}, f"the proxy checks both: {ready}")
+
+                redis.stop()
+                for where in (base, inbox_base):
+                    down = await probed(http, where, "/readyz", 503)
+                    check(list(down["down"]) == ["store"], f"the store, and only it, is down: {down}")
+                    await probed(http, where, "/healthz", 200)
+                redis.start()
+                for where in (base, inbox_base):
+                    await probed(http, where, "/readyz", 200)
+
+                upstream.stop()
+                down = await probed(http, base, "/readyz", 503)
+                check(list(down["down"]) == ["upstream"], f"the upstream, and only it, is down: {down}")
+                upstream.start()
+                await probed(http, base, "/readyz", 200)
+
+                # Stopping: not ready any more, while it drains.
+                inbox.send_signal(signal.SIGTERM)
+                proxy.send_signal(signal.SIGTERM)
+                check(proxy.wait(timeout=30) == 0 and inbox.wait(timeout=30) == 0, "both stop cleanly")
+        finally:
+            for process in (proxy, inbox):
+                if process.poll() is None:
+                    process.kill()
+                    process.wait(timeout=20)
+            redis.stop()
+    TABLE.append(("/readyz with the store, then the upstream, stopped and back", "503 then 200", "-", "yes"))

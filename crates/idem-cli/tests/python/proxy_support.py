@@ -132,14 +132,15 @@ def filesystem(here: Place, proxied: bool) -> tuple[Path, Client, Person]:
 ENTITY = {"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]}
 
 
-def serving(command: list[str], env: dict) -> tuple[subprocess.Popen, str]:
-    """Start `idem proxy --listen …` and wait for the address it prints."""
+def serving(command: list[str], env: dict, address: str = r"serving \S+ on (https?://\S+/mcp)") -> tuple[subprocess.Popen, str]:
+    """Start `idem proxy --listen …` (or `idem serve`, with the pattern of
+    its `address` line) and wait for the address it prints."""
     proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
     for line in proxy.stderr:
-        found = re.search(r"serving \S+ on (https?://\S+/mcp)", line)
+        found = re.search(address, line)
         if found:
             return proxy, found.group(1)
-    raise AssertionError("the proxy printed no address")
+    raise AssertionError("the server printed no address")
 
 
 INITIALIZE = {

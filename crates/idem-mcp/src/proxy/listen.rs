@@ -149,6 +149,7 @@ impl Listening {
         // Cancelled once the calls are done: the sessions' streams end.
         let sessions = tokio_util::sync::CancellationToken::new();
         let config = config.with_cancellation_token(sessions.clone());
+        let health = proxy.health();
         let service = StreamableHttpService::new(
             move || Ok(proxy.clone()),
             Arc::new(LocalSessionManager::default()),
@@ -183,6 +184,8 @@ impl Listening {
             // to sign in (RFC 9728).
             router = router.layer(auth.layer()).merge(auth.metadata_router());
         }
+        // Probes carry no token: after the authentication layer.
+        let router = router.merge(health.router());
         // A call's answer is sent on its POST's response: waited for. A
         // session's GET stream lasts as long as the session: not.
         let requests = Requests::default();
@@ -216,6 +219,8 @@ impl Listening {
             served = &mut serving => return Ok(served.map_err(std::io::Error::other)??),
             signal = stopping.signals.next() => signal,
         };
+        // Load balancers are told not to send more.
+        health.stopping();
         // Connections are still accepted while the calls under way end: a
         // client finishing one may need another request (the SDKs list
         // the tools to check a structured result). New calls are refused.

@@ -263,6 +263,32 @@ impl Proxy {
         }
     }
 
+    /// `/readyz`'s checks: the store answers, the upstream answers a ping
+    /// (started again, or connected to again, if it had gone).
+    fn health(&self) -> idem_net::health::Health {
+        let store = self.idem.dispatcher().executor().store().clone();
+        let upstream = self.upstream.clone();
+        idem_net::health::Health::default()
+            .check("store", move || {
+                let store = store.clone();
+                async move {
+                    store.now().await.map(|_| ()).map_err(|e| {
+                        tracing::warn!(error = %e, "readiness: the store does not answer");
+                        "not answering"
+                    })
+                }
+            })
+            .check("upstream", move || {
+                let upstream = upstream.clone();
+                async move {
+                    upstream.ping().await.map_err(|e| {
+                        tracing::warn!(error = %e, "readiness: the upstream is not connected");
+                        "not connected"
+                    })
+                }
+            })
+    }
+
     async fn upstream(&self) -> Result<rmcp::Peer<RoleClient>, ErrorData> {
         self.upstream
             .peer()

@@ -419,6 +419,18 @@ impl Upstream {
         self.start().await.map(|(peer, _)| peer)
     }
 
+    /// Whether it answers a ping now, started (or connected to) again if it
+    /// had gone: `/readyz`.
+    pub(super) async fn ping(&self) -> Result<(), String> {
+        let ping = rmcp::model::PingRequest {
+            method: Default::default(),
+            extensions: Default::default(),
+        };
+        let peer = self.peer().await?;
+        let answer = peer.send_request(ping.into()).await;
+        answer.map(|_| ()).map_err(|e| e.to_string())
+    }
+
     /// Stop it, waiting for the child to exit (over HTTP: end the
     /// session).
     pub(super) async fn stop(&self) {
