@@ -29,6 +29,7 @@ from proxy_ops import (  # noqa: F401
     drained_on_sigterm,
     grace_runs_out,
     health_and_readiness,
+    metrics_scraped,
     second_signal,
     session_deleted,
 )
@@ -391,13 +392,14 @@ CASES = {
     "session_deleted": session_deleted,
     "access_logged": access_logged,
     "health_and_readiness": health_and_readiness,
+    "metrics_scraped": metrics_scraped,
 }
 
 
 # Cases run by a test of their own: that starts the server they need, or
 # that stops the proxy.
 OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged",
-            "health_and_readiness"}
+            "health_and_readiness", "metrics_scraped"}
 
 
 async def main() -> None:

@@ -336,3 +336,57 @@ async def health_and_readiness() -> None:
                     process.wait(timeout=20)
             redis.stop()
     TABLE.append(("/readyz with the store, then the upstream, stopped and back", "503 then 200", "-", "yes"))
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """Prometheus's text format, read as a scraper reads it: each sample's
+    name, labels and value; comments (HELP, TYPE) checked and skipped."""
+    samples = []
+    sample = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? ([^ ]+)(?: \d+)?$')
+    label = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"(?:,|$)')
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            check(not line or re.match(r"^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* ", line), f"a comment: {line!r}")
+            continue
+        found = sample.match(line)
+        check(found is not None, f"a sample: {line!r}")
+        name, labels, value = found.groups()
+        parsed = dict(label.findall(labels or ""))
+        check(len(parsed) == (labels or "").count('="'), f"every label read: {line!r}")
+        samples.append((name, parsed, float(value)))
+    return samples
+
+
+async def metrics_scraped() -> None:
+    say("\n## `idem proxy --listen`: `/metrics` scraped after calls")
+    import httpx2
+
+    with place() as here:
+        proxy = Stoppable(here)
+        proxy.hold.unlink()
+        try:
+            async with Client(proxy.url) as client:
+                await client.list_tools()
+                for key in ("metric-a", "metric-b", "metric-a"):
+                    result = await client.call_tool("append", {"line": key}, meta={"io.idem/idempotencyKey": key})
+                    check(not result.is_error, reads(result))
+            async with httpx2.AsyncClient(timeout=30) as http:
+                scraped = await http.get(proxy.url.removesuffix("/mcp") + "/metrics")
+            check(scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain"), f"{scraped}")
+            text = scraped.text
+            say(f"the scrape:\n```\n{text.strip()}\n```")
+            samples = parse_prometheus(text)
+            counts = {
+                labels["idem_outcome"]: value
+                for name, labels, value in samples
+                if name == "gen_ai_execute_tool_duration_seconds_count"
+                and labels.get("gen_ai_tool_name") == "append"
+                and labels.get("idem_class") == "non_idempotent_write"
+            }
+            say(f"calls of append by outcome: {counts}")
+            check(counts == {"executed": 2.0, "deduplicated": 1.0}, f"the counts equal the calls made: {counts}")
+            for secret in ("metric-a", "metric-b", "io.idem", here.store):
+                check(secret not in text, f"no key nor argument in a label: {secret}")
+            check(len(proxy.lines("start")) == 2, "two effects")
+        finally:
+            proxy.close()

@@ -110,7 +110,8 @@ fn config(error: AuthError) -> ProxyError {
 }
 
 impl Listening {
-    /// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` until a
+    /// Serve `proxy` over streamable HTTP at `http://ADDRESS/mcp` (with
+    /// `/healthz`, `/readyz` and the `metrics` routes) until a
     /// signal stops it: then it refuses new calls, and waits (within the
     /// grace) for the calls under way and for their answers to be sent,
     /// before it stops accepting connections and ends the sessions' event
@@ -120,6 +121,7 @@ impl Listening {
         proxy: Proxy,
         name: &str,
         mut stopping: Stopping,
+        metrics: axum::Router,
     ) -> Result<(), ProxyError> {
         let Listening {
             listener,
@@ -184,8 +186,9 @@ impl Listening {
             // to sign in (RFC 9728).
             router = router.layer(auth.layer()).merge(auth.metadata_router());
         }
-        // Probes carry no token: after the authentication layer.
-        let router = router.merge(health.router());
+        // Probes and scrapes carry no token: after the authentication
+        // layer.
+        let router = router.merge(health.router()).merge(metrics);
         // A call's answer is sent on its POST's response: waited for. A
         // session's GET stream lasts as long as the session: not.
         let requests = Requests::default();

@@ -20,6 +20,7 @@
 //! * `listen`: the HTTP side (`--listen`): the socket, TLS, who calls,
 //!   the routes.
 //! * `stop`: stopping by draining (SIGTERM, SIGINT, `--shutdown-grace`).
+//! * `metrics`: `/metrics`, the executor's instruments for Prometheus.
 //! * here: the server the client sees. Tool calls go through idem; the
 //!   upstream's result is recorded whole and answered as it came (with
 //!   idem's `_meta`); resources, prompts, completions and the upstream's
@@ -33,6 +34,7 @@
 mod config;
 mod http;
 mod listen;
+mod metrics;
 mod options;
 mod stop;
 mod tool;
@@ -151,7 +153,9 @@ where
     // Every irreversible call is left to a person: the one in the chat
     // when the client can ask them, else an operator (`idem approve`, the
     // inbox), as each tool's `approval` says.
+    let metrics = metrics::Metrics::new()?;
     let executor = Executor::builder_shared(store)
+        .meter(metrics.meter())
         .approvals(Callback::new(|request| async move {
             Ok(ApprovalDecision::Pending {
                 message: format!("`{}` cannot be undone: a person decides", request.tool),
@@ -195,7 +199,10 @@ where
     let stopping = stop::Stopping::new(server.calls_in_flight(), grace)?;
     let proxy = Proxy::new(server, upstream.clone(), tools);
     let served = match listening {
-        Some(listening) => listening.serve(proxy, &name, stopping).await,
+        Some(listening) => {
+            let routes = metrics.router();
+            listening.serve(proxy, &name, stopping, routes).await
+        }
         // Stopped at once, calls left under way: no wait for the upstream
         // nor the store to close.
         None => stop::serve_stdio(proxy, stopping).await,
