@@ -234,6 +234,20 @@ fn metrics_count_the_calls_made_by_tool_class_and_outcome() {
     );
 }
 
+/// `idem proxy --listen --principals FILE`: bob added to the file, SIGHUP,
+/// and his token works without a restart; a broken file on the next
+/// SIGHUP keeps the principals loaded, and says why on stderr
+/// (`tests/python/proxy_ops.py`).
+#[test]
+fn sighup_reloads_the_principals_and_a_broken_file_keeps_the_old_set() {
+    python_cases(
+        "sighup_reloads_the_principals_and_a_broken_file_keeps_the_old_set",
+        Some("principals_reloaded"),
+        &[],
+        "proxy-reload-transcript.md",
+    );
+}
+
 /// `idem proxy` with `args`: its exit code and stderr.
 fn refused(args: &[&str]) -> (Option<i32>, String) {
     let dir = idem_testkit::TempDir::new("idem-proxy-refused").unwrap();

@@ -30,6 +30,7 @@ from proxy_ops import (  # noqa: F401
     grace_runs_out,
     health_and_readiness,
     metrics_scraped,
+    principals_reloaded,
     second_signal,
     session_deleted,
 )
@@ -393,13 +394,14 @@ CASES = {
     "access_logged": access_logged,
     "health_and_readiness": health_and_readiness,
     "metrics_scraped": metrics_scraped,
+    "principals_reloaded": principals_reloaded,
 }
 
 
 # Cases run by a test of their own: that starts the server they need, or
 # that stops the proxy.
 OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged",
-            "health_and_readiness", "metrics_scraped"}
+            "health_and_readiness", "metrics_scraped", "principals_reloaded"}
 
 
 async def main() -> None:

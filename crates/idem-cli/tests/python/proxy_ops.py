@@ -390,3 +390,45 @@ async def metrics_scraped() -> None:
             check(len(proxy.lines("start")) == 2, "two effects")
         finally:
             proxy.close()
+
+
+async def principals_reloaded() -> None:
+    say("\n## `idem proxy --listen --principals`: SIGHUP reads the file again")
+    import httpx2
+
+    with place() as here:
+        tokens, entries = {}, {}
+        for name in ("alice", "bob"):
+            made = subprocess.run([IDEM, "principal", name], capture_output=True, text=True, check=True)
+            tokens[name], entries[name] = made.stderr.strip().splitlines()[-1], made.stdout
+        principals = here.dir / "principals.toml"
+        principals.write_text(entries["alice"])
+        proxy = Stoppable(here, auth=("--principals", str(principals)))
+        proxy.hold.unlink()
+
+        async def status(name: str) -> int:
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {tokens[name]}"}, timeout=30) as http:
+                answer = await http.post(proxy.url, json=INITIALIZE, headers=ACCEPT)
+                return answer.status_code
+
+        try:
+            before = (await status("alice"), await status("bob"))
+            say(f"alice, bob before -> {before}")
+            check(before == (200, 401), f"only alice: {before}")
+            principals.write_text(entries["alice"] + entries["bob"])
+            proxy.process.send_signal(signal.SIGHUP)
+            said = proxy.said("SIGHUP")
+            say(f"on SIGHUP: {said.strip()}")
+            check("2 principals now" in said, said)
+            after = (await status("alice"), await status("bob"))
+            check(after == (200, 200), f"bob's token works without a restart: {after}")
+            principals.write_text(entries["alice"] + "[[principal]\nbroken")
+            proxy.process.send_signal(signal.SIGHUP)
+            said = proxy.said("SIGHUP")
+            say(f"a broken file, SIGHUP: {said.strip()}")
+            check("not reloaded" in said and "principals loaded before stay" in said, said)
+            kept = (await status("alice"), await status("bob"))
+            check(kept == (200, 200), f"the set loaded before stays: {kept}")
+            check(tokens["bob"] not in said and tokens["alice"] not in said, "no token said")
+        finally:
+            proxy.close()

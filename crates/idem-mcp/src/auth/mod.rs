@@ -82,7 +82,9 @@ pub struct Authenticator {
 }
 
 struct Inner {
-    principals: Option<Principals>,
+    /// Swapped whole by [`Authenticator::reload_principals`]: a request
+    /// reads the old set or the new one, never a mix.
+    principals: Option<std::sync::RwLock<Arc<Principals>>>,
     oauth: Option<OAuth>,
 }
 
@@ -138,7 +140,7 @@ impl Authenticator {
     pub fn from_principals(principals: Principals) -> Self {
         Authenticator {
             inner: Arc::new(Inner {
-                principals: Some(principals),
+                principals: Some(std::sync::RwLock::new(Arc::new(principals))),
                 oauth: None,
             }),
         }
@@ -171,9 +173,23 @@ impl Authenticator {
         if principals.is_none() && oauth.is_none() {
             return Err(AuthError::Nobody);
         }
+        let principals = principals.map(|p| std::sync::RwLock::new(Arc::new(p)));
         Ok(Authenticator {
             inner: Arc::new(Inner { principals, oauth }),
         })
+    }
+
+    /// Put `principals` in place of the principals file's callers, at once
+    /// for every request from now on (a request under way keeps the set it
+    /// was checked against): a file edited while the server runs, such as
+    /// on SIGHUP. `false`, and nothing changed, when this authenticator
+    /// takes no principals file (OAuth only).
+    pub fn reload_principals(&self, principals: Principals) -> bool {
+        let Some(current) = &self.inner.principals else {
+            return false;
+        };
+        *current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(principals);
+        true
     }
 
     /// The tower layer that lets only known callers through to the service
@@ -233,12 +249,11 @@ impl Authenticator {
         let Some(token) = authorization.and_then(bearer) else {
             return Err("no bearer token".to_owned());
         };
-        if let Some(name) = self
-            .inner
-            .principals
-            .as_ref()
-            .and_then(|p| p.who_token(token))
-        {
+        let principals = self.inner.principals.as_ref().map(|p| {
+            let principals = p.read().unwrap_or_else(|p| p.into_inner());
+            Arc::clone(&principals)
+        });
+        if let Some(name) = principals.as_ref().and_then(|p| p.who_token(token)) {
             return Ok(Caller(name.to_owned()));
         }
         match &self.inner.oauth {

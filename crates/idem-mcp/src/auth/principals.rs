@@ -130,6 +130,18 @@ impl Principals {
         self.who_token(super::bearer(authorization)?)
     }
 
+    /// How many principals the file names.
+    pub fn len(&self) -> usize {
+        let names: std::collections::HashSet<&String> = self.by_digest.values().collect();
+        names.len()
+    }
+
+    /// Whether the file names no principal (never, once loaded: such a
+    /// file is refused).
+    pub fn is_empty(&self) -> bool {
+        self.by_digest.is_empty()
+    }
+
     /// The principal of a bearer token, if the file lists it (the example
     /// of [`Principals`]).
     pub fn who_token(&self, token: &str) -> Option<&str> {

@@ -25,6 +25,8 @@ pub(super) struct Listening {
     pub(super) auth: Option<Authenticator>,
     /// HTTPS, when `--tls-cert` and `--tls-key` were given.
     pub(super) tls: Option<Arc<rustls::ServerConfig>>,
+    /// The `--principals` file, read again on SIGHUP.
+    pub(super) principals: Option<std::path::PathBuf>,
 }
 
 impl Listening {
@@ -92,6 +94,7 @@ impl Listening {
             listener,
             auth,
             tls,
+            principals: options.principals.clone(),
         })
     }
 }
@@ -127,6 +130,7 @@ impl Listening {
             listener,
             auth,
             tls,
+            principals,
         } = self;
         let scheme = if tls.is_some() { "https" } else { "http" };
         let address = listener.local_addr()?;
@@ -181,6 +185,9 @@ impl Listening {
                 response
             },
         ));
+        if let (Some(auth), Some(path)) = (&auth, principals) {
+            tokio::spawn(reload_on_sighup(auth.clone(), path));
+        }
         if let Some(auth) = auth {
             // The metadata's routes after the layer: anyone may read where
             // to sign in (RFC 9728).
@@ -239,6 +246,35 @@ impl Listening {
         let _ = tokio::time::timeout(CLOSING, serving).await;
         Ok(())
     }
+}
+
+/// Read the principals file at `path` again on each SIGHUP, and put it in
+/// place at once; a file that cannot be read or parsed keeps the set
+/// loaded, and says why on stderr.
+async fn reload_on_sighup(auth: Authenticator, path: std::path::PathBuf) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hangups.recv().await.is_some() {
+            let file = path.display();
+            match Principals::load(&path) {
+                Ok(principals) => {
+                    let count = principals.len();
+                    auth.reload_principals(principals);
+                    eprintln!("idem proxy: SIGHUP: --principals {file}: {count} principals now");
+                }
+                Err(e) => eprintln!(
+                    "idem proxy: SIGHUP: --principals {file} not reloaded, the principals loaded \
+                     before stay: {e}"
+                ),
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = (auth, path);
 }
 
 /// How long the connections have to close once every answer was sent.
