@@ -208,7 +208,8 @@ pub(super) async fn decide(
         Ok(record) => record,
         Err(e) => return refused(&e),
     };
-    let rules = app.approvers.rules();
+    let approvers = app.approvers();
+    let rules = approvers.rules();
     match decide::decide(&app.operator, rules, &record, &decision, &who).await {
         Ok(decided) => {
             let now = app

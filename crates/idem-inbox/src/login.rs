@@ -84,7 +84,7 @@ pub(super) async fn login(
     }
     // Bounded: the name is a key of the throttle's table.
     let name: String = fields.name.trim().chars().take(256).collect();
-    let listed = app.approvers.has_password(&name);
+    let listed = app.approvers().has_password(&name);
     let mut turn = match app.throttle.turn(&name, listed).await {
         Ok(turn) => turn,
         Err(not_now) => {
@@ -127,7 +127,7 @@ pub(super) async fn login(
             let (name, password) = (name.clone(), fields.password);
             let mut check = turn.permit();
             let checked = tokio::task::spawn_blocking(move || {
-                app.approvers
+                app.approvers()
                     .check_password(&name, &password, &mut check.scratch)
             })
             .await

@@ -371,7 +371,7 @@ async fn record_page(
     let trail: Vec<Trail> = trail.iter().map(|e| Trail::of(e, now)).collect();
     let detail = record.as_ref().map(|r| {
         let required = app
-            .approvers
+            .approvers()
             .rules()
             .for_record(r)
             .map(|rule| rule.required);
@@ -498,7 +498,8 @@ async fn decide_confirmed(
         .await
         .map_err(|refused| (refused, shown.clone()))?;
     // Refused by a rule before the confirmation, not after it.
-    let rules = app.approvers.rules();
+    let approvers = app.approvers();
+    let rules = approvers.rules();
     let allowed = decide::allowed(rules, &record, &decision, &user.identity)
         .map_err(|refused| (refused, shown.clone()))?;
     if !confirmed {

@@ -84,7 +84,7 @@ where
     let deliveries = Arc::new(notify::log::Log::default());
     let app = Arc::new(App {
         operator: operator.clone(),
-        approvers,
+        approvers: std::sync::RwLock::new(Arc::new(approvers)),
         sessions: Sessions::new(
             store.clone(),
             options.session_idle,
@@ -106,6 +106,10 @@ where
         endpoints: endpoints.iter().map(|e| e.name.clone()).collect(),
     });
     let watcher = tokio::spawn(live::watch(app.clone(), changed, options.refresh));
+    let reloader = tokio::spawn({
+        let (app, path) = (app.clone(), options.approvers.clone());
+        idem_net::stop::on_each_sighup(move || reload(&app, &path))
+    });
     let counts = tokio::spawn({
         let app = app.clone();
         async move {
@@ -202,6 +206,7 @@ where
         }
     };
     watcher.abort();
+    reloader.abort();
     counts.abort();
     finishing.signins.flush(true).await;
     if let Some(notifier) = notifier {
@@ -255,6 +260,26 @@ fn endpoints(
         }
     }
     Ok(endpoints)
+}
+
+/// Read the approvers file at `path` again (on SIGHUP), and put it in
+/// place at once (who may sign in, their passwords and tokens, the rules);
+/// a file that cannot be read or is not valid keeps the one loaded, and
+/// says why on stderr. The webhooks stay those of the start.
+fn reload(app: &App, path: &std::path::Path) {
+    match Approvers::load(path) {
+        Ok(approvers) => {
+            *app.approvers.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(approvers);
+            eprintln!(
+                "idem serve: SIGHUP: reloaded the approvers file {}",
+                path.display()
+            );
+        }
+        Err(e) => eprintln!(
+            "idem serve: SIGHUP: the approvers file was not reloaded, the one loaded before \
+             stays: {e}"
+        ),
+    }
 }
 
 /// `/readyz`'s check: the store answers.

@@ -41,7 +41,9 @@ pub(crate) enum NotLetIn {
 /// What every request handler shares.
 pub(crate) struct App {
     pub(crate) operator: Operator,
-    pub(crate) approvers: Approvers,
+    /// The approvers file as last read (at start, and on each SIGHUP):
+    /// swapped whole, read through [`App::approvers`].
+    pub(crate) approvers: std::sync::RwLock<Arc<Approvers>>,
     pub(crate) sessions: Sessions,
     pub(crate) signins: SignIns,
     pub(crate) cookies: Cookies,
@@ -76,6 +78,12 @@ pub(crate) struct User {
 }
 
 impl App {
+    /// The approvers file as last read: a request reads one whole set,
+    /// the one before a reload or the one after.
+    pub(crate) fn approvers(&self) -> Arc<Approvers> {
+        Arc::clone(&self.approvers.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
     /// The person a page request comes from, from the trusted proxy's
     /// header or the session cookie; `None`: not signed in. A store that
     /// cannot be read refuses: nobody is signed in unchecked.
@@ -91,7 +99,7 @@ impl App {
             let Some(vouched) = headers.get(name).and_then(|v| v.to_str().ok()) else {
                 return Err(NotLetIn::NoProxyName);
             };
-            let Some(identity) = self.approvers.identity(vouched.trim()) else {
+            let Some(identity) = self.approvers().identity(vouched.trim()) else {
                 return Err(NotLetIn::NotListed(vouched.to_owned()));
             };
             return Ok(Some(match from_cookie {
@@ -117,11 +125,13 @@ impl App {
             }));
         }
         Ok(from_cookie.and_then(|session| {
-            self.approvers.identity(&session.name).map(|identity| User {
-                identity,
-                session,
-                set_cookie: None,
-            })
+            self.approvers()
+                .identity(&session.name)
+                .map(|identity| User {
+                    identity,
+                    session,
+                    set_cookie: None,
+                })
         }))
     }
 
@@ -155,11 +165,11 @@ impl App {
             .and_then(|v| v.to_str().ok())
             .and_then(bearer)
         {
-            return self.approvers.check_token(token);
+            return self.approvers().check_token(token);
         }
         let name = self.proxy_header.as_ref()?;
         let vouched = headers.get(name)?.to_str().ok()?;
-        self.approvers.identity(vouched.trim())
+        self.approvers().identity(vouched.trim())
     }
 }
 

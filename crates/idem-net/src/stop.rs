@@ -1,7 +1,8 @@
 //! How idem's servers stop (`idem proxy`, `idem serve`): by draining. The
 //! first SIGTERM or SIGINT ([`StopSignals`]) stops new work; what is under
 //! way finishes within a grace period ([`drain`]); a second signal ends
-//! the wait at once. [`Requests`] counts an HTTP server's requests until
+//! the wait at once. [`on_each_sighup`] reloads what a server reads from
+//! files. [`Requests`] counts an HTTP server's requests until
 //! their responses have been sent, so that the server's answers leave
 //! before it does.
 //!
@@ -60,6 +61,26 @@ impl StopSignals {
             let _ = tokio::signal::ctrl_c().await;
             "SIGINT"
         }
+    }
+}
+
+/// Call `reload` on each SIGHUP, the signal that asks a service to read
+/// its files again (`systemctl reload`), for as long as the future runs;
+/// on platforms without SIGHUP, never.
+pub async fn on_each_sighup(mut reload: impl FnMut()) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        if let Ok(mut hangups) = signal(SignalKind::hangup()) {
+            while hangups.recv().await.is_some() {
+                reload();
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = &mut reload;
+        std::future::pending::<()>().await;
     }
 }
 

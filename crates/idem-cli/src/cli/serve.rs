@@ -174,7 +174,8 @@ pub(crate) enum ApproverCommand {
     Token(ApproverEntryArgs),
     /// End every session of NAME now, on every idem serve of the store
     /// (recorded in the audit log). NAME may sign in again: to keep them
-    /// out, remove them from the approvers file and restart idem serve.
+    /// out, remove them from the approvers file and reload idem serve
+    /// (SIGHUP) or restart it.
     Revoke(RevokeArgs),
 }
 

@@ -1,6 +1,7 @@
 //! Stopping and restarting `idem serve` with inbox pages open: SIGINT
 //! (Ctrl-C) or SIGTERM ends the live streams and the process, a request
-//! under way is waited for within the grace and named if left; a restart signs nobody out
+//! under way is waited for within the grace and named if left; SIGHUP
+//! reloads the approvers file; a restart signs nobody out
 //! (sessions are in the store); and a page whose session is ended on
 //! another instance says that its person was signed out.
 
@@ -9,7 +10,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::support::browser::Browser;
-use crate::support::serve::{hidden, sign_in, Http, Scene, DANA};
+use crate::support::serve::{hidden, sign_in, token_entry, Http, Scene, DANA};
 
 /// Open `GET /events` with `cookie` on a raw connection and read until the
 /// stream's headers came: the connection, and the status line.
@@ -114,6 +115,47 @@ async fn a_request_left_under_way_is_named_when_the_grace_runs_out() {
             "{said}"
         );
         drop(slow);
+    }
+}
+
+/// SIGHUP reads the approvers file again: carol, added while the inbox
+/// runs, is known at once; a broken file on the next SIGHUP keeps the
+/// approvers loaded before, and the server says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_approvers_and_a_broken_file_keeps_the_old_ones() {
+    let (_dir, _, mut scene) = Scene::on_sqlite().await;
+    let (entry, carol) = token_entry("carol");
+    let inbox = scene.serve.url("/api/inbox");
+    let before = scene.http.api("GET", &inbox, &carol, None).await;
+    assert_eq!(before.status, 401, "not yet an approver: {}", before.body);
+
+    let file = std::fs::read_to_string(&scene.serve.approvers).unwrap();
+    std::fs::write(&scene.serve.approvers, format!("{file}{entry}")).unwrap();
+    scene.serve.signal("HUP");
+    let said = tokio::task::block_in_place(|| scene.serve.said_within("SIGHUP: reloaded", 1));
+    assert!(
+        said.contains("SIGHUP: reloaded the approvers file"),
+        "{said}"
+    );
+    let after = scene.http.api("GET", &inbox, &carol, None).await;
+    assert_eq!(after.status, 200, "carol without a restart: {}", after.body);
+
+    let broken = format!("{file}{entry}[[approver]\nbroken");
+    std::fs::write(&scene.serve.approvers, broken).unwrap();
+    scene.serve.signal("HUP");
+    let said = tokio::task::block_in_place(|| scene.serve.said_within("not reloaded", 1));
+    assert!(
+        said.contains("the approvers file was not reloaded, the one loaded before stays"),
+        "{said}"
+    );
+    assert!(!said.contains(&carol), "no token said");
+    for token in [&carol, &scene.serve.token.clone()] {
+        let kept = scene.http.api("GET", &inbox, token, None).await;
+        assert_eq!(
+            kept.status, 200,
+            "the approvers loaded before stay: {}",
+            kept.body
+        );
     }
 }
 

@@ -80,6 +80,13 @@ fn approver(args: &[&str], stdin: &str) -> (String, String) {
     )
 }
 
+/// A new API token for the approver `name`: the approvers-file entry
+/// `idem approver token NAME` writes, and the token.
+pub fn token_entry(name: &str) -> (String, String) {
+    let (entry, said) = approver(&["token", name], "");
+    (entry, said.lines().last().unwrap().trim().to_owned())
+}
+
 /// The approvers-file entry `idem approver password NAME` writes for
 /// `password`.
 pub fn approver_entry(name: &str, password: &str) -> String {
@@ -211,6 +218,19 @@ impl Serve {
     /// What the server said on stderr since it said where it listens.
     pub fn said(&self) -> String {
         self.said.lock().unwrap().clone()
+    }
+
+    /// Wait (at most 10 s) until the server has said `words` `times` times
+    /// on stderr.
+    pub fn said_within(&self, words: &str, times: usize) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let said = self.said();
+            if said.matches(words).count() >= times || Instant::now() > deadline {
+                return said;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// How the server exited, if it did within `limit`.

@@ -186,7 +186,8 @@ impl Listening {
             },
         ));
         if let (Some(auth), Some(path)) = (&auth, principals) {
-            tokio::spawn(reload_on_sighup(auth.clone(), path));
+            let auth = auth.clone();
+            tokio::spawn(idem_net::stop::on_each_sighup(move || reload(&auth, &path)));
         }
         if let Some(auth) = auth {
             // The metadata's routes after the layer: anyone may read where
@@ -248,33 +249,22 @@ impl Listening {
     }
 }
 
-/// Read the principals file at `path` again on each SIGHUP, and put it in
+/// Read the principals file at `path` again (on SIGHUP), and put it in
 /// place at once; a file that cannot be read or parsed keeps the set
 /// loaded, and says why on stderr.
-async fn reload_on_sighup(auth: Authenticator, path: std::path::PathBuf) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hangups) = signal(SignalKind::hangup()) else {
-            return;
-        };
-        while hangups.recv().await.is_some() {
-            let file = path.display();
-            match Principals::load(&path) {
-                Ok(principals) => {
-                    let count = principals.len();
-                    auth.reload_principals(principals);
-                    eprintln!("idem proxy: SIGHUP: --principals {file}: {count} principals now");
-                }
-                Err(e) => eprintln!(
-                    "idem proxy: SIGHUP: --principals {file} not reloaded, the principals loaded \
-                     before stay: {e}"
-                ),
-            }
+fn reload(auth: &Authenticator, path: &std::path::Path) {
+    let file = path.display();
+    match Principals::load(path) {
+        Ok(principals) => {
+            let count = principals.len();
+            auth.reload_principals(principals);
+            eprintln!("idem proxy: SIGHUP: --principals {file}: {count} principals now");
         }
+        Err(e) => eprintln!(
+            "idem proxy: SIGHUP: --principals {file} not reloaded, the principals loaded before \
+             stay: {e}"
+        ),
     }
-    #[cfg(not(unix))]
-    let _ = (auth, path);
 }
 
 /// How long the connections have to close once every answer was sent.
