@@ -180,12 +180,14 @@ fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
 /// `idem proxy --listen` stopped by SIGTERM with three calls under way:
 /// each finishes, is answered and recorded, and the proxy exits 0; with a
 /// grace shorter than the calls, or on a second SIGTERM, it stops at once
-/// and names each call left (`tests/python/proxy_ops.py`).
+/// and names each call left; Ctrl-C in its terminal (SIGINT to the process
+/// group) leaves the upstream it started running until its call is done
+/// (`tests/python/proxy_ops.py`).
 #[test]
 fn sigterm_drains_the_calls_under_way_and_names_those_left() {
     python_cases(
         "sigterm_drains_the_calls_under_way_and_names_those_left",
-        Some("drained_on_sigterm grace_runs_out second_signal"),
+        Some("drained_on_sigterm grace_runs_out second_signal ctrl_c_in_a_terminal"),
         &[],
         "proxy-stop-transcript.md",
     );

@@ -26,6 +26,7 @@ from proxy_http import (  # noqa: F401
 )
 from proxy_ops import (  # noqa: F401
     access_logged,
+    ctrl_c_in_a_terminal,
     drained_on_sigterm,
     grace_runs_out,
     health_and_readiness,
@@ -395,13 +396,15 @@ CASES = {
     "health_and_readiness": health_and_readiness,
     "metrics_scraped": metrics_scraped,
     "principals_reloaded": principals_reloaded,
+    "ctrl_c_in_a_terminal": ctrl_c_in_a_terminal,
 }
 
 
 # Cases run by a test of their own: that starts the server they need, or
 # that stops the proxy.
 OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged",
-            "health_and_readiness", "metrics_scraped", "principals_reloaded"}
+            "health_and_readiness", "metrics_scraped", "principals_reloaded",
+            "ctrl_c_in_a_terminal"}
 
 
 async def main() -> None:

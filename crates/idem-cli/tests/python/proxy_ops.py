@@ -16,7 +16,7 @@ class Stoppable:
     """`idem proxy --listen … -- python slow_upstream.py` in `here`, its
     calls held while `hold` exists."""
 
-    def __init__(self, here: Place, *flags: str, auth: tuple[str, ...] = ("--no-auth",)) -> None:
+    def __init__(self, here: Place, *flags: str, auth: tuple[str, ...] = ("--no-auth",), **popen) -> None:
         self.here = here
         self.journal, self.hold = here.dir / "journal", here.dir / "hold"
         config = here.dir / "proxy.toml"
@@ -31,7 +31,7 @@ class Stoppable:
         command = [IDEM, "proxy", "--listen", "127.0.0.1:0", *auth, "--config", str(config), *flags,
                    "--", sys.executable, str(HERE / "slow_upstream.py")]
         self.hold.touch()
-        self.process, self.url = serving(command, env)
+        self.process, self.url = serving(command, env, **popen)
         self.port = int(re.search(r":(\d+)/mcp", self.url).group(1))
 
     def said(self, words: str) -> str:
@@ -430,5 +430,30 @@ async def principals_reloaded() -> None:
             kept = (await status("alice"), await status("bob"))
             check(kept == (200, 200), f"the set loaded before stays: {kept}")
             check(tokens["bob"] not in said and tokens["alice"] not in said, "no token said")
+        finally:
+            proxy.close()
+
+
+async def ctrl_c_in_a_terminal() -> None:
+    say("\n## `idem proxy --listen`: Ctrl-C in its terminal (SIGINT to the whole process group), a call under way")
+    with place() as here:
+        # A session of its own: the test's terminal, with the proxy as its
+        # foreground group.
+        proxy = Stoppable(here, start_new_session=True)
+        try:
+            async with Client(proxy.url) as client:
+                await client.list_tools()
+                meta = {"io.idem/idempotencyKey": "ctrl-c-1"}
+                call = asyncio.create_task(client.call_tool("append", {"line": "x"}, meta=meta))
+                await proxy.started(1)
+                os.killpg(proxy.process.pid, signal.SIGINT)
+                proxy.said("SIGINT: stopping")
+                await asyncio.sleep(0.5)
+                proxy.hold.unlink()
+                result = await call
+            code, stderr, _ = proxy.ended(30)
+            say(f"the call -> error={result.is_error} {reads(result)!r}; exit code {code}")
+            check(not result.is_error and reads(result) == "appended x", "the upstream, not signalled, finished it")
+            check(code == 0 and len(proxy.lines("done")) == 1, f"finished and recorded: {code} {stderr[-300:]}")
         finally:
             proxy.close()

@@ -132,10 +132,13 @@ def filesystem(here: Place, proxied: bool) -> tuple[Path, Client, Person]:
 ENTITY = {"entities": [{"name": "Ada", "entityType": "person", "observations": ["wrote the first program"]}]}
 
 
-def serving(command: list[str], env: dict, address: str = r"serving \S+ on (https?://\S+/mcp)") -> tuple[subprocess.Popen, str]:
+def serving(
+    command: list[str], env: dict, address: str = r"serving \S+ on (https?://\S+/mcp)", **popen
+) -> tuple[subprocess.Popen, str]:
     """Start `idem proxy --listen …` (or `idem serve`, with the pattern of
-    its `address` line) and wait for the address it prints."""
-    proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    its `address` line; `popen`: more of `Popen`'s arguments) and wait for
+    the address it prints."""
+    proxy = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True, **popen)
     for line in proxy.stderr:
         found = re.search(address, line)
         if found:

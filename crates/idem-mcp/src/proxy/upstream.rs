@@ -282,6 +282,12 @@ impl Upstream {
                     .ok_or("no upstream command: give one after `--`")?;
                 let mut command = tokio::process::Command::new(program);
                 command.args(args);
+                // A process group of its own: Ctrl-C in the proxy's terminal
+                // (SIGINT to the whole foreground group) reaches the proxy
+                // alone, which drains; the upstream finishes the calls under
+                // way and is stopped after.
+                #[cfg(unix)]
+                command.process_group(0);
                 let transport = TokioChildProcess::new(command)
                     .map_err(|e| format!("could not start the upstream server `{program}`: {e}"))?;
                 self.forward.clone().serve(transport).await
