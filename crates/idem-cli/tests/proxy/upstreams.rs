@@ -163,7 +163,16 @@ fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
 /// and approved is run through the other, once.
 #[test]
 fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
-    let what = "two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space";
+    on_postgresql(
+        "two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space",
+        "two_instances",
+        "proxy-two-instances-transcript.md",
+    );
+}
+
+/// The Python client's case `case`, with instances on a PostgreSQL
+/// server of its own.
+fn on_postgresql(what: &str, case: &str, keep_as: &str) {
     let Some(server) = idem_testkit::PostgresServer::start() else {
         idem_testkit::skip(what, "PostgreSQL");
         return;
@@ -171,9 +180,9 @@ fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
     let url = server.url();
     python_cases(
         what,
-        Some("two_instances"),
+        Some(case),
         &[("IDEM_TWO_INSTANCES_STORE", url.as_ref())],
-        "proxy-two-instances-transcript.md",
+        keep_as,
     );
 }
 
@@ -406,4 +415,18 @@ fn a_long_write_through_the_proxy_becomes_a_task_that_completes_with_its_result(
     );
     drop(stdin);
     let _ = proxy.wait();
+}
+
+/// Two `idem proxy --listen` on one PostgreSQL server; one is killed
+/// (`SIGKILL`) while its upstream call of a `non_idempotent_write` is
+/// running, and the key is retried through the other: answered as unknown
+/// within one lease (not after the tool's ten-minute timeout), listed for
+/// an operator, run upstream once.
+#[test]
+fn an_instance_killed_mid_call_is_answered_unknown_through_another_within_a_lease() {
+    on_postgresql(
+        "an_instance_killed_mid_call_is_answered_unknown_through_another_within_a_lease",
+        "dead_instance",
+        "proxy-dead-instance-transcript.md",
+    );
 }

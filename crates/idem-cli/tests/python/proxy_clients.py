@@ -24,6 +24,7 @@ from proxy_http import (  # noqa: F401
     two_instances,
     upstream_over_http,
 )
+from proxy_dead_instance import dead_instance
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -373,6 +374,7 @@ CASES = {
     "principals_over_http": principals_over_http,
     "oauth_over_http": oauth_over_http,
     "two_instances": two_instances,
+    "dead_instance": dead_instance,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
@@ -381,7 +383,7 @@ CASES = {
 
 
 # Cases run by a test that starts the server they need.
-NEED_A_STORE_SERVER = {"two_instances"}
+NEED_A_STORE_SERVER = {"two_instances", "dead_instance"}
 
 
 async def main() -> None:
