@@ -430,3 +430,33 @@ fn an_instance_killed_mid_call_is_answered_unknown_through_another_within_a_leas
         "proxy-dead-instance-transcript.md",
     );
 }
+
+/// PyPI's `mcp-server-git`, which `.ci/run` installs in a virtual
+/// environment of its own, `target/mcp-server-git`.
+fn mcp_server_git() -> Option<PathBuf> {
+    let program = idem_testkit::workspace_root().join("target/mcp-server-git/bin/mcp-server-git");
+    program.exists().then_some(program)
+}
+
+/// One proxy in front of three upstreams (`[[upstream]]` tables): git
+/// (PyPI's `mcp-server-git`, real branches), npm's `server-memory` and
+/// the slow upstream over HTTP, killed and started again while the
+/// others serve; prefixes, include and exclude lists; one effect per
+/// intent, counted at the source.
+#[test]
+fn one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting() {
+    let what = "one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting";
+    let Some(git) = mcp_server_git() else {
+        idem_testkit::skip(
+            what,
+            "PyPI's mcp-server-git (.ci/run installs it in target/mcp-server-git)",
+        );
+        return;
+    };
+    python_cases(
+        what,
+        Some("gateway"),
+        &[("IDEM_MCP_SERVER_GIT", git.as_os_str())],
+        "proxy-gateway-transcript.md",
+    );
+}

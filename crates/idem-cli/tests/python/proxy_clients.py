@@ -25,6 +25,7 @@ from proxy_http import (  # noqa: F401
     upstream_over_http,
 )
 from proxy_dead_instance import dead_instance
+from proxy_gateway import gateway
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -375,6 +376,7 @@ CASES = {
     "oauth_over_http": oauth_over_http,
     "two_instances": two_instances,
     "dead_instance": dead_instance,
+    "gateway": gateway,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
@@ -382,8 +384,9 @@ CASES = {
 }
 
 
-# Cases run by a test that starts the server they need.
-NEED_A_STORE_SERVER = {"two_instances", "dead_instance"}
+# Cases run by a test of their own, which starts or finds the server they
+# need (PostgreSQL, PyPI's mcp-server-git).
+NEED_A_STORE_SERVER = {"two_instances", "dead_instance", "gateway"}
 
 
 async def main() -> None:
