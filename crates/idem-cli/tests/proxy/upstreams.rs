@@ -460,3 +460,18 @@ fn one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting(
         "proxy-gateway-transcript.md",
     );
 }
+
+/// The soak of the deployed stack: two proxies on one PostgreSQL server,
+/// every class, instances killed (-9) and stopped (SIGTERM) and started
+/// again every three seconds: no non-idempotent write runs twice, no
+/// success lacks its effect, every intent is answered, no request waits
+/// longer than its timeout and a lease. `IDEM_SOAK_CALLS` intents per
+/// class (100 by default; the figures in the notes are from 700).
+#[test]
+fn a_soak_of_two_proxies_with_kills_and_stops_duplicates_and_loses_nothing() {
+    on_postgresql(
+        "a_soak_of_two_proxies_with_kills_and_stops_duplicates_and_loses_nothing",
+        "soak",
+        "proxy-soak-transcript.md",
+    );
+}

@@ -26,6 +26,7 @@ from proxy_http import (  # noqa: F401
 )
 from proxy_dead_instance import dead_instance
 from proxy_gateway import gateway
+from proxy_soak import soak
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -377,6 +378,7 @@ CASES = {
     "two_instances": two_instances,
     "dead_instance": dead_instance,
     "gateway": gateway,
+    "soak": soak,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
@@ -386,7 +388,7 @@ CASES = {
 
 # Cases run by a test of their own, which starts or finds the server they
 # need (PostgreSQL, PyPI's mcp-server-git).
-NEED_A_STORE_SERVER = {"two_instances", "dead_instance", "gateway"}
+NEED_A_STORE_SERVER = {"two_instances", "dead_instance", "gateway", "soak"}
 
 
 async def main() -> None:
