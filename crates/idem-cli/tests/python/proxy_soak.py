@@ -14,22 +14,10 @@ import threading
 
 from proxy_support import *  # noqa: F401,F403
 
-SOAK_CONFIG = """
-[server]
-name = "soak"
-
-[[upstream]]
-name = "r"
-url = "{url}"
-
-[[upstream]]
-name = "i"
-url = "{url}"
-
-[[upstream]]
-name = "n"
-url = "{url}"
-
+# The one upstream three times, under the prefixes r_, i_ and n_.
+SOAK_CONFIG = '[server]\nname = "soak"\n' + "".join(
+    f'\n[[upstream]]\nname = "{prefix}"\nurl = "{{url}}"\n' for prefix in "rin"
+) + """
 [tools.r_append]
 class = "read"
 [tools.i_append]
