@@ -33,7 +33,7 @@ pub(crate) fn summary(record: &Record, now: Timestamp) -> String {
         (RecordState::InFlight { .. }, _) if record.outlast().is_some() => {
             let until = record.outlast().map_or(now, |wait| wait.until);
             format!(
-                "owner vanished; waiting out its attempt until {}, then reconciling (idem resolve ends the wait)",
+                "owner vanished; waiting out its attempt (over {}), then reconciling (idem resolve ends the wait)",
                 relative(now, until)
             )
         }
