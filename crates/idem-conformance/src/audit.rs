@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{acquire, assert_stale, fp, random_key, req, success, Harness};
+use super::{acquire, assert_stale, complete, fp, random_key, req, success, Harness};
 use idem_runtime::audit::{AuditEvent, AuditQuery};
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{AuditAction, Fence, Status};
@@ -163,10 +163,7 @@ pub async fn replace_appends_its_event_only_when_it_swaps<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let fence = acquire(&*store, &req(&key, &f, h.tick() * 10)).await;
-    store
-        .complete(&key, fence, &success(1), h.tick() * 100)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(1), h.tick() * 100).await;
     let record = store.get(&key).await.unwrap().unwrap();
     let refused = event(&*store, &key, 1).await;
     let wrong = Expected {
@@ -226,10 +223,7 @@ pub async fn audit_events_outlive_their_records<H: Harness>(h: H) {
     let (deleted, expired) = (random_key(), random_key());
 
     let fence = acquire(&*store, &req(&deleted, &f, h.tick() * 10)).await;
-    store
-        .complete(&deleted, fence, &success(1), h.tick() * 100)
-        .await
-        .unwrap();
+    complete(&*store, &deleted, fence, &success(1), h.tick() * 100).await;
     let gone = event(&*store, &deleted, 1).await;
     let expected = Expected {
         fence,
@@ -241,10 +235,7 @@ pub async fn audit_events_outlive_their_records<H: Harness>(h: H) {
         .unwrap();
 
     let fence = acquire(&*store, &req(&expired, &f, h.tick() * 10)).await;
-    store
-        .complete(&expired, fence, &success(2), h.tick())
-        .await
-        .unwrap();
+    complete(&*store, &expired, fence, &success(2), h.tick()).await;
     let noted = event(&*store, &expired, 2).await;
     let seq = store.append_audit(&noted).await.unwrap();
     h.advance(h.tick() * 3).await;

@@ -197,6 +197,20 @@ async fn acquire<S: Store + ?Sized>(store: &S, r: &ClaimRequest<'_>) -> Fence {
     }
 }
 
+/// Complete `key`, owned by `fence`, with `outcome`, kept `ttl`.
+async fn complete<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+) {
+    store
+        .complete(key, fence, outcome, ttl)
+        .await
+        .expect("complete");
+}
+
 fn assert_stale<T: std::fmt::Debug>(result: Result<T, StoreError>) {
     match result {
         Err(StoreError::StaleFence { .. }) => {}
