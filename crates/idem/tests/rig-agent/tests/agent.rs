@@ -74,24 +74,21 @@ async fn an_agent_asking_for_the_same_call_twice_sends_one_email() {
     assert_eq!(model.request_count(), 3);
 
     // The run replayed with the same run id (after a crash, from a
-    // checkpoint): nothing is sent again.
-    agent(model_asking_twice(), &dispatcher)
-        .prompt("Email Ada her invoice.")
-        .tool_context(run("run-1"))
-        .max_turns(5)
-        .await
-        .unwrap();
-    assert_eq!(app.mail.requests.load(Ordering::SeqCst), 1);
-
-    // Another run is another intent: the keys are the run's, not the
-    // arguments' alone.
-    agent(model_asking_twice(), &dispatcher)
-        .prompt("Email Ada her invoice.")
-        .tool_context(run("run-2"))
-        .max_turns(5)
-        .await
-        .unwrap();
-    assert_eq!(app.mail.requests.load(Ordering::SeqCst), 2);
+    // checkpoint): nothing is sent again. Another run is another intent:
+    // the keys are the run's, not the arguments' alone.
+    for (run_id, requests) in [("run-1", 1), ("run-2", 2)] {
+        agent(model_asking_twice(), &dispatcher)
+            .prompt("Email Ada her invoice.")
+            .tool_context(run(run_id))
+            .max_turns(5)
+            .await
+            .unwrap();
+        assert_eq!(
+            app.mail.requests.load(Ordering::SeqCst),
+            requests,
+            "{run_id}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -15,7 +15,7 @@ mod receiver {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::Metric;
     use opentelemetry_proto::tonic::trace::v1::Span;
-    use prost::Message as _;
+    use prost::Message;
 
     type Received = Arc<Mutex<Vec<(String, Bytes)>>>;
 
@@ -43,41 +43,29 @@ mod receiver {
             Receiver { url, received }
         }
 
-        fn bodies(&self, path: &str) -> Vec<Bytes> {
+        /// Every export request that arrived at `path`, decoded.
+        fn decoded<M: Message + Default>(&self, path: &str) -> Vec<M> {
             let received = self.received.lock().unwrap();
-            received
-                .iter()
-                .filter(|(p, _)| p == path)
-                .map(|(_, b)| b.clone())
+            let bodies = received.iter().filter(|(p, _)| p == path);
+            bodies
+                .map(|(_, b)| M::decode(b.as_ref()).unwrap())
                 .collect()
         }
 
         /// Every span that arrived, decoded.
         pub fn spans(&self) -> Vec<Span> {
-            self.bodies("/v1/traces")
-                .iter()
-                .flat_map(|b| {
-                    ExportTraceServiceRequest::decode(b.as_ref())
-                        .unwrap()
-                        .resource_spans
-                })
-                .flat_map(|r| r.scope_spans)
-                .flat_map(|s| s.spans)
-                .collect()
+            let requests = self.decoded::<ExportTraceServiceRequest>("/v1/traces");
+            let scopes = requests.into_iter().flat_map(|r| r.resource_spans);
+            let spans = scopes.flat_map(|r| r.scope_spans).flat_map(|s| s.spans);
+            spans.collect()
         }
 
         /// Every metric that arrived, decoded (each export in turn).
         pub fn metrics(&self) -> Vec<Metric> {
-            self.bodies("/v1/metrics")
-                .iter()
-                .flat_map(|b| {
-                    ExportMetricsServiceRequest::decode(b.as_ref())
-                        .unwrap()
-                        .resource_metrics
-                })
-                .flat_map(|r| r.scope_metrics)
-                .flat_map(|s| s.metrics)
-                .collect()
+            let requests = self.decoded::<ExportMetricsServiceRequest>("/v1/metrics");
+            let scopes = requests.into_iter().flat_map(|r| r.resource_metrics);
+            let metrics = scopes.flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics);
+            metrics.collect()
         }
     }
 
