@@ -51,6 +51,11 @@ fn stored(event: &AuditEvent, seq: u64) -> AuditEvent {
 
 /// Every event of `query`, read `page` at a time; panics on a repeated
 /// event.
+/// Every event of `key`, read in pages of 10.
+async fn events_of<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Vec<AuditEvent> {
+    read_all(store, &AuditQuery::for_key(key.clone()), 10).await
+}
+
 async fn read_all<S: Store + ?Sized>(
     store: &S,
     query: &AuditQuery,
@@ -131,7 +136,7 @@ pub async fn audit_is_filtered_by_key_and_time<H: Harness>(h: H) {
         store.append_audit(&eb).await.unwrap();
         h.advance(h.tick()).await;
     }
-    let got = read_all(&*store, &AuditQuery::for_key(a.clone()), 10).await;
+    let got = events_of(&*store, &a).await;
     assert_eq!(got, at_a);
     let window = AuditQuery {
         key: Some(a.clone()),
@@ -243,12 +248,13 @@ pub async fn audit_events_outlive_their_records<H: Harness>(h: H) {
 
     assert!(store.get(&deleted).await.unwrap().is_none());
     assert!(store.get(&expired).await.unwrap().is_none());
-    let got = read_all(&*store, &AuditQuery::for_key(deleted), 10).await;
+    let got = events_of(&*store, &deleted).await;
     assert_eq!(got.len(), 1, "the delete's event is kept");
     assert_eq!(got[0], stored(&gone, got[0].seq.expect("a seq")));
+    let kept = vec![stored(&noted, seq)];
     assert_eq!(
-        read_all(&*store, &AuditQuery::for_key(expired), 10).await,
-        vec![stored(&noted, seq)],
+        events_of(&*store, &expired).await,
+        kept,
         "the expired record's event is kept"
     );
 }
@@ -264,10 +270,11 @@ pub async fn audit_retention_sweeps_only_older_events<H: Harness>(h: H) {
     let young = event(&*store, &key, 2).await;
     let seq = store.append_audit(&young).await.unwrap();
     store.sweep().await.unwrap();
+    let kept = vec![stored(&young, seq)];
     assert_eq!(
-        read_all(&*store, &AuditQuery::for_key(key), 10).await,
-        vec![stored(&young, seq)],
-        "the old event is swept and the young one kept"
+        events_of(&*store, &key).await,
+        kept,
+        "the old event is swept, the young one kept"
     );
 }
 

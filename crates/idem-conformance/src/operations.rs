@@ -18,7 +18,7 @@ use idem_runtime::record::{
     Status, StoredFailure, APPROVAL_STEP,
 };
 use idem_runtime::store::StoreExt;
-use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store, StoreError};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
 
 fn info() -> CallInfo {
     let mut info = CallInfo::default();
@@ -33,6 +33,14 @@ fn info() -> CallInfo {
     info.reason =
         Reason::new("The customer wrote \"refund it\";\n<b>zoë</b> \u{202e}asked twice \u{1F4B8}");
     info
+}
+
+/// Claim `r` carrying the call's `details`.
+fn with_details<'a>(r: ClaimRequest<'a>, details: &'a CallInfo) -> ClaimRequest<'a> {
+    ClaimRequest {
+        info: details.as_ref(),
+        ..r
+    }
 }
 
 fn expect(fence: Fence, state: ExpectedState) -> Expected {
@@ -90,9 +98,10 @@ pub async fn claim_records_call_details_and_worker<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let details = info();
-    let mut first = req(&key, &f, h.tick());
-    first.info = details.as_ref();
-    first.worker = Some("host-a:101");
+    let first = ClaimRequest {
+        worker: Some("host-a:101"),
+        ..with_details(req(&key, &f, h.tick()), &details)
+    };
     acquire(&*store, &first).await;
     let record = store.get(&key).await.unwrap().unwrap();
     assert_eq!(record.info, details);
@@ -294,9 +303,7 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let details = info();
-    let mut first = req(&key, &f, h.tick());
-    first.info = details.as_ref();
-    let fence = acquire(&*store, &first).await;
+    let fence = acquire(&*store, &with_details(req(&key, &f, h.tick()), &details)).await;
     let unknown = Outcome::Unknown {
         reason: "owner vanished mid-call".into(),
     };
