@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// A runtime of one worker, and a receiver started on it.
+fn receiving() -> (tokio::runtime::Runtime, receiver::Receiver) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = rt.block_on(receiver::Receiver::start());
+    (rt, receiver)
+}
+
 /// An OTLP/HTTP receiver on loopback: what the exporters sent, by path.
 mod receiver {
     use std::sync::{Arc, Mutex};
@@ -127,12 +138,7 @@ fn spans_and_metrics_arrive_over_otlp() {
     use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig as _};
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let receiver = rt.block_on(receiver::Receiver::start());
+    let (rt, receiver) = receiving();
 
     // The exporters' HTTP client blocks: they are built, flushed and
     // dropped outside the runtime.
@@ -257,12 +263,7 @@ fn the_demo_exports_its_calls_over_otlp() {
     // The same features as this test: the library is not built again.
     let demo = crate::mcp_example::example("demo", &features);
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let receiver = rt.block_on(receiver::Receiver::start());
+    let (_rt, receiver) = receiving(); // the receiver serves on `_rt`
     let dir = crate::mcp_example::TempDir::new();
     let run = |otlp: Option<&str>, db: &str| {
         let mut command = Command::new(&demo);
