@@ -198,10 +198,12 @@ pub(crate) struct ProxyArgs {
     /// What to log on stderr, and how.
     #[command(flatten)]
     pub logs: crate::logs::LogArgs,
-    /// The upstream MCP server's command and its arguments, after `--`.
+    /// The upstream MCP server's command and its arguments, after `--`
+    /// (or `--upstream URL`, or `[[upstream]]` tables in the `--config`
+    /// file for several behind one endpoint).
     #[arg(
         last = true,
-        required_unless_present = "upstream",
+        required_unless_present_any = ["upstream", "config"],
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,

@@ -13,7 +13,7 @@ use idem_runtime::record::CorruptRecord;
 use idem_runtime::store::StoreError;
 
 use crate::render::clip;
-use crate::time::{relative, rfc3339};
+use crate::time::relative;
 use idem_runtime::text::visible;
 
 /// The exit codes (documented in `docs/cli.md`).
@@ -306,8 +306,8 @@ fn operator_message(error: &OperatorError, now: Option<Timestamp>) -> String {
     match error {
         OperatorError::LiveLease { key, until, worker } => {
             let when = match now {
-                Some(now) => format!("{} ({})", rfc3339(*until), relative(now, *until)),
-                None => rfc3339(*until),
+                Some(now) => format!("{} ({})", until.rfc3339(), relative(now, *until)),
+                None => until.rfc3339(),
             };
             format!(
                 "key {key} is in flight under a live lease (worker {worker}, until {when}); wait for it to finish or for its lease to run out"

@@ -16,11 +16,6 @@ use idem_runtime::text::parse_duration;
 /// What a duration looks like, for messages.
 const DURATIONS: &str = "90s, 15m, 2h, 7d or 1h30m";
 
-/// `at` as RFC 3339 in UTC with milliseconds: `2026-05-01T09:30:00.250Z`.
-pub(crate) fn rfc3339(at: Timestamp) -> String {
-    at.rfc3339()
-}
-
 pub(crate) use idem_runtime::text::duration::relative;
 
 /// How long from `since` to `now`, in its largest whole unit (`45s`,
@@ -158,14 +153,14 @@ mod tests {
 
     #[test]
     fn instants_print_as_rfc3339_utc() {
-        assert_eq!(rfc3339(Timestamp(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(Timestamp(0).rfc3339(), "1970-01-01T00:00:00.000Z");
         // 2000-02-29 (a leap day of a century year) 12:34:56.789
         assert_eq!(
-            rfc3339(Timestamp(951_827_696_789)),
+            Timestamp(951_827_696_789).rfc3339(),
             "2000-02-29T12:34:56.789Z"
         );
         assert_eq!(
-            rfc3339(Timestamp(1_798_761_599_999)),
+            Timestamp(1_798_761_599_999).rfc3339(),
             "2026-12-31T23:59:59.999Z"
         );
     }
@@ -173,7 +168,7 @@ mod tests {
     #[test]
     fn rfc3339_round_trips_and_reads_offsets() {
         for ms in [0, 951_827_696_789, 1_798_761_599_999, 4_102_444_800_000] {
-            assert_eq!(parse_rfc3339(&rfc3339(Timestamp(ms))), Some(Timestamp(ms)));
+            assert_eq!(parse_rfc3339(&Timestamp(ms).rfc3339()), Some(Timestamp(ms)));
         }
         assert_eq!(
             parse_rfc3339("2000-02-29T14:34:56.789+02:00"),

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeSet;
 
-use super::{acquire, assert_stale, fp, random_key, req, success, Harness};
+use super::{acquire, assert_stale, complete, fp, random_key, req, success, Harness};
 use idem_runtime::audit::{AuditEvent, AuditQuery};
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{AuditAction, Fence, Status};
@@ -51,6 +51,11 @@ fn stored(event: &AuditEvent, seq: u64) -> AuditEvent {
 
 /// Every event of `query`, read `page` at a time; panics on a repeated
 /// event.
+/// Every event of `key`, read in pages of 10.
+async fn events_of<S: Store + ?Sized>(store: &S, key: &IdempotencyKey) -> Vec<AuditEvent> {
+    read_all(store, &AuditQuery::for_key(key.clone()), 10).await
+}
+
 async fn read_all<S: Store + ?Sized>(
     store: &S,
     query: &AuditQuery,
@@ -131,7 +136,7 @@ pub async fn audit_is_filtered_by_key_and_time<H: Harness>(h: H) {
         store.append_audit(&eb).await.unwrap();
         h.advance(h.tick()).await;
     }
-    let got = read_all(&*store, &AuditQuery::for_key(a.clone()), 10).await;
+    let got = events_of(&*store, &a).await;
     assert_eq!(got, at_a);
     let window = AuditQuery {
         key: Some(a.clone()),
@@ -163,10 +168,7 @@ pub async fn replace_appends_its_event_only_when_it_swaps<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let fence = acquire(&*store, &req(&key, &f, h.tick() * 10)).await;
-    store
-        .complete(&key, fence, &success(1), h.tick() * 100)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(1), h.tick() * 100).await;
     let record = store.get(&key).await.unwrap().unwrap();
     let refused = event(&*store, &key, 1).await;
     let wrong = Expected {
@@ -226,10 +228,7 @@ pub async fn audit_events_outlive_their_records<H: Harness>(h: H) {
     let (deleted, expired) = (random_key(), random_key());
 
     let fence = acquire(&*store, &req(&deleted, &f, h.tick() * 10)).await;
-    store
-        .complete(&deleted, fence, &success(1), h.tick() * 100)
-        .await
-        .unwrap();
+    complete(&*store, &deleted, fence, &success(1), h.tick() * 100).await;
     let gone = event(&*store, &deleted, 1).await;
     let expected = Expected {
         fence,
@@ -241,10 +240,7 @@ pub async fn audit_events_outlive_their_records<H: Harness>(h: H) {
         .unwrap();
 
     let fence = acquire(&*store, &req(&expired, &f, h.tick() * 10)).await;
-    store
-        .complete(&expired, fence, &success(2), h.tick())
-        .await
-        .unwrap();
+    complete(&*store, &expired, fence, &success(2), h.tick()).await;
     let noted = event(&*store, &expired, 2).await;
     let seq = store.append_audit(&noted).await.unwrap();
     h.advance(h.tick() * 3).await;
@@ -252,12 +248,13 @@ pub async fn audit_events_outlive_their_records<H: Harness>(h: H) {
 
     assert!(store.get(&deleted).await.unwrap().is_none());
     assert!(store.get(&expired).await.unwrap().is_none());
-    let got = read_all(&*store, &AuditQuery::for_key(deleted), 10).await;
+    let got = events_of(&*store, &deleted).await;
     assert_eq!(got.len(), 1, "the delete's event is kept");
     assert_eq!(got[0], stored(&gone, got[0].seq.expect("a seq")));
+    let kept = vec![stored(&noted, seq)];
     assert_eq!(
-        read_all(&*store, &AuditQuery::for_key(expired), 10).await,
-        vec![stored(&noted, seq)],
+        events_of(&*store, &expired).await,
+        kept,
         "the expired record's event is kept"
     );
 }
@@ -273,10 +270,11 @@ pub async fn audit_retention_sweeps_only_older_events<H: Harness>(h: H) {
     let young = event(&*store, &key, 2).await;
     let seq = store.append_audit(&young).await.unwrap();
     store.sweep().await.unwrap();
+    let kept = vec![stored(&young, seq)];
     assert_eq!(
-        read_all(&*store, &AuditQuery::for_key(key), 10).await,
-        vec![stored(&young, seq)],
-        "the old event is swept and the young one kept"
+        events_of(&*store, &key).await,
+        kept,
+        "the old event is swept, the young one kept"
     );
 }
 

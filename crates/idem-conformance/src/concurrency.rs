@@ -10,7 +10,7 @@ use idem_runtime::record::Outcome;
 use idem_runtime::store::{ClaimOutcome, Store, StoreError, WaitFor};
 use serde_json::json;
 
-use super::{acquire, assert_closed, fp, outcome_of, random_key, req, success, Harness};
+use super::{acquire, assert_closed, complete, fp, outcome_of, random_key, req, success, Harness};
 use idem_runtime::store::StoreExt;
 
 /// [`StoreExt::close`] finishes what is under way and then refuses: every
@@ -25,10 +25,7 @@ pub async fn close_flushes_and_refuses_further_writes<H: Harness>(h: H) {
     let lease = h.tick() * 100;
     let done = random_key();
     let fence = acquire(&*store, &req(&done, &f, lease)).await;
-    store
-        .complete(&done, fence, &success(1), lease)
-        .await
-        .unwrap();
+    complete(&*store, &done, fence, &success(1), lease).await;
     let pending = random_key();
     let pending_fence = acquire(&*store, &req(&pending, &f, lease)).await;
     let waiter = {
@@ -182,10 +179,7 @@ pub async fn contend_for_key<S: Store + ?Sized>(
                     ClaimOutcome::Acquired { fence, .. } => {
                         runs.fetch_add(1, Ordering::SeqCst);
                         tokio::task::yield_now().await;
-                        store
-                            .complete(&key, fence, &success(tag), lease)
-                            .await
-                            .unwrap();
+                        complete(&*store, &key, fence, &success(tag), lease).await;
                         return success(tag);
                     }
                     ClaimOutcome::Completed(record) => return record.outcome().unwrap().clone(),

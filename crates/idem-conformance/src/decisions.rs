@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{acquire, fp, parked, random_key, req, woken, Harness, WAITER_TIMEOUT};
+use super::{acquire, complete, fp, parked, random_key, req, woken, Harness, WAITER_TIMEOUT};
 use idem_runtime::approval::Approval;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::{Actor, Operator, Resolution};
@@ -128,10 +128,7 @@ pub async fn decisions_outlive_the_ttls_around_them<H: Harness>(h: H) {
         reason: "the owner vanished mid-call".into(),
     };
     // As the executor records it: never to lapse.
-    store
-        .complete(&key, owner, &unknown, Duration::MAX)
-        .await
-        .unwrap();
+    complete(&*store, &key, owner, &unknown, Duration::MAX).await;
     h.advance(tool_ttl + tick).await;
     store.sweep().await.unwrap();
     match store.claim(&claim).await.unwrap() {

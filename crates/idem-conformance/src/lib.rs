@@ -158,7 +158,7 @@ pub fn skip(case: &str) {
 /// A random key, so cases can share a database.
 pub fn random_key() -> IdempotencyKey {
     let bytes: [u8; 32] = rand::random();
-    IdempotencyKey::parse(&lower_hex(&bytes)).expect("64 hex digits")
+    IdempotencyKey::parse(&hex::encode(bytes)).expect("64 hex digits")
 }
 
 fn fp(s: &str) -> Fingerprint {
@@ -195,6 +195,20 @@ async fn acquire<S: Store + ?Sized>(store: &S, r: &ClaimRequest<'_>) -> Fence {
         ClaimOutcome::Acquired { fence, .. } => fence,
         other => panic!("expected to acquire the key, got {other:?}"),
     }
+}
+
+/// Complete `key`, owned by `fence`, with `outcome`, kept `ttl`.
+async fn complete<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    fence: Fence,
+    outcome: &Outcome,
+    ttl: Duration,
+) {
+    store
+        .complete(key, fence, outcome, ttl)
+        .await
+        .expect("complete");
 }
 
 fn assert_stale<T: std::fmt::Debug>(result: Result<T, StoreError>) {
@@ -284,14 +298,4 @@ fn parked(mut record: Record, fence: Fence, now: Timestamp, ttl: Duration) -> (E
 /// [`Operator::approve`](idem_runtime::operator::Operator::approve) writes it.
 fn approval_step(approval: Approval) -> serde_json::Value {
     serde_json::to_value(ApprovalDecision::Approved(approval)).expect("an approval serializes")
-}
-
-/// Lowercase hex of `bytes`: random keys and names.
-fn lower_hex(bytes: &[u8]) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    bytes
-        .iter()
-        .flat_map(|b| [DIGITS[usize::from(b >> 4)], DIGITS[usize::from(b & 0xf)]])
-        .map(char::from)
-        .collect()
 }

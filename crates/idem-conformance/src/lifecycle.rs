@@ -8,7 +8,10 @@ use idem_runtime::record::{FailureCode, Fence, Outcome, RecordState, StoredFailu
 use idem_runtime::store::{ClaimOutcome, FenceHolder, StoreError};
 use serde_json::json;
 
-use super::{acquire, assert_stale, fp, random_key, req, success, woken_waiter, Harness};
+use super::{
+    acquire, assert_stale, complete, fp, outcome_of, random_key, req, success, woken_waiter,
+    Harness,
+};
 use idem_runtime::store::StoreExt;
 
 /// A new key is acquired, and the record is in flight under that fence.
@@ -40,10 +43,7 @@ pub async fn completed_outcome_is_returned_exactly<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
-    store
-        .complete(&key, fence, &success(7), h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(7), h.tick() * 10).await;
     match store.claim(&req(&key, &f, h.tick())).await.unwrap() {
         ClaimOutcome::Completed(record) => {
             assert_eq!(record.outcome(), Some(&success(7)));
@@ -66,10 +66,7 @@ pub async fn completed_outcome_is_returned_exactly<H: Harness>(h: H) {
     ] {
         let key = random_key();
         let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
-        store
-            .complete(&key, fence, &outcome, h.tick() * 10)
-            .await
-            .unwrap();
+        complete(&*store, &key, fence, &outcome, h.tick() * 10).await;
         let got = store.get(&key).await.unwrap().unwrap();
         assert_eq!(got.outcome(), Some(&outcome));
     }
@@ -100,10 +97,7 @@ pub async fn key_reuse_with_other_arguments_is_reported<H: Harness>(h: H) {
         store.claim(&natural).await.unwrap(),
         ClaimOutcome::KeyReused { .. }
     ));
-    store
-        .complete(&key, fence, &success(1), h.tick())
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(1), h.tick()).await;
     assert_eq!(store.get(&key).await.unwrap().unwrap().fingerprint, a);
 }
 
@@ -129,14 +123,8 @@ pub async fn stale_owner_cannot_complete<H: Harness>(h: H) {
     assert_stale(store.complete(&key, old, &success(1), h.tick() * 10).await);
     assert_stale(store.checkpoint(&key, old, "s", &json!(1), h.tick()).await);
     assert_stale(store.release(&key, old).await);
-    store
-        .complete(&key, new, &success(2), h.tick() * 10)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.get(&key).await.unwrap().unwrap().outcome(),
-        Some(&success(2))
-    );
+    complete(&*store, &key, new, &success(2), h.tick() * 10).await;
+    assert_eq!(outcome_of(&*store, &key).await, Some(success(2)));
 }
 
 /// A completed outcome is never overwritten, not even by its own owner.
@@ -144,10 +132,7 @@ pub async fn completed_outcome_is_never_overwritten<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
-    store
-        .complete(&key, fence, &success(1), h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(1), h.tick() * 10).await;
     match store
         .complete(&key, fence, &success(2), h.tick() * 10)
         .await
@@ -158,10 +143,7 @@ pub async fn completed_outcome_is_never_overwritten<H: Harness>(h: H) {
         other => panic!("expected a rejection, got {other:?}"),
     }
     assert_stale(store.release(&key, fence).await);
-    assert_eq!(
-        store.get(&key).await.unwrap().unwrap().outcome(),
-        Some(&success(1))
-    );
+    assert_eq!(outcome_of(&*store, &key).await, Some(success(1)));
 }
 
 /// Completing or releasing a key nobody holds is rejected.
@@ -223,10 +205,7 @@ pub async fn checkpoint_extends_the_lease<H: Harness>(h: H) {
         store.claim(&req(&key, &f, h.tick())).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
-    store
-        .complete(&key, fence, &success(1), h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(1), h.tick() * 10).await;
 }
 
 /// A renewal extends the owner's lease and changes nothing else; a stale
@@ -256,10 +235,7 @@ pub async fn renewal_extends_the_lease_and_is_fenced<H: Harness>(h: H) {
     assert_stale(store.renew(&key, fence, h.tick() * 10).await);
     store.renew(&key, second, h.tick() * 10).await.unwrap();
     // A renewal never revives a completed or absent record.
-    store
-        .complete(&key, second, &success(1), h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, second, &success(1), h.tick() * 10).await;
     assert_stale(store.renew(&key, second, h.tick()).await);
     assert_stale(store.renew(&random_key(), second, h.tick()).await);
 }
@@ -275,10 +251,7 @@ pub async fn released_key_is_claimed_with_a_new_fence<H: Harness>(h: H) {
     let second = acquire(&*store, &req(&key, &f, h.tick())).await;
     assert_ne!(first, second);
     assert_stale(store.complete(&key, first, &success(1), h.tick()).await);
-    store
-        .complete(&key, second, &success(2), h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, second, &success(2), h.tick() * 10).await;
 }
 
 /// An expired completed record reads as absent, is swept, and the key can be
@@ -287,10 +260,7 @@ pub async fn expired_record_is_swept_and_key_reclaimed<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
-    store
-        .complete(&key, fence, &success(1), h.tick() * 2)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(1), h.tick() * 2).await;
     h.advance(h.tick() * 3).await;
     assert!(
         store.get(&key).await.unwrap().is_none(),
@@ -313,15 +283,9 @@ pub async fn sweep_spares_in_flight_and_live_records<H: Harness>(h: H) {
     let (in_flight, live, expired) = (random_key(), random_key(), random_key());
     acquire(&*store, &req(&in_flight, &f, h.tick())).await;
     let fl = acquire(&*store, &req(&live, &f, h.tick())).await;
-    store
-        .complete(&live, fl, &success(1), h.tick() * 100)
-        .await
-        .unwrap();
+    complete(&*store, &live, fl, &success(1), h.tick() * 100).await;
     let fe = acquire(&*store, &req(&expired, &f, h.tick())).await;
-    store
-        .complete(&expired, fe, &success(2), h.tick())
-        .await
-        .unwrap();
+    complete(&*store, &expired, fe, &success(2), h.tick()).await;
     h.advance(h.tick() * 3).await;
     store.sweep().await.unwrap();
     assert!(store.get(&expired).await.unwrap().is_none());
@@ -331,10 +295,7 @@ pub async fn sweep_spares_in_flight_and_live_records<H: Harness>(h: H) {
         .unwrap()
         .expect("in-flight record kept");
     assert!(record.outcome().is_none());
-    assert_eq!(
-        store.get(&live).await.unwrap().unwrap().outcome(),
-        Some(&success(1))
-    );
+    assert_eq!(outcome_of(&*store, &live).await, Some(success(1)));
 }
 
 /// Step values and outputs come back exactly as written, through every
@@ -373,10 +334,7 @@ pub async fn values_round_trip_exactly<H: Harness>(h: H) {
     let outcome = Outcome::Success {
         output: serde_json::from_value(json!(text)).expect("output text"),
     };
-    store
-        .complete(&key, fence, &outcome, h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &outcome, h.tick() * 10).await;
     let want: BTreeMap<String, serde_json::Value> = steps
         .iter()
         .map(|(name, value)| (name.to_string(), value.clone()))
@@ -414,10 +372,7 @@ pub async fn very_long_leases_and_ttls_mean_forever<H: Harness>(h: H) {
         store.claim(&req(&key, &f, h.tick())).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
-    store
-        .complete(&key, fence, &success(4), Duration::MAX)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &success(4), Duration::MAX).await;
     h.advance(h.tick() * 2).await;
     store.sweep().await.unwrap();
     let record = store

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{acquire, approval_step, fp, parked, random_key, req, success, Harness};
+use super::{acquire, approval_step, complete, fp, parked, random_key, req, success, Harness};
 use idem_runtime::approval::Approval;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{
@@ -178,10 +178,7 @@ pub async fn scan_open_follows_records_as_they_settle<H: Harness>(h: H) {
     let done_fence = acquire(&*store, &req(&done, &f, long)).await;
     let released_fence = acquire(&*store, &req(&released, &f, long)).await;
     assert!(is_listed(done.clone()).await && is_listed(released.clone()).await);
-    store
-        .complete(&done, done_fence, &success(1), long)
-        .await
-        .unwrap();
+    complete(&*store, &done, done_fence, &success(1), long).await;
     store.release(&released, released_fence).await.unwrap();
     assert!(!is_listed(done.clone()).await, "a succeeded record is open");
     assert!(!is_listed(released.clone()).await, "a released key is open");
@@ -191,10 +188,7 @@ pub async fn scan_open_follows_records_as_they_settle<H: Harness>(h: H) {
     let unknown = random_key();
     let fence = acquire(&*store, &req(&unknown, &f, long)).await;
     let outcome = Outcome::Unknown { reason: "?".into() };
-    store
-        .complete(&unknown, fence, &outcome, long)
-        .await
-        .unwrap();
+    complete(&*store, &unknown, fence, &outcome, long).await;
     assert!(is_listed(unknown.clone()).await);
     let mut record = store.get(&unknown).await.unwrap().unwrap();
     let now = store.now().await.unwrap();
@@ -283,10 +277,7 @@ pub async fn scan_open_follows_records_as_they_settle<H: Harness>(h: H) {
         // Once the newest of ours is seen, the two oldest settle.
         if ours.len() == 6 && seen.contains(&newest) {
             for (key, fence) in ours.drain(..2) {
-                store
-                    .complete(&key, fence, &success(3), long)
-                    .await
-                    .unwrap();
+                complete(&*store, &key, fence, &success(3), long).await;
             }
         }
         match page.cursor {

@@ -6,7 +6,10 @@ use std::collections::BTreeMap;
 
 use serde_json::json;
 
-use super::{acquire, approval_step, assert_stale, fp, parked, random_key, req, success, Harness};
+use super::{
+    acquire, approval_step, assert_stale, complete, fp, outcome_of, parked, random_key, req,
+    success, Harness,
+};
 use idem_runtime::approval::Approval;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
@@ -15,7 +18,7 @@ use idem_runtime::record::{
     Status, StoredFailure, APPROVAL_STEP,
 };
 use idem_runtime::store::StoreExt;
-use idem_runtime::store::{ClaimOutcome, Expected, ExpectedState, Store};
+use idem_runtime::store::{ClaimOutcome, ClaimRequest, Expected, ExpectedState, Store, StoreError};
 
 fn info() -> CallInfo {
     let mut info = CallInfo::default();
@@ -32,8 +35,27 @@ fn info() -> CallInfo {
     info
 }
 
+/// Claim `r` carrying the call's `details`.
+fn with_details<'a>(r: ClaimRequest<'a>, details: &'a CallInfo) -> ClaimRequest<'a> {
+    ClaimRequest {
+        info: details.as_ref(),
+        ..r
+    }
+}
+
 fn expect(fence: Fence, state: ExpectedState) -> Expected {
     Expected { fence, state }
+}
+
+/// Swap `key`'s record for `new` (`None`: delete it) if `fence` owns it in
+/// `state`, with no audit event.
+async fn swap<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    (fence, state): (Fence, ExpectedState),
+    new: Option<&Record>,
+) -> Result<Option<Fence>, StoreError> {
+    store.replace(key, expect(fence, state), new, None).await
 }
 
 /// Park the in-flight call `key` owned by `fence` as awaiting approval for
@@ -76,9 +98,10 @@ pub async fn claim_records_call_details_and_worker<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let details = info();
-    let mut first = req(&key, &f, h.tick());
-    first.info = details.as_ref();
-    first.worker = Some("host-a:101");
+    let first = ClaimRequest {
+        worker: Some("host-a:101"),
+        ..with_details(req(&key, &f, h.tick()), &details)
+    };
     acquire(&*store, &first).await;
     let record = store.get(&key).await.unwrap().unwrap();
     assert_eq!(record.info, details);
@@ -153,16 +176,8 @@ pub async fn replace_swaps_only_the_record_it_expects<H: Harness>(h: H) {
         assert_stale(store.replace(&key, wrong, None, None).await);
     }
     assert_eq!(store.get(&key).await.unwrap().unwrap(), before);
-    assert_stale(
-        store
-            .replace(
-                &random_key(),
-                expect(fence, ExpectedState::InFlight),
-                Some(&other),
-                None,
-            )
-            .await,
-    );
+    let owned = (fence, ExpectedState::InFlight);
+    assert_stale(swap(&*store, &random_key(), owned, Some(&other)).await);
 
     let (parked, _) = park(&*store, &key, fence, h.tick() * 10).await;
     let record = store.get(&key).await.unwrap().unwrap();
@@ -172,16 +187,8 @@ pub async fn replace_swaps_only_the_record_it_expects<H: Harness>(h: H) {
     assert_stale(store.renew(&key, fence, h.tick()).await);
     assert_stale(store.release(&key, fence).await);
     // The old fence cannot replace it again either.
-    assert_stale(
-        store
-            .replace(
-                &key,
-                expect(fence, ExpectedState::AwaitingApproval),
-                None,
-                None,
-            )
-            .await,
-    );
+    let waiting = (fence, ExpectedState::AwaitingApproval);
+    assert_stale(swap(&*store, &key, waiting, None).await);
     assert_eq!(store.get(&key).await.unwrap().unwrap().fence(), parked);
 }
 
@@ -227,16 +234,9 @@ pub async fn approved_call_is_claimed_once_with_its_approval<H: Harness>(h: H) {
     let fence = acquire(&*store, &req(&key, &f, h.tick())).await;
     let (parked, record) = park(&*store, &key, fence, h.tick() * 20).await;
     let now = store.now().await.unwrap();
-    let approved_fence = store
-        .replace(
-            &key,
-            expect(parked, ExpectedState::AwaitingApproval),
-            Some(&approved(record, now)),
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let waiting = (parked, ExpectedState::AwaitingApproval);
+    let approved_fence = swap(&*store, &key, waiting, Some(&approved(record, now))).await;
+    let approved_fence = approved_fence.unwrap().expect("a fence for the new record");
     let read = store.get(&key).await.unwrap().unwrap();
     assert_eq!(read.status(), Status::Approved);
     assert_eq!(read.approval().unwrap().approver, "ana");
@@ -263,10 +263,7 @@ pub async fn approved_call_is_claimed_once_with_its_approval<H: Harness>(h: H) {
         store.claim(&req(&key, &f, h.tick())).await.unwrap(),
         ClaimOutcome::InFlight { .. }
     ));
-    store
-        .complete(&key, owner, &success(5), h.tick() * 10)
-        .await
-        .unwrap();
+    complete(&*store, &key, owner, &success(5), h.tick() * 10).await;
     let done = store.get(&key).await.unwrap().unwrap();
     assert_eq!(done.outcome(), Some(&success(5)));
     assert_eq!(done.worker.as_deref(), Some("host-c:303"));
@@ -288,35 +285,16 @@ pub async fn replace_overrules_only_an_expired_lease<H: Harness>(h: H) {
         completed_at: now,
         expires_at: now.plus(h.tick() * 50),
     };
-    assert_stale(
-        store
-            .replace(
-                &key,
-                expect(fence, ExpectedState::LeaseExpired),
-                Some(&settled),
-                None,
-            )
-            .await,
-    );
+    let lapsed = (fence, ExpectedState::LeaseExpired);
+    assert_stale(swap(&*store, &key, lapsed, Some(&settled)).await);
     assert!(matches!(
         store.get(&key).await.unwrap().unwrap().state,
         RecordState::InFlight { .. }
     ));
     h.advance(h.tick() * 3).await;
-    store
-        .replace(
-            &key,
-            expect(fence, ExpectedState::LeaseExpired),
-            Some(&settled),
-            None,
-        )
-        .await
-        .unwrap();
+    swap(&*store, &key, lapsed, Some(&settled)).await.unwrap();
     assert_stale(store.complete(&key, fence, &success(1), h.tick()).await);
-    assert_eq!(
-        store.get(&key).await.unwrap().unwrap().outcome(),
-        Some(&success(9))
-    );
+    assert_eq!(outcome_of(&*store, &key).await, Some(success(9)));
 }
 
 /// A completed record can be replaced by a settled one (its audit kept
@@ -325,16 +303,11 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
     let store = h.store();
     let (key, f) = (random_key(), fp("a"));
     let details = info();
-    let mut first = req(&key, &f, h.tick());
-    first.info = details.as_ref();
-    let fence = acquire(&*store, &first).await;
+    let fence = acquire(&*store, &with_details(req(&key, &f, h.tick()), &details)).await;
     let unknown = Outcome::Unknown {
         reason: "owner vanished mid-call".into(),
     };
-    store
-        .complete(&key, fence, &unknown, h.tick() * 50)
-        .await
-        .unwrap();
+    complete(&*store, &key, fence, &unknown, h.tick() * 50).await;
     let record = store.get(&key).await.unwrap().unwrap();
     assert_eq!(record.status(), Status::Unknown);
 
@@ -367,16 +340,9 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
             reason: None,
         },
     ];
-    let new = store
-        .replace(
-            &key,
-            expect(fence, ExpectedState::Completed),
-            Some(&settled),
-            None,
-        )
-        .await
-        .unwrap()
-        .unwrap();
+    let done = (fence, ExpectedState::Completed);
+    let new = swap(&*store, &key, done, Some(&settled)).await.unwrap();
+    let new = new.expect("a fence for the new record");
     let read = store.get(&key).await.unwrap().unwrap();
     assert_eq!(read.fence(), new);
     assert_eq!(read.outcome(), Some(&failed));
@@ -384,14 +350,9 @@ pub async fn completed_record_is_replaced_and_deleted<H: Harness>(h: H) {
     assert_eq!(read.info, details);
     assert_eq!(read.status(), Status::Failed);
     // The old fence no longer matches.
-    assert_stale(
-        store
-            .replace(&key, expect(fence, ExpectedState::Completed), None, None)
-            .await,
-    );
+    assert_stale(swap(&*store, &key, done, None).await);
     assert_eq!(
-        store
-            .replace(&key, expect(new, ExpectedState::Completed), None, None)
+        swap(&*store, &key, (new, ExpectedState::Completed), None)
             .await
             .unwrap(),
         None
@@ -441,10 +402,7 @@ pub async fn scan_returns_every_record_once<H: Harness>(h: H) {
         let status = match i % 4 {
             0 => Status::InFlight,
             1 => {
-                store
-                    .complete(&key, fence, &success(i64::from(i)), long)
-                    .await
-                    .unwrap();
+                complete(&*store, &key, fence, &success(i64::from(i)), long).await;
                 Status::Succeeded
             }
             2 => {
@@ -461,10 +419,7 @@ pub async fn scan_returns_every_record_once<H: Harness>(h: H) {
     }
     let lapsing = random_key();
     let fence = acquire(&*store, &req(&lapsing, &f, h.tick())).await;
-    store
-        .complete(&lapsing, fence, &success(0), h.tick())
-        .await
-        .unwrap();
+    complete(&*store, &lapsing, fence, &success(0), h.tick()).await;
     h.advance(h.tick() * 2).await;
 
     for page_size in [1, 7, 1000] {

@@ -6,7 +6,7 @@ pub(crate) fn closest<'a>(given: &str, candidates: &[&'a str]) -> Option<&'a str
     let given = given.to_ascii_lowercase();
     let (best, distance) = candidates
         .iter()
-        .map(|c| (*c, edit_distance(&given, c)))
+        .map(|c| (*c, strsim::levenshtein(&given, c)))
         .min_by_key(|(_, d)| *d)?;
     // A third of the word may be wrong; a prefix (`idempotent` for
     // `idempotent_write`) is also a strong enough hint.
@@ -44,21 +44,6 @@ pub(crate) fn one_of(candidates: &[&str]) -> String {
         Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
         None => String::new(),
     }
-}
-
-/// Levenshtein distance over bytes (option names are ASCII).
-fn edit_distance(a: &str, b: &str) -> usize {
-    let (a, b) = (a.as_bytes(), b.as_bytes());
-    let mut previous: Vec<usize> = (0..=b.len()).collect();
-    for (i, &ca) in a.iter().enumerate() {
-        let mut current = vec![i + 1; b.len() + 1];
-        for (j, &cb) in b.iter().enumerate() {
-            let substitution = previous[j] + usize::from(ca != cb);
-            current[j + 1] = substitution.min(previous[j + 1] + 1).min(current[j] + 1);
-        }
-        previous = current;
-    }
-    previous[b.len()]
 }
 
 #[cfg(test)]
@@ -104,12 +89,5 @@ mod tests {
     fn lists_read_naturally() {
         assert_eq!(one_of(&["a"]), "`a`");
         assert_eq!(one_of(&["a", "b", "c"]), "`a`, `b` or `c`");
-    }
-
-    #[test]
-    fn distance_is_levenshtein() {
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("same", "same"), 0);
     }
 }

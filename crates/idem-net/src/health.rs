@@ -44,13 +44,13 @@ type Probe = Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), Down>> + Sen
 /// ```
 #[derive(Clone, Default)]
 pub struct Health {
-    checks: Vec<(&'static str, Probe)>,
+    checks: Vec<(String, Probe)>,
     stopping: Arc<AtomicBool>,
 }
 
 impl std::fmt::Debug for Health {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let names: Vec<&str> = self.checks.iter().map(|(name, _)| *name).collect();
+        let names: Vec<&str> = self.checks.iter().map(|(name, _)| name.as_str()).collect();
         f.debug_struct("Health")
             .field("checks", &names)
             .field("stopping", &self.stopping.load(Ordering::SeqCst))
@@ -59,15 +59,16 @@ impl std::fmt::Debug for Health {
 }
 
 impl Health {
-    /// Add the check `name` (letters, digits and `_`: it is written into
-    /// JSON as it is): `probe` says whether it is up, or why not.
-    pub fn check<F, Fut>(mut self, name: &'static str, probe: F) -> Self
+    /// Add the check `name` (letters, digits, `_`, `-` and `:`: it is
+    /// written into JSON as it is): `probe` says whether it is up, or why
+    /// not.
+    pub fn check<F, Fut>(mut self, name: impl Into<String>, probe: F) -> Self
     where
         F: Fn() -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<(), Down>> + Send + 'static,
     {
         let probe: Probe = Arc::new(move || Box::pin(probe()));
-        self.checks.push((name, probe));
+        self.checks.push((name.into(), probe));
         self
     }
 
@@ -103,7 +104,7 @@ impl Health {
                 Ok(Err(down)) => down,
                 Err(_) => "timed out",
             };
-            (*name, said)
+            (name.as_str(), said)
         });
         let said = futures_util::future::join_all(probes).await;
         let fields = |all: &[(&str, &str)]| {

@@ -66,24 +66,11 @@ pub enum CrashPoint {
     AfterRecord,
 }
 
-/// A store operation, as a fault names it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// [`StoreExt::claim`](idem_runtime::store::StoreExt::claim).
-    Claim,
-    /// [`StoreExt::checkpoint`](idem_runtime::store::StoreExt::checkpoint).
-    Checkpoint,
-    /// [`StoreExt::renew`](idem_runtime::store::StoreExt::renew).
-    Renew,
-    /// [`StoreExt::complete`](idem_runtime::store::StoreExt::complete).
-    Complete,
-    /// [`StoreExt::release`](idem_runtime::store::StoreExt::release).
-    Release,
-    /// [`StoreExt::get`](idem_runtime::store::StoreExt::get).
-    Get,
-    /// [`StoreExt::wait`](idem_runtime::store::StoreExt::wait).
-    Wait,
-}
+/// The store operations a fault can strike (the others pass untouched).
+pub const FAULTY_OPS: [OpKind; 7] = {
+    use OpKind::*;
+    [Claim, Checkpoint, Renew, Complete, Release, Get, Wait]
+};
 
 /// Where a worker freezes, as a process stopped by the scheduler or a
 /// garbage collector: its tool and its store traffic (lease renewals
@@ -109,8 +96,8 @@ pub enum Fault {
     /// store saw it (`applied: false`) or after it applied (`applied:
     /// true`: the write happened, the answer was lost).
     StoreFails {
-        /// The operation.
-        op: Op,
+        /// The operation, one of [`FAULTY_OPS`].
+        op: OpKind,
         /// Whether the write applied before the error.
         applied: bool,
     },
@@ -425,21 +412,6 @@ fn show_record(r: &Record) -> String {
     }
 }
 
-/// The operation a fault names, for the kinds the simulation traces and
-/// strikes.
-fn op_of(kind: OpKind) -> Option<Op> {
-    Some(match kind {
-        OpKind::Claim => Op::Claim,
-        OpKind::Checkpoint => Op::Checkpoint,
-        OpKind::Renew => Op::Renew,
-        OpKind::Complete => Op::Complete,
-        OpKind::Release => Op::Release,
-        OpKind::Get => Op::Get,
-        OpKind::Wait => Op::Wait,
-        _ => return None,
-    })
-}
-
 /// The store every simulated worker uses: the real store behind
 /// [`Faults`].
 pub(crate) type SimStore = Interceptor<Faults>;
@@ -465,7 +437,7 @@ pub(crate) struct Faults {
 }
 
 impl Faults {
-    fn unreachable(&self, store: &dyn Store, op: Op, applied: bool) -> StoreError {
+    fn unreachable(&self, store: &dyn Store, op: OpKind, applied: bool) -> StoreError {
         StoreError::Unavailable {
             store: store.describe(),
             cause: format!(
@@ -521,7 +493,7 @@ impl Hook for Faults {
                 ..
             }
         );
-        let Some(sim_op) = op_of(kind).filter(|_| !decision) else {
+        let Some(sim_op) = Some(kind).filter(|k| FAULTY_OPS.contains(k) && !decision) else {
             // Waits for a decision are traced; the rest (audit, scans,
             // replacements, the clock) pass untouched, but for what their
             // writes flush.
@@ -560,7 +532,7 @@ impl Hook for Faults {
                     .event(format!("{what} -> unreachable (not applied)"));
                 return Err(self.unreachable(store, sim_op, false));
             }
-            if sim_op == Op::Complete {
+            if sim_op == OpKind::Complete {
                 w.crash_at(CrashPoint::BeforeRecord).await;
                 w.pause_at(PausePoint::BeforeRecord).await;
             }
@@ -586,10 +558,10 @@ impl Hook for Faults {
         }
         let acquired = matches!(answer, Answer::Claim(ClaimOutcome::Acquired { .. }));
         let point = match (sim_op, step) {
-            (Op::Claim, _) if acquired => Some(CrashPoint::AfterClaim),
-            (Op::Checkpoint, Some(ATTEMPT_STEP)) => Some(CrashPoint::AfterStarted),
-            (Op::Checkpoint, Some(INTENT_STEP)) => Some(CrashPoint::AfterIntent),
-            (Op::Complete, _) => Some(CrashPoint::AfterRecord),
+            (OpKind::Claim, _) if acquired => Some(CrashPoint::AfterClaim),
+            (OpKind::Checkpoint, Some(ATTEMPT_STEP)) => Some(CrashPoint::AfterStarted),
+            (OpKind::Checkpoint, Some(INTENT_STEP)) => Some(CrashPoint::AfterIntent),
+            (OpKind::Complete, _) => Some(CrashPoint::AfterRecord),
             _ => None,
         };
         if let Some(point) = point {
@@ -623,13 +595,13 @@ impl Hook for Faults {
         }
         let what = label(w.id, "ClaimLocal", req.key.as_str(), None);
         let refused = Fault::StoreFails {
-            op: Op::Claim,
+            op: OpKind::Claim,
             applied: false,
         };
         if w.strike(|f| (*f == refused).then_some(())).is_some() {
             self.world
                 .event(format!("{what} -> unreachable (not applied)"));
-            return Some(Err(self.unreachable(store, Op::Claim, false)));
+            return Some(Err(self.unreachable(store, OpKind::Claim, false)));
         }
         // `None`: the store answers this claim the usual way, where the
         // worker's claim faults strike instead.
@@ -642,12 +614,12 @@ impl Hook for Faults {
             self.volatile.claimed(req, outcome);
         }
         let lost = Fault::StoreFails {
-            op: Op::Claim,
+            op: OpKind::Claim,
             applied: true,
         };
         if w.strike(|f| (*f == lost).then_some(())).is_some() {
             self.world.event(format!("{what} -> unreachable (applied)"));
-            return Some(Err(self.unreachable(store, Op::Claim, true)));
+            return Some(Err(self.unreachable(store, OpKind::Claim, true)));
         }
         if matches!(outcome, LocalClaim::Claim(ClaimOutcome::Acquired { .. })) {
             let crash = Fault::Crash(CrashPoint::AfterClaim);

@@ -77,7 +77,7 @@ mod volatile;
 mod world;
 
 pub use clock::TokioClock;
-pub use faults::{CrashPoint, Fault, Op, PausePoint};
+pub use faults::{CrashPoint, Fault, PausePoint, FAULTY_OPS};
 pub use schedule::{run_schedule, Schedule, ScheduleReport, Timing};
 pub use servers::{
     python_mcp, run_python_clients, skip, workspace_root, PostgresServer, RedisCluster,

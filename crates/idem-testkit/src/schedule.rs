@@ -33,7 +33,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
 
-use crate::faults::{sim_store, CrashPoint, Fault, Op, PausePoint, Worker, WORKER};
+use crate::faults::{sim_store, CrashPoint, Fault, PausePoint, Worker, FAULTY_OPS, WORKER};
 use crate::oracle::{self, Acked};
 use crate::tools::{self, App};
 use crate::volatile::Volatile;
@@ -153,16 +153,6 @@ const CRASH_POINTS: [CrashPoint; 6] = [
     CrashPoint::AfterProvider,
     CrashPoint::BeforeRecord,
     CrashPoint::AfterRecord,
-];
-
-const OPS: [Op; 7] = [
-    Op::Claim,
-    Op::Checkpoint,
-    Op::Renew,
-    Op::Complete,
-    Op::Release,
-    Op::Get,
-    Op::Wait,
 ];
 
 impl Schedule {
@@ -331,7 +321,7 @@ impl FaultMix {
         match kind {
             0 => Fault::Crash(CRASH_POINTS[rng.random_range(0..CRASH_POINTS.len())]),
             1 => Fault::StoreFails {
-                op: OPS[rng.random_range(0..OPS.len())],
+                op: FAULTY_OPS[rng.random_range(0..FAULTY_OPS.len())],
                 applied: rng.random_bool(0.5),
             },
             2 => {

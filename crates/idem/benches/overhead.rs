@@ -360,38 +360,33 @@ fn floor(
     // idem: canonical arguments, their fingerprint (a SHA-256), the
     // framed key (another SHA-256), from run and step or a call id.
     let ns = Namespace::default();
-    g.bench_function("floor_idem_key", |b| {
-        b.iter(|| {
-            let args = args();
-            let canonical = CanonicalArgs::from_serialize(&args).unwrap();
-            let key = derive_key(&KeyInput {
-                version: 1,
-                namespace: &ns,
-                tool: "send_email",
-                source: KeySource::Step {
-                    run_id: "run-1",
-                    step: 0,
-                    args: &canonical,
-                },
+    for (name, call_id) in [
+        ("floor_idem_key", None),
+        ("floor_idem_key_call_id", Some("call_0")),
+    ] {
+        g.bench_function(name, |b| {
+            b.iter(|| {
+                let args = args();
+                let canonical = CanonicalArgs::from_serialize(&args).unwrap();
+                let source = match call_id {
+                    Some(id) => KeySource::CallId(id),
+                    None => KeySource::Step {
+                        run_id: "run-1",
+                        step: 0,
+                        args: &canonical,
+                    },
+                };
+                let key = derive_key(&KeyInput {
+                    version: 1,
+                    namespace: &ns,
+                    tool: "send_email",
+                    source,
+                })
+                .unwrap();
+                (canonical, key)
             })
-            .unwrap();
-            (canonical, key)
-        })
-    });
-    g.bench_function("floor_idem_key_call_id", |b| {
-        b.iter(|| {
-            let args = args();
-            let canonical = CanonicalArgs::from_serialize(&args).unwrap();
-            let key = derive_key(&KeyInput {
-                version: 1,
-                namespace: &ns,
-                tool: "send_email",
-                source: KeySource::CallId("call_0"),
-            })
-            .unwrap();
-            (canonical, key)
-        })
-    });
+        });
+    }
     // The fingerprint's SHA-256 alone, over the canonical text.
     let text = CanonicalArgs::from_serialize(&args()).unwrap().text;
     g.bench_function("floor_fingerprint_hash", |b| {

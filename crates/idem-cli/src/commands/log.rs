@@ -16,7 +16,7 @@ use crate::error::CliError;
 use crate::render::json::{AuditEventJson, LogJson};
 use crate::render::short_key;
 use crate::render::table::{Cell, Table};
-use crate::time::{relative, rfc3339};
+use crate::time::relative;
 
 /// How many events one read of the log asks for.
 const PAGE: usize = 500;
@@ -88,7 +88,7 @@ pub(super) async fn run(operator: &Operator, args: &LogArgs, out: &Output) -> Re
         table.row(vec![
             Cell::plain(format!(
                 "{} ({})",
-                rfc3339(event.at),
+                event.at.rfc3339(),
                 relative(now, event.at)
             )),
             Cell::plain(short_key(event.key.as_str())),

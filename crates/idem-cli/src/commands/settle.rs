@@ -9,7 +9,6 @@ use crate::cli::{DeleteArgs, ResolveArgs};
 use crate::error::CliError;
 use crate::render::json::DeletedJson;
 use crate::render::short_key;
-use crate::time::rfc3339;
 use idem_runtime::text::visible;
 
 /// `idem resolve`: settle the call as succeeded or failed, or release it.
@@ -41,7 +40,7 @@ pub(super) async fn resolve(
         Some(record) => {
             let status = record.status();
             let kept = match record.expires_at() {
-                Some(until) => format!(" until {}", rfc3339(until)),
+                Some(until) => format!(" until {}", until.rfc3339()),
                 None => String::new(),
             };
             let line = format!(

@@ -12,7 +12,7 @@ use idem_runtime::record::{Outcome, Record, RecordState, Status};
 use super::json::json_or_string;
 use super::short_key;
 use super::style::{paint, status as status_style, COMMAND, DIM, HEADER};
-use crate::time::{age, relative, rfc3339};
+use crate::time::{age, relative};
 use idem_runtime::text::visible;
 
 /// Width of the label column.
@@ -26,7 +26,7 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
     let mut out = Out::default();
     let status = record.status();
     let info = &record.info;
-    let when = |at: Timestamp| format!("{} ({})", rfc3339(at), relative(now, at));
+    let when = |at: Timestamp| format!("{} ({})", at.rfc3339(), relative(now, at));
 
     out.field("Key", record.key.as_str());
     out.styled("State", status.as_str(), status_style(status));
@@ -59,13 +59,23 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
             let lease = if record.lease_expired(now) {
                 format!(
                     "{} (ran out {}: the owner vanished)",
-                    rfc3339(*lease_until),
+                    lease_until.rfc3339(),
                     relative(now, *lease_until)
                 )
             } else {
                 format!("until {}", when(*lease_until))
             };
             out.field("Lease", &lease);
+            if let Some(wait) = record.outlast() {
+                out.field(
+                    "Waits",
+                    &format!(
+                        "owner {} vanished mid-call; its attempt must be over by {}, then the reconcile hook decides (idem resolve ends the wait)",
+                        wait.previous,
+                        when(wait.until)
+                    ),
+                );
+            }
         }
         RecordState::AwaitingApproval { expires_at, .. } => {
             let then = if status == Status::Approved {
@@ -211,7 +221,7 @@ fn next_steps(record: &Record, now: Timestamp) -> Vec<String> {
             format!("idem deny {key} --by NAME --reason TEXT"),
         ],
         Status::Unknown => settle(),
-        Status::InFlight if record.lease_expired(now) => settle(),
+        Status::InFlight if record.lease_expired(now) || record.outlast().is_some() => settle(),
         _ => Vec::new(),
     }
 }

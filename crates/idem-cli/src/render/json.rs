@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use idem_runtime::clock::Timestamp;
 use idem_runtime::operator::Counts;
 use idem_runtime::record::Status;
 use serde::Serialize;
@@ -107,7 +108,7 @@ impl StatsJson {
                 under_1d: counts.unknown_by_age.under_1d,
                 under_7d: counts.unknown_by_age.under_7d,
                 over_7d: counts.unknown_by_age.over_7d,
-                oldest: counts.unknown_by_age.oldest.map(crate::time::rfc3339),
+                oldest: counts.unknown_by_age.oldest.map(Timestamp::rfc3339),
             },
         }
     }

@@ -16,9 +16,10 @@ use serde_json::json;
 use crate::support::browser::Browser;
 use idem_testkit::servers::TestCertificates;
 
-use crate::support::serve::{wait_on, wait_on_in, Http, Scene, DANA, VIC};
+use crate::support::serve::{wait_on, wait_on_in, Http, Scene, Waiting, DANA, VIC};
 use crate::support::tools::{delete_call, executor, tenant, the_duplicate_gets, timed_out_charge};
 use crate::support::unique;
+use idem::ToolResult;
 
 /// How long a page may take to show what a test waits for.
 const PAGE: Duration = Duration::from_secs(15);
@@ -53,6 +54,34 @@ async fn wait_text(browser: &Browser, css: &str, needle: &str) -> String {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// Open the page of record `key`, and wait until it shows `css`.
+async fn open_record(browser: &Browser, scene: &Scene, key: &str, css: &str) {
+    let page = scene.serve.url(&format!("/records/{key}"));
+    browser.goto(&page).await;
+    browser.wait_for(css, PAGE).await;
+}
+
+/// Approve the record open on the page with `note`, up to the page that
+/// asks to confirm.
+async fn approve_with_note(browser: &Browser, note: &str) {
+    browser.fill("#note", note).await;
+    browser.submit("form#approve").await;
+    browser.wait_for("#effect", PAGE).await;
+}
+
+/// Confirm the approval the page asks about: `delete_account` runs then,
+/// exactly once, and the waiting caller gets its output.
+async fn confirm_and_run_once(browser: &Browser, scene: &Scene, waiting: Waiting) -> ToolResult {
+    assert_eq!(scene.app.deletions(), 0, "not before the confirmation");
+    browser.click("#confirm-button").await;
+    wait_text(browser, "#notice", "Done: approved.").await;
+    let ran = waiting.decided().await;
+    let output = &ran.result.as_ref().expect("it runs once approved").output;
+    assert_eq!(output, &json!("deleted mallory"));
+    assert_eq!(scene.app.deletions(), 1, "exactly once");
+    ran
 }
 
 fn shot(name: &str) -> std::path::PathBuf {
@@ -219,14 +248,9 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     browser.screenshot(&shot("inbox-phone.png")).await;
     browser.client().set_window_size(1280, 900).await.unwrap();
     // Back to the record (the inbox's rows may be redrawn under a click).
-    browser
-        .goto(&scene.serve.url(&format!("/records/{key}")))
-        .await;
-    browser.wait_for("#record", PAGE).await;
+    open_record(&browser, &scene, &key, "#record").await;
 
-    browser.fill("#note", "mallory asked in ticket OPS-7").await;
-    browser.submit("form#approve").await;
-    browser.wait_for("#effect", PAGE).await;
+    approve_with_note(&browser, "mallory asked in ticket OPS-7").await;
     let effect = browser.text("#effect").await;
     assert!(
         effect.starts_with(
@@ -234,16 +258,7 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
         ),
         "{effect}"
     );
-    assert_eq!(scene.app.deletions(), 0, "not before the confirmation");
-    browser.click("#confirm-button").await;
-    wait_text(&browser, "#notice", "Done: approved.").await;
-
-    let ran = waiting.decided().await;
-    assert_eq!(
-        ran.result.expect("it runs once approved").output,
-        json!("deleted mallory")
-    );
-    assert_eq!(scene.app.deletions(), 1, "exactly once");
+    let ran = confirm_and_run_once(&browser, &scene, waiting).await;
     let again = scene
         .agent
         .dispatch_one(
@@ -254,9 +269,7 @@ async fn an_approver_approves_a_waiting_call_which_runs_exactly_once() {
     assert!(again.result.unwrap().meta.deduplicated);
     assert_eq!(scene.app.deletions(), 1, "the repeat runs nothing");
 
-    browser
-        .goto(&scene.serve.url(&format!("/records/{key}")))
-        .await;
+    open_record(&browser, &scene, &key, "#audit").await;
     let audit = wait_text(&browser, "#audit", "approved").await;
     assert!(
         audit.contains("approved by dana") && audit.contains("mallory asked in ticket OPS-7"),
@@ -281,10 +294,7 @@ async fn a_denial_needs_a_reason_and_reaches_the_waiting_caller() {
     let item = scene.listed().await;
     let key = item["key"].as_str().unwrap();
     sign_in(&browser, &scene, DANA).await;
-    browser
-        .goto(&scene.serve.url(&format!("/records/{key}")))
-        .await;
-    browser.wait_for("form#deny", PAGE).await;
+    open_record(&browser, &scene, key, "form#deny").await;
     browser.submit("form#deny").await;
     let error = wait_text(&browser, "#error", "needs a reason").await;
     assert!(error.ends_with("Nothing was changed."), "{error}");
@@ -323,10 +333,7 @@ async fn an_unknown_charge_resolved_on_the_page_answers_its_duplicate() {
     let key = scene.listed().await["key"].as_str().unwrap().to_owned();
 
     sign_in(&browser, &scene, DANA).await;
-    browser
-        .goto(&scene.serve.url(&format!("/records/{key}")))
-        .await;
-    browser.wait_for("form#resolve", PAGE).await;
+    open_record(&browser, &scene, &key, "form#resolve").await;
     assert!(
         browser.text("#fields").await.contains("timed out"),
         "the failure is shown"
@@ -520,20 +527,7 @@ async fn over_https_an_approver_approves_a_call_that_arrives_live() {
     let key = item["key"].as_str().unwrap().to_owned();
     let row = format!("tr.item[data-key='{key}']");
     browser.wait_for(&row, PAGE).await;
-    browser
-        .goto(&scene.serve.url(&format!("/records/{key}")))
-        .await;
-    browser.wait_for("#record", PAGE).await;
-    browser.fill("#note", "approved over https").await;
-    browser.submit("form#approve").await;
-    browser.wait_for("#effect", PAGE).await;
-    assert_eq!(scene.app.deletions(), 0, "not before the confirmation");
-    browser.click("#confirm-button").await;
-    wait_text(&browser, "#notice", "Done: approved.").await;
-    let ran = waiting.decided().await;
-    assert_eq!(
-        ran.result.expect("it runs once approved").output,
-        json!("deleted mallory")
-    );
-    assert_eq!(scene.app.deletions(), 1, "exactly once");
+    open_record(&browser, &scene, &key, "#record").await;
+    approve_with_note(&browser, "approved over https").await;
+    confirm_and_run_once(&browser, &scene, waiting).await;
 }

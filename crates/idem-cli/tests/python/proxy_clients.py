@@ -35,6 +35,9 @@ from proxy_ops import (  # noqa: F401
     second_signal,
     session_deleted,
 )
+from proxy_dead_instance import dead_instance
+from proxy_gateway import gateway
+from proxy_soak import soak
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -384,6 +387,9 @@ CASES = {
     "principals_over_http": principals_over_http,
     "oauth_over_http": oauth_over_http,
     "two_instances": two_instances,
+    "dead_instance": dead_instance,
+    "gateway": gateway,
+    "soak": soak,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
@@ -400,11 +406,11 @@ CASES = {
 }
 
 
-# Cases run by a test of their own: that starts the server they need, or
-# that stops the proxy.
-OWN_TEST = {"two_instances", "drained_on_sigterm", "grace_runs_out", "second_signal", "session_deleted", "access_logged",
-            "health_and_readiness", "metrics_scraped", "principals_reloaded",
-            "ctrl_c_in_a_terminal"}
+# Cases run by a test of their own: that starts or finds the server they
+# need (PostgreSQL, PyPI's mcp-server-git), or that stops the proxy.
+OWN_TEST = {"two_instances", "dead_instance", "gateway", "soak", "drained_on_sigterm", "grace_runs_out",
+            "second_signal", "session_deleted", "access_logged", "health_and_readiness", "metrics_scraped",
+            "principals_reloaded", "ctrl_c_in_a_terminal"}
 
 
 async def main() -> None:

@@ -45,6 +45,10 @@ pub(super) struct Config {
     /// By tool name or glob (`*` any run of characters, `?` one).
     #[serde(default)]
     pub tools: BTreeMap<String, ToolConfig>,
+    /// Several upstream servers behind one endpoint
+    /// ([`gateway`](super::gateway)).
+    #[serde(default)]
+    pub upstream: Vec<super::gateway::UpstreamConfig>,
 }
 
 /// `[server]`.

@@ -8,7 +8,9 @@ use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
+use idem_net::health::Health;
 use idem_net::stop::Requests;
+use idem_runtime::store::{Store, StoreExt as _};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 
@@ -124,6 +126,7 @@ impl Listening {
         proxy: Proxy,
         name: &str,
         mut stopping: Stopping,
+        health: Health,
         metrics: axum::Router,
     ) -> Result<(), ProxyError> {
         let Listening {
@@ -155,7 +158,6 @@ impl Listening {
         // Cancelled once the calls are done: the sessions' streams end.
         let sessions = tokio_util::sync::CancellationToken::new();
         let config = config.with_cancellation_token(sessions.clone());
-        let health = proxy.health();
         let service = StreamableHttpService::new(
             move || Ok(proxy.clone()),
             Arc::new(LocalSessionManager::default()),
@@ -265,6 +267,42 @@ fn reload(auth: &Authenticator, path: &std::path::Path) {
              stay: {e}"
         ),
     }
+}
+
+/// `/readyz`'s checks: the store answers, and each upstream answers a
+/// ping (started again, or connected to again, if it had gone): `upstream`,
+/// or `upstream:NAME` for each of a gateway's.
+pub(super) fn health(
+    store: Arc<dyn Store>,
+    mounts: &[super::gateway::Mount],
+    gateway: bool,
+) -> Health {
+    let mut health = Health::default().check("store", move || {
+        let store = store.clone();
+        async move {
+            store.now().await.map(|_| ()).map_err(|e| {
+                tracing::warn!(error = %e, "readiness: the store does not answer");
+                "not answering"
+            })
+        }
+    });
+    for mount in mounts {
+        let upstream = mount.upstream.clone();
+        let name = match gateway {
+            true => format!("upstream:{}", mount.name),
+            false => "upstream".to_owned(),
+        };
+        health = health.check(name, move || {
+            let upstream = upstream.clone();
+            async move {
+                upstream.ping().await.map_err(|e| {
+                    tracing::warn!(error = %e, "readiness: an upstream is not connected");
+                    "not connected"
+                })
+            }
+        });
+    }
+    health
 }
 
 /// How long the connections have to close once every answer was sent.

@@ -38,6 +38,9 @@ pub(super) struct UpstreamTool {
     /// How long the call may go without its result or progress.
     idle: Duration,
     spec: &'static ToolSpec,
+    /// The tool's name on its upstream (the spec's is the name served,
+    /// prefixed behind a gateway).
+    remote: String,
     class: ClassKind,
     natural: Option<&'static [&'static str]>,
     upstream: Arc<Upstream>,
@@ -50,10 +53,11 @@ fn leak(text: &str) -> &'static str {
 }
 
 impl UpstreamTool {
-    /// The tool `name` (described as `description`) of `upstream`, run as
-    /// `resolved` says.
+    /// The tool `remote` of `upstream`, served as `name` (described as
+    /// `description`), run as `resolved` says.
     pub(super) fn new(
         name: &str,
+        remote: &str,
         description: &str,
         resolved: &Resolved,
         upstream: Arc<Upstream>,
@@ -77,6 +81,7 @@ impl UpstreamTool {
         UpstreamTool {
             idle: resolved.timeout.unwrap_or(DEFAULT_TIMEOUT),
             spec: Box::leak(Box::new(spec)),
+            remote: remote.to_owned(),
             class: resolved.class,
             natural,
             upstream,
@@ -132,8 +137,7 @@ impl Tool<()> for UpstreamTool {
             }
         };
         let progress = super::upstream::progress_to();
-        let mut request =
-            CallToolRequestParams::new(self.spec.name.to_owned()).with_arguments(arguments);
+        let mut request = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
         if let Some(key) = ctx.key() {
             request = request.with_idempotency_key(key.as_str());
         }

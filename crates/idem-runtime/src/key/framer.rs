@@ -55,7 +55,7 @@ impl Framer {
 
     pub(super) fn finish(mut self) -> IdempotencyKey {
         self.flush();
-        IdempotencyKey::of_digest(self.hash.finalize().into())
+        IdempotencyKey::from_digest(&self.hash.finalize().into())
     }
 }
 

@@ -81,12 +81,6 @@ impl IdempotencyKey {
         IdempotencyKey::of(hex.digest(), hex)
     }
 
-    /// The key that is the hex of `digest`, not parsed back from the text
-    /// just written.
-    fn of_digest(digest: [u8; 32]) -> Self {
-        IdempotencyKey::of(digest, Hex64::of(digest))
-    }
-
     fn of(digest: [u8; 32], hex: Hex64) -> Self {
         let mut bytes = [0u8; KEY_BYTES];
         bytes[..32].copy_from_slice(&digest);
@@ -239,9 +233,10 @@ impl IdempotencyKey {
         self.bits
     }
 
-    /// The key whose digest is `digest` ([`IdempotencyKey::digest`]).
+    /// The key whose digest is `digest` ([`IdempotencyKey::digest`]): the
+    /// hex of it, not parsed back from the text just written.
     pub(crate) fn from_digest(digest: &[u8; 32]) -> Self {
-        IdempotencyKey::of_digest(*digest)
+        IdempotencyKey::of(*digest, Hex64::of(*digest))
     }
 
     /// A stable sub-key for one of several downstream requests made under
@@ -336,14 +331,9 @@ impl Fingerprint {
         }
     }
 
-    /// The fingerprint of `digest`.
-    fn computed(digest: [u8; 32]) -> Self {
-        Fingerprint(FingerprintText::Digest(Hex64::of(digest), digest))
-    }
-
     /// The fingerprint whose digest is `digest` ([`Fingerprint::digest`]).
     pub(crate) fn from_digest(digest: &[u8; 32]) -> Self {
-        Fingerprint::computed(*digest)
+        Fingerprint(FingerprintText::Digest(Hex64::of(*digest), *digest))
     }
 }
 
@@ -547,7 +537,7 @@ impl CanonicalArgs {
     }
 
     fn from_text(text: String) -> Self {
-        let fingerprint = Fingerprint::computed(Sha256::digest(text.as_bytes()).into());
+        let fingerprint = Fingerprint::from_digest(&Sha256::digest(text.as_bytes()).into());
         CanonicalArgs { text, fingerprint }
     }
 }

@@ -30,84 +30,51 @@ use crate::clock::Timestamp;
 use crate::key::IdempotencyKey;
 use crate::record::{Fence, Outcome, Record};
 
-/// Which operation an [`Operation`] is, without its arguments.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum OpKind {
-    /// [`StoreExt::claim`].
-    Claim,
-    /// [`StoreExt::checkpoint`].
-    Checkpoint,
-    /// [`StoreExt::renew`].
-    Renew,
-    /// [`StoreExt::complete`].
-    Complete,
-    /// [`StoreExt::release`].
-    Release,
-    /// [`StoreExt::get`].
-    Get,
-    /// [`StoreExt::replace`].
-    Replace,
-    /// [`StoreExt::append_audit`].
-    AppendAudit,
-    /// [`StoreExt::audit`].
-    Audit,
-    /// [`StoreExt::scan`].
-    Scan,
-    /// [`StoreExt::scan_open`].
-    ScanOpen,
-    /// [`StoreExt::wait`].
-    Wait,
-    /// [`StoreExt::sweep`].
-    Sweep,
-    /// [`StoreExt::now`].
-    Now,
-    /// [`StoreExt::close`].
-    Close,
+/// `OpKind`, its `ALL` and its `name`, from one table: each kind and
+/// its name, which is also its [`StoreExt`] method's.
+macro_rules! op_kinds {
+    ($($kind:ident => $name:literal,)+) => {
+        /// Which operation an [`Operation`] is, without its arguments.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[non_exhaustive]
+        pub enum OpKind {
+            $(#[doc = concat!("[`StoreExt::", $name, "`].")] $kind,)+
+        }
+
+        impl OpKind {
+            /// Every kind, in the order [`Operation`] declares them.
+            pub const ALL: [OpKind; [$(OpKind::$kind),+].len()] = [$(OpKind::$kind),+];
+
+            /// The operation's name, which is also its [`StoreExt`] method's
+            /// (`"claim"`, `"append_audit"`).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(OpKind::$kind => $name,)+
+                }
+            }
+        }
+    };
+}
+
+op_kinds! {
+    Claim => "claim",
+    Checkpoint => "checkpoint",
+    Renew => "renew",
+    Complete => "complete",
+    Release => "release",
+    Get => "get",
+    Replace => "replace",
+    AppendAudit => "append_audit",
+    Audit => "audit",
+    Scan => "scan",
+    ScanOpen => "scan_open",
+    Wait => "wait",
+    Sweep => "sweep",
+    Now => "now",
+    Close => "close",
 }
 
 impl OpKind {
-    /// Every kind, in the order [`Operation`] declares them.
-    pub const ALL: [OpKind; 15] = [
-        OpKind::Claim,
-        OpKind::Checkpoint,
-        OpKind::Renew,
-        OpKind::Complete,
-        OpKind::Release,
-        OpKind::Get,
-        OpKind::Replace,
-        OpKind::AppendAudit,
-        OpKind::Audit,
-        OpKind::Scan,
-        OpKind::ScanOpen,
-        OpKind::Wait,
-        OpKind::Sweep,
-        OpKind::Now,
-        OpKind::Close,
-    ];
-
-    /// The operation's name, which is also its [`StoreExt`] method's
-    /// (`"claim"`, `"append_audit"`).
-    pub fn name(self) -> &'static str {
-        match self {
-            OpKind::Claim => "claim",
-            OpKind::Checkpoint => "checkpoint",
-            OpKind::Renew => "renew",
-            OpKind::Complete => "complete",
-            OpKind::Release => "release",
-            OpKind::Get => "get",
-            OpKind::Replace => "replace",
-            OpKind::AppendAudit => "append_audit",
-            OpKind::Audit => "audit",
-            OpKind::Scan => "scan",
-            OpKind::ScanOpen => "scan_open",
-            OpKind::Wait => "wait",
-            OpKind::Sweep => "sweep",
-            OpKind::Now => "now",
-            OpKind::Close => "close",
-        }
-    }
-
     /// Whether the operation may change what the store holds (a claim
     /// that finds a record changes nothing, but may).
     pub fn writes(self) -> bool {

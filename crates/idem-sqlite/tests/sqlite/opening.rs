@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::sqlite_support::{file_at_schema_version, fresh_file, record, sqlite};
+use crate::sqlite_support::{file_at_schema_version, fresh_file, record, version_1_file};
 use idem_conformance::random_key;
 use idem_runtime::record::{Outcome, OutputJson};
 use idem_runtime::store::StoreExt;
@@ -83,20 +83,7 @@ async fn a_file_written_by_schema_version_1_is_migrated_and_reads() {
     let dir = TempDir::new("idem-sqlite").unwrap();
     let path = dir.path().join("idem-0.1.db");
     let (done, unknown) = (random_key(), random_key());
-    // The 0.1 schema and two records as 0.1 serialized them.
-    let far = 4_000_000_000_000u64;
-    sqlite(
-        &path,
-        &format!(
-            r#"CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
-               CREATE TABLE idem_records (key TEXT PRIMARY KEY NOT NULL, expires_at INTEGER, record BLOB NOT NULL);
-               CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE expires_at IS NOT NULL;
-               INSERT INTO idem_meta (name, value) VALUES ('next_fence', 3), ('schema_version', 1);
-               INSERT INTO idem_records VALUES ('{done}', {far}, CAST('{{"key":"{done}","tool":"send_email","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":1,"outcome":{{"status":"success","output":"{{\"id\":\"m-1\"}}"}},"completed_at":1700000000100,"expires_at":{far}}}' AS BLOB));
-               INSERT INTO idem_records VALUES ('{unknown}', {far}, CAST('{{"key":"{unknown}","tool":"charge_card","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":2,"outcome":{{"status":"unknown","reason":"owner vanished"}},"completed_at":1700000000100,"expires_at":{far},"steps":{{"idem:attempt":1}}}}' AS BLOB));"#,
-            fp = fingerprint(),
-        ),
-    );
+    version_1_file(&path, &done, Some(&unknown));
     let store = Arc::new(SqliteStore::open(&path).await.unwrap());
     let f = fingerprint();
     match store.claim(&request(&done, &f)).await.unwrap() {

@@ -27,10 +27,10 @@ use idem_runtime::key::IdempotencyKey;
 use idem_runtime::record::{Record, Status};
 use idem_runtime::store::StoreExt;
 use idem_runtime::{
-    Executor, IdemError, NoApprovalNeeded, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
+    CallOutput, Executor, IdemError, NoApprovalNeeded, Tool, ToolCtx, ToolDef, ToolError, ToolSpec,
 };
 use idem_sqlite::{SqliteOptions, SqliteStore, Synchronous};
-use idem_testkit::power_cut::{PowerCut, Syncs};
+use idem_testkit::power_cut::PowerCut;
 use idem_testkit::TempDir;
 use serde::{Deserialize, Serialize};
 
@@ -171,8 +171,6 @@ fn started(record: &Record) -> bool {
 
 /// What a power cut in the middle of a call left.
 struct AfterTheCut {
-    /// The fsyncs of one first call made before, with the power on.
-    first_call: Syncs,
     /// The key of the call the power cut off, after its request reached
     /// the provider.
     key: IdempotencyKey,
@@ -181,11 +179,29 @@ struct AfterTheCut {
     provider: App,
 }
 
+impl AfterTheCut {
+    /// The call the power cut off, made again with the same call id.
+    async fn call_again<T>(&self, tool: T) -> Result<CallOutput<Applied>, IdemError>
+    where
+        T: Tool<App, Args = Order, Output = Applied>,
+        T::Class: NoApprovalNeeded,
+    {
+        let exec = executor(&self.store, &self.provider);
+        exec.call(tool, order("lamp")).call_id("lamp").await
+    }
+}
+
 /// On a store synced in full through a fresh power-cut VFS named `vfs`:
-/// one first call of `tool` with the power on (its fsyncs counted), then a
-/// call whose request reaches the provider just before the power goes, so
-/// that it cannot record its outcome; the store reopened past the lease.
-async fn cut_off_mid_call<T>(tool: T, vfs: &'static str) -> (AfterTheCut, TempDir)
+/// one first call of `tool` with the power on, which must pay the fsyncs
+/// `syncs` says (WAL, database, journal; `why` says why), then a call
+/// whose request reaches the provider just before the power goes, so that
+/// it cannot record its outcome; the store reopened past the lease.
+async fn cut_off_mid_call<T>(
+    tool: T,
+    vfs: &'static str,
+    syncs: (u64, u64, u64),
+    why: &str,
+) -> (AfterTheCut, TempDir)
 where
     T: Tool<App, Args = Order, Output = Applied> + Copy,
     T::Class: NoApprovalNeeded,
@@ -211,6 +227,8 @@ where
         first_call.database,
         first_call.journal
     );
+    let paid = (first_call.wal, first_call.database, first_call.journal);
+    assert_eq!(paid, syncs, "{why}");
 
     provider.cut_power_after_next_request(power);
     let cut = exec.call(tool, order("lamp")).call_id("lamp").await;
@@ -222,33 +240,25 @@ where
 
     clock.advance(LEASE * 2);
     let store = store_after_power_came_back(&path, &clock).await;
-    let after = AfterTheCut {
-        first_call,
-        key,
-        store,
-        provider,
-    };
-    (after, dir)
+    (
+        AfterTheCut {
+            key,
+            store,
+            provider,
+        },
+        dir,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
-    let (cut, _dir) = cut_off_mid_call(Deliver, "idem-power-cut-idempotent").await;
-    let AfterTheCut {
-        first_call,
-        key,
-        store,
-        provider,
-    } = cut;
-    assert_eq!(
-        (first_call.wal, first_call.database, first_call.journal),
-        (1, 0, 0),
-        "a first idempotent_write pays one WAL fsync, for its outcome"
-    );
+    let why = "a first idempotent_write pays one WAL fsync, for its outcome";
+    let (cut, _dir) = cut_off_mid_call(Deliver, "idem-power-cut-idempotent", (1, 0, 0), why).await;
+    let AfterTheCut { key, store, .. } = &cut;
 
     // Its claim was never synced (the completion's fsync would have
     // covered it): the cut lost it, and the store holds nothing.
-    let held_after_cut = store.get(&key).await.unwrap();
+    let held_after_cut = store.get(key).await.unwrap();
     assert!(
         held_after_cut.is_none(),
         "the claim of an idempotent write is not synced before its body runs, so a cut loses it: {held_after_cut:?}"
@@ -256,52 +266,34 @@ async fn an_idempotent_write_cut_off_mid_call_runs_again_with_the_same_key() {
 
     // Called again with the same call id: it runs again, under the same
     // key, and completes.
-    let exec = executor(&store, &provider);
-    let again = exec
-        .call(Deliver, order("lamp"))
-        .call_id("lamp")
-        .await
-        .unwrap();
+    let again = cut.call_again(Deliver).await.unwrap();
     assert!(!again.meta.deduplicated);
-    assert_eq!(again.output.key, key, "run again under another key");
-    assert_eq!(provider.applied(&key), 2, "the provider deduplicates on it");
-    let record = store.get(&key).await.unwrap().expect("recorded");
+    assert_eq!(&again.output.key, key, "run again under another key");
+    assert_eq!(
+        cut.provider.applied(key),
+        2,
+        "the provider deduplicates on it"
+    );
+    let record = store.get(key).await.unwrap().expect("recorded");
     assert_eq!(record.status(), Status::Succeeded);
     store.close().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_non_idempotent_write_cut_off_mid_call_is_refused_as_unknown() {
-    let (cut, _dir) = cut_off_mid_call(Charge, "idem-power-cut-non-idempotent").await;
-    let AfterTheCut {
-        first_call,
-        key,
-        store,
-        provider,
-    } = cut;
-    assert_eq!(
-        (first_call.wal, first_call.database, first_call.journal),
-        (3, 0, 0),
-        "a first non_idempotent_write syncs its claim and started mark before it runs, and its outcome"
-    );
+    let why = "a first non_idempotent_write syncs its claim and started mark before it runs, and its outcome";
+    let (cut, _dir) =
+        cut_off_mid_call(Charge, "idem-power-cut-non-idempotent", (3, 0, 0), why).await;
+    let AfterTheCut { key, store, .. } = &cut;
 
     // The call is in flight, marked started: its effect may have happened.
-    let held = store
-        .get(&key)
-        .await
-        .unwrap()
-        .expect("the claim was synced");
+    let held = store.get(key).await.unwrap().expect("the claim was synced");
     assert_eq!(held.status(), Status::InFlight);
     assert!(started(&held), "the started mark was synced: {held:?}");
 
     // Called again with the same call id: refused, never run twice.
-    let exec = executor(&store, &provider);
-    let err = exec
-        .call(Charge, order("lamp"))
-        .call_id("lamp")
-        .await
-        .unwrap_err();
+    let err = cut.call_again(Charge).await.unwrap_err();
     assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
-    assert_eq!(provider.applied(&key), 1, "charged twice");
+    assert_eq!(cut.provider.applied(key), 1, "charged twice");
     store.close().await;
 }

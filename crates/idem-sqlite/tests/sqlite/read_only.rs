@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::sqlite_support::{
     file_at_schema_version, file_with_a_record, fresh_file, record, snapshot, sqlite,
+    version_1_file,
 };
 use idem_conformance::random_key;
 use idem_runtime::store::StoreExt;
@@ -176,17 +177,7 @@ async fn a_version_1_file_reads_read_only_and_stays_version_1() {
     let dir = TempDir::new("idem-sqlite").unwrap();
     let path = dir.path().join("idem-0.1.db");
     let done = random_key();
-    let far = 4_000_000_000_000u64;
-    sqlite(
-        &path,
-        &format!(
-            r#"CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
-               CREATE TABLE idem_records (key TEXT PRIMARY KEY NOT NULL, expires_at INTEGER, record BLOB NOT NULL);
-               INSERT INTO idem_meta (name, value) VALUES ('next_fence', 2), ('schema_version', 1);
-               INSERT INTO idem_records VALUES ('{done}', {far}, CAST('{{"key":"{done}","tool":"send_email","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":1,"outcome":{{"status":"success","output":"{{\"id\":\"m-1\"}}"}},"completed_at":1700000000100,"expires_at":{far}}}' AS BLOB));"#,
-            fp = fingerprint(),
-        ),
-    );
+    version_1_file(&path, &done, None);
     let before = snapshot(&path);
     let reader = SqliteStore::open_read_only(&path).await.unwrap();
     assert_eq!(reader.schema_found(), Some(1));

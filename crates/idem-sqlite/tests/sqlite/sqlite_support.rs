@@ -13,7 +13,7 @@ use idem_runtime::record::Outcome;
 use idem_runtime::store::StoreExt;
 use idem_sqlite::{SqliteOptions, SqliteStore};
 
-use idem_testkit::store_cases::completed;
+use idem_testkit::store_cases::{completed, fingerprint};
 use idem_testkit::TempDir;
 
 /// A fresh store file, `idem.db` in a temporary directory of its own
@@ -33,6 +33,28 @@ pub(crate) async fn file_at_schema_version(version: i64) -> (TempDir, PathBuf) {
         &format!("UPDATE idem_meta SET value = {version} WHERE name = 'schema_version'"),
     );
     (dir, path)
+}
+
+/// A file as idem 0.1 wrote it (schema version 1) at `path`, holding the
+/// record of `done`, a sent email (`{"id": "m-1"}`), and, when given, of
+/// `unknown`, a charge whose outcome is unknown, both as 0.1 serialized
+/// them.
+pub(crate) fn version_1_file(path: &Path, done: &IdempotencyKey, unknown: Option<&IdempotencyKey>) {
+    let far = 4_000_000_000_000u64;
+    let fp = fingerprint();
+    let mut sql = format!(
+        r#"CREATE TABLE idem_meta (name TEXT PRIMARY KEY NOT NULL, value INTEGER NOT NULL);
+           CREATE TABLE idem_records (key TEXT PRIMARY KEY NOT NULL, expires_at INTEGER, record BLOB NOT NULL);
+           CREATE INDEX idem_records_expiry ON idem_records (expires_at) WHERE expires_at IS NOT NULL;
+           INSERT INTO idem_meta (name, value) VALUES ('next_fence', 3), ('schema_version', 1);
+           INSERT INTO idem_records VALUES ('{done}', {far}, CAST('{{"key":"{done}","tool":"send_email","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":1,"outcome":{{"status":"success","output":"{{\"id\":\"m-1\"}}"}},"completed_at":1700000000100,"expires_at":{far}}}' AS BLOB));"#
+    );
+    if let Some(unknown) = unknown {
+        sql += &format!(
+            r#"INSERT INTO idem_records VALUES ('{unknown}', {far}, CAST('{{"key":"{unknown}","tool":"charge_card","fingerprint":"{fp}","created_at":1700000000000,"state":"completed","fence":2,"outcome":{{"status":"unknown","reason":"owner vanished"}},"completed_at":1700000000100,"expires_at":{far},"steps":{{"idem:attempt":1}}}}' AS BLOB));"#
+        );
+    }
+    sqlite(path, &sql);
 }
 
 /// A [`fresh_file`] whose store holds one record, `key` completed with

@@ -187,26 +187,30 @@ async fn the_executor_claims_on_the_callers_thread_through_the_interceptor() {
     assert!(seen.iter().any(|s| s == "complete"), "{seen:?}");
 }
 
-/// Refuses every write, as a store that cannot be reached would, and
-/// declines the caller's-thread claim so that the refusal is seen.
+/// A hook that misbehaves, and declines the caller's-thread claim so that
+/// the misbehaviour is seen.
 #[derive(Debug)]
-struct RefuseWrites;
+enum Misbehaving {
+    /// Refuses every write, as a store that cannot be reached would.
+    RefusesWrites,
+    /// Answers every claim with a made-up "done".
+    AnswersWrongly,
+}
 
 #[async_trait::async_trait]
-impl Hook for RefuseWrites {
+impl Hook for Misbehaving {
     async fn around(&self, op: Operation<'_>, store: &dyn Store) -> Result<Answer, StoreError> {
-        if op.kind().writes() {
-            return Err(StoreError::Unavailable {
-                store: store.describe(),
-                cause: format!(
-                    "refused {} of {:?}",
-                    op.kind(),
-                    op.key().map(|k| k.as_str())
-                )
-                .into(),
-            });
+        match self {
+            Misbehaving::RefusesWrites if op.kind().writes() => {
+                let key = op.key().map(|k| k.as_str());
+                Err(StoreError::Unavailable {
+                    store: store.describe(),
+                    cause: format!("refused {} of {key:?}", op.kind()).into(),
+                })
+            }
+            Misbehaving::AnswersWrongly if op.kind() == OpKind::Claim => Ok(Answer::Done),
+            _ => op.run(store).await,
         }
-        op.run(store).await
     }
     fn around_local(
         &self,
@@ -223,7 +227,7 @@ async fn a_hook_that_refuses_before_the_store_keeps_the_tool_from_running() {
         executor,
         runs,
         store,
-    } = executor(RefuseWrites);
+    } = executor(Misbehaving::RefusesWrites);
     let err = executor
         .call(Charge, Amount { cents: 500 })
         .call_id("call_1")
@@ -236,30 +240,9 @@ async fn a_hook_that_refuses_before_the_store_keeps_the_tool_from_running() {
     assert!(page.records.is_empty());
 }
 
-/// Answers every claim with a made-up "done".
-#[derive(Debug)]
-struct WrongAnswer;
-
-#[async_trait::async_trait]
-impl Hook for WrongAnswer {
-    async fn around(&self, op: Operation<'_>, store: &dyn Store) -> Result<Answer, StoreError> {
-        if op.kind() == OpKind::Claim {
-            return Ok(Answer::Done);
-        }
-        op.run(store).await
-    }
-    fn around_local(
-        &self,
-        _req: &ClaimRequest<'_>,
-        _store: &dyn Store,
-    ) -> Option<Result<LocalClaim, StoreError>> {
-        None
-    }
-}
-
 #[tokio::test]
 async fn a_hook_that_answers_the_wrong_kind_of_answer_is_an_unavailable_store() {
-    let Setup { executor, runs, .. } = executor(WrongAnswer);
+    let Setup { executor, runs, .. } = executor(Misbehaving::AnswersWrongly);
     let err: IdemError = executor
         .call(Charge, Amount { cents: 500 })
         .call_id("call_1")

@@ -2,7 +2,7 @@
 //! rmcp's own client charges once per key across restarts, and says
 //! startup errors in plain words, never a password.
 
-use crate::mcp_support::{call, deduplicated, words, Client};
+use crate::mcp_support::{call, deduplicated, tool_names, words, Client};
 use idem::mcp::CallToolRequestParamsExt;
 use serde_json::json;
 
@@ -38,13 +38,7 @@ async fn the_example_server_over_stdio_charges_once_per_key_across_restarts() {
     };
 
     let client = example::start(&binary, &store).await;
-    let names: Vec<_> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = tool_names(&client).await;
     for name in [
         "store",
         "lookup_customer",

@@ -1,7 +1,7 @@
 //! idem tools next to rmcp's own: the `#[tool]` name clash, and both kinds
 //! of tool served by one `ToolRouter`.
 
-use crate::mcp_support::{call, connect, deduplicated, Charge, Ledger, Receipt};
+use crate::mcp_support::{call, connect, deduplicated, tool_names, Charge, Ledger, Receipt};
 use idem::mcp::CallToolRequestParamsExt;
 use serde_json::json;
 
@@ -65,13 +65,7 @@ async fn rmcp_tools_and_idem_tools_serve_side_by_side_from_one_router() {
     let ledger = Ledger::default();
     let client = connect(mixed::Shop::new(&ledger)).await;
 
-    let names: Vec<_> = client
-        .list_all_tools()
-        .await
-        .unwrap()
-        .into_iter()
-        .map(|t| t.name.to_string())
-        .collect();
+    let names = tool_names(&client).await;
     assert_eq!(names, ["hello", "refund"]);
 
     let hello = client

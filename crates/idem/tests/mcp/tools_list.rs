@@ -63,23 +63,15 @@ async fn tools_list_shows_each_tool_as_the_registry_exports_it() {
         let meta = tool.meta.as_ref().unwrap();
         (meta[CLASS_META].clone(), meta[KEYING_META].clone())
     };
-    assert_eq!(keying("find_customer"), (json!("read"), json!("none")));
-    assert_eq!(
-        keying("send_email"),
-        (json!("idempotent_write"), json!("window"))
-    );
-    assert_eq!(
-        keying("charge_card"),
-        (json!("non_idempotent_write"), json!("window"))
-    );
-    assert_eq!(
-        keying("create_customer"),
-        (json!("non_idempotent_write"), json!("natural"))
-    );
-    assert_eq!(
-        keying("delete_account"),
-        (json!("irreversible"), json!("window"))
-    );
+    for (name, class, keys) in [
+        ("find_customer", "read", "none"),
+        ("send_email", "idempotent_write", "window"),
+        ("charge_card", "non_idempotent_write", "window"),
+        ("create_customer", "non_idempotent_write", "natural"),
+        ("delete_account", "irreversible", "window"),
+    ] {
+        assert_eq!(keying(name), (json!(class), json!(keys)), "{name}");
+    }
     let by_name = |name: &str| tools.iter().find(|t| t.name == name).unwrap().clone();
     let hints = |name: &str| by_name(name).annotations.unwrap();
     assert_eq!(hints("find_customer").read_only_hint, Some(true));

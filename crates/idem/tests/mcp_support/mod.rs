@@ -160,6 +160,12 @@ pub async fn connect<H: ServerHandler>(server: H) -> Client {
     ().serve(client_io).await.expect("the client connects")
 }
 
+/// The names of the tools `client`'s server lists, in its order.
+pub async fn tool_names(client: &Client) -> Vec<String> {
+    let tools = client.list_all_tools().await.unwrap();
+    tools.into_iter().map(|t| t.name.to_string()).collect()
+}
+
 pub fn call(tool: &'static str, arguments: Value) -> CallToolRequestParams {
     let Value::Object(arguments) = arguments else {
         panic!("arguments are an object")

@@ -310,14 +310,18 @@ async fn a_denial_is_recorded_and_every_later_call_gets_its_reason() {
     assert_eq!(record.audit[0].action, AuditAction::Denied);
 }
 
-#[tokio::test]
-async fn a_waiting_caller_runs_once_approved_from_elsewhere() {
+/// A refund whose caller waits (30 s) for a person, and the operator on
+/// its store that found it pending, with its key.
+async fn a_refund_waiting_for_an_operator() -> (
+    Setup,
+    tokio::task::JoinHandle<ToolResult>,
+    idem::operator::Operator,
+    IdempotencyKey,
+) {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
     let s = setup(store.clone(), Duration::from_secs(30));
     let dispatcher = s.dispatcher.clone();
     let waiting = tokio::spawn(async move { dispatcher.dispatch_one(refund_call(), &run()).await });
-    // Another part of the system (here: an operator on the same store)
-    // finds the request and approves it.
     let operator = idem::operator::Operator::new(store);
     let key = loop {
         if let Some(r) = operator.pending(&Filter::default()).await.unwrap().pop() {
@@ -325,6 +329,14 @@ async fn a_waiting_caller_runs_once_approved_from_elsewhere() {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     };
+    (s, waiting, operator, key)
+}
+
+#[tokio::test]
+async fn a_waiting_caller_runs_once_approved_from_elsewhere() {
+    // Another part of the system (here: an operator on the same store)
+    // finds the request and approves it.
+    let (s, waiting, operator, key) = a_refund_waiting_for_an_operator().await;
     assert_eq!(s.bank.refunds.load(Ordering::SeqCst), 0);
     operator
         .approve(&key, Approval::granted_by("ana"))
@@ -340,17 +352,7 @@ async fn a_waiting_caller_runs_once_approved_from_elsewhere() {
 
 #[tokio::test]
 async fn a_waiting_caller_gets_a_denial_and_a_timeout_returns_pending() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new());
-    let s = setup(store.clone(), Duration::from_secs(30));
-    let dispatcher = s.dispatcher.clone();
-    let waiting = tokio::spawn(async move { dispatcher.dispatch_one(refund_call(), &run()).await });
-    let operator = idem::operator::Operator::new(store.clone());
-    let key = loop {
-        if let Some(r) = operator.pending(&Filter::default()).await.unwrap().pop() {
-            break r.key;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    };
+    let (_, waiting, operator, key) = a_refund_waiting_for_an_operator().await;
     operator
         .deny(&key, "ana", "not without the customer's consent")
         .await
@@ -364,7 +366,7 @@ async fn a_waiting_caller_gets_a_denial_and_a_timeout_returns_pending() {
     }
 
     // Nobody answers within the wait: the call returns pending.
-    let short = setup(store, Duration::from_millis(100));
+    let short = setup(operator.store().clone(), Duration::from_millis(100));
     let mut other = refund_call();
     other.id = Some("call_refund_2".into());
     let started = std::time::Instant::now();

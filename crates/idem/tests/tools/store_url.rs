@@ -196,23 +196,25 @@ async fn redis_and_postgres_urls_select_the_server_stores() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unreachable_server_urls_fail_closed_without_the_password() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = closed_port();
     for url in [
         format!("redis://:pw@127.0.0.1:{port}/"),
         format!("postgres://app:pw@127.0.0.1:{port}/idem"),
     ] {
-        match connect(&url).await {
-            Err(e @ StoreError::Unavailable { .. }) => {
-                let message = e.to_string();
-                assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
-                assert!(!message.contains(":pw@"), "password leaked: {message}");
-            }
-            other => panic!("{url}: expected Unavailable, got {other:?}"),
+        unavailable_without(&url, port, ":pw@").await;
+    }
+}
+
+/// `url` (to a server at `port` that does not answer) opens as
+/// unavailable, naming the server and without `secret`.
+async fn unavailable_without(url: &str, port: u16, secret: &str) {
+    match connect(url).await {
+        Err(e @ StoreError::Unavailable { .. }) => {
+            let message = e.to_string();
+            assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
+            assert!(!message.contains(secret), "password leaked: {message}");
         }
+        other => panic!("{url}: expected Unavailable, got {other:?}"),
     }
 }
 
@@ -251,14 +253,7 @@ async fn urls_asking_for_tls_reach_their_backend_without_the_password() {
             matches!(migrated, Err(StoreError::Unavailable { .. })),
             "{url} migrate: {migrated:?}"
         );
-        match connect(&url).await {
-            Err(e @ StoreError::Unavailable { .. }) => {
-                let message = e.to_string();
-                assert!(message.contains(&format!("127.0.0.1:{port}")), "{message}");
-                assert!(!message.contains("pw"), "password leaked: {message}");
-            }
-            other => panic!("{url}: expected Unavailable, got {other:?}"),
-        }
+        unavailable_without(&url, port, "pw").await;
     }
 }
 

@@ -11,9 +11,10 @@ use crate::audit::{AuditEvent, AuditQuery};
 use crate::clock::Timestamp;
 use crate::key::{Fingerprint, IdempotencyKey};
 use crate::record::AuditAction;
-use crate::record::{CallInfoRef, Fence, Outcome, OutputJson};
+use crate::record::{Fence, Outcome, OutputJson};
+use crate::store::memory::tests::request;
 use crate::store::{
-    ClaimOutcome, ClaimRequest, Expected, ExpectedState, MemoryStore, Store, StoreError, WaitFor,
+    ClaimOutcome, Expected, ExpectedState, MemoryStore, Store, StoreError, WaitFor,
 };
 
 /// Remembers the kind of every operation it forwards.
@@ -124,16 +125,7 @@ async fn every_operation_reaches_the_hook_and_the_store_and_comes_back_with_its_
             Err(e) => panic!("{kind}: {e}"),
         }
     }
-    let req = ClaimRequest {
-        key: &key,
-        tool: "t",
-        fingerprint: &fingerprint,
-        check_fingerprint: true,
-        lease: Duration::from_secs(60),
-        info: CallInfoRef::EMPTY,
-        worker: None,
-        durable: true,
-    };
+    let req = request(&key, &fingerprint);
     // Through `call`, not the fast path, so that the hook sees the claim.
     let Ok(Answer::Claim(ClaimOutcome::Acquired { fence: claimed, .. })) =
         store.call(Operation::Claim(&req)).await

@@ -665,4 +665,4 @@ impl MemoryStore {
 #[cfg(test)]
 mod lean_tests;
 #[cfg(test)]
-mod tests;
+pub(super) mod tests;

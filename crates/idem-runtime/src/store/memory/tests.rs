@@ -27,8 +27,11 @@ fn digest() -> Fingerprint {
 }
 
 /// A claim of `key` by tool `t`, durable, with a lease of 60 s and no
-/// call info or worker: what most cases claim.
-fn request<'a>(key: &'a IdempotencyKey, fingerprint: &'a Fingerprint) -> ClaimRequest<'a> {
+/// call info or worker: what most cases claim (the interceptor's too).
+pub(in crate::store) fn request<'a>(
+    key: &'a IdempotencyKey,
+    fingerprint: &'a Fingerprint,
+) -> ClaimRequest<'a> {
     ClaimRequest {
         key,
         tool: "t",

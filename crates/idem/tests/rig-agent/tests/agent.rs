@@ -40,6 +40,15 @@ fn agent(model: MockCompletionModel, dispatcher: &Dispatcher<App>) -> Agent {
         .build()
 }
 
+/// The application's world, and an executor on a memory store acting on it.
+fn on_memory() -> (App, Executor<App>) {
+    let app = App::default();
+    let executor = Executor::builder(MemoryStore::new())
+        .state(app.clone())
+        .build();
+    (app, executor)
+}
+
 /// What the application gives each agent run.
 fn run(id: &str) -> ToolContext {
     let mut context = ToolContext::new();
@@ -49,10 +58,7 @@ fn run(id: &str) -> ToolContext {
 
 #[tokio::test]
 async fn an_agent_asking_for_the_same_call_twice_sends_one_email() {
-    let app = App::default();
-    let executor = Executor::builder(MemoryStore::new())
-        .state(app.clone())
-        .build();
+    let (app, executor) = on_memory();
     let dispatcher = Dispatcher::new(executor, registry());
     let model = model_asking_twice();
 
@@ -74,32 +80,26 @@ async fn an_agent_asking_for_the_same_call_twice_sends_one_email() {
     assert_eq!(model.request_count(), 3);
 
     // The run replayed with the same run id (after a crash, from a
-    // checkpoint): nothing is sent again.
-    agent(model_asking_twice(), &dispatcher)
-        .prompt("Email Ada her invoice.")
-        .tool_context(run("run-1"))
-        .max_turns(5)
-        .await
-        .unwrap();
-    assert_eq!(app.mail.requests.load(Ordering::SeqCst), 1);
-
-    // Another run is another intent: the keys are the run's, not the
-    // arguments' alone.
-    agent(model_asking_twice(), &dispatcher)
-        .prompt("Email Ada her invoice.")
-        .tool_context(run("run-2"))
-        .max_turns(5)
-        .await
-        .unwrap();
-    assert_eq!(app.mail.requests.load(Ordering::SeqCst), 2);
+    // checkpoint): nothing is sent again. Another run is another intent:
+    // the keys are the run's, not the arguments' alone.
+    for (run_id, requests) in [("run-1", 1), ("run-2", 2)] {
+        agent(model_asking_twice(), &dispatcher)
+            .prompt("Email Ada her invoice.")
+            .tool_context(run(run_id))
+            .max_turns(5)
+            .await
+            .unwrap();
+        assert_eq!(
+            app.mail.requests.load(Ordering::SeqCst),
+            requests,
+            "{run_id}"
+        );
+    }
 }
 
 #[tokio::test]
 async fn a_typed_idem_tool_in_an_agent_deduplicates_too() {
-    let app = App::default();
-    let executor = Executor::builder(MemoryStore::new())
-        .state(app.clone())
-        .build();
+    let (app, executor) = on_memory();
 
     AgentBuilder::new(model_asking_twice())
         .tool(idem::rig::IdemTool::new(executor, send_email))

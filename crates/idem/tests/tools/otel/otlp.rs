@@ -3,6 +3,17 @@
 
 use super::*;
 
+/// A runtime of one worker, and a receiver started on it.
+fn receiving() -> (tokio::runtime::Runtime, receiver::Receiver) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let receiver = rt.block_on(receiver::Receiver::start());
+    (rt, receiver)
+}
+
 /// An OTLP/HTTP receiver on loopback: what the exporters sent, by path.
 mod receiver {
     use std::sync::{Arc, Mutex};
@@ -15,7 +26,7 @@ mod receiver {
     use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::metrics::v1::Metric;
     use opentelemetry_proto::tonic::trace::v1::Span;
-    use prost::Message as _;
+    use prost::Message;
 
     type Received = Arc<Mutex<Vec<(String, Bytes)>>>;
 
@@ -43,41 +54,29 @@ mod receiver {
             Receiver { url, received }
         }
 
-        fn bodies(&self, path: &str) -> Vec<Bytes> {
+        /// Every export request that arrived at `path`, decoded.
+        fn decoded<M: Message + Default>(&self, path: &str) -> Vec<M> {
             let received = self.received.lock().unwrap();
-            received
-                .iter()
-                .filter(|(p, _)| p == path)
-                .map(|(_, b)| b.clone())
+            let bodies = received.iter().filter(|(p, _)| p == path);
+            bodies
+                .map(|(_, b)| M::decode(b.as_ref()).unwrap())
                 .collect()
         }
 
         /// Every span that arrived, decoded.
         pub fn spans(&self) -> Vec<Span> {
-            self.bodies("/v1/traces")
-                .iter()
-                .flat_map(|b| {
-                    ExportTraceServiceRequest::decode(b.as_ref())
-                        .unwrap()
-                        .resource_spans
-                })
-                .flat_map(|r| r.scope_spans)
-                .flat_map(|s| s.spans)
-                .collect()
+            let requests = self.decoded::<ExportTraceServiceRequest>("/v1/traces");
+            let scopes = requests.into_iter().flat_map(|r| r.resource_spans);
+            let spans = scopes.flat_map(|r| r.scope_spans).flat_map(|s| s.spans);
+            spans.collect()
         }
 
         /// Every metric that arrived, decoded (each export in turn).
         pub fn metrics(&self) -> Vec<Metric> {
-            self.bodies("/v1/metrics")
-                .iter()
-                .flat_map(|b| {
-                    ExportMetricsServiceRequest::decode(b.as_ref())
-                        .unwrap()
-                        .resource_metrics
-                })
-                .flat_map(|r| r.scope_metrics)
-                .flat_map(|s| s.metrics)
-                .collect()
+            let requests = self.decoded::<ExportMetricsServiceRequest>("/v1/metrics");
+            let scopes = requests.into_iter().flat_map(|r| r.resource_metrics);
+            let metrics = scopes.flat_map(|r| r.scope_metrics).flat_map(|s| s.metrics);
+            metrics.collect()
         }
     }
 
@@ -139,12 +138,7 @@ fn spans_and_metrics_arrive_over_otlp() {
     use opentelemetry_otlp::{MetricExporter, SpanExporter, WithExportConfig as _};
     use opentelemetry_proto::tonic::metrics::v1::metric::Data;
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let receiver = rt.block_on(receiver::Receiver::start());
+    let (rt, receiver) = receiving();
 
     // The exporters' HTTP client blocks: they are built, flushed and
     // dropped outside the runtime.
@@ -269,12 +263,7 @@ fn the_demo_exports_its_calls_over_otlp() {
     // The same features as this test: the library is not built again.
     let demo = crate::mcp_example::example("demo", &features);
 
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let receiver = rt.block_on(receiver::Receiver::start());
+    let (_rt, receiver) = receiving(); // the receiver serves on `_rt`
     let dir = crate::mcp_example::TempDir::new();
     let run = |otlp: Option<&str>, db: &str| {
         let mut command = Command::new(&demo);
