@@ -7,6 +7,7 @@ Run by `proxy_clients.py`.
 """
 
 from proxy_support import *  # noqa: F401,F403
+from proxy_ops import probed  # noqa: E402
 
 GATEWAY_CONFIG = """
 [server]
@@ -36,6 +37,8 @@ timeout = "20s"
 
 
 async def gateway() -> None:
+    import httpx2
+
     say("\n## one `idem proxy` in front of three upstreams: git, memory and a slow one over HTTP")
     with place() as here:
         repo = here.dir / "repo"
@@ -80,6 +83,9 @@ async def gateway() -> None:
                 # The slow upstream dies: the others serve on; its own call
                 # fails as not sent, and works once it is back.
                 slow.kill()
+                async with httpx2.AsyncClient(timeout=30) as http:
+                    down = await probed(http, url.removesuffix("/mcp"), "/readyz", 503)
+                check(list(down["down"]) == ["upstream:slow"], f"/readyz names slow, and only it: {down}")
                 graph = await client.call_tool("memory_read_graph", {})
                 check(not graph.is_error, f"memory serves while slow is down: {reads(graph)!r}")
                 down = await client.call_tool("slow_append", {"line": "while-down"}, meta={"io.idem/idempotencyKey": "gateway-slow-1"})
@@ -90,6 +96,10 @@ async def gateway() -> None:
                 check(len([s for s in slow.starts() if " after " in s + " "]) == 1, f"{slow.starts()}")
                 status = await client.call_tool("git_git_status", {"repo_path": str(repo)})
                 check(not status.is_error and "main" in reads(status), f"git still serves: {reads(status)!r}")
+                async with httpx2.AsyncClient(timeout=30) as http:
+                    ready = await probed(http, url.removesuffix("/mcp"), "/readyz", 200)
+                checks = {"store": "ok", "upstream:git": "ok", "upstream:memory": "ok", "upstream:slow": "ok"}
+                check(ready["checks"] == checks, f"every upstream ready again: {ready}")
         finally:
             proxy.send_signal(signal.SIGINT)
             proxy.wait(timeout=20)
