@@ -320,6 +320,54 @@ pub async fn no_call_after_a_restart_fails<S: Store + 'static>(
     }
 }
 
+/// A write of `key` (owned by `fence`) sent on its own task, for a test
+/// to hold on the server and break in flight: a renewal when `renew`
+/// (the same applied twice, so resent), else a completion (never resent).
+pub fn write_to_break<S: Store + 'static>(
+    store: Arc<S>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    renew: bool,
+) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+    let key = key.clone();
+    tokio::spawn(async move {
+        let ttl = Duration::from_secs(60);
+        match renew {
+            false => store.complete(&key, fence, &sent("m"), ttl).await,
+            true => store.renew(&key, fence, ttl).await,
+        }
+    })
+}
+
+/// What [`write_to_break`]'s write answered (`answer`) once its
+/// connection broke with it on the server: a completion fails with the
+/// store's error and is not sent again (the record is still in flight); a
+/// renewal is sent again and succeeds.
+///
+/// # Panics
+///
+/// When it is not so.
+pub async fn assert_resent_only_when_safe<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    renew: bool,
+    answer: Result<(), StoreError>,
+) {
+    let record = store.get(key).await.unwrap().expect("the record is kept");
+    assert!(
+        matches!(record.state, RecordState::InFlight { .. }),
+        "{:?}",
+        record.state
+    );
+    match renew {
+        false => assert!(
+            matches!(answer, Err(StoreError::Unavailable { .. })),
+            "a completion broken in flight is the caller's failure: {answer:?}"
+        ),
+        true => assert!(answer.is_ok(), "a renewal is resent: {answer:?}"),
+    }
+}
+
 /// A loopback port nobody listens on.
 pub fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

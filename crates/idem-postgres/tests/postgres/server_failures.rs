@@ -7,12 +7,11 @@ use std::time::Duration;
 use crate::postgres_support::{connect_raw, own_database};
 use idem_conformance::random_key;
 use idem_postgres::PostgresStore;
-use idem_runtime::record::RecordState;
 use idem_runtime::store::StoreError;
 use idem_runtime::store::StoreExt;
 use idem_testkit::store_cases::{
-    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away,
-    no_call_after_a_restart_fails, sent,
+    acquire, assert_resent_only_when_safe, closed_port, driver_error,
+    fails_closed_when_the_server_goes_away, no_call_after_a_restart_fails, write_to_break,
 };
 use idem_testkit::{skip, PostgresServer};
 
@@ -106,19 +105,7 @@ async fn a_request_broken_after_it_was_sent_is_resent_only_when_safe() {
             )
             .await
             .unwrap();
-        let blocked = {
-            let (store, key) = (store.clone(), key.clone());
-            tokio::spawn(async move {
-                match resent {
-                    false => {
-                        let outcome = sent("m");
-                        let ttl = Duration::from_secs(60);
-                        store.complete(&key, fence, &outcome, ttl).await
-                    }
-                    true => store.renew(&key, fence, Duration::from_secs(60)).await,
-                }
-            })
-        };
+        let blocked = write_to_break(store.clone(), &key, fence, resent);
         // Sent, and waiting for the row's lock on the server.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
         loop {
@@ -142,19 +129,7 @@ async fn a_request_broken_after_it_was_sent_is_resent_only_when_safe() {
         }
         tokio::task::block_in_place(|| server.restart());
         let answer = blocked.await.unwrap();
-        let record = store.get(&key).await.unwrap().expect("the record is kept");
-        assert!(
-            matches!(record.state, RecordState::InFlight { .. }),
-            "{:?}",
-            record.state
-        );
-        match resent {
-            false => assert!(
-                matches!(answer, Err(StoreError::Unavailable { .. })),
-                "a completion broken in flight is the caller's failure: {answer:?}"
-            ),
-            true => assert!(answer.is_ok(), "a renewal is resent: {answer:?}"),
-        }
+        assert_resent_only_when_safe(&*store, &key, resent, answer).await;
     }
 }
 
