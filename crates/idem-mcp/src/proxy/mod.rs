@@ -58,6 +58,7 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use serde_json::Value;
 
 use config::Config;
+pub use config::{ConfigError, Table};
 use listen::Listening;
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
 // Where they were before `crate::auth` served other servers too.
@@ -80,7 +81,7 @@ where
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ProxyError::Config(format!("cannot read {}: {e}", path.display())))?;
-            Config::parse(&text, &path.display().to_string()).map_err(ProxyError::Config)?
+            Config::parse(&text, &path.display().to_string())?
         }
         None => Config::default(),
     };
@@ -130,7 +131,7 @@ where
         .map_or_else(String::new, |p| p.display().to_string());
     if let Err(problem) = config.check(&names, &path) {
         upstream.stop().await;
-        return Err(ProxyError::Config(problem));
+        return Err(problem.into());
     }
 
     if args.print_config {
@@ -156,7 +157,7 @@ where
         }))
         .build();
     let mut registry: Registry = Registry::new();
-    let mut approvers = Vec::new();
+    let (mut approvers, mut unkeyed) = (Vec::new(), Vec::new());
     for tool in &tools {
         let resolved = config.resolve(tool);
         let description = tool.description.as_deref().unwrap_or_default();
@@ -167,7 +168,11 @@ where
         if let Some(approval) = resolved.approval {
             approvers.push((tool.name.to_string(), approval));
         }
+        if let Some(policy) = resolved.unkeyed {
+            unkeyed.push((tool.name.to_string(), policy));
+        }
     }
+    config.write_catalog(&registry, &tools)?;
     let mut dispatcher = Dispatcher::new(executor.clone(), registry);
     if let Some(bytes) = config.server.max_argument_bytes {
         dispatcher = dispatcher.max_argument_bytes(bytes);
@@ -183,6 +188,9 @@ where
     }
     for (tool, approval) in approvers {
         server = server.approver(&tool, approval.into());
+    }
+    for (tool, policy) in unkeyed {
+        server = server.unkeyed_for(&tool, policy);
     }
     if listening.as_ref().is_some_and(|l| l.auth.is_some()) {
         // Each principal's calls in a namespace of their own.
