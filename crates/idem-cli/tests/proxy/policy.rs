@@ -11,6 +11,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command};
 
 use serde_json::{json, Value};
 
+use crate::support::serve::{Http, Serve};
 use crate::support::IDEM;
 use crate::upstreams::{servers, stdio_proxy, SERVERS};
 
@@ -243,6 +244,26 @@ fn per_tool_windows_refusals_transient_errors_and_descriptions_through_the_proxy
         "{edit}"
     );
     assert_eq!(entry("read_text_file")["class"], "read");
+
+    // `idem serve --tools` with that file shows the person the tool's
+    // description beside its record.
+    let store = format!("sqlite://{}", dir.path().join("idem.db").display());
+    let serve = Serve::start(
+        &store,
+        Some(&std::fs::read_to_string(&catalog).unwrap()),
+        &[],
+    );
+    let key = moved["_meta"]["io.idem/key"].as_str().expect("a key");
+    let page = serve.url(&format!("/api/records/{key}"));
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let shown = runtime
+        .block_on(Http::default().api("GET", &page, &serve.token, None))
+        .json();
+    assert_eq!(
+        shown["description"], "Moves a file of the team's share: the old name is gone after.",
+        "{shown}"
+    );
+    assert_eq!(shown["class"], "non_idempotent_write", "{shown}");
 }
 
 /// A file the proxy cannot use is refused before anything starts, with
