@@ -190,10 +190,12 @@ pub(crate) struct ProxyArgs {
     /// others sealed; by default each process makes its own.
     #[arg(long, value_name = "FILE")]
     pub state_secret_file: Option<std::path::PathBuf>,
-    /// The upstream MCP server's command and its arguments, after `--`.
+    /// The upstream MCP server's command and its arguments, after `--`
+    /// (or `--upstream URL`, or `[[upstream]]` tables in the `--config`
+    /// file for several behind one endpoint).
     #[arg(
         last = true,
-        required_unless_present = "upstream",
+        required_unless_present_any = ["upstream", "config"],
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,

@@ -71,6 +71,9 @@ pub(crate) fn error(tool: &str, e: &IdemError, hints: Hints<'_>) -> String {
         IdemError::KeyReused { .. } => key_reused(tool),
         IdemError::InFlight { .. } => in_flight(tool),
         IdemError::OutcomeUnknown { reason, .. } => outcome_unknown(tool, reason),
+        IdemError::OutcomeNotRecorded {
+            key, repeatable, ..
+        } => started_not_recorded(tool, key.as_str(), *repeatable),
         IdemError::ApprovalDenied { reason, .. } => approval_denied(tool, reason),
         IdemError::ApprovalPending { message, .. } => approval_pending(tool, message),
         IdemError::ApprovalRequired { .. } => no_way_to_approve(tool),
@@ -206,6 +209,27 @@ fn outcome_unknown(tool: &str, reason: &str) -> String {
          recorded ({reason}), so nobody knows whether it took effect. It will not be run \
          again. Do not call it again; tell the user a person has to check whether it \
          happened and settle it."
+    )
+}
+
+/// The tool started, and the store failed before its result was
+/// recorded: it may have taken effect. A class that repeats safely under
+/// its key may be called again; any other must not, and a person settles
+/// the key.
+fn started_not_recorded(tool: &str, key: &str, repeatable: bool) -> String {
+    let next = if repeatable {
+        "Calling again with the same arguments in a minute is safe: it repeats under the same \
+         key, so it is not done twice."
+            .to_owned()
+    } else {
+        format!(
+            "Do not call it again; tell the user a person has to check whether it happened \
+             and settle it (key {key})."
+        )
+    };
+    format!(
+        "`{tool}` started, but the server lost the store where it records its calls before \
+         the result was recorded, so it may or may not have taken effect. {next}"
     )
 }
 
@@ -348,6 +372,40 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("`\"intended_repeat\": 1`"), "{text}");
+    }
+
+    #[test]
+    fn a_store_lost_after_the_tool_started_never_reads_as_nothing_ran() {
+        let key = idem_runtime::key::IdempotencyKey::parse(&"ab".repeat(32)).unwrap();
+        let lost = |repeatable| IdemError::OutcomeNotRecorded {
+            tool: "git_checkout".into(),
+            key: key.clone(),
+            source: idem_runtime::StoreError::Unavailable {
+                store: "postgres://db/idem".into(),
+                cause: "connection closed".into(),
+            },
+            repeatable,
+        };
+        let once = error("git_checkout", &lost(false), Hints::default());
+        assert!(!once.contains("Nothing ran"), "{once}");
+        assert!(once.contains("may or may not have taken effect"), "{once}");
+        assert!(once.contains("Do not call it again"), "{once}");
+        assert!(
+            once.contains(key.as_str()),
+            "the key an operator settles: {once}"
+        );
+        let repeatable = error("git_checkout", &lost(true), Hints::default());
+        assert!(repeatable.contains("is safe"), "{repeatable}");
+
+        let before = IdemError::Store {
+            tool: "git_checkout".into(),
+            source: idem_runtime::StoreError::Unavailable {
+                store: "postgres://db/idem".into(),
+                cause: "connection refused".into(),
+            },
+        };
+        let text = error("git_checkout", &before, Hints::default());
+        assert!(text.contains("Nothing ran. Try again"), "{text}");
     }
 
     #[test]

@@ -161,9 +161,10 @@ pub enum IdemError {
         /// Why.
         source: crate::key::KeyError,
     },
-    /// The store failed: nothing ran (fail closed), or the outcome could not
-    /// be recorded (the record stays in flight and the lease decides).
-    #[error("tool `{tool}`: {source}")]
+    /// The store failed before the tool started: nothing ran (idem fails
+    /// closed). A store failure after the tool started is
+    /// [`IdemError::OutcomeNotRecorded`].
+    #[error("tool `{tool}` was not run: {source}; nothing ran")]
     Store {
         /// The tool.
         tool: String,
@@ -213,6 +214,25 @@ pub enum IdemError {
         key: crate::key::IdempotencyKey,
         /// What is known.
         reason: String,
+    },
+    /// The tool ran (or may have: it started), but the store failed
+    /// before its outcome was recorded, and kept failing for as long as
+    /// the call held its key. The effect may have happened. The record
+    /// stays in flight; once its lease runs out, a call with the key that
+    /// may not run twice takes it over and reconciles it or records the
+    /// outcome as unknown, and an operator can settle it
+    /// ([`Operator::resolve`](crate::operator::Operator::resolve)).
+    #[error("{}", not_recorded(tool, key, source, *repeatable))]
+    OutcomeNotRecorded {
+        /// The tool.
+        tool: String,
+        /// The key the call is recorded under.
+        key: crate::key::IdempotencyKey,
+        /// The store's error.
+        source: crate::store::StoreError,
+        /// The tool's class may run again under the same key (a `read`
+        /// or an `idempotent_write`): calling again repeats it safely.
+        repeatable: bool,
     },
     /// An irreversible call was denied: nothing ran.
     #[error("approval for irreversible tool `{tool}` was denied: {reason}; nothing ran")]
@@ -331,6 +351,21 @@ fn awaits_other_arguments(
     }
 }
 
+/// The text of [`IdemError::OutcomeNotRecorded`].
+fn not_recorded(
+    tool: &str,
+    key: &crate::key::IdempotencyKey,
+    source: &crate::store::StoreError,
+    repeatable: bool,
+) -> String {
+    let next = if repeatable {
+        "calling again with the same key repeats it safely once the store answers"
+    } else {
+        "idem will not run it again: an operator must check whether the effect happened and settle the key"
+    };
+    format!("tool `{tool}` started, but its outcome could not be recorded under key {key} ({source}): it may have taken effect; {next}")
+}
+
 impl IdemError {
     /// A short machine-readable code for the variant, used in tool results
     /// sent back to a model and in logs.
@@ -343,6 +378,7 @@ impl IdemError {
             IdemError::KeyReused { .. } => ErrorCode::KeyReused,
             IdemError::InFlight { .. } => ErrorCode::InFlight,
             IdemError::OutcomeUnknown { .. } => ErrorCode::OutcomeUnknown,
+            IdemError::OutcomeNotRecorded { .. } => ErrorCode::OutcomeNotRecorded,
             IdemError::ApprovalDenied { .. } => ErrorCode::ApprovalDenied,
             IdemError::ApprovalPending { .. } => ErrorCode::ApprovalPending,
             IdemError::ApprovalRequired { .. } => ErrorCode::ApprovalRequired,
@@ -365,6 +401,7 @@ impl IdemError {
             | IdemError::KeyReused { key, .. }
             | IdemError::InFlight { key, .. }
             | IdemError::OutcomeUnknown { key, .. }
+            | IdemError::OutcomeNotRecorded { key, .. }
             | IdemError::ApprovalPending { key, .. }
             | IdemError::NotRecorded { key, .. }
             | IdemError::KeyAwaitsOtherArguments { key, .. } => Some(key),
@@ -416,6 +453,8 @@ pub enum ErrorCode {
     InFlight,
     /// [`IdemError::OutcomeUnknown`].
     OutcomeUnknown,
+    /// [`IdemError::OutcomeNotRecorded`].
+    OutcomeNotRecorded,
     /// [`IdemError::ApprovalDenied`].
     ApprovalDenied,
     /// [`IdemError::ApprovalPending`].
@@ -449,6 +488,7 @@ impl ErrorCode {
             ErrorCode::KeyReused => "key_reused",
             ErrorCode::InFlight => "in_flight",
             ErrorCode::OutcomeUnknown => "outcome_unknown",
+            ErrorCode::OutcomeNotRecorded => "outcome_not_recorded",
             ErrorCode::ApprovalDenied => "approval_denied",
             ErrorCode::ApprovalPending => "approval_pending",
             ErrorCode::ApprovalRequired => "approval_required",

@@ -66,6 +66,16 @@ pub(crate) fn describe(record: &Record, now: Timestamp) -> String {
                 format!("until {}", when(*lease_until))
             };
             out.field("Lease", &lease);
+            if let Some(wait) = record.outlast() {
+                out.field(
+                    "Waits",
+                    &format!(
+                        "owner {} vanished mid-call; its attempt must be over by {}, then the reconcile hook decides (idem resolve ends the wait)",
+                        wait.previous,
+                        when(wait.until)
+                    ),
+                );
+            }
         }
         RecordState::AwaitingApproval { expires_at, .. } => {
             let then = if status == Status::Approved {
@@ -211,7 +221,7 @@ fn next_steps(record: &Record, now: Timestamp) -> Vec<String> {
             format!("idem deny {key} --by NAME --reason TEXT"),
         ],
         Status::Unknown => settle(),
-        Status::InFlight if record.lease_expired(now) => settle(),
+        Status::InFlight if record.lease_expired(now) || record.outlast().is_some() => settle(),
         _ => Vec::new(),
     }
 }

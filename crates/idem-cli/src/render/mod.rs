@@ -30,6 +30,13 @@ pub(crate) fn short_key(key: &str) -> &str {
 /// text in it escaped ([`visible`](idem_runtime::text::visible)).
 pub(crate) fn summary(record: &Record, now: Timestamp) -> String {
     let line = match (&record.state, record.status()) {
+        (RecordState::InFlight { .. }, _) if record.outlast().is_some() => {
+            let until = record.outlast().map_or(now, |wait| wait.until);
+            format!(
+                "owner vanished; waiting out its attempt (over {}), then reconciling (idem resolve ends the wait)",
+                relative(now, until)
+            )
+        }
         (RecordState::InFlight { lease_until, .. }, _) if record.lease_expired(now) => format!(
             "lease ran out {}: the owner vanished",
             relative(now, *lease_until)

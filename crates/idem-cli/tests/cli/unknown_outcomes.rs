@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use idem::StoreExt;
 use serde_json::json;
 
 use crate::stores_support::{resolve_by_ada, unknown_charge};
@@ -23,7 +24,60 @@ crate::support::on_every_store_url![
     unknown_outcomes_resolved_as_failed_or_released,
     an_unknown_outcome_says_it_never_expires_and_a_resolution_keeps_the_ttl_asked_for,
     idem_log_shows_a_release_and_a_delete_after_their_records_are_gone,
+    a_takeover_waiting_out_a_vanished_owner_is_listed_and_idem_resolve_ends_its_wait,
 ];
+
+/// A worker that took a key over from a vanished owner and waits out that
+/// owner's attempt (the wait written into the record, its lease live) is
+/// listed and shown as such, with the commands that settle it; `idem
+/// resolve` settles it at once, which ends the wait.
+async fn a_takeover_waiting_out_a_vanished_owner_is_listed_and_idem_resolve_ends_its_wait(
+    url: &str,
+) {
+    let (idem, namespace, _) = operator(url);
+    let key = claim_directly(url, &namespace, "c-wait", None, Duration::from_secs(600)).await;
+    let store = idem::store::connect(url).await.unwrap();
+    let fence = store.get(&key).await.unwrap().unwrap().fence();
+    let until = store.now().await.unwrap().plus(Duration::from_secs(300));
+    let wait = json!({ "until": until.0, "previous": fence.0 - 1, "by": fence.0 });
+    store
+        .checkpoint(
+            &key,
+            fence,
+            idem::record::OUTLAST_STEP,
+            &wait,
+            Duration::from_secs(600),
+        )
+        .await
+        .unwrap();
+
+    let listed = idem.run(&["ls", "--namespace", &namespace]).await;
+    assert!(
+        listed
+            .ok()
+            .contains("owner vanished; waiting out its attempt (over in 4m"),
+        "{}",
+        listed.ok()
+    );
+    let shown = idem.run(&["show", key.as_str()]).await;
+    let shown = shown.ok();
+    assert!(
+        shown.contains("vanished mid-call; its attempt must be over by"),
+        "{shown}"
+    );
+    assert!(shown.contains("idem resolve"), "{shown}");
+
+    resolve_by_ada(
+        &idem,
+        key.as_str(),
+        &["--succeeded", r#"{"id":"ch_1"}"#],
+        "in the PSP's log",
+    )
+    .await
+    .ok();
+    let record = store.get(&key).await.unwrap().unwrap();
+    assert_eq!(record.status(), idem::record::Status::Succeeded);
+}
 
 /// `idem log` keeps what `resolve --release` and `delete` did (who, when,
 /// why, state before and after) after the records are gone, by full key

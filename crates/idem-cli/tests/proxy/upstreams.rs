@@ -163,7 +163,16 @@ fn the_python_sdk_through_idem_proxy_gets_one_upstream_effect_per_intent() {
 /// and approved is run through the other, once.
 #[test]
 fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
-    let what = "two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space";
+    on_postgresql(
+        "two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space",
+        "two_instances",
+        "proxy-two-instances-transcript.md",
+    );
+}
+
+/// The Python client's case `case`, with instances on a PostgreSQL
+/// server of its own.
+fn on_postgresql(what: &str, case: &str, keep_as: &str) {
     let Some(server) = idem_testkit::PostgresServer::start() else {
         idem_testkit::skip(what, "PostgreSQL");
         return;
@@ -171,9 +180,9 @@ fn two_proxies_on_one_postgresql_behind_a_balancer_are_one_record_space() {
     let url = server.url();
     python_cases(
         what,
-        Some("two_instances"),
+        Some(case),
         &[("IDEM_TWO_INSTANCES_STORE", url.as_ref())],
-        "proxy-two-instances-transcript.md",
+        keep_as,
     );
 }
 
@@ -415,4 +424,63 @@ fn a_long_write_through_the_proxy_becomes_a_task_that_completes_with_its_result(
     );
     drop(stdin);
     let _ = proxy.wait();
+}
+
+/// Two `idem proxy --listen` on one PostgreSQL server; one is killed
+/// (`SIGKILL`) while its upstream call of a `non_idempotent_write` is
+/// running, and the key is retried through the other: answered as unknown
+/// within one lease (not after the tool's ten-minute timeout), listed for
+/// an operator, run upstream once.
+#[test]
+fn an_instance_killed_mid_call_is_answered_unknown_through_another_within_a_lease() {
+    on_postgresql(
+        "an_instance_killed_mid_call_is_answered_unknown_through_another_within_a_lease",
+        "dead_instance",
+        "proxy-dead-instance-transcript.md",
+    );
+}
+
+/// PyPI's `mcp-server-git`, which `.ci/run` installs in a virtual
+/// environment of its own, `target/mcp-server-git`.
+fn mcp_server_git() -> Option<PathBuf> {
+    let program = idem_testkit::workspace_root().join("target/mcp-server-git/bin/mcp-server-git");
+    program.exists().then_some(program)
+}
+
+/// One proxy in front of three upstreams (`[[upstream]]` tables): git
+/// (PyPI's `mcp-server-git`, real branches), npm's `server-memory` and
+/// the slow upstream over HTTP, killed and started again while the
+/// others serve; prefixes, include and exclude lists; one effect per
+/// intent, counted at the source.
+#[test]
+fn one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting() {
+    let what = "one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting";
+    let Some(git) = mcp_server_git() else {
+        idem_testkit::skip(
+            what,
+            "PyPI's mcp-server-git (.ci/run installs it in target/mcp-server-git)",
+        );
+        return;
+    };
+    python_cases(
+        what,
+        Some("gateway"),
+        &[("IDEM_MCP_SERVER_GIT", git.as_os_str())],
+        "proxy-gateway-transcript.md",
+    );
+}
+
+/// The soak of the deployed stack: two proxies on one PostgreSQL server,
+/// every class, instances killed (-9) and stopped (SIGTERM) and started
+/// again every three seconds: no non-idempotent write runs twice, no
+/// success lacks its effect, every intent is answered, no request waits
+/// longer than its timeout and a lease. `IDEM_SOAK_CALLS` intents per
+/// class (100 by default; the figures in the notes are from 700).
+#[test]
+fn a_soak_of_two_proxies_with_kills_and_stops_duplicates_and_loses_nothing() {
+    on_postgresql(
+        "a_soak_of_two_proxies_with_kills_and_stops_duplicates_and_loses_nothing",
+        "soak",
+        "proxy-soak-transcript.md",
+    );
 }

@@ -24,6 +24,9 @@ from proxy_http import (  # noqa: F401
     two_instances,
     upstream_over_http,
 )
+from proxy_dead_instance import dead_instance
+from proxy_gateway import gateway
+from proxy_soak import soak
 
 
 EDIT = {"edits": [{"oldText": "a", "newText": "aa"}]}
@@ -373,6 +376,9 @@ CASES = {
     "principals_over_http": principals_over_http,
     "oauth_over_http": oauth_over_http,
     "two_instances": two_instances,
+    "dead_instance": dead_instance,
+    "gateway": gateway,
+    "soak": soak,
     "config_checked": config_checked,
     "upstream_error": upstream_error,
     "https_upstream": https_upstream,
@@ -380,8 +386,9 @@ CASES = {
 }
 
 
-# Cases run by a test that starts the server they need.
-NEED_A_STORE_SERVER = {"two_instances"}
+# Cases run by a test of their own, which starts or finds the server they
+# need (PostgreSQL, PyPI's mcp-server-git).
+NEED_A_STORE_SERVER = {"two_instances", "dead_instance", "gateway", "soak"}
 
 
 async def main() -> None:

@@ -210,20 +210,13 @@ async def two_instances() -> None:
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
-    # A schema of its own: a store no earlier run wrote to.
-    server = os.environ["IDEM_TWO_INSTANCES_STORE"]
-    store = f"{server}{'&' if '?' in server else '?'}schema=two_instances_{os.getpid()}_{int(time.time())}"
     with place() as here:
-        here.store = store
-        made = subprocess.run([IDEM, "principal", "alice"], capture_output=True, text=True, check=True)
-        token = made.stderr.strip().splitlines()[-1]
-        principals = here.dir / "principals.toml"
-        principals.write_text(made.stdout)
+        token, principals = on_shared_store(here, "two_instances")
         config = here.dir / "proxy.toml"
         config.write_text(CRASH_CONFIG.format(cls="irreversible"))
         upstream = SlowUpstream(here)
         upstream.start()
-        env = {**os.environ, "IDEM_STORE": store}
+        env = {**os.environ, "IDEM_STORE": here.store}
         secret = here.dir / "state.secret"
         secret.write_bytes(os.urandom(32))
         instances = [

@@ -243,6 +243,18 @@ class Balancer:
         self.server.should_exit = True
 
 
+def on_shared_store(here: Place, name: str) -> tuple[str, Path]:
+    """Point `here` at a schema of its own (a store no earlier run wrote
+    to) on the PostgreSQL server the test started, and make the principal
+    alice there: her token and the principals file."""
+    server = os.environ["IDEM_TWO_INSTANCES_STORE"]
+    here.store = f"{server}{'&' if '?' in server else '?'}schema={name}_{os.getpid()}_{int(time.time())}"
+    made = subprocess.run([IDEM, "principal", "alice"], capture_output=True, text=True, check=True)
+    principals = here.dir / "principals.toml"
+    principals.write_text(made.stdout)
+    return made.stderr.strip().splitlines()[-1], principals
+
+
 CRASH_CONFIG = """
 [tools.append]
 class = "{cls}"

@@ -108,7 +108,9 @@ impl Waits {
         match record.status() {
             Status::AwaitingApproval => Some(Waits::Approval),
             Status::Unknown => Some(Waits::Unknown),
-            Status::InFlight if record.lease_expired(now) => Some(Waits::Vanished),
+            Status::InFlight if record.lease_expired(now) || record.outlast().is_some() => {
+                Some(Waits::Vanished)
+            }
             _ => None,
         }
     }
@@ -514,7 +516,9 @@ impl Detail {
             }
             RecordState::InFlight { lease_until, .. } => timed(
                 "Lease",
-                if record.lease_expired(now) {
+                if let Some(wait) = record.outlast() {
+                    format!("the worker that ran it vanished mid-call; another waits out its attempt until {}, then asks the tool's reconcile hook whether the effect happened; a resolution now ends the wait", when(wait.until))
+                } else if record.lease_expired(now) {
                     format!("ran out {}: the worker that ran it vanished mid-call, so nobody knows whether the effect happened", when(*lease_until))
                 } else {
                     format!("until {}", when(*lease_until))

@@ -24,11 +24,16 @@
 //!   notifications pass through; the capabilities are the upstream's,
 //!   with idem's entry added.
 //!
+//! * `gateway`: several upstream servers behind one endpoint (the
+//!   `[[upstream]]` tables of the configuration file), their tools under a
+//!   prefix each.
+//!
 //! Records are kept in the namespace `mcp/NAME`, NAME being the server's
-//! own name (or the file's `[server] name`), so `idem ls --namespace
-//! mcp/NAME` lists them.
+//! own name (or the file's `[server] name`; `gateway` for several), so
+//! `idem ls --namespace mcp/NAME` lists them.
 
 mod config;
+mod gateway;
 mod http;
 mod listen;
 mod options;
@@ -96,16 +101,32 @@ where
         crate::ask::States::with_secret(secret)
             .map_err(|e| ProxyError::Config(format!("--state-secret-file: {e}")))?;
     }
-    let source = match &args.upstream {
-        Some(url) => {
+    let gateway = !config.upstream.is_empty();
+    let source = match (&args.upstream, gateway) {
+        (_, true) if args.upstream.is_some() || !args.command.is_empty() => {
+            return Err(ProxyError::Config(
+                "the --config file names its [[upstream]] servers: give no --upstream URL or command"
+                    .into(),
+            ))
+        }
+        (_, true) => {
+            gateway::check(&config.upstream)?;
+            None
+        }
+        (Some(url), false) => {
             http::check_url(url)?;
-            Source::Http(Box::new(upstream::HttpUpstream {
+            Some(Source::Http(Box::new(upstream::HttpUpstream {
                 url: url.clone(),
                 tls: http::tls_config(url)?,
                 token: upstream_token(args)?,
-            }))
+            })))
         }
-        None => Source::Command(args.command.clone()),
+        (None, false) if args.command.is_empty() => {
+            return Err(ProxyError::Config(
+                "no upstream server: give its command after `--`, its --upstream URL, or [[upstream]] tables in the --config file".into(),
+            ))
+        }
+        (None, false) => Some(Source::Command(args.command.clone())),
     };
     // Who may call, and the address, are settled before any upstream
     // starts: a proxy that cannot serve starts nothing.
@@ -113,16 +134,48 @@ where
         Some(address) => Some(Listening::open(address, args).await?),
         None => None,
     };
-    let upstream = Arc::new(Upstream::new(source));
-    let (peer, info) = upstream.start().await.map_err(ProxyError::Upstream)?;
-    let tools = peer.list_all_tools().await.map_err(|e| {
-        ProxyError::Upstream(format!("the upstream server did not list its tools: {e}"))
-    })?;
-    let name = config
-        .server
-        .name
-        .clone()
-        .unwrap_or_else(|| info.server_info.name.clone());
+    let (mounts, name, info) = match source {
+        Some(source) => {
+            let upstream = Arc::new(Upstream::new(source));
+            let (peer, info) = upstream.start().await.map_err(ProxyError::Upstream)?;
+            let tools = peer.list_all_tools().await.map_err(|e| {
+                ProxyError::Upstream(format!("the upstream server did not list its tools: {e}"))
+            })?;
+            let name = config
+                .server
+                .name
+                .clone()
+                .unwrap_or_else(|| info.server_info.name.clone());
+            let tools = tools
+                .into_iter()
+                .map(|tool| {
+                    let remote = tool.name.to_string();
+                    (tool, remote)
+                })
+                .collect();
+            let mount = gateway::Mount {
+                name: name.clone(),
+                upstream,
+                tools,
+                info: info.clone(),
+            };
+            (vec![mount], name, info)
+        }
+        None => {
+            let mounts = gateway::start(&config.upstream).await?;
+            let name = config
+                .server
+                .name
+                .clone()
+                .unwrap_or_else(|| "gateway".to_owned());
+            let info = gateway::info(&mounts, &name);
+            (mounts, name, info)
+        }
+    };
+    let tools: Vec<Tool> = mounts
+        .iter()
+        .flat_map(|m| m.tools.iter().map(|(tool, _)| tool.clone()))
+        .collect();
 
     let names: Vec<&str> = tools.iter().map(|t| &*t.name).collect();
     let path = args
@@ -130,13 +183,13 @@ where
         .as_ref()
         .map_or_else(String::new, |p| p.display().to_string());
     if let Err(problem) = config.check(&names, &path) {
-        upstream.stop().await;
+        gateway::stop(&mounts).await;
         return Err(problem.into());
     }
 
     if args.print_config {
         let text = config::print(&config, &name, &info.server_info.version, &tools);
-        upstream.stop().await;
+        gateway::stop(&mounts).await;
         print!("{text}");
         return Ok(());
     }
@@ -157,19 +210,25 @@ where
         }))
         .build();
     let mut registry: Registry = Registry::new();
-    let (mut approvers, mut unkeyed) = (Vec::new(), Vec::new());
-    for tool in &tools {
-        let resolved = config.resolve(tool);
-        let description = tool.description.as_deref().unwrap_or_default();
-        let defined = UpstreamTool::new(&tool.name, description, &resolved, upstream.clone());
-        registry.insert(Arc::new(defined)).map_err(|e| {
-            ProxyError::Upstream(format!("the upstream server lists a tool twice: {e}"))
-        })?;
-        if let Some(approval) = resolved.approval {
-            approvers.push((tool.name.to_string(), approval));
-        }
-        if let Some(policy) = resolved.unkeyed {
-            unkeyed.push((tool.name.to_string(), policy));
+    let mut policies = Vec::new();
+    for mount in &mounts {
+        for (tool, remote) in &mount.tools {
+            let resolved = config.resolve(tool);
+            let description = tool.description.as_deref().unwrap_or_default();
+            let defined = UpstreamTool::new(
+                &tool.name,
+                remote,
+                description,
+                &resolved,
+                mount.upstream.clone(),
+            );
+            registry.insert(Arc::new(defined)).map_err(|e| {
+                ProxyError::Upstream(format!(
+                    "the upstream server `{}` lists a tool twice: {e}",
+                    mount.name
+                ))
+            })?;
+            policies.push((tool.name.to_string(), resolved));
         }
     }
     config.write_catalog(&registry, &tools)?;
@@ -186,17 +245,13 @@ where
             .request_state_secret(secret)
             .map_err(|e| ProxyError::Config(format!("--state-secret-file: {e}")))?;
     }
-    for (tool, approval) in approvers {
-        server = server.approver(&tool, approval.into());
-    }
-    for (tool, policy) in unkeyed {
-        server = server.unkeyed_for(&tool, policy);
-    }
+    server = config::per_tool(server, policies);
     if listening.as_ref().is_some_and(|l| l.auth.is_some()) {
         // Each principal's calls in a namespace of their own.
         server = server.principal_from_auth();
     }
-    let proxy = Proxy::new(server, upstream.clone(), tools);
+    let upstreams = mounts.iter().map(|m| m.upstream.clone()).collect();
+    let proxy = Proxy::new(server, upstreams, tools);
     match listening {
         Some(listening) => serve_http(proxy, listening, &name).await?,
         None => {
@@ -207,7 +262,7 @@ where
             let _ = service.waiting().await;
         }
     }
-    upstream.stop().await;
+    gateway::stop(&mounts).await;
     executor.store().close().await;
     Ok(())
 }
@@ -216,20 +271,35 @@ where
 /// `--upstream-token-env` (never from the command line itself, where other
 /// users of the machine read it).
 fn upstream_token(options: &ProxyOptions) -> Result<Option<String>, ProxyError> {
-    let (token, from) = match (&options.upstream_token_file, &options.upstream_token_env) {
+    read_token(
+        options.upstream_token_file.as_deref(),
+        options.upstream_token_env.as_deref(),
+        ["--upstream-token-file", "--upstream-token-env"],
+    )
+}
+
+/// A bearer token from the file `file`, else the environment variable
+/// `variable`: one line of printable text. `said` names the two where
+/// the user gave them.
+fn read_token(
+    file: Option<&std::path::Path>,
+    variable: Option<&str>,
+    said: [&str; 2],
+) -> Result<Option<String>, ProxyError> {
+    let [file_said, variable_said] = said;
+    let (token, from) = match (file, variable) {
         (Some(path), _) => {
-            let text = std::fs::read_to_string(path).map_err(|e| {
-                ProxyError::Config(format!("--upstream-token-file {}: {e}", path.display()))
-            })?;
-            (text, format!("--upstream-token-file {}", path.display()))
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| ProxyError::Config(format!("{file_said} {}: {e}", path.display())))?;
+            (text, format!("{file_said} {}", path.display()))
         }
         (None, Some(variable)) => {
             let text = std::env::var(variable).map_err(|_| {
                 ProxyError::Config(format!(
-                    "--upstream-token-env {variable}: the variable is not set (or not UTF-8)"
+                    "{variable_said} {variable}: the variable is not set (or not UTF-8)"
                 ))
             })?;
-            (text, format!("--upstream-token-env {variable}"))
+            (text, format!("{variable_said} {variable}"))
         }
         (None, None) => return Ok(None),
     };
@@ -321,13 +391,16 @@ async fn serve_http(proxy: Proxy, listening: Listening, name: &str) -> Result<()
 #[derive(Clone)]
 struct Proxy {
     idem: McpServer,
-    upstream: Arc<Upstream>,
-    /// The upstream's tools as listed, with idem's additions.
+    /// The upstream servers: one, whose resources, prompts and
+    /// completions pass through, or several behind one endpoint, which
+    /// serve their tools only.
+    upstreams: Arc<Vec<Arc<Upstream>>>,
+    /// The upstreams' tools as listed, with idem's additions.
     listed: Arc<Vec<Tool>>,
 }
 
 impl Proxy {
-    fn new(idem: McpServer, upstream: Arc<Upstream>, tools: Vec<Tool>) -> Self {
+    fn new(idem: McpServer, upstreams: Vec<Arc<Upstream>>, tools: Vec<Tool>) -> Self {
         let ours: HashMap<&str, &Tool> = idem.tools().iter().map(|t| (&*t.name, t)).collect();
         let listed = tools
             .iter()
@@ -338,13 +411,20 @@ impl Proxy {
             .collect();
         Proxy {
             idem,
-            upstream,
+            upstreams: Arc::new(upstreams),
             listed: Arc::new(listed),
         }
     }
 
+    /// The one upstream what is not a tool call passes through to.
     async fn upstream(&self) -> Result<rmcp::Peer<RoleClient>, ErrorData> {
-        self.upstream
+        let [upstream] = self.upstreams.as_slice() else {
+            return Err(ErrorData::invalid_request(
+                "this gateway of several upstream servers serves their tools only",
+                None,
+            ));
+        };
+        upstream
             .peer()
             .await
             .map_err(|e| ErrorData::internal_error(e, None))
@@ -481,7 +561,9 @@ impl ServerHandler for Proxy {
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
-        self.upstream.forward().connect(context.peer);
+        for upstream in self.upstreams.iter() {
+            upstream.forward().connect(context.peer.clone());
+        }
     }
 
     async fn list_tools(

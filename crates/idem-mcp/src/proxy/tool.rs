@@ -38,6 +38,9 @@ pub(super) struct UpstreamTool {
     /// How long the call may go without its result or progress.
     idle: Duration,
     spec: &'static ToolSpec,
+    /// The tool's name on its upstream (the spec's is the name served,
+    /// prefixed behind a gateway).
+    remote: String,
     class: ClassKind,
     natural: Option<&'static [&'static str]>,
     /// Which of its errors say it did not take effect.
@@ -52,10 +55,11 @@ fn leak(text: &str) -> &'static str {
 }
 
 impl UpstreamTool {
-    /// The tool `name` (described as `description`) of `upstream`, run as
-    /// `resolved` says.
+    /// The tool `remote` of `upstream`, served as `name` (described as
+    /// `description`), run as `resolved` says.
     pub(super) fn new(
         name: &str,
+        remote: &str,
         description: &str,
         resolved: &Resolved,
         upstream: Arc<Upstream>,
@@ -79,6 +83,7 @@ impl UpstreamTool {
         UpstreamTool {
             idle: resolved.timeout.unwrap_or(DEFAULT_TIMEOUT),
             spec: Box::leak(Box::new(spec)),
+            remote: remote.to_owned(),
             class: resolved.class,
             natural,
             transient: resolved.transient.clone(),
@@ -135,8 +140,7 @@ impl Tool<()> for UpstreamTool {
             }
         };
         let progress = super::upstream::progress_to();
-        let mut request =
-            CallToolRequestParams::new(self.spec.name.to_owned()).with_arguments(arguments);
+        let mut request = CallToolRequestParams::new(self.remote.clone()).with_arguments(arguments);
         if let Some(key) = ctx.key() {
             request = request.with_idempotency_key(key.as_str());
         }
@@ -217,7 +221,7 @@ mod tests {
         .unwrap();
         let listed = rmcp::model::Tool::new("push", "d", Arc::new(Default::default()));
         let upstream = Arc::new(Upstream::new(Source::Command(Vec::new())));
-        let tool = UpstreamTool::new("push", "d", &config.resolve(&listed), upstream);
+        let tool = UpstreamTool::new("push", "push", "d", &config.resolve(&listed), upstream);
         let rpc = |code: i64, message: &str| {
             ToolError::ambiguous("the upstream answered with a protocol error").with_details(
                 serde_json::json!({ JSONRPC_ERROR: { "code": code, "message": message } }),

@@ -57,7 +57,7 @@ async fn decide(
         ApprovalSource::Given(approval) => ApprovalDecision::Approved(Approval::clone(approval)),
         ApprovalSource::Policy => {
             let Some(policy) = &env.core.approvals else {
-                record::release(env, owner).await?;
+                record::release_unstarted(env, owner).await?;
                 return Err(errors::refuse(
                     env,
                     IdemError::ApprovalRequired {
@@ -77,7 +77,7 @@ async fn decide(
                 Ok(decision) => decision,
                 Err(cause) => {
                     // Undecided is not a denial to remember.
-                    record::release(env, owner).await?;
+                    record::release_unstarted(env, owner).await?;
                     telemetry::count(env, Count::ApprovalDenied);
                     return Err(errors::refuse(
                         env,
@@ -139,7 +139,7 @@ async fn decide(
                 Status::Failed,
             )
             .await?;
-            record::complete(env, owner, transition::denial(reason.clone())).await?;
+            record::complete_unstarted(env, owner, transition::denial(reason.clone())).await?;
             Err(errors::refuse(
                 env,
                 IdemError::ApprovalDenied {

@@ -37,6 +37,27 @@ pub(super) fn owner(env: &CallEnv<'_>, owner: &Owner<'_>, e: StoreError) -> Idem
     }
 }
 
+/// A store failure of an owner after its tool started: the effect may
+/// have happened, and it is not recorded. A stale fence means another
+/// owner took the key over, whose outcome stands; anything else — the
+/// store unreachable until the lease ran out included — leaves the
+/// record in doubt, and says so.
+pub(super) fn unrecorded(env: &CallEnv<'_>, owner: &Owner<'_>, e: StoreError) -> IdemError {
+    telemetry::count(env, Count::StoreError);
+    if matches!(e, StoreError::StaleFence { .. }) {
+        return superseded(env, owner, Some(e));
+    }
+    refuse(
+        env,
+        IdemError::OutcomeNotRecorded {
+            tool: env.name().to_owned(),
+            key: owner.key.clone(),
+            source: e,
+            repeatable: env.class.may_rerun_unknown_outcome(),
+        },
+    )
+}
+
 /// The caller's error when its owner lost the key.
 pub(super) fn superseded(
     env: &CallEnv<'_>,

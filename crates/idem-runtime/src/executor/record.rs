@@ -17,7 +17,7 @@ use serde_json::Value;
 
 use crate::error::{ErrorKind, IdemError, ToolError};
 use crate::record::{FailureCode, Outcome, OutputJson, StoredFailure, ATTEMPT_STEP};
-use crate::store::StoreExt;
+use crate::store::{FenceHolder, StoreError, StoreExt};
 use crate::tool::{Reconciled, Tool};
 
 use super::answer;
@@ -170,10 +170,31 @@ async fn settle_failure(
     }
 }
 
+/// Record `outcome` under the owner's key: the last word of an owner
+/// whose tool started, written as [`last_word`] says.
 pub(super) async fn complete(
     env: &CallEnv<'_>,
     owner: &Owner<'_>,
     outcome: Outcome,
+) -> Result<(), IdemError> {
+    write_outcome(env, owner, outcome, true).await
+}
+
+/// Record `outcome` (a denial) before the tool started: a store failure
+/// then means nothing ran.
+pub(super) async fn complete_unstarted(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    outcome: Outcome,
+) -> Result<(), IdemError> {
+    write_outcome(env, owner, outcome, false).await
+}
+
+async fn write_outcome(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    outcome: Outcome,
+    started: bool,
 ) -> Result<(), IdemError> {
     // An unknown outcome is kept until a person settles it: "never
     // re-run" must not lapse into a second effect with the TTL.
@@ -187,27 +208,114 @@ pub(super) async fn complete(
         None => match env.store().fast_path() {
             None => outcome,
             Some(fast) => match fast.complete_local(&owner.key, owner.fence, outcome, ttl) {
-                Ok(done) => return done.map_err(|e| errors::owner(env, owner, e)),
+                Ok(Ok(())) => return Ok(()),
+                Ok(Err(e)) if started => return Err(errors::unrecorded(env, owner, e)),
+                Ok(Err(e)) => return Err(errors::owner(env, owner, e)),
                 Err(outcome) => outcome,
             },
         },
         Some(_) => outcome,
     };
-    env.store()
-        .complete(&owner.key, owner.fence, &outcome, ttl)
-        .await
-        .map_err(|e| errors::owner(env, owner, e))?;
+    let write = || env.store().complete(&owner.key, owner.fence, &outcome, ttl);
+    match started {
+        true => last_word(env, owner, write, Some(&outcome)).await?,
+        false => write().await.map_err(|e| errors::owner(env, owner, e))?,
+    }
     if let Some(flight) = owner.flight {
         flight.publish(&outcome);
     }
     Ok(())
 }
 
+/// Give the owner's key back (the tool did not take effect, or may run
+/// again), written as [`last_word`] says.
 pub(super) async fn release(env: &CallEnv<'_>, owner: &Owner<'_>) -> Result<(), IdemError> {
+    let write = || env.store().release(&owner.key, owner.fence);
+    last_word(env, owner, write, None).await
+}
+
+/// Give the owner's key back before its tool started: a store failure
+/// then means nothing ran.
+pub(super) async fn release_unstarted(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+) -> Result<(), IdemError> {
     env.store()
         .release(&owner.key, owner.fence)
         .await
         .map_err(|e| errors::owner(env, owner, e))
+}
+
+/// The longest pause between two tries of an owner's last word.
+const LAST_WORD_PAUSE: Duration = Duration::from_secs(1);
+
+/// Write an owner's last word after its tool started — `completed` its
+/// outcome, or `None` the key given back — and try again while the store
+/// is unreachable and the lease is held (the lease is being renewed
+/// meanwhile), then once more: the fence makes a repeat harmless, and an
+/// outcome recorded late is worth more than one left in doubt. A try
+/// whose answer was lost may have been applied; the next one then finds
+/// the key completed under this owner's fence (or given back), which is
+/// what was asked. What cannot be written is
+/// [`IdemError::OutcomeNotRecorded`]: the effect may have happened.
+async fn last_word<W, F>(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    write: W,
+    completed: Option<&Outcome>,
+) -> Result<(), IdemError>
+where
+    W: Fn() -> F,
+    F: std::future::Future<Output = Result<(), StoreError>>,
+{
+    let mut pause = Duration::from_millis(50);
+    let mut tried = false;
+    loop {
+        let e = match write().await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        match (&e, completed) {
+            (StoreError::StaleFence { current, .. }, _) if tried => {
+                return match earlier_try_applied(env, owner, *current, completed).await {
+                    true => Ok(()),
+                    false => Err(errors::unrecorded(env, owner, e)),
+                };
+            }
+            (StoreError::Unavailable { .. }, _) if !owner.lost() => {
+                tracing::warn!(error = %e, "could not record the outcome; trying again");
+            }
+            // The lease ran out while the store was unreachable: a last
+            // try, which the fence refuses if another owner took over.
+            (StoreError::Unavailable { .. }, _) if !tried => {}
+            _ => return Err(errors::unrecorded(env, owner, e)),
+        }
+        tried = true;
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(LAST_WORD_PAUSE);
+    }
+}
+
+/// Whether a refused try of an owner's last word only found an earlier
+/// try applied: the key given back, or completed under the owner's
+/// fence with this outcome (an operator's resolution of a lapsed lease
+/// keeps the fence too, and is another outcome).
+async fn earlier_try_applied(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    current: FenceHolder,
+    completed: Option<&Outcome>,
+) -> bool {
+    match (current, completed) {
+        (FenceHolder::Nobody, None) => true,
+        (FenceHolder::Completed(fence), Some(outcome)) if fence == owner.fence => {
+            matches!(
+                env.store().get(&owner.key).await,
+                Ok(Some(record)) if record.outcome() == Some(outcome)
+            )
+        }
+        _ => false,
+    }
 }
 
 /// Record the outcome as unknown (every later duplicate is refused)

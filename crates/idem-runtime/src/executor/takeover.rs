@@ -6,17 +6,20 @@
 //!   call, called again, takes it over and runs as approved.
 //! * A previous owner that vanished without an outcome: if it never
 //!   started the tool, nothing happened and the call simply runs; a class
-//!   that may re-run runs again; otherwise its attempt is waited out and
-//!   the reconcile hook says whether the effect happened.
+//!   that may re-run runs again; otherwise the reconcile hook says
+//!   whether the effect happened, once that owner's attempt is waited
+//!   out (a wait written into the record, which an operator may end by
+//!   settling the key), and a tool without a hook is unknown at once.
 
 use std::borrow::Borrow;
 use std::time::Duration;
 
 use crate::error::{IdemError, ToolError};
-use crate::record::Fence;
+use crate::record::{Fence, Outlast, OUTLAST_STEP};
 use crate::store::{StoreExt, Takeover};
 use crate::tool::{Reconciled, Tool};
 
+use super::answer;
 use super::env::{Call, CallEnv};
 use super::errors;
 use super::output::CallOutput;
@@ -55,8 +58,10 @@ where
 }
 
 /// A previous owner vanished without an outcome: a class that is never
-/// re-run whose previous owner started the tool is reconciled once that
-/// attempt must be over. `Some`: the call ends here; `None`: it runs.
+/// re-run whose previous owner started the tool is reconciled — once
+/// that attempt must be over when the tool has a hook, at once (as
+/// unknown) when it has none. `Some`: the call ends here; `None`: it
+/// runs.
 async fn vanished_owner<S, T, R>(
     call: &Call<'_, S, T, R>,
     args: &T::Args,
@@ -77,12 +82,22 @@ where
         }
         return None;
     }
-    tracing::warn!(
-        previous = previous.0,
-        "previous owner vanished mid-call; reconciling once its attempt must be over"
-    );
-    if let Err(e) = outlast_previous_attempt(env, owner).await {
-        return Some(Err(e));
+    if env.spec.has_reconcile {
+        tracing::warn!(
+            previous = previous.0,
+            "previous owner vanished mid-call; reconciling once its attempt must be over"
+        );
+        if let Outlasted::Settled(done) = outlast_previous_attempt(env, owner, previous).await {
+            return Some(done);
+        }
+    } else {
+        // Without a hook nothing can tell whether the effect happened,
+        // however long the wait: asked at once (the default answers
+        // `Unknown`), the outcome is unknown now.
+        tracing::warn!(
+            previous = previous.0,
+            "previous owner vanished mid-call, and the tool has no reconcile hook"
+        );
     }
     match call.tool().reconcile(args, &owner.ctx, call.state).await {
         Ok(Reconciled::Applied(output)) => Some(record::succeed(env, owner, output, 0, true).await),
@@ -95,6 +110,15 @@ where
     }
 }
 
+/// How the wait for a vanished owner's attempt ended.
+enum Outlasted<O> {
+    /// The attempt must be over: reconcile.
+    Over,
+    /// The call ends here: an operator settled the key meanwhile (its
+    /// resolution is the answer), or this owner lost it.
+    Settled(Result<CallOutput<O>, IdemError>),
+}
+
 /// Wait, holding the key (its lease is renewed meanwhile), until the
 /// previous owner's attempt must be over: its lease lapsed, but it may
 /// only have been unable to renew — a process paused, a store too busy
@@ -104,16 +128,55 @@ where
 /// The attempt started before the lease lapsed and runs at most the
 /// tool's timeout, so that is the wait. A tool without a timeout
 /// (`Duration::MAX`) gives no bound, and is reconciled at once.
-async fn outlast_previous_attempt(env: &CallEnv<'_>, owner: &Owner<'_>) -> Result<(), IdemError> {
+///
+/// The wait is written into the record first ([`OUTLAST_STEP`]: until
+/// when, after which owner), so that `idem ls`, `idem show` and the
+/// inbox show it, and an operator may settle the key meanwhile
+/// ([`Operator::resolve`](crate::operator::Operator::resolve)): this
+/// owner's next renewal then finds the key settled, and the call
+/// answers with the resolution.
+async fn outlast_previous_attempt<O: serde::de::DeserializeOwned>(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    previous: Fence,
+) -> Outlasted<O> {
     let timeout = env.timeout();
     if timeout == Duration::MAX {
-        return Ok(());
+        return Outlasted::Over;
     }
-    tokio::time::sleep(timeout).await;
-    if owner.lost() {
-        return Err(errors::superseded(env, owner, None));
+    let marked = async {
+        let until = env.store().now().await?.plus(timeout);
+        let value = Outlast {
+            until,
+            previous,
+            by: owner.fence,
+        }
+        .to_value();
+        let lease = timeout.saturating_add(env.lease());
+        env.store()
+            .checkpoint(&owner.key, owner.fence, OUTLAST_STEP, &value, lease)
+            .await
+    };
+    if let Err(e) = marked.await {
+        return Outlasted::Settled(Err(errors::owner(env, owner, e)));
     }
-    Ok(())
+    tokio::select! {
+        () = tokio::time::sleep(timeout) => {}
+        () = owner.ctx.superseded() => {}
+    }
+    if !owner.lost() {
+        return Outlasted::Over;
+    }
+    // The key was settled (an operator's resolution is written under a
+    // fence of its own) or taken from this owner while it waited: an
+    // outcome recorded meanwhile is the answer, as for a duplicate.
+    match env.store().get(&owner.key).await {
+        Ok(Some(record)) if record.outcome().is_some() => {
+            Outlasted::Settled(answer::from_outcome(env, &owner.key, record.outcome()))
+        }
+        Ok(_) => Outlasted::Settled(Err(errors::superseded(env, owner, None))),
+        Err(e) => Outlasted::Settled(Err(errors::owner(env, owner, e))),
+    }
 }
 
 /// Give up a key whose recorded approval was given for other arguments:

@@ -28,16 +28,19 @@ pub enum Resolution {
 }
 
 impl Operator {
-    /// Settle a call idem cannot settle itself: an unknown outcome, or a
+    /// Settle a call idem cannot settle itself: an unknown outcome, a
     /// call whose owner vanished and was never taken over (its lease ran
-    /// out). Returns the record as resolved (`None` when released).
+    /// out), or one whose new owner waits out the vanished owner's
+    /// attempt before reconciling it ([`Record::outlast`]; the wait ends,
+    /// and the waiting call answers with the resolution). Returns the
+    /// record as resolved (`None` when released).
     ///
     /// The resolution is kept for the tool's TTL (recorded with the
     /// call), like the outcome the tool would have recorded;
     /// [`Operator::resolve_kept_for`] says otherwise explicitly.
     ///
-    /// Refused for a call in flight under a live lease, one with a definite
-    /// outcome, and one awaiting approval.
+    /// Refused for a call in flight under a live lease (but for that
+    /// wait), one with a definite outcome, and one awaiting approval.
     pub async fn resolve(
         &self,
         key: &IdempotencyKey,
@@ -108,6 +111,12 @@ impl Operator {
         let now = self.store.now().await?;
         let expected = match (&record.state, record.status()) {
             (_, Status::Unknown) => ExpectedState::Completed,
+            // An owner that took the key over waits out a vanished
+            // owner's attempt: the person settling it ends the wait, and
+            // the waiting call answers with the resolution.
+            (RecordState::InFlight { .. }, _) if record.outlast().is_some() => {
+                ExpectedState::InFlight
+            }
             (RecordState::InFlight { lease_until, .. }, _) if *lease_until > now => {
                 return Err(OperatorError::LiveLease {
                     key: key.clone(),

@@ -60,6 +60,33 @@ pub const ATTEMPT_STEP: &str = "idem:attempt";
 /// records what a tool is about to do.
 pub const INTENT_STEP: &str = "idem:intent";
 
+/// The step under which an owner that took a key over from a vanished
+/// owner writes that it waits out that owner's attempt before asking the
+/// reconcile hook: until when, and whose attempt ([`Outlast`]). While it
+/// waits, an operator may settle the key.
+pub const OUTLAST_STEP: &str = "idem:outlast";
+
+/// What [`OUTLAST_STEP`] holds: owner `by` waits until `until` (by the
+/// store's clock) for the attempt of the vanished owner `previous` to be
+/// over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Outlast {
+    /// When the vanished owner's attempt must be over.
+    pub until: Timestamp,
+    /// The vanished owner.
+    pub previous: Fence,
+    /// The owner waiting.
+    pub by: Fence,
+}
+
+impl Outlast {
+    /// The step's value.
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("two numbers and a timestamp serialize")
+    }
+}
+
 /// The step a lease renewal is recorded as by a store without a renewal
 /// of its own (the default [`StoreExt::renew`](crate::store::StoreExt::renew)).
 pub const LEASE_STEP: &str = "idem:lease";
@@ -170,6 +197,17 @@ impl Record {
     /// the open records alone.
     pub fn is_open(&self) -> bool {
         self.status().is_open()
+    }
+
+    /// The wait of an owner that took this in-flight record over from a
+    /// vanished owner and waits out that owner's attempt before
+    /// reconciling it ([`OUTLAST_STEP`]); `None` otherwise.
+    pub fn outlast(&self) -> Option<Outlast> {
+        let RecordState::InFlight { fence, .. } = self.state else {
+            return None;
+        };
+        let wait: Outlast = serde_json::from_value(self.steps.get(OUTLAST_STEP)?.clone()).ok()?;
+        (wait.by == fence).then_some(wait)
     }
 
     /// Whether the record is in flight with a lease that ran out at `now`.

@@ -355,3 +355,88 @@ async fn a_takeover_reconciles_only_once_the_previous_owners_attempt_must_be_ove
     let err = first.await.unwrap().unwrap_err();
     assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
 }
+
+#[tokio::test]
+async fn a_takeovers_wait_is_in_the_record_and_an_operator_resolving_it_ends_it() {
+    // Worker A crashed after it started the mail; worker B, with a
+    // thirty-second attempt timeout, takes the key over and waits.
+    let store = Arc::new(MemoryStore::new());
+    let world = App::default();
+    let worker = |timeout| {
+        Executor::builder_shared(store.clone())
+            .state(world.clone())
+            .lease(Duration::from_millis(600))
+            .timeout(timeout)
+            .build()
+    };
+    let a = worker(Duration::from_secs(30));
+    let err = tokio::spawn(async move { a.call(MailWithIntent, msg("ada")).call_id("m").await })
+        .await
+        .unwrap_err();
+    assert!(err.is_panic(), "A died mid-call");
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let b = worker(Duration::from_secs(30));
+    let started = std::time::Instant::now();
+    let waiting =
+        tokio::spawn(async move { b.call(MailWithIntent, msg("ada")).call_id("m").await });
+
+    // The record says whose attempt B waits out, and until when.
+    let operator = idem_runtime::operator::Operator::new(store.clone() as Arc<dyn Store>);
+    let record = loop {
+        let page = operator.list(&Default::default(), None, 10).await.unwrap();
+        if let Some(r) = page.records.into_iter().find(|r| r.outlast().is_some()) {
+            break r;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "no wait recorded"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let wait = record.outlast().unwrap();
+    let now = store.now().await.unwrap();
+    assert!(
+        wait.until > now.plus(Duration::from_secs(25)),
+        "{wait:?} at {now:?}"
+    );
+
+    // A person who checked the sent log settles it at once: B's wait ends,
+    // and its caller gets the resolution, long before the thirty seconds.
+    let found = serde_json::json!({ "id": world.effects()[0], "key": null });
+    let actor = idem_runtime::operator::Actor::new("ops").because("in the sent log");
+    operator
+        .resolve(
+            &record.key,
+            idem_runtime::operator::Resolution::Succeeded(found.clone()),
+            &actor,
+        )
+        .await
+        .expect("a waiting takeover can be settled under its live lease");
+    let out = waiting.await.unwrap().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the wait ended: {:?}",
+        started.elapsed()
+    );
+    assert!(out.meta.deduplicated, "answered from the resolution");
+    assert_eq!(out.output.id, world.effects()[0]);
+    assert_eq!(world.effects().len(), 1, "sent once: {:?}", world.effects());
+}
+
+#[tokio::test]
+async fn a_takeover_of_a_tool_without_a_hook_is_unknown_at_once_not_after_its_timeout() {
+    let (exec, world, clock) = with_clock();
+    crashed_owner(&exec, &clock, "charge_card", "ada", "c").await;
+    let hour = Executor::builder_shared(exec.store().clone())
+        .state(world.clone())
+        .timeout(Duration::from_secs(3600))
+        .build();
+    let started = std::time::Instant::now();
+    let err = charge(&hour, "ada", "c").await.unwrap_err();
+    assert!(matches!(err, IdemError::OutcomeUnknown { .. }), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+}

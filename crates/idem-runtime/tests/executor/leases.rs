@@ -208,9 +208,10 @@ async fn when_renewals_fail_or_hang_the_owner_is_told_once_its_lease_would_lapse
         assert!(started.elapsed() >= Duration::from_millis(90));
         assert_eq!(world.calls(), 1);
         if renewals == Renewals::Down {
-            // Nothing could be recorded: the caller learns it was superseded.
+            // Nothing could be recorded, and nobody took the key over: the
+            // caller learns the tool ran and its outcome is in doubt.
             let err = result.unwrap_err();
-            assert!(matches!(err, IdemError::Superseded { .. }), "{err}");
+            assert!(matches!(err, IdemError::OutcomeNotRecorded { .. }), "{err}");
             assert!(std::error::Error::source(&err).is_some());
         } else {
             // Nobody took the key over meanwhile, so the fenced write of the

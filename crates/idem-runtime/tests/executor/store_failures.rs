@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::{msg, send, App, LookUp};
+use crate::support::{charge, msg, send, App, LookUp};
 use idem_runtime::store::intercept::{Answer, Hook, Interceptor, OpKind, Operation};
 use idem_runtime::store::{ClaimRequest, LocalClaim, MemoryStore, Store};
 use idem_runtime::{Executor, IdemError, RetryPolicy, StoreError, ToolError};
@@ -87,4 +87,62 @@ async fn a_store_that_is_down_means_writes_do_not_run() {
         "{text}"
     );
     assert_eq!(world.calls(), 0);
+}
+
+/// Refuses the first `refusals` completions as an unreachable store
+/// would; with `applied`, each refused completion reached the store first
+/// (its answer was lost on the way back).
+#[derive(Debug)]
+struct LostCompletions {
+    refusals: std::sync::atomic::AtomicUsize,
+    applied: bool,
+}
+
+#[async_trait::async_trait]
+impl Hook for LostCompletions {
+    async fn around(&self, op: Operation<'_>, store: &dyn Store) -> Result<Answer, StoreError> {
+        use std::sync::atomic::Ordering;
+        let refuse = op.kind() == OpKind::Complete
+            && self
+                .refusals
+                .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if !refuse {
+            return op.run(store).await;
+        }
+        if self.applied {
+            op.run(store).await?;
+        }
+        Err(StoreError::Unavailable {
+            store: ADDRESS.into(),
+            cause: "connection reset".into(),
+        })
+    }
+}
+
+async fn completed_after(refusals: usize, applied: bool) {
+    let world = App::default();
+    let hook = LostCompletions {
+        refusals: refusals.into(),
+        applied,
+    };
+    let exec = Executor::builder(Interceptor::new(MemoryStore::new(), hook))
+        .state(world.clone())
+        .build();
+    let out = charge(&exec, "ada", "c").await.unwrap();
+    assert_eq!(world.calls(), 1);
+    let again = charge(&exec, "ada", "c").await.unwrap();
+    assert!(again.meta.deduplicated, "the outcome was recorded");
+    assert_eq!(again.output, out.output);
+    assert_eq!(world.calls(), 1, "never run twice");
+}
+
+#[tokio::test]
+async fn an_outcome_the_store_refused_for_a_moment_is_recorded_when_it_answers() {
+    completed_after(3, false).await;
+}
+
+#[tokio::test]
+async fn an_outcome_recorded_whose_answer_was_lost_is_not_refused_on_the_next_try() {
+    completed_after(1, true).await;
 }

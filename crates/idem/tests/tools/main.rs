@@ -30,4 +30,5 @@ mod repeat_window_stores;
 #[cfg(feature = "rig")]
 mod rig;
 mod scenarios;
+mod store_phases;
 mod store_url;

@@ -51,8 +51,9 @@ struct Tally {
 /// every third call) for eight seconds on a cluster of three primaries with
 /// one replica each, writes counting once a replica holds them. Two
 /// seconds in, one primary is killed (`SIGKILL`); its replica takes over.
-/// Every call succeeds or fails with a typed store, in-flight, superseded
-/// or unknown-outcome error, and no order is charged twice.
+/// Every call succeeds or fails with a typed store, outcome-not-recorded,
+/// in-flight, superseded or unknown-outcome error, and no order is charged
+/// twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_primary_killed_mid_run_fails_calls_closed_and_never_runs_one_twice() {
     let test = "a_primary_killed_mid_run_fails_calls_closed_and_never_runs_one_twice";
@@ -109,6 +110,7 @@ async fn a_primary_killed_mid_run_fails_calls_closed_and_never_runs_one_twice() 
                     }
                     Err(
                         IdemError::Store { .. }
+                        | IdemError::OutcomeNotRecorded { .. }
                         | IdemError::InFlight { .. }
                         | IdemError::Superseded { .. }
                         | IdemError::OutcomeUnknown { .. },

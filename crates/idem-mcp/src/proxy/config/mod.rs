@@ -63,6 +63,10 @@ pub(super) struct Config {
     /// By tool name or glob (`*` any run of characters, `?` one).
     #[serde(default)]
     pub tools: BTreeMap<String, ToolConfig>,
+    /// Several upstream servers behind one endpoint
+    /// ([`gateway`](super::gateway)).
+    #[serde(default)]
+    pub upstream: Vec<super::gateway::UpstreamConfig>,
     /// The file's path, for errors found after parsing.
     #[serde(skip)]
     path: String,
@@ -358,6 +362,23 @@ impl Config {
             expected: format!("cannot write the file: {e}"),
         })
     }
+}
+
+/// `server` with each tool's approver and keying of calls without a key,
+/// where `tools` (served name, how it runs) say.
+pub(super) fn per_tool(
+    mut server: crate::McpServer,
+    tools: Vec<(String, Resolved)>,
+) -> crate::McpServer {
+    for (name, resolved) in tools {
+        if let Some(approval) = resolved.approval {
+            server = server.approver(&name, approval.into());
+        }
+        if let Some(policy) = resolved.unkeyed {
+            server = server.unkeyed_for(&name, policy);
+        }
+    }
+    server
 }
 
 impl ToolConfig {
