@@ -105,6 +105,18 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         self
     }
 
+    /// What to do with a call of `tool` that carries no key of idem's,
+    /// when it differs from the server's [`McpServer::unkeyed`]: a
+    /// shorter window for a tool whose identical calls are often meant
+    /// (a `git_commit "wip"` after staging more), or [`Unkeyed::Refuse`]
+    /// for one that must never be keyed by its arguments.
+    pub fn unkeyed_for(mut self, tool: &str, policy: Unkeyed) -> Self {
+        let tools = self.tools_mut();
+        tools.unkeyed_by_tool.insert(tool.to_owned(), policy);
+        tools.define();
+        self
+    }
+
     /// Who is calling, for a server that serves many people (over
     /// streamable HTTP): the OAuth token's subject, a header set by a
     /// trusted proxy, any function of the request. Each principal's calls

@@ -31,10 +31,12 @@ impl Drop for PostgresStore {
     }
 }
 
-/// Opens [`Conn`]s for the pool.
+/// Opens [`Conn`]s for the pool, and tells it which it holds are closed.
 pub(super) struct Manager {
     config: Config,
     tls: RustlsConnector,
+    /// The store's name (its URL, password hidden), for errors.
+    name: String,
 }
 
 async fn open(config: &Config, tls: &RustlsConnector) -> Result<Client, tokio_postgres::Error> {
@@ -49,9 +51,37 @@ async fn open(config: &Config, tls: &RustlsConnector) -> Result<Client, tokio_po
 
 impl bb8::ManageConnection for Manager {
     type Connection = Conn;
-    type Error = tokio_postgres::Error;
+    type Error = StoreError;
 
-    async fn connect(&self) -> Result<Conn, tokio_postgres::Error> {
+    async fn connect(&self) -> Result<Conn, StoreError> {
+        self.prepared().await.map_err(|e| error(&self.name, e))
+    }
+
+    /// Checked on every checkout, without a round trip: a connection
+    /// whose server went away (a restart, an idle timeout, a failover)
+    /// while it sat in the pool has ended its driver task, and its client
+    /// says it is closed. The pool then drops it and hands out another, or
+    /// opens one, so a request is never sent on a connection known to be
+    /// dead. (Found dead only when a request is on it, a connection is the
+    /// caller's failure: see [`Resend`](crate::statements::Resend).)
+    async fn is_valid(&self, conn: &mut Conn) -> Result<(), StoreError> {
+        match conn.client.is_closed() {
+            false => Ok(()),
+            true => Err(StoreError::Unavailable {
+                store: self.name.clone(),
+                cause: "the pooled connection was closed by the server".into(),
+            }),
+        }
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.client.is_closed()
+    }
+}
+
+impl Manager {
+    /// A new connection with every statement prepared.
+    async fn prepared(&self) -> Result<Conn, tokio_postgres::Error> {
         let client = open(&self.config, &self.tls).await?;
         let sql = &*SQL;
         // Prepared concurrently: the client pipelines them.
@@ -99,14 +129,6 @@ impl bb8::ManageConnection for Manager {
             sweep,
             now,
         })
-    }
-
-    async fn is_valid(&self, conn: &mut Conn) -> Result<(), tokio_postgres::Error> {
-        conn.client.simple_query("").await.map(drop)
-    }
-
-    fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.client.is_closed()
     }
 }
 
@@ -222,12 +244,13 @@ impl PostgresStore {
         let pool = bb8::Pool::builder()
             .max_size(options.pool_size)
             .connection_timeout(options.connect_timeout)
-            // A checkout must not cost a round trip; broken connections are
-            // noticed by `has_broken` and replaced.
-            .test_on_check_out(false)
+            // `is_valid` costs no round trip: a connection closed while
+            // idle is replaced before a request is sent on it.
+            .test_on_check_out(true)
             .build_unchecked(Manager {
                 config: config.clone(),
                 tls: connector.clone(),
+                name: name.clone(),
             });
 
         let waiters = Arc::new(Waiters::new(SAFETY_POLL));
@@ -259,7 +282,7 @@ impl PostgresStore {
             });
         };
         pool.get_owned().await.map_err(|e| match e {
-            bb8::RunError::User(e) => self.error(e),
+            bb8::RunError::User(e) => e,
             bb8::RunError::TimedOut => StoreError::Unavailable {
                 store: self.name.clone(),
                 cause: "timed out waiting for a connection".into(),

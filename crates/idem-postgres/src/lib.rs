@@ -55,7 +55,15 @@
 //!   waiters also re-read their record with a back-off from 5 ms to
 //!   [`SAFETY_POLL`].
 //! * Connections come from a [`bb8`] pool; each connection prepares every
-//!   statement once when it opens. Nothing is retried with a request, so a
+//!   statement once when it opens. A connection the server closed while it
+//!   sat in the pool (a restart of the server, an idle timeout, a
+//!   failover) is seen closed when it is checked out, without a round
+//!   trip, and replaced by a fresh one before any request is sent on it:
+//!   a restart of the server costs no call made after it is back. A
+//!   connection that breaks *with* a request on it is the call's failure:
+//!   only reads, renewals, checkpoints and sweeps, which are the same
+//!   applied twice, are sent once more; a claim, a completion, a release,
+//!   a replacement or an audit append is never sent twice, so a
 //!   transition is never applied twice.
 //! * TLS follows libpq's parameters, so a provider's URL works as pasted:
 //!   `sslmode` (`disable`; `prefer`, the default, which asks for TLS first
@@ -90,7 +98,9 @@ use self::codec::{
     audit_text, decode, expected_state, millis, stored, RecordColumns, RECORD_COLUMNS,
 };
 use self::connection::Manager;
-use self::statements::{AUDITED_SQL, AUDIT_APPEND, AUDIT_PAGE, SCAN_MAX, SQL, SWEEP_BATCH};
+use self::statements::{
+    on_conn, Resend, AUDITED_SQL, AUDIT_APPEND, AUDIT_PAGE, SCAN_MAX, SQL, SWEEP_BATCH,
+};
 use idem_runtime::audit::{self, AuditEvent, AuditPage, AuditQuery};
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
@@ -150,33 +160,28 @@ impl PostgresStore {
         // claim inserted or changed the row after this statement's snapshot
         // was taken, so neither branch of the statement saw it.
         for _ in 0..8 {
-            let conn = self.conn().await?;
-            let rows = conn
-                .client
-                .query(
-                    if req.durable {
-                        &conn.claim
-                    } else {
-                        &conn.claim_relaxed
-                    },
-                    &[
-                        &req.key.as_str(),
-                        &req.tool,
-                        &req.fingerprint.as_str(),
-                        &req.check_fingerprint,
-                        &lease,
-                        &req.info.namespace,
-                        &req.info.call_id,
-                        &req.info.run_id,
-                        &step,
-                        &req.info.args,
-                        &req.worker,
-                        &ttl,
-                        &req.info.reason,
-                    ],
-                )
-                .await
-                .map_err(|e| self.error(e))?;
+            let params: [&(dyn ToSql + Sync); 13] = [
+                &req.key.as_str(),
+                &req.tool,
+                &req.fingerprint.as_str(),
+                &req.check_fingerprint,
+                &lease,
+                &req.info.namespace,
+                &req.info.call_id,
+                &req.info.run_id,
+                &step,
+                &req.info.args,
+                &req.worker,
+                &ttl,
+                &req.info.reason,
+            ];
+            let rows = on_conn!(self, Resend::Never, |conn| async {
+                let claim = match req.durable {
+                    true => &conn.claim,
+                    false => &conn.claim_relaxed,
+                };
+                conn.client.query(claim, &params).await
+            })?;
             let Some(row) = rows.first() else { continue };
             let record = decode(req.key, row, 1)?;
             let now = Timestamp(row.get::<_, i64>(1 + RECORD_COLUMNS) as u64);
@@ -211,6 +216,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let value = serde_json::to_string(value).expect("a JSON value serializes");
         self.fenced(
+            Resend::Safe,
             key,
             fence,
             |c| &c.checkpoint,
@@ -233,6 +239,7 @@ impl PostgresStore {
         lease: Duration,
     ) -> Result<(), StoreError> {
         self.fenced(
+            Resend::Safe,
             key,
             fence,
             |c| &c.renew,
@@ -251,6 +258,7 @@ impl PostgresStore {
     ) -> Result<(), StoreError> {
         let outcome = serde_json::to_string(outcome).expect("an outcome serializes");
         self.fenced(
+            Resend::Never,
             key,
             fence,
             |c| &c.complete,
@@ -262,6 +270,7 @@ impl PostgresStore {
 
     async fn on_release(&self, key: &IdempotencyKey, fence: Fence) -> Result<(), StoreError> {
         self.fenced(
+            Resend::Never,
             key,
             fence,
             |c| &c.release,
@@ -305,15 +314,15 @@ impl PostgresStore {
             params.push(at);
             params.push(text);
         }
-        let conn = self.conn().await?;
-        let rows = match (new.is_some(), event.is_some()) {
-            (true, false) => conn.client.query(&conn.replace, &params).await,
-            (false, false) => conn.client.query(&conn.remove, &params).await,
-            // Operator actions, rare: not prepared per connection.
-            (true, true) => conn.client.query(&AUDITED_SQL.replace, &params).await,
-            (false, true) => conn.client.query(&AUDITED_SQL.remove, &params).await,
-        }
-        .map_err(|e| self.error(e))?;
+        let rows = on_conn!(self, Resend::Never, |conn| async {
+            match (new.is_some(), event.is_some()) {
+                (true, false) => conn.client.query(&conn.replace, &params).await,
+                (false, false) => conn.client.query(&conn.remove, &params).await,
+                // Operator actions, rare: not prepared per connection.
+                (true, true) => conn.client.query(&AUDITED_SQL.replace, &params).await,
+                (false, true) => conn.client.query(&AUDITED_SQL.remove, &params).await,
+            }
+        })?;
         match (self.fenced_answer(key, expected.fence, &rows)?, new) {
             (Some(fence), Some(_)) => Ok(Some(fence)),
             (None, Some(_)) => Err(self.protocol("a replace returned no fence")),
@@ -324,12 +333,10 @@ impl PostgresStore {
     /// Pages in key order; the cursor is the last key of a full page.
     async fn on_scan(&self, cursor: Option<&str>, limit: usize) -> Result<ScanPage, StoreError> {
         let limit = limit.clamp(1, SCAN_MAX);
-        let conn = self.conn().await?;
-        let rows = conn
-            .client
-            .query(&conn.scan, &[&cursor.unwrap_or(""), &(limit as i64)])
-            .await
-            .map_err(|e| self.error(e))?;
+        let rows = on_conn!(self, Resend::Safe, |conn| async {
+            let params: [&(dyn ToSql + Sync); 2] = [&cursor.unwrap_or(""), &(limit as i64)];
+            conn.client.query(&conn.scan, &params).await
+        })?;
         let mut records = Vec::with_capacity(rows.len());
         let mut corrupt = Vec::new();
         let mut last = None;
@@ -370,23 +377,23 @@ impl PostgresStore {
             .transpose()?;
         let limit = limit.clamp(1, SCAN_MAX);
         let rows_wanted = limit as i64 + 1;
-        let conn = self.conn().await?;
-        let rows = match &after {
-            None => {
-                conn.client
-                    .query(&conn.scan_open_first, &[&rows_wanted])
-                    .await
+        let rows = on_conn!(self, Resend::Safe, |conn| async {
+            match &after {
+                None => {
+                    conn.client
+                        .query(&conn.scan_open_first, &[&rows_wanted])
+                        .await
+                }
+                Some(after) => {
+                    conn.client
+                        .query(
+                            &conn.scan_open_after,
+                            &[&stored(after.created_at), &after.key.as_str(), &rows_wanted],
+                        )
+                        .await
+                }
             }
-            Some(after) => {
-                conn.client
-                    .query(
-                        &conn.scan_open_after,
-                        &[&stored(after.created_at), &after.key.as_str(), &rows_wanted],
-                    )
-                    .await
-            }
-        }
-        .map_err(|e| self.error(e))?;
+        })?;
         let mut records = Vec::with_capacity(rows.len().min(limit));
         let mut corrupt = Vec::new();
         for row in rows.iter().take(limit) {
@@ -421,32 +428,25 @@ impl PostgresStore {
     }
 
     async fn on_sweep(&self) -> Result<u64, StoreError> {
-        let conn = self.conn().await?;
-        self.sweep_audit(&conn).await?;
-        let mut total = 0;
-        loop {
-            let n = conn
-                .client
-                .execute(&conn.sweep, &[&SWEEP_BATCH])
-                .await
-                .map_err(|e| self.error(e))?;
-            total += n;
-            if n < SWEEP_BATCH as u64 {
-                return Ok(total);
+        on_conn!(self, Resend::Safe, |conn| async {
+            self.sweep_audit(conn).await?;
+            let mut total = 0;
+            loop {
+                let n = conn.client.execute(&conn.sweep, &[&SWEEP_BATCH]).await?;
+                total += n;
+                if n < SWEEP_BATCH as u64 {
+                    return Ok::<_, tokio_postgres::Error>(total);
+                }
             }
-        }
+        })
     }
 
     async fn on_append_audit(&self, event: &AuditEvent) -> Result<u64, StoreError> {
-        let conn = self.conn().await?;
-        let row = conn
-            .client
-            .query_one(
-                AUDIT_APPEND,
-                &[&stored(event.at), &event.key.as_str(), &audit_text(event)],
-            )
-            .await
-            .map_err(|e| self.error(e))?;
+        let params: [&(dyn ToSql + Sync); 3] =
+            [&stored(event.at), &event.key.as_str(), &audit_text(event)];
+        let row = on_conn!(self, Resend::Never, |conn| async {
+            conn.client.query_one(AUDIT_APPEND, &params).await
+        })?;
         Ok(row.get::<_, i64>(0) as u64)
     }
 
@@ -469,22 +469,17 @@ impl PostgresStore {
                 })?,
         };
         let limit = limit.clamp(1, audit::MAX_AUDIT_PAGE);
-        let conn = self.conn().await?;
-        let rows = conn
-            .client
-            .query(
-                AUDIT_PAGE,
-                &[
-                    &after_at,
-                    &after_seq,
-                    &query.key.as_ref().map(|k| k.as_str()),
-                    &query.since.map_or(i64::MIN, stored),
-                    &query.until.map_or(i64::MAX, stored),
-                    &(limit as i64 + 1),
-                ],
-            )
-            .await
-            .map_err(|e| self.error(e))?;
+        let params: [&(dyn ToSql + Sync); 6] = [
+            &after_at,
+            &after_seq,
+            &query.key.as_ref().map(|k| k.as_str()),
+            &query.since.map_or(i64::MIN, stored),
+            &query.until.map_or(i64::MAX, stored),
+            &(limit as i64 + 1),
+        ];
+        let rows = on_conn!(self, Resend::Safe, |conn| async {
+            conn.client.query(AUDIT_PAGE, &params).await
+        })?;
         let mut events = Vec::with_capacity(rows.len());
         for row in &rows {
             let seq: i64 = row.get(0);
@@ -502,12 +497,9 @@ impl PostgresStore {
     }
 
     async fn on_now(&self) -> Result<Timestamp, StoreError> {
-        let conn = self.conn().await?;
-        let row = conn
-            .client
-            .query_one(&conn.now, &[])
-            .await
-            .map_err(|e| self.error(e))?;
+        let row = on_conn!(self, Resend::Safe, |conn| async {
+            conn.client.query_one(&conn.now, &[]).await
+        })?;
         Ok(Timestamp(row.get::<_, i64>(0) as u64))
     }
 

@@ -325,22 +325,78 @@ pub(super) struct Conn {
     pub(super) now: Statement,
 }
 
+/// Whether an operation is sent again, on a fresh connection, when its
+/// connection broke while it was on it (the server restarted, the network
+/// dropped it).
+///
+/// A connection the pool can see is closed is never handed out (see
+/// `Manager::is_valid`), so a request that finds its connection broken was
+/// normally sent, and the server may have applied it before it went
+/// away. Sending it again is right only where a second application changes
+/// nothing the first did not:
+///
+/// * the reads (get, scan, the open scan, the audit log, the clock): they
+///   change nothing;
+/// * a renewal or a checkpoint: fenced, and setting the same lease end or
+///   the same step's value twice is setting it once; if the fence moved on
+///   in between, the second finds that out as the first would have;
+/// * a sweep: it deletes what has expired, and deleting it again deletes
+///   nothing more.
+///
+/// Never sent again: a claim (a claim applied once and then again finds
+/// its own record in flight, and the call would wait out its own lease), a
+/// completion, release or replacement (applied once, the second is refused
+/// as a stale fence, and a caller told "superseded" would discard a
+/// recorded outcome), and an audit append (it would append the event
+/// twice). Those keep the store's error: the call's outcome is then in
+/// doubt, which the executor tells as it does any store failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Resend {
+    /// A read, or a write that is the same applied twice.
+    Safe,
+    /// A write whose second application would differ.
+    Never,
+}
+
+/// Run `$request` (an `async` expression of `$conn`, a pooled
+/// [`Conn`]) on a pooled connection; when the connection broke under it
+/// and `$resend` is [`Resend::Safe`], once more on a fresh one. A macro
+/// rather than a method taking an `async` closure, whose future could not
+/// be shown `Send`.
+macro_rules! on_conn {
+    ($store:expr, $resend:expr, |$conn:ident| $request:expr) => {{
+        let store: &$crate::PostgresStore = $store;
+        let conn = store.conn().await?;
+        let $conn: &$crate::statements::Conn = &conn;
+        match $request.await {
+            Ok(answer) => Ok(answer),
+            Err(e) if e.is_closed() && $resend == $crate::statements::Resend::Safe => {
+                // Back to the pool, which drops it (`has_broken`).
+                drop(conn);
+                let conn = store.conn().await?;
+                let $conn: &$crate::statements::Conn = &conn;
+                $request.await.map_err(|e| store.error(e))
+            }
+            Err(e) => Err(store.error(e)),
+        }
+    }};
+}
+pub(super) use on_conn;
+
 impl PostgresStore {
     /// Run a fenced write and turn "matched nothing" into the rejection.
     /// Returns the new fence a replace wrote (`None` for other writes).
     pub(super) async fn fenced(
         &self,
+        resend: Resend,
         key: &IdempotencyKey,
         fence: Fence,
         statement: impl Fn(&Conn) -> &Statement,
         params: &[&(dyn tokio_postgres::types::ToSql + Sync)],
     ) -> Result<Option<Fence>, StoreError> {
-        let conn = self.conn().await?;
-        let rows = conn
+        let rows = on_conn!(self, resend, |conn| conn
             .client
-            .query(statement(&conn), params)
-            .await
-            .map_err(|e| self.error(e))?;
+            .query(statement(conn), params))?;
         self.fenced_answer(key, fence, &rows)
     }
 
@@ -382,12 +438,9 @@ impl PostgresStore {
         &self,
         key: &IdempotencyKey,
     ) -> Result<(Option<Record>, Timestamp), StoreError> {
-        let conn = self.conn().await?;
-        let row = conn
+        let row = on_conn!(self, Resend::Safe, |conn| conn
             .client
-            .query_one(&conn.get, &[&key.as_str()])
-            .await
-            .map_err(|e| self.error(e))?;
+            .query_one(&conn.get, &[&key.as_str()]))?;
         let now = Timestamp(row.get::<_, i64>(0) as u64);
         let record = match row.get::<_, Option<String>>(1) {
             None => None,
@@ -457,14 +510,13 @@ pub(super) static AUDITED_SQL: LazyLock<AuditedSql> = LazyLock::new(|| {
 
 impl PostgresStore {
     /// Delete the audit events older than the retention, in batches.
-    pub(super) async fn sweep_audit(&self, conn: &Conn) -> Result<(), StoreError> {
+    pub(super) async fn sweep_audit(&self, conn: &Conn) -> Result<(), tokio_postgres::Error> {
         let retention = millis(self.audit_retention);
         loop {
             let n = conn
                 .client
                 .execute(AUDIT_SWEEP.as_str(), &[&retention, &SWEEP_BATCH])
-                .await
-                .map_err(|e| self.error(e))?;
+                .await?;
             if n < SWEEP_BATCH as u64 {
                 return Ok(());
             }

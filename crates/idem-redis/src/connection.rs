@@ -37,15 +37,45 @@ pub(super) enum Link {
 }
 
 /// Run `$body` with `$conn` bound to whichever connection `$self` holds,
-/// counting one round trip.
+/// counting one round trip; once more when the first failure proves the
+/// request never reached the server ([`never_sent`]).
 macro_rules! on_either {
     ($self:expr, $conn:ident => $body:expr) => {{
         $self.trips.fetch_add(1, Ordering::Relaxed);
-        match &mut $self.link {
+        let first = match &mut $self.link {
             Link::Node($conn) => $body,
             Link::Cluster($conn) => $body,
+        };
+        match first {
+            Err(e) if never_sent(&e) => {
+                $self.trips.fetch_add(1, Ordering::Relaxed);
+                match &mut $self.link {
+                    Link::Node($conn) => $body,
+                    Link::Cluster($conn) => $body,
+                }
+            }
+            answered => answered,
         }
     }};
+}
+
+/// Whether a request that failed with `e` cannot have reached the server:
+/// no connection could be made for it (refused). Such a request is sent
+/// again, once, on the connection made next.
+///
+/// One server's connection is a [`ConnectionManager`] speaking RESP3 (see
+/// [`Connection::open`]): the server's closing of the connection (a
+/// restart, a failover, an idle timeout) reaches it as a push, and it
+/// connects again at once, so a request made once the server is back goes
+/// out on a fresh connection. If the server was still down when it tried,
+/// the manager holds that failure, and the next request is refused with it
+/// before anything is sent; the manager then connects again, and the
+/// request is sent on that connection.
+///
+/// Any other failure may have reached the server, which may have run the
+/// script: it is the caller's, never resent here.
+pub(super) fn never_sent(e: &redis::RedisError) -> bool {
+    e.is_connection_refusal()
 }
 
 impl Connection {
@@ -77,7 +107,8 @@ impl Connection {
         };
         match servers {
             Servers::Node(url) => {
-                let client = tls::client(url, certificates).map_err(config)?;
+                let client = tls::client(resp3(url).map_err(config)?, certificates);
+                let client = client.map_err(config)?;
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(options.connection_timeout))
                     .set_response_timeout(Some(options.response_timeout))
@@ -151,6 +182,26 @@ impl Connection {
             }
         }
     }
+}
+
+/// The server of `url`, spoken to in RESP3 unless the URL asks for a
+/// protocol (`?protocol=resp2`): a RESP3 connection hears the server close
+/// it, and its [`ConnectionManager`] reconnects before the next request
+/// rather than failing it (see [`never_sent`]).
+fn resp3(url: &str) -> redis::RedisResult<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo as _;
+    let info = url.into_connection_info()?;
+    let chosen = url
+        .split_once('?')
+        .is_some_and(|(_, query)| query.split('&').any(|p| p.starts_with("protocol=")));
+    if chosen {
+        return Ok(info);
+    }
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    Ok(info.set_redis_settings(settings))
 }
 
 /// The URL `name` (password hidden), refused by redis-rs's URL parser as

@@ -84,9 +84,20 @@
 //!   write.
 //! * A store that cannot be reached fails every operation with
 //!   [`StoreError::Unavailable`] naming the URL (without its password) and
-//!   the cause. On one server, connections are never retried *with* a
-//!   request, so a transition is never applied twice (on a cluster, see
-//!   below).
+//!   the cause.
+//! * One server's connection is redis-rs' connection manager, spoken to
+//!   in RESP3 unless the URL says `?protocol=resp2`: the server closing it
+//!   (a restart, a failover, an idle timeout) is heard at once and the
+//!   manager connects again, so a restart of the server costs no call made
+//!   after it is back. A request refused a connection (the server was
+//!   still down when the manager last tried) never reached the server and
+//!   is sent once more on the next connection. A request whose connection
+//!   dropped on the way may have run: only the read and the fenced renewal
+//!   and checkpoint, the same run twice, are sent again; a claim,
+//!   completion, release, replacement or audit append is not, so on one
+//!   server a transition is never applied twice (on a cluster, see below).
+//!   Over RESP2 the manager hears of a closed connection only from the
+//!   request that fails on it.
 //!
 //! # Redis Cluster
 //!

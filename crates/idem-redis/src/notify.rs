@@ -32,10 +32,10 @@ pub(super) fn subscriber(
     subscribed: tokio::sync::oneshot::Sender<()>,
 ) -> Result<impl Future<Output = ()> + Send + 'static, redis::RedisError> {
     let clients = match servers {
-        Servers::Node(url) => vec![client(url, certificates.as_ref())?],
+        Servers::Node(url) => vec![client(url.as_str(), certificates.as_ref())?],
         Servers::Cluster(nodes) => nodes
             .iter()
-            .map(|url| client(url, certificates.as_ref()))
+            .map(|url| client(url.as_str(), certificates.as_ref()))
             .collect::<RedisResult<Vec<Client>>>()?,
     };
     Ok(subscribe(

@@ -195,7 +195,10 @@ async fn answers_tls(host: &str, port: u16) -> bool {
 
 /// A client of the server `url`, over TLS with `certificates` when given
 /// (a `rediss://` URL).
-pub(super) fn client(url: &str, certificates: Option<&TlsCertificates>) -> RedisResult<Client> {
+pub(super) fn client(
+    url: impl redis::IntoConnectionInfo,
+    certificates: Option<&TlsCertificates>,
+) -> RedisResult<Client> {
     match certificates {
         Some(certificates) => Client::build_with_tls(url, certificates.clone()),
         None => Client::open(url),

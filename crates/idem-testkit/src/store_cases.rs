@@ -244,6 +244,130 @@ pub async fn fails_closed_when_the_server_goes_away<S: Store>(store: S, stop: im
     );
 }
 
+/// Restart the server under an open `store` `rounds` times (`restart`
+/// returns once the server takes connections again), each time after
+/// every pooled connection was in use, and make calls once it is back:
+/// none fails. `kept` says whether the server keeps its data across a
+/// restart (a record completed before the first restart is then read
+/// back after each).
+///
+/// The calls made after a restart, concurrently, are what a worker does:
+/// claims, completions, reads of the record, the server's clock.
+pub async fn no_call_after_a_restart_fails<S: Store + 'static>(
+    store: Arc<S>,
+    rounds: usize,
+    kept: bool,
+    mut restart: impl FnMut(),
+) {
+    let completed_record = |record: Option<Record>| {
+        matches!(
+            record,
+            Some(Record {
+                state: RecordState::Completed { .. },
+                ..
+            })
+        )
+    };
+    let before = idem_conformance::random_key();
+    completed(&*store, &before, &sent("before"), Duration::from_secs(3600)).await;
+    for round in 0..rounds {
+        // Every connection the pool may hold, open (and idle) when the
+        // server goes away.
+        let busy: Vec<_> = (0..16)
+            .map(|_| {
+                let store = store.clone();
+                tokio::spawn(async move { store.now().await })
+            })
+            .collect();
+        for answer in busy {
+            answer.await.unwrap().unwrap();
+        }
+        tokio::task::block_in_place(&mut restart);
+        let calls: Vec<_> = (0..24)
+            .map(|i| {
+                let store = store.clone();
+                tokio::spawn(async move {
+                    let key = idem_conformance::random_key();
+                    let f = fingerprint();
+                    let fence = match store.claim(&request(&key, &f)).await {
+                        Ok(ClaimOutcome::Acquired { fence, .. }) => fence,
+                        other => panic!("round {round}, call {i}: the claim failed: {other:?}"),
+                    };
+                    let outcome = sent("after");
+                    let done = store.complete(&key, fence, &outcome, Duration::from_secs(60));
+                    if let Err(e) = done.await {
+                        panic!("round {round}, call {i}: the completion failed: {e}");
+                    }
+                    match store.get(&key).await {
+                        Ok(record) => assert!(completed_record(record), "round {round}, call {i}"),
+                        Err(e) => panic!("round {round}, call {i}: the read failed: {e}"),
+                    }
+                    if let Err(e) = store.now().await {
+                        panic!("round {round}, call {i}: the clock failed: {e}");
+                    }
+                })
+            })
+            .collect();
+        for call in calls {
+            call.await.unwrap();
+        }
+        if kept {
+            assert!(
+                completed_record(store.get(&before).await.unwrap()),
+                "round {round}"
+            );
+        }
+    }
+}
+
+/// A write of `key` (owned by `fence`) sent on its own task, for a test
+/// to hold on the server and break in flight: a renewal when `renew`
+/// (the same applied twice, so resent), else a completion (never resent).
+pub fn write_to_break<S: Store + 'static>(
+    store: Arc<S>,
+    key: &IdempotencyKey,
+    fence: Fence,
+    renew: bool,
+) -> tokio::task::JoinHandle<Result<(), StoreError>> {
+    let key = key.clone();
+    tokio::spawn(async move {
+        let ttl = Duration::from_secs(60);
+        match renew {
+            false => store.complete(&key, fence, &sent("m"), ttl).await,
+            true => store.renew(&key, fence, ttl).await,
+        }
+    })
+}
+
+/// What [`write_to_break`]'s write answered (`answer`) once its
+/// connection broke with it on the server: a completion fails with the
+/// store's error and is not sent again (the record is still in flight); a
+/// renewal is sent again and succeeds.
+///
+/// # Panics
+///
+/// When it is not so.
+pub async fn assert_resent_only_when_safe<S: Store + ?Sized>(
+    store: &S,
+    key: &IdempotencyKey,
+    renew: bool,
+    answer: Result<(), StoreError>,
+) {
+    let record = store.get(key).await.unwrap().expect("the record is kept");
+    assert!(
+        matches!(record.state, RecordState::InFlight { .. }),
+        "{:?}",
+        record.state
+    );
+    match renew {
+        false => assert!(
+            matches!(answer, Err(StoreError::Unavailable { .. })),
+            "a completion broken in flight is the caller's failure: {answer:?}"
+        ),
+        true => assert!(answer.is_ok(), "a renewal is resent: {answer:?}"),
+    }
+}
+
 /// A loopback port nobody listens on.
 pub fn closed_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")

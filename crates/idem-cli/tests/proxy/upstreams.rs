@@ -19,7 +19,7 @@ use std::process::Command;
 use crate::support::IDEM;
 
 /// The installed servers: `node_modules/@modelcontextprotocol`.
-fn servers() -> Option<PathBuf> {
+pub(crate) fn servers() -> Option<PathBuf> {
     let dir = idem_testkit::workspace_root()
         .join("target/mcp-servers/node_modules/@modelcontextprotocol");
     let all = ["server-memory", "server-filesystem", "server-everything"]
@@ -32,7 +32,7 @@ fn servers() -> Option<PathBuf> {
     (all && node).then_some(dir)
 }
 
-const SERVERS: &str =
+pub(crate) const SERVERS: &str =
     "Node and the npm MCP servers (.ci/mcp-servers-setup.sh installs them in target/mcp-servers)";
 
 /// Kept for reading: a file under `target/tmp`.
@@ -307,13 +307,14 @@ fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
     assert!(stderr.contains("required"), "{stderr}");
 }
 
-/// `idem proxy [ARGS] -- node SERVER` over stdio, recording in `dir`,
-/// killed after `seconds`: a request left unanswered fails the test, it
-/// does not hang it.
-fn stdio_proxy(
+/// `idem proxy [ARGS] -- node SERVER [SERVER_ARGS]` over stdio, recording
+/// in `dir`, killed after `seconds`: a request left unanswered fails the
+/// test, it does not hang it.
+pub(crate) fn stdio_proxy(
     dir: &idem_testkit::TempDir,
     args: &[&std::ffi::OsStr],
     server: &std::path::Path,
+    server_args: &[&std::ffi::OsStr],
     seconds: u64,
 ) -> std::process::Child {
     let proxy = Command::new(IDEM)
@@ -321,6 +322,7 @@ fn stdio_proxy(
         .args(args)
         .args(["--", "node"])
         .arg(server)
+        .args(server_args)
         .env(
             "IDEM_STORE",
             format!("sqlite://{}", dir.path().join("idem.db").display()),
@@ -352,7 +354,13 @@ fn every_broken_request_over_stdio_is_answered_and_the_session_goes_on() {
         return;
     };
     let dir = idem_testkit::TempDir::new("idem-proxy-broken").unwrap();
-    let mut proxy = stdio_proxy(&dir, &[], &servers.join("server-memory/dist/index.js"), 30);
+    let mut proxy = stdio_proxy(
+        &dir,
+        &[],
+        &servers.join("server-memory/dist/index.js"),
+        &[],
+        30,
+    );
     let deep = format!(
         r#"{{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{{"name":"read_graph","arguments":{{"a":{}{}}}}}}}"#,
         "[".repeat(200),
@@ -418,6 +426,7 @@ fn a_long_write_through_the_proxy_becomes_a_task_that_completes_with_its_result(
         &dir,
         &["--config".as_ref(), config.as_os_str()],
         &server,
+        &[],
         40,
     );
     let mut stdin = proxy.stdin.take().unwrap();

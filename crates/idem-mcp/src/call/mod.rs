@@ -64,6 +64,8 @@ pub(crate) struct Tools<S> {
     pub(crate) dispatcher: Dispatcher<S>,
     pub(crate) namespace: Option<Namespace>,
     pub(crate) unkeyed: Unkeyed,
+    /// Tools keyed otherwise than [`Tools::unkeyed`] says.
+    pub(crate) unkeyed_by_tool: HashMap<String, Unkeyed>,
     pub(crate) principal: Option<Arc<PrincipalFn>>,
     pub(crate) approvers: HashMap<String, Approver>,
     pub(crate) default_approver: Approver,
@@ -88,6 +90,7 @@ impl<S> Clone for Tools<S> {
             dispatcher: self.dispatcher.clone(),
             namespace: self.namespace.clone(),
             unkeyed: self.unkeyed,
+            unkeyed_by_tool: self.unkeyed_by_tool.clone(),
             principal: self.principal.clone(),
             approvers: self.approvers.clone(),
             default_approver: self.default_approver,
@@ -123,6 +126,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             dispatcher,
             namespace: None,
             unkeyed: Unkeyed::default(),
+            unkeyed_by_tool: HashMap::new(),
             principal: None,
             approvers: HashMap::new(),
             default_approver: Approver::default(),
@@ -144,7 +148,9 @@ impl<S: Send + Sync + 'static> Tools<S> {
         self.keyed.clear();
         self.repeat.clear();
         for tool in self.dispatcher.registry().iter() {
-            let (definition, keyed) = super::tools::listed_definition(&**tool, self.unkeyed);
+            let policy = self.unkeyed_by_tool.get(tool.spec().name);
+            let policy = policy.copied().unwrap_or(self.unkeyed);
+            let (definition, keyed) = super::tools::listed_definition(&**tool, policy);
             let repeat = definition
                 .meta
                 .as_ref()

@@ -66,6 +66,7 @@ use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use config::Config;
+pub use config::{ConfigError, Table};
 use listen::Listening;
 pub use options::{ProxyError, ProxyOptions, UpstreamUrlError};
 pub use stop::DEFAULT_SHUTDOWN_GRACE;
@@ -90,7 +91,7 @@ where
         Some(path) => {
             let text = std::fs::read_to_string(path)
                 .map_err(|e| ProxyError::Config(format!("cannot read {}: {e}", path.display())))?;
-            Config::parse(&text, &path.display().to_string()).map_err(ProxyError::Config)?
+            Config::parse(&text, &path.display().to_string())?
         }
         None => Config::default(),
     };
@@ -188,7 +189,7 @@ where
         .map_or_else(String::new, |p| p.display().to_string());
     if let Err(problem) = config.check(&names, &path) {
         gateway::stop(&mounts).await;
-        return Err(ProxyError::Config(problem));
+        return Err(problem.into());
     }
 
     if args.print_config {
@@ -216,7 +217,7 @@ where
         }))
         .build();
     let mut registry: Registry = Registry::new();
-    let mut approvers = Vec::new();
+    let mut policies = Vec::new();
     for mount in &mounts {
         for (tool, remote) in &mount.tools {
             let resolved = config.resolve(tool);
@@ -234,11 +235,10 @@ where
                     mount.name
                 ))
             })?;
-            if let Some(approval) = resolved.approval {
-                approvers.push((tool.name.to_string(), approval));
-            }
+            policies.push((tool.name.to_string(), resolved));
         }
     }
+    config.write_catalog(&registry, &tools)?;
     let mut dispatcher = Dispatcher::new(executor.clone(), registry);
     if let Some(bytes) = config.server.max_argument_bytes {
         dispatcher = dispatcher.max_argument_bytes(bytes);
@@ -252,9 +252,7 @@ where
             .request_state_secret(secret)
             .map_err(|e| ProxyError::Config(format!("--state-secret-file: {e}")))?;
     }
-    for (tool, approval) in approvers {
-        server = server.approver(&tool, approval.into());
-    }
+    server = config::per_tool(server, policies);
     if listening.as_ref().is_some_and(|l| l.auth.is_some()) {
         // Each principal's calls in a namespace of their own.
         server = server.principal_from_auth();

@@ -99,9 +99,14 @@ impl ProxyOptions {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ProxyError {
-    /// The configuration file cannot be read or is not valid.
+    /// The configuration file cannot be read, or another setting cannot
+    /// be used.
     #[error("{0}")]
     Config(String),
+    /// The configuration file is not valid, or does not fit the
+    /// upstream's tools: the error names the tool and the field.
+    #[error(transparent)]
+    ConfigFile(#[from] super::ConfigError),
     /// The `--upstream` URL cannot be used.
     #[error(transparent)]
     UpstreamUrl(#[from] UpstreamUrlError),

@@ -14,7 +14,7 @@ use idem_runtime::tool::{KeyMaterial, KeySpec, Tool, ToolDef, ToolSpec};
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use serde_json::{Map, Value};
 
-use super::config::Resolved;
+use super::config::{Resolved, Transient};
 use super::upstream::Upstream;
 
 /// How long an upstream call may go without its result or a progress
@@ -43,6 +43,8 @@ pub(super) struct UpstreamTool {
     remote: String,
     class: ClassKind,
     natural: Option<&'static [&'static str]>,
+    /// Which of its errors say it did not take effect.
+    transient: Transient,
     upstream: Arc<Upstream>,
 }
 
@@ -75,7 +77,7 @@ impl UpstreamTool {
         if let Some(fields) = natural {
             spec.key = KeySpec::Natural {
                 fields,
-                window: None,
+                window: resolved.key_window,
             };
         }
         UpstreamTool {
@@ -84,6 +86,7 @@ impl UpstreamTool {
             remote: remote.to_owned(),
             class: resolved.class,
             natural,
+            transient: resolved.transient.clone(),
             upstream,
         }
     }
@@ -141,7 +144,8 @@ impl Tool<()> for UpstreamTool {
         if let Some(key) = ctx.key() {
             request = request.with_idempotency_key(key.as_str());
         }
-        let result = self.upstream.call(request, progress, self.idle).await?;
+        let result = self.upstream.call(request, progress, self.idle).await;
+        let result = result.map_err(|e| self.transient_rpc_error(e))?;
         let recorded = serde_json::to_value(&result).map_err(|e| {
             ToolError::ambiguous(format!("the upstream's result cannot be recorded: {e}"))
         })?;
@@ -149,14 +153,87 @@ impl Tool<()> for UpstreamTool {
             // The tool's own failure: recorded as one (a repeat is told the
             // earlier call failed), with the upstream's result whole, which
             // the proxy answers as it came.
-            let said = result
+            let texts: Vec<&str> = result
                 .content
                 .iter()
-                .find_map(|block| block.as_text().map(|t| t.text.clone()))
-                .unwrap_or_else(|| "the upstream tool reported an error".to_owned());
-            return Err(ToolError::permanent(idem_runtime::text::clip(&said, 500))
+                .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
+                .collect();
+            if self.transient.text(&texts.join("\n")) {
+                // The configuration says this error means nothing took
+                // effect: not recorded, and retried where the class
+                // allows (the executor releases the key).
+                let said = texts.join(" ");
+                return Err(ToolError::transient(format!(
+                    "the upstream tool reported: {}",
+                    idem_runtime::text::clip(&said, 500)
+                )));
+            }
+            let said = texts
+                .first()
+                .map_or("the upstream tool reported an error", |t| t);
+            return Err(ToolError::permanent(idem_runtime::text::clip(said, 500))
                 .with_details(serde_json::json!({ UPSTREAM_RESULT: recorded })));
         }
         Ok(recorded)
+    }
+}
+
+impl UpstreamTool {
+    /// `error`, a JSON-RPC error from the upstream (an ambiguous one: it
+    /// came after the upstream received the call) made transient when its
+    /// code or message is one the configuration names.
+    fn transient_rpc_error(&self, error: ToolError) -> ToolError {
+        let rpc = error
+            .details()
+            .and_then(|d| d.get(super::upstream::JSONRPC_ERROR));
+        let Some(rpc) = rpc else { return error };
+        let code = rpc.get("code").and_then(Value::as_i64);
+        let message = rpc
+            .get("message")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if code.is_some_and(|c| self.transient.code(c)) || self.transient.text(message) {
+            return ToolError::transient(format!(
+                "the upstream server answered with error {}: {}",
+                code.unwrap_or_default(),
+                idem_runtime::text::clip(message, 500)
+            ));
+        }
+        error
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proxy::config::Config;
+    use crate::proxy::upstream::{Source, JSONRPC_ERROR};
+    use idem_runtime::error::ErrorKind;
+
+    /// The upstream's JSON-RPC error after it received the call: ambiguous,
+    /// unless its code or message is one the file names transient.
+    #[test]
+    fn a_json_rpc_error_is_transient_only_when_the_file_names_its_code_or_text() {
+        let config = Config::parse(
+            "[tools.push]\ntransient = [\"busy\"]\ntransient_codes = [-32001]\n",
+            "f.toml",
+        )
+        .unwrap();
+        let listed = rmcp::model::Tool::new("push", "d", Arc::new(Default::default()));
+        let upstream = Arc::new(Upstream::new(Source::Command(Vec::new())));
+        let tool = UpstreamTool::new("push", "push", "d", &config.resolve(&listed), upstream);
+        let rpc = |code: i64, message: &str| {
+            ToolError::ambiguous("the upstream answered with a protocol error").with_details(
+                serde_json::json!({ JSONRPC_ERROR: { "code": code, "message": message } }),
+            )
+        };
+        let kind = |e: ToolError| tool.transient_rpc_error(e).kind();
+        assert_eq!(kind(rpc(-32001, "later")), ErrorKind::Transient);
+        assert_eq!(kind(rpc(-32603, "server busy")), ErrorKind::Transient);
+        assert_eq!(kind(rpc(-32603, "internal error")), ErrorKind::Ambiguous);
+        assert_eq!(
+            kind(ToolError::ambiguous("no answer within 5m")),
+            ErrorKind::Ambiguous
+        );
     }
 }

@@ -22,6 +22,11 @@ use idem_runtime::error::ToolError;
 
 use super::http::{self, HttpClient};
 
+/// The field of an ambiguous error's details holding the upstream's
+/// JSON-RPC error (`code`, `message`), which the configuration may name
+/// transient.
+pub(super) const JSONRPC_ERROR: &str = "jsonrpc_error";
+
 /// An entry of a list shared with other tasks, taken out again when the
 /// guard is dropped: a call under way, for as long as it is.
 pub(super) struct Listed<T: PartialEq> {
@@ -411,7 +416,10 @@ impl Upstream {
                 "the upstream server answered with a protocol error ({}: {}) after it received \
                  the call",
                 e.code.0, e.message
-            ))),
+            ))
+            .with_details(serde_json::json!({
+                JSONRPC_ERROR: { "code": e.code.0, "message": e.message },
+            }))),
             Err(e) => Err(ToolError::ambiguous(format!(
                 "the upstream server received the call, then {e}: whether it took effect is \
                  unknown"

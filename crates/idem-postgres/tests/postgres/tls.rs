@@ -271,3 +271,28 @@ async fn a_ca_file_named_by_the_environment_is_trusted() {
         &CERTS,
     );
 }
+
+/// Over `sslmode=verify-full` as over plain text: the TLS connections a
+/// restart closed are replaced before a request is sent on them, and no
+/// call made once the server is back fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_after_a_restart_of_a_tls_only_server_fails() {
+    let started =
+        tokio::task::spawn_blocking(|| PostgresServer::start_tls(&CERTS.server, &CERTS.ca, true));
+    let Some(mut server) = started.await.unwrap() else {
+        return idem_testkit::skip("postgres TLS server restarted", "PostgreSQL");
+    };
+    let ca = CERTS.ca.display();
+    let url = with(
+        &server.url(),
+        &format!("sslmode=verify-full&sslrootcert={ca}"),
+    );
+    let store = PostgresStore::connect(&url).await.unwrap();
+    idem_testkit::store_cases::no_call_after_a_restart_fails(
+        std::sync::Arc::new(store),
+        2,
+        true,
+        || server.restart(),
+    )
+    .await;
+}

@@ -116,10 +116,13 @@ impl RedisStore {
             for a in args {
                 invocation.arg(*a);
             }
-            return conn
-                .invoke(&invocation)
-                .await
-                .map_err(|e| self.unavailable(e));
+            return match conn.invoke(&invocation).await {
+                Err(e) if e.is_connection_dropped() && self.resent_safely(script) => {
+                    conn.invoke(&invocation).await
+                }
+                answered => answered,
+            }
+            .map_err(|e| self.unavailable(e));
         };
         // The script and WAIT in one pipeline: on a cluster it goes whole
         // to the primary of the record's slot, on one connection, so WAIT
@@ -155,6 +158,25 @@ impl RedisStore {
             });
         }
         Ok(reply)
+    }
+
+    /// Whether `script` is sent again when its connection dropped with it
+    /// on the way (it may have run). A request that never reached the
+    /// server is sent again whatever it is (`connection::never_sent`);
+    /// one that may have run, only when running it twice is running it
+    /// once: the read (`get`), and the fenced renewal and checkpoint,
+    /// which set the same lease end or step value again (if the fence
+    /// moved on in between, the second says so, as the first would have).
+    /// A claim run twice finds its own record in flight (its call would
+    /// wait out its own lease), a completion, release or replacement run
+    /// twice is refused as a stale fence (and a recorded outcome would be
+    /// told superseded), an audit append would append twice: those keep
+    /// the store's error, and the call is in doubt.
+    fn resent_safely(&self, script: &Script) -> bool {
+        let scripts = &self.scripts;
+        [&scripts.get, &scripts.renew, &scripts.checkpoint]
+            .iter()
+            .any(|safe| std::ptr::eq(script, *safe))
     }
 
     pub(super) async fn read(

@@ -10,8 +10,9 @@ use idem_redis::RedisStore;
 use idem_runtime::store::StoreExt;
 use idem_runtime::store::{Store, StoreError};
 use idem_testkit::store_cases::{
-    acquire, closed_port, driver_error, fails_closed_when_the_server_goes_away, fingerprint,
-    request,
+    acquire, assert_resent_only_when_safe, closed_port, driver_error,
+    fails_closed_when_the_server_goes_away, fingerprint, no_call_after_a_restart_fails, request,
+    write_to_break,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -49,6 +50,76 @@ async fn server_going_away_fails_writes_closed() {
     };
     let store = RedisStore::connect(&server.url()).await.unwrap();
     fails_closed_when_the_server_goes_away(store, || server.stop()).await;
+}
+
+/// A restart of the server closes the store's connection; the connection
+/// manager (RESP3, the store's default) hears it and connects again, or,
+/// if the server was still down then, the next request is refused a
+/// connection before anything is sent and goes out on a fresh one: no
+/// call made once the server is back fails (before, the first call after
+/// each restart failed, "broken pipe"). The server comes back empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_after_a_restart_of_the_server_fails() {
+    let Some(mut server) = own_server("redis server restarted").await else {
+        return;
+    };
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    // Every other restart keeps the server down for 2 s, longer than the
+    // manager tries to connect again: the next request is then refused a
+    // connection, and sent on the one made after it.
+    let mut round = 0;
+    let restart = || {
+        round += 1;
+        if round % 2 == 0 {
+            server.stop();
+            std::thread::sleep(Duration::from_secs(2));
+        }
+        server.restart()
+    };
+    no_call_after_a_restart_fails(std::sync::Arc::new(store), 4, false, restart).await;
+}
+
+/// A script the server may have run is not sent again when its connection
+/// drops on the way: a completion held by `CLIENT PAUSE` when the server
+/// restarts fails with the store's error, and the record (saved before,
+/// loaded again) is still in flight, not completed by a second sending.
+/// A renewal, the same run twice, held the same way is sent again once
+/// the server is back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_dropped_after_it_was_sent_is_resent_only_when_safe() {
+    let Some(mut server) = own_server("redis request dropped in flight").await else {
+        return;
+    };
+    let store = std::sync::Arc::new(RedisStore::connect(&server.url()).await.unwrap());
+    for resent in [false, true] {
+        let key = random_key();
+        let fence = acquire(&*store, &key).await;
+        let mut raw = raw(&server.url()).await;
+        // The record comes back with the server, from its dump.
+        command(&mut raw, "SAVE").await;
+        command(&mut raw, "CLIENT PAUSE 20000 WRITE").await;
+        let held = write_to_break(store.clone(), &key, fence, resent);
+        // Sent, and held by the pause on the server.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let info: String = redis::cmd("INFO")
+                .arg("clients")
+                .query_async(&mut raw)
+                .await
+                .unwrap();
+            if info.lines().any(|l| l.trim() == "blocked_clients:1") {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the script was never held: {info}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::task::block_in_place(|| server.restart());
+        let answer = held.await.unwrap();
+        assert_resent_only_when_safe(&*store, &key, resent, answer).await;
+    }
 }
 
 /// Run `line` (words separated by spaces) on `raw`, expecting `OK`.

@@ -228,3 +228,23 @@ async fn a_ca_file_named_by_the_environment_is_trusted() {
         &CERTS,
     );
 }
+
+/// Over `rediss://` as over plain text: no call made once a restarted
+/// server is back fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_call_after_a_restart_of_a_tls_server_fails() {
+    let started =
+        tokio::task::spawn_blocking(|| RedisServer::start_tls(&CERTS.server, &CERTS.ca, false));
+    let Some(mut server) = started.await.unwrap() else {
+        return idem_testkit::skip("redis TLS server restarted", "redis-server");
+    };
+    let url = format!("{}?ca={}", server.url(), CERTS.ca.display());
+    let store = RedisStore::connect(&url).await.unwrap();
+    idem_testkit::store_cases::no_call_after_a_restart_fails(
+        std::sync::Arc::new(store),
+        2,
+        false,
+        || server.restart(),
+    )
+    .await;
+}

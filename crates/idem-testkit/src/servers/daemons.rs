@@ -22,6 +22,10 @@ pub struct RedisServer {
     port: u16,
     /// Whether it listens with TLS only ([`RedisServer::start_tls`]).
     tls: bool,
+    /// The program and its extra arguments, to start it again
+    /// ([`RedisServer::restart`]).
+    binary: PathBuf,
+    extra: Vec<String>,
     _dir: TempDir,
 }
 
@@ -110,7 +114,27 @@ impl RedisServer {
     fn spawn(binary: &Path, extra: &[&str], tls: bool) -> Result<RedisServer, String> {
         let dir = TempDir::new("idem-redis").expect("create a temporary directory");
         let port = free_port();
-        let log = dir.path().join("redis.log");
+        let extra: Vec<String> = extra.iter().map(|a| (*a).to_owned()).collect();
+        let process = Self::launch(binary, &extra, tls, port, dir.path())?;
+        Ok(RedisServer {
+            process,
+            port,
+            tls,
+            binary: binary.to_path_buf(),
+            extra,
+            _dir: dir,
+        })
+    }
+
+    /// Run `binary` on `port` in `dir` and wait until it answers.
+    fn launch(
+        binary: &Path,
+        extra: &[String],
+        tls: bool,
+        port: u16,
+        dir: &Path,
+    ) -> Result<Process, String> {
+        let log = dir.join("redis.log");
         let ports = match tls {
             false => ["--port".to_owned(), port.to_string()],
             true => ["--port".to_owned(), "0".to_owned()],
@@ -126,7 +150,7 @@ impl RedisServer {
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
             .args(extra)
             .arg("--dir")
-            .arg(dir.path())
+            .arg(dir)
             .arg("--logfile")
             .arg(&log)
             .stdin(Stdio::null())
@@ -134,7 +158,7 @@ impl RedisServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("spawn redis-server");
-        let mut process = Process::new(child, "TERM", dir.path());
+        let mut process = Process::new(child, "TERM", dir);
         // A TLS server cannot be pinged in plain text: it is ready once it
         // says so and its port takes connections.
         let ready = || match tls {
@@ -145,13 +169,31 @@ impl RedisServer {
             }
         };
         match wait_until(Duration::from_secs(10), &mut process, ready) {
-            Ok(()) => Ok(RedisServer {
-                process,
-                port,
-                tls,
-                _dir: dir,
-            }),
+            Ok(()) => Ok(process),
             Err(e) => Err(format!("{e}; log: {}", read_log(&log))),
+        }
+    }
+
+    /// Stop the server and start it again on the same port, returning once
+    /// it answers. It keeps no data (`--save ""`, no AOF): it comes back
+    /// empty. Clients connected before it see their connections closed.
+    ///
+    /// # Panics
+    ///
+    /// When the server does not come back.
+    pub fn restart(&mut self) {
+        self.process.stop();
+        // A new log: the TLS readiness check reads it.
+        let _ = std::fs::remove_file(self._dir.path().join("redis.log"));
+        match Self::launch(
+            &self.binary,
+            &self.extra,
+            self.tls,
+            self.port,
+            self._dir.path(),
+        ) {
+            Ok(process) => self.process = process,
+            Err(e) => panic!("redis-server did not come back: {e}"),
         }
     }
 

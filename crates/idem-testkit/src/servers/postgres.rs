@@ -22,7 +22,55 @@ pub struct PostgresServer {
     // Declared before the directory: the server stops before it is deleted.
     process: Process,
     port: u16,
+    /// How it was started, to start it again ([`PostgresServer::restart`]).
+    launch: Launch,
     _dir: TempDir,
+}
+
+/// The command that starts a server on its data directory.
+#[derive(Debug)]
+struct Launch {
+    postgres: PathBuf,
+    pg_isready: PathBuf,
+    data: PathBuf,
+    dir: PathBuf,
+    account: Option<(u32, u32)>,
+    /// Every `-c` setting, in order.
+    settings: Vec<String>,
+    log: PathBuf,
+}
+
+impl Launch {
+    /// Start the server on `port` and wait until it takes connections.
+    fn start(&self, port: u16) -> Result<Process, String> {
+        let log = File::create(&self.log).expect("create the log");
+        let child = as_account(self.account, &self.postgres)
+            .arg("-D")
+            .arg(&self.data)
+            .args(["-p", &port.to_string()])
+            .args(self.settings.iter().flat_map(|setting| ["-c", setting]))
+            .current_dir(&self.dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("spawn postgres");
+        // SIGQUIT: immediate shutdown, which also removes shared memory.
+        let mut process = Process::new(child, "QUIT", &self.dir);
+        let ready = || {
+            Command::new(&self.pg_isready)
+                .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "idem"])
+                .args(["-d", "postgres", "-t", "1"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        match wait_until(Duration::from_secs(30), &mut process, ready) {
+            Ok(()) => Ok(process),
+            Err(e) => Err(format!("{e}; log: {}", read_log(&self.log))),
+        }
+    }
 }
 
 impl PostgresServer {
@@ -149,75 +197,59 @@ impl PostgresServer {
             )
             .expect("write pg_hba.conf");
         }
-        let log_path = dir.path().join("postgres.log");
+        let mut all_settings = vec![
+            "listen_addresses=127.0.0.1".to_owned(),
+            format!("unix_socket_directories={}", dir.path().display()),
+            "fsync=off".to_owned(),
+            "max_connections=200".to_owned(),
+            "shared_preload_libraries=pg_stat_statements".to_owned(),
+        ];
+        all_settings.extend(tls_settings);
+        all_settings.extend(settings.iter().map(|s| (*s).to_owned()));
+        let launch = Launch {
+            postgres,
+            pg_isready,
+            data,
+            dir: dir.path().to_path_buf(),
+            account,
+            settings: all_settings,
+            log: dir.path().join("postgres.log"),
+        };
         let mut last_error = String::new();
         for _ in 0..3 {
             let port = free_port();
-            let log = File::create(&log_path).expect("create the log");
-            let child = as_account(account, &postgres)
-                .arg("-D")
-                .arg(&data)
-                .args(["-p", &port.to_string()])
-                .args(["-c", "listen_addresses=127.0.0.1"])
-                .arg("-c")
-                .arg(format!("unix_socket_directories={}", dir.path().display()))
-                .args(["-c", "fsync=off", "-c", "max_connections=200"])
-                .args(["-c", "shared_preload_libraries=pg_stat_statements"])
-                .args(tls_settings.iter().flat_map(|setting| ["-c", setting]))
-                .args(settings.iter().flat_map(|setting| ["-c", setting]))
-                .current_dir(dir.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(log)
-                .spawn()
-                .expect("spawn postgres");
-            // SIGQUIT: immediate shutdown, which also removes shared memory.
-            let mut process = Process::new(child, "QUIT", dir.path());
-            let ready = || {
-                Command::new(&pg_isready)
-                    .args(["-h", "127.0.0.1", "-p", &port.to_string(), "-U", "idem"])
-                    .args(["-d", "postgres", "-t", "1"])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status()
-                    .is_ok_and(|s| s.success())
-            };
-            match wait_until(Duration::from_secs(30), &mut process, ready) {
-                Ok(()) if tls.is_some() => {
-                    // The accounts `pg_hba.conf` names, created over the
-                    // Unix socket (trusted).
-                    let out = Command::new(bin.join("psql"))
-                        .arg("-h")
-                        .arg(dir.path())
-                        .args(["-p", &port.to_string(), "-U", "idem", "-d", "postgres"])
-                        .args(["-v", "ON_ERROR_STOP=1", "-q"])
-                        .args([
-                            "-c",
-                            "CREATE ROLE idem_scram LOGIN SUPERUSER PASSWORD 'hunter2'",
-                        ])
-                        .args(["-c", "CREATE ROLE \"idem-client\" LOGIN SUPERUSER"])
-                        .env("HOME", dir.path())
-                        .output()
-                        .expect("run psql");
-                    assert!(
-                        out.status.success(),
-                        "creating the TLS test accounts failed: {}",
-                        String::from_utf8_lossy(&out.stderr)
-                    );
+            match launch.start(port) {
+                Ok(process) => {
+                    if tls.is_some() {
+                        // The accounts `pg_hba.conf` names, created over the
+                        // Unix socket (trusted).
+                        let out = Command::new(bin.join("psql"))
+                            .arg("-h")
+                            .arg(dir.path())
+                            .args(["-p", &port.to_string(), "-U", "idem", "-d", "postgres"])
+                            .args(["-v", "ON_ERROR_STOP=1", "-q"])
+                            .args([
+                                "-c",
+                                "CREATE ROLE idem_scram LOGIN SUPERUSER PASSWORD 'hunter2'",
+                            ])
+                            .args(["-c", "CREATE ROLE \"idem-client\" LOGIN SUPERUSER"])
+                            .env("HOME", dir.path())
+                            .output()
+                            .expect("run psql");
+                        assert!(
+                            out.status.success(),
+                            "creating the TLS test accounts failed: {}",
+                            String::from_utf8_lossy(&out.stderr)
+                        );
+                    }
                     return Some(PostgresServer {
                         process,
                         port,
+                        launch,
                         _dir: dir,
                     });
                 }
-                Ok(()) => {
-                    return Some(PostgresServer {
-                        process,
-                        port,
-                        _dir: dir,
-                    })
-                }
-                Err(e) => last_error = format!("{e}; log: {}", read_log(&log_path)),
+                Err(e) => last_error = e,
             }
         }
         panic!("postgres did not start: {last_error}");
@@ -236,6 +268,22 @@ impl PostgresServer {
     /// Stop the server now (to test what happens when it goes away).
     pub fn stop(&mut self) {
         self.process.stop();
+    }
+
+    /// Stop the server (immediately: `SIGQUIT`, as a crash would) and
+    /// start it again on the same port and data directory, returning once
+    /// it takes connections again. Clients connected before it see their
+    /// connections closed.
+    ///
+    /// # Panics
+    ///
+    /// When the server does not come back.
+    pub fn restart(&mut self) {
+        self.process.stop();
+        match self.launch.start(self.port) {
+            Ok(process) => self.process = process,
+            Err(e) => panic!("postgres did not come back: {e}"),
+        }
     }
 }
 
