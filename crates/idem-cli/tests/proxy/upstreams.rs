@@ -545,15 +545,49 @@ fn one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting(
 
 /// The soak of the deployed stack: two proxies on one PostgreSQL server,
 /// every class, instances killed (-9) and stopped (SIGTERM) and started
-/// again every three seconds: no non-idempotent write runs twice, no
-/// success lacks its effect, every intent is answered, no request waits
-/// longer than its timeout and a lease. `IDEM_SOAK_CALLS` intents per
-/// class (100 by default; the figures in the notes are from 700).
+/// again every three seconds, and PostgreSQL restarted (as a crash would
+/// stop it) every seven: no non-idempotent write runs twice, no success
+/// lacks its effect, every intent is answered, no request waits longer
+/// than its timeout and a lease. `IDEM_SOAK_CALLS` intents per class (100
+/// by default).
 #[test]
-fn a_soak_of_two_proxies_with_kills_and_stops_duplicates_and_loses_nothing() {
-    on_postgresql(
-        "a_soak_of_two_proxies_with_kills_and_stops_duplicates_and_loses_nothing",
-        "soak",
+fn a_soak_of_two_proxies_with_kills_stops_and_store_restarts_duplicates_and_loses_nothing() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let what =
+        "a_soak_of_two_proxies_with_kills_stops_and_store_restarts_duplicates_and_loses_nothing";
+    let Some(server) = idem_testkit::PostgresServer::start() else {
+        idem_testkit::skip(what, "PostgreSQL");
+        return;
+    };
+    let url = server.url();
+    let server = Arc::new(Mutex::new(server));
+    let done = Arc::new(AtomicBool::new(false));
+    let restarts = std::thread::spawn({
+        let (server, done) = (server.clone(), done.clone());
+        move || {
+            let mut restarts = 0;
+            'soak: loop {
+                for _ in 0..70 {
+                    if done.load(Ordering::SeqCst) {
+                        break 'soak;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(100));
+                }
+                server.lock().unwrap().restart();
+                restarts += 1;
+            }
+            restarts
+        }
+    });
+    python_cases(
+        what,
+        Some("soak"),
+        &[("IDEM_TWO_INSTANCES_STORE", url.as_ref())],
         "proxy-soak-transcript.md",
     );
+    done.store(true, Ordering::SeqCst);
+    let restarts = restarts.join().unwrap();
+    eprintln!("{what}: PostgreSQL restarted {restarts} times during the soak");
+    assert!(restarts >= 1, "the store was restarted under the soak");
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use idem_runtime::store::StoreExt;
 use rmcp::model::{
-    CallToolResponse, CallToolResult, ContentBlock, InputResponses, JsonObject, MetaObject, Tool,
+    CallToolResponse, CallToolResult, ContentBlock, InputResponses, JsonObject, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer};
@@ -22,14 +22,18 @@ use tracing::Instrument as _;
 
 pub(crate) mod access;
 mod chat;
+mod results;
 mod task;
+
+use results::{
+    bad_key_fields, bad_repeat, cancelled, error_result, panicked, refused, result_meta,
+};
 
 use chat::Asked;
 
 use super::answer::{self, Hints};
 use super::ask::States;
 use super::key::{self, Keying};
-use super::meta::{DEDUPLICATED_META, ERROR_META, KEY_META};
 use super::policy::{Approver, Keyed, Unkeyed, REPEAT_ARGUMENT};
 use super::trace;
 use idem_runtime::dispatch::Arguments;
@@ -615,92 +619,4 @@ fn awaiting_approval(result: &ToolResult) -> Option<IdempotencyKey> {
         Err(IdemError::ApprovalPending { key, .. }) => Some(key.clone()),
         _ => None,
     }
-}
-
-fn result_meta(deduplicated: bool, key: Option<&str>) -> MetaObject {
-    let mut meta = MetaObject::new();
-    meta.insert(DEDUPLICATED_META.to_owned(), deduplicated.into());
-    if let Some(key) = key {
-        meta.insert(KEY_META.to_owned(), key.into());
-    }
-    meta
-}
-
-/// An `isError` result whose text is `text`, with the error for programs
-/// (`{"code", "message", …}`) in `_meta`.
-fn error_result(
-    text: String,
-    error: Value,
-    deduplicated: bool,
-    key: Option<&str>,
-) -> CallToolResult {
-    let mut meta = result_meta(deduplicated, key);
-    meta.insert(ERROR_META.to_owned(), error);
-    CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(meta))
-}
-
-/// A call refused before it was dispatched.
-fn refused(text: String, code: ErrorCode, message: &str) -> CallToolResponse {
-    error_result(
-        text,
-        json!({ "code": code, "message": message }),
-        false,
-        None,
-    )
-    .into()
-}
-
-/// The refusal of a call whose key fields (or the caller's identity, which
-/// names its namespace) are unusable.
-fn bad_key_fields(name: &str, problem: &str) -> CallToolResponse {
-    refused(
-        answer::bad_key_fields(name, problem),
-        ErrorCode::InvalidKey,
-        problem,
-    )
-}
-
-/// The refusal of a call whose [`REPEAT_ARGUMENT`] is not a whole number,
-/// in the words of invalid arguments.
-fn bad_repeat(name: &str, value: &Value) -> CallToolResponse {
-    let problem = format!("`{REPEAT_ARGUMENT}` must be a whole number from 1 (found {value})");
-    let error = IdemError::InvalidArguments {
-        tool: name.to_owned(),
-        detail: problem.clone(),
-    };
-    refused(
-        answer::error(name, &error, Hints::default()),
-        ErrorCode::InvalidArguments,
-        &problem,
-    )
-}
-
-/// The answer to a request the client cancelled. rmcp does not send it
-/// (MCP says a cancelled request gets no response); it is there for
-/// servers that do.
-fn cancelled(name: &str) -> CallToolResult {
-    error_result(
-        format!(
-            "The request for `{name}` was cancelled. If it had started, it goes on and its \
-             outcome is recorded: call again with the same arguments to receive it."
-        ),
-        json!({ "code": "cancelled", "message": "the request was cancelled" }),
-        false,
-        None,
-    )
-}
-
-/// The answer when the tool panicked. Whether its effect happened is
-/// unknown; its record stays in flight and the lease decides, as if the
-/// process had crashed.
-fn panicked(name: &str, error: tokio::task::JoinError) -> CallToolResult {
-    error_result(
-        format!(
-            "`{name}` stopped without finishing, so whether it took effect is unknown. Do not \
-             call it again; tell the user it needs checking."
-        ),
-        json!({ "code": "panicked", "message": error.to_string() }),
-        false,
-        None,
-    )
 }

@@ -55,7 +55,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
         let message = Some(status_message(record.status()));
         let mut created = CreateTaskResult::new(tasks::task(id, now, now, &payload, message));
         // The record's key, as on every answer: an operator's handle on it.
-        created.meta = Some(super::result_meta(false, Some(key.as_str())));
+        created.meta = Some(super::results::result_meta(false, Some(key.as_str())));
         Some(created)
     }
 
@@ -89,12 +89,12 @@ impl<S: Send + Sync + 'static> Tools<S> {
         let (call, run) = (prepared.call.clone(), prepared.run.clone());
         let mut running = self.spawn(call, run, context, Some(claimed.clone()));
         let done = |joined: Result<ToolResult, tokio::task::JoinError>| {
-            joined.map_err(|e| super::panicked(name, e).into())
+            joined.map_err(|e| super::results::panicked(name, e).into())
         };
         tokio::select! {
             biased;
             joined = &mut running => return done(joined),
-            () = context.ct.cancelled() => return Err(super::cancelled(name).into()),
+            () = context.ct.cancelled() => return Err(super::results::cancelled(name).into()),
             () = tokio::time::sleep(after) => {}
         }
         // Still running, under a key (a call that has not claimed one yet
@@ -110,7 +110,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
         tokio::select! {
             biased;
             joined = &mut running => done(joined),
-            () = context.ct.cancelled() => Err(super::cancelled(name).into()),
+            () = context.ct.cancelled() => Err(super::results::cancelled(name).into()),
         }
     }
 
