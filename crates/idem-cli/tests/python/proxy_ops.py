@@ -55,12 +55,17 @@ class Stoppable:
             await asyncio.sleep(0.05)
         raise AssertionError(f"{n} calls did not start: {self.lines('')}")
 
-    def ended(self, timeout: float) -> tuple[int, str, float]:
+    def ended(self, timeout: float, calls: list | None = None) -> tuple[int, str, float]:
         """Wait for the proxy to exit: its code, the rest of its stderr, and
-        how long it took."""
+        how long it took (said); the client's `calls` still waiting are
+        given up."""
         began = time.monotonic()
         code = self.process.wait(timeout=timeout)
-        return code, self.process.stderr.read(), time.monotonic() - began
+        stderr, took = self.process.stderr.read(), time.monotonic() - began
+        say(f"exit code {code} after {took:.1f}s; stderr: {stderr.strip()[:400]!r}")
+        for task in calls or []:
+            task.cancel()
+        return code, stderr, took
 
 
     def close(self) -> None:
@@ -148,14 +153,11 @@ async def grace_runs_out() -> None:
             calls = await by_hand(proxy, ["grace-a", "grace-b"])
             await proxy.started(2)
             proxy.process.send_signal(signal.SIGTERM)
-            code, stderr, took = proxy.ended(20)
-            say(f"exit code {code} after {took:.1f}s; stderr: {stderr.strip()[:400]!r}")
+            code, stderr, took = proxy.ended(20, calls)
             check(code == 1, f"exit code 1: calls were left: {code}")
             check(took < 5, f"stopped once the grace ran out: {took:.1f}s")
             check("stopped with 2 calls still under way (the 1s grace ran out)" in stderr, stderr)
             check("`append` (key grace-a)" in stderr and "`append` (key grace-b)" in stderr, f"each call named: {stderr}")
-            for task in calls:
-                task.cancel()
         finally:
             proxy.close()
 
@@ -170,12 +172,9 @@ async def second_signal() -> None:
             proxy.process.send_signal(signal.SIGTERM)
             proxy.said("stopping")
             proxy.process.send_signal(signal.SIGTERM)
-            code, stderr, took = proxy.ended(20)
-            say(f"exit code {code} after {took:.1f}s; stderr: {stderr.strip()[:400]!r}")
+            code, stderr, took = proxy.ended(20, calls)
             check(took < 3, f"at once: {took:.1f}s")
             check(code == 1 and "(a second SIGTERM)" in stderr and "key twice-a" in stderr, stderr)
-            for task in calls:
-                task.cancel()
         finally:
             proxy.close()
 
