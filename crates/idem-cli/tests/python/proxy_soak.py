@@ -66,11 +66,24 @@ async def soak() -> None:
         ports = [free_port(), free_port()]
 
         def start(i: int) -> subprocess.Popen:
-            process, _ = serving([IDEM, "proxy", "--listen", f"127.0.0.1:{ports[i]}", "--principals", str(principals),
-                                  "--config", str(config), "--state-secret-file", str(secret)], env)
-            drain(process)
-            return process
+            """Start instance `i` on its port; again while it cannot start
+            (the store restarting just then is refused at start, and said)."""
+            command = [IDEM, "proxy", "--listen", f"127.0.0.1:{ports[i]}", "--principals", str(principals),
+                       "--config", str(config), "--state-secret-file", str(secret)]
+            for _ in range(20):
+                process = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+                said = []
+                for line in process.stderr:
+                    if re.search(r"serving \S+ on http://", line):
+                        drain(process)
+                        return process
+                    said.append(line.strip())
+                process.wait(timeout=20)
+                starts_refused.append(said[-1] if said else "(nothing said)")
+                time.sleep(0.5)
+            raise AssertionError(f"instance {i} did not start: {starts_refused[-3:]}")
 
+        starts_refused: list[str] = []
         instances = [start(0), start(1)]
         urls = [f"http://127.0.0.1:{p}/mcp" for p in ports]
         answers: dict[str, tuple[str, str]] = {}
@@ -162,6 +175,8 @@ async def soak() -> None:
         lost = [line for line, (_, code) in answers.items() if code == "ok" and line[0] != "r" and line not in done]
         unanswered = [line for line, (_, code) in answers.items() if code in AGAIN]
         say(f"{len(jobs)} intents in {took:.0f} s; faults: {len(faults)} ({', '.join(faults)})")
+        if starts_refused:
+            say(f"instance starts refused meanwhile: {len(starts_refused)}, e.g. {starts_refused[0][:200]!r}")
         say(f"answers by class and code: {dict(sorted(codes.items()))}")
         say(f"upstream runs: {sum(starts.values())}; non-idempotent writes run twice: {len(twice)}; "
             f"successes without their effect: {len(lost)}; longest request {longest:.1f} s")
