@@ -20,15 +20,12 @@ tokio::task_local! {
     static IN_FLIGHT: Arc<Entry>;
 }
 
-/// Serve a `tools/call` in `call`, counted as `entry` ([`keyed`] finds it),
-/// and write its access line.
+/// Serve a `tools/call` in `call`, counted as `entry` ([`keyed`] finds it).
 pub(crate) async fn counted<F>(entry: Arc<Entry>, call: F) -> F::Output
 where
     F: std::future::Future<Output = Result<rmcp::model::CallToolResponse, ErrorData>>,
 {
-    let response = IN_FLIGHT.scope(entry.clone(), call).await;
-    crate::call::access::log(&entry, &response);
-    response
+    IN_FLIGHT.scope(entry, call).await
 }
 
 /// The entry of the `tools/call` being served, now that its call is keyed:

@@ -192,9 +192,11 @@ impl<S: Send + Sync + 'static> Tools<S> {
     ) -> Result<CallToolResponse, ErrorData> {
         let entry = self.enter(request.name, context)?;
         let span = trace::call_span(request.name, context, request.meta);
-        let response = super::flight::counted(entry, self.call_in_span(request, context))
+        let response = super::flight::counted(entry.clone(), self.call_in_span(request, context))
             .instrument(span.clone())
             .await;
+        // In the call's span, whose fields the line carries.
+        span.in_scope(|| access::log(&entry, &response));
         trace::record_response(&span, &response);
         response
     }

@@ -175,7 +175,7 @@ pub enum ProxyError {
          lease runs out (`idem ls` lists it)",
         calls.len(),
         if calls.len() == 1 { "" } else { "s" },
-        super::stop::named(calls)
+        named(calls)
     )]
     Stopped {
         /// Why it did not wait longer.
@@ -201,4 +201,16 @@ fn unauthenticated(address: &str, loopback: bool) -> String {
              is for loopback only"
         )
     }
+}
+
+/// The calls of [`ProxyError::Stopped`], one by one: `` `tool` (key KEY) ``.
+fn named(calls: &[crate::CallInFlight]) -> String {
+    let named: Vec<String> = calls
+        .iter()
+        .map(|call| {
+            let tool = idem_runtime::text::visible(&call.tool);
+            format!("`{tool}` (key {})", call.key)
+        })
+        .collect();
+    named.join(", ")
 }

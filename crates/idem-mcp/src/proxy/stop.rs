@@ -13,7 +13,7 @@ use rmcp::ServiceExt;
 
 use super::options::ProxyError;
 use super::Proxy;
-use crate::{CallInFlight, CallsInFlight};
+use crate::CallsInFlight;
 
 /// How long the calls under way may take to finish once the proxy is told
 /// to stop, unless `--shutdown-grace` says otherwise.
@@ -103,18 +103,6 @@ pub(super) async fn serve_stdio(proxy: Proxy, mut stopping: Stopping) -> Result<
             Ok(())
         }
     }
-}
-
-/// The calls of [`ProxyError::Stopped`], one by one: `` `tool` (key KEY) ``.
-pub(super) fn named(calls: &[CallInFlight]) -> String {
-    let named: Vec<String> = calls
-        .iter()
-        .map(|call| {
-            let tool = idem_runtime::text::visible(&call.tool);
-            format!("`{tool}` (key {})", call.key)
-        })
-        .collect();
-    named.join(", ")
 }
 
 /// `30s`, `1.5s`: a duration as a person reads it.
