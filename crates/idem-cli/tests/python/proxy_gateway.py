@@ -32,7 +32,7 @@ class = "non_idempotent_write"
 
 [tools.slow_append]
 class = "idempotent_write"
-timeout = "20s"
+timeout = "5s"
 """
 
 
