@@ -275,19 +275,19 @@ where
             Ok(()) => return Ok(()),
             Err(e) => e,
         };
-        match (&e, completed) {
-            (StoreError::StaleFence { current, .. }, _) if tried => {
+        match &e {
+            StoreError::StaleFence { current, .. } if tried => {
                 return match earlier_try_applied(env, owner, *current, completed).await {
                     true => Ok(()),
                     false => Err(errors::unrecorded(env, owner, e)),
                 };
             }
-            (StoreError::Unavailable { .. }, _) if !owner.lost() => {
+            StoreError::Unavailable { .. } if !owner.lost() => {
                 tracing::warn!(error = %e, "could not record the outcome; trying again");
             }
             // The lease ran out while the store was unreachable: a last
             // try, which the fence refuses if another owner took over.
-            (StoreError::Unavailable { .. }, _) if !tried => {}
+            StoreError::Unavailable { .. } if !tried => {}
             _ => return Err(errors::unrecorded(env, owner, e)),
         }
         tried = true;
@@ -298,8 +298,8 @@ where
 
 /// Whether a refused try of an owner's last word only found an earlier
 /// try applied: the key given back, or completed under the owner's
-/// fence with this outcome (an operator's resolution of a lapsed lease
-/// keeps the fence too, and is another outcome).
+/// fence (which only this owner writes: a resolution is written under a
+/// fence of its own) with this outcome, read back to be sure.
 async fn earlier_try_applied(
     env: &CallEnv<'_>,
     owner: &Owner<'_>,
