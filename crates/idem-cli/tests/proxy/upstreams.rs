@@ -232,9 +232,11 @@ fn readyz_names_the_store_or_the_upstream_that_is_down() {
 }
 
 /// `/metrics` of `idem proxy --listen` after three calls (two keys, one
-/// sent twice), read by a scraper that parses Prometheus's text format:
-/// the calls of `append` by outcome are 2 executed and 1 deduplicated,
-/// and no label holds a key or an argument (`tests/python/proxy_ops.py`).
+/// sent twice) and during a fourth, read by a scraper that parses
+/// Prometheus's text format: the calls of `append` by outcome are 2
+/// executed and 1 deduplicated, the store's open records 1 in flight, 0
+/// pending, 0 unknown, the store's claims and completions timed, and no
+/// label holds a key or an argument (`tests/python/proxy_ops.py`).
 #[test]
 fn metrics_count_the_calls_made_by_tool_class_and_outcome() {
     python_cases(

@@ -369,8 +369,17 @@ async def metrics_scraped() -> None:
                 for key in ("metric-a", "metric-b", "metric-a"):
                     result = await client.call_tool("append", {"line": key}, meta={"io.idem/idempotencyKey": key})
                     check(not result.is_error, reads(result))
-            async with httpx2.AsyncClient(timeout=30) as http:
-                scraped = await http.get(proxy.url.removesuffix("/mcp") + "/metrics")
+                # A fourth call held upstream while the scrape reads the
+                # store's open records.
+                proxy.hold.touch()
+                held = asyncio.create_task(
+                    client.call_tool("append", {"line": "metric-c"}, meta={"io.idem/idempotencyKey": "metric-c"})
+                )
+                await proxy.started(3)
+                async with httpx2.AsyncClient(timeout=30) as http:
+                    scraped = await http.get(proxy.url.removesuffix("/mcp") + "/metrics")
+                proxy.hold.unlink()
+                check(not (await held).is_error, "the held call ends")
             check(scraped.status_code == 200 and scraped.headers["content-type"].startswith("text/plain"), f"{scraped}")
             text = scraped.text
             say(f"the scrape:\n```\n{text.strip()}\n```")
@@ -384,9 +393,22 @@ async def metrics_scraped() -> None:
             }
             say(f"calls of append by outcome: {counts}")
             check(counts == {"executed": 2.0, "deduplicated": 1.0}, f"the counts equal the calls made: {counts}")
-            for secret in ("metric-a", "metric-b", "io.idem", here.store):
+            gauges = {name: value for name, labels, value in samples
+                      if name in ("idem_calls_in_flight", "idem_approvals_pending", "idem_unknown_outcomes_open")}
+            say(f"the open records' gauges: {gauges}")
+            check(gauges == {"idem_calls_in_flight": 1.0, "idem_approvals_pending": 0.0,
+                             "idem_unknown_outcomes_open": 0.0}, f"one call in flight, on the store: {gauges}")
+            store_ops = {
+                labels["idem_store_operation"]: value
+                for name, labels, value in samples
+                if name == "idem_store_duration_seconds_count" and labels.get("idem_store_result") == "ok"
+            }
+            say(f"store operations timed: {store_ops}")
+            check(store_ops.get("claim") == 4.0 and store_ops.get("complete") == 2.0,
+                  f"four claims (one answered from its record, one held) and two completions timed: {store_ops}")
+            for secret in ("metric-a", "metric-b", "metric-c", "io.idem", here.store):
                 check(secret not in text, f"no key nor argument in a label: {secret}")
-            check(len(proxy.lines("start")) == 2, "two effects")
+            check(len(proxy.lines("start")) == 3, "three effects")
         finally:
             proxy.close()
 

@@ -203,11 +203,11 @@ where
         name: name.clone(),
         reason: e.to_string(),
     })?;
-    let store = store().await?;
     // Every irreversible call is left to a person: the one in the chat
     // when the client can ask them, else an operator (`idem approve`, the
     // inbox), as each tool's `approval` says.
     let metrics = metrics::Metrics::new()?;
+    let store = metrics.timed(store().await?);
     let executor = Executor::builder_shared(store)
         .meter(metrics.meter())
         .approvals(Callback::new(|request| async move {
@@ -264,7 +264,7 @@ where
     let served = match listening {
         Some(listening) => {
             let health = listen::health(executor.store().clone(), &mounts, gateway);
-            let routes = metrics.router();
+            let routes = metrics.router(executor.store().clone());
             listening
                 .serve(proxy, &name, stopping, health, routes)
                 .await

@@ -195,6 +195,28 @@ impl Operator {
         }
     }
 
+    /// The open records per status (in flight, awaiting approval, approved,
+    /// unknown; statuses with none are absent), read through the store's
+    /// index of open records ([`StoreExt::scan_open`]) alone: what a
+    /// service's gauges show on every scrape, at a cost that grows with the
+    /// open records, not the store.
+    ///
+    /// [`StoreExt::scan_open`]: crate::store::StoreExt::scan_open
+    pub async fn open_counts(&self) -> Result<BTreeMap<Status, u64>, OperatorError> {
+        let mut counts = BTreeMap::new();
+        let mut cursor = None;
+        loop {
+            let page = self.store.scan_open(cursor.as_deref(), SCAN_PAGE).await?;
+            for record in page.records.iter().filter(|r| !r.is_bookkeeping()) {
+                *counts.entry(record.status()).or_default() += 1;
+            }
+            match page.cursor {
+                Some(next) => cursor = Some(next),
+                None => return Ok(counts),
+            }
+        }
+    }
+
     /// Records per status and tool, read a page at a time.
     pub async fn counts(&self) -> Result<Counts, OperatorError> {
         let mut counts = Counts::default();

@@ -16,7 +16,8 @@
 //!   ([`FastPath::claim_local`]) the same way, synchronously.
 //!
 //! Both default to forwarding unchanged, so a hook implements only what
-//! it watches.
+//! it watches. One comes with idem: `Timed` (feature `otel`) records each
+//! operation's duration in an OpenTelemetry histogram.
 //!
 //! ```
 //! use std::sync::atomic::{AtomicU64, Ordering};
@@ -55,6 +56,11 @@ use async_trait::async_trait;
 use super::{ClaimRequest, FastPath, LocalClaim, Store, StoreError};
 // The operations a hook sees, where a hook's author looks for them.
 pub use super::{Answer, OpKind, Operation};
+
+#[cfg(feature = "otel")]
+mod timed;
+#[cfg(feature = "otel")]
+pub use timed::Timed;
 
 /// What an [`Interceptor`] calls on the way to the wrapped store. Every
 /// method has a default that forwards unchanged.
