@@ -247,6 +247,20 @@ fn metrics_count_the_calls_made_by_tool_class_and_outcome() {
     );
 }
 
+/// `idem proxy --listen --config FILE`: a tool's `timeout` changed in the
+/// file and SIGHUP, and a held call ends after the new second instead of
+/// five minutes; a file that changes the tool's class, or cannot be
+/// parsed, is not loaded and changes nothing (`tests/python/proxy_ops.py`).
+#[test]
+fn sighup_reloads_a_tools_timeout_and_refuses_a_change_of_class() {
+    python_cases(
+        "sighup_reloads_a_tools_timeout_and_refuses_a_change_of_class",
+        Some("config_reloaded"),
+        &[],
+        "proxy-config-reload-transcript.md",
+    );
+}
+
 /// `idem proxy --listen --principals FILE`: bob added to the file, SIGHUP,
 /// and his token works without a restart; a broken file on the next
 /// SIGHUP keeps the principals loaded, and says why on stderr

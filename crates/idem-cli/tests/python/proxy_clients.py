@@ -26,6 +26,7 @@ from proxy_http import (  # noqa: F401
 )
 from proxy_ops import (  # noqa: F401
     access_logged,
+    config_reloaded,
     ctrl_c_in_a_terminal,
     drained_on_sigterm,
     grace_runs_out,
@@ -402,6 +403,7 @@ CASES = {
     "health_and_readiness": health_and_readiness,
     "metrics_scraped": metrics_scraped,
     "principals_reloaded": principals_reloaded,
+    "config_reloaded": config_reloaded,
     "ctrl_c_in_a_terminal": ctrl_c_in_a_terminal,
 }
 
@@ -410,7 +412,7 @@ CASES = {
 # need (PostgreSQL, PyPI's mcp-server-git), or that stops the proxy.
 OWN_TEST = {"two_instances", "dead_instance", "gateway", "soak", "drained_on_sigterm", "grace_runs_out",
             "second_signal", "session_deleted", "access_logged", "health_and_readiness", "metrics_scraped",
-            "principals_reloaded", "ctrl_c_in_a_terminal"}
+            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal"}
 
 
 async def main() -> None:

@@ -438,19 +438,62 @@ async def principals_reloaded() -> None:
             check(before == (200, 401), f"only alice: {before}")
             principals.write_text(entries["alice"] + entries["bob"])
             proxy.process.send_signal(signal.SIGHUP)
-            said = proxy.said("SIGHUP")
+            said = proxy.said("SIGHUP: --principals")
             say(f"on SIGHUP: {said.strip()}")
             check("2 principals now" in said, said)
             after = (await status("alice"), await status("bob"))
             check(after == (200, 200), f"bob's token works without a restart: {after}")
             principals.write_text(entries["alice"] + "[[principal]\nbroken")
             proxy.process.send_signal(signal.SIGHUP)
-            said = proxy.said("SIGHUP")
+            said = proxy.said("SIGHUP: --principals")
             say(f"a broken file, SIGHUP: {said.strip()}")
             check("not reloaded" in said and "principals loaded before stay" in said, said)
             kept = (await status("alice"), await status("bob"))
             check(kept == (200, 200), f"the set loaded before stays: {kept}")
             check(tokens["bob"] not in said and tokens["alice"] not in said, "no token said")
+        finally:
+            proxy.close()
+
+
+async def config_reloaded() -> None:
+    say("\n## `idem proxy --listen --config`: SIGHUP reads the tools' timeouts again, and nothing that keys a call")
+    with place() as here:
+        proxy = Stoppable(here)
+        config = here.dir / "proxy.toml"
+        started = config.read_text()
+        proxy.hold.unlink()
+
+        def reloaded(text: str) -> str:
+            config.write_text(text)
+            proxy.process.send_signal(signal.SIGHUP)
+            return proxy.said("SIGHUP: --config").strip()
+
+        try:
+            async with Client(proxy.url) as client:
+                first = await client.call_tool("append", {"line": "a"}, meta={"io.idem/idempotencyKey": "reload-a"})
+                check(not first.is_error, reads(first))
+                said = reloaded(started + 'timeout = "1s"\n')
+                say(f"`timeout = \"1s\"` added, SIGHUP: {said}")
+                check("reloaded: timeouts and transient errors as the file says" in said, said)
+                # A call the upstream holds now ends after a second, not the
+                # five minutes of the file loaded at start.
+                proxy.hold.touch()
+                began = time.monotonic()
+                held = await client.call_tool("append", {"line": "b"}, meta={"io.idem/idempotencyKey": "reload-b"})
+                waited = time.monotonic() - began
+                say(f"a held call -> error={held.is_error} after {waited:.1f} s: {reads(held)[:200]!r}")
+                check(held.is_error and waited < 10, f"the new timeout applies: {waited:.1f} s")
+                said = reloaded(started.replace("non_idempotent_write", "idempotent_write") + 'timeout = "2m"\n')
+                say(f"the class changed, SIGHUP: {said}")
+                check("not reloaded, nothing changed" in said and "`append`'s class" in said, said)
+                said = reloaded(started + "timeout = \"1s\"\n[tools.append\n")
+                say(f"a broken file, SIGHUP: {said}")
+                check("not reloaded, nothing changed" in said, said)
+                began = time.monotonic()
+                again = await client.call_tool("append", {"line": "c"}, meta={"io.idem/idempotencyKey": "reload-c"})
+                waited = time.monotonic() - began
+                check(again.is_error and waited < 10, f"the timeout loaded before stays: {waited:.1f} s")
+                proxy.hold.unlink()
         finally:
             proxy.close()
 

@@ -39,7 +39,7 @@ use super::upstream::{HttpUpstream, Source, Upstream};
 use super::{http, ProxyError};
 
 /// `[[upstream]]`: one server behind the gateway.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct UpstreamConfig {
     /// What it is called: letters, digits, `-` and `_`; the default

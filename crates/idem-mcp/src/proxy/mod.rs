@@ -41,6 +41,7 @@ mod http;
 mod listen;
 mod metrics;
 mod options;
+mod reload;
 mod stop;
 mod tool;
 mod upstream;
@@ -218,6 +219,7 @@ where
         .build();
     let mut registry: Registry = Registry::new();
     let mut policies = Vec::new();
+    let mut reloadable = Vec::new();
     for mount in &mounts {
         for (tool, remote) in &mount.tools {
             let resolved = config.resolve(tool);
@@ -229,6 +231,11 @@ where
                 &resolved,
                 mount.upstream.clone(),
             );
+            let live = defined.live();
+            reloadable.push(reload::Served {
+                listed: tool.clone(),
+                live,
+            });
             registry.insert(Arc::new(defined)).map_err(|e| {
                 ProxyError::Upstream(format!(
                     "the upstream server `{}` lists a tool twice: {e}",
@@ -263,6 +270,12 @@ where
     let proxy = Proxy::new(server, upstreams, tools);
     let served = match listening {
         Some(listening) => {
+            if let Some(path) = args.config.clone() {
+                let reload = reload::Reload::new(path, config, reloadable);
+                tokio::spawn(idem_net::stop::on_each_sighup(move || {
+                    eprintln!("{}", reload.run());
+                }));
+            }
             let health = listen::health(executor.store().clone(), &mounts, gateway);
             let routes = metrics.router(executor.store().clone());
             listening

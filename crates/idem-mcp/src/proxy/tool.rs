@@ -3,7 +3,7 @@
 //! `runtime_class`), and its call sends the request upstream with the
 //! idempotency key in `_meta`.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::CallToolRequestParamsExt;
@@ -33,18 +33,38 @@ const MAX_CALL: Duration = Duration::from_secs(24 * 60 * 60);
 /// `isError` result, which the proxy answers with.
 pub(super) const UPSTREAM_RESULT: &str = "upstream_result";
 
+/// What a SIGHUP may change in a served tool, because no key and no
+/// class depends on it: read by each call as it starts.
+#[derive(Debug, Clone)]
+pub(super) struct Live {
+    /// How long the call may go without its result or progress.
+    pub idle: Duration,
+    /// Which of its errors say it did not take effect.
+    pub transient: Transient,
+}
+
+impl Live {
+    /// As the configuration resolves it.
+    pub(super) fn of(resolved: &Resolved) -> Self {
+        Live {
+            idle: resolved.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            transient: resolved.transient.clone(),
+        }
+    }
+}
+
+/// A tool's [`Live`] settings, shared with the reload that replaces them.
+pub(super) type LiveCell = Arc<RwLock<Arc<Live>>>;
+
 /// An upstream tool run through the executor.
 pub(super) struct UpstreamTool {
-    /// How long the call may go without its result or progress.
-    idle: Duration,
+    live: LiveCell,
     spec: &'static ToolSpec,
     /// The tool's name on its upstream (the spec's is the name served,
     /// prefixed behind a gateway).
     remote: String,
     class: ClassKind,
     natural: Option<&'static [&'static str]>,
-    /// Which of its errors say it did not take effect.
-    transient: Transient,
     upstream: Arc<Upstream>,
 }
 
@@ -81,14 +101,27 @@ impl UpstreamTool {
             };
         }
         UpstreamTool {
-            idle: resolved.timeout.unwrap_or(DEFAULT_TIMEOUT),
+            live: Arc::new(RwLock::new(Arc::new(Live::of(resolved)))),
             spec: Box::leak(Box::new(spec)),
             remote: remote.to_owned(),
             class: resolved.class,
             natural,
-            transient: resolved.transient.clone(),
             upstream,
         }
+    }
+
+    /// Its settings a reload may replace.
+    pub(super) fn live(&self) -> LiveCell {
+        self.live.clone()
+    }
+
+    fn settings(&self) -> Arc<Live> {
+        // A reload that panicked mid-write left the value whole (it
+        // replaces one `Arc`): go on with it.
+        self.live
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 }
 
@@ -144,8 +177,9 @@ impl Tool<()> for UpstreamTool {
         if let Some(key) = ctx.key() {
             request = request.with_idempotency_key(key.as_str());
         }
-        let result = self.upstream.call(request, progress, self.idle).await;
-        let result = result.map_err(|e| self.transient_rpc_error(e))?;
+        let live = self.settings();
+        let result = self.upstream.call(request, progress, live.idle).await;
+        let result = result.map_err(|e| transient_rpc_error(&live.transient, e))?;
         let recorded = serde_json::to_value(&result).map_err(|e| {
             ToolError::ambiguous(format!("the upstream's result cannot be recorded: {e}"))
         })?;
@@ -158,7 +192,7 @@ impl Tool<()> for UpstreamTool {
                 .iter()
                 .filter_map(|block| block.as_text().map(|t| t.text.as_str()))
                 .collect();
-            if self.transient.text(&texts.join("\n")) {
+            if live.transient.text(&texts.join("\n")) {
                 // The configuration says this error means nothing took
                 // effect: not recorded, and retried where the class
                 // allows (the executor releases the key).
@@ -178,29 +212,27 @@ impl Tool<()> for UpstreamTool {
     }
 }
 
-impl UpstreamTool {
-    /// `error`, a JSON-RPC error from the upstream (an ambiguous one: it
-    /// came after the upstream received the call) made transient when its
-    /// code or message is one the configuration names.
-    fn transient_rpc_error(&self, error: ToolError) -> ToolError {
-        let rpc = error
-            .details()
-            .and_then(|d| d.get(super::upstream::JSONRPC_ERROR));
-        let Some(rpc) = rpc else { return error };
-        let code = rpc.get("code").and_then(Value::as_i64);
-        let message = rpc
-            .get("message")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if code.is_some_and(|c| self.transient.code(c)) || self.transient.text(message) {
-            return ToolError::transient(format!(
-                "the upstream server answered with error {}: {}",
-                code.unwrap_or_default(),
-                idem_runtime::text::clip(message, 500)
-            ));
-        }
-        error
+/// `error`, a JSON-RPC error from the upstream (an ambiguous one: it came
+/// after the upstream received the call) made transient when its code or
+/// message is one `transient` names.
+fn transient_rpc_error(transient: &Transient, error: ToolError) -> ToolError {
+    let rpc = error
+        .details()
+        .and_then(|d| d.get(super::upstream::JSONRPC_ERROR));
+    let Some(rpc) = rpc else { return error };
+    let code = rpc.get("code").and_then(Value::as_i64);
+    let message = rpc
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if code.is_some_and(|c| transient.code(c)) || transient.text(message) {
+        return ToolError::transient(format!(
+            "the upstream server answered with error {}: {}",
+            code.unwrap_or_default(),
+            idem_runtime::text::clip(message, 500)
+        ));
     }
+    error
 }
 
 #[cfg(test)]
@@ -227,7 +259,7 @@ mod tests {
                 serde_json::json!({ JSONRPC_ERROR: { "code": code, "message": message } }),
             )
         };
-        let kind = |e: ToolError| tool.transient_rpc_error(e).kind();
+        let kind = |e: ToolError| transient_rpc_error(&tool.settings().transient, e).kind();
         assert_eq!(kind(rpc(-32001, "later")), ErrorKind::Transient);
         assert_eq!(kind(rpc(-32603, "server busy")), ErrorKind::Transient);
         assert_eq!(kind(rpc(-32603, "internal error")), ErrorKind::Ambiguous);

@@ -73,7 +73,7 @@ pub(super) struct Config {
 }
 
 /// `[server]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ServerSection {
     /// The name records are kept under (namespace `mcp/NAME`); by default
@@ -154,7 +154,7 @@ pub(in crate::proxy) enum UnkeyedConfig {
 }
 
 /// Who approves.
-#[derive(Debug, Clone, Copy, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ApprovalConfig {
     /// The person in the chat when the client can ask, else an operator.
