@@ -9,6 +9,12 @@
 //! What a line holds is what idem's events carry: names, keys, classes,
 //! outcomes, durations, store URLs with their password hidden; never a
 //! token, a password, or a call's arguments or result.
+//!
+//! With `OTEL_EXPORTER_OTLP_ENDPOINT` (or `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`)
+//! set, the spans go out over OTLP/HTTP as well: each call's `execute_tool`
+//! span (`docs/telemetry.md`), batched by OpenTelemetry's SDK (its
+//! `OTEL_BSP_*` variables apply) and flushed when the command ends. The
+//! exporter's client speaks plain HTTP, to a collector beside the service.
 
 use clap::{Args, ValueEnum};
 use tracing_subscriber::layer::SubscriberExt;
@@ -65,8 +71,11 @@ pub(crate) enum Format {
 }
 
 impl LogArgs {
-    /// Log on stderr as these arguments say, from now on.
-    pub(crate) fn init(&self) {
+    /// Log on stderr as these arguments say, from now on, and export the
+    /// spans over OTLP when the environment names an endpoint: until the
+    /// returned value is dropped, which flushes them.
+    #[must_use = "dropping it stops the spans' export"]
+    pub(crate) fn init(&self, service: &'static str) -> Traces {
         let filter = match (self.log_level, std::env::var("RUST_LOG")) {
             (Some(level), _) => quiet(level.as_str()),
             (None, Ok(given)) if !given.trim().is_empty() => EnvFilter::try_new(&given)
@@ -79,16 +88,78 @@ impl LogArgs {
         let fmt = tracing_subscriber::fmt::layer()
             .with_writer(std::io::stderr)
             .with_ansi(false);
+        let provider = otlp_endpoint().and_then(|endpoint| traces(&endpoint, service));
+        let otlp = provider.as_ref().map(|provider| {
+            use opentelemetry::trace::TracerProvider as _;
+            tracing_opentelemetry::layer().with_tracer(provider.tracer("idem"))
+        });
+        let registry = tracing_subscriber::registry().with(filter).with(otlp);
         let _ = match self.log_format {
-            Format::Text => tracing_subscriber::registry()
-                .with(filter)
-                .with(fmt)
-                .try_init(),
-            Format::Json => tracing_subscriber::registry()
-                .with(filter)
-                .with(fmt.json().flatten_event(true))
-                .try_init(),
+            Format::Text => registry.with(fmt).try_init(),
+            Format::Json => registry.with(fmt.json().flatten_event(true)).try_init(),
         };
+        Traces(provider)
+    }
+}
+
+/// The spans' export over OTLP, if any: flushed and stopped when dropped.
+#[derive(Debug)]
+pub(crate) struct Traces(Option<opentelemetry_sdk::trace::SdkTracerProvider>);
+
+impl Drop for Traces {
+    fn drop(&mut self) {
+        if let Some(provider) = self.0.take() {
+            if let Err(e) = provider.shutdown() {
+                eprintln!("idem: OTLP: the last spans were not sent: {e}");
+            }
+        }
+    }
+}
+
+/// The endpoint the OpenTelemetry variables name for traces, if any.
+fn otlp_endpoint() -> Option<String> {
+    [
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+    ]
+    .into_iter()
+    .filter_map(|name| std::env::var(name).ok())
+    .find(|value| !value.trim().is_empty())
+}
+
+/// A tracer provider exporting to `endpoint` (the exporter reads it from
+/// the environment itself), as `service`; `None`, said on stderr, when it
+/// cannot be built.
+fn traces(
+    endpoint: &str,
+    service: &'static str,
+) -> Option<opentelemetry_sdk::trace::SdkTracerProvider> {
+    if !endpoint.trim_start().starts_with("http://") {
+        eprintln!(
+            "idem: OTEL_EXPORTER_OTLP_ENDPOINT={endpoint:?}: spans are sent over plain HTTP only \
+             (http://…, to a collector beside the service); none will be sent"
+        );
+        return None;
+    }
+    let exporter = opentelemetry_otlp::SpanExporter::builder()
+        .with_http()
+        .build();
+    match exporter {
+        Ok(exporter) => {
+            let resource = opentelemetry_sdk::Resource::builder()
+                .with_service_name(service)
+                .build();
+            Some(
+                opentelemetry_sdk::trace::SdkTracerProvider::builder()
+                    .with_resource(resource)
+                    .with_batch_exporter(exporter)
+                    .build(),
+            )
+        }
+        Err(e) => {
+            eprintln!("idem: OTLP: {e}; no spans will be sent");
+            None
+        }
     }
 }
 

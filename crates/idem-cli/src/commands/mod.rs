@@ -156,7 +156,7 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
         upstream_token_env, state_secret_file);
     options.shutdown_grace = Some(args.shutdown_grace);
     // Over stdio too: stdout is the protocol's, the logs go to stderr.
-    args.logs.init();
+    let _traces = args.logs.init("idem-proxy");
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)

@@ -10,6 +10,6 @@ use crate::store;
 pub(super) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     // Sign-ins, refusals and the store's troubles, on stderr. The store
     // is opened after this.
-    args.logs.init();
+    let _traces = args.logs.init("idem-serve");
     Ok(idem_inbox::run(args.options(), store::open(url)).await?)
 }

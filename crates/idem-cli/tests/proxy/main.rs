@@ -7,5 +7,6 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod otlp;
 mod policy;
 mod upstreams;

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod mcp_http;
 pub mod schema;
 pub mod serve;
 pub mod tools;
