@@ -515,7 +515,7 @@ fn a_long_write_through_the_proxy_becomes_a_task_that_completes_with_its_result(
     let _ = proxy.wait();
 }
 
-/// Two `idem proxy --listen` on one PostgreSQL server; one is killed
+/// Two `idem proxy --listen` over HTTPS on one PostgreSQL server; one is killed
 /// (`SIGKILL`) while its upstream call of a `non_idempotent_write` is
 /// running, and the key is retried through the other: answered as unknown
 /// within one lease (not after the tool's ten-minute timeout), listed for

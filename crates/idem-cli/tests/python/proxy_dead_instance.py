@@ -11,7 +11,9 @@ LEASE = 15
 
 
 async def dead_instance() -> None:
-    say("\n## an `idem proxy --listen` instance killed (-9) mid-call, the key retried through another")
+    say("\n## an `idem proxy --listen` instance over HTTPS killed (-9) mid-call, the key retried through another")
+    import ssl
+
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
 
@@ -24,13 +26,18 @@ async def dead_instance() -> None:
         upstream.start()
         upstream.hold.touch()
         env = {**os.environ, "IDEM_STORE": here.store}
+        # Served over HTTPS, as a team deploys it.
+        ca, cert, key, _ = make_certificates(here.dir)
+        trusted = ssl.create_default_context(cafile=str(ca))
         command = [IDEM, "proxy", "--listen", "127.0.0.1:0", "--principals", str(principals),
+                   "--tls-cert", str(cert), "--tls-key", str(key),
                    "--config", str(config), "--upstream", upstream.url]
         (a, a_url), (b, b_url) = serving(command, env), serving(command, env)
+        check(a_url.startswith("https://") and b_url.startswith("https://"), f"served over HTTPS: {a_url} {b_url}")
         meta = {"io.idem/idempotencyKey": "dead-instance-1"}
 
         async def call(url: str) -> types.CallToolResult:
-            http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=120)
+            http = httpx2.AsyncClient(verify=trusted, headers={"Authorization": f"Bearer {token}"}, timeout=120)
             async with http, Client(streamable_http_client(url, http_client=http)) as client:
                 return await client.call_tool("append", {"line": "x"}, meta=meta)
 
