@@ -560,12 +560,13 @@ fn one_proxy_serves_three_upstreams_behind_prefixes_and_survives_one_restarting(
 }
 
 /// The soak of the deployed stack: two proxies on one PostgreSQL server,
-/// every class, instances killed (-9) and stopped (SIGTERM) and started
-/// again every three seconds, and PostgreSQL restarted (as a crash would
-/// stop it) every seven: no non-idempotent write runs twice, no success
-/// lacks its effect, every intent is answered, no request waits longer
-/// than its timeout and a lease. `IDEM_SOAK_CALLS` intents per class (100
-/// by default).
+/// every class (an operator approving the irreversible calls with `idem
+/// approve` meanwhile), instances killed (-9) and stopped (SIGTERM) and
+/// started again every three seconds, and PostgreSQL restarted (as a crash
+/// would stop it) every seven: no non-idempotent or irreversible write runs
+/// twice, no success lacks its effect, every intent is answered, no request
+/// waits longer than its timeout and a lease. `IDEM_SOAK_CALLS` intents per
+/// class (75 by default).
 #[test]
 fn a_soak_of_two_proxies_with_kills_stops_and_store_restarts_duplicates_and_loses_nothing() {
     use std::sync::atomic::{AtomicBool, Ordering};

@@ -1,7 +1,9 @@
 """A soak of the deployed stack: two `idem proxy --listen` instances on one
 PostgreSQL store in front of one upstream (the slow upstream over HTTP,
-served three times behind a gateway: as a read, an idempotent write and a
-non-idempotent write), callers sending every intent until it is answered,
+served four times behind a gateway: as a read, an idempotent write, a
+non-idempotent write and an irreversible one, which an operator approves
+with `idem approve` meanwhile), callers sending every intent until it is
+answered,
 through either instance, while the instances are killed (-9) or stopped
 (SIGTERM) and started again every few seconds (and the test restarts
 PostgreSQL meanwhile). Counted at the source, the upstream's journal:
@@ -14,9 +16,9 @@ import threading
 
 from proxy_support import *  # noqa: F401,F403
 
-# The one upstream three times, under the prefixes r_, i_ and n_.
+# The one upstream four times, under the prefixes r_, i_, n_ and x_.
 SOAK_CONFIG = '[server]\nname = "soak"\n' + "".join(
-    f'\n[[upstream]]\nname = "{prefix}"\nurl = "{{url}}"\n' for prefix in "rin"
+    f'\n[[upstream]]\nname = "{prefix}"\nurl = "{{url}}"\n' for prefix in "rinx"
 ) + """
 [tools.r_append]
 class = "read"
@@ -26,14 +28,19 @@ timeout = "10s"
 [tools.n_append]
 class = "non_idempotent_write"
 timeout = "10s"
+[tools.x_append]
+class = "irreversible"
+approval = "operator"
+timeout = "10s"
 """
 
 # The executor's default lease, and the tools' timeout above.
 LEASE, TIMEOUT = 15, 10
 # Callers at once.
 WORKERS = 16
-# What a caller sends again: nothing ran, or it is still running.
-AGAIN = {"store_unavailable", "in_flight", "superseded", "transport"}
+# What a caller sends again: nothing ran, it is still running, or it
+# waits for the operator.
+AGAIN = {"store_unavailable", "in_flight", "superseded", "transport", "approval_pending"}
 
 
 def free_port() -> int:
@@ -49,7 +56,7 @@ def drain(process: subprocess.Popen) -> None:
 
 
 async def soak() -> None:
-    calls = int(os.environ.get("IDEM_SOAK_CALLS", "100"))
+    calls = int(os.environ.get("IDEM_SOAK_CALLS", "75"))
     say(f"\n## soak: two proxies on PostgreSQL, {calls} intents per class, instances killed and stopped meanwhile")
     import httpx2
     from mcp.client.streamable_http import streamable_http_client
@@ -126,6 +133,25 @@ async def soak() -> None:
             for tool, line in jobs:
                 await intent(tool, line)
 
+        approved: set[str] = set()
+
+        async def operator() -> None:
+            """Approve the irreversible calls waiting, as an operator would
+            (through whichever store is up: a refusal is tried again)."""
+            while not stop.is_set():
+                await asyncio.sleep(1)
+                listed = await asyncio.to_thread(
+                    subprocess.run, [IDEM, "ls", "--state", "awaiting_approval", "--json", "--limit", "0"],
+                    env=env, capture_output=True, text=True)
+                if listed.returncode != 0:
+                    continue
+                for record in json.loads(listed.stdout)["records"]:
+                    done = await asyncio.to_thread(
+                        subprocess.run, [IDEM, "approve", record["key"], "--by", "ops"],
+                        env=env, capture_output=True, text=True)
+                    if done.returncode == 0:
+                        approved.add(record["key"])
+
         async def chaos() -> None:
             n = 0
             while not stop.is_set():
@@ -143,14 +169,16 @@ async def soak() -> None:
                 instances[i] = await asyncio.to_thread(start, i)
                 n += 1
 
-        jobs = [(f"{c}_append", f"{c}{k}") for k in range(calls) for c in "rin"]
+        jobs = [(f"{c}_append", f"{c}{k}") for k in range(calls) for c in "rinx"]
         random.shuffle(jobs)
         started = time.monotonic()
         try:
             chaos_task = asyncio.create_task(chaos())
+            operator_task = asyncio.create_task(operator())
             await asyncio.gather(*(worker(jobs[w::WORKERS]) for w in range(WORKERS)))
             stop.set()
             await chaos_task
+            await operator_task
         finally:
             for process in instances:
                 if process.poll() is None:
@@ -171,18 +199,20 @@ async def soak() -> None:
         codes: dict[str, int] = {}
         for tool, code in answers.values():
             codes[f"{tool[0]}:{code}"] = codes.get(f"{tool[0]}:{code}", 0) + 1
-        twice = [line for line, n in starts.items() if line.startswith("n") and n > 1]
+        twice = [line for line, n in starts.items() if line[0] in "nx" and n > 1]
         lost = [line for line, (_, code) in answers.items() if code == "ok" and line[0] != "r" and line not in done]
         unanswered = [line for line, (_, code) in answers.items() if code in AGAIN]
         say(f"{len(jobs)} intents in {took:.0f} s; faults: {len(faults)} ({', '.join(faults)})")
         if starts_refused:
             say(f"instance starts refused meanwhile: {len(starts_refused)}, e.g. {starts_refused[0][:200]!r}")
         say(f"answers by class and code: {dict(sorted(codes.items()))}")
-        say(f"upstream runs: {sum(starts.values())}; non-idempotent writes run twice: {len(twice)}; "
+        say(f"irreversible calls approved by the operator: {len(approved)}")
+        check(len(approved) >= 1, "the operator approved calls")
+        say(f"upstream runs: {sum(starts.values())}; non-idempotent and irreversible writes run twice: {len(twice)}; "
             f"successes without their effect: {len(lost)}; longest request {longest:.1f} s")
-        check(not twice, f"a non-idempotent write ran twice: {twice[:5]}")
+        check(not twice, f"a non-idempotent or irreversible write ran twice: {twice[:5]}")
         check(not lost, f"answered ok without the effect: {lost[:5]}")
         check(not unanswered, f"never answered: {unanswered[:5]}")
         check(longest < TIMEOUT + LEASE + 10, f"a request waited {longest:.1f} s")
         check(len(faults) >= 1, "faults were injected")
-    TABLE.append(("soak: kills and stops of two instances", "non-idempotent runs twice", "-", "0"))
+    TABLE.append(("soak: kills and stops of two instances", "non-idempotent, irreversible runs twice", "-", "0"))
