@@ -169,7 +169,7 @@ where
             )
         }
         None => tokio::spawn(
-            axum::serve(listener, service)
+            axum::serve(idem_net::server::nodelay(listener), service)
                 .with_graceful_shutdown(stopped_accepting)
                 .into_future(),
         ),

@@ -66,6 +66,19 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
     Ok(Arc::new(config))
 }
 
+/// `listener`, with `TCP_NODELAY` on each connection it accepts, for
+/// `axum::serve`: an answer goes out as it is written. With Nagle's
+/// algorithm on (axum's default), an answer written in parts — the
+/// headers, then an event stream's event — waits for the client's delayed
+/// ACK: some 40 ms a call.
+pub fn nodelay(listener: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut TcpStream)> {
+    use axum::serve::ListenerExt as _;
+    fn set(tcp: &mut TcpStream) {
+        let _ = tcp.set_nodelay(true);
+    }
+    listener.tap_io(set as fn(&mut TcpStream))
+}
+
 /// A TCP listener whose connections are TLS, for `axum::serve`.
 pub struct TlsListener {
     incoming: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
@@ -95,6 +108,8 @@ impl TlsListener {
                         continue;
                     }
                 };
+                // Answers go out as they are written (see [`nodelay`]).
+                let _ = stream.set_nodelay(true);
                 let acceptor = acceptor.clone();
                 let sender = sender.clone();
                 tokio::spawn(async move {

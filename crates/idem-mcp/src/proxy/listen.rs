@@ -223,7 +223,7 @@ impl Listening {
                 )
             }
             None => tokio::spawn(
-                axum::serve(listener, router)
+                axum::serve(idem_net::server::nodelay(listener), router)
                     .with_graceful_shutdown(stopped)
                     .into_future(),
             ),
