@@ -296,6 +296,15 @@ def tool(
             key_version=key_version,
             store_args=store_args,
         )
-        return Tool(func, definition, key=key, reconcile=reconcile)
+        made: Tool[Any] = Tool(func, definition, key=key, reconcile=reconcile)
+        fields = getattr(made.model, "model_fields", None)
+        if isinstance(key, Natural) and fields is not None:
+            unknown = [f for f in key.fields if f not in fields]
+            if unknown:
+                raise ValueError(
+                    f"natural key of `{definition.name}`: no argument field `{unknown[0]}` "
+                    f"in {made.model.__name__} (fields: {', '.join(fields)})"  # type: ignore[union-attr]
+                )
+        return made
 
     return wrap
