@@ -10,7 +10,10 @@ from typing import Any, Dict, List
 
 import pytest
 
-pytest.importorskip("langchain_core")
+from conftest import REQUIRED  # noqa: E402
+
+if not REQUIRED:
+    pytest.importorskip("langchain_core", reason="SKIPPED: LangChain (langchain-core) is not installed")
 
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage  # noqa: E402

@@ -10,7 +10,12 @@ from typing import Any, Dict, List
 
 import pytest
 
-agents = pytest.importorskip("agents")
+from conftest import REQUIRED  # noqa: E402
+
+if REQUIRED:
+    import agents
+else:
+    agents = pytest.importorskip("agents", reason="SKIPPED: the OpenAI Agents SDK (openai-agents) is not installed")
 
 from agents import Agent, ModelResponse, Runner, Usage  # noqa: E402
 from agents.models.interface import Model  # noqa: E402
