@@ -20,7 +20,7 @@ EXAMPLES = WORKSPACE / "examples" / "python"
 
 def test_mypy_strict_accepts_the_package_and_the_examples() -> None:
     out = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", str(PACKAGE), str(EXAMPLES)],
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--config-file", str(PACKAGE.parents[1] / "pyproject.toml"), str(PACKAGE), str(EXAMPLES)],
         capture_output=True,
         text=True,
         timeout=300,

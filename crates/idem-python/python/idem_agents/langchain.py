@@ -28,7 +28,7 @@ from ._tool import Tool
 from .errors import IdemError
 
 
-class IdemTool(BaseTool):
+class IdemTool(BaseTool):  # type: ignore[misc,unused-ignore]  # untyped under pyproject.toml
     """A LangChain tool that runs an idem tool through an executor."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
