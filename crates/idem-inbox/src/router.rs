@@ -1,5 +1,6 @@
 //! The routes, and what every response passes through: posts only from
-//! the inbox's own origin, and the headers that keep pages from being
+//! the inbox's own origin, no request with a cookie planted beside the
+//! inbox's own, and the headers that keep pages from being
 //! framed, cached or mixed with another site's scripts.
 
 use std::sync::Arc;
@@ -37,6 +38,10 @@ pub(crate) fn router(app: Arc<App>) -> Router {
             app.clone(),
             own_origin,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            one_cookie_each,
+        ))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(app)
 }
@@ -62,6 +67,39 @@ async fn own_origin(
         "Refused",
         "This form was sent from a page that is not the inbox's own. Nothing was changed.",
     )
+}
+
+/// A request that carries an inbox cookie twice is refused whole, and
+/// the cookie cleared along its path: one of the two was planted by a
+/// page of another origin on the same host (see [`crate::cookies`]), and
+/// which one is this browser's own cannot be told. Acting on either could
+/// make one person's click another's decision.
+async fn one_cookie_each(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let Some(name) = app.cookies.planted(request.headers()) else {
+        return next.run(request).await;
+    };
+    tracing::warn!(
+        path = %request.uri().path(),
+        cookie = %name,
+        "refused a request carrying a cookie twice"
+    );
+    let mut response = pages::message(
+        StatusCode::BAD_REQUEST,
+        None,
+        "Signed out",
+        "This browser sent the inbox's cookie twice: a page of another site on this host set one. \
+         Nothing was done, and you are signed out here; sign in again.",
+    );
+    for value in app.cookies.clear_along(&name, request.uri().path()) {
+        if let Ok(value) = HeaderValue::from_str(&value) {
+            response.headers_mut().append(header::SET_COOKIE, value);
+        }
+    }
+    response
 }
 
 /// Headers on every response: nothing is framed (no clickjacking of the
