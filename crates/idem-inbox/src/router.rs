@@ -1,5 +1,6 @@
-//! The routes, and what every response passes through: posts only from
-//! the inbox's own origin, no request with a cookie planted beside the
+//! The routes, and what every response passes through: requests only
+//! for the names the inbox is served under, posts only from the inbox's
+//! own origin, no request with a cookie planted beside the
 //! inbox's own, and the headers that keep pages from being
 //! framed, cached or mixed with another site's scripts.
 
@@ -42,6 +43,10 @@ pub(crate) fn router(app: Arc<App>) -> Router {
             app.clone(),
             one_cookie_each,
         ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            known_host,
+        ))
         .layer(axum::middleware::map_response(secure_headers))
         .with_state(app)
 }
@@ -66,6 +71,39 @@ async fn own_origin(
         None,
         "Refused",
         "This form was sent from a page that is not the inbox's own. Nothing was changed.",
+    )
+}
+
+/// A request is answered only under the names the inbox is served
+/// under ([`idem_net::hosts`]): a page that rebinds its own name to the
+/// inbox's address gets 403 before any cookie, header or form is read,
+/// the trusted proxy's header included. The probes (`/healthz`,
+/// `/readyz`) are routed outside this check: a balancer may probe by
+/// address.
+async fn known_host(
+    State(app): State<Arc<App>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    // HTTP/2 names the host in the URI (`:authority`), not in `Host`.
+    let host = match request.headers().get(header::HOST) {
+        Some(value) => value.to_str().ok(),
+        None => request.uri().authority().map(|a| a.as_str()),
+    };
+    if app.hosts.allows(host) {
+        return next.run(request).await;
+    }
+    tracing::warn!(
+        path = %request.uri().path(),
+        host = ?request.headers().get(header::HOST),
+        "refused a request for a name the inbox is not served under"
+    );
+    pages::message(
+        StatusCode::FORBIDDEN,
+        None,
+        "Refused",
+        "The inbox is not served under the name this request was sent to. Nothing was read \
+         or changed. (To serve it under another name, start it with --origin.)",
     )
 }
 

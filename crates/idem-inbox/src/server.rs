@@ -20,6 +20,7 @@ use crate::state::App;
 use crate::throttle::Throttle;
 use crate::{live, notify, router, InboxError, InboxOptions};
 use idem_net::health::Health;
+use idem_net::hosts::AllowedHosts;
 use idem_net::stop::{drain, Drained, Requests, StopSignals};
 use idem_runtime::store::StoreExt;
 
@@ -52,6 +53,9 @@ where
     if tls.is_none() && !options.allow_plain_http && !addr.ip().is_loopback() {
         return Err(InboxError::PlainHttp { addr });
     }
+    let origins: Vec<&str> = options.origin.iter().map(String::as_str).collect();
+    // Checked before anything is opened; made again once the port is known.
+    AllowedHosts::new(addr, &origins)?;
     let approvers = Approvers::load(&options.approvers)?;
     let endpoints = endpoints(&approvers, &options)?;
     let catalog = match &options.tools {
@@ -75,6 +79,7 @@ where
         .await
         .map_err(|source| InboxError::Listen { addr, source })?;
     let local = listener.local_addr()?;
+    let hosts = AllowedHosts::new(local, &origins)?;
     let (changed, changes) = tokio::sync::watch::channel(Changes::default());
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let cookies = Cookies {
@@ -99,6 +104,7 @@ where
         proxy_header: options.trust_proxy_header.clone(),
         address_header: options.client_address_header.clone(),
         origin: options.origin.clone(),
+        hosts,
         changes,
         recheck: (options.refresh * 5).clamp(Duration::from_secs(1), Duration::from_secs(5)),
         stopping,

@@ -57,6 +57,9 @@ pub(crate) struct App {
     /// The origin posts must come from (`--origin`); `None`: the request's
     /// own host.
     pub(crate) origin: Option<String>,
+    /// The `Host` names the inbox answers to: its listen address, the
+    /// loopback names and `--origin`'s.
+    pub(crate) hosts: idem_net::hosts::AllowedHosts,
     /// What the inbox's last look found changed (`live::watch`).
     pub(crate) changes: tokio::sync::watch::Receiver<Changes>,
     /// How often an open live stream reads its session again.

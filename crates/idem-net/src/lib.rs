@@ -2,8 +2,9 @@
 //! a TLS client trusts ([`roots`]), what a TLS failure means to a person
 //! ([`tls_error`]), an HTTP client ([`client`], feature `client`) and
 //! where it may send requests ([`destination`]), HTTPS
-//! for idem's own servers, how they stop and their probes ([`server`],
-//! [`stop`], [`health`], feature `server`), bearer-token
+//! for idem's own servers, how they stop and their probes, the `Host`
+//! names they answer to ([`server`], [`stop`], [`health`], [`hosts`],
+//! feature `server`), bearer-token
 //! digests ([`token`]) and globs of names ([`glob`]). The stores
 //! (`idem-redis`, `idem-postgres`), the MCP server and proxy (`idem-mcp`)
 //! and the approval inbox (`idem-inbox`) all use these, so that a fix to
@@ -33,6 +34,8 @@ pub mod destination;
 pub mod glob;
 #[cfg(feature = "server")]
 pub mod health;
+#[cfg(feature = "server")]
+pub mod hosts;
 pub mod roots;
 #[cfg(feature = "server")]
 pub mod server;

@@ -9,6 +9,7 @@ mod support;
 
 mod api;
 mod browser;
+mod hosts;
 mod lifecycle;
 mod limits;
 mod notify;
