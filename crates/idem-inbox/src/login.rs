@@ -72,6 +72,7 @@ pub(super) async fn login(
     headers: HeaderMap,
     Form(fields): Form<LoginFields>,
 ) -> Response {
+    let source = app.source(from, &headers);
     let from = app.address(from, &headers);
     let expected = app.cookies.get(&headers, LOGIN).unwrap_or("");
     if expected.is_empty() || !same_token(expected, &fields.csrf) {
@@ -85,14 +86,13 @@ pub(super) async fn login(
     // Bounded: the name is a key of the throttle's table.
     let name: String = fields.name.trim().chars().take(256).collect();
     let listed = app.approvers().has_password(&name);
-    let mut turn = match app.throttle.turn(&name, listed).await {
+    let mut turn = match app.throttle.turn(&name, listed, &source).await {
         Ok(turn) => turn,
         Err(not_now) => {
             let (status, text) = match not_now {
-                NotNow::TooMany(_) => (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "Too many sign-ins at once for this name",
-                ),
+                NotNow::TooMany(_) => {
+                    (StatusCode::TOO_MANY_REQUESTS, "Too many sign-ins from here")
+                }
                 NotNow::Busy(_) => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "The inbox is busy checking other sign-ins",

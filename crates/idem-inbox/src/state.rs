@@ -152,12 +152,19 @@ impl App {
     /// Where a request came from, for the audit log: the peer, and the
     /// client a trusted proxy names (`--client-address-header`).
     pub(crate) fn address(&self, peer: SocketAddr, headers: &HeaderMap) -> String {
-        let forwarded = self
-            .address_header
-            .as_ref()
-            .and_then(|name| headers.get(name))
-            .and_then(|v| v.to_str().ok());
-        signins::address(peer, forwarded)
+        signins::address(peer, self.forwarded(headers))
+    }
+
+    /// The client's address as the reverse proxy names it
+    /// (`--client-address-header`).
+    fn forwarded<'a>(&self, headers: &'a HeaderMap) -> Option<&'a str> {
+        let name = self.address_header.as_ref()?;
+        headers.get(name)?.to_str().ok()
+    }
+
+    /// The source a sign-in is budgeted by ([`crate::throttle::source`]).
+    pub(crate) fn source(&self, peer: SocketAddr, headers: &HeaderMap) -> String {
+        crate::throttle::source(peer.ip(), self.forwarded(headers))
     }
 
     /// The bot (or person) an API request comes from: a bearer token, or
