@@ -3,8 +3,7 @@
 //! pages' look, the sign-in counts, the webhooks), and, on SIGTERM or
 //! SIGINT, the drain.
 
-use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +20,7 @@ use crate::throttle::Throttle;
 use crate::{live, notify, router, InboxError, InboxOptions};
 use idem_net::health::Health;
 use idem_net::hosts::AllowedHosts;
+use idem_net::serve::Limits;
 use idem_net::stop::{drain, Drained, Requests, StopSignals};
 use idem_runtime::store::StoreExt;
 
@@ -159,26 +159,34 @@ where
     let requests = Requests::default();
     let router = router::router(app).merge(health.router());
     let router = requests.track(router, |request| request.uri().path() != "/events");
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    // Behind a proxy every connection comes from its address: no
+    // per-address cap then.
+    let behind_proxy =
+        options.trust_proxy_header.is_some() || options.client_address_header.is_some();
+    let limits = Limits {
+        per_source: (!behind_proxy)
+            .then_some(Limits::default().per_source)
+            .flatten(),
+        ..Limits::default()
+    };
     // On a task of its own: it goes on accepting until told to stop, and
     // then closing connections, while the drain is waited for.
     let mut serving = match tls {
         Some(config) => {
-            use axum::serve::ListenerExt as _;
-            // `tap_io` so that handlers read the peer's address as over
-            // plain TCP (`ConnectInfo<SocketAddr>`).
-            let listener = idem_net::server::TlsListener::new(listener, config)?.tap_io(|_| {});
-            tokio::spawn(
-                axum::serve(listener, service)
-                    .with_graceful_shutdown(stopped_accepting)
-                    .into_future(),
-            )
+            let listener = idem_net::server::TlsListener::new(listener, config)?;
+            tokio::spawn(idem_net::serve::serve(
+                listener,
+                router,
+                limits,
+                stopped_accepting,
+            ))
         }
-        None => tokio::spawn(
-            axum::serve(listener, service)
-                .with_graceful_shutdown(stopped_accepting)
-                .into_future(),
-        ),
+        None => tokio::spawn(idem_net::serve::serve(
+            listener,
+            router,
+            limits,
+            stopped_accepting,
+        )),
     };
     let served = tokio::select! {
         served = &mut serving => served.map_err(std::io::Error::other)?,

@@ -3,8 +3,8 @@
 //! ([`tls_error`]), an HTTP client ([`client`], feature `client`) and
 //! where it may send requests ([`destination`]), HTTPS
 //! for idem's own servers, how they stop and their probes, the `Host`
-//! names they answer to ([`server`], [`stop`], [`health`], [`hosts`],
-//! feature `server`), bearer-token
+//! names they answer to and their connections' limits ([`server`],
+//! [`stop`], [`health`], [`hosts`], [`serve`], feature `server`), bearer-token
 //! digests ([`token`]) and globs of names ([`glob`]). The stores
 //! (`idem-redis`, `idem-postgres`), the MCP server and proxy (`idem-mcp`)
 //! and the approval inbox (`idem-inbox`) all use these, so that a fix to
@@ -37,6 +37,8 @@ pub mod health;
 #[cfg(feature = "server")]
 pub mod hosts;
 pub mod roots;
+#[cfg(feature = "server")]
+pub mod serve;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]

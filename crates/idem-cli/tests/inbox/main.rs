@@ -9,6 +9,7 @@ mod support;
 
 mod api;
 mod browser;
+mod connections;
 mod hosts;
 mod lifecycle;
 mod limits;

@@ -4,7 +4,6 @@
 //! a namespace of their own), with the module `crate::auth`; and serving
 //! there until stopped.
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -213,20 +212,18 @@ impl Listening {
         };
         // On a task of its own: it goes on accepting until told to stop,
         // and then closing connections, while the drain is waited for.
+        // Bounded connections (idem_net::serve): no cap per address, as
+        // behind a balancer every connection comes from its address.
+        let limits = idem_net::serve::Limits {
+            per_source: None,
+            ..Default::default()
+        };
         let mut serving = match tls {
             Some(config) => {
                 let listener = idem_net::server::TlsListener::new(listener, config)?;
-                tokio::spawn(
-                    axum::serve(listener, router)
-                        .with_graceful_shutdown(stopped)
-                        .into_future(),
-                )
+                tokio::spawn(idem_net::serve::serve(listener, router, limits, stopped))
             }
-            None => tokio::spawn(
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(stopped)
-                    .into_future(),
-            ),
+            None => tokio::spawn(idem_net::serve::serve(listener, router, limits, stopped)),
         };
         let signal = tokio::select! {
             served = &mut serving => return Ok(served.map_err(std::io::Error::other)??),
