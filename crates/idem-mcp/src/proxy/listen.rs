@@ -56,13 +56,6 @@ impl Listening {
                     .map_err(config)?,
             ),
         };
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| ProxyError::Listen {
-                address: address.to_owned(),
-                source,
-            })?;
-        let bound = listener.local_addr()?;
         let tls = match (&options.tls_cert, &options.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(idem_net::server::server_config(cert, key).map_err(ProxyError::Tls)?)
@@ -74,12 +67,23 @@ impl Listening {
                 ))
             }
         };
-        if tls.is_none() && !options.allow_plain_http && !bound.ip().is_loopback() {
+        // Checked before binding: a refused address is never listened on,
+        // not even for a moment. A name is judged by every address it has.
+        let listen_error = |source| ProxyError::Listen {
+            address: address.to_owned(),
+            source,
+        };
+        let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host(address)
+            .await
+            .map_err(listen_error)?
+            .collect();
+        let loopback = !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback());
+        if tls.is_none() && !options.allow_plain_http && !loopback {
             return Err(ProxyError::PlainHttp {
                 address: address.to_owned(),
             });
         }
-        if auth.is_none() && !bound.ip().is_loopback() {
+        if auth.is_none() && !loopback {
             return Err(ProxyError::Unauthenticated {
                 address: address.to_owned(),
                 loopback: false,
@@ -91,6 +95,9 @@ impl Listening {
                 loopback: true,
             });
         }
+        let listener = tokio::net::TcpListener::bind(&addresses[..])
+            .await
+            .map_err(listen_error)?;
         Ok(Listening {
             listener,
             auth,
