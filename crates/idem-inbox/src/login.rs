@@ -17,6 +17,7 @@ use idem_runtime::text::visible;
 use super::cookies::{random_token, same_token, LOGIN};
 use super::pages::{csrf_refused, html, render, UserView};
 use super::throttle::NotNow;
+use crate::quiet::refused;
 use crate::state::App;
 
 #[derive(Template)]
@@ -98,7 +99,7 @@ pub(super) async fn login(
                     "The inbox is busy checking other sign-ins",
                 ),
             };
-            tracing::warn!(name = %visible(&name), %from, "sign-in not checked: {text}");
+            refused!(app.refusals, name = %visible(&name), %from, "sign-in not checked: {text}");
             let why = format!("not checked: {}", text.to_lowercase());
             app.signins.failed(&name, &from, &why).await;
             let wait = not_now.retry_after();
@@ -141,7 +142,7 @@ pub(super) async fn login(
         // Consumes the turn: the name's next attempt need not wait for
         // the audit's write.
         turn.failed();
-        tracing::warn!(name = %visible(&name), %from, listed, "sign-in failed");
+        refused!(app.refusals, name = %visible(&name), %from, listed, "sign-in failed");
         app.signins
             .failed(&name, &from, "wrong name or password")
             .await;

@@ -12,6 +12,7 @@ use axum::response::Response;
 use axum::routing::{any, get, post};
 use axum::Router;
 
+use crate::quiet::refused;
 use crate::state::{App, MAX_BODY};
 use crate::{api, cookies, deliveries, live, login, pages};
 
@@ -61,7 +62,8 @@ async fn own_origin(
     if cookies::same_origin(request.method(), request.headers(), app.origin.as_deref()) {
         return next.run(request).await;
     }
-    tracing::warn!(
+    refused!(
+        app.refusals,
         path = %request.uri().path(),
         origin = ?request.headers().get(header::ORIGIN),
         "refused a post from another origin"
@@ -93,7 +95,8 @@ async fn known_host(
     if app.hosts.allows(host) {
         return next.run(request).await;
     }
-    tracing::warn!(
+    refused!(
+        app.refusals,
         path = %request.uri().path(),
         host = ?request.headers().get(header::HOST),
         "refused a request for a name the inbox is not served under"
@@ -120,7 +123,8 @@ async fn one_cookie_each(
     let Some(name) = app.cookies.planted(request.headers()) else {
         return next.run(request).await;
     };
-    tracing::warn!(
+    refused!(
+        app.refusals,
         path = %request.uri().path(),
         cookie = %name,
         "refused a request carrying a cookie twice"

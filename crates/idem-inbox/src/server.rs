@@ -110,6 +110,7 @@ where
         stopping,
         deliveries: deliveries.clone(),
         endpoints: endpoints.iter().map(|e| e.name.clone()).collect(),
+        refusals: Default::default(),
     });
     let watcher = tokio::spawn(live::watch(app.clone(), changed, options.refresh));
     let reloader = tokio::spawn({
@@ -123,6 +124,7 @@ where
             loop {
                 tick.tick().await;
                 app.signins.flush(false).await;
+                app.refusals.flush();
             }
         }
     });

@@ -70,6 +70,8 @@ pub(crate) struct App {
     pub(crate) deliveries: Arc<notify::log::Log>,
     /// The webhooks' endpoints, by name.
     pub(crate) endpoints: Vec<String>,
+    /// Refusals' log lines, at a bounded rate.
+    pub(crate) refusals: crate::quiet::Quiet,
 }
 
 /// Someone signed in on a page: who, their session, and the cookie to set

@@ -64,6 +64,7 @@ async fn a_flood_of_made_up_names_stays_bounded_and_lets_dana_in() {
         }
     });
     // From four addresses: one may hold at most 64 connections.
+    let flooded = Instant::now();
     let flood: Vec<_> = (0..128)
         .map(|i| {
             let mut http = Http::from_address(IpAddr::from([127, 0, 0, 10 + i % 4]));
@@ -101,6 +102,25 @@ async fn a_flood_of_made_up_names_stays_bounded_and_lets_dana_in() {
     tokio::time::sleep(Duration::from_millis(100)).await;
     done.store(true, std::sync::atomic::Ordering::SeqCst);
     let peak = sampling.await.unwrap();
+    // Refusals are logged at most 20 a second; the rest are counted.
+    let took = flooded.elapsed().as_secs() + 1;
+    let said = serve.said();
+    let lines = said
+        .lines()
+        .filter(|l| l.contains("sign-in failed") || l.contains("sign-in not checked"))
+        .count();
+    assert!(
+        lines as u64 <= 20 * took,
+        "{lines} refusal lines in {took} s"
+    );
+    // The next refusal's line, a second on, says how many were held back.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let mut late = Http::from_address(IpAddr::from([127, 0, 0, 20]));
+    let csrf = form_token(&mut late, &serve).await;
+    let wrong = late.log_in(&serve, &csrf, (VIC.0, "wrong")).await;
+    assert_eq!(wrong.status, 401);
+    serve.said_within("held=", 1);
+    eprintln!("{lines} refusal lines logged for 128 in {took} s");
     eprintln!(
         "flood of 128 made-up names: RSS {before} MiB before, {peak} MiB at most; \
          dana signed in in {dana_took:?}; answers {statuses:?}"
