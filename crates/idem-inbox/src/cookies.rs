@@ -13,7 +13,15 @@
 //! Over plain HTTP on loopback the prefix is not possible (browsers drop
 //! such cookies), and cookies do not keep ports apart: that is why every
 //! post is also checked for coming from the inbox's own origin
-//! ([`same_origin`]), sign-in included.
+//! ([`same_origin`]), sign-in included, and why a request carrying an
+//! inbox cookie twice (one planted by a page on another port, with a
+//! longer `Path`) is refused whole ([`Cookies::planted`]) rather than read
+//! as whoever's id was planted. A page on another port can still replace
+//! the browser's cookie outright (same name, `Path=/`): the browser is
+//! then signed in as that id, every page says whose it is, and a form of
+//! a page opened before carries the old session's CSRF token, which the
+//! new id does not match, so the post is refused. Only `__Host-` over
+//! TLS stops the replacement itself.
 
 use axum::http::{header, HeaderMap, Method};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -65,11 +73,64 @@ impl Cookies {
         self.set(base, "", 0)
     }
 
-    /// The value of cookie `base` in the request's `Cookie` header.
+    /// The value of cookie `base` in the request's `Cookie` headers; the
+    /// first when there are several ([`Cookies::planted`] refuses those
+    /// requests before any handler reads one).
     pub(super) fn get<'a>(&self, headers: &'a HeaderMap, base: &str) -> Option<&'a str> {
-        let header = headers.get(header::COOKIE)?.to_str().ok()?;
-        cookie_value(header, &self.name(base))
+        let name = self.name(base);
+        cookie_pairs(headers)
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v)
     }
+
+    /// The name of an inbox cookie the request carries more than once,
+    /// if any. A browser holds two cookies of one name when a page of
+    /// another origin that shares the host (another port, over plain
+    /// HTTP) set one with a longer `Path`: it sends that one first, and a
+    /// server that read it would act as whoever's id was planted. Such a
+    /// request is refused whole: which of the two is this browser's own
+    /// cannot be told.
+    pub(super) fn planted(&self, headers: &HeaderMap) -> Option<String> {
+        [SESSION, LOGIN]
+            .into_iter()
+            .map(|base| self.name(base))
+            .find(|name| {
+                cookie_pairs(headers)
+                    .filter(|(n, _)| n == name)
+                    .nth(1)
+                    .is_some()
+            })
+    }
+
+    /// `Set-Cookie` values that delete cookie `name` (as
+    /// [`Cookies::planted`] found it) at `path` and every path above it: a
+    /// planted cookie is deleted only at the path it was set for.
+    pub(super) fn clear_along(&self, name: &str, path: &str) -> Vec<String> {
+        let secure = if self.secure { "; Secure" } else { "" };
+        let mut paths = vec!["/".to_owned()];
+        let mut prefix = String::new();
+        // At most a few segments: the inbox's paths are short.
+        for segment in path.split('/').filter(|s| !s.is_empty()).take(4) {
+            prefix.push('/');
+            prefix.push_str(segment);
+            paths.push(prefix.clone());
+        }
+        paths
+            .into_iter()
+            .map(|p| format!("{name}=; Path={p}; HttpOnly; SameSite=Strict; Max-Age=0{secure}"))
+            .collect()
+    }
+}
+
+/// Every `name=value` pair of the request's `Cookie` headers (one with
+/// HTTP/1.1 browsers, possibly several with HTTP/2).
+fn cookie_pairs(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|header| header.split(';'))
+        .filter_map(|pair| pair.trim().split_once('='))
 }
 
 /// Whether a request that changes something comes from the inbox's own
@@ -121,15 +182,6 @@ pub(super) fn same_token(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// The value of cookie `name` in a `Cookie` header.
-pub(super) fn cookie_value<'a>(header: &'a str, name: &str) -> Option<&'a str> {
-    header
-        .split(';')
-        .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, v)| v)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -159,6 +211,38 @@ mod tests {
         assert_eq!(secure.get(&headers, LOGIN), Some("mine"));
         assert_eq!(plain.get(&headers, LOGIN), Some("planted"));
         assert!(secure.clear(SESSION).contains("Max-Age=0"));
+    }
+
+    #[test]
+    fn a_cookie_sent_twice_is_found_and_cleared_along_its_path() {
+        let plain = Cookies { secure: false };
+        let mut headers = HeaderMap::new();
+        headers.insert(header::COOKIE, "idem_session=eve; other=1".parse().unwrap());
+        assert_eq!(plain.planted(&headers), None);
+        headers.append(header::COOKIE, "idem_session=dana".parse().unwrap());
+        assert_eq!(plain.planted(&headers).as_deref(), Some("idem_session"));
+        assert_eq!(plain.get(&headers, SESSION), Some("eve"));
+        let secure = Cookies { secure: true };
+        assert_eq!(secure.planted(&headers), None, "only __Host- counts");
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            header::COOKIE,
+            "idem_login=a; idem_session=b; idem_login=c"
+                .parse()
+                .unwrap(),
+        );
+        assert_eq!(plain.planted(&headers).as_deref(), Some("idem_login"));
+        let clears = plain.clear_along("idem_session", "/records/k1/approve");
+        assert_eq!(clears.len(), 4);
+        assert!(
+            clears[0].starts_with("idem_session=; Path=/;"),
+            "{clears:?}"
+        );
+        assert!(
+            clears[3].contains("Path=/records/k1/approve;"),
+            "{clears:?}"
+        );
+        assert!(clears.iter().all(|c| c.contains("Max-Age=0")));
     }
 
     #[test]

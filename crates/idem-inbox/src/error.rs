@@ -58,6 +58,9 @@ pub enum InboxError {
         /// The address.
         addr: SocketAddr,
     },
+    /// `--origin` names no host the inbox could be served under.
+    #[error("--origin {0}")]
+    Origin(#[from] idem_net::hosts::HostsError),
     /// The certificate or key cannot be used.
     #[error("{0}")]
     Tls(String),

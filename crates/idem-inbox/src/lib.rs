@@ -56,6 +56,7 @@ mod login;
 mod notify;
 mod options;
 mod pages;
+mod quiet;
 pub mod role;
 mod router;
 pub mod rules;

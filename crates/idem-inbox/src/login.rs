@@ -17,6 +17,7 @@ use idem_runtime::text::visible;
 use super::cookies::{random_token, same_token, LOGIN};
 use super::pages::{csrf_refused, html, render, UserView};
 use super::throttle::NotNow;
+use crate::quiet::refused;
 use crate::state::App;
 
 #[derive(Template)]
@@ -72,6 +73,7 @@ pub(super) async fn login(
     headers: HeaderMap,
     Form(fields): Form<LoginFields>,
 ) -> Response {
+    let source = app.source(from, &headers);
     let from = app.address(from, &headers);
     let expected = app.cookies.get(&headers, LOGIN).unwrap_or("");
     if expected.is_empty() || !same_token(expected, &fields.csrf) {
@@ -85,20 +87,19 @@ pub(super) async fn login(
     // Bounded: the name is a key of the throttle's table.
     let name: String = fields.name.trim().chars().take(256).collect();
     let listed = app.approvers().has_password(&name);
-    let mut turn = match app.throttle.turn(&name, listed).await {
+    let mut turn = match app.throttle.turn(&name, listed, &source).await {
         Ok(turn) => turn,
         Err(not_now) => {
             let (status, text) = match not_now {
-                NotNow::TooMany(_) => (
-                    StatusCode::TOO_MANY_REQUESTS,
-                    "Too many sign-ins at once for this name",
-                ),
+                NotNow::TooMany(_) => {
+                    (StatusCode::TOO_MANY_REQUESTS, "Too many sign-ins from here")
+                }
                 NotNow::Busy(_) => (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "The inbox is busy checking other sign-ins",
                 ),
             };
-            tracing::warn!(name = %visible(&name), %from, "sign-in not checked: {text}");
+            refused!(app.refusals, name = %visible(&name), %from, "sign-in not checked: {text}");
             let why = format!("not checked: {}", text.to_lowercase());
             app.signins.failed(&name, &from, &why).await;
             let wait = not_now.retry_after();
@@ -141,7 +142,7 @@ pub(super) async fn login(
         // Consumes the turn: the name's next attempt need not wait for
         // the audit's write.
         turn.failed();
-        tracing::warn!(name = %visible(&name), %from, listed, "sign-in failed");
+        refused!(app.refusals, name = %visible(&name), %from, listed, "sign-in failed");
         app.signins
             .failed(&name, &from, "wrong name or password")
             .await;

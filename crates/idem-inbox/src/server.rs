@@ -3,8 +3,7 @@
 //! pages' look, the sign-in counts, the webhooks), and, on SIGTERM or
 //! SIGINT, the drain.
 
-use std::future::{Future, IntoFuture};
-use std::net::SocketAddr;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +19,8 @@ use crate::state::App;
 use crate::throttle::Throttle;
 use crate::{live, notify, router, InboxError, InboxOptions};
 use idem_net::health::Health;
+use idem_net::hosts::AllowedHosts;
+use idem_net::serve::Limits;
 use idem_net::stop::{drain, Drained, Requests, StopSignals};
 use idem_runtime::store::StoreExt;
 
@@ -52,6 +53,9 @@ where
     if tls.is_none() && !options.allow_plain_http && !addr.ip().is_loopback() {
         return Err(InboxError::PlainHttp { addr });
     }
+    let origins: Vec<&str> = options.origin.iter().map(String::as_str).collect();
+    // Checked before anything is opened; made again once the port is known.
+    AllowedHosts::new(addr, &origins)?;
     let approvers = Approvers::load(&options.approvers)?;
     let endpoints = endpoints(&approvers, &options)?;
     let catalog = match &options.tools {
@@ -75,6 +79,7 @@ where
         .await
         .map_err(|source| InboxError::Listen { addr, source })?;
     let local = listener.local_addr()?;
+    let hosts = AllowedHosts::new(local, &origins)?;
     let (changed, changes) = tokio::sync::watch::channel(Changes::default());
     let (stop, stopping) = tokio::sync::watch::channel(false);
     let cookies = Cookies {
@@ -99,11 +104,13 @@ where
         proxy_header: options.trust_proxy_header.clone(),
         address_header: options.client_address_header.clone(),
         origin: options.origin.clone(),
+        hosts,
         changes,
         recheck: (options.refresh * 5).clamp(Duration::from_secs(1), Duration::from_secs(5)),
         stopping,
         deliveries: deliveries.clone(),
         endpoints: endpoints.iter().map(|e| e.name.clone()).collect(),
+        refusals: Default::default(),
     });
     let watcher = tokio::spawn(live::watch(app.clone(), changed, options.refresh));
     let reloader = tokio::spawn({
@@ -117,6 +124,7 @@ where
             loop {
                 tick.tick().await;
                 app.signins.flush(false).await;
+                app.refusals.flush();
             }
         }
     });
@@ -153,26 +161,34 @@ where
     let requests = Requests::default();
     let router = router::router(app).merge(health.router());
     let router = requests.track(router, |request| request.uri().path() != "/events");
-    let service = router.into_make_service_with_connect_info::<SocketAddr>();
+    // Behind a proxy every connection comes from its address: no
+    // per-address cap then.
+    let behind_proxy =
+        options.trust_proxy_header.is_some() || options.client_address_header.is_some();
+    let limits = Limits {
+        per_source: (!behind_proxy)
+            .then_some(Limits::default().per_source)
+            .flatten(),
+        ..Limits::default()
+    };
     // On a task of its own: it goes on accepting until told to stop, and
     // then closing connections, while the drain is waited for.
     let mut serving = match tls {
         Some(config) => {
-            use axum::serve::ListenerExt as _;
-            // `tap_io` so that handlers read the peer's address as over
-            // plain TCP (`ConnectInfo<SocketAddr>`).
-            let listener = idem_net::server::TlsListener::new(listener, config)?.tap_io(|_| {});
-            tokio::spawn(
-                axum::serve(listener, service)
-                    .with_graceful_shutdown(stopped_accepting)
-                    .into_future(),
-            )
+            let listener = idem_net::server::TlsListener::new(listener, config)?;
+            tokio::spawn(idem_net::serve::serve(
+                listener,
+                router,
+                limits,
+                stopped_accepting,
+            ))
         }
-        None => tokio::spawn(
-            axum::serve(idem_net::server::nodelay(listener), service)
-                .with_graceful_shutdown(stopped_accepting)
-                .into_future(),
-        ),
+        None => tokio::spawn(idem_net::serve::serve(
+            idem_net::server::nodelay(listener),
+            router,
+            limits,
+            stopped_accepting,
+        )),
     };
     let served = tokio::select! {
         served = &mut serving => served.map_err(std::io::Error::other)?,

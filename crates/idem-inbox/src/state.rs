@@ -57,6 +57,9 @@ pub(crate) struct App {
     /// The origin posts must come from (`--origin`); `None`: the request's
     /// own host.
     pub(crate) origin: Option<String>,
+    /// The `Host` names the inbox answers to: its listen address, the
+    /// loopback names and `--origin`'s.
+    pub(crate) hosts: idem_net::hosts::AllowedHosts,
     /// What the inbox's last look found changed (`live::watch`).
     pub(crate) changes: tokio::sync::watch::Receiver<Changes>,
     /// How often an open live stream reads its session again.
@@ -67,6 +70,8 @@ pub(crate) struct App {
     pub(crate) deliveries: Arc<notify::log::Log>,
     /// The webhooks' endpoints, by name.
     pub(crate) endpoints: Vec<String>,
+    /// Refusals' log lines, at a bounded rate.
+    pub(crate) refusals: crate::quiet::Quiet,
 }
 
 /// Someone signed in on a page: who, their session, and the cookie to set
@@ -149,12 +154,19 @@ impl App {
     /// Where a request came from, for the audit log: the peer, and the
     /// client a trusted proxy names (`--client-address-header`).
     pub(crate) fn address(&self, peer: SocketAddr, headers: &HeaderMap) -> String {
-        let forwarded = self
-            .address_header
-            .as_ref()
-            .and_then(|name| headers.get(name))
-            .and_then(|v| v.to_str().ok());
-        signins::address(peer, forwarded)
+        signins::address(peer, self.forwarded(headers))
+    }
+
+    /// The client's address as the reverse proxy names it
+    /// (`--client-address-header`).
+    fn forwarded<'a>(&self, headers: &'a HeaderMap) -> Option<&'a str> {
+        let name = self.address_header.as_ref()?;
+        headers.get(name)?.to_str().ok()
+    }
+
+    /// The source a sign-in is budgeted by ([`crate::throttle::source`]).
+    pub(crate) fn source(&self, peer: SocketAddr, headers: &HeaderMap) -> String {
+        crate::throttle::source(peer.ip(), self.forwarded(headers))
     }
 
     /// The bot (or person) an API request comes from: a bearer token, or

@@ -1,14 +1,23 @@
 //! Bounded work before anyone is signed in: how many password checks run
-//! at once, and how fast a name can be guessed.
+//! at once, how many one source may ask for, and how fast a name can be
+//! guessed from one source.
 //!
 //! A password check is Argon2id with 19 MiB of memory, so the work a
 //! stranger can cause is counted in checks:
 //!
 //! * **At most [`CHECKS`] checks run at once for names in the approvers
-//!   file, and [`CHECKS`] more for every other name.** A listed name's
-//!   sign-in waits at most [`CHECK_WAIT`] for its turn, then gets 503 with
-//!   `Retry-After`. The two lanes keep a flood of made-up names from
-//!   delaying the people who are listed.
+//!   file from sources that have not failed for them lately, [`CHECKS`]
+//!   more for listed names from sources that have, and [`CHECKS`] more
+//!   for every other name.** A listed name's sign-in waits at most
+//!   [`CHECK_WAIT`] for its turn, then gets 503 with `Retry-After`. The
+//!   three lanes keep a flood of made-up names, and guesses that already
+//!   failed, from delaying the people who are listed.
+//! * **Each source (an address; an IPv6 address's /64) has a budget of
+//!   sign-ins**, a token bucket of [`SOURCE_BURST`] refilled at
+//!   [`SOURCE_PER_MINUTE`] a minute; past it, its sign-ins get 429 with
+//!   `Retry-After`, whatever the name, so the answer tells nothing about
+//!   names. At most [`MAX_SOURCES`] sources are kept; a new one past that
+//!   shares one budget with the others past it.
 //! * **A made-up name is checked against a decoy hash**, so that it costs
 //!   what a wrong password costs, while its lane has a free check and the
 //!   made-up names' budget (a token bucket of [`UNLISTED_BURST`], refilled
@@ -16,18 +25,20 @@
 //!   wrong password after the time a check typically takes, without one:
 //!   it could never succeed, and answering it otherwise (429, 503) would
 //!   tell a guesser which names are listed.
-//! * **A name's failures slow that name down, whoever made them**: after
-//!   `n` failures its next check waits [`FIRST_DELAY`] × 2ⁿ⁻¹ (at most
-//!   [`MAX_DELAY`]) and its checks run one at a time. An attempt *waits*
-//!   its turn rather than being refused, so the right password still gets
-//!   in however many wrong ones came before it; only when [`MAX_WAITING`]
-//!   attempts for the name are already waiting is one more refused (429),
-//!   which bounds what a waiting name holds. The address a sign-in comes
-//!   from plays no part: behind a reverse proxy every sign-in has the same
-//!   one. Made-up names get the same treatment, so that it tells nothing.
+//! * **A name's failures slow that name down from the source that made
+//!   them, and from no other**: after `n` failures from one source, the
+//!   next check of the name from there waits [`FIRST_DELAY`] × 2ⁿ⁻¹ (at
+//!   most [`MAX_DELAY`]), and its checks from there run one at a time. An
+//!   attempt *waits* its turn rather than being refused; only when
+//!   [`MAX_WAITING`] attempts for the name from that source are already
+//!   waiting is one more refused (429). Strangers who guess a name
+//!   therefore fill their own lanes, never its owner's: the right password
+//!   from another address is checked at once (given a free check). Made-up
+//!   names get the same treatment, so that it tells nothing.
 //!
-//! The table of names holds every listed name and at most [`MAX_NAMES`]
-//! in all.
+//! The table of lanes holds at most [`MAX_NAMES`] (name, source) pairs;
+//! when it is full of recent failures, a new pair shares the lane of its
+//! name with every other pair past the bound.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -63,8 +74,21 @@ pub(super) const MAX_WAITING: u32 = 4;
 /// A listed name's failures are forgotten this long after the last one.
 pub(super) const FORGET_AFTER: Duration = Duration::from_secs(15 * 60);
 
-/// The most names the throttle keeps (listed names are always kept).
+/// The most (name, source) lanes the throttle keeps apart.
 pub(super) const MAX_NAMES: usize = 4096;
+
+/// Sign-ins one source may make at once…
+pub(super) const SOURCE_BURST: f64 = 20.0;
+
+/// …and per minute after that.
+pub(super) const SOURCE_PER_MINUTE: f64 = 20.0;
+
+/// The most sources whose budgets are kept apart.
+pub(super) const MAX_SOURCES: usize = 4096;
+
+/// The source of the sign-ins past [`MAX_SOURCES`] and of the lanes past
+/// [`MAX_NAMES`]: they share.
+const OVERFLOW: &str = "*";
 
 /// Why a sign-in was not checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,10 +108,9 @@ impl NotNow {
     }
 }
 
-/// One listed name's failures.
+/// One name's failures from one source.
 #[derive(Debug)]
 struct Account {
-    listed: bool,
     failures: u32,
     last_failure: Instant,
     waiting: u32,
@@ -96,9 +119,8 @@ struct Account {
 }
 
 impl Account {
-    fn new(listed: bool) -> Account {
+    fn new() -> Account {
         Account {
-            listed,
             failures: 0,
             last_failure: Instant::now(),
             waiting: 0,
@@ -129,14 +151,40 @@ struct Bucket {
     at: Instant,
 }
 
+impl Bucket {
+    fn full(tokens: f64) -> Bucket {
+        Bucket {
+            tokens,
+            at: Instant::now(),
+        }
+    }
+
+    /// Refill at `per_second` up to `burst`, then take one token if there
+    /// is one; `Err(how long until there is)` if not.
+    fn take(&mut self, burst: f64, per_second: f64) -> Result<(), Duration> {
+        let now = Instant::now();
+        let refill = now.duration_since(self.at).as_secs_f64() * per_second;
+        self.tokens = (self.tokens + refill).min(burst);
+        self.at = now;
+        if self.tokens < 1.0 {
+            return Err(Duration::from_secs_f64((1.0 - self.tokens) / per_second));
+        }
+        self.tokens -= 1.0;
+        Ok(())
+    }
+}
+
+/// A (name, source) lane's key.
+type Lane = (String, String);
+
 /// The turn of one sign-in: hold it while its password is checked, then
 /// say how the check went.
 pub(super) struct Turn {
     throttle: Arc<Throttle>,
-    name: Option<String>,
+    lane: Lane,
     // Held until the check is done; the name's turn with it.
     permit: Option<OwnedSemaphorePermit>,
-    _account_turn: Option<tokio::sync::OwnedMutexGuard<()>>,
+    _account_turn: tokio::sync::OwnedMutexGuard<()>,
 }
 
 impl Turn {
@@ -176,7 +224,7 @@ impl Turn {
     /// The check refused the password.
     pub(super) fn failed(self) {
         let mut accounts = self.throttle.accounts.lock().unwrap();
-        match self.name.as_ref().and_then(|n| accounts.get_mut(n)) {
+        match accounts.get_mut(&self.lane) {
             Some(account) => {
                 account.failures = account.failures.saturating_add(1);
                 account.last_failure = Instant::now();
@@ -188,7 +236,7 @@ impl Turn {
     /// The check accepted the password: the name's failures are forgotten.
     pub(super) fn succeeded(self) {
         let mut accounts = self.throttle.accounts.lock().unwrap();
-        if let Some(account) = self.name.as_ref().and_then(|n| accounts.get_mut(n)) {
+        if let Some(account) = accounts.get_mut(&self.lane) {
             account.failures = 0;
         }
     }
@@ -211,16 +259,16 @@ impl Drop for Check {
     }
 }
 
-/// One attempt waiting for its name's turn; counted off when it stops
+/// One attempt waiting for its lane's turn; counted off when it stops
 /// waiting, also when its client goes away.
 struct Waiting<'a> {
     throttle: &'a Throttle,
-    name: &'a str,
+    lane: &'a Lane,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        if let Some(account) = self.throttle.accounts.lock().unwrap().get_mut(self.name) {
+        if let Some(account) = self.throttle.accounts.lock().unwrap().get_mut(self.lane) {
             account.waiting = account.waiting.saturating_sub(1);
         }
     }
@@ -230,9 +278,12 @@ impl Drop for Waiting<'_> {
 #[derive(Debug)]
 pub(super) struct Throttle {
     listed: Arc<Semaphore>,
+    /// Listed names from sources that failed for them.
+    failing: Arc<Semaphore>,
     unlisted: Arc<Semaphore>,
-    accounts: Mutex<HashMap<String, Account>>,
+    accounts: Mutex<HashMap<Lane, Account>>,
     bucket: Mutex<Bucket>,
+    sources: Mutex<HashMap<String, Bucket>>,
     /// The memory of checks not running now.
     scratch: Mutex<Vec<Vec<argon2::Block>>>,
     /// How long a check takes, on average lately.
@@ -243,12 +294,11 @@ impl Default for Throttle {
     fn default() -> Self {
         Throttle {
             listed: Arc::new(Semaphore::new(CHECKS)),
+            failing: Arc::new(Semaphore::new(CHECKS)),
             unlisted: Arc::new(Semaphore::new(CHECKS)),
             accounts: Mutex::new(HashMap::new()),
-            bucket: Mutex::new(Bucket {
-                tokens: UNLISTED_BURST,
-                at: Instant::now(),
-            }),
+            bucket: Mutex::new(Bucket::full(UNLISTED_BURST)),
+            sources: Mutex::new(HashMap::new()),
             scratch: Mutex::new(Vec::new()),
             typical: Mutex::new(Duration::from_millis(50)),
         }
@@ -257,51 +307,78 @@ impl Default for Throttle {
 
 impl Throttle {
     /// Wait for the turn to check a password for `name`, which is
-    /// `listed` in the approvers file (with a password) or not.
-    pub(super) async fn turn(self: &Arc<Self>, name: &str, listed: bool) -> Result<Turn, NotNow> {
-        let account_turn = match self.enter(name, listed)? {
-            Some(turn) => {
-                let waiting = Waiting {
-                    throttle: self,
-                    name,
-                };
-                let guard = self.wait_for_account(name, turn).await;
-                drop(waiting);
-                Some(guard)
-            }
-            None => None,
+    /// `listed` in the approvers file (with a password) or not, from
+    /// `source` ([`source`]).
+    pub(super) async fn turn(
+        self: &Arc<Self>,
+        name: &str,
+        listed: bool,
+        source: &str,
+    ) -> Result<Turn, NotNow> {
+        self.take_source(source)?;
+        let (lane, turn) = self.enter(name, source)?;
+        let waiting = Waiting {
+            throttle: self,
+            lane: &lane,
         };
-        let permit = match listed {
-            true => Some(self.permit(&self.listed).await?),
-            false => self.unlisted_permit(),
+        let guard = self.wait_for_account(&lane, turn).await;
+        drop(waiting);
+        let failed = self
+            .accounts
+            .lock()
+            .unwrap()
+            .get(&lane)
+            .is_some_and(|a| a.failures > 0);
+        let permit = match (listed, failed) {
+            (true, false) => Some(self.permit(&self.listed).await?),
+            (true, true) => Some(self.permit(&self.failing).await?),
+            (false, _) => self.unlisted_permit(),
         };
         Ok(Turn {
             throttle: self.clone(),
-            name: account_turn.as_ref().map(|_| name.to_owned()),
+            lane,
             permit,
-            _account_turn: account_turn,
+            _account_turn: guard,
         })
     }
 
-    /// Count one more sign-in waiting for `name`: its turn to wait for,
-    /// or `None` when the table is full of other names.
+    /// One sign-in of `source`'s budget, or 429 until there is one.
+    fn take_source(&self, source: &str) -> Result<(), NotNow> {
+        let mut sources = self.sources.lock().unwrap();
+        if !sources.contains_key(source) && sources.len() >= MAX_SOURCES {
+            // Those whose budget is whole again need not be kept.
+            sources.retain(|_, b| {
+                b.tokens + b.at.elapsed().as_secs_f64() * SOURCE_PER_MINUTE / 60.0 < SOURCE_BURST
+            });
+        }
+        let key = match sources.contains_key(source) || sources.len() < MAX_SOURCES {
+            true => source,
+            false => OVERFLOW,
+        };
+        let bucket = sources
+            .entry(key.to_owned())
+            .or_insert_with(|| Bucket::full(SOURCE_BURST));
+        bucket
+            .take(SOURCE_BURST, SOURCE_PER_MINUTE / 60.0)
+            .map_err(NotNow::TooMany)
+    }
+
+    /// Count one more sign-in waiting in the lane of `name` from
+    /// `source`: the lane and its turn to wait for.
     fn enter(
         &self,
         name: &str,
-        listed: bool,
-    ) -> Result<Option<Arc<tokio::sync::Mutex<()>>>, NotNow> {
+        source: &str,
+    ) -> Result<(Lane, Arc<tokio::sync::Mutex<()>>), NotNow> {
         let mut accounts = self.accounts.lock().unwrap();
-        if !accounts.contains_key(name) && accounts.len() >= MAX_NAMES {
-            accounts.retain(|_, a| {
-                a.listed || a.waiting > 0 || a.last_failure.elapsed() < FORGET_AFTER
-            });
-            if accounts.len() >= MAX_NAMES && !listed {
-                return Ok(None);
+        let mut lane = (name.to_owned(), source.to_owned());
+        if !accounts.contains_key(&lane) && accounts.len() >= MAX_NAMES {
+            accounts.retain(|_, a| a.waiting > 0 || a.last_failure.elapsed() < FORGET_AFTER);
+            if accounts.len() >= MAX_NAMES {
+                lane.1 = OVERFLOW.to_owned();
             }
         }
-        let account = accounts
-            .entry(name.to_owned())
-            .or_insert_with(|| Account::new(listed));
+        let account = accounts.entry(lane.clone()).or_insert_with(Account::new);
         if account.failures > 0 && account.last_failure.elapsed() > FORGET_AFTER {
             account.failures = 0;
         }
@@ -312,7 +389,8 @@ impl Throttle {
             return Err(NotNow::TooMany(wait.max(FIRST_DELAY)));
         }
         account.waiting += 1;
-        Ok(Some(account.turn.clone()))
+        let turn = account.turn.clone();
+        Ok((lane, turn))
     }
 
     /// A check of the made-up names' lane, if one is free and their
@@ -325,7 +403,7 @@ impl Throttle {
     /// The name's turn (after the checks before it), then its delay.
     async fn wait_for_account(
         &self,
-        name: &str,
+        lane: &Lane,
         turn: Arc<tokio::sync::Mutex<()>>,
     ) -> tokio::sync::OwnedMutexGuard<()> {
         let guard = turn.lock_owned().await;
@@ -333,7 +411,7 @@ impl Throttle {
             .accounts
             .lock()
             .unwrap()
-            .get(name)
+            .get(lane)
             .map_or_else(Instant::now, Account::next_check);
         tokio::time::sleep_until(next).await;
         guard
@@ -350,15 +428,32 @@ impl Throttle {
     /// One token of the made-up names' bucket, if there is one.
     fn take_unlisted(&self) -> bool {
         let mut bucket = self.bucket.lock().unwrap();
-        let now = Instant::now();
-        let refill = now.duration_since(bucket.at).as_secs_f64() * UNLISTED_PER_SECOND;
-        bucket.tokens = (bucket.tokens + refill).min(UNLISTED_BURST);
-        bucket.at = now;
-        if bucket.tokens < 1.0 {
-            return false;
+        bucket.take(UNLISTED_BURST, UNLISTED_PER_SECOND).is_ok()
+    }
+}
+
+/// The source a sign-in's budget and lanes are kept by: the client's
+/// address as a trusted proxy names it (`--client-address-header`), else
+/// the peer's address; an IPv6 address by its /64, which one machine
+/// commonly holds whole.
+pub(super) fn source(peer: std::net::IpAddr, forwarded: Option<&str>) -> String {
+    if let Some(client) = forwarded.map(str::trim).filter(|f| !f.is_empty()) {
+        // A list (`X-Forwarded-For`): the client is the first.
+        let first = client.split(',').next().unwrap_or(client).trim();
+        if let Ok(ip) = first.parse() {
+            return source(ip, None);
         }
-        bucket.tokens -= 1.0;
-        true
+        return first.chars().take(100).collect();
+    }
+    match peer {
+        std::net::IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => v4.to_string(),
+            None => {
+                let s = v6.segments();
+                format!("{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3])
+            }
+        },
+        v4 => v4.to_string(),
     }
 }
 
@@ -370,19 +465,19 @@ mod tests {
     async fn a_listed_names_failures_delay_its_next_check_and_success_forgets_them() {
         let throttle = Arc::new(Throttle::default());
         let start = tokio::time::Instant::now();
-        throttle.turn("dana", true).await.unwrap().failed();
-        throttle.turn("dana", true).await.unwrap().failed();
+        throttle.turn("dana", true, "a").await.unwrap().failed();
+        throttle.turn("dana", true, "a").await.unwrap().failed();
         // The third waits 2 × FIRST_DELAY after the second failure.
-        throttle.turn("dana", true).await.unwrap().succeeded();
+        throttle.turn("dana", true, "a").await.unwrap().succeeded();
         assert!(start.elapsed() >= FIRST_DELAY * 3, "{:?}", start.elapsed());
         // Forgotten: the next one does not wait.
         let before = tokio::time::Instant::now();
-        throttle.turn("dana", true).await.unwrap().succeeded();
+        throttle.turn("dana", true, "a").await.unwrap().succeeded();
         assert_eq!(before.elapsed(), Duration::ZERO);
         // Another name is not slowed by dana's failures.
-        throttle.turn("dana", true).await.unwrap().failed();
+        throttle.turn("dana", true, "a").await.unwrap().failed();
         let before = tokio::time::Instant::now();
-        throttle.turn("vic", true).await.unwrap().succeeded();
+        throttle.turn("vic", true, "a").await.unwrap().succeeded();
         assert_eq!(before.elapsed(), Duration::ZERO);
     }
 
@@ -390,14 +485,17 @@ mod tests {
     async fn made_up_names_past_their_budget_are_answered_without_a_check() {
         let throttle = Arc::new(Throttle::default());
         for i in 0..UNLISTED_BURST as usize {
-            let turn = throttle.turn(&format!("n{i}"), false).await.unwrap();
+            let turn = throttle
+                .turn(&format!("n{i}"), false, &format!("s{i}"))
+                .await
+                .unwrap();
             assert_eq!(turn.unchecked(), None, "checked against the decoy");
             turn.failed();
         }
-        let past = throttle.turn("one-more", false).await.unwrap();
+        let past = throttle.turn("one-more", false, "b").await.unwrap();
         assert!(past.unchecked().is_some(), "answered without a check");
         tokio::time::advance(Duration::from_secs(1)).await;
-        let later = throttle.turn("later", false).await.unwrap();
+        let later = throttle.turn("later", false, "b").await.unwrap();
         assert_eq!(later.unchecked(), None, "the budget refills");
     }
 
@@ -407,33 +505,109 @@ mod tests {
         let mut held = Vec::new();
         for name in ["dana", "vic", "n0", "n1"] {
             let listed = !name.starts_with('n');
-            held.push(throttle.turn(name, listed).await.unwrap());
+            held.push(throttle.turn(name, listed, name).await.unwrap());
         }
         assert!(held.iter().all(|t| t.unchecked().is_none()));
-        let refused = throttle.turn("eve", true).await.err().unwrap();
+        let refused = throttle.turn("eve", true, "b").await.err().unwrap();
         assert_eq!(refused, NotNow::Busy(Duration::from_secs(1)));
-        let made_up = throttle.turn("n2", false).await.unwrap();
+        let made_up = throttle.turn("n2", false, "b").await.unwrap();
         assert!(made_up.unchecked().is_some());
+        drop(held);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn checks_of_sources_that_failed_do_not_take_the_checks_of_others() {
+        let throttle = Arc::new(Throttle::default());
+        let mut held = Vec::new();
+        for source in ["x", "y", "z"] {
+            throttle.turn("dana", true, source).await.unwrap().failed();
+        }
+        for source in ["x", "y"] {
+            held.push(throttle.turn("dana", true, source).await.unwrap());
+        }
+        let busy = throttle.turn("dana", true, "z").await.err().unwrap();
+        assert_eq!(busy, NotNow::Busy(Duration::from_secs(1)), "their lane");
+        let before = tokio::time::Instant::now();
+        throttle.turn("dana", true, "d").await.unwrap().succeeded();
+        assert_eq!(before.elapsed(), Duration::ZERO, "dana's is free");
         drop(held);
     }
 
     #[tokio::test(start_paused = true)]
     async fn one_name_may_have_only_a_few_sign_ins_waiting() {
         let throttle = Arc::new(Throttle::default());
-        throttle.turn("dana", true).await.unwrap().failed();
+        throttle.turn("dana", true, "a").await.unwrap().failed();
         let waiting: Vec<_> = (0..MAX_WAITING)
             .map(|_| {
                 let throttle = throttle.clone();
-                tokio::spawn(async move { throttle.turn("dana", true).await.map(drop) })
+                tokio::spawn(async move { throttle.turn("dana", true, "a").await.map(drop) })
             })
             .collect();
         tokio::task::yield_now().await;
-        let refused = throttle.turn("dana", true).await.err().unwrap();
+        let refused = throttle.turn("dana", true, "a").await.err().unwrap();
         assert!(matches!(refused, NotNow::TooMany(_)), "{refused:?}");
         // A made-up name is treated the same.
-        throttle.turn("mallory", false).await.unwrap().failed();
+        throttle.turn("mallory", false, "a").await.unwrap().failed();
         for handle in waiting {
             handle.await.unwrap().unwrap();
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn strangers_guessing_a_name_fill_their_own_lane_not_its_owners() {
+        let throttle = Arc::new(Throttle::default());
+        throttle.turn("dana", true, "x").await.unwrap().failed();
+        throttle.turn("dana", true, "x").await.unwrap().failed();
+        // The stranger's lane is full of waiting guesses.
+        let guesses: Vec<_> = (0..MAX_WAITING)
+            .map(|_| {
+                let throttle = throttle.clone();
+                tokio::spawn(async move { throttle.turn("dana", true, "x").await.map(drop) })
+            })
+            .collect();
+        tokio::task::yield_now().await;
+        let refused = throttle.turn("dana", true, "x").await.err().unwrap();
+        assert!(matches!(refused, NotNow::TooMany(_)), "{refused:?}");
+        // Dana, from her own address, is checked at once.
+        let before = tokio::time::Instant::now();
+        throttle.turn("dana", true, "d").await.unwrap().succeeded();
+        assert_eq!(before.elapsed(), Duration::ZERO);
+        for guess in guesses {
+            guess.await.unwrap().unwrap();
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_past_its_budget_is_refused_and_others_are_not() {
+        let throttle = Arc::new(Throttle::default());
+        for i in 0..SOURCE_BURST as usize {
+            let turn = throttle.turn(&format!("n{i}"), false, "x").await.unwrap();
+            turn.failed();
+        }
+        let refused = throttle.turn("dana", true, "x").await.err().unwrap();
+        assert!(matches!(refused, NotNow::TooMany(_)), "{refused:?}");
+        assert!(refused.retry_after() <= 3, "{refused:?}");
+        throttle.turn("dana", true, "d").await.unwrap().succeeded();
+        tokio::time::advance(Duration::from_secs(3)).await;
+        throttle.turn("dana", true, "x").await.unwrap().succeeded();
+    }
+
+    #[test]
+    fn a_source_is_the_client_an_ipv6_64_or_the_first_forwarded_address() {
+        let ip = |s: &str| s.parse::<std::net::IpAddr>().unwrap();
+        assert_eq!(source(ip("203.0.113.7"), None), "203.0.113.7");
+        assert_eq!(
+            source(ip("2001:db8:1:2:aaaa::1"), None),
+            source(ip("2001:db8:1:2:bbbb::9"), None)
+        );
+        assert_eq!(source(ip("2001:db8:1:2::1"), None), "2001:db8:1:2::/64");
+        assert_eq!(source(ip("::ffff:198.51.100.4"), None), "198.51.100.4");
+        let proxy = ip("10.0.0.1");
+        assert_eq!(
+            source(proxy, Some("198.51.100.4, 10.0.0.2")),
+            "198.51.100.4"
+        );
+        assert_eq!(source(proxy, Some(" ")), "10.0.0.1");
+        assert_eq!(source(proxy, Some("unknown")), "unknown");
     }
 }

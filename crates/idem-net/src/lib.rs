@@ -2,8 +2,9 @@
 //! a TLS client trusts ([`roots`]), what a TLS failure means to a person
 //! ([`tls_error`]), an HTTP client ([`client`], feature `client`) and
 //! where it may send requests ([`destination`]), HTTPS
-//! for idem's own servers, how they stop and their probes ([`server`],
-//! [`stop`], [`health`], feature `server`), bearer-token
+//! for idem's own servers, how they stop and their probes, the `Host`
+//! names they answer to and their connections' limits ([`server`],
+//! [`stop`], [`health`], [`hosts`], [`serve`], feature `server`), bearer-token
 //! digests ([`token`]) and globs of names ([`glob`]). The stores
 //! (`idem-redis`, `idem-postgres`), the MCP server and proxy (`idem-mcp`)
 //! and the approval inbox (`idem-inbox`) all use these, so that a fix to
@@ -33,7 +34,11 @@ pub mod destination;
 pub mod glob;
 #[cfg(feature = "server")]
 pub mod health;
+#[cfg(feature = "server")]
+pub mod hosts;
 pub mod roots;
+#[cfg(feature = "server")]
+pub mod serve;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "server")]

@@ -67,8 +67,8 @@ pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig
 }
 
 /// `listener`, with `TCP_NODELAY` on each connection it accepts, for
-/// `axum::serve`: an answer goes out as it is written. With Nagle's
-/// algorithm on (axum's default), an answer written in parts — the
+/// [`serve`](crate::serve::serve): an answer goes out as it is written.
+/// With Nagle's algorithm on (the socket's default), an answer written in parts — the
 /// headers, then an event stream's event — waits for the client's delayed
 /// ACK: some 40 ms a call.
 pub fn nodelay(listener: TcpListener) -> axum::serve::TapIo<TcpListener, fn(&mut TcpStream)> {

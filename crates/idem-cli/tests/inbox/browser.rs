@@ -84,6 +84,26 @@ async fn confirm_and_run_once(browser: &Browser, scene: &Scene, waiting: Waiting
     ran
 }
 
+/// Chromium for `test` (`None`: skipped), and a scene on SQLite where
+/// deleting `customer`'s account was asked: the scene's directory (kept
+/// while it lives), the scene, the inbox item and its key.
+async fn asked_in_browser(
+    test: &str,
+    customer: &str,
+) -> Option<(Browser, impl Sized, Scene, serde_json::Value, String)> {
+    let browser = Browser::start(test).await?;
+    let (dir, _, mut scene) = Scene::on_sqlite().await;
+    let item = scene.asked(customer).await;
+    let key = item["key"].as_str().unwrap().to_owned();
+    Some((browser, dir, scene, item, key))
+}
+
+/// Record `key` as the API shows it to the bot.
+async fn shown(scene: &mut Scene, key: &str) -> serde_json::Value {
+    let path = format!("/api/records/{key}");
+    scene.http.bot(&scene.serve, &path, None).await.json()
+}
+
 fn shot(name: &str) -> std::path::PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(name)
 }
@@ -373,14 +393,10 @@ async fn an_unknown_charge_resolved_on_the_page_answers_its_duplicate() {
 /// record that changed after the page was opened (it names what changed).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
-    let Some(browser) =
-        Browser::start("wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused").await
-    else {
+    let test = "wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused";
+    let Some((browser, _dir, mut scene, item, key)) = asked_in_browser(test, "eve").await else {
         return;
     };
-    let (_dir, _, mut scene) = Scene::on_sqlite().await;
-    let item = scene.asked("eve").await;
-    let key = item["key"].as_str().unwrap().to_owned();
     let version = item["version"].as_str().unwrap().to_owned();
     let record = scene.serve.url(&format!("/records/{key}"));
     let approve = format!("{record}/approve");
@@ -462,11 +478,7 @@ async fn wrong_passwords_viewers_forged_posts_and_stale_pages_are_refused() {
         "{error}"
     );
     assert!(error.ends_with("Nothing was changed."), "{error}");
-    let shown = scene
-        .http
-        .bot(&scene.serve, &format!("/api/records/{key}"), None)
-        .await
-        .json();
+    let shown = shown(&mut scene, &key).await;
     assert_eq!(
         shown["record"]["outcome"]["code"], "approval_denied",
         "the denial stands"
@@ -530,4 +542,77 @@ async fn over_https_an_approver_approves_a_call_that_arrives_live() {
     open_record(&browser, &scene, &key, "#record").await;
     approve_with_note(&browser, "approved over https").await;
     confirm_and_run_once(&browser, &scene, waiting).await;
+}
+
+/// A page on another port of the same host answers every request with
+/// `Set-Cookie: {cookie}` (what a stranger's page on the inbox's machine
+/// can do over plain HTTP: cookies do not keep ports apart); its URL.
+async fn planting_page(cookie: String) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let mut request = [0u8; 4096];
+            let _ = socket.read(&mut request).await;
+            let page = "<p>nothing to see</p>";
+            let answer = format!(
+                "HTTP/1.1 200 OK\r\nSet-Cookie: {cookie}\r\nContent-Type: text/html\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{page}",
+                page.len()
+            );
+            let _ = socket.write_all(answer.as_bytes()).await;
+        }
+    });
+    url
+}
+
+/// A page on another port plants vic's (a viewer's) session id with
+/// `Path=/records`, so that dana's browser sends it before her own on
+/// record pages: the page is refused and she is signed out, never shown
+/// as vic; signed in again, her approval is recorded as hers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_id_planted_from_another_port_is_refused_not_obeyed() {
+    let test = "a_session_id_planted_from_another_port_is_refused_not_obeyed";
+    let Some((browser, _dir, mut scene, _, key)) = asked_in_browser(test, "mallory").await else {
+        return;
+    };
+    let mut vic = Http::default();
+    crate::support::serve::sign_in(&mut vic, &scene.serve, VIC).await;
+    let planted = vic.cookies["idem_session"].clone();
+
+    sign_in(&browser, &scene, DANA).await;
+    let stranger = planting_page(format!("idem_session={planted}; Path=/records")).await;
+    // The stranger's page is on the same host, another port.
+    assert!(stranger.starts_with("http://127.0.0.1:"), "{stranger}");
+    browser.goto(&stranger).await;
+    browser
+        .goto(&scene.serve.url(&format!("/records/{key}")))
+        .await;
+    let said = wait_text(&browser, "#main", "sent the inbox's cookie twice").await;
+    assert!(said.contains("Nothing was done"), "{said}");
+    let shown_as = browser
+        .execute(
+            "return document.querySelector('#signed-in-as') === null",
+            vec![],
+        )
+        .await;
+    assert_eq!(shown_as, json!(true), "shown as nobody, not as vic");
+    // Both cookies were cleared, so the record's page asks to sign in.
+    browser
+        .goto(&scene.serve.url(&format!("/records/{key}")))
+        .await;
+    browser.wait_for("form#login", PAGE).await;
+
+    sign_in(&browser, &scene, DANA).await;
+    open_record(&browser, &scene, &key, "form#approve").await;
+    assert_eq!(browser.text("#signed-in-as").await, DANA.0);
+    approve_with_note(&browser, "approved despite the plant").await;
+    browser.click("#confirm-button").await;
+    wait_text(&browser, "#notice", "Done: approved.").await;
+    let shown = shown(&mut scene, &key).await;
+    assert_eq!(
+        shown["record"]["approval"]["approved_by"], DANA.0,
+        "{shown}"
+    );
 }

@@ -209,12 +209,15 @@ async fn the_api_lists_names_its_own_filter_finds() {
 /// Record text that tries to be markup or to reorder the page is shown as
 /// text: the arguments, and the reason the model gave for the call (given
 /// through the Rust API), with markup, a right-to-left override, a
-/// zero-width space and an ANSI escape.
+/// zero-width space, an ANSI escape, variation selectors, the Braille
+/// blank and a combining mark on a digit.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn record_text_is_shown_escaped() {
     let (_dir, _, mut scene) = Scene::on_sqlite().await;
     let customer = "<script>alert(1)</script>\u{202e}evil";
-    let reason = "<img src=x onerror=alert(2)>\u{202e}yes\u{200b}\x1b[2J";
+    // Issue 50's invisible characters, after an id they would hide in.
+    let reason =
+        "<img src=x onerror=alert(2)>\u{202e}yes\u{200b}\x1b[2J ch_42\u{e0100}\u{fe0f}\u{180b}\u{2800}\u{301}";
     let _ = scene
         .agent
         .dispatch_one(
@@ -254,12 +257,21 @@ async fn record_text_is_shown_escaped() {
             page.body
         );
         assert!(
-            !page.body.contains("<img") && !page.body.contains(['\u{200b}', '\x1b']),
+            !page.body.contains("<img")
+                && !page.body.contains([
+                    '\u{200b}',
+                    '\x1b',
+                    '\u{e0100}',
+                    '\u{fe0f}',
+                    '\u{180b}',
+                    '\u{2800}',
+                    '\u{301}'
+                ]),
             "{path}: the reason raw"
         );
         assert!(
             page.body
-                .contains("&#60;img src=x onerror=alert(2)&#62;\\u{202e}yes\\u{200b}\\u{1b}[2J"),
+                .contains("&#60;img src=x onerror=alert(2)&#62;\\u{202e}yes\\u{200b}\\u{1b}[2J ch_42\\u{e0100}\\u{fe0f}\\u{180b}"),
             "{path}: the reason escaped: {}",
             page.body
         );

@@ -9,6 +9,8 @@ mod support;
 
 mod api;
 mod browser;
+mod connections;
+mod hosts;
 mod lifecycle;
 mod limits;
 mod notify;

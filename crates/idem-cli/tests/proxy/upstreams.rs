@@ -297,6 +297,19 @@ fn refused(args: &[&str]) -> (Option<i32>, String) {
     )
 }
 
+/// A non-loopback `--listen` without TLS is refused before it is bound:
+/// with its port already taken, the refusal is still the plain-HTTP one,
+/// not "address in use" (before, the proxy bound it first).
+#[test]
+fn a_refused_listen_address_is_never_bound() {
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let address = format!("0.0.0.0:{}", taken.local_addr().unwrap().port());
+    let (code, stderr) = refused(&["--listen", &address, "--", "true"]);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+    assert!(!stderr.contains("in use"), "{stderr}");
+}
+
 #[test]
 fn an_upstream_url_it_cannot_use_is_refused_before_anything_is_sent() {
     // A token from the command line itself is no option: only from a file

@@ -17,8 +17,12 @@
 //!
 //! The issuer's keys are found at start (RFC 8414's authorization-server
 //! metadata, else OpenID Connect discovery, unless `--oauth-jwks` names
-//! them) and fetched again when a token names a key not seen yet (at most
-//! every 30 s) or once they are an hour old. Only asymmetric algorithms are
+//! them) and fetched again when a token names a key not seen yet or once
+//! they are an hour old: one fetch at a time, and at most every 30 s
+//! whether it succeeded or failed. A token naming an unknown key while a
+//! fetch is under way, or within 30 s of the last attempt, is refused at
+//! once (401); it never waits behind a slow issuer, nor starts a fetch of
+//! its own. Only asymmetric algorithms are
 //! accepted: a token signed with a shared secret, or not signed, is refused.
 
 use std::time::{Duration, Instant};
@@ -149,11 +153,29 @@ pub(super) struct OAuth {
     keys: tokio::sync::RwLock<Keys>,
     /// One fetch at a time.
     fetching: tokio::sync::Mutex<()>,
+    /// Fetches start at most this often ([`REFETCH_AT_MOST_EVERY`]).
+    refetch_every: Duration,
 }
 
 struct Keys {
     set: JwkSet,
+    /// When `set` was fetched.
     fetched: Instant,
+    /// When a fetch was last tried, whatever came of it.
+    attempted: Instant,
+    /// Why the last attempt failed, if it did.
+    failed: Option<String>,
+}
+
+impl Keys {
+    /// The answer for `kid` from the keys held, without fetching.
+    fn answer(&self, kid: Option<&str>) -> Result<DecodingKey, Refusal> {
+        match (&self.failed, self.fetched.elapsed() < KEYS_MAX_AGE) {
+            (_, true) => pick(&self.set, kid).unwrap_or(Err(Refusal::UnknownKey)),
+            (Some(failed), false) => Err(Refusal::Keys(failed.clone())),
+            (None, false) => Err(Refusal::Keys("they are over an hour old".into())),
+        }
+    }
 }
 
 /// Why a token was refused: said in the server's log and, briefly, in
@@ -220,8 +242,11 @@ impl OAuth {
             keys: tokio::sync::RwLock::new(Keys {
                 set,
                 fetched: Instant::now(),
+                attempted: Instant::now(),
+                failed: None,
             }),
             fetching: tokio::sync::Mutex::new(()),
+            refetch_every: REFETCH_AT_MOST_EVERY,
         })
     }
 
@@ -262,40 +287,56 @@ impl OAuth {
     }
 
     /// The key a token names (`kid`), or the issuer's only key when it
-    /// names none; fetched again when it is not known yet.
+    /// names none; fetched again when it is not known yet or the keys are
+    /// old, by one request at a time, at most every `refetch_every`.
     async fn key(&self, kid: Option<&str>) -> Result<DecodingKey, Refusal> {
-        {
+        let fresh = {
             let keys = self.keys.read().await;
-            if keys.fetched.elapsed() < KEYS_MAX_AGE {
+            let fresh = keys.fetched.elapsed() < KEYS_MAX_AGE;
+            if fresh {
                 if let Some(key) = pick(&keys.set, kid) {
                     return key;
                 }
-                if keys.fetched.elapsed() < REFETCH_AT_MOST_EVERY {
-                    return Err(Refusal::UnknownKey);
-                }
             }
-        }
-        let _one = self.fetching.lock().await;
-        {
-            // Another request may have fetched them meanwhile.
-            let keys = self.keys.read().await;
-            if keys.fetched.elapsed() < REFETCH_AT_MOST_EVERY {
-                return pick(&keys.set, kid).unwrap_or(Err(Refusal::UnknownKey));
+            if keys.attempted.elapsed() < self.refetch_every {
+                return keys.answer(kid);
             }
-        }
-        let set = fetch_keys(&self.client, &self.jwks_uri)
-            .await
-            .map_err(Refusal::Keys)?;
-        tracing::info!(
-            keys = set.keys.len(),
-            "fetched the OAuth issuer's keys again"
-        );
-        let mut keys = self.keys.write().await;
-        *keys = Keys {
-            set,
-            fetched: Instant::now(),
+            fresh
         };
-        pick(&keys.set, kid).unwrap_or(Err(Refusal::UnknownKey))
+        // A key not seen yet does not wait for a fetch under way: the
+        // keys held answer it. Old keys are waited for (at most one
+        // fetch's time), as none may be used.
+        let _one = match fresh {
+            true => match self.fetching.try_lock() {
+                Ok(one) => one,
+                Err(_) => return Err(Refusal::UnknownKey),
+            },
+            false => self.fetching.lock().await,
+        };
+        if self.keys.read().await.attempted.elapsed() < self.refetch_every {
+            // Another request tried meanwhile.
+            return self.keys.read().await.answer(kid);
+        }
+        let fetched = fetch_keys(&self.client, &self.jwks_uri).await;
+        let mut keys = self.keys.write().await;
+        keys.attempted = Instant::now();
+        match fetched {
+            Ok(set) => {
+                tracing::info!(
+                    keys = set.keys.len(),
+                    "fetched the OAuth issuer's keys again"
+                );
+                keys.set = set;
+                keys.fetched = Instant::now();
+                keys.failed = None;
+                keys.answer(kid)
+            }
+            Err(e) => {
+                tracing::warn!("the OAuth issuer's keys cannot be fetched again: {e}");
+                keys.failed = Some(e.clone());
+                Err(Refusal::Keys(e))
+            }
+        }
     }
 
     /// The protected-resource metadata (RFC 9728).
@@ -493,5 +534,99 @@ mod tests {
         let refused = secure_url("--oauth-issuer", "http://login.example.com").unwrap_err();
         assert!(refused.contains("https://"), "{refused}");
         assert!(secure_url("--oauth-issuer", "login.example.com").is_err());
+    }
+
+    /// An issuer's key set on loopback that answers as `mode` says (0:
+    /// the set, 1: HTTP 500, 2: the set after 2 s), counting its fetches.
+    async fn issuer() -> (String, std::sync::Arc<[std::sync::atomic::AtomicUsize; 2]>) {
+        use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+        let state = std::sync::Arc::new([AtomicUsize::new(0), AtomicUsize::new(0)]);
+        let set = json!({"keys": [{"kty": "EC", "crv": "P-256", "use": "sig", "kid": "k1",
+            "x": "MKBCTNIcKUSDii11ySs3526iDZ8AiTo7Tu6KPAqv7D4",
+            "y": "4Etl6SRW2YilurN5XfgDQn3jXeUGfKRcFVdHrIWZD1M"}]});
+        let shared = state.clone();
+        let app = axum::Router::new().route(
+            "/jwks",
+            axum::routing::get(move || {
+                let (state, set) = (shared.clone(), set.clone());
+                async move {
+                    state[1].fetch_add(1, SeqCst);
+                    match state[0].load(SeqCst) {
+                        1 => Err(http::StatusCode::INTERNAL_SERVER_ERROR),
+                        mode => {
+                            if mode == 2 {
+                                tokio::time::sleep(Duration::from_secs(2)).await;
+                            }
+                            Ok((
+                                [(http::header::CONTENT_TYPE, "application/json")],
+                                set.to_string(),
+                            ))
+                        }
+                    }
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/jwks", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (url, state)
+    }
+
+    /// A token whose header names key `kid` (its signature is never
+    /// reached: the key is looked up first).
+    fn naming(kid: &str) -> String {
+        use base64::Engine;
+        let header = json!({"alg": "ES256", "typ": "JWT", "kid": kid}).to_string();
+        let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+        format!("{}.e30.c2ln", b64.encode(header))
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn unknown_keys_fetch_the_set_once_per_interval_and_never_queue() {
+        use std::sync::atomic::Ordering::SeqCst;
+        let (url, state) = issuer().await;
+        let options = OAuthOptions::new("http://127.0.0.1:1/", "http://127.0.0.1:2/mcp").jwks(url);
+        let mut oauth = OAuth::start(&options).await.unwrap();
+        oauth.refetch_every = Duration::from_millis(300);
+        let oauth = std::sync::Arc::new(oauth);
+        assert_eq!(state[1].load(SeqCst), 1, "fetched at start");
+        let press = |from: usize| {
+            let oauth = oauth.clone();
+            async move {
+                let tokens = (from..from + 60).map(|i| {
+                    let oauth = oauth.clone();
+                    tokio::spawn(async move {
+                        let started = Instant::now();
+                        let refused = oauth.principal(&naming(&format!("k-{i}"))).await;
+                        (refused.is_err(), started.elapsed())
+                    })
+                });
+                let mut took = Vec::new();
+                for token in tokens.collect::<Vec<_>>() {
+                    let (refused, elapsed) = token.await.unwrap();
+                    assert!(refused);
+                    took.push(elapsed);
+                }
+                took.sort();
+                took
+            }
+        };
+
+        // The issuer fails: 60 unknown keys at once cause one fetch.
+        state[0].store(1, SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        press(0).await;
+        assert_eq!(state[1].load(SeqCst), 2, "one fetch for 60 unknown keys");
+        press(100).await;
+        assert_eq!(state[1].load(SeqCst), 2, "none again within the interval");
+
+        // The issuer is slow: one waits for the fetch, the rest are
+        // answered at once rather than queued behind it.
+        state[0].store(2, SeqCst);
+        tokio::time::sleep(Duration::from_millis(350)).await;
+        let took = press(200).await;
+        assert_eq!(state[1].load(SeqCst), 3, "one fetch");
+        assert!(took[58] < Duration::from_millis(500), "{took:?}");
+        assert!(took[59] >= Duration::from_secs(2), "{took:?}");
     }
 }

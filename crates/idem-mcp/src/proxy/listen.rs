@@ -4,7 +4,6 @@
 //! a namespace of their own), with the module `crate::auth`; and serving
 //! there until stopped.
 
-use std::future::IntoFuture;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -57,13 +56,6 @@ impl Listening {
                     .map_err(config)?,
             ),
         };
-        let listener = tokio::net::TcpListener::bind(address)
-            .await
-            .map_err(|source| ProxyError::Listen {
-                address: address.to_owned(),
-                source,
-            })?;
-        let bound = listener.local_addr()?;
         let tls = match (&options.tls_cert, &options.tls_key) {
             (Some(cert), Some(key)) => {
                 Some(idem_net::server::server_config(cert, key).map_err(ProxyError::Tls)?)
@@ -75,12 +67,23 @@ impl Listening {
                 ))
             }
         };
-        if tls.is_none() && !options.allow_plain_http && !bound.ip().is_loopback() {
+        // Checked before binding: a refused address is never listened on,
+        // not even for a moment. A name is judged by every address it has.
+        let listen_error = |source| ProxyError::Listen {
+            address: address.to_owned(),
+            source,
+        };
+        let addresses: Vec<std::net::SocketAddr> = tokio::net::lookup_host(address)
+            .await
+            .map_err(listen_error)?
+            .collect();
+        let loopback = !addresses.is_empty() && addresses.iter().all(|a| a.ip().is_loopback());
+        if tls.is_none() && !options.allow_plain_http && !loopback {
             return Err(ProxyError::PlainHttp {
                 address: address.to_owned(),
             });
         }
-        if auth.is_none() && !bound.ip().is_loopback() {
+        if auth.is_none() && !loopback {
             return Err(ProxyError::Unauthenticated {
                 address: address.to_owned(),
                 loopback: false,
@@ -92,6 +95,9 @@ impl Listening {
                 loopback: true,
             });
         }
+        let listener = tokio::net::TcpListener::bind(&addresses[..])
+            .await
+            .map_err(listen_error)?;
         Ok(Listening {
             listener,
             auth,
@@ -213,20 +219,23 @@ impl Listening {
         };
         // On a task of its own: it goes on accepting until told to stop,
         // and then closing connections, while the drain is waited for.
+        // Bounded connections (idem_net::serve): no cap per address, as
+        // behind a balancer every connection comes from its address.
+        let limits = idem_net::serve::Limits {
+            per_source: None,
+            ..Default::default()
+        };
         let mut serving = match tls {
             Some(config) => {
                 let listener = idem_net::server::TlsListener::new(listener, config)?;
-                tokio::spawn(
-                    axum::serve(listener, router)
-                        .with_graceful_shutdown(stopped)
-                        .into_future(),
-                )
+                tokio::spawn(idem_net::serve::serve(listener, router, limits, stopped))
             }
-            None => tokio::spawn(
-                axum::serve(idem_net::server::nodelay(listener), router)
-                    .with_graceful_shutdown(stopped)
-                    .into_future(),
-            ),
+            None => tokio::spawn(idem_net::serve::serve(
+                idem_net::server::nodelay(listener),
+                router,
+                limits,
+                stopped,
+            )),
         };
         let signal = tokio::select! {
             served = &mut serving => return Ok(served.map_err(std::io::Error::other)??),

@@ -16,59 +16,133 @@
 use std::borrow::Cow;
 use std::fmt::Write;
 
-/// Whether `c` must not reach a terminal as itself: every C0 and C1 control
-/// (tab, line feed, carriage return, escape and DEL included), every
-/// Unicode bidirectional mark, embedding, override and isolate, and the
-/// invisible format characters that can join, split or hide text
-/// (zero-width spaces and joiners, the word joiner and invisible operators,
-/// the byte-order mark, line and paragraph separators, the soft hyphen,
-/// Hangul fillers, interlinear annotations and the tag characters that can
-/// smuggle invisible text).
+/// Whether `c` must not reach a terminal as itself, wherever it stands:
+/// every control (general category Cc: tab, line feed, carriage return,
+/// escape, DEL and the C1 controls included), every format character
+/// (Cf: the bidirectional marks, embeddings, overrides and isolates,
+/// zero-width spaces and joiners, the word joiner, invisible operators,
+/// the byte-order mark, the soft hyphen, interlinear annotations, the tag
+/// characters that can smuggle invisible text), line and paragraph
+/// separators (Zl, Zp), private-use, surrogate and unassigned code points
+/// (Co, Cs, Cn), every variation selector, and the blank letters and
+/// symbols that render as nothing (the Hangul fillers, the combining
+/// grapheme joiner, the Braille blank, the Mongolian vowel separator).
+/// Categories, not a list, so that a character Unicode adds to them is
+/// covered.
+///
+/// Combining marks depend on where they stand: [`visible`] escapes those
+/// that do not follow a letter, and every one past the third on one
+/// letter.
 pub fn needs_escape(c: char) -> bool {
-    c.is_control()
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    if c.is_ascii() {
+        return c.is_ascii_control();
+    }
+    variation_selector(c)
+        || matches!(
+            get_general_category(c),
+            G::Control
+                | G::Format
+                | G::LineSeparator
+                | G::ParagraphSeparator
+                | G::PrivateUse
+                | G::Surrogate
+                | G::Unassigned
+        )
         || matches!(
             c,
-            '\u{00ad}'
-                | '\u{034f}'
-                | '\u{061c}'
+            '\u{034f}'
                 | '\u{115f}'
                 | '\u{1160}'
                 | '\u{180e}'
-                | '\u{200b}'..='\u{200f}'
-                | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{206f}'
+                | '\u{2800}'
                 | '\u{3164}'
-                | '\u{feff}'
                 | '\u{ffa0}'
-                | '\u{fff9}'..='\u{fffb}'
-                | '\u{e0000}'..='\u{e007f}'
         )
 }
 
+/// Whether `c` selects a variant of the character before it (and shows
+/// nothing itself).
+fn variation_selector(c: char) -> bool {
+    matches!(c, '\u{180b}'..='\u{180f}' | '\u{fe00}'..='\u{fe0f}' | '\u{e0100}'..='\u{e01ef}')
+}
+
+/// Whether `c` is a combining mark (Mn, Mc, Me): it draws on the character
+/// before it.
+fn combining(c: char) -> bool {
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    !c.is_ascii()
+        && matches!(
+            get_general_category(c),
+            G::NonspacingMark | G::SpacingMark | G::EnclosingMark
+        )
+}
+
+/// Whether `c` is a letter (L*), on which combining marks belong.
+fn letter(c: char) -> bool {
+    use unicode_general_category::{get_general_category, GeneralCategory as G};
+    matches!(
+        get_general_category(c),
+        G::UppercaseLetter
+            | G::LowercaseLetter
+            | G::TitlecaseLetter
+            | G::ModifierLetter
+            | G::OtherLetter
+    )
+}
+
+/// The most combining marks kept on one letter: enough for any script's
+/// accents, too few to stack text over its neighbours.
+const MARKS_PER_LETTER: usize = 3;
+
 /// `text` with every character [`needs_escape`] names written as a visible
 /// escape: `\n`, `\r` and `\t` for those three, `\u{…}` (hexadecimal, as
-/// Rust writes it) for the others. Text with none is borrowed, unchanged.
+/// Rust writes it) for the others; so too a combining mark that follows
+/// no letter (`ch_42` with a mark on its `2` shows the mark), and every
+/// mark past the third on one letter. Text with none is borrowed,
+/// unchanged.
 ///
 /// The result holds only printable characters, so escaping it again
 /// changes nothing, and it stays on one line.
 pub fn visible(text: &str) -> Cow<'_, str> {
-    let Some(first) = text.find(needs_escape) else {
-        return Cow::Borrowed(text);
-    };
-    let mut out = String::with_capacity(text.len() + 8);
-    out.push_str(&text[..first]);
-    for c in text[first..].chars() {
-        match c {
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            c if needs_escape(c) => {
-                let _ = write!(out, "\\u{{{:x}}}", c as u32);
+    // Marks kept on the letter last written (`None`: no letter last).
+    let mut marks: Option<usize> = None;
+    let mut escaped = None;
+    for (at, c) in text.char_indices() {
+        let escape = match combining(c) && !needs_escape(c) {
+            true => match marks {
+                Some(n) if n < MARKS_PER_LETTER => {
+                    marks = Some(n + 1);
+                    false
+                }
+                _ => true,
+            },
+            false => needs_escape(c),
+        };
+        if !combining(c) || escape {
+            marks = (!escape && letter(c)).then_some(0);
+        }
+        if escape || escaped.is_some() {
+            let out: &mut String = escaped.get_or_insert_with(|| {
+                let mut out = String::with_capacity(text.len() + 8);
+                out.push_str(&text[..at]);
+                out
+            });
+            match (escape, c) {
+                (true, '\n') => out.push_str("\\n"),
+                (true, '\r') => out.push_str("\\r"),
+                (true, '\t') => out.push_str("\\t"),
+                (true, c) => {
+                    let _ = write!(out, "\\u{{{:x}}}", c as u32);
+                }
+                (false, c) => out.push(c),
             }
-            c => out.push(c),
         }
     }
-    Cow::Owned(out)
+    match escaped {
+        Some(out) => Cow::Owned(out),
+        None => Cow::Borrowed(text),
+    }
 }
 
 /// Serialized JSON with every character [`needs_escape`] names written as a
@@ -166,6 +240,38 @@ mod tests {
             assert_eq!(shown, format!("a\\u{{{:x}}}b", c as u32));
             assert!(!shown.contains(c));
         }
+    }
+
+    #[test]
+    fn invisible_characters_are_found_by_category_and_marks_by_their_place() {
+        // Issue 50's: a variation selector (supplement), an emoji's, a
+        // Mongolian one, the Braille blank, and marks on a digit.
+        for c in [
+            '\u{e0100}',
+            '\u{fe0f}',
+            '\u{180b}',
+            '\u{2800}',
+            '\u{e000}',
+            '\u{2065}',
+        ] {
+            assert!(needs_escape(c), "{:x}", c as u32);
+            assert_eq!(
+                visible(&format!("ch_42{c}")),
+                format!("ch_42\\u{{{:x}}}", c as u32)
+            );
+        }
+        assert_eq!(visible("ch_42\u{301}\u{302}"), "ch_42\\u{301}\\u{302}");
+        assert_eq!(visible("\u{301}x"), "\\u{301}x", "a mark on nothing");
+        // Accents on letters stay, up to three on one letter.
+        for text in ["cafe\u{301}", "नमस्ते", "e\u{301}\u{302}\u{303}", "über"] {
+            assert!(matches!(visible(text), Cow::Borrowed(_)), "{text}");
+        }
+        assert_eq!(
+            visible("e\u{301}\u{302}\u{303}\u{304}\u{305}"),
+            "e\u{301}\u{302}\u{303}\\u{304}\\u{305}"
+        );
+        let once = visible("a\u{301}\u{302}\u{303}\u{304}2\u{301}\u{fe0f}");
+        assert_eq!(visible(&once), once, "escaping twice changes nothing");
     }
 
     #[test]
