@@ -38,6 +38,9 @@ def crewai_storage(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CREWAI_TESTING", "true")
 
 
+# CrewAI warns of its own deprecated fields as it reads them (dozens a run).
+pytestmark = pytest.mark.filterwarnings(r"ignore::DeprecationWarning:crewai\.")
+
 EMAIL = {"to": "ada@example.com", "subject": "Your refund"}
 
 
