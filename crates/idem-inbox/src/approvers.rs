@@ -33,9 +33,9 @@ use rand::RngCore;
 use serde::Deserialize;
 
 use super::notify::endpoint::NotifyEntry;
-use super::rules::{RuleEntry, Rules};
 use crate::error::InboxError;
 use crate::role::Role;
+use idem_runtime::approval::rules::{RuleEntry, Rules};
 
 /// One entry of the file.
 #[derive(Debug, Clone, Deserialize)]
@@ -100,7 +100,10 @@ impl Approvers {
 
     /// Read and check the file's text.
     pub(super) fn parse(text: &str) -> Result<Approvers, String> {
-        let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+        let file: File = toml::from_str(text).map_err(|e| match e.span() {
+            Some(span) => format!("line {}: {}", line_of(text, span.start), e.message()),
+            None => e.message().to_owned(),
+        })?;
         let mut by_name = HashMap::new();
         let mut by_token = HashMap::new();
         for entry in file.approver {
@@ -144,7 +147,12 @@ impl Approvers {
             .map(|e| e.name.clone())
             .collect();
         deciders.sort();
-        let rules = Rules::check(file.rule, &deciders)?;
+        let rules = Rules::check(file.rule, &deciders).map_err(|e| {
+            match text.match_indices("[[rule]]").nth(e.index) {
+                Some((at, _)) => format!("line {}: {e}", line_of(text, at)),
+                None => e.to_string(),
+            }
+        })?;
         Ok(Approvers {
             by_name,
             rules,
@@ -215,6 +223,11 @@ impl Approvers {
             .get(&TokenDigest::of(token.trim()))
             .and_then(|name| self.identity(name))
     }
+}
+
+/// The line (from 1) of byte `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at.min(text.len())].matches('\n').count() + 1
 }
 
 /// Whether `password` hashes to `hash` (its algorithm, version and

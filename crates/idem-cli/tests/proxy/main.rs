@@ -8,4 +8,5 @@
 mod support;
 
 mod policy;
+mod rules;
 mod upstreams;
