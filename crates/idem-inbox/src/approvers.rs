@@ -342,4 +342,77 @@ mod tests {
         let twice = "[[approver]]\nname = \"a\"\nrole = \"viewer\"\n".repeat(2);
         assert!(refused(&twice).contains("listed twice"));
     }
+
+    /// The approvers of [`FINANCE`].
+    const TEAM: &str = "[[approver]]\nname = \"dana\"\nrole = \"approver\"\n[[approver]]\nname = \"erin\"\nrole = \"approver\"\n[[approver]]\nname = \"frank\"\nrole = \"approver\"\n";
+
+    /// A finance team's rules, as docs/inbox.md shows them.
+    const FINANCE: &str = r#"
+[[rule]]
+name = "no refunds from CI"
+principals = ["ci-*"]
+tools = ["refund"]
+reason = "CI jobs never refund; a person must ask for it."
+decision = "deny"
+
+[[rule]]
+name = "trial accounts at weekends"
+tools = ["refund"]
+when = 'args.account.startsWith("trial-") && time.weekday >= 6'
+decision = "deny"
+reason = "Trial accounts get no refunds at weekends; ask again on Monday."
+
+[[rule]]
+name = "ceiling of 1,000 €"
+shadow = true
+tools = ["refund"]
+when = "args.cents > 100000"
+decision = "deny"
+reason = "over the new ceiling"
+
+[[rule]]
+name = "small refunds"
+decision = "run"
+tools = ["refund"]
+when = "args.cents < 5000"
+
+[[rule]]
+name = "refunds"
+tools = ["refund"]
+when = "args.cents <= 500000"
+approvers = ["dana", "erin"]
+
+[[rule]]
+name = "large refunds"
+tools = ["refund"]
+approvers = ["dana", "erin", "frank"]
+required = 2
+forbid_self_approval = true
+"#;
+
+    #[test]
+    fn a_finance_team_s_rules_read_and_a_broken_one_is_refused_with_its_line() {
+        let approvers = Approvers::parse(&format!("{TEAM}{FINANCE}")).unwrap();
+        assert_eq!(approvers.rules().len(), 6);
+        let refused = |rules: &str| Approvers::parse(&format!("{TEAM}{rules}")).unwrap_err();
+        // TEAM is 9 lines; the second rule starts on line 12.
+        let bad = "\n[[rule]]\ntools = [\"a\"]\n\n[[rule]]\nwhen = \"args.cents >\"\n";
+        let said = refused(bad);
+        assert!(
+            said.starts_with("line 14: rule “rule 2”: its condition does not parse"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\nwhen = \"cents > 5\"\n");
+        assert!(
+            said.starts_with("line 11: rule “rule 1”: its condition names `cents`"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\ntools = [\"a\"]\nwhenn = \"true\"\n");
+        assert!(said.starts_with("line 13: unknown field `whenn`"), "{said}");
+        let said = refused("\n[[rule]]\ndecision = \"maybe\"\n");
+        assert!(
+            said.starts_with("line 12: unknown variant `maybe`"),
+            "{said}"
+        );
+    }
 }

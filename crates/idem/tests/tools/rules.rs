@@ -240,6 +240,11 @@ async fn trail(store: &Arc<dyn Store>, key: &IdempotencyKey) -> Vec<(String, Str
         .collect()
 }
 
+/// A line of the transcript (`cargo test -- --nocapture` shows it).
+fn say(line: &str) {
+    eprintln!("{line}");
+}
+
 /// `who` approves `record` through the library's operator.
 async fn approve(
     operator: &idem::operator::Operator,
@@ -265,6 +270,10 @@ async fn each_call_is_decided_by_the_first_rule_that_matches_it() {
     let log = trail(&store, out.meta.key.as_ref().unwrap()).await;
     assert_eq!(log[0].0, "approved_by_policy");
     assert_eq!(log[0].1, "rule “small refunds”", "the audit names the rule");
+    say(&format!(
+        "alice refund 19.99 € -> ran, no person; audit: {} by {}",
+        log[0].0, log[0].1
+    ));
 
     // CI: denied, and the model reads the rule's reason.
     let (_, _, _, ci) = refunding(&store, &paid, "ci-nightly", 1999).await;
@@ -275,6 +284,10 @@ async fn each_call_is_decided_by_the_first_rule_that_matches_it() {
         reason,
         "CI jobs never refund; a person must ask. (approval rule “no CI refunds”)"
     );
+    say(&format!(
+        "ci-nightly refund 19.99 € -> denied; the model reads: {}",
+        ci.content()
+    ));
     assert!(
         ci.content().to_string().contains("CI jobs never refund"),
         "the model reads it"
@@ -289,8 +302,10 @@ async fn each_call_is_decided_by_the_first_rule_that_matches_it() {
         message.contains("Approval rule “refunds”: one approval of dana or erin"),
         "{message}"
     );
+    say(&format!("bob refund 200 € -> waits: {message}"));
     let record = operator.show(key).await.unwrap();
     let alice = approve(&operator, &record, "alice").await.unwrap_err();
+    say(&format!("  alice approves -> refused: {alice}"));
     assert!(
         alice.to_string().contains("lets only dana and erin decide"),
         "{alice}"
@@ -300,6 +315,7 @@ async fn each_call_is_decided_by_the_first_rule_that_matches_it() {
         agent.dispatch_one(call, &run).await.result.unwrap().output,
         json!(20000)
     );
+    say("  erin approves -> bob's call sent again runs once");
 
     // Large, asked by alice: two people, never alice; the shadow rule is
     // in the audit log and changed nothing.
@@ -316,14 +332,20 @@ async fn each_call_is_decided_by_the_first_rule_that_matches_it() {
             "would have decided: deny: over the new ceiling".to_owned()
         )
     );
+    say(&format!(
+        "alice refund 9,000 € -> waits; audit: {} by {}: {}",
+        log[0].0, log[0].1, log[0].2
+    ));
     let record = operator.show(key).await.unwrap();
     let own = approve(&operator, &record, "alice").await.unwrap_err();
+    say(&format!("  alice approves her own -> refused: {own}"));
     assert!(
         own.to_string()
             .starts_with("Rule “large refunds” forbids approving your own call"),
         "{own}"
     );
     let record = approve(&operator, &record, "dana").await.unwrap();
+    say("  dana approves -> 1 of 2, the call sent again still waits");
     assert!(
         matches!(
             agent.dispatch_one(call.clone(), &run).await.result,
@@ -336,6 +358,7 @@ async fn each_call_is_decided_by_the_first_rule_that_matches_it() {
         agent.dispatch_one(call, &run).await.result.unwrap().output,
         json!(900000)
     );
+    say("  erin approves -> 2 of 2, alice's call sent again runs once");
     assert_eq!(
         paid.load(Ordering::SeqCst),
         3,

@@ -92,19 +92,13 @@ impl Condition {
         &self.source
     }
 
-    /// Whether the condition holds for `call`: an error when it fails or
-    /// does not yield a boolean.
-    pub(super) fn holds(&self, call: &Call<'_>) -> Result<bool, String> {
+    /// Whether the condition holds for the call whose values are
+    /// `bindings`: an error when it fails or does not yield a boolean.
+    pub(super) fn holds(&self, bindings: &Bindings) -> Result<bool, String> {
         let mut context = Context::with_env(ENV.clone());
-        let args = match call.args {
-            Some(args) => cel::to_value(args).map_err(|e| e.to_string())?,
-            None => Cel::Null,
-        };
-        context.add_variable_from_value("args", args);
-        context.add_variable_from_value("tool", call.tool.to_owned());
-        context.add_variable_from_value("namespace", call.namespace.unwrap_or("").to_owned());
-        context.add_variable_from_value("principal", call.principal.unwrap_or("").to_owned());
-        context.add_variable_from_value("time", time(call.now)?);
+        for (name, value) in VARIABLES.iter().zip(&bindings.0) {
+            context.add_variable_from_value(*name, value.clone());
+        }
         match self.program.execute(&context) {
             Ok(Cel::Bool(holds)) => Ok(holds),
             Ok(other) => Err(format!(
@@ -113,6 +107,29 @@ impl Condition {
             )),
             Err(e) => Err(one_line(&e.to_string())),
         }
+    }
+}
+
+/// A call's values as CEL values, in the order of [`VARIABLES`]: made
+/// once per call, whatever number of conditions read them.
+#[derive(Debug, Clone)]
+pub(super) struct Bindings([Cel; 5]);
+
+impl Bindings {
+    /// The values of `call`.
+    pub(super) fn of(call: &Call<'_>) -> Result<Bindings, String> {
+        let args = match call.args {
+            Some(args) => cel::to_value(args).map_err(|e| e.to_string())?,
+            None => Cel::Null,
+        };
+        let text = |s: Option<&str>| Cel::from(s.unwrap_or("").to_owned());
+        Ok(Bindings([
+            args,
+            text(Some(call.tool)),
+            text(call.namespace),
+            text(call.principal),
+            time(call.now)?,
+        ]))
     }
 }
 

@@ -60,8 +60,9 @@ impl Rules {
     /// `ask` rule does; nothing lapses into running.
     pub fn decide(&self, call: &Call<'_>) -> Verdict {
         let mut verdict = Verdict::default();
+        let bindings = std::cell::OnceCell::new();
         for rule in &self.rules {
-            let matched = match rule.matches(call) {
+            let matched = match rule.matches_with(call, &bindings) {
                 Ok(matched) => matched,
                 Err(problem) => {
                     tracing::warn!(rule = %rule.name, %problem, "an approval rule's condition failed on a call; reading it strictly");

@@ -236,6 +236,18 @@ pub enum RuleRefusal {
     },
 }
 
+/// How many approvals a call awaiting approval needs under the rules, and
+/// from whom ([`Rules::needs`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Needs {
+    /// The rule that asks for people (`None`: no rule does).
+    pub rule: Option<String>,
+    /// Distinct approvals needed.
+    pub required: usize,
+    /// Who may approve it, besides those who did (`None`: any approver).
+    pub may_approve: Option<Vec<String>>,
+}
+
 /// A rule that cannot be used as written: which (its place, from 0) and
 /// why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -335,6 +347,37 @@ impl Rules {
             .iter()
             .filter(|r| !r.shadow)
             .find(|r| r.matches(&call).unwrap_or(r.decision != RuleDecision::Run))
+    }
+
+    /// How many approvals `record` needs and who may still give one: the
+    /// rule that applies to it when it asks people, else one approval
+    /// from any approver.
+    pub fn needs(&self, record: &Record) -> Needs {
+        match self.for_record(record) {
+            Some(rule) if rule.decision == RuleDecision::Ask => {
+                let approved: Vec<String> = record
+                    .approvals()
+                    .into_iter()
+                    .map(|g| g.approval.approver)
+                    .collect();
+                let asker = record.asker();
+                Needs {
+                    rule: Some(rule.name.clone()),
+                    required: rule.required,
+                    may_approve: Some(rule.may_still_approve(
+                        &self.deciders,
+                        asker.as_deref(),
+                        &approved,
+                        "",
+                    )),
+                }
+            }
+            _ => Needs {
+                rule: None,
+                required: 1,
+                may_approve: None,
+            },
+        }
     }
 
     /// Whether `who` may make `act` on `record`, and if so, how many

@@ -2,7 +2,7 @@
 //! condition compiled, its decision's fields checked against each other
 //! and against the approvers.
 
-use super::condition::{Call, Condition};
+use super::condition::{Bindings, Call, Condition};
 use super::{RuleDecision, RuleEntry};
 use crate::glob::Glob;
 
@@ -125,6 +125,16 @@ impl Rule {
     /// Whether the rule matches `call`: its globs, then its condition (an
     /// error when the condition fails on the call).
     pub fn matches(&self, call: &Call<'_>) -> Result<bool, String> {
+        self.matches_with(call, &std::cell::OnceCell::new())
+    }
+
+    /// [`Rule::matches`], the call's values made at most once into
+    /// `bindings` for every rule that reads them.
+    pub(super) fn matches_with(
+        &self,
+        call: &Call<'_>,
+        bindings: &std::cell::OnceCell<Result<Bindings, String>>,
+    ) -> Result<bool, String> {
         let any = |globs: &[Glob], name: Option<&str>| {
             globs.is_empty() || name.is_some_and(|n| globs.iter().any(|g| g.matches(n)))
         };
@@ -135,7 +145,10 @@ impl Rule {
             return Ok(false);
         }
         match &self.when {
-            Some(condition) => condition.holds(call),
+            Some(condition) => match bindings.get_or_init(|| Bindings::of(call)) {
+                Ok(bindings) => condition.holds(bindings),
+                Err(problem) => Err(problem.clone()),
+            },
             None => Ok(true),
         }
     }

@@ -120,39 +120,32 @@ fn the_asker_is_the_recorded_principal_never_a_part_of_the_namespace() {
 /// two people, a trial account never refunds on a weekend, and a shadow
 /// rule is being rolled out.
 fn finance() -> Rules {
-    let text = r#"
-[[rule]]
-name = "trial weekend"
-tools = ["refund"]
-when = "args.account == \"trial\" && time.weekday >= 6"
-decision = "deny"
-reason = "Trial accounts get no refunds at weekends; ask on Monday."
-[[rule]]
-name = "new ceiling"
-shadow = true
-tools = ["refund"]
-when = "args.cents > 100000"
-decision = "deny"
-reason = "over the new ceiling"
-[[rule]]
-name = "small refunds"
-tools = ["refund"]
-when = "args.cents < 5000"
-decision = "run"
-[[rule]]
-name = "refunds"
-tools = ["refund"]
-when = "args.cents <= 500000"
-approvers = ["dana", "erin"]
-[[rule]]
-name = "large refunds"
-tools = ["refund"]
-approvers = ["dana", "erin", "frank"]
-required = 2
-forbid_self_approval = true
-"#;
+    let table = |v: serde_json::Value| serde_json::from_value::<RuleEntry>(v).unwrap();
+    let rules = vec![
+        table(serde_json::json!({
+            "name": "trial weekend", "tools": ["refund"], "decision": "deny",
+            "when": "args.account == \"trial\" && time.weekday >= 6",
+            "reason": "Trial accounts get no refunds at weekends; ask on Monday.",
+        })),
+        table(serde_json::json!({
+            "name": "new ceiling", "shadow": true, "tools": ["refund"],
+            "when": "args.cents > 100000", "decision": "deny", "reason": "over the new ceiling",
+        })),
+        table(serde_json::json!({
+            "name": "small refunds", "tools": ["refund"], "when": "args.cents < 5000",
+            "decision": "run",
+        })),
+        table(serde_json::json!({
+            "name": "refunds", "tools": ["refund"], "when": "args.cents <= 500000",
+            "approvers": ["dana", "erin"],
+        })),
+        table(serde_json::json!({
+            "name": "large refunds", "tools": ["refund"], "required": 2,
+            "approvers": ["dana", "erin", "frank"], "forbid_self_approval": true,
+        })),
+    ];
     let approvers = ["dana", "erin", "frank"].map(String::from);
-    Rules::check(entry(text), &approvers).unwrap()
+    Rules::check(rules, &approvers).unwrap()
 }
 
 /// 2026-12-07 is a Monday; 2026-12-12 a Saturday (12:00 UTC).
