@@ -287,8 +287,8 @@ pub(crate) struct ApproveArgs {
     pub note: Option<String>,
     /// The approvers file of `idem serve`: --by must be an approver in it,
     /// and its approval rules hold (who may decide, how many approvals,
-    /// not one's own call). Without it, the store's operator approves
-    /// unchecked, unless the call already has approvals towards a rule.
+    /// not one's own call). With or without it, the rules `idem serve`
+    /// keeps in the store hold too.
     #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
     pub approvers: Option<std::path::PathBuf>,
 }
@@ -305,7 +305,8 @@ pub(crate) struct DenyArgs {
     #[arg(long, value_name = "TEXT")]
     pub reason: String,
     /// The approvers file of `idem serve`: --by must be an approver in it,
-    /// whom its approval rules let decide the call.
+    /// whom its approval rules let decide the call. With or without it,
+    /// the rules `idem serve` keeps in the store hold too.
     #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
     pub approvers: Option<std::path::PathBuf>,
 }

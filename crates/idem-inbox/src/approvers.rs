@@ -33,9 +33,9 @@ use rand::RngCore;
 use serde::Deserialize;
 
 use super::notify::endpoint::NotifyEntry;
-use super::rules::{RuleEntry, Rules};
 use crate::error::InboxError;
 use crate::role::Role;
+use idem_runtime::approval::rules::{RuleEntry, Rules};
 
 /// One entry of the file.
 #[derive(Debug, Clone, Deserialize)]
@@ -100,7 +100,10 @@ impl Approvers {
 
     /// Read and check the file's text.
     pub(super) fn parse(text: &str) -> Result<Approvers, String> {
-        let file: File = toml::from_str(text).map_err(|e| e.message().to_owned())?;
+        let file: File = toml::from_str(text).map_err(|e| match e.span() {
+            Some(span) => format!("line {}: {}", line_of(text, span.start), e.message()),
+            None => e.message().to_owned(),
+        })?;
         let mut by_name = HashMap::new();
         let mut by_token = HashMap::new();
         for entry in file.approver {
@@ -144,7 +147,12 @@ impl Approvers {
             .map(|e| e.name.clone())
             .collect();
         deciders.sort();
-        let rules = Rules::check(file.rule, &deciders)?;
+        let rules = Rules::check(file.rule, &deciders).map_err(|e| {
+            match text.match_indices("[[rule]]").nth(e.index) {
+                Some((at, _)) => format!("line {}: {e}", line_of(text, at)),
+                None => e.to_string(),
+            }
+        })?;
         Ok(Approvers {
             by_name,
             rules,
@@ -215,6 +223,11 @@ impl Approvers {
             .get(&TokenDigest::of(token.trim()))
             .and_then(|name| self.identity(name))
     }
+}
+
+/// The line (from 1) of byte `at` in `text`.
+fn line_of(text: &str, at: usize) -> usize {
+    text[..at.min(text.len())].matches('\n').count() + 1
 }
 
 /// Whether `password` hashes to `hash` (its algorithm, version and
@@ -328,5 +341,78 @@ mod tests {
         );
         let twice = "[[approver]]\nname = \"a\"\nrole = \"viewer\"\n".repeat(2);
         assert!(refused(&twice).contains("listed twice"));
+    }
+
+    /// The approvers of [`FINANCE`].
+    const TEAM: &str = "[[approver]]\nname = \"dana\"\nrole = \"approver\"\n[[approver]]\nname = \"erin\"\nrole = \"approver\"\n[[approver]]\nname = \"frank\"\nrole = \"approver\"\n";
+
+    /// A finance team's rules, as docs/inbox.md shows them.
+    const FINANCE: &str = r#"
+[[rule]]
+name = "no refunds from CI"
+principals = ["ci-*"]
+tools = ["refund"]
+reason = "CI jobs never refund; a person must ask for it."
+decision = "deny"
+
+[[rule]]
+name = "trial accounts at weekends"
+tools = ["refund"]
+when = 'args.account.startsWith("trial-") && time.weekday >= 6'
+decision = "deny"
+reason = "Trial accounts get no refunds at weekends; ask again on Monday."
+
+[[rule]]
+name = "ceiling of 1,000 €"
+shadow = true
+tools = ["refund"]
+when = "args.cents > 100000"
+decision = "deny"
+reason = "over the new ceiling"
+
+[[rule]]
+name = "small refunds"
+decision = "run"
+tools = ["refund"]
+when = "args.cents < 5000"
+
+[[rule]]
+name = "refunds"
+tools = ["refund"]
+when = "args.cents <= 500000"
+approvers = ["dana", "erin"]
+
+[[rule]]
+name = "large refunds"
+tools = ["refund"]
+approvers = ["dana", "erin", "frank"]
+required = 2
+forbid_self_approval = true
+"#;
+
+    #[test]
+    fn a_finance_team_s_rules_read_and_a_broken_one_is_refused_with_its_line() {
+        let approvers = Approvers::parse(&format!("{TEAM}{FINANCE}")).unwrap();
+        assert_eq!(approvers.rules().len(), 6);
+        let refused = |rules: &str| Approvers::parse(&format!("{TEAM}{rules}")).unwrap_err();
+        // TEAM is 9 lines; the second rule starts on line 12.
+        let bad = "\n[[rule]]\ntools = [\"a\"]\n\n[[rule]]\nwhen = \"args.cents >\"\n";
+        let said = refused(bad);
+        assert!(
+            said.starts_with("line 14: rule “rule 2”: its condition does not parse"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\nwhen = \"cents > 5\"\n");
+        assert!(
+            said.starts_with("line 11: rule “rule 1”: its condition names `cents`"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\ntools = [\"a\"]\nwhenn = \"true\"\n");
+        assert!(said.starts_with("line 13: unknown field `whenn`"), "{said}");
+        let said = refused("\n[[rule]]\ndecision = \"maybe\"\n");
+        assert!(
+            said.starts_with("line 12: unknown variant `maybe`"),
+            "{said}"
+        );
     }
 }

@@ -562,6 +562,9 @@ pub(super) async fn decide(
             )))
         }
         Err(OperatorError::Store(e)) => Err(store(e)),
+        // The rules in force on the store, which another instance may
+        // have published since this one read its file.
+        Err(OperatorError::Rule(refused)) => Err(Refused::Rule(shown(&refused.to_string()))),
         Err(e) => Err(Refused::NotApplicable(format!(
             "{}.",
             shown(&e.to_string())

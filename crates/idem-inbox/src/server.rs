@@ -75,6 +75,13 @@ where
         None => None,
     };
     let operator = store.await.map_err(|e| InboxError::Store(e.into()))?;
+    // The rules in force for every decision on the store, whichever
+    // surface makes it (`idem approve`, the MCP chat, a program).
+    approvers
+        .rules()
+        .publish(operator.store().as_ref())
+        .await
+        .map_err(|e| InboxError::Store(e.into()))?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| InboxError::Listen { addr, source })?;
@@ -281,11 +288,19 @@ fn endpoints(
 /// Read the approvers file at `path` again (on SIGHUP), and put it in
 /// place at once (who may sign in, their passwords and tokens, the rules);
 /// a file that cannot be read or is not valid keeps the one loaded, and
-/// says why on stderr. The webhooks stay those of the start.
+/// says why on stderr. The webhooks stay those of the start. The rules are
+/// published to the store again, for every surface that decides.
 fn reload(app: &App, path: &std::path::Path) {
     match Approvers::load(path) {
         Ok(approvers) => {
-            *app.approvers.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(approvers);
+            let approvers = Arc::new(approvers);
+            *app.approvers.write().unwrap_or_else(|p| p.into_inner()) = approvers.clone();
+            let store = app.operator.store().clone();
+            tokio::spawn(async move {
+                if let Err(e) = approvers.rules().publish(store.as_ref()).await {
+                    eprintln!("idem serve: SIGHUP: the approval rules could not be published to the store: {e}");
+                }
+            });
             eprintln!(
                 "idem serve: SIGHUP: reloaded the approvers file {}",
                 path.display()

@@ -270,34 +270,60 @@ impl States {
     }
 }
 
+/// Who answers in the chat.
+#[derive(Debug, Clone)]
+pub(crate) struct ChatUser {
+    /// The principal as authenticated, or "the chat user": the name an
+    /// approval is recorded under and the approval rules judge.
+    pub(crate) name: String,
+    /// The client they answer in, if it said.
+    pub(crate) client: Option<String>,
+}
+
+impl std::fmt::Display for ChatUser {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.client {
+            Some(client) => write!(f, "{} (in {client})", self.name),
+            None => f.write_str(&self.name),
+        }
+    }
+}
+
 /// Record the person's answer about `record`, if it is still the request
 /// they were asked about (awaiting approval, the same arguments, created
 /// when it was): accept approves, decline denies, no answer notes that
 /// they were asked. A record decided meanwhile is left as it is, and the
 /// call is answered from it.
+///
+/// The approval rules in force on the store judge the answer as they
+/// judge every decision: an acceptance they refuse (the person asked for
+/// the call themselves under `forbid_self_approval`, is not an approver,
+/// or is one of several approvals needed) decides nothing more than they
+/// allow, and a refusal is written in the audit log with its reason.
 pub(crate) async fn record_answer(
     operator: &Operator,
     record: &Record,
     answer: Answer,
-    who: &str,
+    who: &ChatUser,
 ) -> Result<(), OperatorError> {
     if record.status() != Status::AwaitingApproval {
         return Ok(());
     }
+    let via = who
+        .client
+        .as_deref()
+        .map_or(String::new(), |c| format!(" ({c})"));
     let decided = match answer {
         Answer::Accept => operator
             .approve_record(
                 record,
-                Approval {
-                    approver: who.to_owned(),
-                    note: Some("approved in the chat".to_owned()),
-                    fingerprint: None,
-                },
+                Approval::granted_by(who.name.clone())
+                    .with_note(format!("approved in the chat{via}")),
             )
             .await
             .map(drop),
         Answer::Decline => operator
-            .deny_record(record, who, "declined in the chat")
+            .deny_record(record, &who.name, &format!("declined in the chat{via}"))
             .await
             .map(drop),
         Answer::None => return Ok(()),
@@ -305,6 +331,16 @@ pub(crate) async fn record_answer(
     match decided {
         // Someone else decided first: their decision stands.
         Err(OperatorError::Changed { .. }) => Ok(()),
+        Err(OperatorError::Rule(refused)) => {
+            tracing::warn!(reason = %refused, "the approval rules refused the chat user's answer");
+            operator
+                .note_asked(
+                    record,
+                    &Actor::new(who.to_string())
+                        .because(format!("the answer in the chat was refused: {refused}")),
+                )
+                .await
+        }
         other => other,
     }
 }

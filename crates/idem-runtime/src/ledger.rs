@@ -78,6 +78,8 @@ pub mod names {
     pub const NOTIFY: &str = "idem:notify";
     /// A webhook endpoint's cursor into the audit log.
     pub const NOTIFY_CURSOR: &str = "idem:notify:cursor";
+    /// The approval rules in force on the store (one record).
+    pub const APPROVAL_RULES: &str = "idem:approval-rules";
 
     /// The repeat-window index of `tool` (`idem:window:TOOL`).
     pub fn window_index(tool: &str) -> String {

@@ -18,6 +18,7 @@ pub mod ctx;
 pub mod dispatch;
 pub mod error;
 pub mod executor;
+pub mod glob;
 pub mod key;
 pub mod ledger;
 pub mod operator;

@@ -1,6 +1,8 @@
 //! `idem approve` and `idem deny`: a person's decision on a call awaiting
 //! approval, recorded on the record with who and why, and checked against
-//! the approval rules of the approvers file when `--approvers` names it.
+//! the approval rules in force on the store (which the operator checks
+//! again as it writes) and those of the approvers file when `--approvers`
+//! names it.
 
 use std::path::Path;
 
@@ -32,34 +34,30 @@ pub(super) async fn approve(
     }
     let key = find(operator, &args.key).await?;
     let record = operator.show(&key).await.map_err(CliError::from)?;
-    let approving = match &args.approvers {
-        Some(path) => {
-            let allowed = checked(path, &by, &record, Act::Approve)?;
-            operator
-                .add_approval(&record, approval, allowed.required)
-                .await
-                .map(|approving| (approving, Some(allowed)))
-        }
-        None => {
-            // Without the file no rule can be checked: the store's
-            // operator approves as before, except a call that shows it is
-            // under a rule needing several approvals.
-            let given = record.approvals();
-            if !given.is_empty() {
-                return Err(CliError::RulesNotChecked {
-                    key: short_key(key.as_str()).to_owned(),
-                    given: given.len(),
-                    by: visible(&names(&given)).into_owned(),
-                });
-            }
-            operator
-                .approve_record(&record, approval)
-                .await
-                .map(|r| (Approving::Granted(r), None))
-        }
+    // The rules of the file, when given, and always those in force on the
+    // store, which the operator checks again as it writes.
+    let from_file = match &args.approvers {
+        Some(path) => Some(checked(path, &by, &record, Act::Approve)?),
+        None => None,
     };
-    let (approving, allowed) = match approving {
-        Ok(done) => done,
+    let in_force = match operator.rules_allow(&record, &by, Act::Approve).await {
+        Ok(in_force) => in_force,
+        Err(e) => return Err(refused(operator, e).await),
+    };
+    let given = record.approvals();
+    if from_file.is_none() && in_force.is_none() && !given.is_empty() {
+        // No rule to check, on a call that shows it is under one needing
+        // several approvals.
+        return Err(CliError::RulesNotChecked {
+            key: short_key(key.as_str()).to_owned(),
+            given: given.len(),
+            by: visible(&names(&given)).into_owned(),
+        });
+    }
+    let allowed = from_file.or(in_force);
+    let required = allowed.as_ref().map_or(1, |a| a.required);
+    let approving = match operator.add_approval(&record, approval, required).await {
+        Ok(approving) => approving,
         Err(e) => return Err(refused(operator, e).await),
     };
     let line = match &approving {
@@ -68,7 +66,11 @@ pub(super) async fn approve(
             given,
             required,
         } => {
-            let allowed = allowed.expect("only a rule asks for several approvals");
+            let allowed = allowed.unwrap_or_else(|| Allowed {
+                rule: None,
+                required: *required,
+                others: "another approver".to_owned(),
+            });
             format!(
                 "approval {given} of {required} recorded for {} ({}) by {} under rule “{}”: nothing runs until {} approves too (approved so far by {})\n",
                 short_key(key.as_str()),

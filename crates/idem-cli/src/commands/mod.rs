@@ -142,6 +142,9 @@ async fn now(operator: &Operator) -> Result<Timestamp, CliError> {
 
 /// An operator error, with the store's time for its message.
 async fn refused(operator: &Operator, error: OperatorError) -> CliError {
+    if let OperatorError::Rule(refusal) = error {
+        return CliError::Rule(*refusal);
+    }
     let now = operator.store().now().await.ok();
     CliError::Operator { error, now }
 }

@@ -294,12 +294,13 @@ async fn idem_approve_with_the_approvers_file_holds_its_two_person_rule(url: &st
     let file = dir.path().join("approvers.toml");
     std::fs::write(&file, FINANCE).unwrap();
     let file = file.to_str().unwrap();
-    // The asker is the namespace's last part: ada.
+    // The asker is the agent's principal: ada.
     let namespace = format!("{}/ada", unique("finance"));
     let app = App::default();
     let agent = dispatcher(url, &app, Duration::ZERO).await;
     let call = delete_call(&unique("call"), "mallory");
-    let first = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+    let asked = tenant(&namespace).principal("ada");
+    let first = agent.dispatch_one(call.clone(), &asked).await;
     let Err(IdemError::ApprovalPending { key, .. }) = &first.result else {
         panic!("expected a pending approval: {:?}", first.result)
     };

@@ -279,6 +279,11 @@ async fn webhooks_are_delivered_once_per_event_and_endpoint_across_a_restart(url
     assert_eq!(pending.body["tool"], "delete_account");
     assert_eq!(pending.body["namespace"], json!(billing));
     assert_eq!(pending.body["state"], "awaiting_approval");
+    assert_eq!(pending.body["approvals"]["text"], "0 of 1");
+    assert_eq!(
+        pending.body["approvals"]["may_still_decide"],
+        "any approver"
+    );
     assert_eq!(
         pending.body["link"],
         serve.url(&format!("/records/{billed}"))
@@ -297,6 +302,9 @@ async fn webhooks_are_delivered_once_per_event_and_endpoint_across_a_restart(url
     assert_eq!(decided.attempt, 2, "the first attempt was refused");
     assert_eq!(decided.body["state"], "approved");
     assert_eq!(decided.body["by"], "bot");
+    assert_eq!(decided.body["approvals"]["text"], "1 of 1");
+    assert_eq!(decided.body["approvals"]["approved_by"], json!(["bot"]));
+    assert_eq!(decided.body["approvals"]["may_still_decide"], json!([]));
 
     // The delivery log, for approvers only.
     sign_in(&mut http, &serve, DANA).await;

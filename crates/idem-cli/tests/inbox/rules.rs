@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use idem::dispatch::ToolCall;
 use idem::prelude::*;
 use serde_json::{json, Value};
 
@@ -34,6 +35,32 @@ async fn finance(url: &str) -> (App, Dispatcher<App>, Serve) {
     (app, agent, serve)
 }
 
+/// Calls in `namespace` (`finance-…/NAME`) by the agent of principal
+/// NAME.
+fn asker(namespace: &str) -> RunContext {
+    let name = namespace.rsplit('/').next().unwrap();
+    tenant(namespace).principal(name)
+}
+
+/// `namespace` asks to delete `customer`'s account: the call and the
+/// inbox item.
+async fn waiting_call(
+    agent: &Dispatcher<App>,
+    http: &mut Http,
+    serve: &Serve,
+    namespace: &str,
+    customer: &str,
+) -> (ToolCall, Value) {
+    let call = delete_call(&unique("call"), customer);
+    let first = agent.dispatch_one(call.clone(), &asker(namespace)).await;
+    assert!(
+        matches!(first.result, Err(IdemError::ApprovalPending { .. })),
+        "{:?}",
+        first.result
+    );
+    (call, listed(http, serve, namespace).await)
+}
+
 /// `namespace` asks to delete `customer`'s account: the inbox item.
 async fn asked(
     agent: &Dispatcher<App>,
@@ -42,14 +69,9 @@ async fn asked(
     namespace: &str,
     customer: &str,
 ) -> Value {
-    let call = delete_call(&unique("call"), customer);
-    let first = agent.dispatch_one(call, &tenant(namespace)).await;
-    assert!(
-        matches!(first.result, Err(IdemError::ApprovalPending { .. })),
-        "{:?}",
-        first.result
-    );
-    listed(http, serve, namespace).await
+    waiting_call(agent, http, serve, namespace, customer)
+        .await
+        .1
 }
 
 /// `who` (a token approver) reads the record under `key` and makes
@@ -137,13 +159,7 @@ async fn a_two_person_rule_runs_the_call_on_the_second_distinct_approval() {
     let (app, agent, serve) = finance(&url).await;
     let mut http = Http::default();
     let namespace = format!("{}/ops", unique("finance"));
-    let call = delete_call(&unique("call"), "eve");
-    let first = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
-    assert!(matches!(
-        first.result,
-        Err(IdemError::ApprovalPending { .. })
-    ));
-    let item = listed(&mut http, &serve, &namespace).await;
+    let (call, item) = waiting_call(&agent, &mut http, &serve, &namespace, "eve").await;
     let key = item["key"].as_str().unwrap().to_owned();
 
     for action in ["approve", "deny"] {
@@ -228,7 +244,7 @@ async fn a_two_person_rule_runs_the_call_on_the_second_distinct_approval() {
     );
 }
 
-/// The one who asked (the namespace's last part: erin) may not approve
+/// The one who asked (the agent's principal: erin) may not approve
 /// their own call, another may; and the asker may still deny it, which
 /// ends it after one approval of two.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -385,4 +401,67 @@ async fn a_refused_decision_keeps_what_the_person_typed() {
         .await;
     refused.says(409, &format!(">{reason}</textarea>"));
     assert_eq!(page.app.deletions(), 0);
+}
+
+/// The rules `idem serve` holds are in force wherever a decision is
+/// written: `idem approve` and `idem deny` without `--approvers` (the
+/// command every pending call's message prints) refuse the asker's own
+/// approval, a name the file does not list and one the rule does not
+/// list; two others approve it and it runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_approve_without_the_file_holds_the_rules_idem_serve_published() {
+    let (_dir, url) = crate::support::sqlite();
+    let (app, agent, serve) = finance(&url).await;
+    let idem = crate::support::Idem::new(&url);
+    let mut http = Http::default();
+    let namespace = format!("{}/erin", unique("finance"));
+    let (call, item) = waiting_call(&agent, &mut http, &serve, &namespace, "eve").await;
+    let key = item["key"].as_str().unwrap();
+
+    idem.run(&["approve", key, "--by", "erin"]).await.fails(
+        1,
+        &format!("Rule “deletions” forbids approving your own call: erin asked for it (namespace {namespace})."),
+    );
+    idem.run(&["approve", key, "--by", "bob"])
+        .await
+        .fails(1, "bob is not an approver in the approval rules in force");
+    idem.run(&["approve", key, "--by", "gus"]).await.fails(
+        1,
+        "Rule “deletions” lets only dana, erin and frank decide calls of delete_account",
+    );
+    idem.run(&["deny", key, "--by", "bob", "--reason", "mine"])
+        .await
+        .fails(1, "bob is not an approver in the approval rules in force");
+    let shown = idem.run(&["show", key, "--json"]).await.json();
+    assert_eq!(shown["status"], "awaiting_approval", "nothing was decided");
+
+    let out = idem.run(&["approve", key, "--by", "frank"]).await;
+    assert!(
+        out.ok().contains("approval 1 of 2 recorded")
+            && out
+                .stdout
+                .contains("under rule “deletions”: nothing runs until dana approves too"),
+        "{}",
+        out.stdout
+    );
+    assert_eq!(app.deletions(), 0);
+    let out = idem.run(&["approve", key, "--by", "dana"]).await;
+    assert!(out.ok().starts_with("approved "), "{}", out.stdout);
+    let ran = agent.dispatch_one(call, &asker(&namespace)).await;
+    assert_eq!(
+        ran.result.expect("runs once approved").output,
+        json!("deleted eve")
+    );
+    assert_eq!(app.deletions(), 1);
+    let events = idem.run(&["log", key, "--json"]).await.json();
+    let actions: Vec<&str> = events["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["action"].as_str())
+        .collect();
+    assert!(
+        actions.ends_with(&["approval_added", "approved"]),
+        "only the two allowed approvals were written: {actions:?}"
+    );
 }

@@ -9,4 +9,5 @@ mod support;
 
 mod otlp;
 mod policy;
+mod rules;
 mod upstreams;

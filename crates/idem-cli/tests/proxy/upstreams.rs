@@ -120,7 +120,12 @@ const PYTHON: &str =
 
 /// The Python client's cases: every one but those naming a store server
 /// of their own (`cases: None`), or those `cases` name, with `envs`.
-fn python_cases(what: &str, cases: Option<&str>, envs: &[(&str, &std::ffi::OsStr)], keep_as: &str) {
+pub fn python_cases(
+    what: &str,
+    cases: Option<&str>,
+    envs: &[(&str, &std::ffi::OsStr)],
+    keep_as: &str,
+) {
     let Some(servers) = servers() else {
         idem_testkit::skip(what, SERVERS);
         return;

@@ -38,6 +38,7 @@ from proxy_ops import (  # noqa: F401
 )
 from proxy_dead_instance import dead_instance
 from proxy_gateway import gateway
+from proxy_rules import chat_under_rules
 from proxy_soak import soak
 
 
@@ -405,6 +406,7 @@ CASES = {
     "principals_reloaded": principals_reloaded,
     "config_reloaded": config_reloaded,
     "ctrl_c_in_a_terminal": ctrl_c_in_a_terminal,
+    "chat_under_rules": chat_under_rules,
 }
 
 
@@ -412,7 +414,7 @@ CASES = {
 # need (PostgreSQL, PyPI's mcp-server-git), or that stops the proxy.
 OWN_TEST = {"two_instances", "dead_instance", "gateway", "soak", "drained_on_sigterm", "grace_runs_out",
             "second_signal", "session_deleted", "access_logged", "health_and_readiness", "metrics_scraped",
-            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal"}
+            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal", "chat_under_rules"}
 
 
 async def main() -> None:

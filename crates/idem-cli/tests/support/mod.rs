@@ -199,13 +199,29 @@ macro_rules! on_every_store_url {
     ($($test:ident),+ $(,)?) => {
         idem_testkit::on_every_store! {
             stores: [sqlite, redis, postgres],
-            run: |scenario, store| scenario(store.url()).await,
+            run: |scenario, store| scenario(&crate::support::own_store(store.url())).await,
             tests: [$($test),+],
         }
     };
 }
 #[allow(unused_imports)]
 pub(crate) use on_every_store_url;
+
+/// A store of the scenario's own on the server at `url` (a Redis key
+/// prefix, a PostgreSQL schema; a SQLite file is the scenario's already):
+/// what is kept store-wide — the approval rules `idem serve` publishes —
+/// is then the scenario's alone, as it is a team's on its store.
+pub fn own_store(url: &str) -> String {
+    let name = unique("t").replace('-', "_");
+    let joint = if url.contains('?') { '&' } else { '?' };
+    if url.starts_with("redis") {
+        format!("{url}{joint}prefix={name}")
+    } else if url.starts_with("postgres") {
+        format!("{url}{joint}schema={name}")
+    } else {
+        url.to_owned()
+    }
+}
 
 /// What a scenario on one store starts with: the `idem` program on the
 /// store at `url`, a namespace of its own (`tenant-…`: the server stores

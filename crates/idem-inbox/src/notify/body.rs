@@ -54,6 +54,7 @@ fn plain(event: &Event, link: &str) -> Value {
         "run_id": event.asked.run_id,
         "step": event.asked.step,
         "why": event.why,
+        "approvals": event.progress.as_ref().map(|p| p.json()),
         "link": link,
     })
 }
@@ -73,15 +74,19 @@ fn slack(event: &Event, link: &str) -> Value {
         (Kind::Overdue, _) => format!("*Overdue, still awaiting approval:* {tool}{namespace}"),
         (Kind::Decided, state) => {
             let by = mrkdwn(event.by.as_deref().unwrap_or("somebody"));
-            let what = match state {
-                "approved" => "Approved",
-                "denied" => "Denied",
-                _ => "One approval added to",
+            let what = match (state, &event.progress) {
+                ("approved", _) => "Approved".to_owned(),
+                ("denied", _) => "Denied".to_owned(),
+                (_, Some(p)) => format!("Approval {} of {}", p.given, p.required),
+                _ => "One approval added to".to_owned(),
             };
             format!("*{what}* by {by}: {tool}{namespace}")
         }
     };
     let mut text = headline.clone();
+    if let Some(progress) = &event.progress {
+        text.push_str(&format!("\nApprovals: {}", mrkdwn(&progress.words())));
+    }
     if let Some(why) = &event.why {
         text.push_str(&format!(
             "\nWhy, in the caller's words: “{}”",
@@ -155,6 +160,7 @@ mod tests {
                 ..Default::default()
             },
             why: Some("the user said <@U123> asked for it".into()),
+            progress: None,
         }
     }
 
@@ -191,6 +197,44 @@ mod tests {
 
     /// `printf '1700000000.{}' | openssl dgst -sha256 -hmac 0123456789abcdef`
     const OPENSSL: &str = "e4f8e2ecae2295b2ddb2f0b5584c8275e226c0ebe9b3b819e70156bb67122e3e";
+
+    #[test]
+    fn every_body_says_n_of_m_who_approved_and_who_may_still_decide() {
+        let mut added = event("{}");
+        added.kind = Kind::Decided;
+        added.state = "approval_added";
+        added.by = Some("dana".into());
+        added.progress = Some(crate::notify::progress::Progress {
+            given: 1,
+            required: 2,
+            by: vec!["dana".into()],
+            may_decide: Some(vec!["erin".into(), "frank".into()]),
+            rule: Some("large refunds".into()),
+        });
+        let slack: Value =
+            serde_json::from_slice(&body(&added, Format::Slack, "https://i.example")).unwrap();
+        let text = slack["blocks"][0]["text"]["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("*Approval 1 of 2* by dana: delete_account"),
+            "{text}"
+        );
+        assert!(
+            text.contains("Approvals: 1 of 2 approvals (dana); erin or frank may still approve"),
+            "{text}"
+        );
+        let plain: Value =
+            serde_json::from_slice(&body(&added, Format::Json, "https://i.example")).unwrap();
+        assert_eq!(plain["approvals"]["text"], "1 of 2");
+        assert_eq!(
+            plain["approvals"]["approved_by"],
+            serde_json::json!(["dana"])
+        );
+        assert_eq!(
+            plain["approvals"]["may_still_decide"],
+            serde_json::json!(["erin", "frank"])
+        );
+        assert_eq!(plain["approvals"]["rule"], "large refunds");
+    }
 
     #[test]
     fn the_json_body_says_who_asked_and_why() {

@@ -20,6 +20,9 @@ use idem_runtime::store::StoreExt;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
+use super::progress::Progress;
+use idem_runtime::approval::rules::Rules;
+
 /// The kinds of event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -74,6 +77,9 @@ pub(crate) struct Event {
     /// Why the call was made, in the caller's words, when it said
     /// (pending, overdue).
     pub why: Option<String>,
+    /// Approvals it has and needs, and who may still decide (`None`: the
+    /// record could not be read).
+    pub progress: Option<Progress>,
 }
 
 /// What a call recorded of where it came from.
@@ -101,7 +107,12 @@ fn id(parts: &[&str]) -> String {
 /// The pending event of `record` and, once it waited longer than
 /// `overdue` at `now`, its overdue event; nothing for a record that does
 /// not await approval (an approved one included).
-pub(crate) fn waiting(record: &Record, now: Timestamp, overdue: Duration) -> Vec<Event> {
+pub(crate) fn waiting(
+    record: &Record,
+    now: Timestamp,
+    overdue: Duration,
+    rules: Option<&Rules>,
+) -> Vec<Event> {
     let RecordState::AwaitingApproval { requested_at, .. } = &record.state else {
         return Vec::new();
     };
@@ -126,6 +137,7 @@ pub(crate) fn waiting(record: &Record, now: Timestamp, overdue: Duration) -> Vec
             step: record.info.step,
         },
         why: record.info.reason.as_ref().map(|r| r.as_str().to_owned()),
+        progress: Some(Progress::of(record, rules)),
     };
     let mut events = vec![event(Kind::Pending)];
     if requested_at.until(now) > overdue {
@@ -157,6 +169,7 @@ pub(crate) fn decided(audit: &AuditEvent) -> Option<Event> {
         args: None,
         asked: Asked::default(),
         why: None,
+        progress: None,
     })
 }
 
@@ -169,13 +182,16 @@ pub(crate) async fn read_waiting(
     overdue: Duration,
 ) -> Result<Vec<Event>, String> {
     let now = operator.store().now().await.map_err(|e| e.to_string())?;
+    let rules = Rules::in_force(operator.store().as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
     let pending = operator
         .pending(&Filter::default())
         .await
         .map_err(|e| e.to_string())?;
     Ok(pending
         .iter()
-        .flat_map(|r| waiting(r, now, overdue))
+        .flat_map(|r| waiting(r, now, overdue, rules.as_ref()))
         .collect())
 }
 
@@ -200,9 +216,32 @@ pub(crate) async fn read_decided(
         events.extend(page.events.iter().filter_map(decided));
         match page.cursor {
             Some(next) => cursor = Some(next),
-            None => return Ok(events),
+            None => break,
         }
     }
+    // Where each call decided on stands now: "1 of 2", who may still.
+    let rules = Rules::in_force(store.as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
+    for event in &mut events {
+        let Ok(key) = idem_runtime::key::IdempotencyKey::parse(&event.key) else {
+            continue;
+        };
+        if let Ok(Some(record)) = store.get(&key).await {
+            let mut progress = Progress::of(&record, rules.as_ref());
+            // As of this decision: its approver's place among them.
+            let place = event
+                .by
+                .as_ref()
+                .and_then(|by| progress.by.iter().position(|n| n == by));
+            if let Some(place) = place {
+                progress.by.truncate(place + 1);
+                progress.given = place + 1;
+            }
+            event.progress = Some(progress);
+        }
+    }
+    Ok(events)
 }
 
 #[cfg(test)]

@@ -27,6 +27,7 @@ pub(crate) mod endpoint;
 mod event;
 pub(crate) mod log;
 mod outbox;
+mod progress;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -10,13 +10,13 @@ use crate::ask::{self, Answer, Form};
 use idem_runtime::key::IdempotencyKey;
 
 impl<S: Send + Sync + 'static> Tools<S> {
-    /// Who approves in the chat, as recorded: the principal or "the chat
-    /// user", and the client.
-    fn chat_user(principal: Option<&str>, context: &RequestContext<RoleServer>) -> String {
-        let who = principal.unwrap_or("the chat user");
-        match context.client_info() {
-            Some(client) => format!("{who} (in {})", client.name),
-            None => who.to_owned(),
+    /// Who answers in the chat: the principal as authenticated (the name
+    /// the approval rules know), or "the chat user"; and the client they
+    /// answer in, for the note beside it.
+    fn chat_user(principal: Option<&str>, context: &RequestContext<RoleServer>) -> ask::ChatUser {
+        ask::ChatUser {
+            name: principal.unwrap_or("the chat user").to_owned(),
+            client: context.client_info().map(|c| c.name.clone()),
         }
     }
 
@@ -51,7 +51,7 @@ impl<S: Send + Sync + 'static> Tools<S> {
             }
         }
         let who = Self::chat_user(principal, context);
-        if let Err(e) = ask::note_asked(&operator, &record, &who).await {
+        if let Err(e) = ask::note_asked(&operator, &record, &who.to_string()).await {
             tracing::warn!(error = %e, "could not note the question; not asking");
             return Asked::Pending;
         }

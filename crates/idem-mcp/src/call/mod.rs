@@ -284,6 +284,8 @@ impl<S: Send + Sync + 'static> Tools<S> {
             run: {
                 let mut run = RunContext::default().namespace(namespace);
                 run.reason = reason;
+                // Who asked, as authenticated, for the approval rules.
+                run.principal = principal.clone();
                 run
             },
             fingerprint,

@@ -12,6 +12,7 @@
 //! (`transition.rs`) that the executor and
 //! [`Operator`](crate::operator::Operator) both use.
 
+pub mod rules;
 pub(crate) mod transition;
 
 use std::collections::BTreeSet;

@@ -13,7 +13,7 @@ use crate::error::IdemError;
 use crate::key::Fingerprint;
 use crate::record::{AuditAction, Status};
 
-use crate::record::APPROVAL_STEP;
+use crate::record::{APPROVAL_STEP, ASKER_STEP, RULE_STEP};
 use crate::store::StoreExt;
 
 use super::env::{ApprovalSource, CallEnv};
@@ -53,41 +53,17 @@ async fn decide(
     // Who decided, for the audit log: the caller that handed in an
     // approval, or the executor's policy.
     let given = matches!(env.approval, ApprovalSource::Given(_));
+    // The rule that decided, if the approval rules did.
+    let mut by_rule: Option<String> = None;
     let decision = match &env.approval {
         ApprovalSource::Given(approval) => ApprovalDecision::Approved(Approval::clone(approval)),
         ApprovalSource::Policy => {
-            let Some(policy) = &env.core.approvals else {
-                record::release_unstarted(env, owner).await?;
-                return Err(errors::refuse(
-                    env,
-                    IdemError::ApprovalRequired {
-                        tool: env.name().to_owned(),
-                    },
-                ));
-            };
-            let request = ApprovalRequest {
-                tool: env.name().to_owned(),
-                key: owner.key.clone(),
-                namespace: owner.namespace().clone(),
-                call_id: env.call_id.clone(),
-                args: args(),
-                reason: env.run.reason.clone(),
-            };
-            match policy.decide(&request).await {
-                Ok(decision) => decision,
-                Err(cause) => {
-                    // Undecided is not a denial to remember.
-                    record::release_unstarted(env, owner).await?;
-                    telemetry::count(env, Count::ApprovalDenied);
-                    return Err(errors::refuse(
-                        env,
-                        IdemError::ApprovalDenied {
-                            tool: env.name().to_owned(),
-                            reason: format!("the approval policy could not decide: {cause}"),
-                            deduplicated: false,
-                        },
-                    ));
+            match super::rules::decide(env, owner, fingerprint, args).await? {
+                Some(decided) => {
+                    by_rule = Some(decided.rule);
+                    decided.decision
                 }
+                None => ask_policy(env, owner, args).await?,
             }
         }
     };
@@ -120,7 +96,7 @@ async fn decide(
         }
         ApprovalDecision::Pending { message } => {
             Metrics::bump(&env.metrics().approvals_pending);
-            park(env, owner, &message).await?;
+            park(env, owner, &message, by_rule.as_deref()).await?;
             Err(IdemError::ApprovalPending {
                 tool: env.name().to_owned(),
                 key: owner.key.clone(),
@@ -134,7 +110,7 @@ async fn decide(
                 owner,
                 fingerprint,
                 AuditAction::DeniedByPolicy,
-                "approval policy",
+                &by_rule.map_or("approval policy".to_owned(), |r| format!("rule “{r}”")),
                 Some(reason.clone()),
                 Status::Failed,
             )
@@ -152,10 +128,61 @@ async fn decide(
     }
 }
 
+/// The executor's approval policy's decision (refused when it has none,
+/// or cannot decide: the key is released, and a later call asks again).
+async fn ask_policy(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    args: &(dyn Fn() -> Value + Sync),
+) -> Result<ApprovalDecision, IdemError> {
+    let Some(policy) = &env.core.approvals else {
+        record::release_unstarted(env, owner).await?;
+        return Err(errors::refuse(
+            env,
+            IdemError::ApprovalRequired {
+                tool: env.name().to_owned(),
+            },
+        ));
+    };
+    let request = ApprovalRequest {
+        tool: env.name().to_owned(),
+        key: owner.key.clone(),
+        namespace: owner.namespace().clone(),
+        call_id: env.call_id.clone(),
+        args: args(),
+        reason: env.run.reason.clone(),
+    };
+    match policy.decide(&request).await {
+        Ok(decision) => Ok(decision),
+        Err(cause) => {
+            // Undecided is not a denial to remember.
+            record::release_unstarted(env, owner).await?;
+            telemetry::count(env, Count::ApprovalDenied);
+            Err(errors::refuse(
+                env,
+                IdemError::ApprovalDenied {
+                    tool: env.name().to_owned(),
+                    reason: format!("the approval policy could not decide: {cause}"),
+                    deduplicated: false,
+                },
+            ))
+        }
+    }
+}
+
+/// Who asked for the call `owner` holds, as recorded for the approval
+/// rules: the principal as authenticated, else the namespace whole.
+pub(super) fn asker(env: &CallEnv<'_>, owner: &Owner<'_>) -> String {
+    match &env.run.principal {
+        Some(principal) => principal.clone(),
+        None => owner.namespace().as_str().to_owned(),
+    }
+}
+
 /// Append a decision about the call to the store's audit log, before it
 /// is recorded on the record: a decision that cannot be logged is not
 /// acted on (the call fails closed, and a later call asks again).
-async fn log_decision(
+pub(super) async fn log_decision(
     env: &CallEnv<'_>,
     owner: &Owner<'_>,
     fingerprint: &Fingerprint,
@@ -185,7 +212,12 @@ async fn log_decision(
 
 /// Record the call as awaiting approval: the owner gives up its lease,
 /// since nothing runs until a person decides.
-async fn park(env: &CallEnv<'_>, owner: &Owner<'_>, message: &str) -> Result<(), IdemError> {
+async fn park(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    message: &str,
+    rule: Option<&str>,
+) -> Result<(), IdemError> {
     let store = env.store();
     let err = |e| errors::owner(env, owner, e);
     let now = store.now().await.map_err(err)?;
@@ -197,7 +229,12 @@ async fn park(env: &CallEnv<'_>, owner: &Owner<'_>, message: &str) -> Result<(),
         });
     };
     let ttl = env.core.config.approval_ttl;
-    let parked = transition::park(record, owner.fence, now, ttl, message);
+    let mut parked = transition::park(record, owner.fence, now, ttl, message);
+    let steps = &mut parked.record.steps;
+    steps.insert(ASKER_STEP.to_owned(), Value::String(asker(env, owner)));
+    if let Some(rule) = rule {
+        steps.insert(RULE_STEP.to_owned(), Value::String(rule.to_owned()));
+    }
     store
         .replace(&owner.key, parked.expected, Some(&parked.record), None)
         .await

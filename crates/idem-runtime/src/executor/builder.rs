@@ -154,6 +154,7 @@ impl<S> ExecutorBuilder<S> {
                     config: self.config,
                     approvals: self.approvals,
                     clock: self.clock,
+                    rules: Default::default(),
                     #[cfg(not(feature = "otel"))]
                     metrics: Metrics::default(),
                     #[cfg(feature = "otel")]

@@ -48,6 +48,11 @@ pub struct RunContext {
     /// beside its tool calls): recorded with each call that this claims
     /// first, shown to whoever decides on it. Never part of the key.
     pub reason: Option<Reason>,
+    /// Who makes the calls, as authenticated (an MCP caller's principal,
+    /// a signed-in user): recorded with a call that waits for approval,
+    /// for the approval rules' `forbid_self_approval`. `None`: the
+    /// namespace is the principal.
+    pub principal: Option<String>,
 }
 
 impl RunContext {
@@ -59,6 +64,7 @@ impl RunContext {
             namespace: None,
             repeat_window: None,
             reason: None,
+            principal: None,
         }
     }
 
@@ -71,6 +77,12 @@ impl RunContext {
     /// Key a call that has neither a call id nor a run by `window`.
     pub fn repeat_window(mut self, window: RepeatWindow) -> Self {
         self.repeat_window = Some(window);
+        self
+    }
+
+    /// Made by `principal`, as authenticated ([`RunContext::principal`]).
+    pub fn principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
         self
     }
 

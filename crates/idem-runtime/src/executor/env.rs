@@ -47,6 +47,8 @@ pub(super) struct Core {
     pub(super) config: ExecutorConfig,
     pub(super) approvals: Option<Arc<dyn ApprovalPolicy>>,
     pub(super) clock: Arc<dyn Clock>,
+    /// The approval rules in force on the store, as last read.
+    pub(super) rules: super::rules::RulesCache,
     pub(super) metrics: Metrics,
     /// Keys this executor is claiming now (in-process single-flight).
     pub(super) flights: Flights,

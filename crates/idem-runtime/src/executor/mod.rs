@@ -71,6 +71,7 @@ mod output;
 mod owner;
 mod pipeline;
 mod record;
+mod rules;
 mod takeover;
 mod telemetry;
 mod window;

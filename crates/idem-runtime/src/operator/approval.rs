@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use super::{Actor, Operator, OperatorError};
+use crate::approval::rules::{Act, Allowed, Rules};
 use crate::approval::transition::{self, Undecidable};
 use crate::approval::Approval;
 use crate::audit::{AuditEvent, AuditQuery};
@@ -104,22 +105,36 @@ impl Operator {
     /// record changed since it was read (another decision, a request that
     /// lapsed and was asked again with other arguments), the approval is
     /// refused with [`OperatorError::Changed`] and nothing changes.
+    ///
+    /// Checked against the approval rules in force on the store
+    /// ([`Rules::in_force`]): refused with [`OperatorError::Rule`] when
+    /// they do not let `approval.approver` approve it; when the rule that
+    /// applies needs several approvals, this is one of them, and the
+    /// record returned still awaits the others ([`Operator::add_approval`]
+    /// says how many it has).
     pub async fn approve_record(
         &self,
         record: &Record,
         approval: Approval,
     ) -> Result<Record, OperatorError> {
-        let record = record.clone();
-        self.check_pending(&record)?;
-        let at = self.store.now().await?;
-        let entry = AuditEntry {
-            at,
-            by: approval.approver.clone(),
-            action: AuditAction::Approved,
-            reason: approval.note.clone(),
-        };
-        let approved = transition::approve(&record, approval, at, self.kept_for(&record, None));
-        self.swap(&record, approved, entry).await
+        self.add_approval(record, approval, 1)
+            .await
+            .map(|approving| approving.record().clone())
+    }
+
+    /// What the approval rules in force say of `who` making `act` on
+    /// `record`: refused when they do not let them; `None` when no rules
+    /// are in force.
+    pub async fn rules_allow(
+        &self,
+        record: &Record,
+        who: &str,
+        act: Act,
+    ) -> Result<Option<Allowed>, OperatorError> {
+        match Rules::in_force(self.store.as_ref()).await? {
+            Some(rules) => Ok(Some(rules.allows(record, who, act)?)),
+            None => Ok(None),
+        }
     }
 
     /// Add `approval` to those the call awaiting approval `record` has (the
@@ -134,6 +149,12 @@ impl Operator {
     /// before it. Refused with [`OperatorError::ApprovedBefore`] when
     /// `approval.approver` approved it already, and as
     /// [`Operator::approve_record`] is.
+    ///
+    /// Checked against the approval rules in force on the store
+    /// ([`Rules::in_force`]): refused with [`OperatorError::Rule`] when
+    /// they do not let `approval.approver` approve it, and the call needs
+    /// as many approvals as the rule that applies says when that is more
+    /// than `required`.
     pub async fn add_approval(
         &self,
         record: &Record,
@@ -142,6 +163,10 @@ impl Operator {
     ) -> Result<Approving, OperatorError> {
         let record = record.clone();
         self.check_pending(&record)?;
+        let allowed = self
+            .rules_allow(&record, &approval.approver, Act::Approve)
+            .await?;
+        let required = required.max(allowed.map_or(1, |a| a.required));
         let before = record.approvals();
         if before
             .iter()
@@ -199,7 +224,9 @@ impl Operator {
     }
 
     /// [`Operator::deny`] the record as `record` shows it, and only that
-    /// version of it (see [`Operator::approve_record`]).
+    /// version of it (see [`Operator::approve_record`]). Refused with
+    /// [`OperatorError::Rule`] when the approval rules in force do not let
+    /// `by` decide it.
     pub async fn deny_record(
         &self,
         record: &Record,
@@ -208,6 +235,7 @@ impl Operator {
     ) -> Result<Record, OperatorError> {
         let record = record.clone();
         self.check_pending(&record)?;
+        self.rules_allow(&record, by, Act::Deny).await?;
         let at = self.store.now().await?;
         let denied = transition::deny(&record, reason, at, self.kept_for(&record, None));
         let entry = AuditEntry {

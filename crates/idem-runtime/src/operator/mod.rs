@@ -42,6 +42,7 @@ mod resolve;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::approval::rules::RuleRefusal;
 use crate::approval::transition::Replace;
 use crate::audit::AuditEvent;
 use crate::clock::Timestamp;
@@ -180,9 +181,20 @@ pub enum OperatorError {
         /// The key.
         key: IdempotencyKey,
     },
+    /// The approval rules in force on the store do not let this person
+    /// make this decision
+    /// ([`Rules::in_force`](crate::approval::rules::Rules::in_force)).
+    #[error("{0}")]
+    Rule(Box<RuleRefusal>),
     /// The store failed; nothing was changed.
     #[error("{0}")]
     Store(#[from] StoreError),
+}
+
+impl From<RuleRefusal> for OperatorError {
+    fn from(refusal: RuleRefusal) -> Self {
+        OperatorError::Rule(Box::new(refusal))
+    }
 }
 
 /// Operator actions on a store. Cheap to clone.

@@ -44,6 +44,10 @@ pub enum AuditAction {
     ApprovedByPolicy,
     /// The executor's approval policy denied a call.
     DeniedByPolicy,
+    /// A shadow approval rule matched a call: the event's `by` names the
+    /// rule, its reason what the rule would have decided. The rule decided
+    /// nothing.
+    ShadowRule,
     /// A person was asked to decide a call awaiting approval (in a chat,
     /// through MCP elicitation) and gave no decision: the call stays
     /// pending, and they are not asked about it again.
@@ -83,6 +87,7 @@ impl AuditAction {
             AuditAction::Deleted => "deleted",
             AuditAction::ApprovedByPolicy => "approved_by_policy",
             AuditAction::DeniedByPolicy => "denied_by_policy",
+            AuditAction::ShadowRule => "shadow_rule",
             AuditAction::Asked => "asked",
             AuditAction::SignedIn => "signed_in",
             AuditAction::SignInFailed => "sign_in_failed",

@@ -49,6 +49,20 @@ pub const APPROVAL_STEP: &str = "idem:approval";
 /// ([`Operator::add_approval`](crate::operator::Operator::add_approval)).
 pub const APPROVALS_STEP: &str = "idem:approvals";
 
+/// The step name under which the executor records, when it parks a call
+/// awaiting approval, who asked for it: the principal as authenticated
+/// ([`RunContext::principal`](crate::executor::RunContext::principal)),
+/// else the call's namespace whole. The approval rules compare an
+/// approver with it (`forbid_self_approval`); it is never parsed back out
+/// of a namespace, where a principal `mallory/erin` would read as `erin`.
+pub const ASKER_STEP: &str = "idem:asker";
+
+/// The step name under which the executor records, when an approval rule
+/// parks a call for people, the rule's name: the rule whose approvers,
+/// count and `forbid_self_approval` then govern every decision on it,
+/// whatever its arguments read like later.
+pub const RULE_STEP: &str = "idem:rule";
+
 /// The step name under which the number of the attempt about to start is
 /// recorded, before the tool body runs, for classes that are never re-run
 /// (`non_idempotent_write`, `irreversible`), and before every retry. A

@@ -416,13 +416,15 @@ async fn accepted_in_the_chat_the_deletion_runs_once_and_the_approver_is_recorde
     let trail: Vec<_> = record
         .audit
         .iter()
-        .map(|e| (e.action, e.by.clone()))
+        .map(|e| (e.action, e.by.clone(), e.reason.clone()))
         .collect();
+    // Recorded under the name the approval rules judge, the client beside.
     assert_eq!(
         trail,
         [(
             AuditAction::Approved,
-            "the chat user (in test-chat)".to_owned()
+            "the chat user".to_owned(),
+            Some("approved in the chat (test-chat)".to_owned())
         )]
     );
 }

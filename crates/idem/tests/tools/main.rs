@@ -29,6 +29,7 @@ mod repeat_window;
 mod repeat_window_stores;
 #[cfg(feature = "rig")]
 mod rig;
+mod rules;
 mod scenarios;
 mod store_phases;
 mod store_url;
