@@ -11,11 +11,13 @@
 //!
 //! The upstream is a small MCP server in this process (JSON answers, no
 //! session), so that what is measured is HTTP and the proxy, not a tool:
-//! `echo` (annotated read-only: the proxy never records it) and `write`
+//! `echo` (annotated read-only: the proxy never records it), `write`
 //! (annotated idempotent: the proxy claims and completes a record of it in
-//! its SQLite store, the default, for each call's own key). The proxy runs
-//! as users run it, a release build with its logs (`info`, an access line
-//! per call, written to a file) and its metrics on. For each tool and rate
+//! its SQLite store, the default, for each call's own key), and `write`
+//! again with the same keys (a duplicate: answered from the record). The
+//! proxy runs as users run it, a release build with its logs (`info`, an
+//! access line per call, written to a file) and its metrics on. For each
+//! call and rate
 //! (100 and 1,000 calls a second) the bench prints the 50th, 90th and 99th
 //! percentiles and the maximum of each path in milliseconds, and the
 //! difference: what the proxy adds. 100 calls at the rate are sent first
@@ -59,10 +61,13 @@ async fn run(calls: u64) {
     println!(
         "proxy_rate: {calls} calls per rate and tool, open loop, after {WARM_UP} unmeasured; ms"
     );
-    println!("| tool | calls/s | path | p50 | p90 | p99 | max | failed |");
+    println!("| call | calls/s | path | p50 | p90 | p99 | max | failed |");
     println!("|---|---|---|---|---|---|---|---|");
     let mut added = Vec::new();
-    for tool in ["echo", "write"] {
+    // A duplicate is `write` sent again with the keys (and arguments) of
+    // the `write` row at its rate: answered from the record by the proxy,
+    // run again by the upstream called directly.
+    for (row_name, tool) in [("echo", "echo"), ("write", "write"), ("duplicate", "write")] {
         for rate in RATES {
             let mut row = Vec::new();
             for (path, session) in [("direct", &direct), ("proxy", &proxied)] {
@@ -77,16 +82,16 @@ async fn run(calls: u64) {
                     spent.last().copied().unwrap_or(f64::NAN),
                 ];
                 println!(
-                    "| {tool} | {rate} | {path} | {:.3} | {:.3} | {:.3} | {:.3} | {failed} |",
+                    "| {row_name} | {rate} | {path} | {:.3} | {:.3} | {:.3} | {:.3} | {failed} |",
                     p[0], p[1], p[2], p[3]
                 );
                 row.push(p);
             }
-            added.push((tool, rate, row));
+            added.push((row_name, rate, row));
         }
     }
     println!("\nwhat the proxy adds (proxy − direct), ms:");
-    println!("| tool | calls/s | p50 | p90 | p99 |");
+    println!("| call | calls/s | p50 | p90 | p99 |");
     println!("|---|---|---|---|---|");
     for (tool, rate, row) in added {
         let [direct, proxied] = [row[0], row[1]];
