@@ -252,6 +252,20 @@ fn metrics_count_the_calls_made_by_tool_class_and_outcome() {
     );
 }
 
+/// `idem proxy --listen --principals FILE`: alice opens 70 MCP sessions and
+/// keeps 64, the six idle the longest closed; bob, holding one of hers,
+/// can neither use nor end it (404, as for an unknown session), and she
+/// still can (`tests/python/proxy_ops.py`).
+#[test]
+fn a_principal_holds_at_most_64_sessions_and_no_one_uses_anothers() {
+    python_cases(
+        "a_principal_holds_at_most_64_sessions_and_no_one_uses_anothers",
+        Some("sessions_bounded"),
+        &[],
+        "proxy-sessions-transcript.md",
+    );
+}
+
 /// `idem proxy --listen --config FILE`: a tool's `timeout` changed in the
 /// file and SIGHUP, and a held call ends after the new second instead of
 /// five minutes; a file that changes the tool's class, or cannot be

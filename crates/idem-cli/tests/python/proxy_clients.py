@@ -35,6 +35,7 @@ from proxy_ops import (  # noqa: F401
     principals_reloaded,
     second_signal,
     session_deleted,
+    sessions_bounded,
 )
 from proxy_dead_instance import dead_instance
 from proxy_gateway import gateway
@@ -405,6 +406,7 @@ CASES = {
     "metrics_scraped": metrics_scraped,
     "principals_reloaded": principals_reloaded,
     "config_reloaded": config_reloaded,
+    "sessions_bounded": sessions_bounded,
     "ctrl_c_in_a_terminal": ctrl_c_in_a_terminal,
     "chat_under_rules": chat_under_rules,
 }
@@ -414,7 +416,8 @@ CASES = {
 # need (PostgreSQL, PyPI's mcp-server-git), or that stops the proxy.
 OWN_TEST = {"two_instances", "dead_instance", "gateway", "soak", "drained_on_sigterm", "grace_runs_out",
             "second_signal", "session_deleted", "access_logged", "health_and_readiness", "metrics_scraped",
-            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal", "chat_under_rules"}
+            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal", "chat_under_rules",
+            "sessions_bounded"}
 
 
 async def main() -> None:

@@ -42,6 +42,7 @@ mod listen;
 mod metrics;
 mod options;
 mod reload;
+mod sessions;
 mod stop;
 mod tool;
 mod upstream;
