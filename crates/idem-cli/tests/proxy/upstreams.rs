@@ -266,6 +266,19 @@ fn a_principal_holds_at_most_64_sessions_and_no_one_uses_anothers() {
     );
 }
 
+/// `idem proxy --listen`: a body cut short is answered JSON-RPC's `-32700`
+/// (rmcp: 415 and text), a `tools/call` with an array of arguments
+/// `-32602` (rmcp: `-32601`), and nothing runs (`tests/python/proxy_ops.py`).
+#[test]
+fn json_rpc_errors_are_json_rpcs_own_over_http() {
+    python_cases(
+        "json_rpc_errors_are_json_rpcs_own_over_http",
+        Some("jsonrpc_errors"),
+        &[],
+        "proxy-jsonrpc-transcript.md",
+    );
+}
+
 /// `idem proxy --listen --config FILE`: a tool's `timeout` changed in the
 /// file and SIGHUP, and a held call ends after the new second instead of
 /// five minutes; a file that changes the tool's class, or cannot be

@@ -30,6 +30,7 @@ from proxy_ops import (  # noqa: F401
     ctrl_c_in_a_terminal,
     drained_on_sigterm,
     grace_runs_out,
+    jsonrpc_errors,
     health_and_readiness,
     metrics_scraped,
     principals_reloaded,
@@ -407,6 +408,7 @@ CASES = {
     "principals_reloaded": principals_reloaded,
     "config_reloaded": config_reloaded,
     "sessions_bounded": sessions_bounded,
+    "jsonrpc_errors": jsonrpc_errors,
     "ctrl_c_in_a_terminal": ctrl_c_in_a_terminal,
     "chat_under_rules": chat_under_rules,
 }
@@ -417,7 +419,7 @@ CASES = {
 OWN_TEST = {"two_instances", "dead_instance", "gateway", "soak", "drained_on_sigterm", "grace_runs_out",
             "second_signal", "session_deleted", "access_logged", "health_and_readiness", "metrics_scraped",
             "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal", "chat_under_rules",
-            "sessions_bounded"}
+            "sessions_bounded", "jsonrpc_errors"}
 
 
 async def main() -> None:

@@ -558,6 +558,33 @@ async def sessions_bounded() -> None:
             proxy.close()
 
 
+async def jsonrpc_errors() -> None:
+    say("\n## `idem proxy --listen`: JSON-RPC's own errors for a body that is not JSON and arguments that are not an object")
+    import httpx2
+
+    with place() as here:
+        proxy = Stoppable(here)
+        proxy.hold.unlink()
+        headers = {**ACCEPT, "MCP-Protocol-Version": "2025-06-18"}
+        try:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                opened = await http.post(proxy.url, json=INITIALIZE, headers=headers)
+                session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+                await http.post(proxy.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+                cut = await http.post(proxy.url, content=b'{"jsonrpc": "2.0", "id": 7, "method": ', headers=session)
+                say(f"a body cut short -> {cut.status_code} {cut.text}")
+                check(cut.status_code == 400 and cut.json()["error"]["code"] == -32700 and cut.json()["id"] is None,
+                      f"-32700: {cut.text}")
+                listed = {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                          "params": {"name": "append", "arguments": ["x"]}}
+                wrong = await http.post(proxy.url, json=listed, headers=session)
+                say(f"arguments as an array -> {wrong.status_code} {wrong.text}")
+                check(wrong.json()["error"]["code"] == -32602 and wrong.json()["id"] == 8, f"-32602: {wrong.text}")
+                check(not proxy.lines("start"), "nothing ran")
+        finally:
+            proxy.close()
+
+
 async def ctrl_c_in_a_terminal() -> None:
     say("\n## `idem proxy --listen`: Ctrl-C in its terminal (SIGINT to the whole process group), a call under way")
     with place() as here:

@@ -164,6 +164,7 @@ impl Listening {
         // Cancelled once the calls are done: the sessions' streams end.
         let sessions = tokio_util::sync::CancellationToken::new();
         let config = config.with_cancellation_token(sessions.clone());
+        let body_limit = config.max_request_body_bytes;
         let manager = Arc::new(LocalSessionManager::default());
         let owners = super::sessions::Owners::new(manager.clone(), super::sessions::PER_PRINCIPAL);
         let service = StreamableHttpService::new(move || Ok(proxy.clone()), manager, config);
@@ -189,6 +190,11 @@ impl Listening {
                     *response.status_mut() = http::StatusCode::NO_CONTENT;
                 }
                 response
+            },
+        ));
+        router = router.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                super::jsonrpc::errors(body_limit, request, next)
             },
         ));
         // Behind the authentication layer, which names the caller: each

@@ -38,6 +38,7 @@
 mod config;
 mod gateway;
 mod http;
+mod jsonrpc;
 mod listen;
 mod metrics;
 mod options;
