@@ -252,8 +252,9 @@ fn metrics_count_the_calls_made_by_tool_class_and_outcome() {
     );
 }
 
-/// `idem proxy --listen --principals FILE`: alice opens 70 MCP sessions and
-/// keeps 64, the six idle the longest closed; bob, holding one of hers,
+/// `idem proxy --listen --principals FILE`: alice, a call under way in one
+/// MCP session, opens 70 more and keeps 64, the busy one among them and
+/// the seven idle the longest closed; bob, holding one of hers,
 /// can neither use nor end it (404, as for an unknown session), and she
 /// still can (`tests/python/proxy_ops.py`).
 #[test]

@@ -514,7 +514,6 @@ async def sessions_bounded() -> None:
         principals = here.dir / "principals.toml"
         principals.write_text(entries["alice"] + entries["bob"])
         proxy = Stoppable(here, auth=("--principals", str(principals)))
-        proxy.hold.unlink()
 
         def as_(name: str, session: str | None = None) -> dict:
             headers = {**ACCEPT, "Authorization": f"Bearer {tokens[name]}", "MCP-Protocol-Version": "2025-06-18"}
@@ -537,13 +536,26 @@ async def sessions_bounded() -> None:
                 async def alive(name: str, session: str) -> int:
                     return (await http.post(proxy.url, json=ping, headers=as_(name, session))).status_code
 
+                # A call under way (held upstream) in the first session:
+                # busy, so never closed.
+                first = await opened("alice")
+                call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                        "params": {"name": "append", "arguments": {"line": "held"},
+                                   "_meta": {"io.idem/idempotencyKey": "sessions-held"}}}
+                held = asyncio.create_task(http.post(proxy.url, json=call, headers=as_("alice", first)))
+                await proxy.started(1)
                 began = time.monotonic()
                 sessions = [await opened("alice") for _ in range(70)]
-                say(f"alice opened 70 sessions in {time.monotonic() - began:.1f} s")
+                say(f"alice, a call under way in one session, opened 70 more in {time.monotonic() - began:.1f} s")
                 statuses = [await alive("alice", s) for s in sessions]
                 gone, live = statuses.count(404), statuses.count(200)
-                say(f"a ping in each: {live} answered, {gone} gone (the oldest first: {statuses[:7]})")
-                check(gone == 6 and live == 64 and statuses[:6] == [404] * 6, f"64 kept, the 6 idle longest closed: {statuses}")
+                say(f"a ping in each: {live} answered, {gone} gone (the oldest first: {statuses[:8]})")
+                check(gone == 7 and live == 63 and statuses[:7] == [404] * 7,
+                      f"64 kept with the busy one, the 7 idle longest closed: {statuses}")
+                check(await alive("alice", first) == 200, "the session with a call under way is kept")
+                proxy.hold.unlink()
+                answered = await held
+                check(answered.status_code == 200 and "appended held" in answered.text, f"its call ends: {answered.text[:300]}")
                 bob = await opened("bob")
                 check(await alive("bob", bob) == 200, "bob's own session is his")
                 theirs = sessions[-1]

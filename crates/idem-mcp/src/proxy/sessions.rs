@@ -12,7 +12,10 @@
 //!   rmcp answers an unknown one (404), and reaches nothing;
 //! * a principal's session opened past the cap closes the one of theirs
 //!   idle the longest first (a client that comes back to it is told it
-//!   is gone, and opens another, as MCP's clients do).
+//!   is gone, and opens another, as MCP's clients do). A session with a
+//!   call under way (a POST whose answer is still being sent) is never
+//!   closed: while all of a principal's sessions are busy, the cap waits
+//!   for one to be idle.
 //!
 //! Without authentication (`--no-auth`, loopback), every caller is one
 //! principal.
@@ -46,6 +49,8 @@ pub(super) struct Owners {
 struct Owner {
     principal: String,
     used: Instant,
+    /// Its POSTs whose answers are still being sent.
+    busy: usize,
 }
 
 impl Owners {
@@ -76,6 +81,8 @@ impl Owners {
             .and_then(|v| v.to_str().ok())
             .map(str::to_owned);
         let ending = request.method() == http::Method::DELETE;
+        let posting = request.method() == http::Method::POST;
+        let mut busy = None;
         if let Some(id) = &named {
             let mut owners = self.owners();
             match owners.get_mut(id) {
@@ -83,11 +90,31 @@ impl Owners {
                     drop(owners);
                     return not_found();
                 }
-                Some(owner) => owner.used = Instant::now(),
+                Some(owner) => {
+                    owner.used = Instant::now();
+                    if posting {
+                        owner.busy += 1;
+                        busy = Some(Busy {
+                            owners: self.owners.clone(),
+                            id: id.clone(),
+                        });
+                    }
+                }
                 None => {}
             }
         }
         let response = next.run(request).await;
+        // Busy until the answer's last byte is sent (or its client left).
+        let response = match busy {
+            Some(busy) => response.map(|body| {
+                use http_body_util::BodyExt as _;
+                axum::body::Body::new(body.map_frame(move |frame| {
+                    let _ = &busy;
+                    frame
+                }))
+            }),
+            None => response,
+        };
         match named {
             Some(id) if ending && response.status().is_success() => {
                 self.owners().remove(&id);
@@ -109,19 +136,20 @@ impl Owners {
     /// `id` was opened by `principal`: past the cap, close the session of
     /// theirs idle the longest, and forget the ones that ended on their own.
     async fn opened(&self, id: String, principal: String) {
-        let theirs: Vec<(String, Instant)> = {
+        let theirs: Vec<(String, Instant, bool)> = {
             let mut owners = self.owners();
             owners.insert(
                 id.clone(),
                 Owner {
                     principal: principal.clone(),
                     used: Instant::now(),
+                    busy: 0,
                 },
             );
             owners
                 .iter()
                 .filter(|(other, o)| o.principal == principal && **other != id)
-                .map(|(other, o)| (other.clone(), o.used))
+                .map(|(other, o)| (other.clone(), o.used, o.busy > 0))
                 .collect()
         };
         if theirs.len() < self.cap {
@@ -129,17 +157,18 @@ impl Owners {
         }
         // Those ended by rmcp (idle for its keep-alive) first.
         let mut live = Vec::with_capacity(theirs.len());
-        for (other, used) in theirs {
+        for (other, used, busy) in theirs {
             let session = SessionId::from(other.clone());
             if self.sessions.has_session(&session).await.unwrap_or(false) {
-                live.push((other, used));
+                live.push((other, used, busy));
             } else {
                 self.owners().remove(&other);
             }
         }
-        live.sort_by_key(|(_, used)| *used);
         let excess = (live.len() + 1).saturating_sub(self.cap);
-        for (other, _) in live.into_iter().take(excess) {
+        let mut idle: Vec<_> = live.into_iter().filter(|(_, _, busy)| !busy).collect();
+        idle.sort_by_key(|(_, used, _)| *used);
+        for (other, _, _) in idle.into_iter().take(excess) {
             self.owners().remove(&other);
             let _ = self.sessions.close_session(&SessionId::from(other)).await;
             tracing::info!(
@@ -147,6 +176,24 @@ impl Owners {
                 cap = self.cap,
                 "a session idle the longest was closed: its principal opened one past the cap"
             );
+        }
+    }
+}
+
+/// A POST of a session under way: its session is busy until this drops.
+struct Busy {
+    owners: Arc<Mutex<HashMap<String, Owner>>>,
+    id: String,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        let mut owners = self
+            .owners
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(owner) = owners.get_mut(&self.id) {
+            owner.busy = owner.busy.saturating_sub(1);
         }
     }
 }
