@@ -252,6 +252,34 @@ fn metrics_count_the_calls_made_by_tool_class_and_outcome() {
     );
 }
 
+/// `idem proxy --listen --principals FILE`: alice, a call under way in one
+/// MCP session, opens 70 more and keeps 64, the busy one among them and
+/// the seven idle the longest closed; bob, holding one of hers,
+/// can neither use nor end it (404, as for an unknown session), and she
+/// still can (`tests/python/proxy_ops.py`).
+#[test]
+fn a_principal_holds_at_most_64_sessions_and_no_one_uses_anothers() {
+    python_cases(
+        "a_principal_holds_at_most_64_sessions_and_no_one_uses_anothers",
+        Some("sessions_bounded"),
+        &[],
+        "proxy-sessions-transcript.md",
+    );
+}
+
+/// `idem proxy --listen`: a body cut short is answered JSON-RPC's `-32700`
+/// (rmcp: 415 and text), a `tools/call` with an array of arguments
+/// `-32602` (rmcp: `-32601`), and nothing runs (`tests/python/proxy_ops.py`).
+#[test]
+fn json_rpc_errors_are_json_rpcs_own_over_http() {
+    python_cases(
+        "json_rpc_errors_are_json_rpcs_own_over_http",
+        Some("jsonrpc_errors"),
+        &[],
+        "proxy-jsonrpc-transcript.md",
+    );
+}
+
 /// `idem proxy --listen --config FILE`: a tool's `timeout` changed in the
 /// file and SIGHUP, and a held call ends after the new second instead of
 /// five minutes; a file that changes the tool's class, or cannot be

@@ -30,11 +30,13 @@ from proxy_ops import (  # noqa: F401
     ctrl_c_in_a_terminal,
     drained_on_sigterm,
     grace_runs_out,
+    jsonrpc_errors,
     health_and_readiness,
     metrics_scraped,
     principals_reloaded,
     second_signal,
     session_deleted,
+    sessions_bounded,
 )
 from proxy_dead_instance import dead_instance
 from proxy_gateway import gateway
@@ -405,6 +407,8 @@ CASES = {
     "metrics_scraped": metrics_scraped,
     "principals_reloaded": principals_reloaded,
     "config_reloaded": config_reloaded,
+    "sessions_bounded": sessions_bounded,
+    "jsonrpc_errors": jsonrpc_errors,
     "ctrl_c_in_a_terminal": ctrl_c_in_a_terminal,
     "chat_under_rules": chat_under_rules,
 }
@@ -414,7 +418,8 @@ CASES = {
 # need (PostgreSQL, PyPI's mcp-server-git), or that stops the proxy.
 OWN_TEST = {"two_instances", "dead_instance", "gateway", "soak", "drained_on_sigterm", "grace_runs_out",
             "second_signal", "session_deleted", "access_logged", "health_and_readiness", "metrics_scraped",
-            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal", "chat_under_rules"}
+            "principals_reloaded", "config_reloaded", "ctrl_c_in_a_terminal", "chat_under_rules",
+            "sessions_bounded", "jsonrpc_errors"}
 
 
 async def main() -> None:

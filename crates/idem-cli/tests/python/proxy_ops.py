@@ -413,15 +413,22 @@ async def metrics_scraped() -> None:
             proxy.close()
 
 
+def made_principals(*names: str) -> tuple[dict[str, str], dict[str, str]]:
+    """`idem principal NAME` for each name: their tokens and their entries
+    of a principals file."""
+    tokens, entries = {}, {}
+    for name in names:
+        made = subprocess.run([IDEM, "principal", name], capture_output=True, text=True, check=True)
+        tokens[name], entries[name] = made.stderr.strip().splitlines()[-1], made.stdout
+    return tokens, entries
+
+
 async def principals_reloaded() -> None:
     say("\n## `idem proxy --listen --principals`: SIGHUP reads the file again")
     import httpx2
 
     with place() as here:
-        tokens, entries = {}, {}
-        for name in ("alice", "bob"):
-            made = subprocess.run([IDEM, "principal", name], capture_output=True, text=True, check=True)
-            tokens[name], entries[name] = made.stderr.strip().splitlines()[-1], made.stdout
+        tokens, entries = made_principals("alice", "bob")
         principals = here.dir / "principals.toml"
         principals.write_text(entries["alice"])
         proxy = Stoppable(here, auth=("--principals", str(principals)))
@@ -494,6 +501,98 @@ async def config_reloaded() -> None:
                 waited = time.monotonic() - began
                 check(again.is_error and waited < 10, f"the timeout loaded before stays: {waited:.1f} s")
                 proxy.hold.unlink()
+        finally:
+            proxy.close()
+
+
+async def sessions_bounded() -> None:
+    say("\n## `idem proxy --listen --principals`: each MCP session is its opener's, and a principal holds at most 64")
+    import httpx2
+
+    with place() as here:
+        tokens, entries = made_principals("alice", "bob")
+        principals = here.dir / "principals.toml"
+        principals.write_text(entries["alice"] + entries["bob"])
+        proxy = Stoppable(here, auth=("--principals", str(principals)))
+
+        def as_(name: str, session: str | None = None) -> dict:
+            headers = {**ACCEPT, "Authorization": f"Bearer {tokens[name]}", "MCP-Protocol-Version": "2025-06-18"}
+            if session is not None:
+                headers["Mcp-Session-Id"] = session
+            return headers
+
+        ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+        try:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                async def opened(name: str) -> str:
+                    answer = await http.post(proxy.url, json=INITIALIZE, headers=as_(name))
+                    check(answer.status_code == 200, f"initialize: {answer.status_code}")
+                    session = answer.headers["mcp-session-id"]
+                    done = await http.post(proxy.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"},
+                                           headers=as_(name, session))
+                    check(done.status_code == 202, f"initialized: {done.status_code}")
+                    return session
+
+                async def alive(name: str, session: str) -> int:
+                    return (await http.post(proxy.url, json=ping, headers=as_(name, session))).status_code
+
+                # A call under way (held upstream) in the first session:
+                # busy, so never closed.
+                first = await opened("alice")
+                call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                        "params": {"name": "append", "arguments": {"line": "held"},
+                                   "_meta": {"io.idem/idempotencyKey": "sessions-held"}}}
+                held = asyncio.create_task(http.post(proxy.url, json=call, headers=as_("alice", first)))
+                await proxy.started(1)
+                began = time.monotonic()
+                sessions = [await opened("alice") for _ in range(70)]
+                say(f"alice, a call under way in one session, opened 70 more in {time.monotonic() - began:.1f} s")
+                statuses = [await alive("alice", s) for s in sessions]
+                gone, live = statuses.count(404), statuses.count(200)
+                say(f"a ping in each: {live} answered, {gone} gone (the oldest first: {statuses[:8]})")
+                check(gone == 7 and live == 63 and statuses[:7] == [404] * 7,
+                      f"64 kept with the busy one, the 7 idle longest closed: {statuses}")
+                check(await alive("alice", first) == 200, "the session with a call under way is kept")
+                proxy.hold.unlink()
+                answered = await held
+                check(answered.status_code == 200 and "appended held" in answered.text, f"its call ends: {answered.text[:300]}")
+                bob = await opened("bob")
+                check(await alive("bob", bob) == 200, "bob's own session is his")
+                theirs = sessions[-1]
+                used = await alive("bob", theirs)
+                ended = (await http.delete(proxy.url, headers=as_("bob", theirs))).status_code
+                say(f"bob with alice's session id: ping -> {used}, DELETE -> {ended}")
+                check(used == 404 and ended == 404, f"another's session is unknown to bob: {used} {ended}")
+                check(await alive("alice", theirs) == 200, "alice's session goes on")
+                mine = (await http.delete(proxy.url, headers=as_("alice", theirs))).status_code
+                check(mine in (200, 204) and await alive("alice", theirs) == 404, f"alice ends her own: {mine}")
+        finally:
+            proxy.close()
+
+
+async def jsonrpc_errors() -> None:
+    say("\n## `idem proxy --listen`: JSON-RPC's own errors for a body that is not JSON and arguments that are not an object")
+    import httpx2
+
+    with place() as here:
+        proxy = Stoppable(here)
+        proxy.hold.unlink()
+        headers = {**ACCEPT, "MCP-Protocol-Version": "2025-06-18"}
+        try:
+            async with httpx2.AsyncClient(timeout=30) as http:
+                opened = await http.post(proxy.url, json=INITIALIZE, headers=headers)
+                session = {**headers, "Mcp-Session-Id": opened.headers["mcp-session-id"]}
+                await http.post(proxy.url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+                cut = await http.post(proxy.url, content=b'{"jsonrpc": "2.0", "id": 7, "method": ', headers=session)
+                say(f"a body cut short -> {cut.status_code} {cut.text}")
+                check(cut.status_code == 400 and cut.json()["error"]["code"] == -32700 and cut.json()["id"] is None,
+                      f"-32700: {cut.text}")
+                listed = {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
+                          "params": {"name": "append", "arguments": ["x"]}}
+                wrong = await http.post(proxy.url, json=listed, headers=session)
+                say(f"arguments as an array -> {wrong.status_code} {wrong.text}")
+                check(wrong.json()["error"]["code"] == -32602 and wrong.json()["id"] == 8, f"-32602: {wrong.text}")
+                check(not proxy.lines("start"), "nothing ran")
         finally:
             proxy.close()
 

@@ -164,11 +164,10 @@ impl Listening {
         // Cancelled once the calls are done: the sessions' streams end.
         let sessions = tokio_util::sync::CancellationToken::new();
         let config = config.with_cancellation_token(sessions.clone());
-        let service = StreamableHttpService::new(
-            move || Ok(proxy.clone()),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
+        let body_limit = config.max_request_body_bytes;
+        let manager = Arc::new(LocalSessionManager::default());
+        let owners = super::sessions::Owners::new(manager.clone(), super::sessions::PER_PRINCIPAL);
+        let service = StreamableHttpService::new(move || Ok(proxy.clone()), manager, config);
         // rmcp refuses a foreign Origin or Host, an unknown session, before
         // it reads the body: those answers close the connection, and say so.
         let mut router = axum::Router::new().nest_service("/mcp", service).layer(
@@ -191,6 +190,18 @@ impl Listening {
                     *response.status_mut() = http::StatusCode::NO_CONTENT;
                 }
                 response
+            },
+        ));
+        router = router.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                super::jsonrpc::errors(body_limit, request, next)
+            },
+        ));
+        // Behind the authentication layer, which names the caller: each
+        // session is its opener's, and a principal holds a bounded number.
+        router = router.layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                owners.clone().layer(request, next)
             },
         ));
         if let (Some(auth), Some(path)) = (&auth, principals) {

@@ -38,10 +38,12 @@
 mod config;
 mod gateway;
 mod http;
+mod jsonrpc;
 mod listen;
 mod metrics;
 mod options;
 mod reload;
+mod sessions;
 mod stop;
 mod tool;
 mod upstream;
