@@ -8,7 +8,6 @@ use serde_json::Value;
 
 use crate::approval::transition;
 use crate::approval::{Approval, ApprovalDecision, ApprovalRequest};
-use crate::audit::AuditEvent;
 use crate::error::IdemError;
 use crate::key::Fingerprint;
 use crate::record::{AuditAction, Status};
@@ -21,6 +20,7 @@ use super::errors;
 use super::metrics::Metrics;
 use super::owner::{Approved, Owned, Owner};
 use super::record;
+use super::rules::{asker, log_decision};
 use super::telemetry::{self, Count};
 
 /// Phase 4: an owner whose class needs an approval and holds none
@@ -168,46 +168,6 @@ async fn ask_policy(
             ))
         }
     }
-}
-
-/// Who asked for the call `owner` holds, as recorded for the approval
-/// rules: the principal as authenticated, else the namespace whole.
-pub(super) fn asker(env: &CallEnv<'_>, owner: &Owner<'_>) -> String {
-    match &env.run.principal {
-        Some(principal) => principal.clone(),
-        None => owner.namespace().as_str().to_owned(),
-    }
-}
-
-/// Append a decision about the call to the store's audit log, before it
-/// is recorded on the record: a decision that cannot be logged is not
-/// acted on (the call fails closed, and a later call asks again).
-pub(super) async fn log_decision(
-    env: &CallEnv<'_>,
-    owner: &Owner<'_>,
-    fingerprint: &Fingerprint,
-    action: AuditAction,
-    by: &str,
-    reason: Option<String>,
-    after: Status,
-) -> Result<(), IdemError> {
-    let store = env.store();
-    let err = |e| errors::owner(env, owner, e);
-    let event = AuditEvent {
-        seq: None,
-        at: store.now().await.map_err(err)?,
-        by: by.to_owned(),
-        action,
-        reason,
-        key: owner.key.clone(),
-        tool: env.name().to_owned(),
-        namespace: Some(owner.namespace().as_str().to_owned()),
-        fingerprint: fingerprint.clone(),
-        before: Some(Status::InFlight),
-        after: Some(after),
-    };
-    store.append_audit(&event).await.map_err(err)?;
-    Ok(())
 }
 
 /// Record the call as awaiting approval: the owner gives up its lease,

@@ -48,7 +48,7 @@ pub(super) struct Core {
     pub(super) approvals: Option<Arc<dyn ApprovalPolicy>>,
     pub(super) clock: Arc<dyn Clock>,
     /// The approval rules in force on the store, as last read.
-    pub(super) rules: super::rules::RulesCache,
+    pub(super) rules: super::rules_cache::RulesCache,
     pub(super) metrics: Metrics,
     /// Keys this executor is claiming now (in-process single-flight).
     pub(super) flights: Flights,

@@ -72,6 +72,7 @@ mod owner;
 mod pipeline;
 mod record;
 mod rules;
+mod rules_cache;
 mod takeover;
 mod telemetry;
 mod window;

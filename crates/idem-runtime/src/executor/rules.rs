@@ -2,51 +2,22 @@
 //! approval: what the approval rules in force on the store decide of it
 //! ([`Rules::decide`]), before the executor's approval policy is asked.
 //! The rules are read from the store at most once a second per executor
-//! ([`RulesCache`]), so a rule published there applies within a second
-//! and a call pays for no read in between.
-
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+//! ([`RulesCache`](super::rules_cache::RulesCache)), so a rule published
+//! there applies within a second and a call pays for no read in between.
 
 use serde_json::Value;
 
-use crate::approval::rules::{Call, Decided, Rules};
+use crate::approval::rules::{Call, Decided};
 use crate::approval::{Approval, ApprovalDecision};
+use crate::audit::AuditEvent;
 use crate::error::IdemError;
-use crate::store::{Store, StoreExt};
+use crate::key::Fingerprint;
+use crate::record::{AuditAction, Status};
+use crate::store::StoreExt;
 
 use super::env::CallEnv;
 use super::errors;
 use super::owner::Owner;
-
-/// How long the rules read from the store are used before they are read
-/// again.
-const FRESH_FOR: Duration = Duration::from_secs(1);
-
-/// The rules in force on the store, as last read.
-#[derive(Debug, Default)]
-pub(super) struct RulesCache {
-    read: Mutex<Option<(Instant, Option<Arc<Rules>>)>>,
-}
-
-impl RulesCache {
-    /// The rules in force (`None`: none published), read again when the
-    /// last read is older than [`FRESH_FOR`].
-    async fn current(
-        &self,
-        store: &dyn Store,
-    ) -> Result<Option<Arc<Rules>>, crate::store::StoreError> {
-        if let Some((at, rules)) = &*self.read.lock().unwrap_or_else(|p| p.into_inner()) {
-            if at.elapsed() < FRESH_FOR {
-                return Ok(rules.clone());
-            }
-        }
-        let rules = Rules::in_force(store).await?.map(Arc::new);
-        *self.read.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some((Instant::now(), rules.clone()));
-        Ok(rules)
-    }
-}
 
 /// What the rules decided of a call: the decision as a policy's, and
 /// the rule that made it.
@@ -73,7 +44,7 @@ pub(super) async fn decide(
         return Ok(None);
     }
     let args = args();
-    let asker = super::approval::asker(env, owner);
+    let asker = asker(env, owner);
     let now = store.now().await.map_err(err)?;
     let call = Call {
         tool: env.name(),
@@ -85,7 +56,7 @@ pub(super) async fn decide(
     let verdict = rules.decide(&call);
     for (rule, would) in &verdict.shadows {
         tracing::info!(rule = %rule, would = %would.words(), "a shadow approval rule matched");
-        super::approval::log_decision(
+        log_decision(
             env,
             owner,
             fingerprint,
@@ -118,4 +89,44 @@ pub(super) async fn decide(
         },
     };
     Ok(Some(ByRule { decision, rule }))
+}
+
+/// Who asked for the call `owner` holds, as recorded for the approval
+/// rules: the principal as authenticated, else the namespace whole.
+pub(super) fn asker(env: &CallEnv<'_>, owner: &Owner<'_>) -> String {
+    match &env.run.principal {
+        Some(principal) => principal.clone(),
+        None => owner.namespace().as_str().to_owned(),
+    }
+}
+
+/// Append a decision about the call to the store's audit log, before it
+/// is recorded on the record: a decision that cannot be logged is not
+/// acted on (the call fails closed, and a later call asks again).
+pub(super) async fn log_decision(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    fingerprint: &Fingerprint,
+    action: AuditAction,
+    by: &str,
+    reason: Option<String>,
+    after: Status,
+) -> Result<(), IdemError> {
+    let store = env.store();
+    let err = |e| errors::owner(env, owner, e);
+    let event = AuditEvent {
+        seq: None,
+        at: store.now().await.map_err(err)?,
+        by: by.to_owned(),
+        action,
+        reason,
+        key: owner.key.clone(),
+        tool: env.name().to_owned(),
+        namespace: Some(owner.namespace().as_str().to_owned()),
+        fingerprint: fingerprint.clone(),
+        before: Some(Status::InFlight),
+        after: Some(after),
+    };
+    store.append_audit(&event).await.map_err(err)?;
+    Ok(())
 }
