@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 #[path = "../tests/support/mcp_http.rs"]
-#[allow(unreachable_pub)] // `pub` for the tests that share the module
+#[allow(unreachable_pub, dead_code)] // shared with the tests, which use all of it
 mod mcp_http;
 
 use mcp_http::{serve_upstream, Proxy, Session};

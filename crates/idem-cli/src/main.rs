@@ -5,7 +5,8 @@
 //!
 //! The parts: `cli` (the command line), `commands/` (what each command
 //! does; `idem serve` runs the [`idem_inbox`] crate's inbox), `render/` (tables, descriptions, colours, the JSON schema),
-//! `logs` (what `idem proxy` and `idem serve` log, and how), `store`
+//! `logs` (what `idem proxy` and `idem serve` log, and how), `memory`
+//! (freed memory given back while they serve), `store`
 //! (which store, and opening it), `time` (RFC 3339 and relative
 //! times), `error` (messages and exit codes).
 
@@ -21,6 +22,7 @@ mod cli;
 mod commands;
 mod error;
 mod logs;
+mod memory;
 mod render;
 mod store;
 mod time;

@@ -160,6 +160,7 @@ async fn proxy(url: &str, args: &crate::cli::ProxyArgs) -> Result<(), CliError> 
     options.shutdown_grace = Some(args.shutdown_grace);
     // Over stdio too: stdout is the protocol's, the logs go to stderr.
     let _traces = args.logs.init("idem-proxy");
+    crate::memory::give_back_while_serving();
     idem_mcp::proxy::run(&options, || idem::store::connect(url))
         .await
         .map_err(CliError::from)

@@ -11,5 +11,6 @@ pub(super) async fn run(url: &str, args: &ServeArgs) -> Result<(), CliError> {
     // Sign-ins, refusals and the store's troubles, on stderr. The store
     // is opened after this.
     let _traces = args.logs.init("idem-serve");
+    crate::memory::give_back_while_serving();
     Ok(idem_inbox::run(args.options(), store::open(url)).await?)
 }

@@ -9,6 +9,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use crate::support::rss_mib;
 use crate::support::serve::{hidden, Http, Serve, DANA, VIC};
 
 /// `idem serve` on a new SQLite store (the guard deletes it).
@@ -18,16 +19,6 @@ async fn served() -> (idem_testkit::TempDir, Serve) {
     let app = crate::support::tools::App::default();
     let _agent = crate::support::tools::dispatcher(&url, &app, Duration::ZERO).await;
     (dir, Serve::start(&url, None, &[]))
-}
-
-/// The server's resident memory, in MiB (`VmRSS` of /proc/PID/status).
-fn rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kib| kib / 1024)
 }
 
 /// The sign-in form's token, with its cookie kept in `http`.

@@ -10,4 +10,5 @@ mod support;
 mod otlp;
 mod policy;
 mod rules;
+mod storm;
 mod upstreams;

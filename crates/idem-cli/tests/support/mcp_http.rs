@@ -74,6 +74,24 @@ impl Session {
         }
     }
 
+    /// End the session (`DELETE`), as a client does when it leaves: whether
+    /// the server knew it.
+    pub async fn end(&self) -> bool {
+        let Some(id) = &self.id else { return false };
+        let request = hyper::Request::delete(&self.url)
+            .header("mcp-session-id", id)
+            .header("mcp-protocol-version", "2025-06-18")
+            .body(Full::new(Bytes::new()));
+        match request {
+            Ok(request) => self
+                .http
+                .request(request)
+                .await
+                .is_ok_and(|r| r.status().is_success()),
+            Err(_) => false,
+        }
+    }
+
     /// POST one JSON-RPC message: the session id the answer carried, and
     /// the JSON-RPC answer (from a JSON body or an event stream's `data`).
     pub async fn post(&self, message: Value) -> Option<(Option<String>, Value)> {
@@ -209,6 +227,11 @@ impl Proxy {
             .recv_timeout(Duration::from_secs(60))
             .expect("the proxy says where it serves");
         Proxy { child, url, log }
+    }
+
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     /// The lines it wrote on stderr so far.

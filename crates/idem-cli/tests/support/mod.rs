@@ -298,3 +298,13 @@ pub async fn claim_directly(
     );
     key
 }
+
+/// A process's resident memory, in MiB (`VmRSS` of /proc/PID/status).
+pub fn rss_mib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kib| kib / 1024)
+}
