@@ -172,6 +172,8 @@ where
     // per-address cap then.
     let behind_proxy =
         options.trust_proxy_header.is_some() || options.client_address_header.is_some();
+    // Connections are bounded by the descriptors the process may open.
+    idem_net::serve::raise_descriptor_limit();
     let limits = Limits {
         per_source: (!behind_proxy)
             .then_some(Limits::default().per_source)

@@ -111,6 +111,24 @@ impl Serve {
         bots: &[&str],
         rules: &str,
     ) -> Serve {
+        Serve::configured(url, catalog, extra, bots, rules, None)
+    }
+
+    /// [`Serve::start`], in a process that may open at most `descriptors`
+    /// files and sockets (its soft and hard `RLIMIT_NOFILE`, set by
+    /// util-linux's `prlimit`).
+    pub fn with_descriptor_limit(url: &str, descriptors: u32) -> Serve {
+        Serve::configured(url, None, &[], &[], "", Some(descriptors))
+    }
+
+    fn configured(
+        url: &str,
+        catalog: Option<&str>,
+        extra: &[&str],
+        bots: &[&str],
+        rules: &str,
+        descriptors: Option<u32>,
+    ) -> Serve {
         let dir = TempDir::new("idem-serve").unwrap();
         let mut file = String::new();
         file.push_str(&approver(&["password", DANA.0], &format!("{}\n", DANA.1)).0);
@@ -159,7 +177,7 @@ impl Serve {
         }
         command.args(extra);
         let args: Vec<std::ffi::OsString> = command.get_args().map(|a| a.to_owned()).collect();
-        let (child, base, said) = spawn(&args);
+        let (child, base, said) = spawn(&args, descriptors);
         Serve {
             child,
             base,
@@ -177,7 +195,7 @@ impl Serve {
     /// approvers file), on a port of its own: two instances behind one
     /// load balancer.
     pub fn another(&self) -> Serve {
-        let (child, base, said) = spawn(&self.args);
+        let (child, base, said) = spawn(&self.args, None);
         Serve {
             child,
             base,
@@ -276,7 +294,7 @@ impl Serve {
                 _ => a.clone(),
             })
             .collect();
-        let (child, base, said) = spawn(&args);
+        let (child, base, said) = spawn(&args, None);
         assert_eq!(base, self.base, "restarted on the same port");
         self.child = child;
         self.said = said;
@@ -285,8 +303,15 @@ impl Serve {
 
 /// `idem ARGS` as a server: the child, where it listens, and what it says
 /// on stderr from then on.
-fn spawn(args: &[std::ffi::OsString]) -> (Child, String, Said) {
-    let mut command = Command::new(IDEM);
+fn spawn(args: &[std::ffi::OsString], descriptors: Option<u32>) -> (Child, String, Said) {
+    let mut command = match descriptors {
+        Some(n) => {
+            let mut prlimit = Command::new("prlimit");
+            prlimit.arg(format!("--nofile={n}:{n}")).arg("--").arg(IDEM);
+            prlimit
+        }
+        None => Command::new(IDEM),
+    };
     command.args(args);
     for var in ["IDEM_STORE", "IDEM_APPROVERS"] {
         command.env_remove(var);

@@ -232,6 +232,8 @@ impl Listening {
         // and then closing connections, while the drain is waited for.
         // Bounded connections (idem_net::serve): no cap per address, as
         // behind a balancer every connection comes from its address.
+        // Connections are bounded by the descriptors it may open.
+        idem_net::serve::raise_descriptor_limit();
         let limits = idem_net::serve::Limits {
             per_source: None,
             ..Default::default()
