@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use idem_runtime::approval::{AllowList, Approval, ApprovalDecision, Callback, DenyAll};
+use idem_runtime::dispatch::{check_arguments, Arguments, DEFAULT_MAX_ARGUMENT_BYTES};
 use idem_runtime::error::IdemError;
 use idem_runtime::executor::{CallOutput, InFlightPolicy, RepeatWindow, RunContext};
 use idem_runtime::key::Namespace;
@@ -14,6 +15,7 @@ use pyo3::types::{PyDict, PyList, PyString};
 use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
+use crate::block::block_on;
 use crate::errors;
 use crate::json::{to_json, to_python};
 use crate::tool::{seconds, PyCall, Runner, ToolDefinition};
@@ -162,7 +164,7 @@ impl Executor {
         approval_wait: Option<f64>,
     ) -> PyResult<Self> {
         let url = store.to_owned();
-        let opened = py.detach(|| runtime().block_on(idem::store::connect(&url)));
+        let opened = py.detach(|| block_on(runtime(), idem::store::connect(&url)));
         let store = opened.map_err(|e| errors::store_error(py, &e))?;
         let mut builder = idem_runtime::Executor::builder_shared(store);
         if let Some(name) = namespace {
@@ -216,20 +218,20 @@ impl Executor {
 
     /// Run one call and wait for it (`idem_agents.Executor.call` makes
     /// `request`).
-    fn call(&self, py: Python<'_>, request: &Bound<'_, PyDict>) -> PyResult<CallResult> {
+    fn call(&self, py: Python<'_>, request: Request<'_>) -> PyResult<CallResult> {
         let (call, json, site) = prepare(py, request, Runner::Blocking)?;
         let exec = &self.inner;
-        let done =
-            py.detach(|| runtime().block_on(call.call_json(exec, json, site.call_id, site.run)));
+        let done = py.detach(|| {
+            block_on(
+                runtime(),
+                call.call_json(exec, json, site.call_id, site.run),
+            )
+        });
         finish(py, &call, done)
     }
 
     /// Run one call from asyncio: an awaitable of the call's result.
-    fn acall<'py>(
-        &self,
-        py: Python<'py>,
-        request: &Bound<'py, PyDict>,
-    ) -> PyResult<Bound<'py, PyAny>> {
+    fn acall<'py>(&self, py: Python<'py>, request: Request<'py>) -> PyResult<Bound<'py, PyAny>> {
         let locals = TaskLocals::with_running_loop(py)?.copy_context(py)?;
         let (call, json, site) = prepare(py, request, Runner::Loop(locals))?;
         let exec = self.inner.clone();
@@ -240,82 +242,102 @@ impl Executor {
     }
 }
 
-/// `request[name]`, `None` when absent.
-fn item<'py, T: FromPyObjectOwned<'py>>(
-    request: &Bound<'py, PyDict>,
-    name: &str,
-) -> PyResult<Option<T>> {
-    match request.get_item(name)? {
-        Some(value) if !value.is_none() => Ok(Some(value.extract().map_err(Into::into)?)),
-        _ => Ok(None),
-    }
-}
+/// A call as `idem_agents.Executor` hands it over, a tuple: the tool's
+/// definition (bound to its function), the arguments as given and as
+/// JSON, the natural and the custom key material, then the site —
+/// `call_id`, `run_id`, `step`, `namespace`, `reason`, `window` (seconds),
+/// `repeat`. A tuple, not keywords: it is read on every call.
+#[derive(FromPyObject)]
+pub(crate) struct Request<'py>(
+    Py<ToolDefinition>,
+    Py<PyAny>,
+    Bound<'py, PyAny>,
+    Option<Bound<'py, PyAny>>,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    u64,
+    Option<String>,
+    Option<String>,
+    Option<f64>,
+    u32,
+);
 
-/// The call `request` describes: the tool's definition and function
-/// (`definition`, `func`, `is_async`), its arguments (`args` as given,
-/// `json_args`), its key source (`call_id`, `run_id`, `step`, `window`,
-/// `repeat`, `natural`, `custom`), `namespace`, `reason`, and the
-/// reconcile hook (`reconcile`, `reconcile_is_async`).
+/// The call `request` describes: the tool's definition, bound to its
+/// function and reconcile hook; its arguments as JSON; its site.
 fn prepare(
     py: Python<'_>,
-    request: &Bound<'_, PyDict>,
+    request: Request<'_>,
     runner: Runner,
 ) -> PyResult<(PyCall, Value, CallSite)> {
-    let definition: Py<ToolDefinition> =
-        item(request, "definition")?.ok_or_else(|| PyTypeError::new_err("no definition"))?;
-    let json_args = request
-        .get_item("json_args")?
-        .ok_or_else(|| PyTypeError::new_err("no json_args"))?;
+    let Request(
+        definition,
+        args,
+        json_args,
+        natural,
+        custom,
+        call_id,
+        run_id,
+        step,
+        namespace,
+        reason,
+        window,
+        repeat,
+    ) = request;
+    let site = call_site(
+        call_id,
+        run_id,
+        step,
+        namespace.as_deref(),
+        reason,
+        window,
+        repeat,
+    )?;
+    let func = definition
+        .get()
+        .func
+        .clone()
+        .ok_or_else(|| PyTypeError::new_err("the tool's definition is bound to no function"))?;
     let json = arguments(py, &definition, &json_args)?;
-    let natural = request
-        .get_item("natural")?
+    let natural = natural
         .filter(|n| !n.is_none())
         .map(|n| to_json(&n, "the natural key"))
         .transpose()?;
-    let namespace: Option<String> = item(request, "namespace")?;
-    let site = call_site(
-        item(request, "call_id")?,
-        item(request, "run_id")?,
-        item(request, "step")?.unwrap_or(0),
-        namespace.as_deref(),
-        item(request, "reason")?,
-        item(request, "window")?,
-        item(request, "repeat")?.unwrap_or(0),
-    )?;
-    let func: Py<PyAny> = item(request, "func")?.ok_or_else(|| PyTypeError::new_err("no func"))?;
-    let args: Py<PyAny> = item(request, "args")?.unwrap_or_else(|| py.None());
     let call = PyCall {
         def: definition,
-        func: Arc::new(func),
-        is_async: item(request, "is_async")?.unwrap_or(false),
-        reconcile: item::<Py<PyAny>>(request, "reconcile")?.map(Arc::new),
-        reconcile_is_async: item(request, "reconcile_is_async")?.unwrap_or(false),
+        func,
         args: Arc::new(args),
         natural,
-        custom: item(request, "custom")?,
+        custom,
         runner,
         run: site.run_step.clone(),
     };
     Ok((call, json, site))
 }
 
-/// The call's arguments as JSON; arguments JSON cannot hold (`NaN`, a
+/// The call's arguments as JSON, checked as the dispatcher checks a
+/// model's ([`check_arguments`]); arguments JSON cannot hold (`NaN`, a
 /// key that is not text, an object of no JSON type) are idem's
-/// `invalid_arguments`, before anything runs.
+/// `invalid_arguments`, larger ones than 64 KiB `arguments_too_large`,
+/// before anything runs.
 fn arguments(
     py: Python<'_>,
     definition: &Py<ToolDefinition>,
     json_args: &Bound<'_, PyAny>,
 ) -> PyResult<Value> {
     let tool = definition.get().spec.name;
-    to_json(json_args, "args").map_err(|e| {
+    let json = to_json(json_args, "args").map_err(|e| {
         let detail = e.value(py).to_string();
         let error = IdemError::InvalidArguments {
             tool: tool.to_owned(),
             detail,
         };
         errors::to_py(py, error, tool)
-    })
+    })?;
+    // The dispatcher's checks: the size limit, an object, integral floats
+    // as integers — the same bad input, the same error as from a model.
+    check_arguments(tool, Arguments::Json(json), DEFAULT_MAX_ARGUMENT_BYTES)
+        .map_err(|e| errors::to_py(py, e, tool))
 }
 
 #[allow(clippy::too_many_arguments)]

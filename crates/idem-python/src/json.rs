@@ -4,7 +4,7 @@
 //! JSON cannot hold is refused by name before anything runs: `NaN` and the
 //! infinities (which serde_json's `Value` would quietly turn into `null`,
 //! changing the arguments and their key), keys that are not strings,
-//! integers beyond 64 bits, and objects of no JSON type.
+//! integers beyond a double's range, and objects of no JSON type.
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -45,10 +45,20 @@ fn convert(value: &Bound<'_, PyAny>, path: &str, depth: usize) -> PyResult<Value
         if let Ok(u) = value.extract::<u64>() {
             return Ok(Value::Number(u.into()));
         }
-        return Err(not_json(
-            path,
-            format!("the integer {value} does not fit in 64 bits"),
-        ));
+        // Beyond 64 bits, the double the same digits are as JSON text (the
+        // dispatcher's reading, and the key's: a number is the double it
+        // denotes); beyond a double's range, no JSON number.
+        return value
+            .extract::<f64>()
+            .ok()
+            .and_then(Number::from_f64)
+            .map(Value::Number)
+            .ok_or_else(|| {
+                not_json(
+                    path,
+                    format!("the integer {value} is beyond the range of a JSON number"),
+                )
+            });
     }
     if let Ok(f) = value.cast::<PyFloat>() {
         let f = f.value();

@@ -10,6 +10,7 @@
 
 use pyo3::prelude::*;
 
+mod block;
 mod context;
 mod errors;
 mod executor;

@@ -8,10 +8,13 @@
 //! point ([`DynTool::call_json`](idem_runtime::registry::DynTool)) like
 //! any dispatched call.
 //!
-//! The function runs on a thread of tokio's blocking pool holding the GIL
-//! (a plain `def`), or on the caller's asyncio event loop (an `async def`
-//! called with `acall`), never inside the executor's own task: the lease
-//! is renewed and the timeout counted while it runs.
+//! A plain `def` called with `call` runs on the calling thread, inside
+//! the executor's poll, the lease renewed from the runtime meanwhile
+//! ([`ToolCtx::run_blocking`]); otherwise the function runs on a thread of
+//! tokio's blocking pool holding the GIL, or on the caller's asyncio
+//! event loop (an `async def` called with `acall`), outside the
+//! executor's own task: the lease is renewed and the timeout counted
+//! while it runs.
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -35,6 +38,15 @@ use crate::json::to_json;
 pub(crate) struct ToolDefinition {
     pub(crate) spec: &'static ToolSpec,
     pub(crate) class: ClassKind,
+    /// `runner(args, ctx)`: the decorated function behind the package's
+    /// own wrapper (pydantic models, the context argument, the output's
+    /// JSON form), once bound ([`ToolDefinition::bind`]). Returns a
+    /// coroutine for an `async def` function.
+    pub(crate) func: Option<Arc<Py<PyAny>>>,
+    pub(crate) is_async: bool,
+    /// `reconcile(args, ctx)`, the hook of a call whose owner vanished.
+    pub(crate) reconcile: Option<Arc<Py<PyAny>>>,
+    pub(crate) reconcile_is_async: bool,
 }
 
 /// Give `text` the `'static` lifetime a [`ToolSpec`] holds: a tool is
@@ -108,7 +120,32 @@ impl ToolDefinition {
         Ok(ToolDefinition {
             spec: Box::leak(Box::new(spec)),
             class,
+            func: None,
+            is_async: false,
+            reconcile: None,
+            reconcile_is_async: false,
         })
+    }
+
+    /// This definition with the function its calls run, `runner(args,
+    /// ctx)`, and the reconcile hook's, if any: what every call of the
+    /// tool shares, handed over once rather than with each call.
+    #[pyo3(signature = (runner, is_async, reconcile=None, reconcile_is_async=false))]
+    fn bind(
+        &self,
+        runner: Py<PyAny>,
+        is_async: bool,
+        reconcile: Option<Py<PyAny>>,
+        reconcile_is_async: bool,
+    ) -> ToolDefinition {
+        ToolDefinition {
+            spec: self.spec,
+            class: self.class,
+            func: Some(Arc::new(runner)),
+            is_async,
+            reconcile: reconcile.map(Arc::new),
+            reconcile_is_async,
+        }
     }
 
     /// The tool's name.
@@ -126,8 +163,13 @@ impl ToolDefinition {
 
 /// How the function is run.
 pub(crate) enum Runner {
-    /// From a synchronous `call`: on a blocking thread (an `async def`
-    /// function by `asyncio.run` there).
+    /// From a synchronous `call`. A plain `def` function whose tool sets
+    /// no timeout of its own runs inline: on the calling thread, inside
+    /// the executor's poll ([`ToolCtx::run_blocking`], which keeps the
+    /// lease renewed meanwhile), holding the GIL only while it runs — no
+    /// thread switch. One with a timeout, which a function running on the
+    /// caller's thread could not be cut short by, and an `async def` one
+    /// (by `asyncio.run`), run on a blocking thread.
     Blocking,
     /// From `acall`: an `async def` function on this event loop, a plain
     /// one on a blocking thread.
@@ -136,15 +178,10 @@ pub(crate) enum Runner {
 
 /// One call of a Python tool.
 pub(crate) struct PyCall {
+    /// The tool, its function bound ([`ToolDefinition::bind`]).
     pub(crate) def: Py<ToolDefinition>,
-    /// `runner(args, ctx)`: the decorated function behind the package's
-    /// own wrapper (pydantic models, the context argument, the output's
-    /// JSON form). Returns a coroutine for an `async def` function.
+    /// The function, `def`'s.
     pub(crate) func: Arc<Py<PyAny>>,
-    pub(crate) is_async: bool,
-    /// `reconcile(args, ctx)`, the hook of a call whose owner vanished.
-    pub(crate) reconcile: Option<Arc<Py<PyAny>>>,
-    pub(crate) reconcile_is_async: bool,
     /// The arguments as the caller gave them (a dict or a model).
     pub(crate) args: Arc<Py<PyAny>>,
     pub(crate) natural: Option<Value>,
@@ -181,7 +218,7 @@ impl PyCall {
                 Err(e) => Err(tool_error(py, e)),
             });
         }
-        let joined = tokio::task::spawn_blocking(move || {
+        let run = move || {
             Python::attach(|py| {
                 let run = || -> PyResult<Bound<'_, PyAny>> {
                     let value = func.call1(py, (args.as_ref(), context))?.into_bound(py);
@@ -195,9 +232,20 @@ impl PyCall {
                     Err(e) => Err(tool_error(py, e)),
                 }
             })
-        })
-        .await;
+        };
+        if self.inline(is_async) {
+            return ctx.run_blocking(run);
+        }
+        let joined = tokio::task::spawn_blocking(run).await;
         joined.map_err(|e| ToolError::ambiguous(format!("the Python tool's thread failed: {e}")))?
+    }
+
+    /// Whether the function runs inline, on the thread that made the call
+    /// (see [`Runner::Blocking`]).
+    fn inline(&self, is_async: bool) -> bool {
+        matches!(self.runner, Runner::Blocking)
+            && !is_async
+            && self.definition().spec.timeout.is_none()
     }
 }
 
@@ -286,7 +334,8 @@ impl ToolDef for PyCall {
 
 impl Tool<()> for PyCall {
     async fn call(&self, _args: Value, ctx: &ToolCtx, _state: &()) -> Result<Value, ToolError> {
-        self.invoke(&self.func, self.is_async, ctx).await
+        self.invoke(&self.func, self.definition().is_async, ctx)
+            .await
     }
 
     async fn reconcile(
@@ -295,12 +344,15 @@ impl Tool<()> for PyCall {
         ctx: &ToolCtx,
         _state: &(),
     ) -> Result<Reconciled<Value>, ToolError> {
-        let Some(hook) = &self.reconcile else {
+        let definition = self.definition();
+        let Some(hook) = &definition.reconcile else {
             return Ok(Reconciled::Unknown);
         };
         // The package's wrapper answers `{"applied": output}`,
         // `{"not_applied": true}` or `{"unknown": true}`.
-        let answer = self.invoke(hook, self.reconcile_is_async, ctx).await?;
+        let answer = self
+            .invoke(hook, definition.reconcile_is_async, ctx)
+            .await?;
         Ok(match answer.get("applied") {
             Some(output) => Reconciled::Applied(output.clone()),
             None if answer.get("not_applied").is_some() => Reconciled::NotApplied,

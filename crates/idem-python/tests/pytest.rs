@@ -3,8 +3,8 @@
 //!
 //! Builds the module with `maturin develop` into the virtual environment
 //! `.ci/run` makes (`target/python-idem`: maturin, pytest, mypy,
-//! pydantic), starts Redis and PostgreSQL with the test kit and names them
-//! to pytest, and gives it the `idem` program built beside this test. It
+//! pydantic), starts Redis and PostgreSQL with the test kit (and over
+//! TLS, with certificates it makes) and names them to pytest, and gives it the `idem` program built beside this test. It
 //! also makes the same call from Rust, before and after, on the SQLite
 //! file the Python tests share: a call made in one language is answered
 //! from its record in the other.
@@ -16,7 +16,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use idem::{tool, Executor, ToolError};
-use idem_testkit::servers::{skip, workspace_root, PostgresServer, RedisServer, TempDir};
+use idem_testkit::servers::{
+    skip, workspace_root, PostgresServer, RedisServer, TempDir, TestCertificates,
+};
 use serde::{Deserialize, Serialize};
 
 /// What `create_ticket` takes, in Rust and in Python alike.
@@ -87,8 +89,12 @@ fn the_python_package_passes_its_tests_against_this_build() {
         .expect("maturin runs");
     assert!(built.success(), "maturin develop failed");
 
+    // One PostgreSQL for both: TLS offered beside plain text (the plain
+    // tests ask for none), a certificate for 127.0.0.1 signed by `certs.ca`.
+    let certs = TestCertificates::new();
     let redis = RedisServer::start();
-    let postgres = PostgresServer::start();
+    let redis_tls = RedisServer::start_tls(&certs.server, &certs.ca, false);
+    let postgres = PostgresServer::start_tls(&certs.server, &certs.ca, false);
     if redis.is_none() {
         skip("the Python tests on Redis", "redis-server");
     }
@@ -118,9 +124,17 @@ fn the_python_package_passes_its_tests_against_this_build() {
     if let Some(redis) = &redis {
         pytest.env("IDEM_TEST_REDIS_URL", redis.url());
     }
-    if let Some(postgres) = &postgres {
-        pytest.env("IDEM_TEST_POSTGRES_URL", postgres.url());
+    if let Some(redis) = &redis_tls {
+        let ca = certs.ca.display();
+        pytest.env("IDEM_TEST_REDISS_URL", format!("{}?ca={ca}", redis.url()));
     }
+    if let Some(postgres) = &postgres {
+        let (url, ca) = (postgres.url(), certs.ca.display());
+        pytest.env("IDEM_TEST_POSTGRES_URL", format!("{url}?sslmode=disable"));
+        let tls = format!("{url}?sslmode=verify-full&sslrootcert={ca}");
+        pytest.env("IDEM_TEST_POSTGRES_TLS_URL", tls);
+    }
+    pytest.env("IDEM_TEST_OTHER_CA", &certs.other_ca);
     if idem_bin.exists() {
         pytest.env("IDEM_BIN", &idem_bin);
     }

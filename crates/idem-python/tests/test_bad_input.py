@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Dict, List
 
@@ -9,6 +10,7 @@ import pytest
 
 import idem_agents as idem
 from idem_agents import errors
+from idem_agents.keys import derive_key
 
 
 @pytest.fixture
@@ -33,7 +35,7 @@ def write(runs: List[Any]) -> idem.Tool[Any]:
         ({"amount": math.inf}, "inf"),
         ({"when": object()}, "object has no JSON form"),
         ({1: "a"}, "JSON keys are strings"),
-        ({"big": 2**70}, "does not fit in 64 bits"),
+        ({"big": 10**400}, "beyond the range of a JSON number"),
         ({"nested": {"set": {1, 2}}}, "args.nested.set"),
         ("not a dict", "must be a dict"),
     ],
@@ -49,6 +51,32 @@ def test_arguments_json_cannot_hold_are_invalid_arguments_and_nothing_runs(
     assert "nothing ran" in raised.value.message or "must be a dict" in raised.value.message
     assert raised.value.content["error"]["code"] == "invalid_arguments"
     assert runs == []
+
+
+def test_arguments_over_64_kib_are_too_large_as_from_a_model_and_nothing_runs(
+    store_url: str, write: idem.Tool[Any], runs: List[Any]
+) -> None:
+    ex = idem.Executor(store_url)
+    # 65,536 bytes of JSON text: `{"text":"…"}` is 11 bytes around the string.
+    at_limit = {"text": "x" * (64 * 1024 - 11)}
+    assert ex.call(write, at_limit, call_id="size-1").output is True
+    with pytest.raises(errors.ArgumentsTooLarge) as raised:
+        ex.call(write, {"text": "x" * (64 * 1024 - 10)}, call_id="size-2")
+    assert raised.value.code == "arguments_too_large"
+    assert raised.value.message == "arguments of `save` are 65537 bytes; the limit is 65536 bytes; nothing ran"
+    assert len(runs) == 1
+
+
+def test_numbers_are_read_as_the_dispatcher_reads_the_same_json_text(write: idem.Tool[Any]) -> None:
+    ex = idem.Executor("memory:")
+    # An integer beyond 64 bits is the double its digits are as JSON text,
+    # and an integral float the integer: one key with the text's.
+    big = ex.call(write, {"big": 2**70, "n": 1000.0}, run="numbers", step=1)
+    text = json.loads('{"big": 1180591620717411303424, "n": 1e3}')
+    assert text == {"big": 2.0**70, "n": 1000.0}
+    again = ex.call(write, text, run="numbers", step=1)
+    assert again.deduplicated and again.key == big.key
+    assert big.key == derive_key("save", "step", run_id="numbers", step=1, args={"big": 2.0**70, "n": 1000})
 
 
 def test_a_key_reused_with_other_arguments_is_refused_and_nothing_runs(

@@ -16,6 +16,8 @@ use crate::record::{Fence, RESERVED_STEP_PREFIX};
 use crate::store::Store;
 use crate::store::StoreExt;
 
+mod lease;
+
 /// The context handed to every tool call: its key (to pass downstream),
 /// attempt number, identity, and durable step checkpoints.
 ///

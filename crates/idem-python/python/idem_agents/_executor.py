@@ -77,24 +77,37 @@ class Executor:
     def __repr__(self) -> str:
         return f"Executor({self.store!r})"
 
-    def _request(self, tool: Tool[Any], args: Any, **site: Any) -> Dict[str, Any]:
-        """What the native executor is asked to run."""
+    @staticmethod
+    def _request(
+        tool: Tool[Any],
+        args: Any,
+        call_id: Optional[str],
+        run: Optional[str],
+        step: int,
+        namespace: Optional[str],
+        reason: Optional[str],
+        window: Optional[Duration],
+        repeat: int,
+    ) -> Tuple[Any, ...]:
+        """What the native executor is asked to run, in the order its
+        ``call`` takes it."""
         if not isinstance(tool, Tool):
             raise TypeError(f"not an idem tool: {tool!r} (decorate it with @idem_agents.tool)")
         args, json_args = tool.arguments(args)
-        site["window"] = seconds(site["window"], "window")
-        site["run_id"] = site.pop("run")
-        return dict(
-            site,
-            definition=tool.definition,
-            func=tool.runner,
-            is_async=tool.is_async,
-            args=args,
-            json_args=json_args,
-            natural=tool.key.material(json_args) if isinstance(tool.key, Natural) else None,
-            custom=tool.key.function(json_args) if isinstance(tool.key, Custom) else None,
-            reconcile=tool.reconcile_runner,
-            reconcile_is_async=tool.reconcile_is_async,
+        key = tool.key
+        return (
+            tool.definition,
+            args,
+            json_args,
+            key.material(json_args) if isinstance(key, Natural) else None,
+            key.function(json_args) if isinstance(key, Custom) else None,
+            call_id,
+            run,
+            step,
+            namespace,
+            reason,
+            None if window is None else seconds(window, "window"),
+            repeat,
         )
 
     def call(
@@ -119,10 +132,7 @@ class Executor:
         A write with none of these is refused. A duplicate returns the
         first call's output with ``deduplicated=True``.
         """
-        request = self._request(
-            tool, args, call_id=call_id, run=run, step=step, namespace=namespace, reason=reason, window=window, repeat=repeat
-        )
-        return self._native.call(request)
+        return self._native.call(self._request(tool, args, call_id, run, step, namespace, reason, window, repeat))
 
     async def acall(
         self,
@@ -139,8 +149,6 @@ class Executor:
     ) -> CallResult:
         """:meth:`call` from asyncio: an ``async def`` tool runs on this
         event loop, a plain one on a worker thread."""
-        request = self._request(
-            tool, args, call_id=call_id, run=run, step=step, namespace=namespace, reason=reason, window=window, repeat=repeat
-        )
+        request = self._request(tool, args, call_id, run, step, namespace, reason, window, repeat)
         result: CallResult = await self._native.acall(request)
         return result

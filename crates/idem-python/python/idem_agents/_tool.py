@@ -149,7 +149,6 @@ class Tool(Generic[R]):
         reconcile: Optional[Callable[..., Any]],
     ) -> None:
         self.func = func
-        self.definition = definition
         self.name: str = definition.name
         self.cls: str = definition.cls
         self.description: str = inspect.getdoc(func) or ""
@@ -163,6 +162,10 @@ class Tool(Generic[R]):
         if reconcile is not None:
             self.reconcile_is_async = inspect.iscoroutinefunction(reconcile)
             self.reconcile_runner = self._make_reconcile(reconcile, self.reconcile_is_async)
+        # What every call of the tool shares, handed to the native side once.
+        self.definition = definition.bind(
+            self.runner, self.is_async, self.reconcile_runner, self.reconcile_is_async
+        )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise TypeError(
@@ -213,6 +216,8 @@ class Tool(Generic[R]):
         """``args`` as the function takes them and as JSON (their key's
         source). A dict for a model-typed tool is validated into the model
         first; nothing runs if it does not fit."""
+        if type(args) is dict and self.model is None:
+            return args, args
         from .errors import InvalidArguments
 
         if args is None:

@@ -56,6 +56,88 @@ pub const DEFAULT_MAX_ARGUMENT_BYTES: usize = 64 * 1024;
 
 pub use call::{Arguments, DispatchError, ToolCall, ToolResult};
 
+/// The checks a call's arguments pass before anything runs, whichever way
+/// the call came (a model's tool call through the [`Dispatcher`], a call
+/// of a Python tool): no larger than `max_bytes` (as JSON text), valid
+/// JSON, an object; and its numbers read as JSON Schema reads them — a
+/// float with an integral value (`1000.0`, up to ±2^53) becomes that
+/// integer, with the same key. Returns the arguments to run with.
+///
+/// The same bad input is the same typed error on every route:
+/// [`IdemError::ArgumentsTooLarge`], or [`IdemError::InvalidArguments`]
+/// naming `tool` and what is wrong (text that is not JSON, such as `NaN`
+/// or a number beyond a double's range; arguments that are not an
+/// object). The checks a tool's JSON Schema adds are the
+/// [`Dispatcher`]'s, which knows the tool's schema.
+///
+/// ```
+/// use idem_runtime::dispatch::{check_arguments, Arguments, DEFAULT_MAX_ARGUMENT_BYTES};
+/// use idem_runtime::ErrorCode;
+///
+/// let args = check_arguments("send", Arguments::Text(r#"{"n": 1e3}"#.into()), DEFAULT_MAX_ARGUMENT_BYTES);
+/// assert_eq!(args.unwrap(), serde_json::json!({"n": 1000}));
+/// let nan = check_arguments("send", Arguments::Text(r#"{"n": NaN}"#.into()), DEFAULT_MAX_ARGUMENT_BYTES);
+/// assert_eq!(nan.unwrap_err().code(), ErrorCode::InvalidArguments);
+/// ```
+pub fn check_arguments(
+    tool: &str,
+    arguments: Arguments,
+    max_bytes: usize,
+) -> Result<Value, IdemError> {
+    let invalid = |detail: String| IdemError::InvalidArguments {
+        tool: tool.to_owned(),
+        detail,
+    };
+    let too_large = |len: usize| IdemError::ArgumentsTooLarge {
+        tool: tool.to_owned(),
+        len,
+        max: max_bytes,
+    };
+    let mut args = match arguments {
+        Arguments::Text(text) if text.len() > max_bytes => return Err(too_large(text.len())),
+        // Models send "" for a call without arguments.
+        Arguments::Text(text) if text.trim().is_empty() => json!({}),
+        Arguments::Text(text) => serde_json::from_str(&text)
+            .map_err(|e| invalid(format!("the arguments are not valid JSON ({e})")))?,
+        Arguments::Json(value) => {
+            let len = json_len(&value);
+            if len > max_bytes {
+                return Err(too_large(len));
+            }
+            value
+        }
+    };
+    if !args.is_object() {
+        return Err(invalid(format!(
+            "the arguments must be a JSON object, found {}",
+            json_type(&args)
+        )));
+    }
+    // `1000.0` is an integer to JSON Schema (and to the key): let an
+    // integer field accept it too.
+    numbers::integral_floats_as_integers(&mut args);
+    Ok(args)
+}
+
+/// The length of `value` written as compact JSON, without writing it.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => usize::MAX,
+    }
+}
+
 /// Runs model tool calls through an executor and a registry.
 pub struct Dispatcher<S = ()> {
     executor: Executor<S>,
@@ -125,49 +207,15 @@ impl<S: Send + Sync + 'static> Dispatcher<S> {
                 suggestion: self.registry.suggest(&call.name).map(str::to_owned),
             });
         };
-        let invalid = |detail: String| IdemError::InvalidArguments {
-            tool: call.name.clone(),
-            detail,
-        };
-        let too_large = |len: usize| IdemError::ArgumentsTooLarge {
-            tool: call.name.clone(),
-            len,
-            max: self.max_argument_bytes,
-        };
-        let mut args = match &call.arguments {
-            Arguments::Text(text) if text.len() > self.max_argument_bytes => {
-                return Err(too_large(text.len()))
-            }
-            // Models send "" for a call without arguments.
-            Arguments::Text(text) if text.trim().is_empty() => json!({}),
-            Arguments::Text(text) => serde_json::from_str(text)
-                .map_err(|e| invalid(format!("the arguments are not valid JSON ({e})")))?,
-            Arguments::Json(value) => {
-                let len = serde_json::to_vec(value)
-                    .map(|v| v.len())
-                    .unwrap_or(usize::MAX);
-                if len > self.max_argument_bytes {
-                    return Err(too_large(len));
-                }
-                value.clone()
-            }
-        };
-        if !args.is_object() {
-            return Err(invalid(format!(
-                "the arguments must be a JSON object, found {}",
-                json_type(&args)
-            )));
-        }
-        // `1000.0` is an integer to JSON Schema (and to the key): let an
-        // integer field accept it too.
-        numbers::integral_floats_as_integers(&mut args);
+        let args = check_arguments(&call.name, call.arguments.clone(), self.max_argument_bytes)?;
         #[cfg(feature = "schema-validation")]
         if let Some(schema) = self.registry.argument_schema(&call.name) {
-            schema.check(&args).map_err(|e| {
-                invalid(format!(
-                    "the arguments do not match the tool's JSON Schema: {e}"
-                ))
-            })?;
+            schema
+                .check(&args)
+                .map_err(|e| IdemError::InvalidArguments {
+                    tool: call.name.clone(),
+                    detail: format!("the arguments do not match the tool's JSON Schema: {e}"),
+                })?;
         }
         tool.call_json(&self.executor, args, call.id.clone(), run.clone())
             .await

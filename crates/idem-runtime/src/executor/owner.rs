@@ -7,7 +7,7 @@ use std::convert::Infallible;
 use crate::ctx::{LeaseWatch, ToolCtx};
 use crate::key::{IdempotencyKey, Namespace};
 use crate::record::Fence;
-use crate::store::{StoreError, StoreExt, Takeover};
+use crate::store::Takeover;
 
 use super::env::CallEnv;
 use super::flight::FlightGuard;
@@ -59,52 +59,10 @@ impl<'f> Owner<'f> {
 
 /// Renew the owner's lease every third of it, for as long as the owner
 /// works (the caller drops this future when the work ends, so a call
-/// that finishes within a third of the lease pays no renewal). When a
-/// renewal finds a newer fence, or the store stays unreachable until
-/// the lease would have run out, the lease is marked lost: the tool
-/// sees it (`ctx.superseded()`), no retry starts, and nothing this
-/// owner writes is accepted as its outcome.
+/// that finishes within a third of the lease pays no renewal); see
+/// `ToolCtx::keep_lease` for a renewal that fails.
 pub(super) async fn keep_lease(env: &CallEnv<'_>, owner: &Owner<'_>) -> Infallible {
-    let lost = owner.lease();
-    let lease = env.lease();
-    let every = lease / 3;
-    let mut next = every;
-    loop {
-        tokio::time::sleep(next).await;
-        // The deadline is measured from before each request (and from
-        // before the claim), so it is never later than the store's.
-        let sent = tokio::time::Instant::now();
-        let left = lost.held_until().saturating_duration_since(sent);
-        let renewal = env.store().renew(&owner.key, owner.fence, lease);
-        match tokio::time::timeout(left, renewal).await {
-            Ok(Ok(())) => {
-                lost.extend(sent + lease);
-                next = every;
-            }
-            Ok(Err(e @ StoreError::StaleFence { .. })) => {
-                tracing::warn!(error = %e, "lease taken over by another owner; stopping");
-                break;
-            }
-            Ok(Err(e)) => {
-                let left = lost
-                    .held_until()
-                    .saturating_duration_since(tokio::time::Instant::now());
-                if left.is_zero() {
-                    tracing::warn!(error = %e, "could not renew the lease before it ran out; stopping");
-                    break;
-                }
-                tracing::warn!(error = %e, "could not renew the lease; trying again");
-                // Again soon, and at the latest when the lease runs out.
-                next = left.min(every);
-            }
-            Err(_) => {
-                tracing::warn!("the lease ran out while a renewal was unanswered; stopping");
-                break;
-            }
-        }
-    }
-    lost.lose();
-    std::future::pending().await
+    owner.ctx.keep_lease(env.lease() / 3).await
 }
 
 /// The owner once what it inherited is settled (phase 3): it holds no

@@ -3,7 +3,7 @@
 //! nothing, and one whose renewals fail or hang is told once its lease
 //! would lapse.
 
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,11 +75,15 @@ async fn a_call_slower_than_its_lease_keeps_it_and_a_duplicate_waits_for_its_res
 /// (`WaitsForLoss`); or that relabels its context (as one handing a
 /// sub-task a context of its own would), outlives its lease several times
 /// over while the executor renews it, and counts 100 for each time the
-/// relabeled context took the key for lost (`Relabels`).
+/// relabeled context took the key for lost (`Relabels`); or that blocks
+/// its thread for four leases, as a function of another language called
+/// in place does, inside [`ToolCtx::run_blocking`] (`kept`) or not
+/// (`Blocks`).
 #[derive(Clone, Copy)]
 enum Patient {
     WaitsForLoss,
     Relabels,
+    Blocks { kept: bool },
 }
 impl ToolDef for Patient {
     type Class = NonIdempotentWrite;
@@ -94,6 +98,14 @@ impl Tool<App> for Patient {
         ctx: &ToolCtx,
         world: &App,
     ) -> impl Future<Output = Result<Sent, ToolError>> + Send {
+        if let Patient::Blocks { kept } = *self {
+            // In the first poll, as a blocking body runs.
+            let body = || std::thread::sleep(Duration::from_millis(600));
+            match kept {
+                true => ctx.run_blocking(body),
+                false => body(),
+            }
+        }
         let (ctx, world, mode) = (ctx.clone(), world.clone(), *self);
         async move {
             match mode {
@@ -115,6 +127,7 @@ impl Tool<App> for Patient {
                         }
                     }
                 }
+                Patient::Blocks { .. } => {}
             }
             world.calls.fetch_add(1, Ordering::SeqCst);
             // A tool that ignores the signal and "finishes" anyway.
@@ -233,4 +246,53 @@ async fn a_context_relabeled_by_its_tool_follows_the_calls_lease_through_renewal
     // Before: a relabeled context was a copy of the lease as it stood,
     // told of no renewal, so it took the key for lost a lease later.
     assert_eq!(world.calls(), 1, "the relabeled context never saw a loss");
+}
+
+/// A call of [`Patient::Blocks`] made on a thread of its own (the executor polled
+/// there, as from Python), and after two leases the same call from
+/// another worker, which refuses to wait for a call in flight: the two
+/// results and how many times the body ran.
+fn blocked_then_repeated(kept: bool) -> [Result<Sent, IdemError>; 2] {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store: Arc<MemoryStore> = Arc::new(MemoryStore::new());
+    let world = App::default();
+    let worker = || {
+        Executor::builder_shared(store.clone())
+            .state(world.clone())
+            .lease(Duration::from_millis(150))
+            .on_in_flight(idem_runtime::executor::InFlightPolicy::Reject)
+            .build()
+    };
+    let (first, other) = (worker(), worker());
+    let handle = runtime.handle().clone();
+    let blocked = std::thread::spawn(move || {
+        let call = first
+            .call(Patient::Blocks { kept }, msg("ada"))
+            .call_id("c");
+        handle.block_on(call.into_future()).map(|out| out.output)
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let call = other
+        .call(Patient::Blocks { kept }, msg("ada"))
+        .call_id("c");
+    let repeated = runtime.block_on(call.into_future()).map(|out| out.output);
+    [blocked.join().unwrap(), repeated]
+}
+
+#[test]
+fn a_body_blocking_its_thread_in_run_blocking_keeps_its_lease() {
+    let [blocked, repeated] = blocked_then_repeated(true);
+    assert_eq!(blocked.unwrap().id, "late");
+    let err = repeated.unwrap_err();
+    assert!(matches!(err, IdemError::InFlight { .. }), "{err}");
+    // Without it, nothing renews the lease while the body blocks: the
+    // other worker finds it lapsed and takes the key over, and the first
+    // owner's late outcome is refused.
+    let [blocked, repeated] = blocked_then_repeated(false);
+    assert!(!matches!(repeated, Err(IdemError::InFlight { .. })));
+    assert!(matches!(blocked, Err(IdemError::Superseded { .. })));
 }
