@@ -278,6 +278,8 @@ impl CliError {
             .join(" ");
         let mut line = visible(&joined).into_owned();
         if acting && !matches!(self, CliError::Output(_)) && !line.contains("nothing") {
+            // "… by dana." and not "… by dana.; nothing was changed".
+            line.truncate(line.trim_end_matches(['.', ' ']).len());
             line.push_str("; nothing was changed");
         }
         line
@@ -425,6 +427,25 @@ mod tests {
             "{line}"
         );
         assert!(line.ends_with("nothing was changed"), "{line}");
+        assert!(!line.contains(".;"), "{line}");
+    }
+
+    #[test]
+    fn a_refusal_that_ends_a_sentence_says_nothing_was_changed_once() {
+        let error = CliError::Operator {
+            error: idem_runtime::approval::rules::RuleRefusal::NotAnApprover {
+                who: "mallory".into(),
+                approvers: "dana, erin".into(),
+                tool: "refund".into(),
+            }
+            .into(),
+            now: None,
+        };
+        let line = error.line(true);
+        assert!(
+            line.ends_with("may not decide calls of refund; nothing was changed"),
+            "{line}"
+        );
     }
 
     #[test]

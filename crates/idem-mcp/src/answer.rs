@@ -250,7 +250,7 @@ fn approval_pending(tool: &str, message: &str) -> String {
         format!(" ({message})")
     };
     format!(
-        "`{tool}` needs a person's approval before it runs, and nobody has decided \
+        "`{tool}` needs a person's approval before it runs, and it is not approved \
          yet{why}. Nothing ran. Tell the user it is waiting for approval. Once it is \
          approved, call again with the same arguments and it runs once; calling again \
          before then only repeats this answer."
