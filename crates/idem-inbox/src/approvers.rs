@@ -7,6 +7,7 @@
 //! role = "approver"   # may decide; "viewer" may only look
 //! password = "$argon2id$v=19$m=19456,t=2,p=1$…"   # idem approver password dana
 //! tokens = ["sha256:…"]                           # idem approver token dana
+//! slack = "U0123ABCD"   # optional: their Slack user id, for the buttons
 //!
 //! [[rule]]                 # optional: see `rules.rs`
 //! tools = ["charge_*"]
@@ -47,6 +48,10 @@ struct Entry {
     password: Option<String>,
     #[serde(default)]
     tokens: Vec<String>,
+    /// Their Slack user id (`U…` or `W…`): a click on a Slack message's
+    /// button by that user is a decision of theirs.
+    #[serde(default)]
+    slack: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -79,6 +84,8 @@ pub struct Approvers {
     notify: Vec<NotifyEntry>,
     /// The digest of each API token → the name it belongs to.
     by_token: HashMap<TokenDigest, String>,
+    /// Each Slack user id → the name it belongs to.
+    by_slack: HashMap<String, String>,
     /// Verified against when a name is unknown, so that a wrong name takes
     /// as long as a wrong password.
     decoy: String,
@@ -106,6 +113,7 @@ impl Approvers {
         })?;
         let mut by_name = HashMap::new();
         let mut by_token = HashMap::new();
+        let mut by_slack = HashMap::new();
         for entry in file.approver {
             let name = entry.name.trim().to_owned();
             if name.is_empty() || name.chars().any(idem_runtime::text::needs_escape) {
@@ -124,6 +132,16 @@ impl Approvers {
                     format!("approver {name}: a token must be written as sha256:<64 hex digits>; make one with `idem approver token {name}`")
                 })?;
                 by_token.insert(digest, name.clone());
+            }
+            if let Some(id) = &entry.slack {
+                if !is_slack_user(id) {
+                    return Err(format!("approver {name}: slack = {id:?} is not a Slack user id (U or W and capital letters and digits, as the member's profile shows: “Copy member ID”)"));
+                }
+                if let Some(other) = by_slack.insert(id.clone(), name.clone()) {
+                    return Err(format!(
+                        "approvers {other} and {name} have the same Slack user id {id}"
+                    ));
+                }
             }
             if by_name
                 .insert(
@@ -158,6 +176,7 @@ impl Approvers {
             rules,
             notify: file.notify,
             by_token,
+            by_slack,
             decoy: hash_password("decoy password, never accepted")
                 .map_err(|e| format!("cannot hash a password: {e}"))?,
         })
@@ -181,6 +200,12 @@ impl Approvers {
             name: e.name.clone(),
             role: e.role,
         })
+    }
+
+    /// The approver whose Slack user id is `id`, if one is (a click on a
+    /// Slack message's button).
+    pub fn slack_user(&self, id: &str) -> Option<Identity> {
+        self.by_slack.get(id).and_then(|name| self.identity(name))
     }
 
     /// Whether `name` is listed with a password (so that a sign-in with
@@ -223,6 +248,16 @@ impl Approvers {
             .get(&TokenDigest::of(token.trim()))
             .and_then(|name| self.identity(name))
     }
+}
+
+/// Whether `id` is written as Slack writes a user id: `U` or `W`, then
+/// capital letters and digits (`U0123ABCD`).
+fn is_slack_user(id: &str) -> bool {
+    (id.starts_with('U') || id.starts_with('W'))
+        && (3..=32).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
 /// The line (from 1) of byte `at` in `text`.
@@ -341,6 +376,24 @@ mod tests {
         );
         let twice = "[[approver]]\nname = \"a\"\nrole = \"viewer\"\n".repeat(2);
         assert!(refused(&twice).contains("listed twice"));
+    }
+
+    #[test]
+    fn slack_user_ids_name_one_approver_each() {
+        let team = "[[approver]]\nname = \"dana\"\nrole = \"approver\"\nslack = \"U0DANA\"\n[[approver]]\nname = \"vic\"\nrole = \"viewer\"\nslack = \"W0VIC\"\n";
+        let approvers = Approvers::parse(team).unwrap();
+        assert_eq!(approvers.slack_user("U0DANA").unwrap().name, "dana");
+        assert_eq!(approvers.slack_user("W0VIC").unwrap().role, Role::Viewer);
+        assert_eq!(approvers.slack_user("U0OTHER"), None);
+        assert_eq!(approvers.slack_user("dana"), None);
+        let twice = team.replace("W0VIC", "U0DANA");
+        assert!(Approvers::parse(&twice)
+            .unwrap_err()
+            .contains("the same Slack user id U0DANA"));
+        for bad in ["u0dana", "dana", "U0<@U1>", "U"] {
+            let said = Approvers::parse(&team.replace("U0DANA", bad)).unwrap_err();
+            assert!(said.contains("is not a Slack user id"), "{bad}: {said}");
+        }
     }
 
     /// The approvers of [`FINANCE`].

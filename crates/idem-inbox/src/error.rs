@@ -40,6 +40,10 @@ pub enum InboxError {
     /// A webhook cannot be used as given.
     #[error("{0}")]
     Notify(String),
+    /// Slack's buttons cannot be set up as given (the signing secret, the
+    /// test's response base).
+    #[error("{0}")]
+    Slack(String),
     /// The inbox cannot listen on its address.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

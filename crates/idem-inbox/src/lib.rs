@@ -27,7 +27,8 @@
 //! [`role`], [`rules`] (the approval rules: who may decide what, how many
 //! approvals a call needs), `notify` (webhooks when a call begins to wait,
 //! is overdue or is decided), [`approvers`] (the approvers file: who may
-//! sign in, with which role), `cookies` (cookie names and attributes, CSRF
+//! sign in, with which role), `slack` (Slack's request signatures, and
+//! where outcomes may be posted), `cookies` (cookie names and attributes, CSRF
 //! tokens, same-origin posts), [`session`] (sessions kept in the store,
 //! shared by every instance on it), [`signins`] (sign-ins in the audit
 //! log, failures bounded), `throttle` (bounded work before sign-in),
@@ -36,7 +37,8 @@
 //! since the last look), `state` (what every handler shares, and who a
 //! request comes from); then the handlers: `listing`, `pages` (the HTML),
 //! `login`, `api` (the JSON), `live` (server-sent events when the inbox
-//! changes), `deliveries` (the webhooks' log, for approvers); `router`
+//! changes), `deliveries` (the webhooks' log, for approvers), `clicks`
+//! (Slack's Approve and Deny buttons, deciding in place); `router`
 //! and `server` (serving, and the drain on Ctrl-C) on top.
 
 // Helpers return `Result<_, Response>`: the error *is* the page to send,
@@ -46,6 +48,7 @@
 mod api;
 pub mod approvers;
 mod change;
+mod clicks;
 mod cookies;
 mod decide;
 mod deliveries;
@@ -63,6 +66,7 @@ pub mod rules;
 mod server;
 pub mod session;
 pub mod signins;
+mod slack;
 mod state;
 mod throttle;
 mod view;

@@ -72,6 +72,17 @@ pub struct InboxOptions {
     /// The wait after a delivery's first failed attempt; it doubles after
     /// each, up to 5 minutes (1 second).
     pub notify_backoff: Duration,
+    /// A file holding the Slack app's signing secret: Slack messages then
+    /// carry Approve and Deny buttons, whose clicks Slack posts to
+    /// `/slack/actions` (docs/inbox.md).
+    pub slack_signing_secret_file: Option<PathBuf>,
+    /// An environment variable holding that secret, instead of a file.
+    pub slack_signing_secret_env: Option<String>,
+    /// For tests only: post the outcome of a click to this loopback
+    /// `http://127.0.0.1:PORT` receiver instead of Slack's
+    /// `https://hooks.slack.com/actions/…` (nothing else is let through
+    /// either way).
+    pub slack_test_response_base: Option<String>,
     /// How often the inbox looks for new items, for pages that stay open
     /// (1 second).
     pub refresh: Duration,
@@ -115,6 +126,9 @@ impl InboxOptions {
             notify_secret_env: None,
             notify_attempts: 8,
             notify_backoff: Duration::from_secs(1),
+            slack_signing_secret_file: None,
+            slack_signing_secret_env: None,
+            slack_test_response_base: None,
             refresh: Duration::from_secs(1),
             shutdown_grace: Duration::from_secs(30),
         }

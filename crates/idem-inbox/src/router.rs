@@ -14,7 +14,7 @@ use axum::Router;
 
 use crate::quiet::refused;
 use crate::state::{App, MAX_BODY};
-use crate::{api, cookies, deliveries, live, login, pages};
+use crate::{api, clicks, cookies, deliveries, live, login, pages};
 
 /// The routes.
 pub(crate) fn router(app: Arc<App>) -> Router {
@@ -34,6 +34,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/api/records/{key}", get(api::record))
         .route("/api/records/{key}/{action}", post(api::decide))
         .route("/api/{*rest}", any(api::not_found))
+        .route("/slack/actions", post(clicks::actions))
         .fallback(pages::not_found)
         .layer(DefaultBodyLimit::max(MAX_BODY))
         .layer(axum::middleware::from_fn_with_state(

@@ -58,6 +58,7 @@ where
     AllowedHosts::new(addr, &origins)?;
     let approvers = Approvers::load(&options.approvers)?;
     let endpoints = endpoints(&approvers, &options)?;
+    let slack = slack_setup(&options)?;
     let catalog = match &options.tools {
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|source| InboxError::Unreadable {
@@ -93,6 +94,11 @@ where
         secure: options.secure_cookies || tls.is_some(),
     };
     let store = operator.store().clone();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let inbox = options
+        .origin
+        .clone()
+        .unwrap_or_else(|| format!("{scheme}://{local}"));
     let deliveries = Arc::new(notify::log::Log::default());
     let app = Arc::new(App {
         operator: operator.clone(),
@@ -118,6 +124,17 @@ where
         deliveries: deliveries.clone(),
         endpoints: endpoints.iter().map(|e| e.name.clone()).collect(),
         refusals: Default::default(),
+        slack: match slack {
+            Some((verifier, replies)) => Some(crate::slack::Slack {
+                verifier,
+                replies,
+                client: idem_net::client::HttpClient::new(
+                    idem_net::client::client_config().map_err(InboxError::Slack)?,
+                ),
+                inbox: inbox.clone(),
+            }),
+            None => None,
+        },
     });
     let watcher = tokio::spawn(live::watch(app.clone(), changed, options.refresh));
     let reloader = tokio::spawn({
@@ -135,19 +152,16 @@ where
             }
         }
     });
-    let scheme = if tls.is_some() { "https" } else { "http" };
     let settings = notify::Settings {
         endpoints,
-        inbox: options
-            .origin
-            .clone()
-            .unwrap_or_else(|| format!("{scheme}://{local}")),
+        inbox,
         every: options.refresh,
         overdue: options.overdue,
         retries: notify::Retries {
             attempts: options.notify_attempts,
             backoff: options.notify_backoff,
         },
+        buttons: app.slack.is_some(),
     };
     let notifier = notify::Notifier::start(operator.clone(), settings, deliveries)
         .map_err(InboxError::Notify)?;
@@ -241,6 +255,32 @@ where
     }
     operator.store().close().await;
     Ok(served?)
+}
+
+/// Slack's buttons, if a signing secret is given: the verifier and where
+/// outcomes may be posted.
+fn slack_setup(
+    options: &InboxOptions,
+) -> Result<Option<(crate::slack::verify::Verifier, crate::slack::reply::Replies)>, InboxError> {
+    use crate::slack::{reply::Replies, verify::Verifier};
+    let (file, env) = (
+        options.slack_signing_secret_file.as_deref(),
+        options.slack_signing_secret_env.as_deref(),
+    );
+    if file.is_none() && env.is_none() {
+        return match options.slack_test_response_base {
+            Some(_) => Err(InboxError::Slack(
+                "--slack-test-response-base needs a Slack signing secret".to_owned(),
+            )),
+            None => Ok(None),
+        };
+    }
+    let verifier = Verifier::read(file, env).map_err(InboxError::Slack)?;
+    let replies = match &options.slack_test_response_base {
+        Some(base) => Replies::for_tests(base).map_err(InboxError::Slack)?,
+        None => Replies::Slack,
+    };
+    Ok(Some((verifier, replies)))
 }
 
 /// How long a stopping server waits for a webhook delivery under way.

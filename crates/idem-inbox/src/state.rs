@@ -72,6 +72,8 @@ pub(crate) struct App {
     pub(crate) endpoints: Vec<String>,
     /// Refusals' log lines, at a bounded rate.
     pub(crate) refusals: crate::quiet::Quiet,
+    /// Slack's buttons, when set up (a signing secret).
+    pub(crate) slack: Option<crate::slack::Slack>,
 }
 
 /// Someone signed in on a page: who, their session, and the cookie to set

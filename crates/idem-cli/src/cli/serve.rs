@@ -115,6 +115,22 @@ pub(crate) struct ServeArgs {
         value_parser = duration
     )]
     pub notify_backoff: Duration,
+    /// A file holding the Slack app's signing secret (Basic Information,
+    /// Signing Secret): Slack messages then carry Approve and Deny
+    /// buttons, and a click, which Slack posts to /slack/actions (the
+    /// app's Interactivity Request URL), decides as the approver whose
+    /// `slack = "U…"` user id clicked, under the approval rules. Never
+    /// shown.
+    #[arg(long, value_name = "FILE")]
+    pub slack_signing_secret_file: Option<std::path::PathBuf>,
+    /// An environment variable holding that secret, instead of a file.
+    #[arg(long, value_name = "VAR", conflicts_with = "slack_signing_secret_file")]
+    pub slack_signing_secret_env: Option<String>,
+    /// For tests only: post a click's outcome to this loopback
+    /// http://127.0.0.1:PORT receiver instead of Slack's
+    /// https://hooks.slack.com/actions/… (nothing else is let through).
+    #[arg(long, value_name = "URL", hide = true)]
+    pub slack_test_response_base: Option<String>,
     /// How often the inbox looks for new items, for pages that stay open.
     #[arg(
         long,
@@ -142,8 +158,9 @@ impl ServeArgs {
         copy_fields!(options <- self;
             listen, tools, overdue, trust_proxy_header, client_address_header, secure_cookies,
             allow_plain_http, session, session_idle, origin, notify, notify_format,
-            notify_secret_file, notify_secret_env, notify_attempts, notify_backoff, refresh,
-            shutdown_grace);
+            notify_secret_file, notify_secret_env, notify_attempts, notify_backoff,
+            slack_signing_secret_file, slack_signing_secret_env, slack_test_response_base,
+            refresh, shutdown_grace);
         options.tls = match (&self.tls_cert, &self.tls_key) {
             (Some(cert), Some(key)) => Some(TlsFiles {
                 cert: cert.clone(),

@@ -179,7 +179,7 @@ impl Got {
     fn body_key(&self) -> String {
         match self.body["key"].as_str() {
             Some(key) => key.to_owned(),
-            None => self.body["blocks"][1]["elements"][0]["url"]
+            None => self.body["blocks"][2]["elements"][0]["url"]
                 .as_str()
                 .and_then(|u| u.rsplit('/').next())
                 .unwrap_or("")
@@ -265,14 +265,21 @@ async fn webhooks_are_delivered_once_per_event_and_endpoint_across_a_restart(url
         receiver.wait_for("hook", "overdue", k).await;
     }
     let posted = receiver.wait_for("slack", "pending", &billed).await;
-    let text = posted.body["blocks"][0]["text"]["text"].as_str().unwrap();
+    let text = posted.body["blocks"][1]["text"]["text"].as_str().unwrap();
     assert!(
-        text.contains("&lt;https://evil.example|Approve&gt; &lt;!channel&gt; &amp; co"),
+        text.contains("&lt;https[:]//evil.example|Approve&gt; &lt;!channel&gt; &amp; co"),
         "{text}"
     );
     assert!(!text.contains('<'), "{text}");
     assert_eq!(
-        posted.body["blocks"][1]["elements"][0]["url"],
+        posted.body["blocks"][2]["elements"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "no decision buttons without Slack's interactivity set up"
+    );
+    assert_eq!(
+        posted.body["blocks"][2]["elements"][0]["url"],
         serve.url(&format!("/records/{billed}"))
     );
     let pending = receiver.wait_for("hook", "pending", &billed).await;

@@ -9,7 +9,7 @@
 
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
-use sha2::Sha256;
+use sha2::{Digest, Sha256};
 
 use super::endpoint::{Format, Secret};
 use super::event::{Event, Kind};
@@ -23,11 +23,13 @@ const ARGS: usize = 300;
 
 /// The body of `event` in `format`; `inbox` is the inbox's origin
 /// (`https://inbox.example.com`), the record's page its deep link.
-pub(crate) fn body(event: &Event, format: Format, inbox: &str) -> Vec<u8> {
+/// `buttons`: Slack messages carry Approve and Deny
+/// ([`slack_message`]).
+pub(crate) fn body(event: &Event, format: Format, inbox: &str, buttons: bool) -> Vec<u8> {
     let link = format!("{inbox}/records/{}", event.key);
     let value = match format {
         Format::Json => plain(event, &link),
-        Format::Slack => slack(event, &link),
+        Format::Slack => slack_message(event, &link, buttons),
     };
     serde_json::to_vec(&value).expect("JSON serializes")
 }
@@ -59,64 +61,108 @@ fn plain(event: &Event, link: &str) -> Value {
     })
 }
 
-/// A Slack incoming webhook's message: a section saying what happened and
-/// a button to the record's page. Record text is escaped for Slack's
-/// mrkdwn, so an argument cannot write a link or a mention of its own.
-fn slack(event: &Event, link: &str) -> Value {
-    let tool = mrkdwn(&event.tool);
-    let namespace = event
-        .namespace
-        .as_deref()
-        .map(|n| format!(" in namespace {}", mrkdwn(n)))
-        .unwrap_or_default();
+/// A Slack message: a section of idem's own words (what happened, "N of
+/// M", who may still decide), a section of the caller's words (the tool,
+/// namespace, why, reason, arguments), and the buttons: to the record's
+/// page and, while the call waits and `buttons` is on (Slack's
+/// interactivity is set up: `idem serve --slack-signing-secret-file`),
+/// Approve and Deny.
+///
+/// The caller's words are a `plain_text` object, which Slack renders as
+/// typed: no `*bold*`, `_italic_`, `~strike~` or backticks, no
+/// `<url|label>` links and no `<!channel>` or `<@U…>` mentions, which only
+/// mrkdwn reads; with `&`, `<` and `>` escaped as Slack asks of every
+/// text, and `://` written `[:]//` so that no client makes a bare URL a
+/// link ([`inert`]). idem's own words are mrkdwn, `verbatim` (no
+/// automatic links or mentions), the few names in them escaped
+/// ([`mrkdwn`]).
+pub(crate) fn slack_message(event: &Event, link: &str, buttons: bool) -> Value {
     let headline = match (event.kind, event.state) {
-        (Kind::Pending, _) => format!("*Awaiting approval:* {tool}{namespace}"),
-        (Kind::Overdue, _) => format!("*Overdue, still awaiting approval:* {tool}{namespace}"),
+        (Kind::Pending, _) => "*Awaiting approval*".to_owned(),
+        (Kind::Overdue, _) => "*Overdue, still awaiting approval*".to_owned(),
         (Kind::Decided, state) => {
             let by = mrkdwn(event.by.as_deref().unwrap_or("somebody"));
             let what = match (state, &event.progress) {
                 ("approved", _) => "Approved".to_owned(),
                 ("denied", _) => "Denied".to_owned(),
                 (_, Some(p)) => format!("Approval {} of {}", p.given, p.required),
-                _ => "One approval added to".to_owned(),
+                _ => "One approval added".to_owned(),
             };
-            format!("*{what}* by {by}: {tool}{namespace}")
+            format!("*{what}* by {by}")
         }
     };
-    let mut text = headline.clone();
+    let mut ours = headline.clone();
     if let Some(progress) = &event.progress {
-        text.push_str(&format!("\nApprovals: {}", mrkdwn(&progress.words())));
+        ours.push_str(&format!("\nApprovals: {}", mrkdwn(&progress.words())));
     }
+    let mut theirs = format!("Tool: {}", event.tool);
+    if let Some(namespace) = &event.namespace {
+        theirs.push_str(&format!("\nNamespace: {namespace}"));
+    }
+    let clipped = |text: &str| idem_runtime::text::clip(text, ARGS);
     if let Some(why) = &event.why {
-        text.push_str(&format!(
-            "\nWhy, in the caller's words: “{}”",
-            mrkdwn(&idem_runtime::text::clip(why, ARGS))
-        ));
+        theirs.push_str(&format!("\nWhy, in the caller's words: “{}”", clipped(why)));
     }
     if let Some(reason) = &event.reason {
-        text.push_str(&format!(
-            "\n“{}”",
-            mrkdwn(&idem_runtime::text::clip(reason, ARGS))
-        ));
+        theirs.push_str(&format!("\n“{}”", clipped(reason)));
     }
     if let Some(args) = &event.args {
-        text.push_str(&format!(
-            "\nArguments: {}",
-            mrkdwn(&idem_runtime::text::clip(args, ARGS))
-        ));
+        theirs.push_str(&format!("\nArguments: {}", clipped(args)));
+    }
+    let mut elements = vec![json!({
+        "type": "button",
+        "text": {"type": "plain_text", "text": "Open in the inbox"},
+        "url": link,
+    })];
+    if let (true, Some(value)) = (buttons, button_value(event)) {
+        elements.push(button(APPROVE, "primary", "Approve", &value));
+        let mut deny = button(DENY, "danger", "Deny", &value);
+        deny["confirm"] = json!({
+            "title": {"type": "plain_text", "text": "Deny this call?"},
+            "text": {"type": "plain_text", "text": "It will never run under this key; the caller is told it was denied in Slack."},
+            "confirm": {"type": "plain_text", "text": "Deny"},
+            "deny": {"type": "plain_text", "text": "Cancel"},
+        });
+        elements.push(deny);
     }
     json!({
-        // What a notification on a phone shows.
+        // What a notification on a phone shows: idem's words only.
         "text": headline.replace('*', ""),
         "blocks": [
-            {"type": "section", "text": {"type": "mrkdwn", "text": text}},
-            {"type": "actions", "elements": [{
-                "type": "button",
-                "text": {"type": "plain_text", "text": "Open in the inbox"},
-                "url": link,
-            }]},
+            {"type": "section", "text": {"type": "mrkdwn", "text": ours, "verbatim": true}},
+            {"type": "section", "text": {"type": "plain_text", "text": inert(&theirs), "emoji": false}},
+            {"type": "actions", "elements": elements},
         ],
     })
+}
+
+/// A decision button.
+fn button(action_id: &str, style: &str, text: &str, value: &str) -> Value {
+    json!({
+        "type": "button",
+        "action_id": action_id,
+        "style": style,
+        "text": {"type": "plain_text", "text": text},
+        "value": value,
+    })
+}
+
+/// The `action_id` of the Approve button.
+pub(crate) const APPROVE: &str = "idem_approve";
+/// The `action_id` of the Deny button.
+pub(crate) const DENY: &str = "idem_deny";
+
+/// What a decision button carries: the record's key and the digest of
+/// the arguments' fingerprint it was shown with (`KEY:HEX`), so that a
+/// click decides on exactly those arguments; `None` once decided.
+fn button_value(event: &Event) -> Option<String> {
+    let fingerprint = event.fingerprint.as_deref()?;
+    Some(format!("{}:{}", event.key, arguments_digest(fingerprint)))
+}
+
+/// The SHA-256 (hex) of a record's fingerprint, as a button carries it.
+pub(crate) fn arguments_digest(fingerprint: &str) -> String {
+    hex::encode(Sha256::digest(fingerprint.as_bytes()))
 }
 
 /// `text` for Slack's mrkdwn: control characters escaped as everywhere,
@@ -127,6 +173,12 @@ pub(crate) fn mrkdwn(text: &str) -> String {
         .replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// A caller's text for a `plain_text` object: [`mrkdwn`]'s escapes, and
+/// every `://` written `[:]//`, so that a bare URL is shown, not linked.
+pub(crate) fn inert(text: &str) -> String {
+    mrkdwn(text).replace("://", "[:]//")
 }
 
 /// The `Idem-Signature` value of `body` sent at Unix time `t`.
@@ -161,29 +213,87 @@ mod tests {
             },
             why: Some("the user said <@U123> asked for it".into()),
             progress: None,
+            fingerprint: Some("f00d".into()),
         }
     }
 
-    #[test]
-    fn slack_text_cannot_forge_a_link_or_a_mention() {
-        let body = body(
-            &event(r#"{"customer":"<https://evil.example|Approve> <!channel> & co"}"#),
-            Format::Slack,
-            "https://inbox.example.com",
-        );
+    /// The blocks of `event`'s Slack message: idem's words, the caller's,
+    /// the buttons.
+    fn slack_blocks(event: &Event, buttons: bool) -> (String, String, Vec<Value>) {
+        let body = body(event, Format::Slack, "https://inbox.example.com", buttons);
         let value: Value = serde_json::from_slice(&body).unwrap();
-        let text = value["blocks"][0]["text"]["text"].as_str().unwrap();
-        assert!(!text.contains('<') && !text.contains('>'), "{text}");
-        assert!(text.contains("&lt;https://evil.example|Approve&gt; &lt;!channel&gt; &amp; co"));
-        assert!(text.contains("namespace tenant&lt;a&gt;"), "{text}");
+        let ours = &value["blocks"][0]["text"];
+        assert_eq!(
+            (ours["type"].as_str(), ours["verbatim"].as_bool()),
+            (Some("mrkdwn"), Some(true))
+        );
+        let theirs = &value["blocks"][1]["text"];
+        assert_eq!(
+            (theirs["type"].as_str(), theirs["emoji"].as_bool()),
+            (Some("plain_text"), Some(false))
+        );
+        assert!(!value["text"].as_str().unwrap().contains("evil"), "{value}");
+        (
+            ours["text"].as_str().unwrap().to_owned(),
+            theirs["text"].as_str().unwrap().to_owned(),
+            value["blocks"][2]["elements"].as_array().unwrap().clone(),
+        )
+    }
+
+    /// Issue 50 point 7: a caller's reason and arguments cannot write a
+    /// link, a mention or formatting into a Slack message.
+    #[test]
+    fn slack_text_cannot_forge_a_link_a_mention_or_formatting() {
+        let hostile = r#"{"customer":"<https://evil.example|Approve> <!channel> <!here> <@U123> & co","note":"*bold* _it_ ~s~ `code` ```block``` https://evil.example/pay www.evil.example"}"#;
+        let mut event = event(hostile);
+        event.reason = Some("<http://x|click here> *now*".into());
+        let (ours, theirs, _) = slack_blocks(&event, false);
+        // idem's own words carry nothing of the caller's.
+        assert_eq!(ours, "*Awaiting approval*", "{ours}");
+        for hostile_part in [
+            "&lt;https[:]//evil.example|Approve&gt; &lt;!channel&gt; &lt;!here&gt; &lt;@U123&gt; &amp; co",
+            "*bold* _it_ ~s~ `code` ```block``` https[:]//evil.example/pay www.evil.example",
+            "“&lt;http[:]//x|click here&gt; *now*”",
+            "Namespace: tenant&lt;a&gt;",
+            "“the user said &lt;@U123&gt; asked for it”",
+        ] {
+            assert!(theirs.contains(hostile_part), "{hostile_part} in {theirs}");
+        }
         assert!(
-            text.contains("“the user said &lt;@U123&gt; asked for it”"),
-            "{text}"
+            !theirs.contains('<') && !theirs.contains('>') && !theirs.contains("://"),
+            "{theirs}"
+        );
+    }
+
+    #[test]
+    fn slack_buttons_carry_the_key_and_the_arguments_digest_while_the_call_waits() {
+        let pending = event("{}");
+        let (_, _, elements) = slack_blocks(&pending, false);
+        assert_eq!(
+            elements.len(),
+            1,
+            "no decision buttons without Slack's interactivity"
         );
         assert_eq!(
-            value["blocks"][1]["elements"][0]["url"],
+            elements[0]["url"],
             format!("https://inbox.example.com/records/{}", "ab".repeat(32))
         );
+        let (_, _, elements) = slack_blocks(&pending, true);
+        let value = format!(
+            "{}:{}",
+            "ab".repeat(32),
+            hex::encode(Sha256::digest(b"f00d"))
+        );
+        assert_eq!(elements[1]["action_id"], APPROVE);
+        assert_eq!(elements[1]["value"], value);
+        assert_eq!(elements[2]["action_id"], DENY);
+        assert_eq!(elements[2]["value"], value);
+        let mut decided = pending;
+        decided.kind = Kind::Decided;
+        decided.state = "approved";
+        decided.fingerprint = None;
+        let (_, _, elements) = slack_blocks(&decided, true);
+        assert_eq!(elements.len(), 1, "nothing left to decide");
     }
 
     #[test]
@@ -212,18 +322,16 @@ mod tests {
             rule: Some("large refunds".into()),
         });
         let slack: Value =
-            serde_json::from_slice(&body(&added, Format::Slack, "https://i.example")).unwrap();
+            serde_json::from_slice(&body(&added, Format::Slack, "https://i.example", true))
+                .unwrap();
         let text = slack["blocks"][0]["text"]["text"].as_str().unwrap();
-        assert!(
-            text.starts_with("*Approval 1 of 2* by dana: delete_account"),
-            "{text}"
-        );
+        assert!(text.starts_with("*Approval 1 of 2* by dana\n"), "{text}");
         assert!(
             text.contains("Approvals: 1 of 2 approvals (dana); erin or frank may still approve"),
             "{text}"
         );
         let plain: Value =
-            serde_json::from_slice(&body(&added, Format::Json, "https://i.example")).unwrap();
+            serde_json::from_slice(&body(&added, Format::Json, "https://i.example", true)).unwrap();
         assert_eq!(plain["approvals"]["text"], "1 of 2");
         assert_eq!(
             plain["approvals"]["approved_by"],
@@ -238,7 +346,12 @@ mod tests {
 
     #[test]
     fn the_json_body_says_who_asked_and_why() {
-        let body = body(&event("{}"), Format::Json, "https://inbox.example.com");
+        let body = body(
+            &event("{}"),
+            Format::Json,
+            "https://inbox.example.com",
+            false,
+        );
         let value: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(value["call_id"], "call-7");
         assert_eq!(value["run_id"], Value::Null);

@@ -60,6 +60,8 @@ pub(crate) struct Delivery<'a> {
     pub event: &'a Event,
     /// The inbox's origin, for the link.
     pub inbox: &'a str,
+    /// Whether Slack messages carry Approve and Deny.
+    pub buttons: bool,
     /// How it is tried.
     pub retries: Retries,
     /// The log.
@@ -76,7 +78,12 @@ impl Delivery<'_> {
     /// to be tried again; it stays claimed, and the next instance takes it
     /// over once its lease has run out.
     pub(crate) async fn run(&self, fence: Fence, again: bool) -> Result<Option<Ended>, StoreError> {
-        let body = Bytes::from(body::body(self.event, self.endpoint.format, self.inbox));
+        let body = Bytes::from(body::body(
+            self.event,
+            self.endpoint.format,
+            self.inbox,
+            self.buttons,
+        ));
         let mut attempt = 1;
         let ended = loop {
             if attempt > 1 {

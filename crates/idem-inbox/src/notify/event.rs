@@ -80,6 +80,9 @@ pub(crate) struct Event {
     /// Approvals it has and needs, and who may still decide (`None`: the
     /// record could not be read).
     pub progress: Option<Progress>,
+    /// The fingerprint of the arguments, while the call still waits for a
+    /// decision (what Slack's Approve and Deny buttons are bound to).
+    pub fingerprint: Option<String>,
 }
 
 /// What a call recorded of where it came from.
@@ -138,6 +141,7 @@ pub(crate) fn waiting(
         },
         why: record.info.reason.as_ref().map(|r| r.as_str().to_owned()),
         progress: Some(Progress::of(record, rules)),
+        fingerprint: Some(record.fingerprint.as_str().to_owned()),
     };
     let mut events = vec![event(Kind::Pending)];
     if requested_at.until(now) > overdue {
@@ -170,7 +174,39 @@ pub(crate) fn decided(audit: &AuditEvent) -> Option<Event> {
         asked: Asked::default(),
         why: None,
         progress: None,
+        fingerprint: None,
     })
+}
+
+/// The message a decision made in Slack leaves in place of the one
+/// clicked: `record` as the decision `state` by `by` left it (`None`:
+/// gone), with its arguments, and, while it still waits for more
+/// approvals, the buttons' binding.
+pub(crate) fn decided_now(
+    record: &Record,
+    state: &'static str,
+    by: &str,
+    reason: Option<String>,
+    at: Timestamp,
+    rules: Option<&Rules>,
+) -> Event {
+    let waiting = record.status() == idem_runtime::record::Status::AwaitingApproval;
+    Event {
+        id: String::new(),
+        kind: Kind::Decided,
+        key: record.key.as_str().to_owned(),
+        tool: record.tool.clone(),
+        namespace: record.info.namespace.clone(),
+        state,
+        by: Some(by.to_owned()),
+        reason,
+        at,
+        args: record.info.args.clone(),
+        asked: Asked::default(),
+        why: record.info.reason.as_ref().map(|r| r.as_str().to_owned()),
+        progress: Some(Progress::of(record, rules)),
+        fingerprint: waiting.then(|| record.fingerprint.as_str().to_owned()),
+    }
 }
 
 /// How many records or audit events one read asks for.

@@ -21,13 +21,13 @@
 //! takes the delivery over and sends it again with the same
 //! `Idem-Event-Id`, which receivers dedup on.
 
-mod body;
+pub(crate) mod body;
 mod deliver;
 pub(crate) mod endpoint;
-mod event;
+pub(crate) mod event;
 pub(crate) mod log;
 mod outbox;
-mod progress;
+pub(crate) mod progress;
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,6 +69,9 @@ pub(crate) struct Settings {
     pub overdue: Duration,
     /// How deliveries are tried.
     pub retries: Retries,
+    /// Whether Slack messages carry Approve and Deny (Slack's
+    /// interactivity is set up).
+    pub buttons: bool,
 }
 
 /// What the store held at one look.
@@ -290,6 +293,7 @@ impl Worker {
                         endpoint: &endpoint,
                         event,
                         inbox: &self.settings.inbox,
+                        buttons: self.settings.buttons,
                         retries: self.settings.retries,
                         log: &self.log,
                         stopping,
