@@ -260,7 +260,7 @@ impl Operator {
         Ok(self.store.wait(key, WaitFor::Decision, timeout).await?)
     }
 
-    fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {
+    pub(super) fn check_pending(&self, record: &Record) -> Result<(), OperatorError> {
         transition::decidable(record).map_err(|refused| match refused {
             Undecidable::AlreadyApproved { by } => OperatorError::AlreadyApproved {
                 key: record.key.clone(),

@@ -34,6 +34,7 @@
 //! fenced write every change goes through.
 
 mod approval;
+mod edit;
 mod executor;
 pub mod json;
 mod list;
@@ -52,6 +53,7 @@ use crate::store::{Expected, Store, StoreError};
 
 use crate::store::StoreExt;
 pub use approval::Approving;
+pub use edit::{edited_key, Edited};
 pub use list::{Counts, Filter, Page, UnknownAges};
 pub use resolve::Resolution;
 
@@ -180,6 +182,24 @@ pub enum OperatorError {
     Changed {
         /// The key.
         key: IdempotencyKey,
+    },
+    /// The arguments an approver edited a call to were refused
+    /// ([`Operator::edit_record`]); nothing was changed.
+    #[error("the edited arguments for key {key} are refused: {detail}; nothing was changed")]
+    EditedArguments {
+        /// The key of the call being edited.
+        key: IdempotencyKey,
+        /// What is wrong with them.
+        detail: String,
+    },
+    /// Editing the arguments of a call whose tool keeps its arguments out
+    /// of the store (`#[tool(sensitive)]`).
+    #[error("key {key} cannot be edited: tool {tool} keeps its arguments out of the store; approve or deny it instead")]
+    NotEditable {
+        /// The key.
+        key: IdempotencyKey,
+        /// The tool.
+        tool: String,
     },
     /// The approval rules in force on the store do not let this person
     /// make this decision

@@ -32,6 +32,11 @@ pub enum AuditAction {
     ApprovalAdded,
     /// Denied a call awaiting approval.
     Denied,
+    /// Denied a call awaiting approval in favour of a new call with the
+    /// arguments an approver edited; the event's reason names the new
+    /// call's key, the original's record points to it
+    /// ([`Record::edited`](super::Record::edited)).
+    Edited,
     /// Settled an unknown outcome (or a dead owner's call) as succeeded.
     ResolvedSucceeded,
     /// Settled an unknown outcome (or a dead owner's call) as failed.
@@ -81,6 +86,7 @@ impl AuditAction {
             AuditAction::Approved => "approved",
             AuditAction::ApprovalAdded => "approval_added",
             AuditAction::Denied => "denied",
+            AuditAction::Edited => "edited",
             AuditAction::ResolvedSucceeded => "resolved_succeeded",
             AuditAction::ResolvedFailed => "resolved_failed",
             AuditAction::Released => "released",

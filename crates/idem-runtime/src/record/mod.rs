@@ -63,6 +63,27 @@ pub const ASKER_STEP: &str = "idem:asker";
 /// whatever its arguments read like later.
 pub const RULE_STEP: &str = "idem:rule";
 
+/// The step name under which an approver's edit of a call awaiting
+/// approval is recorded on the original, denied in its favour: a
+/// [`EditedTo`] naming the edited call's key, who edited it, and the
+/// edited arguments' fingerprint
+/// ([`Operator::edit_record`](crate::operator::Operator::edit_record)).
+/// A step, like every other decision on the record, so that every store
+/// keeps it with no change to its schema and records written before it
+/// read as they did.
+pub const EDITED_STEP: &str = "idem:edited";
+
+/// What [`EDITED_STEP`] holds: where an edited call went.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EditedTo {
+    /// The edited call's key.
+    pub key: IdempotencyKey,
+    /// Who edited the arguments.
+    pub by: String,
+    /// The fingerprint of the edited arguments.
+    pub fingerprint: Fingerprint,
+}
+
 /// The step name under which the number of the attempt about to start is
 /// recorded, before the tool body runs, for classes that are never re-run
 /// (`non_idempotent_write`, `irreversible`), and before every retry. A
@@ -193,6 +214,12 @@ impl Record {
     /// records written before idem 0.3.
     pub fn ttl_or(&self, fallback: Duration) -> Duration {
         self.info.ttl.unwrap_or(fallback)
+    }
+
+    /// Where this call went when an approver edited its arguments
+    /// ([`EDITED_STEP`]): `None` for a call nobody edited.
+    pub fn edited(&self) -> Option<EditedTo> {
+        serde_json::from_value(self.steps.get(EDITED_STEP)?.clone()).ok()
     }
 
     /// Whether this is the executor's own bookkeeping rather than a call:

@@ -21,6 +21,7 @@ mod client_crates;
 mod decisions;
 mod dispatch;
 mod docs;
+mod edit;
 mod observability;
 #[cfg(feature = "otel")]
 mod otel;

@@ -18,14 +18,15 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+/// A refund's arguments.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-struct Refund {
+pub struct Refund {
     cents: u64,
 }
 
 /// Refund a charge: money leaves.
 #[idem::tool(class = "irreversible")]
-async fn refund(args: Refund, State(paid): State<Arc<AtomicUsize>>) -> Result<u64, ToolError> {
+pub async fn refund(args: Refund, State(paid): State<Arc<AtomicUsize>>) -> Result<u64, ToolError> {
     paid.fetch_add(1, Ordering::SeqCst);
     Ok(args.cents)
 }
@@ -82,7 +83,7 @@ async fn asked(
 }
 
 /// The rules' refusal `e` is.
-fn refusal(e: OperatorError) -> RuleRefusal {
+pub fn refusal(e: OperatorError) -> RuleRefusal {
     match e {
         OperatorError::Rule(refused) => *refused,
         other => panic!("not a refusal of the rules: {other}"),
@@ -165,8 +166,15 @@ async fn without_rules_in_force_one_approval_from_anyone_runs_the_call() {
 /// refunds run, CI never refunds, mid-sized ones take dana or erin, large
 /// ones two people and never the asker; a shadow rule being rolled out.
 fn finance() -> Rules {
+    let approvers = ["alice", "dana", "erin"].map(String::from);
+    Rules::check(finance_tables(), &approvers).unwrap()
+}
+
+/// The tables of [`finance`], for a test to add its own rules to (alice,
+/// dana and erin approve).
+pub fn finance_tables() -> Vec<RuleEntry> {
     let table = |json: serde_json::Value| serde_json::from_value::<RuleEntry>(json).unwrap();
-    let rules = vec![
+    vec![
         table(
             json!({"name": "no CI refunds", "tools": ["refund"], "principals": ["ci-*"],
                      "decision": "deny", "reason": "CI jobs never refund; a person must ask."}),
@@ -187,9 +195,7 @@ fn finance() -> Rules {
             json!({"name": "large refunds", "tools": ["refund"], "required": 2,
                      "forbid_self_approval": true}),
         ),
-    ];
-    let approvers = ["alice", "dana", "erin"].map(String::from);
-    Rules::check(rules, &approvers).unwrap()
+    ]
 }
 
 /// An agent of `principal` on `store` (no approval policy of its own: the
