@@ -291,6 +291,11 @@ pub(crate) struct ApproveArgs {
     /// keeps in the store hold too.
     #[arg(long, value_name = "FILE", env = "IDEM_APPROVERS")]
     pub approvers: Option<std::path::PathBuf>,
+    /// Approve the call with these arguments instead (a JSON object): the
+    /// edited call is a new call with its own key, this approval one of
+    /// those its rule needs, and the original is denied, naming it.
+    #[arg(long, value_name = "JSON")]
+    pub edit_args: Option<String>,
 }
 
 /// `idem deny`.

@@ -34,6 +34,12 @@ pub(super) async fn approve(
     }
     let key = find(operator, &args.key).await?;
     let record = operator.show(&key).await.map_err(CliError::from)?;
+    if let Some(edited) = &args.edit_args {
+        if let Some(path) = &args.approvers {
+            checked(path, &by, &record, Act::Approve)?;
+        }
+        return super::edit::approve_edited(operator, &record, edited, approval, out).await;
+    }
     // The rules of the file, when given, and always those in force on the
     // store, which the operator checks again as it writes.
     let from_file = match &args.approvers {

@@ -8,6 +8,7 @@
 
 mod approver;
 mod decide;
+mod edit;
 mod key;
 mod log;
 mod ls;

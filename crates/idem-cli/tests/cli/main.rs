@@ -12,6 +12,7 @@ mod support;
 mod approvals;
 mod bad_input;
 mod commands;
+mod edit;
 mod escapes;
 mod json_output;
 mod reading;
