@@ -135,6 +135,7 @@ where
             }
         }
     });
+    let expiry = tokio::spawn(crate::expiry::sweep(operator.clone(), options.refresh));
     let scheme = if tls.is_some() { "https" } else { "http" };
     let settings = notify::Settings {
         endpoints,
@@ -231,6 +232,7 @@ where
     watcher.abort();
     reloader.abort();
     counts.abort();
+    expiry.abort();
     finishing.signins.flush(true).await;
     if let Some(notifier) = notifier {
         // A delivery under way finishes its attempt and records it: cut

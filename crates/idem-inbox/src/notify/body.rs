@@ -55,6 +55,7 @@ fn plain(event: &Event, link: &str) -> Value {
         "step": event.asked.step,
         "why": event.why,
         "approvals": event.progress.as_ref().map(|p| p.json()),
+        "escalate_to": event.escalate_to,
         "link": link,
     })
 }
@@ -72,6 +73,7 @@ fn slack(event: &Event, link: &str) -> Value {
     let headline = match (event.kind, event.state) {
         (Kind::Pending, _) => format!("*Awaiting approval:* {tool}{namespace}"),
         (Kind::Overdue, _) => format!("*Overdue, still awaiting approval:* {tool}{namespace}"),
+        (Kind::Escalated, _) => format!("*Escalated, still awaiting approval:* {tool}{namespace}"),
         (Kind::Decided, state) => {
             let by = mrkdwn(event.by.as_deref().unwrap_or("somebody"));
             let what = match (state, &event.progress) {
@@ -161,6 +163,7 @@ mod tests {
             },
             why: Some("the user said <@U123> asked for it".into()),
             progress: None,
+            escalate_to: Vec::new(),
         }
     }
 
