@@ -19,4 +19,5 @@ mod resolve;
 mod rules;
 mod sessions;
 mod signin;
+mod timers;
 mod tls;
