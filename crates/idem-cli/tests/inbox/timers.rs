@@ -118,11 +118,19 @@ namespaces = ["{namespace}"]
     eprintln!("two instances: escalations (events, deliveries, duplicates): pager {pager:?}, hook {hook:?}");
     assert_eq!(pager, (2, 2, 0));
     assert_eq!(hook, (2, 2, 0));
-    assert!(receiver.accepted("pager", &keys).iter().all(|g| g.kind == "escalated"));
+    assert!(receiver
+        .accepted("pager", &keys)
+        .iter()
+        .all(|g| g.kind == "escalated"));
 
     // The model, calling again, reads why.
-    let again = agent.dispatch_one(calls[0].clone(), &tenant(&namespace)).await;
-    let said = again.content()["error"]["message"].as_str().unwrap().to_owned();
+    let again = agent
+        .dispatch_one(calls[0].clone(), &tenant(&namespace))
+        .await;
+    let said = again.content()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert!(
         said.contains("it expired: nobody approved or denied it within 3 seconds (approval rule “deletions”, expires_after)"),
         "{said}"

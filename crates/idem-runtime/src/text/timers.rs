@@ -17,12 +17,12 @@ use crate::clock::Timestamp;
 ///
 /// assert_eq!(
 ///     expired("refunds", Duration::from_secs(4 * 3600)),
-///     "it expired: nobody approved or denied it within 4 hours (approval rule “refunds”, expires_after). Nothing ran; if it is still wanted, make the call again as a new request",
+///     "it expired: nobody approved or denied it within 4 hours (approval rule “refunds”, expires_after). If it is still wanted, make the call again as a new request",
 /// );
 /// ```
 pub fn expired(rule: &str, after: Duration) -> String {
     format!(
-        "it expired: nobody approved or denied it within {} (approval rule “{rule}”, expires_after). Nothing ran; if it is still wanted, make the call again as a new request",
+        "it expired: nobody approved or denied it within {} (approval rule “{rule}”, expires_after). If it is still wanted, make the call again as a new request",
         exact(after)
     )
 }
@@ -36,7 +36,7 @@ pub fn lapsed(rule: &str, valid_for: Duration, by: Option<&str>, at: Option<Time
         _ => "The approval".to_owned(),
     };
     format!(
-        "{given} lapsed before the call ran: approval rule “{rule}” lets an approval run it only within {} of being given (valid_for). Nothing ran; it asks again",
+        "{given} lapsed before the call ran: approval rule “{rule}” lets an approval run it only within {} of being given (valid_for), so it asks again",
         exact(valid_for)
     )
 }

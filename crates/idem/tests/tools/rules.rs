@@ -241,7 +241,7 @@ pub async fn trail(store: &Arc<dyn Store>, key: &IdempotencyKey) -> Vec<(String,
 }
 
 /// A line of the transcript (`cargo test -- --nocapture` shows it).
-fn say(line: &str) {
+pub fn say(line: &str) {
     eprintln!("{line}");
 }
 

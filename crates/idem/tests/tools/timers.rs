@@ -24,7 +24,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use super::rules::trail;
+use super::rules::{say, trail};
 
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
 struct Wire {
@@ -77,13 +77,18 @@ impl Process {
     }
 
     async fn call(&self, id: &str, cents: u64) -> ToolResult {
+        self.call_as("alice", id, cents).await
+    }
+
+    /// `principal`'s agent wires `cents` with the call id `id`.
+    async fn call_as(&self, principal: &str, id: &str, cents: u64) -> ToolResult {
         let call = ToolCall {
             id: Some(id.into()),
             name: "wire".into(),
             arguments: Arguments::Json(json!({ "cents": cents })),
         };
         self.agent
-            .dispatch_one(call, &RunContext::default().principal("alice"))
+            .dispatch_one(call, &RunContext::default().principal(principal))
             .await
     }
 
@@ -106,12 +111,20 @@ fn pending(result: &ToolResult) -> (IdempotencyKey, String) {
 
 /// A treasury's store: two processes on one SQLite file, at 09:00.
 async fn treasury_store(dir: &TempDir) -> (ManualClock, Arc<AtomicUsize>, Process, Process) {
+    store_under(dir, treasury()).await
+}
+
+/// Two processes on one SQLite file under `rules`, at 09:00.
+async fn store_under(
+    dir: &TempDir,
+    rules: Rules,
+) -> (ManualClock, Arc<AtomicUsize>, Process, Process) {
     let clock = ManualClock::new(1_796_115_600_000);
     let sent = Arc::new(AtomicUsize::new(0));
     let file = dir.path().join("idem.db");
     let here = Process::open(&file, &clock, &sent).await;
     let there = Process::open(&file, &clock, &sent).await;
-    treasury().publish(here.store.as_ref()).await.unwrap();
+    rules.publish(here.store.as_ref()).await.unwrap();
     (clock, sent, here, there)
 }
 
@@ -133,7 +146,7 @@ async fn an_approval_past_valid_for_asks_again_and_never_runs_late() {
     let (same, message) = pending(&again);
     assert_eq!(same, key);
     assert!(
-        message.starts_with("The approval dana gave at 2026-12-01T09:00:00.000Z lapsed before the call ran: approval rule “wires” lets an approval run it only within 15 minutes of being given (valid_for). Nothing ran; it asks again"),
+        message.starts_with("The approval dana gave at 2026-12-01T09:00:00.000Z lapsed before the call ran: approval rule “wires” lets an approval run it only within 15 minutes of being given (valid_for), so it asks again"),
         "{message}"
     );
     assert_eq!(sent.load(Ordering::SeqCst), 0, "never runs late");
@@ -178,7 +191,7 @@ async fn a_request_nobody_decides_expires_denied_and_the_model_is_told_why() {
     assert_eq!(said["error"]["code"], "approval_denied");
     assert_eq!(
         said["error"]["message"],
-        "approval for irreversible tool `wire` was denied: it expired: nobody approved or denied it within 4 hours (approval rule “wires”, expires_after). Nothing ran; if it is still wanted, make the call again as a new request; nothing ran"
+        "approval for irreversible tool `wire` was denied: it expired: nobody approved or denied it within 4 hours (approval rule “wires”, expires_after). If it is still wanted, make the call again as a new request; nothing ran"
     );
     let log = trail(&here.store, &back).await;
     assert_eq!(
@@ -186,7 +199,7 @@ async fn a_request_nobody_decides_expires_denied_and_the_model_is_told_why() {
         &(
             "expired".to_owned(),
             "rule “wires”".to_owned(),
-            "it expired: nobody approved or denied it within 4 hours (approval rule “wires”, expires_after). Nothing ran; if it is still wanted, make the call again as a new request".to_owned()
+            "it expired: nobody approved or denied it within 4 hours (approval rule “wires”, expires_after). If it is still wanted, make the call again as a new request".to_owned()
         )
     );
 
@@ -249,4 +262,152 @@ async fn a_decision_given_is_never_undone_by_time() {
         no.result
     );
     assert_eq!(sent.load(Ordering::SeqCst), 1);
+}
+
+/// A finance team's rules, from the approvers file's tables (as
+/// docs/inbox.md writes them in TOML): CI never wires money, small wires
+/// run, a shadow ceiling being rolled out, mid-sized wires take dana or
+/// erin within 4 hours, large ones two people (never the asker) within 8
+/// hours, escalated to frank after 30 minutes; an approval holds 15
+/// minutes.
+fn finance() -> Rules {
+    let table = |json: serde_json::Value| serde_json::from_value::<RuleEntry>(json).unwrap();
+    let rules = vec![
+        table(
+            json!({"name": "no CI wires", "tools": ["wire"], "principals": ["ci-*"],
+                     "decision": "deny", "reason": "CI jobs never move money; a person must ask."}),
+        ),
+        table(
+            json!({"name": "new ceiling", "shadow": true, "tools": ["wire"],
+                     "when": "args.cents > 1000000", "decision": "deny", "reason": "over the new ceiling"}),
+        ),
+        table(
+            json!({"name": "small wires", "tools": ["wire"], "when": "args.cents < 5000",
+                     "decision": "run"}),
+        ),
+        table(
+            json!({"name": "wires", "tools": ["wire"], "when": "args.cents <= 500000",
+                     "approvers": ["dana", "erin"], "valid_for": "15m", "expires_after": "4h"}),
+        ),
+        table(
+            json!({"name": "large wires", "tools": ["wire"], "required": 2,
+                     "forbid_self_approval": true, "valid_for": "15m",
+                     "escalate_after": "30m", "escalate_to": ["frank"], "expires_after": "8h"}),
+        ),
+    ];
+    let approvers = ["alice", "dana", "erin", "frank"].map(String::from);
+    Rules::check(rules, &approvers).unwrap()
+}
+
+#[tokio::test]
+async fn a_finance_team_s_timed_rules_decide_a_morning_of_wires() {
+    let dir = TempDir::new("idem-timers").unwrap();
+    let (clock, sent, here, there) = store_under(&dir, finance()).await;
+    let rules = finance();
+    let at = |clock: &ManualClock| {
+        let c = idem::clock::Clock::now(clock).civil();
+        format!("{:02}:{:02}", c.hour, c.minute)
+    };
+    let out = |r: &ToolResult| {
+        r.content()["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .to_owned()
+    };
+
+    // 09:00: small runs, CI is denied, mid-sized and large wait.
+    let small = here.call_as("alice", "w-small", 1999).await;
+    assert_eq!(small.result.as_ref().unwrap().output, json!(1999));
+    say(&format!(
+        "{} alice wires 19.99 € -> ran, no person (rule “small wires”)",
+        at(&clock)
+    ));
+    let ci = here.call_as("ci-nightly", "w-ci", 1999).await;
+    assert!(
+        out(&ci).contains("CI jobs never move money"),
+        "{}",
+        out(&ci)
+    );
+    say(&format!(
+        "{} ci-nightly wires 19.99 € -> denied: {}",
+        at(&clock),
+        out(&ci)
+    ));
+    let (mid, message) = pending(&here.call_as("bob", "w-mid", 200_000).await);
+    say(&format!(
+        "{} bob wires 2,000 € -> waits: {message}",
+        at(&clock)
+    ));
+    let (large, message) = pending(&here.call_as("alice", "w-large", 2_000_000).await);
+    let shadow = trail(&here.store, &large).await;
+    assert_eq!(shadow[0].0, "shadow_rule");
+    say(&format!(
+        "{} alice wires 20,000 € -> waits: {message}; audit: {} {}",
+        at(&clock),
+        shadow[0].1,
+        shadow[0].2
+    ));
+    let (idle, _) = pending(&here.call_as("carol", "w-idle", 30_000).await);
+    say(&format!(
+        "{} carol wires 300 € -> waits for dana or erin",
+        at(&clock)
+    ));
+
+    // 09:05 dana approves bob's; his agent comes back at 09:25: lapsed.
+    clock.advance(5 * MINUTE);
+    here.approve(&mid, "dana").await.unwrap();
+    say(&format!("{} dana approves bob's 2,000 €", at(&clock)));
+    clock.advance(20 * MINUTE);
+    let (_, lapsed) = pending(&there.call_as("bob", "w-mid", 200_000).await);
+    assert!(lapsed.contains("lapsed before the call ran"), "{lapsed}");
+    say(&format!(
+        "{} bob's agent calls again (another process) -> not run, asks again: {lapsed}",
+        at(&clock)
+    ));
+    clock.advance(MINUTE);
+    there.approve(&mid, "erin").await.unwrap();
+    clock.advance(MINUTE);
+    assert!(!here.call_as("bob", "w-mid", 200_000).await.is_error());
+    say(&format!(
+        "{} erin approved at 09:26; bob's agent calls again -> ran once",
+        at(&clock)
+    ));
+
+    // 09:30: the large wire waited 30 minutes undecided: frank is told.
+    clock.advance(3 * MINUTE);
+    let record = here.operator.show(&large).await.unwrap();
+    let now = here.store.now().await.unwrap();
+    let due = rules.escalation(&record, now).expect("escalation due");
+    assert_eq!(due.to, ["frank"]);
+    say(&format!("{} alice's 20,000 € undecided for 30 minutes -> escalated to {} (idem serve sends the escalated event once)", at(&clock), due.to.join(", ")));
+    let own = here.approve(&large, "alice").await.unwrap_err();
+    say(&format!(
+        "{} alice approves her own -> refused: {own}",
+        at(&clock)
+    ));
+    here.approve(&large, "frank").await.unwrap();
+    clock.advance(2 * MINUTE);
+    here.approve(&large, "dana").await.unwrap();
+    clock.advance(MINUTE);
+    assert!(!there
+        .call_as("alice", "w-large", 2_000_000)
+        .await
+        .is_error());
+    say(&format!(
+        "{} frank then dana approve (2 of 2); alice's agent calls again -> ran once",
+        at(&clock)
+    ));
+
+    // 13:00: carol's, undecided for four hours, is denied by the sweep.
+    clock.advance(4 * 60 * MINUTE - 33 * MINUTE);
+    let swept = there.operator.expire_due().await.unwrap();
+    assert_eq!(swept.iter().map(|r| &r.key).collect::<Vec<_>>(), [&idle]);
+    let back = here.call_as("carol", "w-idle", 30_000).await;
+    assert!(out(&back).contains("it expired"), "{}", out(&back));
+    say(&format!(
+        "{} carol's 300 € undecided for 4 hours -> denied by the sweep; her agent reads: {}",
+        at(&clock),
+        out(&back)
+    ));
+    assert_eq!(sent.load(Ordering::SeqCst), 3);
 }
