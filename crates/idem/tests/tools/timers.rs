@@ -140,9 +140,10 @@ async fn an_approval_past_valid_for_asks_again_and_never_runs_late() {
     );
 
     // Sixteen minutes later the call comes back, resumed by another
-    // process: the approval has lapsed, nothing runs, it asks again.
+    // process (run by bob): the approval has lapsed, nothing runs, it
+    // asks again, still alice's call.
     clock.advance(16 * MINUTE);
-    let again = there.call("call-1", 250_000).await;
+    let again = there.call_as("bob", "call-1", 250_000).await;
     let (same, message) = pending(&again);
     assert_eq!(same, key);
     assert!(
@@ -153,6 +154,7 @@ async fn an_approval_past_valid_for_asks_again_and_never_runs_late() {
     let record = here.operator.show(&key).await.unwrap();
     assert_eq!(record.status(), Status::AwaitingApproval);
     assert!(record.approval().is_none());
+    assert_eq!(record.asker().as_deref(), Some("alice"));
     // The lapse is in the audit log, after the approval it voids.
     let log = trail(&here.store, &key).await;
     let actions: Vec<&str> = log.iter().map(|(a, _, _)| a.as_str()).collect();
