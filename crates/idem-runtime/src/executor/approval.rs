@@ -37,6 +37,10 @@ pub(super) async fn obtain<'o>(
         // Boxed: only irreversible calls ask, and inline the policy's
         // future would size every call's.
         Box::pin(decide(env, owner, fingerprint, args)).await?;
+    } else if env.class.needs_approval() && !owner.started {
+        // Approved, not yet run: not if the approval is older than its
+        // rule lets it be.
+        Box::pin(super::timers::ask_again_if_lapsed(env, owner)).await?;
     }
     Ok(Approved(owner))
 }
@@ -180,18 +184,38 @@ async fn park(
 ) -> Result<(), IdemError> {
     let store = env.store();
     let err = |e| errors::owner(env, owner, e);
-    let now = store.now().await.map_err(err)?;
-    let Some(record) = store.get(&owner.key).await.map_err(err)? else {
+    let Some(mut record) = store.get(&owner.key).await.map_err(err)? else {
         return Err(IdemError::Superseded {
             tool: env.name().to_owned(),
             key: owner.key.clone(),
             source: None,
         });
     };
+    // This caller asks.
+    record.steps.remove(ASKER_STEP);
+    park_record(env, owner, record, message, rule).await
+}
+
+/// Park `record`, which `owner` holds in flight, as awaiting a person's
+/// decision asked for now: [`park`] with the record read. Who asked is
+/// this caller, unless the record says it already (a call asking again
+/// is still its first asker's, whoever's process resumed it).
+pub(super) async fn park_record(
+    env: &CallEnv<'_>,
+    owner: &Owner<'_>,
+    record: crate::record::Record,
+    message: &str,
+    rule: Option<&str>,
+) -> Result<(), IdemError> {
+    let store = env.store();
+    let err = |e| errors::owner(env, owner, e);
+    let now = store.now().await.map_err(err)?;
     let ttl = env.core.config.approval_ttl;
     let mut parked = transition::park(record, owner.fence, now, ttl, message);
     let steps = &mut parked.record.steps;
-    steps.insert(ASKER_STEP.to_owned(), Value::String(asker(env, owner)));
+    steps
+        .entry(ASKER_STEP.to_owned())
+        .or_insert_with(|| Value::String(asker(env, owner)));
     if let Some(rule) = rule {
         steps.insert(RULE_STEP.to_owned(), Value::String(rule.to_owned()));
     }

@@ -106,7 +106,11 @@ pub(super) fn claim_local(
     let sent = tokio::time::Instant::now();
     match env.store().fast_path()?.claim_local(&request(env, call))? {
         Err(e) => Some(Err(errors::store(env, e))),
-        Ok(LocalClaim::Claim(ClaimOutcome::InFlight { .. })) => None,
+        // In flight: wait for it. Awaiting approval: maybe expired,
+        // which the async claim reads the rules for.
+        Ok(LocalClaim::Claim(
+            ClaimOutcome::InFlight { .. } | ClaimOutcome::AwaitingApproval(_),
+        )) => None,
         Ok(LocalClaim::Claim(outcome)) => settle(env, call, outcome, sent).transpose(),
         Ok(LocalClaim::Completed(outcome)) => Some(Ok(Claimed::Recorded {
             record: Recorded::Outcome(outcome),
@@ -135,6 +139,19 @@ pub(super) async fn claim(
             .claim(&request)
             .await
             .map_err(|e| errors::store(env, e))?;
+        if let ClaimOutcome::AwaitingApproval(record) = &outcome {
+            // Nobody decided it within its rule's `expires_after`: denied.
+            let rules = env
+                .core
+                .rules
+                .current(env.store())
+                .await
+                .map_err(|e| errors::store(env, e))?;
+            let due = super::timers::expire_if_due(env, record, rules.as_deref());
+            if let Some(denied) = Box::pin(due).await? {
+                return Err(denied);
+            }
+        }
         if let Some(claimed) = settle(env, call, outcome, sent)? {
             return Ok(claimed.found_after_waiting(wait_until.is_some()));
         }

@@ -75,6 +75,7 @@ mod rules;
 mod rules_cache;
 mod takeover;
 mod telemetry;
+mod timers;
 mod window;
 
 use std::borrow::Borrow;

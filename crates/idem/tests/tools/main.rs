@@ -33,3 +33,5 @@ mod rules;
 mod scenarios;
 mod store_phases;
 mod store_url;
+#[cfg(feature = "sqlite")]
+mod timers;
