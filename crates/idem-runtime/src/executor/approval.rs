@@ -12,15 +12,16 @@ use crate::error::IdemError;
 use crate::key::Fingerprint;
 use crate::record::{AuditAction, Status};
 
-use crate::record::{APPROVAL_STEP, ASKER_STEP, RULE_STEP};
+use crate::record::{APPROVAL_STEP, ASKER_STEP};
 use crate::store::StoreExt;
 
 use super::env::{ApprovalSource, CallEnv};
 use super::errors;
 use super::metrics::Metrics;
 use super::owner::{Approved, Owned, Owner};
+use super::parked;
 use super::record;
-use super::rules::{asker, log_decision};
+use super::rules::log_decision;
 use super::telemetry::{self, Count};
 
 /// Phase 4: an owner whose class needs an approval and holds none
@@ -175,7 +176,8 @@ async fn ask_policy(
 }
 
 /// Record the call as awaiting approval: the owner gives up its lease,
-/// since nothing runs until a person decides.
+/// since nothing runs until a person decides ([`parked::park_record`]
+/// with the record read, asked by this caller).
 async fn park(
     env: &CallEnv<'_>,
     owner: &Owner<'_>,
@@ -193,39 +195,5 @@ async fn park(
     };
     // This caller asks.
     record.steps.remove(ASKER_STEP);
-    park_record(env, owner, record, message, rule).await
-}
-
-/// Park `record`, which `owner` holds in flight, as awaiting a person's
-/// decision asked for now: [`park`] with the record read. Who asked is
-/// this caller, unless the record says it already (a call asking again
-/// is still its first asker's, whoever's process resumed it).
-pub(super) async fn park_record(
-    env: &CallEnv<'_>,
-    owner: &Owner<'_>,
-    record: crate::record::Record,
-    message: &str,
-    rule: Option<&str>,
-) -> Result<(), IdemError> {
-    let store = env.store();
-    let err = |e| errors::owner(env, owner, e);
-    let now = store.now().await.map_err(err)?;
-    let ttl = env.core.config.approval_ttl;
-    let mut parked = transition::park(record, owner.fence, now, ttl, message);
-    let steps = &mut parked.record.steps;
-    steps
-        .entry(ASKER_STEP.to_owned())
-        .or_insert_with(|| Value::String(asker(env, owner)));
-    if let Some(rule) = rule {
-        steps.insert(RULE_STEP.to_owned(), Value::String(rule.to_owned()));
-    }
-    store
-        .replace(&owner.key, parked.expected, Some(&parked.record), None)
-        .await
-        .map_err(err)?;
-    tracing::info!(
-        key = owner.key.as_str(),
-        "approval pending; recorded for a person to decide"
-    );
-    Ok(())
+    parked::park_record(env, owner, record, message, rule).await
 }

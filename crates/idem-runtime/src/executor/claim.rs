@@ -18,6 +18,7 @@ use crate::record::{
 };
 use crate::store::{ClaimOutcome, ClaimRequest, LocalClaim, StoreExt, WaitFor};
 
+use super::answer::Recorded;
 use super::env::{CallEnv, Mode};
 use super::errors;
 use super::flight::Flight;
@@ -36,25 +37,6 @@ pub(super) enum Claimed<'f> {
         /// Whether the claim waited for another owner in flight to find it.
         joined: bool,
     },
-}
-
-/// A completed call as its claim found it.
-pub(super) enum Recorded {
-    /// The whole record.
-    Record(Arc<Record>),
-    /// The outcome alone: a store that answered on the caller's thread
-    /// ([`LocalClaim::Completed`]).
-    Outcome(Outcome),
-}
-
-impl Recorded {
-    /// What the call produced (`None`: it is not completed).
-    pub(super) fn outcome(&self) -> Option<&Outcome> {
-        match self {
-            Recorded::Record(record) => record.outcome(),
-            Recorded::Outcome(outcome) => Some(outcome),
-        }
-    }
 }
 
 impl Claimed<'_> {

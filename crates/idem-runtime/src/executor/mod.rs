@@ -69,6 +69,7 @@ mod key;
 mod metrics;
 mod output;
 mod owner;
+mod parked;
 mod pipeline;
 mod record;
 mod rules;

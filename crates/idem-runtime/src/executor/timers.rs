@@ -13,11 +13,11 @@ use crate::operator::{Operator, OperatorError};
 use crate::record::{AuditAction, Record, Status, APPROVALS_STEP, APPROVAL_STEP, APPROVED_AT_STEP};
 use crate::store::StoreExt;
 
-use super::approval::park_record;
 use super::env::CallEnv;
 use super::errors;
 use super::metrics::Metrics;
 use super::owner::Owner;
+use super::parked::park_record;
 use super::telemetry::{self, Count};
 
 /// Phase 4 for an approved call not yet started: when the approval is
