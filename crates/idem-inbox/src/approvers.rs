@@ -171,6 +171,7 @@ impl Approvers {
                 None => e.to_string(),
             }
         })?;
+        check_escalations(text, &rules, &by_name, &file.notify)?;
         Ok(Approvers {
             by_name,
             rules,
@@ -260,6 +261,31 @@ fn is_slack_user(id: &str) -> bool {
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit())
 }
 
+/// Every name a rule's `escalate_to` gives is an approver or a
+/// `[[notify]]` endpoint of the file: else the line of the rule, and who.
+fn check_escalations(
+    text: &str,
+    rules: &Rules,
+    approvers: &HashMap<String, Entry>,
+    notify: &[NotifyEntry],
+) -> Result<(), String> {
+    for (i, rule) in rules.iter().enumerate() {
+        let unknown = rule.timers.escalate_to.iter().find(|name| {
+            !approvers.contains_key(name.as_str()) && !notify.iter().any(|n| n.name() == Some(name))
+        });
+        if let Some(name) = unknown {
+            let line = text
+                .match_indices("[[rule]]")
+                .nth(i)
+                .map_or(String::new(), |(at, _)| {
+                    format!("line {}: ", line_of(text, at))
+                });
+            return Err(format!("{line}rule “{}”: escalate_to names {name:?}, which is neither an [[approver]] nor a [[notify]] endpoint's name in this file", rule.name));
+        }
+    }
+    Ok(())
+}
+
 /// The line (from 1) of byte `at` in `text`.
 fn line_of(text: &str, at: usize) -> usize {
     text[..at.min(text.len())].matches('\n').count() + 1
@@ -334,6 +360,7 @@ pub fn token_entry(token: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     fn file(password: &str, token: &str) -> String {
         format!(
@@ -465,6 +492,52 @@ forbid_self_approval = true
         let said = refused("\n[[rule]]\ndecision = \"maybe\"\n");
         assert!(
             said.starts_with("line 12: unknown variant `maybe`"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn timers_read_and_a_bad_one_is_refused_with_its_line_and_reason() {
+        let pager = "\n[[notify]]\nname = \"pager\"\nurl = \"https://pager.example/hook\"\nformat = \"slack\"\n";
+        let timed = "\n[[rule]]\ntools = [\"refund\"]\nvalid_for = \"15m\"\nescalate_after = \"30m\"\nescalate_to = [\"frank\", \"pager\"]\nexpires_after = \"4h\"\n";
+        let approvers = Approvers::parse(&format!("{TEAM}{timed}{pager}")).unwrap();
+        let timers = &approvers.rules().iter().next().unwrap().timers;
+        assert_eq!(timers.valid_for, Some(Duration::from_secs(15 * 60)));
+        assert_eq!(timers.escalate_after, Some(Duration::from_secs(30 * 60)));
+        assert_eq!(timers.escalate_to, ["frank", "pager"]);
+        assert_eq!(timers.expires_after, Some(Duration::from_secs(4 * 3600)));
+        let refused = |rules: &str| Approvers::parse(&format!("{TEAM}{rules}{pager}")).unwrap_err();
+        // TEAM is 9 lines; the rule starts on line 11.
+        let said = refused("\n[[rule]]\ntools = [\"refund\"]\nvalid_for = \"15 minutes later\"\n");
+        assert!(
+            said.starts_with("line 13: \"15 minutes later\" is not a length of time: write numbers each with a unit"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\nexpires_after = \"0s\"\n");
+        assert!(
+            said.starts_with("line 12: \"0s\" is no time at all"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\nescalate_after = \"4h\"\nexpires_after = \"1h\"\n");
+        assert!(
+            said.starts_with(
+                "line 11: rule “rule 1”: escalate_after must be shorter than expires_after"
+            ),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\nescalate_to = [\"frank\"]\n");
+        assert!(
+            said.starts_with("line 11: rule “rule 1”: escalate_to says who is told"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\nescalate_after = \"1h\"\nescalate_to = [\"zed\"]\n");
+        assert!(
+            said.starts_with("line 11: rule “rule 1”: escalate_to names \"zed\", which is neither an [[approver]] nor a [[notify]] endpoint's name"),
+            "{said}"
+        );
+        let said = refused("\n[[rule]]\ndecision = \"run\"\nvalid_for = \"1h\"\n");
+        assert!(
+            said.starts_with("line 11: rule “rule 1”: valid_for, escalate_after, escalate_to and expires_after time a person's decision; decision = \"run\" asks nobody"),
             "{said}"
         );
     }

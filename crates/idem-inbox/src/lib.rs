@@ -53,6 +53,7 @@ mod cookies;
 mod decide;
 mod deliveries;
 mod error;
+mod expiry;
 mod listing;
 mod live;
 mod login;

@@ -152,6 +152,7 @@ where
             }
         }
     });
+    let expiry = tokio::spawn(crate::expiry::sweep(operator.clone(), options.refresh));
     let settings = notify::Settings {
         endpoints,
         inbox,
@@ -247,6 +248,7 @@ where
     watcher.abort();
     reloader.abort();
     counts.abort();
+    expiry.abort();
     finishing.signins.flush(true).await;
     if let Some(notifier) = notifier {
         // A delivery under way finishes its attempt and records it: cut

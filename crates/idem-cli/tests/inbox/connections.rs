@@ -49,7 +49,8 @@ async fn closed_within(stream: &mut TcpStream, limit: Duration) -> bool {
 /// 40 clients send one header line every 2 s and never finish; 64 more,
 /// from another address, connect and send nothing, and that address's
 /// 65th connection is closed at once. Someone else is served meanwhile,
-/// and every held connection is closed by the server within 12 s.
+/// and every held connection is closed by the server within 12 s (a
+/// slow writer learns it at its next writes).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slow_and_idle_connections_are_bounded_and_closed() {
     let (_dir, _agent, url) = store().await;
@@ -95,8 +96,10 @@ async fn slow_and_idle_connections_are_bounded_and_closed() {
     }
     for client in slow {
         let closed = client.await.unwrap();
+        // Cut off at 10 s; a writer learns it at its next write or the one
+        // after (every 2 s), later still on a loaded machine.
         let after = closed.expect("a slow head is cut off");
-        assert!(after < Duration::from_secs(14), "{after:?}");
+        assert!(after < Duration::from_secs(20), "{after:?}");
     }
     eprintln!(
         "40 slow heads and 64 idle connections closed within {:?}",

@@ -20,4 +20,5 @@ mod rules;
 mod sessions;
 mod signin;
 mod slack;
+mod timers;
 mod tls;

@@ -26,26 +26,26 @@ crate::support::on_every_store_url![
 ];
 
 /// The secret the JSON endpoint's bodies are signed with.
-const SECRET: &str = "test webhook secret, 32 bytes ok";
+pub(super) const SECRET: &str = "test webhook secret, 32 bytes ok";
 
 /// One request the receiver got.
 #[derive(Debug, Clone)]
-struct Got {
+pub(super) struct Got {
     /// `hook` (JSON) or `slack`.
     path: String,
     id: String,
-    kind: String,
+    pub(super) kind: String,
     attempt: u32,
     /// What the receiver answered.
     answered: u16,
-    body: Value,
+    pub(super) body: Value,
 }
 
 /// A webhook receiver on loopback: checks `/hook`'s signatures, answers
 /// the first attempt of every decided event 503 (so that it is retried),
 /// every request to `/down` 502, and keeps everything it got.
 #[derive(Clone, Default)]
-struct Receiver {
+pub(super) struct Receiver {
     got: Arc<Mutex<Vec<Got>>>,
     bad_signatures: Arc<Mutex<u32>>,
 }
@@ -122,7 +122,7 @@ async fn receive(
 
 impl Receiver {
     /// Serve on a free loopback port: its base URL.
-    async fn start(&self) -> String {
+    pub(super) async fn start(&self) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         let app = Router::new()
@@ -134,7 +134,7 @@ impl Receiver {
 
     /// What `path` got about the records of `keys` (a store on a shared
     /// server holds other tests' records too).
-    fn about(&self, path: &str, keys: &[String]) -> Vec<Got> {
+    pub(super) fn about(&self, path: &str, keys: &[String]) -> Vec<Got> {
         self.got
             .lock()
             .unwrap()
@@ -145,7 +145,7 @@ impl Receiver {
     }
 
     /// The deliveries of `path` about `keys` it accepted (answered 200).
-    fn accepted(&self, path: &str, keys: &[String]) -> Vec<Got> {
+    pub(super) fn accepted(&self, path: &str, keys: &[String]) -> Vec<Got> {
         let mut got = self.about(path, keys);
         got.retain(|g| g.answered == 200);
         got
@@ -153,7 +153,7 @@ impl Receiver {
 
     /// Wait (at most 20 s) until `path` accepted an event of `kind` for
     /// `key`: that delivery.
-    async fn wait_for(&self, path: &str, kind: &str, key: &str) -> Got {
+    pub(super) async fn wait_for(&self, path: &str, kind: &str, key: &str) -> Got {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Some(got) = self
@@ -189,7 +189,7 @@ impl Got {
 }
 
 /// Events, deliveries and duplicates among what `path` accepted.
-fn figures(got: &[Got]) -> (usize, usize, usize) {
+pub(super) fn figures(got: &[Got]) -> (usize, usize, usize) {
     let mut by_id: HashMap<&str, usize> = HashMap::new();
     for g in got {
         *by_id.entry(&g.id).or_default() += 1;

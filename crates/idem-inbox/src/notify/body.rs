@@ -57,6 +57,7 @@ fn plain(event: &Event, link: &str) -> Value {
         "step": event.asked.step,
         "why": event.why,
         "approvals": event.progress.as_ref().map(|p| p.json()),
+        "escalate_to": event.escalate_to,
         "link": link,
     })
 }
@@ -80,6 +81,7 @@ pub(crate) fn slack_message(event: &Event, link: &str, buttons: bool) -> Value {
     let headline = match (event.kind, event.state) {
         (Kind::Pending, _) => "*Awaiting approval*".to_owned(),
         (Kind::Overdue, _) => "*Overdue, still awaiting approval*".to_owned(),
+        (Kind::Escalated, _) => "*Escalated, still awaiting approval*".to_owned(),
         (Kind::Decided, state) => {
             let by = mrkdwn(event.by.as_deref().unwrap_or("somebody"));
             let what = match (state, &event.progress) {
@@ -214,6 +216,7 @@ mod tests {
             why: Some("the user said <@U123> asked for it".into()),
             progress: None,
             fingerprint: Some("f00d".into()),
+            escalate_to: Vec::new(),
         }
     }
 

@@ -9,7 +9,7 @@
 //! format = "json"                   # or "slack" (incoming-webhook blocks)
 //! secret_file = "/etc/idem/hook.secret"   # or secret_env = "VAR"; json needs one
 //! namespaces = ["mcp/billing/*"]    # globs; default every namespace
-//! events = ["pending", "decided"]   # default pending, overdue and decided
+//! events = ["pending", "decided"]   # default pending, overdue, escalated and decided
 //! ```
 //!
 //! A URL is never shown whole (a Slack webhook's path is its secret): the
@@ -79,6 +79,11 @@ fn json() -> Format {
 }
 
 impl NotifyEntry {
+    /// Its name, if it has one (a rule's `escalate_to` may name it).
+    pub(crate) fn name(&self) -> Option<&str> {
+        self.name.as_deref().map(str::trim)
+    }
+
     /// The endpoint of `idem serve --notify URL`: every namespace, every
     /// event.
     pub(crate) fn command_line(url: &str, format: Format, secret: SecretSource) -> NotifyEntry {
@@ -169,7 +174,7 @@ impl Endpoint {
         }
         let events = entry
             .events
-            .unwrap_or_else(|| vec![Kind::Pending, Kind::Overdue, Kind::Decided]);
+            .unwrap_or_else(|| vec![Kind::Pending, Kind::Overdue, Kind::Escalated, Kind::Decided]);
         if events.is_empty() {
             return Err(format!(
                 "notify endpoint {shown}: events = [] sends nothing; leave it out for every event"

@@ -1,5 +1,6 @@
 //! What approvers are told about: a call began to wait for approval
-//! (*pending*), has waited longer than `--overdue` (*overdue*), or
+//! (*pending*), has waited longer than `--overdue` (*overdue*) or than
+//! its rule's `escalate_after` (*escalated*, to its `escalate_to`), or
 //! somebody decided on it (*decided*).
 //!
 //! Pending and overdue events are read from the records awaiting
@@ -31,6 +32,9 @@ pub(crate) enum Kind {
     Pending,
     /// A call has waited for approval longer than `--overdue`.
     Overdue,
+    /// A call has waited for approval, undecided, longer than its rule's
+    /// `escalate_after`: told to the rule's `escalate_to`.
+    Escalated,
     /// Somebody approved or denied a call (or added one of the approvals a
     /// rule needs).
     Decided,
@@ -42,6 +46,7 @@ impl Kind {
         match self {
             Kind::Pending => "pending",
             Kind::Overdue => "overdue",
+            Kind::Escalated => "escalated",
             Kind::Decided => "decided",
         }
     }
@@ -83,6 +88,8 @@ pub(crate) struct Event {
     /// The fingerprint of the arguments, while the call still waits for a
     /// decision (what Slack's Approve and Deny buttons are bound to).
     pub fingerprint: Option<String>,
+    /// Escalated: who the rule names to tell (approvers and endpoints).
+    pub escalate_to: Vec<String>,
 }
 
 /// What a call recorded of where it came from.
@@ -142,10 +149,23 @@ pub(crate) fn waiting(
         why: record.info.reason.as_ref().map(|r| r.as_str().to_owned()),
         progress: Some(Progress::of(record, rules)),
         fingerprint: Some(record.fingerprint.as_str().to_owned()),
+        escalate_to: Vec::new(),
     };
     let mut events = vec![event(Kind::Pending)];
     if requested_at.until(now) > overdue {
         events.push(event(Kind::Overdue));
+    }
+    // Its id is the request's (the key, when it began to wait): every
+    // instance names it alike, so the outbox delivers it once per
+    // endpoint however many instances see it due.
+    if let Some(due) = rules.and_then(|r| r.escalation(record, now)) {
+        events.push(Event {
+            reason: Some(idem_runtime::text::timers::escalated(
+                &due.rule, due.after, &due.to,
+            )),
+            escalate_to: due.to,
+            ..event(Kind::Escalated)
+        });
     }
     events
 }
@@ -175,6 +195,7 @@ pub(crate) fn decided(audit: &AuditEvent) -> Option<Event> {
         why: None,
         progress: None,
         fingerprint: None,
+        escalate_to: Vec::new(),
     })
 }
 
@@ -206,6 +227,7 @@ pub(crate) fn decided_now(
         why: record.info.reason.as_ref().map(|r| r.as_str().to_owned()),
         progress: Some(Progress::of(record, rules)),
         fingerprint: waiting.then(|| record.fingerprint.as_str().to_owned()),
+        escalate_to: Vec::new(),
     }
 }
 

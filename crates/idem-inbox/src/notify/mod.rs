@@ -1,6 +1,6 @@
 //! Webhooks: approvers told where they already are (a Slack channel, a
-//! pager, a bot) when a call begins to wait for approval, waits too long,
-//! or is decided.
+//! pager, a bot) when a call begins to wait for approval, waits too long
+//! (`--overdue`, or a rule's `escalate_after`), or is decided.
 //!
 //! The parts: `endpoint` (where to, in which format, signed with which
 //! secret, for which namespaces and events), `event` (what happened, read
@@ -275,7 +275,9 @@ impl Worker {
             if *stopping.borrow() {
                 return None;
             }
-            if !endpoint.wants(event.kind, event.namespace.as_deref())
+            // An escalation goes where its rule names, too.
+            let named = event.kind == Kind::Escalated && event.escalate_to.contains(&endpoint.name);
+            if !(named || endpoint.wants(event.kind, event.namespace.as_deref()))
                 || self.done.contains_key(&event.id)
                 || (event.kind == Kind::Decided && event.at < cursor)
             {

@@ -27,7 +27,7 @@ use crate::clock::Timestamp;
 use crate::key::Fingerprint;
 use crate::record::{
     FailureCode, Fence, Outcome, Record, RecordState, Status, StoredFailure, APPROVALS_STEP,
-    APPROVAL_STEP,
+    APPROVAL_STEP, APPROVED_AT_STEP,
 };
 use crate::store::{Expected, ExpectedState};
 
@@ -160,6 +160,9 @@ pub(crate) fn approve(
     let mut new = record.clone();
     let approval = approval.for_arguments(record.fingerprint.clone());
     new.steps.insert(APPROVAL_STEP.to_owned(), step(approval));
+    // When it was given, for a rule's `valid_for`.
+    new.steps
+        .insert(APPROVED_AT_STEP.to_owned(), Value::from(at.as_millis()));
     if let RecordState::AwaitingApproval { expires_at, .. } = &mut new.state {
         *expires_at = at.plus(kept_for);
     }

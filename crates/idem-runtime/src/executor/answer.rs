@@ -1,15 +1,36 @@
 //! What a call answers: its output and how it was obtained ([`meta`]),
-//! and a duplicate's answer from the outcome its key recorded.
+//! and a duplicate's answer from the outcome its key recorded
+//! ([`Recorded`]).
+
+use std::sync::Arc;
 
 use crate::error::{IdemError, ToolError};
 use crate::key::IdempotencyKey;
-use crate::record::{FailureCode, Outcome, OutputJson};
+use crate::record::{FailureCode, Outcome, OutputJson, Record};
 
-use super::claim::Recorded;
 use super::env::CallEnv;
 use super::errors;
 use super::metrics::Metrics;
 use super::output::{CallMeta, CallOutput};
+
+/// A completed call as its claim found it.
+pub(super) enum Recorded {
+    /// The whole record.
+    Record(Arc<Record>),
+    /// The outcome alone: a store that answered on the caller's thread
+    /// ([`LocalClaim::Completed`](crate::store::LocalClaim::Completed)).
+    Outcome(Outcome),
+}
+
+impl Recorded {
+    /// What the call produced (`None`: it is not completed).
+    pub(super) fn outcome(&self) -> Option<&Outcome> {
+        match self {
+            Recorded::Record(record) => record.outcome(),
+            Recorded::Outcome(outcome) => Some(outcome),
+        }
+    }
+}
 
 /// How the call was carried out.
 pub(super) fn meta(

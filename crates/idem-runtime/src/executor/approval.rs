@@ -12,15 +12,16 @@ use crate::error::IdemError;
 use crate::key::Fingerprint;
 use crate::record::{AuditAction, Status};
 
-use crate::record::{APPROVAL_STEP, ASKER_STEP, RULE_STEP};
+use crate::record::{APPROVAL_STEP, ASKER_STEP};
 use crate::store::StoreExt;
 
 use super::env::{ApprovalSource, CallEnv};
 use super::errors;
 use super::metrics::Metrics;
 use super::owner::{Approved, Owned, Owner};
+use super::parked;
 use super::record;
-use super::rules::{asker, log_decision};
+use super::rules::log_decision;
 use super::telemetry::{self, Count};
 
 /// Phase 4: an owner whose class needs an approval and holds none
@@ -37,6 +38,10 @@ pub(super) async fn obtain<'o>(
         // Boxed: only irreversible calls ask, and inline the policy's
         // future would size every call's.
         Box::pin(decide(env, owner, fingerprint, args)).await?;
+    } else if env.class.needs_approval() && !owner.started {
+        // Approved, not yet run: not if the approval is older than its
+        // rule lets it be.
+        Box::pin(super::timers::ask_again_if_lapsed(env, owner)).await?;
     }
     Ok(Approved(owner))
 }
@@ -171,7 +176,8 @@ async fn ask_policy(
 }
 
 /// Record the call as awaiting approval: the owner gives up its lease,
-/// since nothing runs until a person decides.
+/// since nothing runs until a person decides ([`parked::park_record`]
+/// with the record read, asked by this caller).
 async fn park(
     env: &CallEnv<'_>,
     owner: &Owner<'_>,
@@ -180,28 +186,14 @@ async fn park(
 ) -> Result<(), IdemError> {
     let store = env.store();
     let err = |e| errors::owner(env, owner, e);
-    let now = store.now().await.map_err(err)?;
-    let Some(record) = store.get(&owner.key).await.map_err(err)? else {
+    let Some(mut record) = store.get(&owner.key).await.map_err(err)? else {
         return Err(IdemError::Superseded {
             tool: env.name().to_owned(),
             key: owner.key.clone(),
             source: None,
         });
     };
-    let ttl = env.core.config.approval_ttl;
-    let mut parked = transition::park(record, owner.fence, now, ttl, message);
-    let steps = &mut parked.record.steps;
-    steps.insert(ASKER_STEP.to_owned(), Value::String(asker(env, owner)));
-    if let Some(rule) = rule {
-        steps.insert(RULE_STEP.to_owned(), Value::String(rule.to_owned()));
-    }
-    store
-        .replace(&owner.key, parked.expected, Some(&parked.record), None)
-        .await
-        .map_err(err)?;
-    tracing::info!(
-        key = owner.key.as_str(),
-        "approval pending; recorded for a person to decide"
-    );
-    Ok(())
+    // This caller asks.
+    record.steps.remove(ASKER_STEP);
+    parked::park_record(env, owner, record, message, rule).await
 }

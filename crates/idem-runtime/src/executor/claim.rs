@@ -18,6 +18,7 @@ use crate::record::{
 };
 use crate::store::{ClaimOutcome, ClaimRequest, LocalClaim, StoreExt, WaitFor};
 
+use super::answer::Recorded;
 use super::env::{CallEnv, Mode};
 use super::errors;
 use super::flight::Flight;
@@ -36,25 +37,6 @@ pub(super) enum Claimed<'f> {
         /// Whether the claim waited for another owner in flight to find it.
         joined: bool,
     },
-}
-
-/// A completed call as its claim found it.
-pub(super) enum Recorded {
-    /// The whole record.
-    Record(Arc<Record>),
-    /// The outcome alone: a store that answered on the caller's thread
-    /// ([`LocalClaim::Completed`]).
-    Outcome(Outcome),
-}
-
-impl Recorded {
-    /// What the call produced (`None`: it is not completed).
-    pub(super) fn outcome(&self) -> Option<&Outcome> {
-        match self {
-            Recorded::Record(record) => record.outcome(),
-            Recorded::Outcome(outcome) => Some(outcome),
-        }
-    }
 }
 
 impl Claimed<'_> {
@@ -106,7 +88,11 @@ pub(super) fn claim_local(
     let sent = tokio::time::Instant::now();
     match env.store().fast_path()?.claim_local(&request(env, call))? {
         Err(e) => Some(Err(errors::store(env, e))),
-        Ok(LocalClaim::Claim(ClaimOutcome::InFlight { .. })) => None,
+        // In flight: wait for it. Awaiting approval: maybe expired,
+        // which the async claim reads the rules for.
+        Ok(LocalClaim::Claim(
+            ClaimOutcome::InFlight { .. } | ClaimOutcome::AwaitingApproval(_),
+        )) => None,
         Ok(LocalClaim::Claim(outcome)) => settle(env, call, outcome, sent).transpose(),
         Ok(LocalClaim::Completed(outcome)) => Some(Ok(Claimed::Recorded {
             record: Recorded::Outcome(outcome),
@@ -135,6 +121,19 @@ pub(super) async fn claim(
             .claim(&request)
             .await
             .map_err(|e| errors::store(env, e))?;
+        if let ClaimOutcome::AwaitingApproval(record) = &outcome {
+            // Nobody decided it within its rule's `expires_after`: denied.
+            let rules = env
+                .core
+                .rules
+                .current(env.store())
+                .await
+                .map_err(|e| errors::store(env, e))?;
+            let due = super::timers::expire_if_due(env, record, rules.as_deref());
+            if let Some(denied) = Box::pin(due).await? {
+                return Err(denied);
+            }
+        }
         if let Some(claimed) = settle(env, call, outcome, sent)? {
             return Ok(claimed.found_after_waiting(wait_until.is_some()));
         }

@@ -69,12 +69,14 @@ mod key;
 mod metrics;
 mod output;
 mod owner;
+mod parked;
 mod pipeline;
 mod record;
 mod rules;
 mod rules_cache;
 mod takeover;
 mod telemetry;
+mod timers;
 mod window;
 
 use std::borrow::Borrow;

@@ -40,9 +40,10 @@ use crate::store::{StoreExt, WaitFor};
 use crate::tool::Tool;
 
 use super::answer;
+use super::answer::Recorded;
 use super::approval;
 use super::attempts::{self, poll_once};
-use super::claim::{self, Claimed, Recorded};
+use super::claim::{self, Claimed};
 use super::claimed;
 use super::context::{CallOptions, RunContext};
 use super::env::Progress;

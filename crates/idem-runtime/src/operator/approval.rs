@@ -163,9 +163,12 @@ impl Operator {
     ) -> Result<Approving, OperatorError> {
         let record = record.clone();
         self.check_pending(&record)?;
-        let allowed = self
-            .rules_allow(&record, &approval.approver, Act::Approve)
-            .await?;
+        let rules = Rules::in_force(self.store.as_ref()).await?;
+        self.refuse_if_expired(&record, rules.as_ref()).await?;
+        let allowed = match &rules {
+            Some(rules) => Some(rules.allows(&record, &approval.approver, Act::Approve)?),
+            None => None,
+        };
         let required = required.max(allowed.map_or(1, |a| a.required));
         let before = record.approvals();
         if before
@@ -235,7 +238,11 @@ impl Operator {
     ) -> Result<Record, OperatorError> {
         let record = record.clone();
         self.check_pending(&record)?;
-        self.rules_allow(&record, by, Act::Deny).await?;
+        let rules = Rules::in_force(self.store.as_ref()).await?;
+        self.refuse_if_expired(&record, rules.as_ref()).await?;
+        if let Some(rules) = &rules {
+            rules.allows(&record, by, Act::Deny)?;
+        }
         let at = self.store.now().await?;
         let denied = transition::deny(&record, reason, at, self.kept_for(&record, None));
         let entry = AuditEntry {

@@ -39,6 +39,7 @@ mod executor;
 pub mod json;
 mod list;
 mod resolve;
+mod timers;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -53,6 +53,14 @@ pub enum AuditAction {
     /// rule, its reason what the rule would have decided. The rule decided
     /// nothing.
     ShadowRule,
+    /// An approval was given longer ago than its rule's `valid_for` when
+    /// the call would have run: it did not run it, and the call asks
+    /// again (a new request). The event's `by` names the rule.
+    ApprovalLapsed,
+    /// Nobody decided a call awaiting approval within its rule's
+    /// `expires_after`: it is denied. The event's `by` names the rule,
+    /// its reason what the model is told.
+    Expired,
     /// A person was asked to decide a call awaiting approval (in a chat,
     /// through MCP elicitation) and gave no decision: the call stays
     /// pending, and they are not asked about it again.
@@ -94,6 +102,8 @@ impl AuditAction {
             AuditAction::ApprovedByPolicy => "approved_by_policy",
             AuditAction::DeniedByPolicy => "denied_by_policy",
             AuditAction::ShadowRule => "shadow_rule",
+            AuditAction::ApprovalLapsed => "approval_lapsed",
+            AuditAction::Expired => "expired",
             AuditAction::Asked => "asked",
             AuditAction::SignedIn => "signed_in",
             AuditAction::SignInFailed => "sign_in_failed",

@@ -84,6 +84,11 @@ pub struct EditedTo {
     pub fingerprint: Fingerprint,
 }
 
+/// The step name under which the time the call was approved is recorded
+/// (the approval that made the count), by the store's clock: a rule's
+/// `valid_for` counts from it.
+pub const APPROVED_AT_STEP: &str = "idem:approved_at";
+
 /// The step name under which the number of the attempt about to start is
 /// recorded, before the tool body runs, for classes that are never re-run
 /// (`non_idempotent_write`, `irreversible`), and before every retry. A

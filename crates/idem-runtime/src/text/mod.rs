@@ -6,6 +6,7 @@
 
 pub mod duration;
 mod escape;
+pub mod timers;
 
 use std::time::Duration;
 

@@ -34,3 +34,5 @@ mod rules;
 mod scenarios;
 mod store_phases;
 mod store_url;
+#[cfg(feature = "sqlite")]
+mod timers;

@@ -228,7 +228,7 @@ async fn refunding(
 }
 
 /// The audit log of `key`: (action, by, reason).
-async fn trail(store: &Arc<dyn Store>, key: &IdempotencyKey) -> Vec<(String, String, String)> {
+pub async fn trail(store: &Arc<dyn Store>, key: &IdempotencyKey) -> Vec<(String, String, String)> {
     let operator = idem::operator::Operator::new(store.clone());
     let page = operator
         .audit(&idem::audit::AuditQuery::for_key(key.clone()), None, 100)
@@ -247,7 +247,7 @@ async fn trail(store: &Arc<dyn Store>, key: &IdempotencyKey) -> Vec<(String, Str
 }
 
 /// A line of the transcript (`cargo test -- --nocapture` shows it).
-fn say(line: &str) {
+pub fn say(line: &str) {
     eprintln!("{line}");
 }
 

@@ -19,7 +19,19 @@
 //! required = 2                    # ask: distinct approvals before it runs; default 1
 //! forbid_self_approval = true     # ask: whoever asked may not approve; default false
 //! shadow = true                   # only audit what it would have decided
+//! valid_for = "15m"               # ask: an approval runs the call within this long of being given
+//! escalate_after = "30m"          # ask: undecided this long, tell escalate_to
+//! escalate_to = ["frank"]         # ask: approvers and notify endpoints, by name
+//! expires_after = "4h"            # ask: undecided this long, the call is denied
 //! ```
+//!
+//! **Time.** An approval past its rule's `valid_for` never runs the
+//! call: the executor that would have run it asks again, writing in the
+//! audit log that it lapsed ([`Rules::lapsed`]). A request undecided
+//! past `escalate_after` is told to `escalate_to`, once
+//! ([`Rules::escalation`], acted on by `idem serve`'s notifications); one
+//! undecided past `expires_after` is denied by its rule, the model told
+//! why ([`Rules::expired`]). A decision given is never undone by time.
 //!
 //! **Decided per call.** When an `irreversible` call needs an approval,
 //! the executor reads the rules in force and the *first* rule that
@@ -52,6 +64,7 @@ mod condition;
 mod decide;
 mod kept;
 mod rule;
+mod timers;
 
 use serde::{Deserialize, Serialize};
 
@@ -60,6 +73,7 @@ use crate::record::{Record, ASKER_STEP, RULE_STEP};
 pub use condition::Call;
 pub use decide::{Decided, Verdict};
 pub use rule::Rule;
+pub use timers::{Escalation, Expired, Lapsed, Timers, Window};
 
 /// One `[[rule]]` table, as written (in the approvers file, or in code).
 ///
@@ -113,6 +127,21 @@ pub struct RuleEntry {
     /// `ask`: whether whoever asked for the call may not approve it.
     #[serde(default)]
     pub forbid_self_approval: bool,
+    /// `ask`: how long an approval runs the call after it was given;
+    /// after it, the call asks again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub valid_for: Option<Window>,
+    /// `ask`: how long a request waits undecided before `escalate_to`
+    /// are told.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub escalate_after: Option<Window>,
+    /// `ask`: who is told on escalation, by name: approvers and notify
+    /// endpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub escalate_to: Vec<String>,
+    /// `ask`: how long a request waits undecided before it is denied.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_after: Option<Window>,
 }
 
 /// What a rule decides of a call it matches.
@@ -153,6 +182,10 @@ impl Default for RuleEntry {
             approvers: None,
             required: 1,
             forbid_self_approval: false,
+            valid_for: None,
+            escalate_after: None,
+            escalate_to: Vec::new(),
+            expires_after: None,
         }
     }
 }
@@ -221,6 +254,15 @@ pub enum RuleRefusal {
         /// The record's tool.
         tool: String,
         /// The rule's reason.
+        reason: String,
+    },
+    /// Nobody decided the call within its rule's `expires_after`: it is
+    /// denied, and nobody may decide it now.
+    #[error("This call of {tool} can no longer be decided: {reason}")]
+    Expired {
+        /// The record's tool.
+        tool: String,
+        /// Why, as the model is told.
         reason: String,
     },
     /// The rule forbids approving one's own call, and this person asked
@@ -306,6 +348,11 @@ impl Rules {
     /// approver).
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
+    }
+
+    /// The rules, in order.
+    pub fn iter(&self) -> impl Iterator<Item = &Rule> {
+        self.rules.iter()
     }
 
     /// Who may decide at all (the approvers), sorted.

@@ -3,6 +3,7 @@
 //! and against the approvers.
 
 use super::condition::{Bindings, Call, Condition};
+use super::timers::Timers;
 use super::{RuleDecision, RuleEntry};
 use crate::glob::Glob;
 
@@ -26,6 +27,8 @@ pub struct Rule {
     /// Distinct approvals needed before the call runs.
     pub required: usize,
     pub(super) forbid_self_approval: bool,
+    /// Its timers (`ask` only).
+    pub timers: Timers,
 }
 
 impl Rule {
@@ -107,7 +110,9 @@ impl Rule {
             }
             None => None,
         };
+        let timers = Timers::check(entry, &name)?;
         Ok(Rule {
+            timers,
             tools: globs(&entry.tools)?,
             namespaces: globs(&entry.namespaces)?,
             principals: globs(&entry.principals)?,
