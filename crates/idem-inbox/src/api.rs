@@ -15,6 +15,7 @@ use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use serde_json::{json, Value};
 
@@ -23,6 +24,9 @@ use super::decide::{self, Asked, Refused};
 use super::listing::{items, InboxFilter};
 use super::view::{class_meaning, class_of, Item, Seen};
 use crate::state::App;
+
+#[path = "api_edit.rs"]
+mod edit;
 use idem_runtime::operator::json::{AuditEventJson, RecordJson};
 use idem_runtime::store::StoreExt;
 use idem_runtime::text::json_safe;
@@ -161,8 +165,9 @@ pub(super) async fn record(
     )
 }
 
-/// `POST /api/records/{key}/{approve|deny|resolve}` with a JSON body:
-/// `version` (required) and `note`, `reason`, `as`, `output`.
+/// `POST /api/records/{key}/{approve|deny|resolve|edit}` with a JSON
+/// body: `version` (required) and `note`, `reason`, `as`, `output`,
+/// `arguments` (edit).
 pub(super) async fn decide(
     State(app): State<Arc<App>>,
     Path((key, action)): Path<(String, String)>,
@@ -193,6 +198,9 @@ pub(super) async fn decide(
             )
         }
     };
+    if action == "edit" {
+        return edit::edit(&app, &key, asked, who).await;
+    }
     if !matches!(action.as_str(), "approve" | "deny" | "resolve") {
         return not_found().await;
     }
@@ -212,12 +220,7 @@ pub(super) async fn decide(
     let rules = approvers.rules();
     match decide::decide(&app.operator, rules, &record, &decision, &who).await {
         Ok(decided) => {
-            let now = app
-                .operator
-                .store()
-                .now()
-                .await
-                .unwrap_or(record.created_at);
+            let now = now_or(&app, record.created_at).await;
             let approvals = decided.approvals.map(|(given, required)| {
                 let by: Vec<String> = decided
                     .record
@@ -239,6 +242,12 @@ pub(super) async fn decide(
         }
         Err(e) => refused(&e),
     }
+}
+
+/// The store's time, `fallback` when it cannot be read: for the records
+/// an answer shows.
+async fn now_or(app: &App, fallback: Timestamp) -> Timestamp {
+    app.operator.store().now().await.unwrap_or(fallback)
 }
 
 /// Any other path under `/api/`: a JSON 404, as a program expects.

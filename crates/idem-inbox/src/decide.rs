@@ -79,6 +79,9 @@ pub(super) struct Asked<Output = Value> {
     /// Resolve as succeeded or failed: how long to keep it (`30d`, `90d`,
     /// `1w`), instead of the tool's TTL. Empty: the tool's.
     pub ttl: Option<String>,
+    /// Edit (the JSON API's `POST …/edit`): the arguments the call runs
+    /// with instead.
+    pub arguments: Option<Value>,
 }
 
 /// Why a decision was not made. Nothing was changed.
@@ -274,6 +277,8 @@ impl Asked {
             resolution: form.resolution,
             output,
             ttl: form.ttl,
+            // The pages have no edit form.
+            arguments: None,
         })
     }
 

@@ -10,6 +10,7 @@ mod support;
 mod api;
 mod browser;
 mod connections;
+mod edit;
 mod hosts;
 mod lifecycle;
 mod limits;
