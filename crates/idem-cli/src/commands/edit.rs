@@ -36,8 +36,8 @@ pub(super) async fn approve_edited(
     let decided = match &done.edited {
         Approving::Recorded {
             given, required, ..
-        } => format!("approval {given} of {required} recorded: nothing runs until another approver approves it too"),
-        _ => "approved: it runs once, with exactly these arguments".to_owned(),
+        } => format!("approval {given} of {required} recorded: it needs another approver too"),
+        _ => "approved, with exactly these arguments".to_owned(),
     };
     let line = format!(
         "edited {} ({}) by {}: denied; it never runs. The edited call is {}, {decided}\n  before: {}\n  after:  {}\n",

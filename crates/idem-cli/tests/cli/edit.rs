@@ -46,7 +46,7 @@ async fn an_edit_from_the_cli_is_a_new_call_and_the_original_never_runs(url: &st
         .run(&["approve", &key[..12], "--by", "ada", "--edit-args", &edit])
         .await;
     out.says("by ada: denied; it never runs. The edited call is ");
-    out.says("approved: it runs once, with exactly these arguments");
+    out.says("approved, with exactly these arguments");
     out.says("before: {\"customer\":\"mallory\"}\n");
     out.says(r#"after:  {"customer":"eve \"the\"\nsecond"}"#);
     assert_eq!(out.stdout.lines().count(), 3, "{}", out.stdout);
