@@ -127,8 +127,8 @@ pub(crate) struct ServeArgs {
     #[arg(long, value_name = "VAR", conflicts_with = "slack_signing_secret_file")]
     pub slack_signing_secret_env: Option<String>,
     /// For tests only: post a click's outcome to this loopback
-    /// http://127.0.0.1:PORT receiver instead of Slack's
-    /// https://hooks.slack.com/actions/… (nothing else is let through).
+    /// `http://127.0.0.1:PORT` receiver instead of Slack's
+    /// `https://hooks.slack.com/actions/…` (nothing else is let through).
     #[arg(long, value_name = "URL", hide = true)]
     pub slack_test_response_base: Option<String>,
     /// How often the inbox looks for new items, for pages that stay open.
