@@ -10,10 +10,9 @@ use idem_runtime::approval::{Approval, GivenApproval};
 use idem_runtime::operator::{Approving, Operator};
 use idem_runtime::record::Record;
 
-use super::{find, now, refused, required, Output};
+use super::{find, print, refused, required, what, Output};
 use crate::cli::{ApproveArgs, DenyArgs};
 use crate::error::CliError;
-use crate::render::json::RecordJson;
 use crate::render::short_key;
 use idem_inbox::approvers::Approvers;
 use idem_inbox::rules::{Act, Allowed};
@@ -156,28 +155,4 @@ fn names(given: &[GivenApproval]) -> String {
         .map(|g| g.approval.approver.as_str())
         .collect::<Vec<_>>()
         .join(", ")
-}
-
-/// The tool and namespace of a record, to say what was acted on (escaped,
-/// as all record text shown to a person).
-pub(super) fn what(record: &Record) -> String {
-    let what = match &record.info.namespace {
-        Some(ns) => format!("{}, namespace {ns}", record.tool),
-        None => record.tool.clone(),
-    };
-    visible(&what).into_owned()
-}
-
-/// The record as changed (`--json`), or `line`.
-pub(super) async fn print(
-    operator: &Operator,
-    record: &Record,
-    line: &str,
-    out: &Output,
-) -> Result<(), CliError> {
-    if out.json {
-        out.json(&RecordJson::new(record, now(operator).await?))
-    } else {
-        out.text(line)
-    }
 }

@@ -9,8 +9,7 @@ use idem_runtime::operator::{Approving, Operator};
 use idem_runtime::record::Record;
 use idem_runtime::text::visible;
 
-use super::decide::{print, what};
-use super::{refused, Output};
+use super::{print, refused, what, Output};
 use crate::error::CliError;
 use crate::render::short_key;
 
@@ -36,8 +35,10 @@ pub(super) async fn approve_edited(
     let decided = match &done.edited {
         Approving::Recorded {
             given, required, ..
-        } => format!("approval {given} of {required} recorded: it needs another approver too"),
-        _ => "approved, with exactly these arguments".to_owned(),
+        } => format!(
+            "approval {given} of {required} recorded: it needs another approver too, then runs at the agent's next call of the original"
+        ),
+        _ => "approved, with exactly these arguments: it runs once, at the agent's next call of the original".to_owned(),
     };
     let line = format!(
         "edited {} ({}) by {}: denied; it never runs. The edited call is {}, {decided}\n  before: {}\n  after:  {}\n",

@@ -22,9 +22,12 @@ mod stats;
 
 use std::io::Write;
 
+use crate::render::json::RecordJson;
 use idem_runtime::clock::Timestamp;
 use idem_runtime::key::IdempotencyKey;
 use idem_runtime::operator::{Operator, OperatorError};
+use idem_runtime::record::Record;
+use idem_runtime::text::visible;
 use serde::Serialize;
 
 use crate::cli::{ApproverArgs, ApproverCommand, Cli, Command};
@@ -139,6 +142,30 @@ async fn find(operator: &Operator, given: &str) -> Result<IdempotencyKey, CliErr
 /// The store's time, for ages and leases.
 async fn now(operator: &Operator) -> Result<Timestamp, CliError> {
     Ok(operator.store().now().await.map_err(OperatorError::Store)?)
+}
+
+/// The tool and namespace of a record, to say what was acted on (escaped,
+/// as all record text shown to a person).
+fn what(record: &Record) -> String {
+    let what = match &record.info.namespace {
+        Some(ns) => format!("{}, namespace {ns}", record.tool),
+        None => record.tool.clone(),
+    };
+    visible(&what).into_owned()
+}
+
+/// The record as changed (`--json`), or `line`.
+async fn print(
+    operator: &Operator,
+    record: &Record,
+    line: &str,
+    out: &Output,
+) -> Result<(), CliError> {
+    if out.json {
+        out.json(&RecordJson::new(record, now(operator).await?))
+    } else {
+        out.text(line)
+    }
 }
 
 /// An operator error, with the store's time for its message.

@@ -3,8 +3,7 @@
 
 use idem_runtime::operator::{Actor, Operator, Resolution};
 
-use super::decide::{print, what};
-use super::{find, refused, required, Output};
+use super::{find, print, refused, required, what, Output};
 use crate::cli::{DeleteArgs, ResolveArgs};
 use crate::error::CliError;
 use crate::render::json::DeletedJson;
