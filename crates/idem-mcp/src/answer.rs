@@ -51,6 +51,18 @@ pub(crate) fn already_done(
     )
 }
 
+/// The text of an answer whose call an approver edited before it ran,
+/// before its output: who changed the arguments to what (escaped), and
+/// that the call as sent never ran.
+pub(crate) fn edited(tool: &str, by: &str, arguments: &Value) -> String {
+    let arguments = idem_runtime::text::json_safe(&arguments.to_string()).into_owned();
+    format!(
+        "Edited before it ran: {by} changed the arguments of this `{tool}` call to {arguments} \
+         and approved it. It ran once with those arguments; the arguments you sent never ran. \
+         Its result is below; tell the user what was changed."
+    )
+}
+
 /// The text of an error, for the model: one sentence set per error, each
 /// saying what happened, whether anything ran, and what to do next.
 pub(crate) fn error(tool: &str, e: &IdemError, hints: Hints<'_>) -> String {
@@ -353,6 +365,22 @@ mod tests {
         assert_eq!(utc(1_796_083_200_000), "2026-12-01 00:00:00 UTC");
         assert_eq!(utc(951_782_400_000 + 3_723_000), "2000-02-29 01:02:03 UTC");
         assert_eq!(utc(0), "1970-01-01 00:00:00 UTC");
+    }
+
+    #[test]
+    fn an_edited_call_says_who_changed_what_with_the_arguments_escaped() {
+        let arguments = serde_json::json!({"customer": "eve\u{202e}", "note": "a\nb"});
+        let text = edited("delete_account", "dana", &arguments);
+        assert!(
+            text.starts_with("Edited before it ran: dana changed the arguments of this `delete_account` call to "),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"{"customer":"eve\u202e","note":"a\nb"}"#),
+            "{text}"
+        );
+        assert!(text.contains("the arguments you sent never ran"), "{text}");
+        assert!(!text.contains('\u{202e}') && !text.contains('\n'), "{text}");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! `idem approve KEY --edit-args JSON` through the program, on every
 //! store: the edited call is a new record with its own key and the edited
 //! arguments, approved; the original is denied, pointing to it (a step
-//! every store keeps), and never runs; hostile arguments are refused with
-//! nothing changed.
+//! every store keeps), and never runs: the agent's retry of it runs the
+//! edited call, once; hostile arguments are refused with nothing changed.
 
 use std::time::Duration;
 
@@ -46,7 +46,7 @@ async fn an_edit_from_the_cli_is_a_new_call_and_the_original_never_runs(url: &st
         .run(&["approve", &key[..12], "--by", "ada", "--edit-args", &edit])
         .await;
     out.says("by ada: denied; it never runs. The edited call is ");
-    out.says("approved, with exactly these arguments");
+    out.says("approved, with exactly these arguments: it runs once, at the agent's next call of the original");
     out.says("before: {\"customer\":\"mallory\"}\n");
     out.says(r#"after:  {"customer":"eve \"the\"\nsecond"}"#);
     assert_eq!(out.stdout.lines().count(), 3, "{}", out.stdout);
@@ -66,18 +66,26 @@ async fn an_edit_from_the_cli_is_a_new_call_and_the_original_never_runs(url: &st
     );
     assert_eq!(edited["approval"]["approved_by"], "ada");
 
-    // The model's retry of the original is denied, told of the edit; the
-    // original never runs.
-    let again = agent.dispatch_one(call, &tenant(&namespace)).await;
-    let Err(IdemError::ApprovalDenied { reason, .. }) = &again.result else {
-        panic!("the original is denied: {:?}", again.result)
-    };
-    assert!(
-        reason.starts_with("ada edited the arguments of this call"),
-        "{reason}"
-    );
-    assert!(reason.contains(edited_key), "{reason}");
-    assert_eq!(app.deletions(), 0);
+    // The model's retry of the original runs the edited call, once, and
+    // is told of the edit; the original never runs.
+    for round in 0..2 {
+        let again = agent.dispatch_one(call.clone(), &tenant(&namespace)).await;
+        let called = again.result.as_ref().expect("the edited call ran");
+        assert_eq!(called.output, json!("deleted eve \"the\"\nsecond"));
+        assert_eq!(called.meta.deduplicated, round > 0);
+        assert_eq!(
+            called.meta.key.as_ref().map(|k| k.as_str()),
+            Some(edited_key)
+        );
+        let told = called.meta.edited.as_deref().expect("told of the edit");
+        assert_eq!(
+            (told.by.as_str(), told.original.as_str()),
+            ("ada", key.as_str())
+        );
+    }
+    assert_eq!(app.deletions(), 1);
+    let ran = idem.run(&["show", edited_key, "--json"]).await.json();
+    assert_eq!(ran["status"], "succeeded", "{ran}");
 
     // A second edit of the original is refused.
     idem.run(&[

@@ -100,9 +100,21 @@ impl ToolResult {
         self.result.as_ref().ok().map(|c| &c.meta)
     }
 
-    /// What the model reads: the output, or `{"error": {"code", "message"}}`.
+    /// What the model reads: the output, or `{"error": {"code", "message"}}`;
+    /// for a call an approver edited before it ran
+    /// ([`CallMeta::edited`]), `{"edited": {"by", "arguments"}, "output"}`,
+    /// so that the model learns that other arguments ran than it sent.
     pub fn content(&self) -> Value {
         match &self.result {
+            Ok(CallOutput {
+                output,
+                meta: CallMeta {
+                    edited: Some(edit), ..
+                },
+            }) => json!({
+                "edited": { "by": edit.by, "arguments": edit.arguments },
+                "output": output,
+            }),
             Ok(called) => called.output.clone(),
             Err(e) => {
                 let mut error = json!({ "code": e.code(), "message": e.to_string() });

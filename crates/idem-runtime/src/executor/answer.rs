@@ -45,6 +45,7 @@ pub(super) fn meta(
         key,
         deduplicated,
         attempts,
+        edited: None,
     }
 }
 

@@ -60,6 +60,7 @@ mod claim;
 mod claimed;
 mod config;
 mod context;
+mod edited;
 mod env;
 mod errors;
 mod flight;
@@ -101,7 +102,7 @@ pub use context::{RepeatWindow, RunContext};
 #[cfg(feature = "otel")]
 pub use instruments::{Meter, OTEL_SCOPE};
 pub use metrics::MetricsSnapshot;
-pub use output::{CallMeta, CallOutput};
+pub use output::{CallMeta, CallOutput, Edit};
 
 use env::{ApprovalSource, Core, Mode};
 

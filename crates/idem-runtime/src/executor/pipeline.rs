@@ -36,6 +36,7 @@ use tracing::Instrument;
 
 use crate::error::IdemError;
 use crate::key::{Fingerprint, IdempotencyKey};
+use crate::record::EditedTo;
 use crate::store::{StoreExt, WaitFor};
 use crate::tool::Tool;
 
@@ -46,12 +47,13 @@ use super::attempts::{self, poll_once};
 use super::claim::{self, Claimed};
 use super::claimed;
 use super::context::{CallOptions, RunContext};
+use super::edited;
 use super::env::Progress;
 use super::env::{ApprovalSource, Call, CallEnv, CallPolicy, Core, Mode};
 use super::errors;
 use super::flight;
 use super::key::{self, CallKey};
-use super::output::CallOutput;
+use super::output::{CallOutput, Edit};
 use super::owner::{self, Owned, Owner};
 use super::record::{self, Ran};
 use super::takeover;
@@ -96,6 +98,18 @@ enum Claim<'f, O> {
     /// Refused (the store could not be reached, the key is reused or in
     /// flight), or awaiting a person's approval: nothing runs.
     Refused(IdemError),
+    /// Denied in favour of the call an approver edited it into: the call
+    /// goes on as that one ([`edited`]).
+    Edited(EditedTo),
+}
+
+/// How a keyed call's claim and owned phases ended.
+enum Ended<O> {
+    /// With the call's answer.
+    Done(Result<CallOutput<O>, IdemError>),
+    /// With the key's record pointing to the call an approver edited it
+    /// into, which the call goes on as ([`keyed`]).
+    Edited(EditedTo),
 }
 
 /// What a call can do without awaiting: phase 1 (the key) and, when the
@@ -169,7 +183,9 @@ pub(super) fn start<'a, S, T: Tool<S>>(
     // record instead of two), at once for a call that goes on.
     let (done, key) = match result {
         Err(e) => (Err(e), None),
-        Ok((key, Some(Ok(Claimed::Recorded { record, .. })))) => {
+        // A denial that may point to an edited call is answered by the
+        // usual claim, which can follow it (`edited`).
+        Ok((key, Some(Ok(Claimed::Recorded { record, .. })))) if !edited::may_follow(&record) => {
             (answer::from_record(&env, &key.key, &record), Some(key))
         }
         // Refused (the store could not be reached, the key is reused), or
@@ -181,8 +197,7 @@ pub(super) fn start<'a, S, T: Tool<S>>(
             // usual way once decided (`claim_and_wait`).
             let local = local.and_then(|claimed| match claimed {
                 Ok(Claimed::Owner(owner)) => Some(owner),
-                Err(_) => None,
-                Ok(Claimed::Recorded { .. }) => unreachable!("answered above"),
+                Err(_) | Ok(Claimed::Recorded { .. }) => None,
             });
             match &local {
                 Some(owner) => telemetry::tell_owner(
@@ -283,7 +298,7 @@ where
 #[allow(clippy::manual_async_fn)]
 fn keyed<'a, S, T, R>(
     mut call: Call<'a, S, T, R>,
-    args: T::Args,
+    mut args: T::Args,
     mut key: CallKey,
     mut local: Option<Owner<'static>>,
 ) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 'a
@@ -304,13 +319,43 @@ where
                     return answer;
                 }
             }
-            // Only an irreversible call can find its approval pending and
-            // wait for a person's decision: boxed, so that its loop does
-            // not size every other call's future.
-            if !call.env.class.needs_approval() {
-                return claim_and_own(&call, &args, &mut key, &mut local).await;
+            // The edit the call goes on as, if an approver edited it.
+            let mut edit = None;
+            for _ in 0..=edited::MAX_EDITS {
+                // Only an irreversible call can find its approval pending
+                // and wait for a person's decision: boxed, so that its
+                // loop does not size every other call's future.
+                let ended = match call.env.class.needs_approval() {
+                    false => claim_and_own(&call, &args, &mut key, &mut local).await,
+                    true => Box::pin(claim_and_wait(&call, &args, &mut key, &mut local)).await,
+                };
+                let to = match ended {
+                    Ended::Done(result) => return edited::tell(result, edit),
+                    Ended::Edited(to) => to,
+                };
+                // Boxed: only a call an approver edited goes this way.
+                let (to, edited_args, made) =
+                    Box::pin(edited::follow(&call.env, &key, &to)).await?;
+                // An edit of an edited call: the model made the first.
+                edit = Some(Box::new(match edit {
+                    Some(first) => Edit {
+                        original: first.original,
+                        ..made
+                    },
+                    None => made,
+                }));
+                (key, args) = (to, edited_args);
             }
-            Box::pin(claim_and_wait(&call, &args, &mut key, &mut local)).await
+            Err(errors::refuse(
+                &call.env,
+                IdemError::InvalidArguments {
+                    tool: call.env.name().to_owned(),
+                    detail: format!(
+                        "its arguments were edited more than {} times; nothing ran",
+                        edited::MAX_EDITS
+                    ),
+                },
+            ))
         }
         .await;
         telemetry::end(&call.env, &result, &call.progress);
@@ -370,7 +415,7 @@ async fn claim_and_wait<S, T, R>(
     args: &T::Args,
     key: &mut CallKey,
     local: &mut Option<Owner<'static>>,
-) -> Result<CallOutput<T::Output>, IdemError>
+) -> Ended<T::Output>
 where
     S: Send + Sync + 'static,
     T: Tool<S>,
@@ -378,14 +423,16 @@ where
 {
     let mut wait_until = None;
     loop {
-        let result = claim_and_own(call, args, key, local).await;
-        let Err(IdemError::ApprovalPending { .. }) = &result else {
-            return result;
+        let ended = claim_and_own(call, args, key, local).await;
+        let Ended::Done(Err(IdemError::ApprovalPending { .. })) = &ended else {
+            return ended;
         };
         let until =
             *wait_until.get_or_insert_with(|| tokio::time::Instant::now() + call.env.approval_wait);
-        if !decided_in_time(&call.env, &key.key, until).await? {
-            return result;
+        match decided_in_time(&call.env, &key.key, until).await {
+            Ok(true) => {}
+            Ok(false) => return ended,
+            Err(e) => return Ended::Done(Err(e)),
         }
     }
 }
@@ -397,7 +444,7 @@ fn claim_and_own<'s, S, T, R>(
     args: &'s T::Args,
     key: &'s mut CallKey,
     local: &'s mut Option<Owner<'static>>,
-) -> impl Future<Output = Result<CallOutput<T::Output>, IdemError>> + Send + 's
+) -> impl Future<Output = Ended<T::Output>> + Send + 's
 where
     S: Send + Sync + 'static,
     T: Tool<S>,
@@ -406,15 +453,16 @@ where
     async move {
         let mut owner = match claim(call, key, local).await {
             Claim::Owned(owner) => owner,
-            Claim::Answered(result) => return result,
-            Claim::Refused(e) => return Err(e),
+            Claim::Answered(result) => return Ended::Done(result),
+            Claim::Refused(e) => return Ended::Done(Err(e)),
+            Claim::Edited(to) => return Ended::Edited(to),
         };
         owner.flight = call.flight.as_ref();
         // Boxed apart: with the claim's, the owner's phases made one
         // allocation of over 1 KB, which glibc serves from its bins
         // (consolidating the freed small chunks first, every call) rather
         // than from its per-thread cache; two smaller ones cost less.
-        Box::pin(owned(call, args, &key.args.fingerprint, &owner)).await
+        Ended::Done(Box::pin(owned(call, args, &key.args.fingerprint, &owner)).await)
     }
 }
 
@@ -455,9 +503,10 @@ where
             }
             Claim::Owned(owner)
         }
-        Ok(Claimed::Recorded { record, joined }) => {
-            Claim::Answered(answer_recorded(call, &key.key, &record, joined))
-        }
+        Ok(Claimed::Recorded { record, joined }) => match edited::pointer(&record) {
+            Some(to) => Claim::Edited(to),
+            None => Claim::Answered(answer_recorded(call, &key.key, &record, joined)),
+        },
         Err(e) => Claim::Refused(e),
     }
 }

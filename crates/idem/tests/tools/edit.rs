@@ -10,9 +10,9 @@ use std::sync::Arc;
 use idem::approval::rules::{RuleEntry, RuleRefusal, Rules};
 use idem::approval::Approval;
 use idem::dispatch::{Arguments, ToolCall};
-use idem::operator::{edited_key, Approving, Operator, OperatorError};
+use idem::operator::{edited_key, Approving, Edited, Operator, OperatorError};
 use idem::prelude::*;
-use idem::record::{Record, Status};
+use idem::record::{Outcome, Record, Status};
 use serde_json::json;
 
 use super::rules::{finance_tables, refund, refusal};
@@ -70,21 +70,49 @@ async fn asked(
     (dispatcher, call, run, record)
 }
 
+/// alice asks for a refund of `cents` on a fresh store, and dana edits it
+/// to `to`: the store, what the tool paid, the call as asked, the edit.
+async fn dana_edits(
+    name: &str,
+    cents: u64,
+    to: Arguments,
+) -> (
+    Arc<dyn Store>,
+    Arc<AtomicUsize>,
+    (Dispatcher<Arc<AtomicUsize>>, ToolCall, RunContext, Record),
+    Edited,
+) {
+    let store = store(name).await;
+    let paid = Arc::new(AtomicUsize::new(0));
+    let asked = asked(&store, &paid, cents).await;
+    let edited = Operator::new(store.clone())
+        .edit_record(&asked.3, to, Approval::granted_by("dana"))
+        .await
+        .unwrap();
+    (store, paid, asked, edited)
+}
+
+/// Another agent of alice's on `store`, as another process would run it.
+fn asked_again(store: &Arc<dyn Store>, paid: &Arc<AtomicUsize>) -> Dispatcher<Arc<AtomicUsize>> {
+    let exec = Executor::builder_shared(store.clone())
+        .state(paid.clone())
+        .build();
+    Dispatcher::new(exec, idem::tools![refund])
+}
+
+fn edit_json(arguments: serde_json::Value) -> Arguments {
+    Arguments::Json(arguments)
+}
+
 fn edit(cents: u64) -> Arguments {
     Arguments::Json(json!({ "cents": cents }))
 }
 
 #[tokio::test]
 async fn an_edit_is_a_new_call_and_the_original_never_runs() {
-    let store = store("new-call").await;
-    let paid = Arc::new(AtomicUsize::new(0));
-    let (agent, call, run, record) = asked(&store, &paid, 20_000).await;
+    let (store, paid, (agent, call, run, record), edited) =
+        dana_edits("new-call", 20_000, edit(15_000)).await;
     let operator = Operator::new(store.clone());
-
-    let edited = operator
-        .edit_record(&record, edit(15_000), Approval::granted_by("dana"))
-        .await
-        .unwrap();
     // The original: denied, pointing to the edited call.
     assert_eq!(edited.original.status(), Status::Failed);
     let to = edited
@@ -106,18 +134,40 @@ async fn an_edit_is_a_new_call_and_the_original_never_runs() {
         operator.show(&to.key).await.unwrap().status(),
         Status::Approved
     );
+    assert_eq!(paid.load(Ordering::SeqCst), 0, "nothing ran at the edit");
 
-    // The model's retry of the original: denied, told of the edit, and
-    // the original never runs.
-    for _ in 0..2 {
+    // The original, read by itself: denied, pointing to the edited call.
+    let original = operator.show(&record.key).await.unwrap();
+    let Some(Outcome::Failure { failure }) = original.outcome() else {
+        panic!("the original is denied: {original:?}");
+    };
+    assert!(failure.message.contains("dana edited the arguments"));
+    assert!(failure.message.contains(to.key.as_str()));
+
+    // The model's retry of the original runs the edited call, once, with
+    // the edited arguments, and says so; the original never runs.
+    for round in 0..3 {
         let again = agent.dispatch_one(call.clone(), &run).await;
-        let Err(IdemError::ApprovalDenied { reason, .. }) = again.result else {
-            panic!("the original is denied: {:?}", again.result);
-        };
-        assert!(reason.contains("dana edited the arguments"), "{reason}");
-        assert!(reason.contains(to.key.as_str()), "{reason}");
+        let called = again.result.as_ref().expect("the edited call's output");
+        assert_eq!(called.output, json!(15_000), "the edited arguments ran");
+        assert_eq!(called.meta.key.as_ref(), Some(&to.key));
+        assert_eq!(called.meta.deduplicated, round > 0);
+        let told = called.meta.edited.as_deref().expect("told of the edit");
+        assert_eq!(told.by, "dana");
+        assert_eq!(told.original, record.key);
+        assert_eq!(told.arguments, json!({ "cents": 15_000 }));
+        // What the model reads: who edited it, to what, and the output.
+        assert_eq!(
+            again.content(),
+            json!({ "edited": { "by": "dana", "arguments": { "cents": 15_000 } },
+                    "output": 15_000 })
+        );
     }
-    assert_eq!(paid.load(Ordering::SeqCst), 0);
+    assert_eq!(paid.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        operator.show(&to.key).await.unwrap().status(),
+        Status::Succeeded
+    );
     // Nothing more to decide on the original, nor to edit again.
     let twice = operator
         .edit(&record.key, edit(10_000), Approval::granted_by("erin"))
@@ -205,6 +255,65 @@ async fn the_rules_decide_the_edited_arguments() {
         .unwrap_err();
     assert!(matches!(refusal(own), RuleRefusal::OwnCall { .. }));
     assert_eq!(operator.show(&large.key).await.unwrap(), large);
+    assert_eq!(paid.load(Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn an_edited_call_that_needs_a_second_approver_waits_then_runs_once() {
+    let (store, paid, (agent, call, run, record), edited) =
+        dana_edits("second", 80_000, edit(70_000)).await;
+    let operator = Operator::new(store.clone());
+    let to = edited.original.edited().unwrap();
+
+    // The model's retry: the edited call awaits its second approver, and
+    // the model is told of the edit and of the key that waits.
+    let waiting = agent.dispatch_one(call.clone(), &run).await;
+    let Err(IdemError::ApprovalPending { key, message, .. }) = &waiting.result else {
+        panic!("the edited call waits: {:?}", waiting.result);
+    };
+    assert_eq!(key, &to.key);
+    assert!(
+        message.starts_with(r#"dana edited the arguments of this call to {"cents":70000}; the edited call awaits approval"#),
+        "{message}"
+    );
+    assert_eq!(paid.load(Ordering::SeqCst), 0);
+
+    // erin approves the edited call; retries of the original from two
+    // agents at once (two processes, as far as the store can tell) run it
+    // once.
+    let pending = operator.show(&to.key).await.unwrap();
+    let done = operator
+        .add_approval(&pending, Approval::granted_by("erin"), 1)
+        .await
+        .unwrap();
+    assert!(matches!(done, Approving::Granted(_)), "{done:?}");
+    let other = asked_again(&store, &paid);
+    let (one, two) = tokio::join!(
+        agent.dispatch_one(call.clone(), &run),
+        other.dispatch_one(call.clone(), &run)
+    );
+    for result in [one, two] {
+        let called = result.result.expect("the edited call's output");
+        assert_eq!(called.output, json!(70_000));
+        assert_eq!(called.meta.edited.unwrap().original, record.key);
+    }
+    assert_eq!(paid.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn edited_arguments_the_tool_does_not_take_run_nothing() {
+    // JSON the approver may type, which `refund` cannot take: a u64 of
+    // cents cannot be negative.
+    let unfit = edit_json(json!({ "cents": -5 }));
+    let (_, paid, (agent, call, run, _), _) = dana_edits("unfit", 20_000, unfit).await;
+    for _ in 0..2 {
+        let refused = agent.dispatch_one(call.clone(), &run).await;
+        let Err(IdemError::InvalidArguments { detail, .. }) = &refused.result else {
+            panic!("refused: {:?}", refused.result);
+        };
+        assert!(detail.contains("dana edited the arguments"), "{detail}");
+        assert!(detail.ends_with("nothing ran"), "{detail}");
+    }
     assert_eq!(paid.load(Ordering::SeqCst), 0);
 }
 
