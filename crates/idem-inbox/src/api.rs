@@ -27,6 +27,8 @@ use crate::state::App;
 
 #[path = "api_edit.rs"]
 mod edit;
+
+pub(crate) use edit::refusal as edit_refused;
 use idem_runtime::operator::json::{AuditEventJson, RecordJson};
 use idem_runtime::store::StoreExt;
 use idem_runtime::text::json_safe;

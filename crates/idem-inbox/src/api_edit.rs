@@ -84,8 +84,8 @@ pub(super) async fn edit(
     )
 }
 
-/// The operator's refusal as the API says it.
-fn refusal(e: OperatorError) -> Refused {
+/// The operator's refusal of an edit as the API and the pages say it.
+pub(crate) fn refusal(e: OperatorError) -> Refused {
     let said = e.to_string();
     match e {
         OperatorError::Rule(_) => Refused::Rule(said),

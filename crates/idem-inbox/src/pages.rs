@@ -5,6 +5,9 @@
 
 use std::sync::Arc;
 
+#[path = "pages_edit.rs"]
+mod edit;
+
 use askama::Template;
 use axum::extract::{FromRequestParts, Path, Query, State};
 use axum::http::request::Parts;
@@ -108,6 +111,8 @@ struct Shown {
     resolution: String,
     output: String,
     ttl: String,
+    /// An edit's arguments, as typed (JSON text).
+    arguments: String,
 }
 
 impl Shown {
@@ -119,6 +124,10 @@ impl Shown {
             resolution: form.resolution.clone().unwrap_or_default(),
             output: form.output.clone().unwrap_or_default(),
             ttl: form.ttl.clone().unwrap_or_default(),
+            arguments: match &form.arguments {
+                Some(serde_json::Value::String(text)) => text.clone(),
+                _ => String::new(),
+            },
         }
     }
 }
@@ -447,7 +456,7 @@ pub(super) async fn decide(
     let Some(key) = parse_key(&key) else {
         return no_such_record(&user, "That is not a record's key. Nothing was changed.");
     };
-    if !matches!(action.as_str(), "approve" | "deny" | "resolve") {
+    if !matches!(action.as_str(), "approve" | "deny" | "resolve" | "edit") {
         return not_found().await;
     }
     if user.identity.role != Role::Approver {
@@ -457,6 +466,9 @@ pub(super) async fn decide(
             "Refused",
             &Refused::Forbidden.message(),
         );
+    }
+    if action == "edit" {
+        return edit::edit(&app, &user, key, form).await;
     }
     let key_shown = key.clone();
     match decide_confirmed(&app, &user, key, action, form).await {

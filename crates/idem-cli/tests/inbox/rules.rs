@@ -6,12 +6,11 @@
 
 use std::time::Duration;
 
-use idem::dispatch::ToolCall;
 use idem::prelude::*;
 use serde_json::{json, Value};
 
-use crate::support::serve::{catalog, hidden, listed, sign_in, Http, Reply, Serve, DANA};
-use crate::support::tools::{delete_call, dispatcher, still_waits, tenant, App};
+use crate::support::serve::{catalog, hidden, sign_in, waiting_call, Http, Reply, Serve, DANA};
+use crate::support::tools::{dispatcher, still_waits, tenant, App};
 use crate::support::{schema, unique};
 
 /// A finance team's rule: deleting an account takes two of dana, erin and
@@ -42,25 +41,6 @@ fn asker(namespace: &str) -> RunContext {
     tenant(namespace).principal(name)
 }
 
-/// `namespace` asks to delete `customer`'s account: the call and the
-/// inbox item.
-async fn waiting_call(
-    agent: &Dispatcher<App>,
-    http: &mut Http,
-    serve: &Serve,
-    namespace: &str,
-    customer: &str,
-) -> (ToolCall, Value) {
-    let call = delete_call(&unique("call"), customer);
-    let first = agent.dispatch_one(call.clone(), &asker(namespace)).await;
-    assert!(
-        matches!(first.result, Err(IdemError::ApprovalPending { .. })),
-        "{:?}",
-        first.result
-    );
-    (call, listed(http, serve, namespace).await)
-}
-
 /// `namespace` asks to delete `customer`'s account: the inbox item.
 async fn asked(
     agent: &Dispatcher<App>,
@@ -69,7 +49,7 @@ async fn asked(
     namespace: &str,
     customer: &str,
 ) -> Value {
-    waiting_call(agent, http, serve, namespace, customer)
+    waiting_call(agent, http, serve, &asker(namespace), customer)
         .await
         .1
 }
@@ -159,7 +139,7 @@ async fn a_two_person_rule_runs_the_call_on_the_second_distinct_approval() {
     let (app, agent, serve) = finance(&url).await;
     let mut http = Http::default();
     let namespace = format!("{}/ops", unique("finance"));
-    let (call, item) = waiting_call(&agent, &mut http, &serve, &namespace, "eve").await;
+    let (call, item) = waiting_call(&agent, &mut http, &serve, &asker(&namespace), "eve").await;
     let key = item["key"].as_str().unwrap().to_owned();
 
     for action in ["approve", "deny"] {
@@ -415,7 +395,7 @@ async fn idem_approve_without_the_file_holds_the_rules_idem_serve_published() {
     let idem = crate::support::Idem::new(&url);
     let mut http = Http::default();
     let namespace = format!("{}/erin", unique("finance"));
-    let (call, item) = waiting_call(&agent, &mut http, &serve, &namespace, "eve").await;
+    let (call, item) = waiting_call(&agent, &mut http, &serve, &asker(&namespace), "eve").await;
     let key = item["key"].as_str().unwrap();
 
     idem.run(&["approve", key, "--by", "erin"]).await.fails(

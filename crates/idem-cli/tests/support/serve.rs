@@ -616,6 +616,26 @@ pub fn catalog() -> String {
     tools.catalog().to_json()
 }
 
+/// The agent asks, in `run`, to delete `customer`'s account: the call,
+/// awaiting approval, and its item in the inbox.
+pub async fn waiting_call(
+    agent: &Dispatcher<App>,
+    http: &mut Http,
+    serve: &Serve,
+    run: &RunContext,
+    customer: &str,
+) -> (ToolCall, Value) {
+    let call = delete_call(&super::unique("call"), customer);
+    let first = agent.dispatch_one(call.clone(), run).await;
+    assert!(
+        matches!(first.result, Err(IdemError::ApprovalPending { .. })),
+        "{:?}",
+        first.result
+    );
+    let namespace = run.namespace.as_ref().expect("a tenant's run");
+    (call, listed(http, serve, namespace.as_str()).await)
+}
+
 /// Poll the API's inbox until an item of `namespace` is listed: the item.
 pub async fn listed(http: &mut Http, serve: &Serve, namespace: &str) -> Value {
     let deadline = Instant::now() + Duration::from_secs(20);

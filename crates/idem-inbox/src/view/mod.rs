@@ -444,6 +444,13 @@ pub(super) struct Detail {
     /// How long the tool keeps its outcomes, in words: what a resolution
     /// is kept for unless the person chooses.
     pub kept_for: String,
+    /// The arguments as JSON an approver may edit (pretty-printed, every
+    /// character [`visible`] would escape written as a JSON escape), for a
+    /// call awaiting approval whose arguments are kept.
+    pub editable: Option<String>,
+    /// Who edited this call's arguments, and the key of the edited call
+    /// that took its place.
+    pub edited_to: Option<(String, String)>,
 }
 
 impl Detail {
@@ -606,8 +613,24 @@ impl Detail {
                 Some(ttl) => idem_runtime::text::duration::exact(ttl),
                 None => "not recorded".to_owned(),
             },
+            editable: match record.status() {
+                Status::AwaitingApproval => info.args.as_deref().map(editable_json),
+                _ => None,
+            },
+            edited_to: record
+                .edited()
+                .map(|to| (shown(&to.by), to.key.as_str().to_owned())),
         }
     }
+}
+
+/// JSON text pretty-printed for a person to edit: still JSON, with every
+/// character [`visible`] would escape written as a JSON escape, so that
+/// nothing invisible is sent back unseen.
+fn editable_json(text: &str) -> String {
+    let value = json_or_string(text);
+    let pretty = serde_json::to_string_pretty(&value).unwrap_or_else(|_| text.to_owned());
+    idem_runtime::text::json_safe(&pretty).into_owned()
 }
 
 /// The arguments on one line for restating an effect: the JSON the tool
