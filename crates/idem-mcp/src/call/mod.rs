@@ -555,13 +555,15 @@ impl<S: Send + Sync + 'static> Tools<S> {
         } else {
             CallToolResult::success(vec![ContentBlock::text(answer::plain(&called.output))])
         };
-        if let Some(edit) = &called.meta.edited {
-            let said = answer::edited(&definition.name, &edit.by, &edit.arguments);
-            answer.content.insert(0, ContentBlock::text(said));
-        }
         if called.meta.deduplicated && tell {
             let (at, now) = self.recorded_at(key).await;
             let said = answer::already_done(&definition.name, at, now, hints);
+            answer.content.insert(0, ContentBlock::text(said));
+        }
+        // First: whatever else is said, other arguments ran than the
+        // model sent.
+        if let Some(edit) = &called.meta.edited {
+            let said = answer::edited(&definition.name, &edit.by, &edit.arguments);
             answer.content.insert(0, ContentBlock::text(said));
         }
         answer.with_meta(Some(result_meta(

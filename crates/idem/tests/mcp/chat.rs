@@ -504,6 +504,42 @@ async fn a_client_without_elicitation_gets_a_pending_answer_the_model_can_relay(
 }
 
 #[tokio::test]
+async fn an_approver_who_edits_the_arguments_is_named_to_the_model_with_what_ran() {
+    let world = World::default();
+    let (server, store) = server(&world);
+    let client = connect(server, Chat::without_elicitation()).await;
+    let result = client.call_tool(delete(json!({}))).await.unwrap();
+    assert_eq!(code(&result), "approval_pending");
+    // The approver deletes bob's account instead (`idem approve
+    // --edit-args`, the inbox's edit form).
+    let operator = idem::operator::Operator::new(store.clone());
+    let listed = operator.list(&Filter::default(), None, 10).await.unwrap();
+    operator
+        .edit_record(
+            &listed.records[0],
+            idem::dispatch::Arguments::Json(json!({"customer": "bob \u{202e}"})),
+            idem::approval::Approval::granted_by("ops@example.com"),
+        )
+        .await
+        .unwrap();
+    // The model's retry: the edited call ran, and the model reads who
+    // changed what (escaped) before the output.
+    for _ in 0..2 {
+        let ran = client.call_tool(delete(json!({}))).await.unwrap();
+        assert_eq!(ran.is_error, Some(false));
+        let said = words(&ran);
+        assert!(
+            said.starts_with(r#"Edited before it ran: ops@example.com changed the arguments of this `delete_account` call to {"customer":"bob \u202e"}"#),
+            "{said}"
+        );
+        assert!(said.contains("the arguments you sent never ran"), "{said}");
+        let output = ran.content.last().unwrap().as_text().unwrap();
+        assert_eq!(output.text, "deleted bob \u{202e}");
+    }
+    assert_eq!(World::count(&world.deletions), 1);
+}
+
+#[tokio::test]
 async fn an_operator_only_tool_is_not_asked_in_the_chat() {
     let world = World::default();
     let server = server(&world)
