@@ -54,6 +54,11 @@ pub(crate) struct CallResult {
     /// The tool's class.
     #[pyo3(get)]
     cls: &'static str,
+    /// Set when an approver edited the arguments before approving:
+    /// `{"by", "original_key", "arguments"}`, the arguments the call ran
+    /// with; the arguments as called never ran. `None` otherwise.
+    #[pyo3(get)]
+    edited: Option<Py<PyAny>>,
 }
 
 #[pymethods]
@@ -386,6 +391,20 @@ fn finish(
             attempts: called.meta.attempts,
             tool: called.meta.tool,
             cls: called.meta.class.as_str(),
+            edited: match called.meta.edited {
+                Some(edit) => Some(
+                    to_python(
+                        py,
+                        &serde_json::json!({
+                            "by": edit.by,
+                            "original_key": edit.original.as_str(),
+                            "arguments": edit.arguments,
+                        }),
+                    )?
+                    .unbind(),
+                ),
+                None => None,
+            },
         }),
         Err(e) => Err(errors::to_py(py, e, name)),
     }

@@ -30,7 +30,7 @@ use pyo3_async_runtimes::TaskLocals;
 use serde_json::Value;
 
 use crate::context::Context;
-use crate::json::to_json;
+use crate::json::{to_json, to_python};
 
 /// A decorated function's definition: name, description, class and
 /// options (made by `idem_agents.tool`).
@@ -201,9 +201,22 @@ impl PyCall {
         func: &Arc<Py<PyAny>>,
         is_async: bool,
         ctx: &ToolCtx,
+        edited: Option<&Value>,
     ) -> Result<Value, ToolError> {
         let context = Context::new(ctx, self.run.clone());
-        let (func, args) = (func.clone(), self.args.clone());
+        // The caller's own object, or for a call whose arguments an
+        // approver edited, the edited JSON the executor hands over (the
+        // package's wrapper validates it into the tool's model).
+        let args = match edited {
+            None => self.args.clone(),
+            Some(json) => Python::attach(|py| to_python(py, json).map(|a| Arc::new(a.unbind())))
+                .map_err(|e| {
+                    ToolError::permanent(format!(
+                        "the edited arguments cannot be handed to Python: {e}"
+                    ))
+                })?,
+        };
+        let func = func.clone();
         if let (Runner::Loop(locals), true) = (&self.runner, is_async) {
             let future = Python::attach(|py| {
                 let start = || {
@@ -333,14 +346,15 @@ impl ToolDef for PyCall {
 }
 
 impl Tool<()> for PyCall {
-    async fn call(&self, _args: Value, ctx: &ToolCtx, _state: &()) -> Result<Value, ToolError> {
-        self.invoke(&self.func, self.definition().is_async, ctx)
+    async fn call(&self, args: Value, ctx: &ToolCtx, _state: &()) -> Result<Value, ToolError> {
+        let edited = ctx.arguments_edited().then_some(&args);
+        self.invoke(&self.func, self.definition().is_async, ctx, edited)
             .await
     }
 
     async fn reconcile(
         &self,
-        _args: &Value,
+        args: &Value,
         ctx: &ToolCtx,
         _state: &(),
     ) -> Result<Reconciled<Value>, ToolError> {
@@ -351,7 +365,12 @@ impl Tool<()> for PyCall {
         // The package's wrapper answers `{"applied": output}`,
         // `{"not_applied": true}` or `{"unknown": true}`.
         let answer = self
-            .invoke(hook, definition.reconcile_is_async, ctx)
+            .invoke(
+                hook,
+                definition.reconcile_is_async,
+                ctx,
+                ctx.arguments_edited().then_some(args),
+            )
             .await?;
         Ok(match answer.get("applied") {
             Some(output) => Reconciled::Applied(output.clone()),

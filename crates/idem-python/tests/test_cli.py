@@ -11,6 +11,7 @@ import subprocess
 from typing import Any, Dict, List
 
 import pytest
+from pydantic import BaseModel
 
 import idem_agents as idem
 from conftest import unavailable
@@ -67,6 +68,47 @@ def test_an_irreversible_python_call_waits_for_idem_approve_and_runs_once(
     assert ex.call(close_account, {"id": 4}, call_id="close-4").deduplicated
     assert runs == [4]
     assert "ada" in json.dumps(idem_cli(idem_bin, store, "show", key))
+
+
+def test_an_edit_by_idem_approve_runs_the_edited_arguments_once_and_says_so(
+    idem_bin: str, tmp_path: pathlib.Path
+) -> None:
+    store = f"sqlite://{tmp_path}/idem.db"
+    ex, runs = idem.Executor(store, approvals="pending"), []
+
+    @idem.tool("irreversible")
+    def refund(args: Dict[str, Any]) -> int:
+        cents = int(args["cents"])
+        runs.append(cents)
+        return cents
+
+    with pytest.raises(errors.ApprovalPending) as pending:
+        ex.call(refund, {"cents": 9000}, call_id="refund-1")
+    key = pending.value.key or ""
+    idem_cli(idem_bin, store, "approve", key, "--by", "ada", "--edit-args", '{"cents": 4500}')
+    for _ in range(2):
+        result = ex.call(refund, {"cents": 9000}, call_id="refund-1")
+        assert result.output == 4500
+        assert result.edited == {"by": "ada", "original_key": key, "arguments": {"cents": 4500}}
+        assert result.key != key
+    assert runs == [4500]
+
+    # A model-typed tool gets the edited arguments validated into its model.
+    class Payout(BaseModel):
+        cents: int
+
+    @idem.tool("irreversible")
+    def payout(args: Payout) -> int:
+        assert isinstance(args, Payout)
+        runs.append(args.cents)
+        return args.cents
+
+    with pytest.raises(errors.ApprovalPending) as pending:
+        ex.call(payout, Payout(cents=700), call_id="payout-1")
+    key = pending.value.key or ""
+    idem_cli(idem_bin, store, "approve", key, "--by", "ada", "--edit-args", '{"cents": 70}')
+    assert ex.call(payout, Payout(cents=700), call_id="payout-1").output == 70
+    assert runs == [4500, 70]
 
 
 def test_a_python_denial_by_idem_deny_is_answered_to_every_repeat(idem_bin: str, tmp_path: pathlib.Path) -> None:

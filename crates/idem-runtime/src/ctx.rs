@@ -43,6 +43,9 @@ struct Shared {
     steps: Option<StepLog>,
     /// Whether this call still owns its key (keyed owners only).
     lease: Lease,
+    /// Whether the arguments are an approver's edit
+    /// ([`ToolCtx::arguments_edited`]).
+    edited: std::sync::atomic::AtomicBool,
 }
 
 /// The lease a context watches.
@@ -59,6 +62,11 @@ enum Lease {
 }
 
 impl Shared {
+    /// [`ToolCtx::arguments_edited`].
+    fn arguments_edited_flag(&self) -> bool {
+        self.edited.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The lease this context follows, if any.
     fn lease(&self) -> Option<&LeaseWatch> {
         match &self.lease {
@@ -223,6 +231,7 @@ impl ToolCtx {
                 call_id: None,
                 steps: None,
                 lease: Lease::None,
+                edited: Default::default(),
             }),
             attempt: 1,
         }
@@ -263,6 +272,7 @@ impl ToolCtx {
                     Some(_) => Lease::Of(from.clone()),
                     None => Lease::None,
                 },
+                edited: from.arguments_edited_flag().into(),
             };
             self.call = Arc::new(copy);
         }
@@ -297,9 +307,29 @@ impl ToolCtx {
                 call_id,
                 steps: Some(log),
                 lease: Lease::Own(LeaseWatch::new(until, now)),
+                edited: Default::default(),
             }),
             attempt: 1,
         }
+    }
+
+    /// Mark the call's arguments as an approver's edit (the executor, for
+    /// the edited call a call as made goes on as).
+    pub(crate) fn mark_edited(&self) {
+        self.call
+            .edited
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Whether the arguments this call runs with are an approver's edit
+    /// of those it was made with (edit, then approve:
+    /// [`Operator::edit_record`](crate::operator::Operator::edit_record)).
+    /// The `args` a tool is handed are then the edited ones, read back
+    /// from the edited call's record: a tool that keeps its arguments
+    /// anywhere else than `args` (a binding that holds the caller's own
+    /// objects) must take them from `args` instead.
+    pub fn arguments_edited(&self) -> bool {
+        self.call.arguments_edited_flag()
     }
 
     /// The owner's lease, as the executor renews it (keyed owners only).

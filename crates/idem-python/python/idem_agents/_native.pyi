@@ -70,6 +70,11 @@ class CallResult:
     def tool(self) -> str: ...
     @property
     def cls(self) -> str: ...
+    @property
+    def edited(self) -> Optional[Dict[str, Any]]:
+        """Set when an approver edited the arguments before approving:
+        ``{"by", "original_key", "arguments"}``; the arguments as called
+        never ran."""
 
 class Executor:
     def __init__(

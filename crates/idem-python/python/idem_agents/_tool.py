@@ -177,22 +177,34 @@ class Tool(Generic[R]):
     def __repr__(self) -> str:
         return f"<idem tool {self.name} ({self.cls})>"
 
+    def _typed(self, args: Any) -> Any:
+        """``args`` as the function takes them. They are the caller's own
+        object, except for a call whose arguments an approver edited: then
+        the edited JSON, which a model-typed tool validates first."""
+        if self.model is not None and isinstance(args, dict):
+            return self.model.model_validate(args)  # type: ignore[attr-defined]
+        return args
+
     def _make_runner(self, func: Callable[..., Any], is_async: bool, with_ctx: bool) -> Callable[..., Any]:
+        typed = self._typed
         if is_async:
 
             async def run_async(args: Any, ctx: Any) -> Any:
+                args = typed(args)
                 out = await (func(args, ctx) if with_ctx else func(args))
                 return _jsonable(out)
 
             return run_async
 
         def run(args: Any, ctx: Any) -> Any:
+            args = typed(args)
             return _jsonable(func(args, ctx) if with_ctx else func(args))
 
         return run
 
-    @staticmethod
-    def _make_reconcile(hook: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+    def _make_reconcile(self, hook: Callable[..., Any], is_async: bool) -> Callable[..., Any]:
+        typed = self._typed
+
         def answer(found: Any) -> Dict[str, Any]:
             if isinstance(found, Applied):
                 return {"applied": _jsonable(found.output)}
@@ -203,12 +215,12 @@ class Tool(Generic[R]):
         if is_async:
 
             async def run_async(args: Any, ctx: Any) -> Any:
-                return answer(await hook(args, ctx))
+                return answer(await hook(typed(args), ctx))
 
             return run_async
 
         def run(args: Any, ctx: Any) -> Any:
-            return answer(hook(args, ctx))
+            return answer(hook(typed(args), ctx))
 
         return run
 

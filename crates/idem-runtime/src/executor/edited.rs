@@ -83,6 +83,7 @@ pub(super) async fn follow<A: serde::de::DeserializeOwned>(
         check_fingerprint: true,
         namespace: from.namespace.clone(),
         window: None,
+        edited: true,
     };
     let edit = Edit {
         original: from.key.clone(),

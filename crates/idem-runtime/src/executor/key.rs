@@ -23,6 +23,10 @@ pub(super) struct CallKey {
     /// key above is only a placeholder until then.
     /// Boxed: few calls have one, and every call's future holds the key.
     pub(super) window: Option<Box<WindowKeys>>,
+    /// The key of a call an approver edited, which the call as made goes
+    /// on as ([`edited`](super::edited)): its tool is told
+    /// ([`ToolCtx::arguments_edited`](crate::ToolCtx::arguments_edited)).
+    pub(super) edited: bool,
 }
 
 /// What a window key is derived from, but the effect's generation.
@@ -133,6 +137,7 @@ fn canonical_key(
         check_fingerprint,
         namespace,
         window: window.filter(|_| windowed).map(Box::new),
+        edited: false,
     })
 }
 

@@ -458,6 +458,9 @@ where
             Claim::Edited(to) => return Ended::Edited(to),
         };
         owner.flight = call.flight.as_ref();
+        if key.edited {
+            owner.ctx.mark_edited();
+        }
         // Boxed apart: with the claim's, the owner's phases made one
         // allocation of over 1 KB, which glibc serves from its bins
         // (consolidating the freed small chunks first, every call) rather
