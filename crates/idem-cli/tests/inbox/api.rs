@@ -496,8 +496,8 @@ async fn a_trusted_proxy_header_names_the_approver() {
     let csrf = hidden(&page.body, "csrf").unwrap();
     let body = format!(
         "csrf={}&version={}&confirmed=yes",
-        crate::support::serve::encode(&csrf),
-        crate::support::serve::encode(item["version"].as_str().unwrap())
+        crate::support::http::encode(&csrf),
+        crate::support::http::encode(item["version"].as_str().unwrap())
     );
     let form = ("content-type", "application/x-www-form-urlencoded");
     let approve = serve.url(&format!("/records/{key}/approve"));
