@@ -15,6 +15,7 @@ mod lifecycle;
 mod limits;
 mod notify;
 mod pages;
+mod planted;
 mod resolve;
 mod rules;
 mod sessions;

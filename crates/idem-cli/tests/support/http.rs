@@ -1,5 +1,6 @@
 //! A plain HTTP client (hyper's) to talk to `idem serve` as a bot would,
-//! or as a browser without JavaScript would; and what its replies say.
+//! or as a browser would that keeps cookies and, like the inbox's script,
+//! a browser key for its posts; and what its replies say.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -72,6 +73,10 @@ pub struct Http {
     client: Client<Connector, Full<Bytes>>,
     /// Cookies set by the server: name → value.
     pub cookies: HashMap<String, String>,
+    /// The browser key the inbox's script would keep: made at each
+    /// sign-in (`log_in`), and sent with every form posted, as the script
+    /// adds it. `None`: a browser without the script.
+    pub browser: Option<String>,
 }
 
 impl Default for Http {
@@ -85,6 +90,7 @@ impl Http {
         Http {
             client: Client::builder(TokioExecutor::new()).build(connector(tcp, roots)),
             cookies: HashMap::new(),
+            browser: None,
         }
     }
 
@@ -179,10 +185,16 @@ impl Http {
         self.send("GET", url, &[], "").await
     }
 
-    /// POST a form.
+    /// POST a form, with this browser's key (when it has one and the
+    /// fields do not name one), as the inbox's script sends it.
     pub async fn form(&mut self, url: &str, fields: &[(&str, &str)]) -> Reply {
+        let key = self
+            .browser
+            .as_deref()
+            .filter(|_| !fields.iter().any(|(k, _)| *k == "browser"));
         let body: Vec<String> = fields
             .iter()
+            .chain(key.map(|key| ("browser", key)).iter())
             .map(|(k, v)| format!("{}={}", encode(k), encode(v)))
             .collect();
         self.send(

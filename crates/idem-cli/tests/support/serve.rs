@@ -368,8 +368,10 @@ pub async fn sign_in(http: &mut Http, serve: &Serve, who: (&str, &str)) {
 
 impl Http {
     /// Post the sign-in form of `serve` as `who` (name and password), with
-    /// the form's `csrf` token: the reply.
+    /// the form's `csrf` token and a new browser key: the reply.
     pub async fn log_in(&mut self, serve: &Serve, csrf: &str, who: (&str, &str)) -> Reply {
+        // A new key at every sign-in, as the script makes one.
+        self.browser = Some(super::unique("browser"));
         self.form(
             &serve.url("/login"),
             &[("csrf", csrf), ("name", who.0), ("password", who.1)],
