@@ -17,11 +17,19 @@
 //! inbox cookie twice (one planted by a page on another port, with a
 //! longer `Path`) is refused whole ([`Cookies::planted`]) rather than read
 //! as whoever's id was planted. A page on another port can still replace
-//! the browser's cookie outright (same name, `Path=/`): the browser is
-//! then signed in as that id, every page says whose it is, and a form of
-//! a page opened before carries the old session's CSRF token, which the
-//! new id does not match, so the post is refused. Only `__Host-` over
-//! TLS stops the replacement itself.
+//! the browser's cookie outright (same name, `Path=/`), and no cookie
+//! attribute stops that over plain HTTP. `__Host-` does not keep ports
+//! apart either: only a secure origin can set it, but browsers count
+//! loopback names as secure even over plain HTTP ([`on_loopback`]). What
+//! stops the replaced cookie from deciding is a key the cookie is not: the
+//! inbox's script makes a browser key at sign-in and keeps it in
+//! `localStorage`, which is per origin, port included; the session keeps
+//! its digest (`session.rs`), and every post that changes something must
+//! carry the key (`App::same_browser`). A planted session meets the
+//! browser's own key, or none, and decides nothing; its cookie is
+//! cleared. Where another port could have set the cookie, a session
+//! without a key (no script) decides nothing either; with `__Host-`
+//! cookies under a name of the inbox's own, it may.
 
 use axum::http::{header, HeaderMap, Method};
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -165,6 +173,35 @@ pub(super) fn same_origin(method: &Method, headers: &HeaderMap, origin: Option<&
     }
 }
 
+/// Whether the inbox is reached under a loopback name (`localhost`,
+/// `*.localhost`, `127.0.0.0/8`, `[::1]`): `origin`'s host (`--origin`,
+/// the name browsers use) when given, else the request's `Host`; one that
+/// cannot be read counts as loopback. Browsers treat loopback as a secure
+/// origin even over plain HTTP, so there a page on another port can set
+/// even a `__Host-` cookie for the inbox (Chromium does).
+pub(super) fn on_loopback(headers: &HeaderMap, origin: Option<&str>) -> bool {
+    let host = match origin {
+        Some(origin) => origin
+            .parse::<axum::http::Uri>()
+            .ok()
+            .and_then(|uri| uri.host().map(str::to_owned)),
+        None => headers
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|h| h.parse::<axum::http::uri::Authority>().ok())
+            .map(|a| a.host().to_owned()),
+    };
+    let Some(host) = host else {
+        return true;
+    };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let name = host.trim_end_matches('.').to_ascii_lowercase();
+    match host.parse::<std::net::IpAddr>() {
+        Ok(ip) => ip.is_loopback(),
+        Err(_) => name == "localhost" || name.ends_with(".localhost"),
+    }
+}
+
 /// 24 random bytes, base64url: CSRF tokens and nonces.
 pub(super) fn random_token() -> String {
     let mut bytes = [0u8; 24];
@@ -293,6 +330,33 @@ mod tests {
             &headers(&[host, ("origin", "http://127.0.0.1:8080")]),
             public
         ));
+    }
+
+    #[test]
+    fn loopback_names_are_told_from_the_origin_else_the_host() {
+        let host = |value: &'static str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::HOST, value.parse().unwrap());
+            h
+        };
+        for loopback in [
+            "127.0.0.1:8080",
+            "127.3.4.5",
+            "localhost:8443",
+            "LOCALHOST.",
+            "inbox.localhost:80",
+            "[::1]:8080",
+        ] {
+            assert!(on_loopback(&host(loopback), None), "{loopback}");
+        }
+        for other in ["inbox.example.com", "10.0.0.5:8080", "[2001:db8::1]:443"] {
+            assert!(!on_loopback(&host(other), None), "{other}");
+        }
+        assert!(on_loopback(&HeaderMap::new(), None), "no Host: cautious");
+        let local = host("127.0.0.1:8080");
+        assert!(!on_loopback(&local, Some("https://inbox.example.com")));
+        assert!(on_loopback(&local, Some("https://localhost:8443")));
+        assert!(on_loopback(&local, Some("not an origin")));
     }
 
     #[test]

@@ -53,6 +53,8 @@ pub(super) enum Decision {
 pub(super) struct FormFields {
     /// The CSRF token.
     pub csrf: String,
+    /// The browser key the inbox's script adds (`App::same_browser`).
+    pub browser: String,
     /// `yes` once the person confirmed the restated effect.
     pub confirmed: Option<String>,
     /// The decision's fields, the output as JSON text.

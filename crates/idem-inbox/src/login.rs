@@ -15,10 +15,10 @@ use axum::Form;
 use idem_runtime::text::visible;
 
 use super::cookies::{random_token, same_token, LOGIN};
-use super::pages::{csrf_refused, html, render, UserView};
+use super::pages::{csrf_refused, html, not_this_browser, render, UserView};
 use super::throttle::NotNow;
 use crate::quiet::refused;
-use crate::state::App;
+use crate::state::{App, NotThisBrowser};
 
 #[derive(Template)]
 #[template(path = "login.html")]
@@ -27,6 +27,9 @@ struct LoginPage {
     error: Option<String>,
     csrf: String,
     name: String,
+    /// Whether deciding needs the script (plain HTTP, no trusted proxy):
+    /// the page says so to a browser without it.
+    needs_script: bool,
 }
 
 /// `GET /login`.
@@ -34,16 +37,23 @@ pub(super) async fn login_form(State(app): State<Arc<App>>, headers: HeaderMap) 
     if let Ok(Some(_)) = app.page_user(&headers).await {
         return Redirect::to("/").into_response();
     }
-    login_page(&app, StatusCode::OK, None, "")
+    login_page(&app, &headers, StatusCode::OK, None, "")
 }
 
-fn login_page(app: &App, status: StatusCode, error: Option<String>, name: &str) -> Response {
+fn login_page(
+    app: &App,
+    headers: &HeaderMap,
+    status: StatusCode,
+    error: Option<String>,
+    name: &str,
+) -> Response {
     let csrf = random_token();
     let page = LoginPage {
         user: None,
         error,
         csrf: csrf.clone(),
         name: super::view::shown(name),
+        needs_script: app.plantable(headers) && app.proxy_header.is_none(),
     };
     let mut response = html(status, render(&page), None);
     if let Ok(cookie) = app.cookies.set(LOGIN, &csrf, 3600).parse() {
@@ -61,6 +71,10 @@ pub(super) struct LoginFields {
     name: String,
     #[serde(default)]
     password: String,
+    /// The browser key the inbox's script made for this sign-in, if it
+    /// ran: the session is bound to it ([`crate::state::App::same_browser`]).
+    #[serde(default)]
+    browser: String,
 }
 
 /// `POST /login`: the CSRF token, then the throttle's turn
@@ -79,6 +93,7 @@ pub(super) async fn login(
     if expected.is_empty() || !same_token(expected, &fields.csrf) {
         return login_page(
             &app,
+            &headers,
             StatusCode::FORBIDDEN,
             Some("The sign-in form expired; sign in again.".into()),
             &fields.name,
@@ -105,6 +120,7 @@ pub(super) async fn login(
             let wait = not_now.retry_after();
             let mut response = login_page(
                 &app,
+                &headers,
                 status,
                 Some(format!("{text}: wait {wait} s and try again.")),
                 &name,
@@ -148,6 +164,7 @@ pub(super) async fn login(
             .await;
         return login_page(
             &app,
+            &headers,
             StatusCode::UNAUTHORIZED,
             Some("Wrong name or password.".into()),
             &name,
@@ -159,7 +176,7 @@ pub(super) async fn login(
     if let Ok(Some(old)) = app.cookie_session(&headers).await {
         let _ = app.sessions.end(&old).await;
     }
-    let started = match app.sessions.start(&identity.name).await {
+    let started = match app.sessions.start(&identity.name, &fields.browser).await {
         Ok((cookie, session)) => match app.signins.signed_in(&identity.name, &from).await {
             Ok(()) => Ok(cookie),
             // Not audited: not signed in.
@@ -187,25 +204,35 @@ pub(super) async fn login(
     response
 }
 
-/// The CSRF field of a form.
+/// The sign-out form's fields.
 #[derive(Debug, serde::Deserialize)]
-pub(super) struct CsrfOnly {
+pub(super) struct SignOut {
     #[serde(default)]
     csrf: String,
+    /// The browser key the inbox's script adds.
+    #[serde(default)]
+    browser: String,
 }
 
 /// `POST /logout`: the session ends on every instance, and the audit
-/// log says so.
+/// log says so. A session that is not this browser's (a browser key
+/// that is not its own: planted) is not this browser's to end: its
+/// cookie is cleared here, and that is all. Without a key the session
+/// ends (a browser without the script must be able to sign out).
 pub(super) async fn logout(
     State(app): State<Arc<App>>,
     ConnectInfo(from): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Form(form): Form<CsrfOnly>,
+    Form(form): Form<SignOut>,
 ) -> Response {
     let from = app.address(from, &headers);
     if let Ok(Some(user)) = app.page_user(&headers).await {
         if !same_token(&user.session.csrf, &form.csrf) {
             return csrf_refused(Some(&user));
+        }
+        let why = app.same_browser(&user, &form.browser, &headers);
+        if why == Err(NotThisBrowser::Other) {
+            return not_this_browser(&app, NotThisBrowser::Other, "/logout", &headers);
         }
         let name = &user.identity.name;
         if let Err(e) = app.sessions.end(&user.session).await {
@@ -221,5 +248,42 @@ pub(super) async fn logout(
     if let Ok(value) = app.sessions.cleared().parse() {
         response.headers_mut().append(header::SET_COOKIE, value);
     }
+    response
+}
+
+/// The header the inbox's script sends this browser's key in when it
+/// asks [`browser`] whether the page's session is this browser's.
+pub(super) const BROWSER_HEADER: &str = "idem-browser";
+
+/// `GET /session/browser`, asked by the inbox's script as a page loads,
+/// with this browser's key in [`BROWSER_HEADER`]: 204 when the page's
+/// session may decide from this browser; else 403 and the text to show
+/// (a planted session's cookie cleared, as a decision would), so that a
+/// page drawn for someone else's session says so before anyone clicks.
+/// 401 when not signed in. Nothing else is read or changed.
+pub(super) async fn browser(State(app): State<Arc<App>>, headers: HeaderMap) -> Response {
+    let user = match app.page_user(&headers).await {
+        Ok(Some(user)) => user,
+        Ok(None) => return StatusCode::UNAUTHORIZED.into_response(),
+        Err(refused) => return super::pages::not_let_in(refused),
+    };
+    let key = headers
+        .get(BROWSER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let Err(why) = app.same_browser(&user, key, &headers) else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    let text = match why {
+        // The script asked, so it runs: what it lacks is a kept key.
+        NotThisBrowser::Missing => {
+            "Decisions from this page would be refused: this browser keeps no key for its \
+             session (the session was started before the inbox kept one, or this browser's \
+             site data was cleared or is not kept). Sign out and sign in again."
+        }
+        NotThisBrowser::Other => why.words(true).1,
+    };
+    let mut response = (StatusCode::FORBIDDEN, text).into_response();
+    app.clear_planted(why, "/", response.headers_mut());
     response
 }

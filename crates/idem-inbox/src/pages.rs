@@ -21,8 +21,9 @@ use super::decide::Refused;
 use super::decide::{self, Asked, FormFields};
 use super::listing::{items, InboxFilter, Listed};
 use super::view::{Detail, Item, Trail, Waits};
+use crate::quiet::refused;
 use crate::role::Role;
-use crate::state::{App, NotLetIn, User};
+use crate::state::{App, NotLetIn, NotThisBrowser, User};
 use idem_runtime::store::StoreExt;
 
 /// Who is signed in, as the page header shows it.
@@ -325,6 +326,21 @@ pub(super) fn csrf_refused(user: Option<&User>) -> Response {
     )
 }
 
+/// The page for a post whose session is [`NotThisBrowser`]'s (at
+/// `path`): nothing done; a planted session's cookie cleared along the
+/// path, and no name shown (it is not this person's).
+pub(crate) fn not_this_browser(
+    app: &App,
+    why: NotThisBrowser,
+    path: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let (title, text) = why.words(app.plantable(headers));
+    let mut response = message(StatusCode::FORBIDDEN, None, title, text);
+    app.clear_planted(why, path, response.headers_mut());
+    response
+}
+
 fn parse_key(given: &str) -> Option<IdempotencyKey> {
     IdempotencyKey::parse(given.trim()).ok()
 }
@@ -436,6 +452,7 @@ pub(super) async fn version(
 pub(super) async fn decide(
     State(app): State<Arc<App>>,
     headers: HeaderMap,
+    uri: axum::http::Uri,
     Path((key, action)): Path<(String, String)>,
     Form(form): Form<FormFields>,
 ) -> Response {
@@ -452,6 +469,11 @@ pub(super) async fn decide(
     };
     if !same_token(&user.session.csrf, &form.csrf) {
         return csrf_refused(Some(&user));
+    }
+    if let Err(why) = app.same_browser(&user, &form.browser, &headers) {
+        let name = idem_runtime::text::visible(&user.identity.name);
+        refused!(app.refusals, path = %uri.path(), %name, ?why, "refused a decision: the session is not this browser's");
+        return not_this_browser(&app, why, uri.path(), &headers);
     }
     let Some(key) = parse_key(&key) else {
         return no_such_record(&user, "That is not a record's key. Nothing was changed.");

@@ -23,6 +23,7 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/inbox/rows", get(pages::rows))
         .route("/login", get(login::login_form).post(login::login))
         .route("/logout", post(login::logout))
+        .route("/session/browser", get(login::browser))
         .route("/records/{key}", get(pages::record))
         .route("/records/{key}/version", get(pages::version))
         .route("/records/{key}/{action}", post(pages::decide))

@@ -9,6 +9,14 @@
 //! nowhere: the store holds nothing a cookie or a token could be made
 //! from, and pages and logs show neither.
 //!
+//! A session is also bound to the browser that started it, when its
+//! sign-in carried a browser key (the inbox's script makes one and keeps
+//! it in `localStorage`, which, unlike cookies, another port of the same
+//! host can neither read nor write): the record keeps the key's digest
+//! (`Session::bound` compares a request's key with it), never the key.
+//! A session id planted in another browser then meets that browser's
+//! key, not its own; `state.rs` says what is refused.
+//!
 //! Every request reads its session from the store (nothing about
 //! sessions is cached), so a session ends on every instance at once:
 //!
@@ -50,7 +58,7 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::cookies::{Cookies, SESSION};
+use super::cookies::{same_token, Cookies, SESSION};
 use idem_runtime::store::StoreExt;
 
 /// The tool a session's record carries.
@@ -77,8 +85,40 @@ pub(super) struct Session {
     pub name: String,
     /// The CSRF token of this session.
     pub csrf: String,
+    /// The digest of the browser key its sign-in carried, if it carried
+    /// one ([`browser_digest`]).
+    browser: Option<String>,
     /// The key of its record.
     key: IdempotencyKey,
+}
+
+/// How a request's browser key stands to its session's
+/// ([`Session::bound`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Binding {
+    /// The key the session was started with.
+    Same,
+    /// Neither the session nor the request has a key.
+    Unkeyed,
+    /// The session has a key and the request none.
+    Missing,
+    /// The request has a key the session was not started with (or the
+    /// session has none): the session is not this browser's.
+    Other,
+}
+
+impl Session {
+    /// How the browser key a request carries (`""`: none) stands to the
+    /// one this session was started with; compared in time that does
+    /// not depend on where they differ.
+    pub(super) fn bound(&self, key: &str) -> Binding {
+        match (browser_digest(key), &self.browser) {
+            (Some(sent), Some(kept)) if same_token(&sent, kept) => Binding::Same,
+            (Some(_), _) => Binding::Other,
+            (None, Some(_)) => Binding::Missing,
+            (None, None) => Binding::Unkeyed,
+        }
+    }
 }
 
 /// What a session's record holds.
@@ -90,6 +130,10 @@ struct Row {
     started: u64,
     /// When it was last used, as last written (ms, an instance's clock).
     used: u64,
+    /// The digest of the browser key its sign-in carried; none in
+    /// sessions started without one (or before sessions had them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    browser: Option<String>,
 }
 
 /// What a revocation's record holds.
@@ -138,8 +182,13 @@ impl Sessions {
         (self.idle / 4).min(Duration::from_secs(60))
     }
 
-    /// A new session for `name`: the `Set-Cookie` value and the session.
-    pub(super) async fn start(&self, name: &str) -> Result<(String, Session), StoreError> {
+    /// A new session for `name`, bound to the browser key `browser` (`""`:
+    /// none): the `Set-Cookie` value and the session.
+    pub(super) async fn start(
+        &self,
+        name: &str,
+        browser: &str,
+    ) -> Result<(String, Session), StoreError> {
         let mut raw = [0u8; 32];
         rand::rng().fill_bytes(&mut raw);
         let value = URL_SAFE_NO_PAD.encode(raw);
@@ -148,6 +197,7 @@ impl Sessions {
             name: name.to_owned(),
             started: self.store.now().await?.as_millis(),
             used: SystemClock.now().as_millis(),
+            browser: browser_digest(browser),
         };
         let book = sessions(&*self.store);
         if !book
@@ -161,6 +211,7 @@ impl Sessions {
         let session = Session {
             name: row.name,
             csrf: csrf_of(&value),
+            browser: row.browser,
             key,
         };
         Ok((cookie, session))
@@ -200,6 +251,7 @@ impl Sessions {
         Ok(Some(Session {
             name: row.name,
             csrf: csrf_of(value),
+            browser: row.browser,
             key,
         }))
     }
@@ -335,6 +387,20 @@ fn csrf_of(value: &str) -> String {
     URL_SAFE_NO_PAD.encode(digest)
 }
 
+/// The digest of browser key `key` as a session keeps it; `None` for no
+/// key (`""`). Any text is a key (the script's are 64 hexadecimal
+/// digits; the body's bound, `MAX_BODY`, bounds the others).
+fn browser_digest(key: &str) -> Option<String> {
+    if key.is_empty() {
+        return None;
+    }
+    let digest = Sha256::new()
+        .chain_update(b"idem serve browser\0")
+        .chain_update(key.as_bytes())
+        .finalize();
+    Some(URL_SAFE_NO_PAD.encode(digest))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -355,7 +421,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_lives_in_the_store_until_it_is_ended() {
         let (store, table) = sessions(Duration::from_secs(60));
-        let (cookie, session) = table.start("dana").await.unwrap();
+        let (cookie, session) = table.start("dana", "").await.unwrap();
         assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
         let value = value(&cookie);
         assert_eq!(table.verify(&value).await.unwrap(), Some(session.clone()));
@@ -393,15 +459,15 @@ mod tests {
     #[tokio::test]
     async fn a_revocation_ends_the_sessions_started_before_it_only() {
         let (store, table) = sessions(Duration::from_secs(60));
-        let (dana, _) = table.start("dana").await.unwrap();
-        let (vic, _) = table.start("vic").await.unwrap();
+        let (dana, _) = table.start("dana", "").await.unwrap();
+        let (vic, _) = table.start("vic", "").await.unwrap();
         revoke(&*store, "dana").await.unwrap();
         assert_eq!(table.verify(&value(&dana)).await.unwrap(), None);
         assert!(table.verify(&value(&vic)).await.unwrap().is_some());
         // Revoked again, later: still one record, and a sign-in after it
         // lives.
         tokio::time::sleep(Duration::from_millis(5)).await;
-        let (again, _) = table.start("dana").await.unwrap();
+        let (again, _) = table.start("dana", "").await.unwrap();
         assert!(table.verify(&value(&again)).await.unwrap().is_some());
         revoke(&*store, "dana").await.unwrap();
         assert_eq!(table.verify(&value(&again)).await.unwrap(), None);
@@ -410,7 +476,35 @@ mod tests {
     #[tokio::test]
     async fn a_session_left_unused_for_its_idle_lifetime_is_over() {
         let (_store, table) = sessions(Duration::ZERO);
-        let (cookie, _) = table.start("dana").await.unwrap();
+        let (cookie, _) = table.start("dana", "").await.unwrap();
         assert_eq!(table.verify(&value(&cookie)).await.unwrap(), None);
+    }
+    #[tokio::test]
+    async fn a_session_is_bound_to_the_browser_key_it_was_started_with() {
+        let (store, table) = sessions(Duration::from_secs(60));
+        let dana_key = "d".repeat(64);
+        let (cookie, started) = table.start("dana", &dana_key).await.unwrap();
+        // Read back from the store, as another request would.
+        let session = table.verify(&value(&cookie)).await.unwrap().unwrap();
+        assert_eq!(session, started);
+        assert_eq!(session.bound(&dana_key), Binding::Same);
+        assert_eq!(session.bound(""), Binding::Missing);
+        assert_eq!(session.bound(&"e".repeat(64)), Binding::Other);
+        assert_eq!(session.bound(&dana_key[..63]), Binding::Other);
+        // The store keeps a digest, not the key.
+        let record = store.get(&session.key).await.unwrap().unwrap();
+        let text = serde_json::to_string(&record).unwrap();
+        assert!(!text.contains(&dana_key), "{text}");
+
+        // Started without a key (no script, or before keys existed): any
+        // key a request carries is another browser's.
+        let (cookie, _) = table.start("eve", "").await.unwrap();
+        let unkeyed = table.verify(&value(&cookie)).await.unwrap().unwrap();
+        assert_eq!(unkeyed.bound(""), Binding::Unkeyed);
+        assert_eq!(unkeyed.bound(&dana_key), Binding::Other);
+
+        // A session written before sessions kept a key reads as unkeyed.
+        let before: Row = serde_json::from_str(r#"{"name":"dana","started":1,"used":1}"#).unwrap();
+        assert_eq!(before.browser, None);
     }
 }

@@ -18,7 +18,7 @@ use crate::approvers::{Approvers, Identity};
 use crate::change::Changes;
 use crate::cookies::{self, Cookies};
 use crate::notify;
-use crate::session::{Session, Sessions};
+use crate::session::{Binding, Session, Sessions};
 use crate::signins::{self, SignIns};
 use crate::throttle::Throttle;
 
@@ -36,6 +36,52 @@ pub(crate) enum NotLetIn {
     NoProxyName,
     /// The trusted proxy named someone the approvers file does not list.
     NotListed(String),
+}
+
+/// Why a session may not change anything from the browser a request
+/// comes from ([`App::same_browser`]): the pages say it in HTML
+/// ([`crate::pages::not_this_browser`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotThisBrowser {
+    /// The request's browser key is not the session's: the session id
+    /// was planted in this browser (a page on another port of the same
+    /// host replaced the inbox's cookie). Its cookie is cleared here.
+    Other,
+    /// The request has no browser key, and the session needs one: it was
+    /// started with one, or another port could have set its cookie
+    /// ([`App::plantable`]), and only the key tells a planted session
+    /// from the browser's own.
+    Missing,
+}
+
+impl NotThisBrowser {
+    /// A title and what to tell the person, for a request whose cookie
+    /// another port could have set or not ([`App::plantable`]).
+    pub(crate) fn words(self, plantable: bool) -> (&'static str, &'static str) {
+        match self {
+            NotThisBrowser::Other => (
+                "Signed out",
+                "This browser was signed in with a session it did not start: a page of another \
+                 site on this host replaced the inbox's cookie with someone else's. Nothing was \
+                 done, and you are signed out here; sign in again.",
+            ),
+            NotThisBrowser::Missing if !plantable => (
+                "Refused",
+                "This session was started with a key that the inbox's script keeps in this \
+                 browser, and this request has none (is JavaScript off?). Nothing was changed. \
+                 Enable JavaScript, or sign out and sign in again.",
+            ),
+            NotThisBrowser::Missing => (
+                "Refused",
+                "Over plain HTTP (or under a loopback name), a decision needs the key that the \
+                 inbox's script keeps in this browser from the sign-in on, and this request has \
+                 none. Nothing was changed. Enable JavaScript, then sign out and sign in again; \
+                 or serve the inbox over HTTPS under a name of its own (--tls-cert, or \
+                 --secure-cookies behind a TLS proxy, with --origin), where the pages work \
+                 without JavaScript.",
+            ),
+        }
+    }
 }
 
 /// What every request handler shares.
@@ -116,7 +162,7 @@ impl App {
                     set_cookie: None,
                 },
                 _ => {
-                    let (cookie, session) = match self.sessions.start(&identity.name).await {
+                    let (cookie, session) = match self.sessions.start(&identity.name, "").await {
                         Ok(started) => started,
                         Err(e) => {
                             tracing::warn!("a session could not be started: {e}");
@@ -140,6 +186,56 @@ impl App {
                     set_cookie: None,
                 })
         }))
+    }
+
+    /// Whether a page on another port of the inbox's host can have set
+    /// the session cookie of a request with `headers`: over plain HTTP,
+    /// and under a loopback name even with `__Host-` cookies
+    /// ([`cookies::on_loopback`]). Elsewhere only a secure page of the
+    /// inbox's own name can set a `__Host-` cookie for it.
+    pub(crate) fn plantable(&self, headers: &HeaderMap) -> bool {
+        !self.cookies.secure || cookies::on_loopback(headers, self.origin.as_deref())
+    }
+
+    /// Whether `user`'s session may change something from a request
+    /// with `headers` carrying browser key `key` (`""`: none): the key it
+    /// was started with; or, when it was started without one, no key and
+    /// a cookie no other port can have planted ([`App::plantable`]).
+    /// Where one could, a session without a key changes nothing: only
+    /// the key, kept where the other port cannot reach, tells the
+    /// browser's own session from a planted one. Behind a trusted proxy
+    /// every request is vouched for, and the session is the proxy's
+    /// person's: no key.
+    pub(crate) fn same_browser(
+        &self,
+        user: &User,
+        key: &str,
+        headers: &HeaderMap,
+    ) -> Result<(), NotThisBrowser> {
+        if self.proxy_header.is_some() {
+            return Ok(());
+        }
+        match user.session.bound(key) {
+            Binding::Same => Ok(()),
+            Binding::Unkeyed if !self.plantable(headers) => Ok(()),
+            Binding::Unkeyed | Binding::Missing => Err(NotThisBrowser::Missing),
+            Binding::Other => Err(NotThisBrowser::Other),
+        }
+    }
+
+    /// For a session that is [`NotThisBrowser::Other`]'s: `Set-Cookie`
+    /// values in `headers` that delete its cookie, at `/` (where a planted
+    /// cookie that replaced the browser's own is) and along `path`.
+    pub(crate) fn clear_planted(&self, why: NotThisBrowser, path: &str, headers: &mut HeaderMap) {
+        if why != NotThisBrowser::Other {
+            return;
+        }
+        let name = self.cookies.name(cookies::SESSION);
+        for value in self.cookies.clear_along(&name, path) {
+            if let Ok(value) = value.parse() {
+                headers.append(header::SET_COOKIE, value);
+            }
+        }
     }
 
     /// The live session the request's cookie names, if any.

@@ -3,8 +3,62 @@
 // inbox then fetches its rows again (rendered and escaped by the server)
 // if the change concerns them: the first page on any change, a later page
 // when one of its items changed or went. A record's page says that the
-// record changed. Without JavaScript the pages work the same,
-// reloaded by hand.
+// record changed. Without JavaScript the pages work the same, reloaded by
+// hand, except for decisions over plain HTTP (below).
+//
+// This browser's key: made at each sign-in, kept in localStorage and sent
+// with every form that changes something; the server keeps its digest
+// with the session, and refuses a decision whose key is not the
+// session's. Cookies do not keep ports apart, so a page on another port
+// of this host can replace the session cookie with someone else's; it
+// can neither read nor write this origin's storage. (crypto.subtle is
+// missing on plain HTTP; getRandomValues is not, and the server hashes.)
+var BROWSER_KEY = "idem-browser";
+function browserKey() {
+  try { return window.localStorage.getItem(BROWSER_KEY); } catch (e) { return null; }
+}
+// A new key, kept; null when this browser keeps no site data.
+function newBrowserKey() {
+  if (!window.crypto || !window.crypto.getRandomValues) return null;
+  var bytes = new Uint8Array(32), key = "";
+  window.crypto.getRandomValues(bytes);
+  for (var i = 0; i < bytes.length; i++) key += ("0" + bytes[i].toString(16)).slice(-2);
+  try {
+    window.localStorage.setItem(BROWSER_KEY, key);
+    return window.localStorage.getItem(BROWSER_KEY) === key ? key : null;
+  } catch (e) { return null; }
+}
+document.addEventListener("submit", function (e) {
+  var form = e.target;
+  if (!form || (form.getAttribute("method") || "").toLowerCase() !== "post") return;
+  var key = form.getAttribute("action") === "/login" ? newBrowserKey() : browserKey();
+  var field = form.querySelector("input[name=browser]");
+  if (!key) { if (field) field.parentNode.removeChild(field); return; }
+  if (!field) {
+    field = document.createElement("input");
+    field.type = "hidden";
+    field.name = "browser";
+    form.appendChild(field);
+  }
+  field.value = key;
+}, true);
+// A page drawn for a session this browser did not start (planted from
+// another port) says so before anyone clicks, and offers no decision.
+(function () {
+  var banner = document.getElementById("not-this-browser");
+  if (!banner || !window.fetch) return;
+  var key = browserKey(), headers = {};
+  if (key) headers["Idem-Browser"] = key;
+  fetch("/session/browser", { credentials: "same-origin", headers: headers }).then(function (r) {
+    if (r.status !== 403) return;
+    return r.text().then(function (text) {
+      banner.textContent = text;
+      banner.hidden = false;
+      var buttons = document.querySelectorAll("main form[method=post] button");
+      for (var i = 0; i < buttons.length; i++) buttons[i].disabled = true;
+    });
+  });
+})();
 // Times are written in UTC; the reader sees them in their own time zone
 // as well: an absolute time (`time.at`, whose text starts with it) reads in
 // local time with the UTC time in its tooltip, a relative age has the

@@ -1,5 +1,6 @@
 //! `idem serve`, the approval inbox, over plain HTTP: its JSON API as a bot
-//! uses it, and its pages as a browser without JavaScript posts them —
+//! uses it, and its pages as a browser posts them (with the browser key
+//! its script keeps: `planted.rs` has the browser without it) —
 //! against real calls of an executor in this process, waiting on the same
 //! store (SQLite, and the Redis and PostgreSQL servers of
 //! `idem_testkit::servers` for the decisions that wake a waiting caller).
@@ -260,7 +261,7 @@ async fn the_api_refuses_strangers_viewers_and_malformed_requests() {
     assert_eq!(app.deletions(), 0);
 }
 
-/// Sign in with a form as a browser without JavaScript would: the CSRF
+/// Sign in with a form as a browser would: the CSRF
 /// token is required on every post, a wrong password is refused and
 /// delays (never refuses) the next attempt, a viewer cannot decide, a stale version is refused
 /// with what changed. Every page carries the headers that keep it out of
@@ -496,8 +497,8 @@ async fn a_trusted_proxy_header_names_the_approver() {
     let csrf = hidden(&page.body, "csrf").unwrap();
     let body = format!(
         "csrf={}&version={}&confirmed=yes",
-        crate::support::serve::encode(&csrf),
-        crate::support::serve::encode(item["version"].as_str().unwrap())
+        crate::support::http::encode(&csrf),
+        crate::support::http::encode(item["version"].as_str().unwrap())
     );
     let form = ("content-type", "application/x-www-form-urlencoded");
     let approve = serve.url(&format!("/records/{key}/approve"));

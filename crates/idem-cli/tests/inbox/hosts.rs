@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::support::serve::{encode, hidden, Http, Reply, Scene, Serve, DANA};
+use crate::support::http::encode;
+use crate::support::serve::{hidden, Http, Reply, Scene, Serve, DANA};
 use crate::support::tools::{dispatcher, App};
 
 /// GET `url` with `Host: host`.

@@ -16,6 +16,7 @@ mod lifecycle;
 mod limits;
 mod notify;
 mod pages;
+mod planted;
 mod resolve;
 mod rules;
 mod sessions;

@@ -24,7 +24,7 @@ async fn api_pages(scene: &mut Scene, query: &str) -> Vec<Vec<Value>> {
         schema::check(&page, "inbox");
         pages.push(page["items"].as_array().unwrap().clone());
         match page["next"].as_str() {
-            Some(next) => after = format!("&after={}", crate::support::serve::encode(next)),
+            Some(next) => after = format!("&after={}", crate::support::http::encode(next)),
             None => return pages,
         }
         assert!(pages.len() < 10, "the pages do not end");

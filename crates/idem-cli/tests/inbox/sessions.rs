@@ -12,8 +12,9 @@ use std::time::Duration;
 use idem::prelude::*;
 use serde_json::{json, Value};
 
+use crate::support::http::encode;
 use crate::support::serve::{
-    approver_entry, catalog, encode, hidden, listed, sign_in, Http, Reply, Serve, VIC,
+    approver_entry, catalog, hidden, listed, sign_in, Http, Reply, Serve, VIC,
 };
 use crate::support::tools::{delete_call, dispatcher, tenant, App};
 use crate::support::{unique, Idem};

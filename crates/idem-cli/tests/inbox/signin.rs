@@ -262,7 +262,7 @@ async fn a_form_from_another_port_cannot_sign_anybody_in() {
             ],
             &format!(
                 "csrf={csrf}&name=vic&password={}",
-                crate::support::serve::encode(VIC.1)
+                crate::support::http::encode(VIC.1)
             ),
         )
         .await;

@@ -21,7 +21,8 @@ use idem_testkit::TempDir;
 use serde_json::{json, Value};
 use sha2::Sha256;
 
-use crate::support::serve::{catalog, encode, listed, Http, Reply, Serve};
+use crate::support::http::encode;
+use crate::support::serve::{catalog, listed, Http, Reply, Serve};
 use crate::support::tools::{delete_call, dispatcher, tenant, App};
 use crate::support::{sqlite, unique};
 

@@ -6,6 +6,7 @@
 #![allow(dead_code)]
 
 pub mod browser;
+pub mod http;
 pub mod mcp_http;
 pub mod schema;
 pub mod serve;
