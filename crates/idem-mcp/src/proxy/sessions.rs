@@ -198,7 +198,14 @@ impl Drop for Busy {
     }
 }
 
-/// What rmcp answers for a session it does not know.
+/// What rmcp answers for a session it does not know, given before the
+/// request's body is read: with `Connection: close`
+/// ([`close_unread`](crate::auth::close_unread)), or a client's next
+/// request on the connection could meet the socket hyper closes after it
+/// (CI saw a `DELETE` answered by a closed socket right after a refused
+/// ping).
 fn not_found() -> Response {
-    (http::StatusCode::NOT_FOUND, "Not Found: Session not found").into_response()
+    crate::auth::close_unread(
+        (http::StatusCode::NOT_FOUND, "Not Found: Session not found").into_response(),
+    )
 }
